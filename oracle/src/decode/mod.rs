@@ -1,0 +1,1 @@
+//! Decoding (SPEC section 5): sampling, stop conditions, incremental detokenisation.

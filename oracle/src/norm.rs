@@ -1,0 +1,1 @@
+//! UClipNorm (SPEC section 3).
