@@ -1,1 +1,24 @@
-//! placeholder
+//! The CUDA side of asynct: device discovery now; the HP1 kernels (CUDA C++ compiled at run
+//! time by NVRTC), cuBLASLt GEMMs and CUDA graphs as the GPU issues land.
+//!
+//! cudarc is built with dynamic loading, so this crate compiles and its users run on machines
+//! without CUDA: [`probe`] says whether a driver and a device are there, and every GPU test
+//! asks it first and prints that it skipped when the answer is no.
+//!
+//! ```
+//! match gpu::probe() {
+//!     Ok(dev) => println!("GPU: {}", dev.name),
+//!     Err(why) => println!("no GPU: {why}"),
+//! }
+//! ```
+//!
+//! Neighbours: `model` drives this crate through its GPU backend; `verify` holds each kernel
+//! against the oracle. This crate depends on no other workspace crate.
+
+#![deny(missing_docs)]
+
+pub mod device;
+pub mod error;
+
+pub use device::{probe, DeviceInfo};
+pub use error::{Error, Result};
