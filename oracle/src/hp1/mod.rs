@@ -5,8 +5,11 @@
 //! two caches, the batch metadata, per-head `sigma`/`gamma` and the shared parameters).
 
 pub mod direct;
+pub mod fake_decode;
 pub mod gate;
 pub mod metadata;
+pub mod sparse_pv;
+pub mod split_k;
 
 use ndarray::{ArrayView1, ArrayView3, ArrayView4};
 use serde::{Deserialize, Serialize};
