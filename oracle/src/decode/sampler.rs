@@ -1,0 +1,254 @@
+//! Choosing the next token from a row of logits: greedy, temperature, top-k, top-p, per-request seed.
+//!
+//! A sampled token is the Gumbel-max draw `argmax_v (logit_v / T + gumbel(seed, step, v))` over the
+//! tokens that survive top-k and top-p (SPEC section 5). The Gumbel noise comes from
+//! [`philox`](super::philox), keyed by the request's seed, the step and the token id, so a GPU kernel
+//! that follows the steps below draws the same token from the same logits, with no generator state.
+//!
+//! # Exact order of operations
+//!
+//! 1. Refuse an empty row, a NaN or `+inf` logit, and a row whose logits are all `-inf`
+//!    (a `-inf` logit is a masked token: it is never drawn while a finite one survives).
+//! 2. `T == 0`: return the first index of the largest logit (f32 comparison; `-0.0 == 0.0`).
+//! 3. Order the tokens by logit descending, ties by lower id (f32 comparison); this is the
+//!    probability order, since `exp` is monotone. Top-k (`k > 0`) keeps the first `min(k, n)`.
+//! 4. Top-p (`p < 1`), over the kept tokens in that order, all in f64:
+//!    `s_i = (logit_i as f64) / (T as f64)`, `w_i = exp(s_i - s_0)`, `Z = w_0 + w_1 + ...` summed
+//!    left to right, then keep tokens `0..=i` for the first `i` where the running sum
+//!    `w_0 + ... + w_i` (same order) is `>= (p as f64) * Z`. Because the last running sum is `Z`
+//!    itself and `p <= 1`, this always stops, and it keeps at least one token.
+//! 5. For each survivor `v`: `score_v = (logit_v as f64) / (T as f64) + gumbel(seed, step, v)` in f64;
+//!    return the survivor with the largest score, ties to the lower id.
+//!
+//! Division and addition are correctly rounded on both sides; only `exp` (step 4) and `ln` (inside
+//! `gumbel`) may differ in the last ulp between libm and CUDA, which can change the outcome only
+//! on a near-exact tie.
+//!
+//! `step` is the index of the token being drawn among the request's generated tokens (0 for the
+//! first), so a request replays the same tokens whatever its prompt length or batch.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use super::philox::gumbel;
+use crate::error::{invalid, Result};
+
+/// How one request picks its tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SamplingParams {
+    /// Softmax temperature; `0` is greedy. Finite and `>= 0`.
+    pub temperature: f32,
+    /// Keep only the `top_k` largest logits; `0` keeps all.
+    pub top_k: usize,
+    /// Keep the smallest most-probable set whose probability reaches `top_p`; in `(0, 1]`, `1` keeps all.
+    pub top_p: f32,
+    /// Keys the Philox draws; the same seed, step and logits give the same token.
+    pub seed: u64,
+}
+
+impl SamplingParams {
+    /// Greedy decoding: temperature 0, no truncation.
+    pub fn greedy() -> Self {
+        Self { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+    }
+
+    /// Checks the rules on each field, naming the field and the value it refuses.
+    pub fn validate(&self) -> Result<()> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return invalid("temperature", format!("must be finite and >= 0, got {}", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return invalid("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        Ok(())
+    }
+}
+
+/// Draws the token for decoding step `step` from `logits` (one row over the vocabulary).
+///
+/// Fails, never panics, on invalid `params`, an empty row, a NaN or `+inf` logit, or a row that is all `-inf`.
+pub fn sample(logits: &[f32], params: &SamplingParams, step: u64) -> Result<u32> {
+    params.validate()?;
+    check_logits(logits)?;
+    if params.temperature == 0.0 {
+        return Ok(argmax_first(logits.iter().copied()) as u32);
+    }
+    let survivors = survivors(logits, params)?;
+    let t = f64::from(params.temperature);
+    let scores = survivors.iter().map(|&v| f64::from(logits[v as usize]) / t + gumbel(params.seed, step, v));
+    let best = argmax_first(scores);
+    Ok(survivors[best])
+}
+
+/// The token ids [`sample`] may return (steps 1 to 4 of the module docs), in an unspecified order:
+/// the greedy token alone at temperature 0, else those that survive top-k then top-p (every id
+/// when neither is on).
+pub fn survivors(logits: &[f32], params: &SamplingParams) -> Result<Vec<u32>> {
+    params.validate()?;
+    check_logits(logits)?;
+    if params.temperature == 0.0 {
+        return Ok(vec![argmax_first(logits.iter().copied()) as u32]);
+    }
+    let n = logits.len();
+    let k = if params.top_k == 0 { n } else { params.top_k.min(n) };
+    let mut ids: Vec<u32> = (0..n as u32).collect();
+    let by_prob = |a: &u32, b: &u32| {
+        let (la, lb) = (logits[*a as usize], logits[*b as usize]);
+        lb.partial_cmp(&la).expect("NaN logits were refused").then(a.cmp(b))
+    };
+    if params.top_p >= 1.0 {
+        if k < n {
+            ids.select_nth_unstable_by(k - 1, by_prob);
+            ids.truncate(k);
+        }
+        return Ok(ids);
+    }
+    if k < n {
+        ids.select_nth_unstable_by(k - 1, by_prob);
+        ids.truncate(k);
+    }
+    ids.sort_unstable_by(by_prob);
+    let keep = nucleus_len(&ids, logits, params.temperature, params.top_p);
+    ids.truncate(keep);
+    Ok(ids)
+}
+
+/// How many of `sorted` (most probable first) top-p keeps: step 4 of the module docs.
+fn nucleus_len(sorted: &[u32], logits: &[f32], temperature: f32, top_p: f32) -> usize {
+    let t = f64::from(temperature);
+    let s0 = f64::from(logits[sorted[0] as usize]) / t;
+    let weights: Vec<f64> = sorted.iter().map(|&v| (f64::from(logits[v as usize]) / t - s0).exp()).collect();
+    let total: f64 = weights.iter().fold(0.0, |acc, w| acc + w);
+    let target = f64::from(top_p) * total;
+    let mut running = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        running += w;
+        if running >= target {
+            return i + 1;
+        }
+    }
+    sorted.len()
+}
+
+/// Refuses what has no sampling meaning: nothing, NaN, `+inf`, or nothing but `-inf`.
+fn check_logits(logits: &[f32]) -> Result<()> {
+    if logits.is_empty() {
+        return invalid("logits", "expected at least one logit, got an empty row");
+    }
+    if logits.len() > u32::MAX as usize {
+        return invalid("logits", format!("expected at most 2^32 - 1 logits, got {}", logits.len()));
+    }
+    if let Some((i, l)) = logits.iter().enumerate().find(|(_, l)| l.is_nan() || **l == f32::INFINITY) {
+        return invalid("logits", format!("expected no NaN or +inf, got {l} at token {i}"));
+    }
+    if logits.iter().all(|l| *l == f32::NEG_INFINITY) {
+        return invalid("logits", format!("expected a finite logit, got all {} equal to -inf", logits.len()));
+    }
+    Ok(())
+}
+
+/// The first index of the largest value (ties go to the lower index); the input must be non-empty.
+fn argmax_first<T: PartialOrd>(values: impl Iterator<Item = T>) -> usize {
+    let mut best: Option<(usize, T)> = None;
+    for (i, v) in values.enumerate() {
+        let better = match &best {
+            None => true,
+            Some((_, b)) => v.partial_cmp(b) == Some(Ordering::Greater),
+        };
+        if better {
+            best = Some((i, v));
+        }
+    }
+    best.expect("argmax of a non-empty row").0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
+        SamplingParams { temperature, top_k, top_p, seed }
+    }
+
+    #[test]
+    fn greedy_breaks_ties_to_the_lowest_id_and_treats_signed_zeros_as_equal() {
+        assert_eq!(sample(&[1.0, 3.0, 3.0, 2.0], &SamplingParams::greedy(), 0).unwrap(), 1);
+        assert_eq!(sample(&[-1.0, -0.0, 0.0], &SamplingParams::greedy(), 0).unwrap(), 1);
+        assert_eq!(sample(&[f32::NEG_INFINITY, -5.0], &SamplingParams::greedy(), 0).unwrap(), 1);
+    }
+
+    #[test]
+    fn refuses_bad_rows_without_panicking() {
+        let p = params(1.0, 0, 1.0, 0);
+        for (row, needle) in [
+            (vec![], "empty"),
+            (vec![0.0, f32::NAN], "NaN at token 1"),
+            (vec![f32::INFINITY], "inf at token 0"),
+            (vec![f32::NEG_INFINITY; 3], "all 3 equal to -inf"),
+        ] {
+            let err = sample(&row, &p, 0).unwrap_err().to_string();
+            assert!(err.contains("logits") && err.contains(needle), "{row:?}: {err}");
+            let err = sample(&row, &SamplingParams::greedy(), 0).unwrap_err().to_string();
+            assert!(err.contains(needle), "greedy {row:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn validate_names_the_field_and_the_value() {
+        for (p, field, value) in [
+            (params(-0.5, 0, 1.0, 0), "temperature", "-0.5"),
+            (params(f32::NAN, 0, 1.0, 0), "temperature", "NaN"),
+            (params(f32::INFINITY, 0, 1.0, 0), "temperature", "inf"),
+            (params(1.0, 0, 0.0, 0), "top_p", "0"),
+            (params(1.0, 0, 1.5, 0), "top_p", "1.5"),
+            (params(1.0, 0, f32::NAN, 0), "top_p", "NaN"),
+        ] {
+            let err = p.validate().unwrap_err().to_string();
+            assert!(err.contains(field) && err.contains(value), "{p:?}: {err}");
+            assert_eq!(sample(&[0.0], &p, 0).unwrap_err().to_string(), err);
+        }
+        params(0.0, 5, 1.0, 0).validate().unwrap();
+        params(2.0, 0, 1e-6, 0).validate().unwrap();
+    }
+
+    #[test]
+    fn top_k_ties_keep_the_lower_ids() {
+        let s = survivors(&[1.0, 2.0, 2.0, 2.0, 0.0], &params(1.0, 2, 1.0, 0)).unwrap();
+        let mut s = s;
+        s.sort();
+        assert_eq!(s, vec![1, 2]);
+    }
+
+    #[test]
+    fn nucleus_stops_at_the_first_prefix_reaching_top_p() {
+        // Probabilities 0.5, 0.25, 0.125, 0.125 at T = 1.
+        let l = [2f32.ln() * 3.0, 2f32.ln() * 2.0, 2f32.ln(), 2f32.ln()];
+        let kept = |p: f32| {
+            let mut s = survivors(&l, &params(1.0, 0, p, 0)).unwrap();
+            s.sort();
+            s
+        };
+        assert_eq!(kept(0.4), vec![0]);
+        assert_eq!(kept(0.6), vec![0, 1]);
+        assert_eq!(kept(0.8), vec![0, 1, 2]);
+        assert_eq!(kept(0.9), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn nucleus_reaching_top_p_exactly_stops_there() {
+        // Equal logits: every weight is exactly 1, so half the mass is reached exactly at two tokens.
+        let mut s = survivors(&[0.0; 4], &params(1.0, 0, 0.5, 0)).unwrap();
+        s.sort();
+        assert_eq!(s, vec![0, 1]);
+    }
+
+    #[test]
+    fn masked_tokens_are_never_drawn() {
+        let l = [f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY, 0.0];
+        for step in 0..200 {
+            let v = sample(&l, &params(5.0, 0, 1.0, 9), step).unwrap();
+            assert!(v == 1 || v == 3, "step {step} drew masked token {v}");
+        }
+    }
+}
