@@ -1,1 +1,34 @@
-//! placeholder
+//! The AsyncT model around the oracle: its config, checkpoint I/O and the shipped presets.
+//!
+//! - [`config::ModelConfig`] parses and validates `config.json` (SPEC section 1) and gives the
+//!   oracle's [`oracle::model::weights::ModelDims`].
+//! - [`checkpoint::load_weights`] reads a safetensors checkpoint (single or sharded; bf16, f16 or
+//!   f32) into [`oracle::model::weights::ModelWeights`]; [`checkpoint::save_checkpoint`] writes one.
+//! - [`presets`] generates the `asynct-tiny`, `asynct-small` and `asynct-0.5b` checkpoints with
+//!   seeded random weights and their tokenizers ([`byte_tokenizer`] for tiny, Qwen3's otherwise).
+//!
+//! Later modules of this crate add the paged KV cache, the scheduler and the CPU and GPU backends.
+//!
+//! ```
+//! use model::config::ModelConfig;
+//! use model::presets::Preset;
+//!
+//! let cfg: ModelConfig = Preset::Tiny.config();
+//! cfg.validate().unwrap();
+//! assert_eq!(cfg.dims().head_dim, 16);
+//! let json = cfg.to_json();
+//! assert_eq!(ModelConfig::from_json(&json, "config.json".as_ref()).unwrap(), cfg);
+//! ```
+//!
+//! Neighbours: this crate uses `oracle` (weights, dims, the CPU forward pass); `server` and
+//! `verify` use this crate; `oracle` must not.
+
+#![deny(missing_docs)]
+
+pub mod byte_tokenizer;
+pub mod checkpoint;
+pub mod config;
+pub mod error;
+pub mod presets;
+
+pub use error::{Error, Result};

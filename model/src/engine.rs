@@ -1,0 +1,209 @@
+//! The engine loop shared by every backend: admit requests, plan a step, run it, sample, detokenise,
+//! stop, free.
+//!
+//! Determinism: a request's tokens depend only on its prompt, its parameters and the model, never
+//! on its batch neighbours. The scheduler cuts prompts at fixed chunk boundaries, each row of the
+//! forward is computed independently of the others, and the sampler's randomness is keyed by
+//! (seed, step, token id) with `step` the request's own count of generated tokens.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ndarray::{Array2, Axis};
+use oracle::decode::request::RequestDecoder;
+use oracle::decode::sampler::{sample, SamplingParams};
+use oracle::decode::stop::{FinishReason, StopConditions};
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result};
+use crate::executor::{LogitsWanted, StepExecutor};
+use crate::scheduler::{Scheduler, SchedulerConfig};
+
+/// What a caller asks of the engine.
+#[derive(Clone, Debug)]
+pub struct GenerationRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Sampling parameters.
+    pub sampling: SamplingParams,
+    /// Stop rules; `max_model_len` is the model's.
+    pub stop: StopConditions,
+}
+
+/// Something that happened to a request during a step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    /// A token was generated; `text` is what may be shown now (possibly empty).
+    Token {
+        /// The request.
+        request: u64,
+        /// The generated id.
+        token: u32,
+        /// Newly releasable text.
+        text: String,
+    },
+    /// The request ended (its last [`EngineEvent::Token`] came just before).
+    Finished {
+        /// The request.
+        request: u64,
+        /// Why.
+        reason: FinishReason,
+    },
+}
+
+/// A finished request, as [`Engine::run_to_completion`] returns it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Completion {
+    /// The request.
+    pub id: u64,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Generated ids, eos included.
+    pub token_ids: Vec<u32>,
+    /// Generated text, stop string excluded.
+    pub text: String,
+    /// Why it ended.
+    pub finish: FinishReason,
+    /// `[prompt + generated - 1, vocab]` logits when recording was on: one row per prompt
+    /// position, then one per generated token but the last.
+    pub logits: Option<Array2<f32>>,
+}
+
+struct Active {
+    prompt_tokens: usize,
+    sampling: SamplingParams,
+    decoder: RequestDecoder,
+    logits: Vec<f32>,
+}
+
+/// Scheduler plus sampler plus detokeniser over a [`StepExecutor`].
+pub struct Engine {
+    executor: Box<dyn StepExecutor>,
+    tokenizer: Arc<Tokenizer>,
+    scheduler: Scheduler,
+    active: BTreeMap<u64, Active>,
+    finished: Vec<Completion>,
+    next_id: u64,
+    record_logits: bool,
+}
+
+impl Engine {
+    /// An idle engine. With `record_logits`, every computed logits row is kept per request.
+    pub fn new(
+        executor: Box<dyn StepExecutor>,
+        tokenizer: Arc<Tokenizer>,
+        scheduler: SchedulerConfig,
+        record_logits: bool,
+    ) -> Result<Self> {
+        Ok(Self {
+            executor,
+            tokenizer,
+            scheduler: Scheduler::new(scheduler)?,
+            active: BTreeMap::new(),
+            finished: Vec::new(),
+            next_id: 0,
+            record_logits,
+        })
+    }
+
+    /// Validates and queues a request; returns its id.
+    pub fn add_request(&mut self, req: GenerationRequest) -> Result<u64> {
+        req.sampling.validate()?;
+        let vocab = self.executor.vocab_size();
+        if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::Request(format!("prompt token id {bad} is outside the vocabulary of {vocab}")));
+        }
+        let decoder = RequestDecoder::new(self.tokenizer.clone(), req.stop.clone(), req.prompt.len())?;
+        let id = self.next_id;
+        self.scheduler.add(id, req.prompt.clone(), req.stop.max_tokens)?;
+        self.next_id += 1;
+        let active = Active { prompt_tokens: req.prompt.len(), sampling: req.sampling, decoder, logits: Vec::new() };
+        self.active.insert(id, active);
+        Ok(id)
+    }
+
+    /// Whether any request is unfinished.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    /// Runs one step; returns what happened, in query order.
+    pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
+        let Some(plan) = self.scheduler.schedule()? else {
+            if self.scheduler.has_work() {
+                return Err(Error::Scheduler("requests are waiting but none can be scheduled".into()));
+            }
+            return Ok(Vec::new());
+        };
+        let wanted = if self.record_logits { LogitsWanted::AllRows } else { LogitsWanted::LastPerSeq };
+        let logits = self.executor.execute(&plan, wanted)?;
+        let mut events = Vec::new();
+        let mut sampled = Vec::with_capacity(plan.seqs.len());
+        let mut done = Vec::new();
+        for (i, p) in plan.seqs.iter().enumerate() {
+            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
+            let last_row = match wanted {
+                LogitsWanted::AllRows => {
+                    let start = plan.meta.query_start_loc[i] as usize;
+                    for r in start..start + p.len {
+                        active.logits.extend(logits.row(r).iter());
+                    }
+                    start + p.len - 1
+                }
+                LogitsWanted::LastPerSeq => i,
+            };
+            if !p.samples {
+                sampled.push(None);
+                continue;
+            }
+            let row = logits.index_axis(Axis(0), last_row);
+            let step = active.decoder.token_ids().len() as u64;
+            let token = sample(row.as_slice().expect("logits rows are contiguous"), &active.sampling, step)?;
+            let emitted = active.decoder.push(token)?;
+            events.push(EngineEvent::Token { request: p.id, token, text: emitted.text });
+            sampled.push(Some(token));
+            if let Some(reason) = emitted.finish {
+                events.push(EngineEvent::Finished { request: p.id, reason });
+                done.push(p.id);
+            }
+        }
+        self.scheduler.commit(&plan, &sampled)?;
+        for id in done {
+            self.scheduler.finish(id)?;
+            self.retire(id);
+        }
+        Ok(events)
+    }
+
+    fn retire(&mut self, id: u64) {
+        let a = self.active.remove(&id).expect("finished request was active");
+        let vocab = self.executor.vocab_size();
+        let logits = self.record_logits.then(|| {
+            let rows = a.logits.len() / vocab;
+            Array2::from_shape_vec((rows, vocab), a.logits).expect("whole rows were recorded")
+        });
+        self.finished.push(Completion {
+            id,
+            prompt_tokens: a.prompt_tokens,
+            token_ids: a.decoder.token_ids().to_vec(),
+            text: a.decoder.text().to_string(),
+            finish: a.decoder.finish_reason().cloned().expect("retired requests have finished"),
+            logits,
+        });
+    }
+
+    /// Steps until every request has finished; returns the completions in id order.
+    pub fn run_to_completion(&mut self) -> Result<Vec<Completion>> {
+        while self.has_work() {
+            self.step()?;
+        }
+        let mut done = std::mem::take(&mut self.finished);
+        done.sort_by_key(|c| c.id);
+        Ok(done)
+    }
+
+    /// The executor's description.
+    pub fn describe(&self) -> String {
+        self.executor.describe()
+    }
+}
