@@ -105,4 +105,61 @@ impl<T: Scalar> ModelWeights<T> {
     pub fn head(&self) -> &Array2<T> {
         self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
+
+    /// The same weights in another float type (f32 checkpoints widen to the f64 reference exactly).
+    pub fn cast<U: Scalar>(&self) -> ModelWeights<U> {
+        ModelWeights {
+            embed_tokens: cast(&self.embed_tokens),
+            layers: self.layers.iter().map(LayerWeights::cast).collect(),
+            norm: self.norm.cast(),
+            lm_head: self.lm_head.as_ref().map(cast),
+        }
+    }
+}
+
+impl<T: Scalar> LayerWeights<T> {
+    /// The same layer in another float type.
+    pub fn cast<U: Scalar>(&self) -> LayerWeights<U> {
+        LayerWeights {
+            attn: self.attn.cast(),
+            gate_proj: cast(&self.gate_proj),
+            up_proj: cast(&self.up_proj),
+            down_proj: cast(&self.down_proj),
+            input_layernorm: self.input_layernorm.cast(),
+            post_attention_layernorm: self.post_attention_layernorm.cast(),
+            pre_feedforward_layernorm: self.pre_feedforward_layernorm.cast(),
+            post_feedforward_layernorm: self.post_feedforward_layernorm.cast(),
+        }
+    }
+}
+
+impl<T: Scalar> AttnWeights<T> {
+    /// The same attention weights in another float type.
+    pub fn cast<U: Scalar>(&self) -> AttnWeights<U> {
+        AttnWeights {
+            q_proj: cast(&self.q_proj),
+            k_proj: cast(&self.k_proj),
+            v_proj: cast(&self.v_proj),
+            o_proj: cast(&self.o_proj),
+            q_norm: self.q_norm.cast(),
+            k_norm: self.k_norm.cast(),
+            hp1_sigma: cast(&self.hp1_sigma),
+            hp1_gamma: cast(&self.hp1_gamma),
+        }
+    }
+}
+
+impl<T: Scalar> UClipNormWeights<T> {
+    /// The same norm in another float type.
+    pub fn cast<U: Scalar>(&self) -> UClipNormWeights<U> {
+        UClipNormWeights {
+            alpha: cast(&self.alpha),
+            weight: cast(&self.weight),
+            bias: self.bias.as_ref().map(cast),
+        }
+    }
+}
+
+fn cast<T: Scalar, U: Scalar, D: ndarray::Dimension>(a: &ndarray::Array<T, D>) -> ndarray::Array<U, D> {
+    a.mapv(|v| U::of(v.f64()))
 }
