@@ -1,0 +1,119 @@
+//! `asynct-verify`: fuzz every registered HP1 path against the oracle, or replay saved cases.
+//!
+//! ```text
+//! asynct-verify fuzz --minutes 1 --seed 7 [--out verify/regressions]
+//! asynct-verify replay verify/regressions/*.json
+//! ```
+//!
+//! Exit status: 0 when every check passed, 1 when a path failed (the shrunk case is saved),
+//! 2 when the command could not run (a bad argument, an unreadable file).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use verify::{all_paths, fuzz, fuzz_case, FuzzConfig, Regression};
+
+#[derive(Parser)]
+#[command(name = "asynct-verify", about = "Holds every HP1 path against the f64 oracle on seeded cases.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Draw cases from a seed until time runs out; shrink and save the first failure.
+    Fuzz {
+        /// How long to draw cases, in minutes (fractions allowed).
+        #[arg(long)]
+        minutes: f64,
+        /// Seed of the case sequence.
+        #[arg(long)]
+        seed: u64,
+        /// Folder for a failing case.
+        #[arg(long, default_value = "verify/regressions")]
+        out: PathBuf,
+        /// Longest time spent shrinking a failure, in seconds.
+        #[arg(long, default_value_t = 120)]
+        shrink_seconds: u64,
+    },
+    /// Run every path on saved cases.
+    Replay {
+        /// Saved case files (JSON).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Fuzz { minutes, seed, out, shrink_seconds } => run_fuzz(minutes, seed, out, shrink_seconds),
+        Command::Replay { files } => replay(&files),
+    }
+}
+
+fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> ExitCode {
+    if !(minutes.is_finite() && minutes >= 0.0) {
+        eprintln!("`--minutes` must be a finite number >= 0. Given: {minutes}");
+        return ExitCode::from(2);
+    }
+    let config = FuzzConfig {
+        seed,
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        shrink_time: Duration::from_secs(shrink_seconds),
+        out_dir,
+    };
+    let paths = all_paths();
+    let outcome = match fuzz(&paths, &fuzz_case(), &config) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("fuzz: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("seed {seed}: {} cases drawn", outcome.cases);
+    for (path, n) in &outcome.per_path {
+        println!("  {path:<32} {n} cases");
+    }
+    if let Some((lo, hi)) = outcome.zero_fraction {
+        println!("gate zero fraction over passing cases: {:.1}% to {:.1}%", lo * 100.0, hi * 100.0);
+    }
+    match outcome.failure {
+        None => ExitCode::SUCCESS,
+        Some((file, reg)) => {
+            eprintln!("FAILED: {}", reg.failure);
+            eprintln!("shrunk case saved to {}", file.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn replay(files: &[PathBuf]) -> ExitCode {
+    let paths = all_paths();
+    let mut failed = false;
+    for file in files {
+        let reg = match Regression::load(file) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        };
+        for result in reg.replay(&paths) {
+            match result {
+                Ok(r) => println!("{}: {} ok (error {:.2e} <= {:.0e})", file.display(), r.path, r.error, r.tolerance),
+                Err(f) => {
+                    failed = true;
+                    println!("{}: FAILED {f}", file.display());
+                }
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
