@@ -55,7 +55,7 @@ impl RopeAngles {
 /// If `D` is odd.
 pub fn apply_rope<T: Scalar>(x: ArrayViewMut2<'_, T>, pos: usize, theta: f64) {
     let d = x.ncols();
-    assert!(d % 2 == 0, "RoPE needs an even head_dim, got {d}");
+    assert!(d.is_multiple_of(2), "RoPE needs an even head_dim, got {d}");
     RopeAngles::new(pos, d, theta).apply(x);
 }
 

@@ -103,7 +103,11 @@ impl<T: Scalar> Model<T> {
 
     /// As [`Model::forward`], also counting the gate's exact zeros over every layer, head and
     /// (query row, causal key) pair. Counting recomputes the scores, so it costs extra QK work.
-    pub fn forward_with_stats(&self, step: &StepInput<'_>, cache: &mut KvCache<T>) -> Result<(Array2<T>, GateStats)> {
+    pub fn forward_with_stats(
+        &self,
+        step: &StepInput<'_>,
+        cache: &mut KvCache<T>,
+    ) -> Result<(Array2<T>, GateStats)> {
         self.run(step, cache, true, &mut |_| {})
     }
 
@@ -251,7 +255,13 @@ fn silu<T: Scalar>(x: T) -> T {
 
 /// The per-head norm over `D` (shared by all heads) and then RoPE at each row's position, on
 /// `m` `[tokens, heads * D]`.
-fn norm_rope<T: Scalar>(m: &mut Array2<T>, heads: usize, hd: usize, w: &UClipNormWeights<T>, angles: &[RopeAngles]) {
+fn norm_rope<T: Scalar>(
+    m: &mut Array2<T>,
+    heads: usize,
+    hd: usize,
+    w: &UClipNormWeights<T>,
+    angles: &[RopeAngles],
+) {
     m.axis_iter_mut(Axis(0)).into_par_iter().zip(angles.par_iter()).for_each(|(row, ang)| {
         let mut r = row.into_shape_with_order((heads, hd)).expect("a row of a standard array is contiguous");
         uclipnorm_inplace(r.view_mut(), w);

@@ -42,7 +42,13 @@ impl<T: Scalar> KvCache<T> {
 
     /// Stores `k` and `v` (`[tokens, Hkv, D]`) of layer `layer`, token `i` at `slot_mapping[i]`.
     /// Nothing is written unless every slot is in range and every shape fits.
-    pub fn write(&mut self, layer: usize, slot_mapping: &[i64], k: ArrayView3<'_, T>, v: ArrayView3<'_, T>) -> Result<()> {
+    pub fn write(
+        &mut self,
+        layer: usize,
+        slot_mapping: &[i64],
+        k: ArrayView3<'_, T>,
+        v: ArrayView3<'_, T>,
+    ) -> Result<()> {
         if layer >= self.key.len() {
             return invalid("layer", format!("is {layer}, the cache has {} layers", self.key.len()));
         }

@@ -33,10 +33,8 @@ pub fn linear<T: Scalar>(x: ArrayView2<'_, T>, w: ArrayView2<'_, T>) -> Array2<T
     } else {
         out.div_ceil(4 * rayon::current_num_threads()).max(8)
     };
-    y.axis_chunks_iter_mut(Axis(1), chunk)
-        .into_par_iter()
-        .zip(w.axis_chunks_iter(Axis(0), chunk))
-        .for_each(|(mut yc, wc)| {
+    y.axis_chunks_iter_mut(Axis(1), chunk).into_par_iter().zip(w.axis_chunks_iter(Axis(0), chunk)).for_each(
+        |(mut yc, wc)| {
             if rows <= GEMV_MAX_ROWS {
                 for (i, xr) in x.rows().into_iter().enumerate() {
                     for (o, wr) in wc.rows().into_iter().enumerate() {
@@ -46,7 +44,8 @@ pub fn linear<T: Scalar>(x: ArrayView2<'_, T>, w: ArrayView2<'_, T>) -> Array2<T
             } else {
                 general_mat_mul(T::one(), &x, &wc.t(), T::zero(), &mut yc);
             }
-        });
+        },
+    );
     y
 }
 

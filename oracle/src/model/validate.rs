@@ -26,13 +26,13 @@ pub fn check_dims(d: &ModelDims) -> Result<()> {
             return invalid(name, "must be at least 1, got 0");
         }
     }
-    if d.num_heads % d.num_kv_heads != 0 {
+    if !d.num_heads.is_multiple_of(d.num_kv_heads) {
         return invalid(
             "num_key_value_heads",
             format!("{} does not divide num_attention_heads {}", d.num_kv_heads, d.num_heads),
         );
     }
-    if d.head_dim == 0 || d.head_dim % 2 != 0 {
+    if d.head_dim == 0 || !d.head_dim.is_multiple_of(2) {
         return invalid("head_dim", format!("must be even and positive for RoPE, got {}", d.head_dim));
     }
     if !(d.rope_theta.is_finite() && d.rope_theta > 0.0) {
@@ -56,7 +56,8 @@ fn vector<T>(a: &Array1<T>, len: usize, tensor: &str) -> Result<()> {
 }
 
 fn check_attn<T: Scalar>(d: &ModelDims, a: &AttnWeights<T>, p: &str) -> Result<()> {
-    let (hq, hkv, hd, hidden) = (d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim, d.head_dim, d.hidden_size);
+    let (hq, hkv, hd, hidden) =
+        (d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim, d.head_dim, d.hidden_size);
     matrix(&a.q_proj, hq, hidden, &format!("{p}.q_proj.weight"))?;
     matrix(&a.k_proj, hkv, hidden, &format!("{p}.k_proj.weight"))?;
     matrix(&a.v_proj, hkv, hidden, &format!("{p}.v_proj.weight"))?;
@@ -105,12 +106,21 @@ pub fn check_weights<T: Scalar>(d: &ModelDims, w: &ModelWeights<T>) -> Result<()
 }
 
 /// Checks one step against the model and the cache and returns its query rows in token order.
-pub fn check_step<T: Scalar>(d: &ModelDims, step: &StepInput<'_>, cache: &KvCache<T>) -> Result<Vec<QueryRow>> {
+pub fn check_step<T: Scalar>(
+    d: &ModelDims,
+    step: &StepInput<'_>,
+    cache: &KvCache<T>,
+) -> Result<Vec<QueryRow>> {
     let want = [cache.num_blocks(), cache.block_size(), d.num_kv_heads, d.head_dim];
     if cache.key.len() != d.num_layers || cache.value.len() != d.num_layers {
         return invalid(
             "cache",
-            format!("has {}/{} key/value layers, the model {}", cache.key.len(), cache.value.len(), d.num_layers),
+            format!(
+                "has {}/{} key/value layers, the model {}",
+                cache.key.len(),
+                cache.value.len(),
+                d.num_layers
+            ),
         );
     }
     if let Some(bad) = cache.key.iter().chain(&cache.value).find(|a| a.shape() != want) {

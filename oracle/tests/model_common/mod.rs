@@ -100,7 +100,7 @@ pub fn prompt(seed: u64, len: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// `|a - b| / |b|` over all elements.
-pub fn rel_l2<T: Scalar>(a: &Array2<T>, b: &Array2<T>) -> f64 {
+pub fn rel_l2<T: Scalar, U: Scalar>(a: &Array2<T>, b: &Array2<U>) -> f64 {
     assert_eq!(a.dim(), b.dim());
     let num: f64 = a.iter().zip(b).map(|(x, y)| (x.f64() - y.f64()).powi(2)).sum();
     let den: f64 = b.iter().map(|y| y.f64().powi(2)).sum();
