@@ -166,3 +166,17 @@ fn a_cache_of_another_model_is_refused() {
         .to_string();
     assert!(e.contains("cache") && e.contains("[4, 16, 2, 16]"), "{e}");
 }
+
+#[test]
+fn degenerate_steps_do_not_panic() {
+    let m = model();
+    let mut cache = KvCache::new(&m.dims, 4, 0);
+    let e = step(&m, &mut cache, &[Part { blocks: &[0], cached: 0, tokens: &[] }], LogitRows::All);
+    assert!(e.unwrap_err().to_string().contains("block_size 0"));
+    // A step with no sequences at all is empty, not an error.
+    let mut cache = KvCache::new(&m.dims, 4, 16);
+    let meta =
+        AttnMetadata { block_table: Array2::zeros((0, 1)), seq_lens: vec![], query_start_loc: vec![0] };
+    let step = StepInput { token_ids: &[], meta: &meta, slot_mapping: &[], logits: LogitRows::LastPerSeq };
+    assert_eq!(m.forward(&step, &mut cache).unwrap().dim(), (0, 512));
+}

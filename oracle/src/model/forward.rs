@@ -72,10 +72,15 @@ pub struct Model<T> {
     pub rounding: Rounding,
 }
 
-/// What the forward carries from step to step within one call.
+/// What every sublayer of one forward call reads: the step, its rows' RoPE angles, whether to
+/// count the gate, and where rounded values go.
 struct Pass<'a, T> {
+    step: &'a StepInput<'a>,
+    angles: Vec<RopeAngles>,
+    want_stats: bool,
     rounding: Rounding,
     tap: &'a mut dyn FnMut(Tap<'_, T>),
+    /// The layer being run, `None` after the layers.
     layer: Option<usize>,
 }
 
@@ -137,11 +142,11 @@ impl<T: Scalar> Model<T> {
         for (mut xr, &id) in x.rows_mut().into_iter().zip(step.token_ids) {
             xr.assign(&embed.row(id as usize));
         }
-        let mut pass = Pass { rounding: self.rounding, tap, layer: None };
+        let mut pass = Pass { step, angles, want_stats, rounding: self.rounding, tap, layer: None };
         let mut stats = GateStats::default();
         for (l, lw) in self.weights.layers.iter().enumerate() {
             pass.layer = Some(l);
-            stats += self.attention(&mut pass, lw, l, &mut x, step, &angles, cache, want_stats)?;
+            stats += self.attention(&mut pass, lw, l, &mut x, cache)?;
             self.mlp(&mut pass, lw, &mut x);
         }
         pass.layer = None;
@@ -165,18 +170,15 @@ impl<T: Scalar> Model<T> {
 
     /// The attention sublayer, `x += post_attention_layernorm(o_proj(HP1(...)))`, returning the
     /// gate counts when asked for.
-    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         pass: &mut Pass<'_, T>,
         lw: &LayerWeights<T>,
         l: usize,
         x: &mut Array2<T>,
-        step: &StepInput<'_>,
-        angles: &[RopeAngles],
         cache: &mut KvCache<T>,
-        want_stats: bool,
     ) -> Result<GateStats> {
+        let step = pass.step;
         let d = &self.dims;
         let (n, hd) = (x.nrows(), d.head_dim);
         let a = &lw.attn;
@@ -188,9 +190,9 @@ impl<T: Scalar> Model<T> {
         pass.at(RoundPoint::KProj, &mut k);
         let mut v = linear(h.view(), a.v_proj.view());
         pass.at(RoundPoint::VProj, &mut v);
-        norm_rope(&mut q, d.num_heads, hd, &a.q_norm, angles);
+        norm_rope(&mut q, d.num_heads, hd, &a.q_norm, &pass.angles);
         pass.at(RoundPoint::QNormRope, &mut q);
-        norm_rope(&mut k, d.num_kv_heads, hd, &a.k_norm, angles);
+        norm_rope(&mut k, d.num_kv_heads, hd, &a.k_norm, &pass.angles);
         pass.at(RoundPoint::KNormRope, &mut k);
         cache.write(l, step.slot_mapping, per_head(&k, d.num_kv_heads), per_head(&v, d.num_kv_heads))?;
         let (sigma, gamma) = (a.hp1_sigma.to_vec(), a.hp1_gamma.to_vec());
@@ -203,7 +205,7 @@ impl<T: Scalar> Model<T> {
             gamma: &gamma,
             params: self.params(),
         };
-        let stats = if want_stats { GateStats::of_inputs(&inputs)? } else { GateStats::default() };
+        let stats = if pass.want_stats { GateStats::of_inputs(&inputs)? } else { GateStats::default() };
         let mut att = hp1_direct(&inputs)?
             .into_shape_with_order((n, d.num_heads * hd))
             .expect("hp1_direct returns a standard [n, Hq, D] array");

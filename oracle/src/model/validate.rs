@@ -126,6 +126,9 @@ pub fn check_step<T: Scalar>(
     if let Some(bad) = cache.key.iter().chain(&cache.value).find(|a| a.shape() != want) {
         return invalid("cache", format!("holds a layer of shape {:?}, expected {want:?}", bad.shape()));
     }
+    if cache.block_size() == 0 {
+        return invalid("cache", "has block_size 0");
+    }
     let n = step.token_ids.len();
     step.meta.validate(cache.num_blocks(), cache.block_size(), n)?;
     if step.slot_mapping.len() != n {
