@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::models::bpe::{Merges, Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, Tokenizer};
 
@@ -103,12 +103,10 @@ fn most_frequent_pair(words: &[(Vec<String>, u64)]) -> Option<(String, String)> 
 
 /// Learns merges until the model vocabulary (bytes plus merge results) has `MODEL_VOCAB`
 /// entries. Returns the vocabulary in id order and the merges in rank order.
-fn learn_merges() -> Result<(Vec<String>, Vec<(String, String)>)> {
+fn learn_merges() -> Result<(Vec<String>, Merges)> {
     let mut vocab: Vec<String> = (0..=255u8).map(|b| byte_symbol(b).to_string()).collect();
-    let mut words: Vec<(Vec<String>, u64)> = training_words()?
-        .into_iter()
-        .map(|(w, n)| (w.chars().map(String::from).collect(), n))
-        .collect();
+    let mut words: Vec<(Vec<String>, u64)> =
+        training_words()?.into_iter().map(|(w, n)| (w.chars().map(String::from).collect(), n)).collect();
     let mut merges = Vec::new();
     while vocab.len() < MODEL_VOCAB {
         let Some((left, right)) = most_frequent_pair(&words) else {

@@ -117,7 +117,8 @@ fn default_torch_dtype() -> String {
 impl From<RawConfig> for ModelConfig {
     fn from(raw: RawConfig) -> Self {
         // A zero head count leaves head_dim at 0, which validate() then refuses by name.
-        let head_dim = raw.head_dim.unwrap_or_else(|| raw.hidden_size.checked_div(raw.num_attention_heads).unwrap_or(0));
+        let head_dim =
+            raw.head_dim.unwrap_or_else(|| raw.hidden_size.checked_div(raw.num_attention_heads).unwrap_or(0));
         ModelConfig {
             architectures: raw.architectures,
             model_type: raw.model_type,

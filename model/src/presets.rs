@@ -61,10 +61,7 @@ impl Preset {
     pub fn config(self) -> ModelConfig {
         // (vocab, hidden, I, layers, Hq, Hkv, D, positions, rope_theta, eos)
         let (vocab, hidden, inner, layers, heads, kv_heads, head_dim, positions, rope_theta, eos) = match self {
-            Preset::Tiny => (
-                byte_tokenizer::VOCAB_SIZE, 64, 192, 2, 4, 2, 16, 2048, 1e4,
-                vec![byte_tokenizer::EOS_ID],
-            ),
+            Preset::Tiny => (byte_tokenizer::VOCAB_SIZE, 64, 192, 2, 4, 2, 16, 2048, 1e4, vec![byte_tokenizer::EOS_ID]),
             Preset::Small => (QWEN3_VOCAB, 512, 1536, 4, 4, 2, 128, 32768, 1e6, QWEN3_EOS.to_vec()),
             Preset::HalfBillion => (QWEN3_VOCAB, 1024, 3072, 35, 8, 4, 128, 32768, 1e6, QWEN3_EOS.to_vec()),
         };
@@ -99,10 +96,10 @@ impl fmt::Display for Preset {
 impl FromStr for Preset {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Preset::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| Error::UnknownPreset {
-            got: s.into(),
-            expected: Preset::ALL.map(Preset::name).join(", "),
-        })
+        Preset::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::UnknownPreset { got: s.into(), expected: Preset::ALL.map(Preset::name).join(", ") })
     }
 }
 
@@ -177,8 +174,11 @@ pub fn generate_with(preset: Preset, out_dir: &Path, seed: u64, search: &Qwen3To
         Some(dir) => {
             for name in ["tokenizer.json", "tokenizer_config.json"] {
                 let from = dir.join(name);
+                // Read and write rather than copy, so the read-only mode of shared/ is not copied.
                 if from.is_file() {
-                    std::fs::copy(&from, out_dir.join(name)).map_err(Error::io(&from))?;
+                    let bytes = std::fs::read(&from).map_err(Error::io(&from))?;
+                    let to = out_dir.join(name);
+                    std::fs::write(&to, bytes).map_err(Error::io(&to))?;
                 }
             }
         }
@@ -238,9 +238,10 @@ mod tests {
             start_dir: Some("/a/b".into()),
             build_time_shared: Some("/a/shared".into()),
         };
-        let want: Vec<PathBuf> = ["/env", "/a/b/shared/tokenizers/qwen3", "/a/shared/tokenizers/qwen3", "/shared/tokenizers/qwen3"]
-            .map(PathBuf::from)
-            .to_vec();
+        let want: Vec<PathBuf> =
+            ["/env", "/a/b/shared/tokenizers/qwen3", "/a/shared/tokenizers/qwen3", "/shared/tokenizers/qwen3"]
+                .map(PathBuf::from)
+                .to_vec();
         assert_eq!(search.candidates(), want);
     }
 }

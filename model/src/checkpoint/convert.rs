@@ -62,22 +62,6 @@ impl StoredDtype {
             StoredDtype::F32 => "float32",
         }
     }
-
-    fn decode_one(self, b: &[u8]) -> f32 {
-        match self {
-            StoredDtype::Bf16 => bf16::from_le_bytes([b[0], b[1]]).to_f32(),
-            StoredDtype::F16 => f16::from_le_bytes([b[0], b[1]]).to_f32(),
-            StoredDtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        }
-    }
-
-    fn encode_one(self, x: f32, out: &mut [u8]) {
-        match self {
-            StoredDtype::Bf16 => out.copy_from_slice(&bf16::from_f32(x).to_le_bytes()),
-            StoredDtype::F16 => out.copy_from_slice(&f16::from_f32(x).to_le_bytes()),
-            StoredDtype::F32 => out.copy_from_slice(&x.to_le_bytes()),
-        }
-    }
 }
 
 /// The first non-finite element met while decoding: its flat index and value.
@@ -99,19 +83,46 @@ pub(crate) fn decode<T: Scalar>(bytes: &[u8], dtype: StoredDtype) -> Result<Vec<
         .zip(bytes.par_chunks(CHUNK * size))
         .enumerate()
         .filter_map(|(chunk, (dst, src))| {
-            for (i, (d, s)) in dst.iter_mut().zip(src.chunks_exact(size)).enumerate() {
-                let x = dtype.decode_one(s);
-                if !x.is_finite() {
-                    return Some(NonFinite { index: chunk * CHUNK + i, value: x });
-                }
-                *d = T::of(x as f64);
-            }
-            None
+            let bad = match dtype {
+                StoredDtype::Bf16 => decode_chunk(dst, src, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32()),
+                StoredDtype::F16 => decode_chunk(dst, src, |b: [u8; 2]| f16::from_le_bytes(b).to_f32()),
+                StoredDtype::F32 => decode_chunk(dst, src, f32::from_le_bytes),
+            };
+            bad.map(|(i, value)| NonFinite { index: chunk * CHUNK + i, value })
         })
         .min_by_key(|bad| bad.index);
     match first_bad {
         Some(bad) => Err(bad),
         None => Ok(out),
+    }
+}
+
+/// Decodes one chunk with a conversion monomorphised per stored type (no per-element match),
+/// and only when some value is not finite looks for the first one.
+fn decode_chunk<T: Scalar, const N: usize>(
+    dst: &mut [T],
+    src: &[u8],
+    to_f32: impl Fn([u8; N]) -> f32,
+) -> Option<(usize, f32)> {
+    let mut all_finite = true;
+    for (d, s) in dst.iter_mut().zip(src.chunks_exact(N)) {
+        let x = to_f32(s.try_into().expect("chunks_exact yields N bytes"));
+        all_finite &= x.is_finite();
+        *d = T::of(x as f64);
+    }
+    if all_finite {
+        return None;
+    }
+    src.chunks_exact(N)
+        .map(|s| to_f32(s.try_into().expect("chunks_exact yields N bytes")))
+        .enumerate()
+        .find(|(_, x)| !x.is_finite())
+}
+
+/// Encodes `src` into `dst` with a conversion monomorphised per stored type.
+fn encode_chunk<const N: usize>(dst: &mut [u8], src: &[f32], to_bytes: impl Fn(f32) -> [u8; N]) {
+    for (d, &x) in dst.chunks_exact_mut(N).zip(src) {
+        d.copy_from_slice(&to_bytes(x));
     }
 }
 
@@ -132,10 +143,10 @@ impl TensorBytes {
             None => Cow::Owned(values.iter().copied().collect()),
         };
         let mut bytes = vec![0u8; flat.len() * size];
-        bytes.par_chunks_mut(CHUNK * size).zip(flat.par_chunks(CHUNK)).for_each(|(dst, src)| {
-            for (d, &x) in dst.chunks_exact_mut(size).zip(src) {
-                dtype.encode_one(x, d);
-            }
+        bytes.par_chunks_mut(CHUNK * size).zip(flat.par_chunks(CHUNK)).for_each(|(dst, src)| match dtype {
+            StoredDtype::Bf16 => encode_chunk(dst, src, |x| bf16::from_f32(x).to_le_bytes()),
+            StoredDtype::F16 => encode_chunk(dst, src, |x| f16::from_f32(x).to_le_bytes()),
+            StoredDtype::F32 => encode_chunk(dst, src, f32::to_le_bytes),
         });
         TensorBytes { dtype: dtype.safetensors(), shape: values.shape().to_vec(), bytes }
     }

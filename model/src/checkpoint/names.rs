@@ -252,21 +252,42 @@ pub struct NamedTensor<'a, T> {
 pub fn named_tensors<'a, T>(weights: &'a ModelWeights<T>, dims: &ModelDims) -> Vec<NamedTensor<'a, T>> {
     let mut out = Vec::new();
     let vocab_rule = ShapeRule::Exact(vec![dims.vocab_size, dims.hidden_size]);
-    out.push(NamedTensor { name: EMBED_TOKENS.into(), rule: vocab_rule.clone(), view: weights.embed_tokens.view().into_dyn() });
-    let push_norm = |out: &mut Vec<NamedTensor<'a, T>>, prefix: &str, channels: usize, norm: &'a UClipNormWeights<T>| {
-        let parts = [(NormPart::Alpha, Some(&norm.alpha)), (NormPart::Weight, Some(&norm.weight)), (NormPart::Bias, norm.bias.as_ref())];
-        for (part, values) in parts {
-            if let Some(values) = values {
-                out.push(NamedTensor { name: part.name(prefix), rule: part.rule(channels), view: values.view().into_dyn() });
+    out.push(NamedTensor {
+        name: EMBED_TOKENS.into(),
+        rule: vocab_rule.clone(),
+        view: weights.embed_tokens.view().into_dyn(),
+    });
+    let push_norm =
+        |out: &mut Vec<NamedTensor<'a, T>>, prefix: &str, channels: usize, norm: &'a UClipNormWeights<T>| {
+            let parts = [
+                (NormPart::Alpha, Some(&norm.alpha)),
+                (NormPart::Weight, Some(&norm.weight)),
+                (NormPart::Bias, norm.bias.as_ref()),
+            ];
+            for (part, values) in parts {
+                if let Some(values) = values {
+                    out.push(NamedTensor {
+                        name: part.name(prefix),
+                        rule: part.rule(channels),
+                        view: values.view().into_dyn(),
+                    });
+                }
             }
-        }
-    };
+        };
     for (i, layer) in weights.layers.iter().enumerate() {
         for m in Matrix::ALL {
-            out.push(NamedTensor { name: m.name(i), rule: ShapeRule::Exact(m.shape(dims).to_vec()), view: m.of(layer).into_dyn() });
+            out.push(NamedTensor {
+                name: m.name(i),
+                rule: ShapeRule::Exact(m.shape(dims).to_vec()),
+                view: m.of(layer).into_dyn(),
+            });
         }
         for v in Hp1Vector::ALL {
-            out.push(NamedTensor { name: v.name(i), rule: ShapeRule::Exact(vec![dims.num_heads]), view: v.of(layer).into_dyn() });
+            out.push(NamedTensor {
+                name: v.name(i),
+                rule: ShapeRule::Exact(vec![dims.num_heads]),
+                view: v.of(layer).into_dyn(),
+            });
         }
         for n in Norm::ALL {
             push_norm(&mut out, &n.prefix(i), n.channels(dims), n.of(layer));

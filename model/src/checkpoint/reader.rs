@@ -49,8 +49,10 @@ impl TensorSource {
             return Err(Error::NoCheckpoint { dir: dir.to_path_buf() });
         }
         let text = std::fs::read_to_string(&index_path).map_err(Error::io(&index_path))?;
-        let index: ShardIndex = serde_json::from_str(&text)
-            .map_err(|e| Error::Json { file: index_path.clone(), reason: e.to_string() })?;
+        let index: ShardIndex = serde_json::from_str(&text).map_err(|e| Error::Json {
+            file: index_path.clone(),
+            reason: format!("expected {{\"weight_map\": {{tensor name: shard file}}}}: {e}"),
+        })?;
         let mut files = Vec::new();
         let mut shard_of: HashMap<&str, usize> = HashMap::new();
         let mut location = HashMap::new();
@@ -60,7 +62,11 @@ impl TensorSource {
                 None => {
                     let path = dir.join(shard);
                     if !path.is_file() {
-                        return Err(Error::MissingShard { index: index_path, shard: shard.clone(), tensor: tensor.clone() });
+                        return Err(Error::MissingShard {
+                            index: index_path,
+                            shard: shard.clone(),
+                            tensor: tensor.clone(),
+                        });
                     }
                     files.push(SafetensorsFile::read(&path)?);
                     shard_of.insert(shard, files.len() - 1);
@@ -199,10 +205,8 @@ pub fn load_weights<T: Scalar>(
     let source = TensorSource::open(dir)?;
     let dims = cfg.dims();
     let per_layer = Matrix::ALL.len() + Hp1Vector::ALL.len() + 2 * Norm::ALL.len();
-    let biases = names::norm_prefixes(&dims)
-        .iter()
-        .filter(|(prefix, _)| source.contains(&NormPart::Bias.name(prefix)))
-        .count();
+    let biases =
+        names::norm_prefixes(&dims).iter().filter(|(prefix, _)| source.contains(&NormPart::Bias.name(prefix))).count();
     let total = 1 + dims.num_layers * per_layer + 2 + biases + usize::from(!cfg.tie_word_embeddings);
     let mut loader = Loader { source, dims: dims.clone(), done: 0, total, progress };
     let vocab = [dims.vocab_size, dims.hidden_size];

@@ -20,9 +20,7 @@ impl Scratch {
     pub fn new(label: &str) -> Self {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir()
-            .join("asynct-model-tests")
-            .join(format!("{}-{n}-{label}", std::process::id()));
+        let dir = std::env::temp_dir().join("asynct-model-tests").join(format!("{}-{n}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the temp dir is writable");
         Scratch(dir)
@@ -48,10 +46,7 @@ pub fn tiny(seed: u64) -> (ModelConfig, ModelWeights<f32>) {
 
 /// Every tensor of `weights`, named and encoded as `dtype`, in file order.
 pub fn encoded(cfg: &ModelConfig, weights: &ModelWeights<f32>, dtype: StoredDtype) -> Vec<(String, TensorBytes)> {
-    named_tensors(weights, &cfg.dims())
-        .into_iter()
-        .map(|t| (t.name, TensorBytes::encode(&t.view, dtype)))
-        .collect()
+    named_tensors(weights, &cfg.dims()).into_iter().map(|t| (t.name, TensorBytes::encode(&t.view, dtype))).collect()
 }
 
 /// Writes `tensors` as one safetensors file.
