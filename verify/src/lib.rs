@@ -8,9 +8,9 @@
 //!   the batch metadata) the same way on every machine, so a saved case replays exactly.
 //! - [`Path`] is one implementation under test with its own tolerance; [`all_paths`] lists them
 //!   (now the oracle decompositions in f64 and f32, later the GPU kernels).
-//! - [`check`] and [`check_all`] run paths on a case into NaN-poisoned buffers and compare every
+//! - [`check()`] and [`check_all`] run paths on a case into NaN-poisoned buffers and compare every
 //!   element with the direct f64 oracle, reporting the error and the gate's zero fraction.
-//! - [`small_case`], [`large_case`] and [`fuzz_case`] are proptest strategies; [`fuzz`] drives
+//! - [`small_case`], [`large_case`] and [`fuzz_case`] are proptest strategies; [`fuzz()`] drives
 //!   them on a clock for `asynct-verify fuzz`, shrinking and saving a failure as a [`Regression`].
 //!
 //! ```

@@ -8,6 +8,7 @@
 //! Exit status: 0 when every check passed, 1 when a path failed (the shrunk case is saved),
 //! 2 when the command could not run (a bad argument, an unreadable file).
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -73,12 +74,18 @@ fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> E
             return ExitCode::from(2);
         }
     };
-    println!("seed {seed}: {} cases drawn", outcome.cases);
+    let mut out = std::io::stdout().lock();
+    let mut printed = writeln!(out, "seed {seed}: {} cases drawn", outcome.cases);
     for (path, n) in &outcome.per_path {
-        println!("  {path:<32} {n} cases");
+        printed = printed.and_then(|_| writeln!(out, "  {path:<32} {n} cases"));
     }
     if let Some((lo, hi)) = outcome.zero_fraction {
-        println!("gate zero fraction over passing cases: {:.1}% to {:.1}%", lo * 100.0, hi * 100.0);
+        printed = printed.and_then(|_| {
+            writeln!(out, "gate zero fraction over passing cases: {:.1}% to {:.1}%", lo * 100.0, hi * 100.0)
+        });
+    }
+    if let Err(e) = printed {
+        eprintln!("writing the summary: {e}");
     }
     match outcome.failure {
         None => ExitCode::SUCCESS,
@@ -92,6 +99,7 @@ fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> E
 
 fn replay(files: &[PathBuf]) -> ExitCode {
     let paths = all_paths();
+    let mut out = std::io::stdout().lock();
     let mut failed = false;
     for file in files {
         let reg = match Regression::load(file) {
@@ -103,12 +111,15 @@ fn replay(files: &[PathBuf]) -> ExitCode {
         };
         for result in reg.replay(&paths) {
             match result {
-                Ok(r) => println!("{}: {} ok (error {:.2e} <= {:.0e})", file.display(), r.path, r.error, r.tolerance),
+                Ok(r) => {
+                    writeln!(out, "{}: {} ok (error {:.2e} <= {:.0e})", file.display(), r.path, r.error, r.tolerance)
+                }
                 Err(f) => {
                     failed = true;
-                    println!("{}: FAILED {f}", file.display());
+                    writeln!(out, "{}: FAILED {f}", file.display())
                 }
             }
+            .unwrap_or_else(|e| eprintln!("writing the report: {e}"));
         }
     }
     if failed {
