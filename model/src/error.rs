@@ -136,6 +136,30 @@ pub enum Error {
     /// The tokenizers library failed to build or save a tokenizer.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The KV-cache block pool has too few free blocks for an allocation.
+    #[error("out of KV-cache blocks: requested {requested}, {free} free of {total}")]
+    OutOfBlocks {
+        /// Blocks asked for.
+        requested: usize,
+        /// Blocks free at the time.
+        free: usize,
+        /// Blocks in the pool.
+        total: usize,
+    },
+    /// A block handed back to the pool was never handed out, or is out of range, or repeated.
+    #[error("cannot free KV-cache block {block}: not in use (pool of {total})")]
+    BadBlockFree {
+        /// The offending block id.
+        block: u32,
+        /// Blocks in the pool.
+        total: usize,
+    },
+    /// A generation request can never be served as given.
+    #[error("invalid request: {0}")]
+    Request(String),
+    /// The scheduler's bookkeeping was handed something inconsistent.
+    #[error("scheduler: {0}")]
+    Scheduler(String),
     /// The oracle refused a value (for example the HP1 parameters a config resolves to).
     #[error(transparent)]
     Oracle(#[from] oracle::Error),

@@ -25,10 +25,15 @@
 
 #![deny(missing_docs)]
 
+pub mod block_pool;
 pub mod byte_tokenizer;
 pub mod checkpoint;
 pub mod config;
+pub mod cpu_backend;
+pub mod engine;
 pub mod error;
+pub mod executor;
 pub mod presets;
+pub mod scheduler;
 
 pub use error::{Error, Result};

@@ -1,0 +1,77 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// AsyncT inference engine.
+#[derive(Parser, Debug)]
+#[command(name = "asynct", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write a checkpoint with seeded random weights for a preset.
+    Init(InitArgs),
+    /// Generate a completion on the CPU backend.
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// asynct-tiny, asynct-small or asynct-0.5b.
+    #[arg(long)]
+    pub preset: String,
+    /// Folder to write config.json, model.safetensors and tokenizer.json into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Checkpoint folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Prompt text, tokenised with the checkpoint's tokenizer.
+    #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
+    pub prompt: Option<String>,
+    /// Prompt as comma-separated token ids; the output is then printed as ids too.
+    #[arg(long, value_delimiter = ',')]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Tokens to generate at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 keeps all.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Keep the smallest set of tokens whose probability reaches p.
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Sampling seed (request i of a batch uses seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when this string appears (repeatable); it is not printed.
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating through end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Run this many copies of the prompt as one batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Oracle mode: f32, f64, or bf16 (bf16-faithful).
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    /// Write the logits (f32 [positions, vocab]) of the first request to this safetensors file.
+    #[arg(long)]
+    pub dump_logits: Option<PathBuf>,
+}

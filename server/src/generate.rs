@@ -1,0 +1,104 @@
+//! `asynct generate`: load a checkpoint, run one batch of requests to completion on the CPU
+//! backend, print the output and a one-line summary.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use model::block_pool::blocks_for;
+use model::config::ModelConfig;
+use model::cpu_backend::{load_cpu_executor, Precision};
+use model::engine::{Engine, GenerationRequest};
+use model::scheduler::SchedulerConfig;
+use oracle::decode::sampler::SamplingParams;
+use oracle::decode::stop::StopConditions;
+use tokenizers::Tokenizer;
+
+use crate::cli::GenerateArgs;
+use crate::logits_dump;
+
+const BLOCK_SIZE: usize = 16;
+const PREFILL_CHUNK: usize = 512;
+
+/// Runs the command; the error is the message to print.
+pub fn run(args: &GenerateArgs) -> Result<(), String> {
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    if args.dump_logits.is_some() && args.batch != 1 {
+        return Err(format!("--dump-logits records one request, but --batch is {}", args.batch));
+    }
+    let precision: Precision = args.precision.parse().map_err(|e: model::Error| e.to_string())?;
+    let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
+    let tok_path = args.model.join("tokenizer.json");
+    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let prompt = match (&args.prompt, &args.prompt_ids) {
+        (_, Some(ids)) => ids.clone(),
+        (Some(text), None) => tokenizer.encode(text.as_str(), false).map_err(|e| format!("tokenizing the prompt: {e}"))?.get_ids().to_vec(),
+        (None, None) => return Err("give --prompt or --prompt-ids".into()),
+    };
+    let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
+    let num_blocks = blocks_for(max_len, BLOCK_SIZE) * args.batch;
+
+    let bar = ProgressBar::new(0).with_message(format!("loading {}", args.model.display()));
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors").expect("valid template"));
+    let executor = load_cpu_executor(&args.model, &cfg, precision, num_blocks, BLOCK_SIZE, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+
+    let sched = SchedulerConfig {
+        block_size: BLOCK_SIZE,
+        num_blocks,
+        max_num_seqs: args.batch,
+        max_batched_tokens: PREFILL_CHUNK.max(args.batch),
+        prefill_chunk: PREFILL_CHUNK,
+        max_model_len: cfg.max_position_embeddings,
+    };
+    let mut engine = Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
+    for i in 0..args.batch {
+        let request = GenerationRequest {
+            prompt: prompt.clone(),
+            sampling: SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed + i as u64 },
+            stop: StopConditions {
+                eos_token_ids: cfg.eos_token_id.clone(),
+                stop: args.stop.clone(),
+                max_tokens: args.max_tokens,
+                max_model_len: cfg.max_position_embeddings,
+                ignore_eos: args.ignore_eos,
+            },
+        };
+        engine.add_request(request).map_err(|e| e.to_string())?;
+    }
+
+    let start = Instant::now();
+    let done = engine.run_to_completion().map_err(|e| e.to_string())?;
+    let secs = start.elapsed().as_secs_f64();
+
+    for c in &done {
+        if args.batch > 1 {
+            println!("--- request {} ({}) ---", c.id, c.finish.as_openai());
+        }
+        if args.prompt_ids.is_some() {
+            println!("{}", c.token_ids.iter().map(u32::to_string).collect::<Vec<_>>().join(","));
+        } else {
+            println!("{}", c.text);
+        }
+    }
+    if let (Some(path), Some(logits)) = (&args.dump_logits, done.first().and_then(|c| c.logits.as_ref())) {
+        logits_dump::write(path, logits)?;
+    }
+    let generated: usize = done.iter().map(|c| c.token_ids.len()).sum();
+    eprintln!(
+        "{} requests, prompt {} tokens each, generated {} tokens in {:.2} s: {:.1} tok/s ({})",
+        done.len(),
+        prompt.len(),
+        generated,
+        secs,
+        generated as f64 / secs,
+        engine.describe()
+    );
+    Ok(())
+}
