@@ -2,19 +2,21 @@
 //!
 //! The CPU backend's time goes here (the `lm_head` of a 152K vocabulary alone is 78M
 //! multiply-adds per token at hidden 512), so the output columns are split over rayon's threads.
-//! Few rows (decode) take one contiguous dot product per output, which streams each weight row
-//! once; many rows (prefill) go to matrixmultiply's packed GEMM. Each output element is one dot
-//! product over `in` whose order does not depend on the split, so results do not depend on the
-//! thread count.
+//!
+//! Every output element is one contiguous dot product over `in` (ndarray's unrolled dot), for any
+//! number of rows. A packed GEMM would be faster for long prefills, but its summation order differs
+//! from the dot product's, and a row's result must not depend on how many rows share the call: that
+//! is what makes a request's output independent of its batch neighbours and of prefill chunking.
+//! Weight rows are visited in tiles of [`TILE`] so a tile stays in cache while every row of `x`
+//! passes over it. Results do not depend on the thread count either: the split is over outputs.
 
-use ndarray::linalg::general_mat_mul;
 use ndarray::{Array2, ArrayView2, Axis};
 use rayon::prelude::*;
 
 use crate::scalar::Scalar;
 
-/// Up to this many rows, a dot product per output beats packing the weights for a GEMM.
-const GEMV_MAX_ROWS: usize = 4;
+/// Weight rows per cache tile (32 rows of 1024 f32 = 128 KiB).
+const TILE: usize = 32;
 /// Below this many multiply-adds, splitting over threads costs more than it saves.
 const PARALLEL_MIN_WORK: usize = 1 << 16;
 
@@ -35,14 +37,12 @@ pub fn linear<T: Scalar>(x: ArrayView2<'_, T>, w: ArrayView2<'_, T>) -> Array2<T
     };
     y.axis_chunks_iter_mut(Axis(1), chunk).into_par_iter().zip(w.axis_chunks_iter(Axis(0), chunk)).for_each(
         |(mut yc, wc)| {
-            if rows <= GEMV_MAX_ROWS {
+            for (t, wt) in wc.axis_chunks_iter(Axis(0), TILE).enumerate() {
                 for (i, xr) in x.rows().into_iter().enumerate() {
-                    for (o, wr) in wc.rows().into_iter().enumerate() {
-                        yc[[i, o]] = wr.dot(&xr);
+                    for (o, wr) in wt.rows().into_iter().enumerate() {
+                        yc[[i, t * TILE + o]] = wr.dot(&xr);
                     }
                 }
-            } else {
-                general_mat_mul(T::one(), &x, &wc.t(), T::zero(), &mut yc);
             }
         },
     );
@@ -57,6 +57,17 @@ mod tests {
         Array2::from_shape_fn((x.nrows(), w.nrows()), |(i, o)| {
             (0..x.ncols()).map(|c| x[[i, c]] * w[[o, c]]).sum()
         })
+    }
+
+    #[test]
+    fn a_row_gets_the_same_bits_whatever_rows_share_the_call() {
+        let x = Array2::from_shape_fn((37, 300), |(i, c)| ((i * 31 + c * 17) % 101) as f32 / 7.3 - 6.0);
+        let w = Array2::from_shape_fn((500, 300), |(o, c)| ((o * 13 + c * 5) % 97) as f32 / 9.1 - 5.0);
+        let all = linear(x.view(), w.view());
+        for i in [0, 5, 36] {
+            let one = linear(x.slice(ndarray::s![i..i + 1, ..]), w.view());
+            assert_eq!(one.row(0), all.row(i), "row {i}");
+        }
     }
 
     #[test]
