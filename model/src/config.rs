@@ -277,11 +277,11 @@ impl ModelConfig {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// SPEC section 1's config.json, verbatim.
-    const SPEC_CONFIG: &str = r#"{
+    pub(crate) const SPEC_CONFIG: &str = r#"{
       "architectures": ["AsyncTForCausalLM"], "model_type": "asynct",
       "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
       "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,

@@ -210,16 +210,8 @@ mod tests {
 
     #[test]
     fn half_billion_is_the_spec_config_json() {
-        let spec = r#"{
-          "architectures": ["AsyncTForCausalLM"], "model_type": "asynct",
-          "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
-          "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
-          "max_position_embeddings": 32768, "rope_theta": 1000000.0, "tie_word_embeddings": true,
-          "hidden_act": "silu", "attention_bias": false, "torch_dtype": "bfloat16",
-          "eos_token_id": [151643, 151645],
-          "hp1": {"fir_k": 3, "relu_pre": true, "clip_min": 0.0, "clip_max": 1.0, "scale": null}
-        }"#;
-        assert_eq!(ModelConfig::from_json(spec, Path::new("spec")).unwrap(), Preset::HalfBillion.config());
+        let spec = ModelConfig::from_json(crate::config::tests::SPEC_CONFIG, Path::new("spec")).unwrap();
+        assert_eq!(spec, Preset::HalfBillion.config());
     }
 
     #[test]
