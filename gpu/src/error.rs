@@ -6,12 +6,57 @@ pub enum Error {
     /// No CUDA driver library could be loaded on this machine.
     #[error("no CUDA driver library (libcuda) on this machine")]
     NoDriver,
+    /// No NVRTC library could be loaded, so kernels cannot be compiled.
+    #[error("no NVRTC library (libnvrtc) on this machine")]
+    NoNvrtc,
     /// The driver loaded but reported no usable device.
     #[error("CUDA driver present but no device: {0}")]
     NoDevice(String),
     /// A CUDA driver call failed.
     #[error("CUDA driver: {0}")]
     Driver(#[from] cudarc::driver::DriverError),
+    /// NVRTC refused a kernel source; the log holds the compiler's messages.
+    #[error("NVRTC could not compile `{kernel}` for {arch} with {options:?}:\n{log}")]
+    Compile {
+        /// The kernel file.
+        kernel: &'static str,
+        /// The target architecture.
+        arch: String,
+        /// Every option passed.
+        options: Vec<String>,
+        /// The compiler log or the error.
+        log: String,
+    },
+    /// A kernel launch failed; the launch shape is printed with the driver's reason.
+    #[error("launch of `{entry}` failed (grid {grid:?}, block {block:?}, {smem} B dynamic shared memory): {source}")]
+    Launch {
+        /// The kernel entry point.
+        entry: String,
+        /// Grid dimensions.
+        grid: (u32, u32, u32),
+        /// Block dimensions.
+        block: (u32, u32, u32),
+        /// Dynamic shared memory bytes.
+        smem: u32,
+        /// The driver's error.
+        source: cudarc::driver::DriverError,
+    },
+    /// A kernel's inputs break a limit the kernel relies on (checked on the host before launch).
+    #[error("`{entry}`: {reason}")]
+    Unsupported {
+        /// The kernel entry point or path.
+        entry: String,
+        /// The limit and the value given.
+        reason: String,
+    },
+    /// A kernel-cache file could not be read or written.
+    #[error("kernel cache {path}: {source}")]
+    Cache {
+        /// The cache file.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
 }
 
 /// The GPU crate's result type.

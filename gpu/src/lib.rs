@@ -19,6 +19,9 @@
 
 pub mod device;
 pub mod error;
+pub mod kernels;
+pub mod runtime;
 
 pub use device::{probe, DeviceInfo};
 pub use error::{Error, Result};
+pub use runtime::{Gpu, Kernel};

@@ -30,8 +30,8 @@
 //! }
 //! ```
 //!
-//! Neighbours: this crate uses `oracle` (the reference and its decompositions) and no other
-//! workspace crate; the GPU crate's tests use it to hold kernels against the oracle. The
+//! Neighbours: this crate uses `oracle` (the reference and its decompositions) and `gpu` (the
+//! kernels it holds against the oracle, through [`gpu_harness`] binaries that say when they skip). The
 //! engine (`model`, `server`) must not depend on it: it is test machinery.
 
 #![deny(missing_docs)]
@@ -40,6 +40,7 @@ pub mod case;
 pub mod check;
 pub mod error;
 pub mod fuzz;
+pub mod gpu_harness;
 pub mod path;
 pub mod regression;
 pub mod rng;

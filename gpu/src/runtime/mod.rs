@@ -1,0 +1,114 @@
+//! The device, its stream, and kernels loaded once.
+//!
+//! [`Gpu`] is what every kernel wrapper is handed: the context of device 0, one stream on which
+//! all of an engine's work is ordered (a stream of its own, not the legacy default stream, so
+//! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
+//! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
+
+pub mod kernel_cache;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits};
+use cudarc::nvrtc::Ptx;
+
+use crate::device::{probe, DeviceInfo};
+use crate::error::{Error, Result};
+pub use kernel_cache::{nvrtc_available, Kernel};
+
+/// Device 0 with one stream and a module table.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    arch: &'static str,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+}
+
+impl Gpu {
+    /// Opens device 0, or says why there is none.
+    pub fn new() -> Result<Arc<Self>> {
+        let info = probe()?;
+        let ctx = CudaContext::new(0)?;
+        let stream = ctx.new_stream()?;
+        let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
+        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()) }))
+    }
+
+    /// What the device is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The NVRTC target, e.g. `sm_90a`.
+    pub fn arch(&self) -> &'static str {
+        self.arch
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream all work is ordered on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The entry point `entry` of `kernel`, compiling and loading the module on first use.
+    pub fn function(&self, kernel: &Kernel, entry: &str) -> Result<CudaFunction> {
+        let module = {
+            let mut modules = self.modules.lock().expect("module table lock is never poisoned by a panic here");
+            match modules.get(kernel.name) {
+                Some(m) => m.clone(),
+                None => {
+                    let ptx = kernel_cache::compile(kernel, self.arch)?;
+                    let m = self.ctx.load_module(Ptx::from_src(ptx))?;
+                    modules.insert(kernel.name, m.clone());
+                    m
+                }
+            }
+        };
+        Ok(module.load_function(entry)?)
+    }
+
+    /// Raises `f`'s dynamic shared-memory limit to `bytes` (needed above 48 KiB).
+    pub fn set_max_dynamic_smem(&self, f: &CudaFunction, bytes: u32) -> Result<()> {
+        use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+        f.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)?;
+        Ok(())
+    }
+
+    /// Copies `host` to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>> {
+        Ok(self.stream.clone_htod(host)?)
+    }
+
+    /// Copies a device buffer back (synchronising the stream).
+    pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>> {
+        Ok(self.stream.clone_dtoh(dev)?)
+    }
+
+    /// A zeroed device buffer of `n` elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+        Ok(self.stream.alloc_zeros(n.max(1))?)
+    }
+
+    /// Waits for all work on the stream; surfaces any asynchronous kernel fault.
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(self.stream.synchronize()?)
+    }
+}
+
+/// Maps a launch's driver error to [`Error::Launch`] with the launch shape.
+pub fn launch_error<'a>(entry: &'a str, cfg: &LaunchConfig) -> impl FnOnce(cudarc::driver::DriverError) -> Error + 'a {
+    let cfg = *cfg;
+    move |source| Error::Launch {
+        entry: entry.to_string(),
+        grid: cfg.grid_dim,
+        block: cfg.block_dim,
+        smem: cfg.shared_mem_bytes,
+        source,
+    }
+}
