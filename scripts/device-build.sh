@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds, here, the release binaries the device machine runs (it has no Rust toolchain) and copies
+# them, stripped, into device-bin/ (ignored by git; name it in the device tool's `carry`).
+# Then run there:  scripts/device-run.sh [tests] [sanitize] [fuzz] [bench]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf device-bin && mkdir -p device-bin
+cargo build --release -p verify --bins
+cp target/release/asynct-verify device-bin/
+if [ -f target/release/asynct-bench ]; then cp target/release/asynct-bench device-bin/; fi
+# The GPU test binaries are cargo test targets; ask cargo where it put them.
+cargo test --release -p verify --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"].startswith("gpu_"):
+        shutil.copy(m["executable"], "device-bin/" + m["target"]["name"])
+        print("test binary:", m["target"]["name"])
+'
+strip device-bin/*
+git rev-parse HEAD > device-bin/COMMIT
+git status --porcelain | grep -q . && echo "dirty" >> device-bin/COMMIT || true
+du -sh device-bin; ls device-bin

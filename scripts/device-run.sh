@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
+#   device tool: command "scripts/device-run.sh tests sanitize fuzz bench", carry ["device-bin"]
+# Stages (any subset, in this order):
+#   tests     the GPU test binaries (every GPU path and op against the f64 oracle)
+#   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
+#   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2)
+#   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last
+# Logs and JSON go to $OUT (the device tool brings them back).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/asynct-out}
+mkdir -p "$OUT"
+export ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels
+B=device-bin
+status=0
+echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
+for stage in "$@"; do
+  case "$stage" in
+    tests)
+      for t in $B/gpu_*; do
+        "$t" 2>&1 | tee "$OUT/$(basename "$t").log" || status=1
+      done ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        for t in $B/gpu_*; do
+          SANITIZE=1 compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" sanitize 2>&1 \
+            | tail -n 30 | tee "$OUT/sanitize-$tool-$(basename "$t").log" || status=1
+        done
+      done ;;
+    fuzz)
+      $B/asynct-verify fuzz --gpu --minutes "${FUZZ_MINUTES:-2}" --seed "${FUZZ_SEED:-1}" --out "$OUT/regressions" 2>&1 \
+        | tee "$OUT/fuzz.log" || status=1 ;;
+    bench)
+      python3 scripts/sdpa_anchor.py "$OUT/anchor.json" ${BENCH_PREFILL:+--prefill} 2>&1 | tee "$OUT/anchor.log"
+      $B/asynct-bench --anchor "$OUT/anchor.json" --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    *) echo "unknown stage $stage"; status=2 ;;
+  esac
+done
+exit $status
