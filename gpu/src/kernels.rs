@@ -6,5 +6,11 @@
 
 use crate::runtime::Kernel;
 
+/// HP1 attention, decode and split-K (dense or sparse-index PV); see the file's header.
+pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: include_str!("../kernels/hp1_decode.cu") };
+
+/// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
+pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!("../kernels/hp1_rows.cu") };
+
 /// Every kernel file of the crate.
-pub const ALL: &[Kernel] = &[];
+pub const ALL: &[Kernel] = &[HP1_DECODE, HP1_ROWS];

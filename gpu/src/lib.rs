@@ -17,6 +17,7 @@
 
 #![deny(missing_docs)]
 
+pub mod attention;
 pub mod device;
 pub mod error;
 pub mod kernels;

@@ -1,0 +1,309 @@
+//! Launching a [`Plan`]: [`Hp1Attention`] holds the plan and its loaded entry points, and
+//! [`Hp1Attention::run`] only checks buffer sizes and launches, so a benchmark can time it alone
+//! and a CUDA graph can capture it (nothing in it synchronises, allocates or copies).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::plan::{LaunchShape, Plan, MAX_FIR_K};
+use crate::error::{Error, Result};
+use crate::kernels::{HP1_DECODE, HP1_ROWS};
+use crate::runtime::{launch_error, Gpu};
+
+/// The gate parameters shared by all heads of a layer (SPEC section 2).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GateParams {
+    /// Multiplies `q . k`.
+    pub scale: f32,
+    /// FIR taps `F`, 1 to [`MAX_FIR_K`].
+    pub fir_k: usize,
+    /// Whether scores are rectified before the FIR.
+    pub relu_pre: bool,
+    /// Lower clamp bound.
+    pub clip_min: f32,
+    /// Upper clamp bound, above `clip_min`.
+    pub clip_max: f32,
+}
+
+impl GateParams {
+    /// Checks `1 <= fir_k <= MAX_FIR_K`, a finite scale and finite `clip_min < clip_max`.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(Error::Unsupported { entry: "hp1 attention".to_string(), reason });
+        if !(1..=MAX_FIR_K).contains(&self.fir_k) {
+            return bad(format!("fir_k must be 1 to {MAX_FIR_K}, got {}", self.fir_k));
+        }
+        if !self.scale.is_finite() {
+            return bad(format!("scale must be finite, got {}", self.scale));
+        }
+        if !(self.clip_min.is_finite() && self.clip_max.is_finite() && self.clip_min < self.clip_max) {
+            return bad(format!("need finite clip_min < clip_max, got {} and {}", self.clip_min, self.clip_max));
+        }
+        Ok(())
+    }
+}
+
+/// The device buffers of one attention call (shapes in the kernel header of `hp1_decode.cu`).
+pub struct Operands<'a> {
+    /// `[rows, q_row_stride]`: head `h` of row `r` at `r * q_row_stride + h * D`. Like the
+    /// caches and the workspace, it must start on a 16-byte boundary (it is read in vectors).
+    pub q: CudaView<'a, bf16>,
+    /// Elements between rows of `q`, at least `Hq * D` and a multiple of 8.
+    pub q_row_stride: usize,
+    /// `[num_blocks, block_size, Hkv, D]`.
+    pub key_cache: CudaView<'a, bf16>,
+    /// `[num_blocks, block_size, Hkv, D]`.
+    pub value_cache: CudaView<'a, bf16>,
+    /// `[num_seqs, max_blocks_per_seq]` physical block numbers.
+    pub block_table: CudaView<'a, i32>,
+    /// `[rows]` from [`Hp1Attention::build_rows`].
+    pub row_seq: CudaView<'a, i32>,
+    /// `[rows]` from [`Hp1Attention::build_rows`].
+    pub row_len: CudaView<'a, i32>,
+    /// `[Hq]` FIR weights.
+    pub sigma: CudaView<'a, f32>,
+    /// `[Hq]` output gains.
+    pub gamma: CudaView<'a, f32>,
+    /// `[rows, Hq, D]` out.
+    pub out: CudaViewMut<'a, bf16>,
+    /// At least [`Plan::workspace_len`] f32s for split-K; `None` is fine for decode.
+    pub workspace: Option<CudaViewMut<'a, f32>>,
+}
+
+/// A plan with its entry points loaded, ready to launch on the GPU's stream.
+pub struct Hp1Attention {
+    plan: Plan,
+    stream: Arc<CudaStream>,
+    rows: CudaFunction,
+    attention: CudaFunction,
+    /// Split-K stage 2 with its launch shape; `None` for decode.
+    reduce: Option<(CudaFunction, LaunchShape)>,
+}
+
+impl Hp1Attention {
+    /// Loads the plan's kernels (compiling `hp1_decode.cu` and `hp1_rows.cu` on first use).
+    pub fn new(gpu: &Gpu, plan: Plan) -> Result<Self> {
+        let rows = gpu.function(&HP1_ROWS, &plan.rows.entry)?;
+        let attention = gpu.function(&HP1_DECODE, &plan.attention.entry)?;
+        let reduce = match &plan.reduce {
+            Some(shape) => Some((gpu.function(&HP1_DECODE, &shape.entry)?, shape.clone())),
+            None => None,
+        };
+        Ok(Self { plan, stream: gpu.stream().clone(), rows, attention, reduce })
+    }
+
+    /// The plan being launched.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub(super) fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub(super) fn rows_function(&self) -> &CudaFunction {
+        &self.rows
+    }
+
+    /// Launches the attention (one kernel for decode, two for split-K) on the row metadata in
+    /// `ops`; checks the gate parameters and every buffer's size first. Launch only.
+    pub fn run(&self, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
+        gate.validate()?;
+        let Operands {
+            q,
+            q_row_stride,
+            key_cache,
+            value_cache,
+            block_table,
+            row_seq,
+            row_len,
+            sigma,
+            gamma,
+            mut out,
+            workspace,
+        } = ops;
+        let g = self.plan.geometry;
+        let entry = self.plan.attention.entry.as_str();
+        let head_row = g.num_heads * g.head_dim;
+        if q_row_stride < head_row || q_row_stride % 8 != 0 {
+            return Err(unsupported(
+                entry,
+                format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {q_row_stride}"),
+            ));
+        }
+        check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
+        let slot = g.block_size * g.num_kv_heads * g.head_dim;
+        if key_cache.len() < slot || key_cache.len() % slot != 0 || value_cache.len() != key_cache.len() {
+            return Err(unsupported(
+                entry,
+                format!(
+                    "key_cache and value_cache must both be whole blocks of {slot} elements, got {} and {}",
+                    key_cache.len(),
+                    value_cache.len()
+                ),
+            ));
+        }
+        if block_table.len() < g.max_blocks_per_seq || block_table.len() % g.max_blocks_per_seq != 0 {
+            return Err(unsupported(
+                entry,
+                format!(
+                    "block_table must be whole rows of {} entries, got {}",
+                    g.max_blocks_per_seq,
+                    block_table.len()
+                ),
+            ));
+        }
+        check_len(entry, "row_seq", row_seq.len(), g.rows)?;
+        check_len(entry, "row_len", row_len.len(), g.rows)?;
+        check_len(entry, "sigma", sigma.len(), g.num_heads)?;
+        check_len(entry, "gamma", gamma.len(), g.num_heads)?;
+        check_len(entry, "out", out.len(), g.rows * head_row)?;
+        check_aligned(entry, "q", &q, &self.stream)?;
+        check_aligned(entry, "key_cache", &key_cache, &self.stream)?;
+        check_aligned(entry, "value_cache", &value_cache, &self.stream)?;
+
+        let q_row_stride = q_row_stride as i64;
+        let (max_blocks, heads, kv_heads) = (g.max_blocks_per_seq as i32, g.num_heads as i32, g.num_kv_heads as i32);
+        let (log2_block, max_chunks) = (g.block_size.trailing_zeros() as i32, g.max_chunks() as i32);
+        let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
+        let cfg = launch_config(self.plan.attention.grid, self.plan.attention.block);
+        let mut launch = self.stream.launch_builder(&self.attention);
+        launch
+            .arg(&q)
+            .arg(&q_row_stride)
+            .arg(&key_cache)
+            .arg(&value_cache)
+            .arg(&block_table)
+            .arg(&max_blocks)
+            .arg(&row_seq)
+            .arg(&row_len)
+            .arg(&sigma)
+            .arg(&gamma)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&log2_block)
+            .arg(&max_chunks)
+            .arg(&gate.scale)
+            .arg(&fir_k)
+            .arg(&relu_pre)
+            .arg(&gate.clip_min)
+            .arg(&gate.clip_max);
+        match &self.reduce {
+            None => {
+                launch.arg(&mut out);
+                // SAFETY: the arguments match the decode entry's signature (HP1_ATTENTION_PARAMS
+                // then `out`), and every buffer was checked above against the grid's reach.
+                unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
+            }
+            Some((reduce, shape)) => {
+                let mut workspace = workspace.ok_or_else(|| {
+                    unsupported(entry, format!("split-K needs a workspace of {} f32s", self.plan.workspace_len))
+                })?;
+                check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
+                check_aligned(entry, "workspace", &workspace, &self.stream)?;
+                launch.arg(&mut workspace);
+                // SAFETY: as above, with the partial buffer last (stage 1's signature).
+                unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
+                let rows = g.rows as i32;
+                let cfg = launch_config(shape.grid, shape.block);
+                let partials = workspace.as_view();
+                let mut launch = self.stream.launch_builder(reduce);
+                launch.arg(&partials).arg(&row_len).arg(&mut out).arg(&rows).arg(&heads).arg(&max_chunks);
+                // SAFETY: matches `hp1_split_reduce_d{D}`; stage 2 reads the partials stage 1
+                // wrote (the chunks below ceil(row_len / CHUNK)) and writes `out`, both checked.
+                unsafe { launch.launch(cfg) }.map_err(launch_error(&shape.entry, &cfg))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn launch_config(grid: u32, block: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn unsupported(entry: &str, reason: String) -> Error {
+    Error::Unsupported { entry: entry.to_string(), reason }
+}
+
+/// Refuses a buffer that does not start on a 16-byte boundary (a view cut at an odd offset).
+fn check_aligned<T>(entry: &str, name: &str, buf: &impl DevicePtr<T>, stream: &CudaStream) -> Result<()> {
+    let (ptr, _record) = buf.device_ptr(stream);
+    if ptr % 16 != 0 {
+        return Err(unsupported(entry, format!("`{name}` must start on a 16-byte boundary, got address {ptr:#x}")));
+    }
+    Ok(())
+}
+
+/// Refuses a buffer shorter than a launch reaches.
+pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Result<()> {
+    if got < need {
+        return Err(unsupported(entry, format!("`{name}` holds {got} elements, the launch needs {need}")));
+    }
+    Ok(())
+}
+
+/// The device's SM count, what [`Plan::auto`] sizes split-K against.
+pub fn sm_count(gpu: &Gpu) -> Result<usize> {
+    use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+    Ok(gpu.context().attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::plan::{AttentionPath, Geometry, GroupSize, Pv, HEAD_DIMS};
+    use crate::runtime::kernel_cache::compile;
+    use crate::runtime::nvrtc_available;
+
+    #[test]
+    fn gate_parameters_are_checked_with_their_values() {
+        let ok = GateParams { scale: 0.125, fir_k: 3, relu_pre: true, clip_min: 0.0, clip_max: 1.0 };
+        ok.validate().unwrap();
+        for (bad, needle) in [
+            (GateParams { fir_k: 0, ..ok }, "fir_k must be 1 to 8, got 0"),
+            (GateParams { fir_k: 9, ..ok }, "got 9"),
+            (GateParams { scale: f32::NAN, ..ok }, "scale"),
+            (GateParams { clip_min: 1.0, ..ok }, "got 1 and 1"),
+            (GateParams { clip_max: f32::INFINITY, ..ok }, "clip_min < clip_max"),
+        ] {
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+        }
+    }
+
+    #[test]
+    fn every_entry_a_plan_can_name_is_in_the_compiled_kernels() {
+        if !nvrtc_available() {
+            println!("SKIPPED: no NVRTC library here (scripts/local-nvrtc.sh installs one)");
+            return;
+        }
+        let decode = compile(&HP1_DECODE, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        let rows = compile(&HP1_ROWS, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        let has = |ptx: &str, entry: &str| ptx.contains(&format!(".entry {entry}("));
+        for d in HEAD_DIMS {
+            let g = Geometry {
+                rows: 4,
+                num_heads: 2,
+                num_kv_heads: 1,
+                head_dim: d,
+                block_size: 16,
+                max_blocks_per_seq: 64,
+            };
+            for path in [Pv::Dense, Pv::Sparse]
+                .into_iter()
+                .flat_map(|pv| [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)])
+            {
+                for group in [GroupSize::Eight, GroupSize::Sixteen] {
+                    let plan = Plan::new(g, path, group).unwrap();
+                    assert!(has(&decode, &plan.attention.entry), "{} missing", plan.attention.entry);
+                    if let Some(r) = &plan.reduce {
+                        assert!(has(&decode, &r.entry), "{} missing", r.entry);
+                    }
+                    assert!(has(&rows, &plan.rows.entry));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! HP1 attention on the GPU over the paged KV cache: decode, split-K decode, sparse-index PV and
+//! fake decode (SPEC section 6), planned on the host and launched from `hp1_decode.cu` and
+//! `hp1_rows.cu`.
+//!
+//! A brief overview:
+//! - [`Plan`] (in [`plan`]) is pure host code: from static facts only ([`Geometry`]: the batch
+//!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`] and the
+//!   QK [`GroupSize`], the grids and the split-K workspace. [`Plan::auto`] is the dispatcher;
+//!   [`Plan::new`] forces a path for tests and benchmarks.
+//! - [`Hp1Attention`] loads a plan's kernels once; [`Hp1Attention::build_rows`] builds the row
+//!   metadata of a batch step (every query row becomes a decode row of its own: that is fake
+//!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
+//!   attention of one layer on it. Both only launch, so a benchmark times them alone and a CUDA
+//!   graph captures them.
+//! - [`AttnBuffers`] uploads one call's inputs for tests and benchmarks and hands out the
+//!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
+//!   buffers of its own.
+//!
+//! Every path and group size gives the same bits for a row (fixed 256-key chunks, fixed
+//! reduction orders, an ordered nonzero list): the dispatcher's choice and a request's batch
+//! never change its output.
+//!
+//! ```
+//! use gpu::attention::{AttentionPath, Geometry, Plan};
+//!
+//! // A decode step of 4 sequences with room for 8K tokens each, on a GPU of 132 SMs.
+//! let geometry = Geometry {
+//!     rows: 4, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
+//! };
+//! let plan = Plan::auto(geometry, 132).unwrap();
+//! assert!(matches!(plan.path, AttentionPath::SplitK(_)));
+//! assert_eq!(plan.attention.grid, 4 * 8 * 32); // rows x heads x 256-key chunks of the capacity
+//! ```
+//!
+//! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and
+//! `let mut bufs = AttnBuffers::upload(&gpu, geometry, &host)?;` and
+//! `bufs.reserve_workspace(&gpu, attn.plan().workspace_len)?;` once, then
+//! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(), &gate)?;` per step.
+
+pub mod buffers;
+pub mod launch;
+pub mod plan;
+pub mod rows;
+
+pub use buffers::{AttnBuffers, HostInputs};
+pub use launch::{sm_count, GateParams, Hp1Attention, Operands};
+pub use plan::{
+    bucket, dispatch, AttentionPath, Geometry, GroupSize, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS, MAX_FIR_K,
+};
+pub use rows::{row_metadata, RowOperands};

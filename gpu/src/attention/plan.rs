@@ -1,0 +1,382 @@
+//! The plan of an HP1 attention launch: which path, which thread-group size, the grids and the
+//! split-K workspace, all from static facts. Pure host code, so it is tested on the CPU.
+//!
+//! A plan is made from a [`Geometry`]: the row count the launch covers (the batch bucket a CUDA
+//! graph is captured for), the head shape, and the block table's capacity
+//! (`max_blocks_per_seq * block_size`). Never from a runtime length: a graph captured on short
+//! dummy sequences must still be right when it replays on long ones (SPEC section 6), so the
+//! kernels read the real lengths from device buffers and the grid covers the capacity, with
+//! the CTAs that find no keys exiting at once.
+//!
+//! The dispatcher ([`dispatch`]): thread groups of 16 lanes from [`GROUP16_MIN_ROWS`] rows up,
+//! else 8 (SPEC section 8); split-K when the capacity holds more than one [`CHUNK`] and the
+//! decode grid (`rows * Hq` CTAs) would be under [`SPLIT_MAX_CTAS_PER_SM`] CTAs per SM, i.e. too
+//! few to fill the GPU with long rows. At Hq = 8 on an H200 (132 SMs) that splits batches up to
+//! 64 rows and not 128, the boundary the seed measured (split-K helps small and middle batches,
+//! costs at 128). The benchmark tunes both constants. PV is sparse-index: it wins whenever the
+//! gate has zeros, and a trained AsyncT has about 70%.
+//!
+//! Neither choice changes results: split-K, decode, G = 8 and G = 16 give the same bits (the
+//! kernel header says why), so a request's output does not depend on its batch.
+
+use crate::error::{Error, Result};
+
+/// Keys per chunk, in decode and split-K alike (the kernel's `CHUNK`).
+pub const CHUNK: usize = 256;
+/// Threads per CTA of every attention kernel.
+pub const THREADS: u32 = 128;
+/// Warps per CTA; split-K stage 2 gives each (row, head) one warp.
+const WARPS: usize = THREADS as usize / 32;
+/// The head dims the kernels are instantiated for.
+pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
+/// The most FIR taps the kernels hold in shared memory (`MAX_FIR` in the kernel).
+pub const MAX_FIR_K: usize = 8;
+/// Rows from which thread groups of 16 lanes beat groups of 8 (SPEC section 8).
+pub const GROUP16_MIN_ROWS: usize = 64;
+/// Split-K is chosen while the decode grid is under this many CTAs per SM.
+pub const SPLIT_MAX_CTAS_PER_SM: usize = 4;
+
+/// The static facts a plan is made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// Query rows the launch covers: `q` and the output have this many rows. Under a CUDA graph,
+    /// the captured batch bucket ([`bucket`]); rows past the batch's last query get zeros.
+    pub rows: usize,
+    /// Query heads `Hq`.
+    pub num_heads: usize,
+    /// Key/value heads `Hkv`, dividing `Hq`.
+    pub num_kv_heads: usize,
+    /// Head dim `D`, one of [`HEAD_DIMS`].
+    pub head_dim: usize,
+    /// Tokens per cache block, a power of two.
+    pub block_size: usize,
+    /// Columns of the block table.
+    pub max_blocks_per_seq: usize,
+}
+
+impl Geometry {
+    /// The most keys a row can have: `max_blocks_per_seq * block_size`.
+    pub fn capacity(&self) -> usize {
+        self.max_blocks_per_seq.saturating_mul(self.block_size)
+    }
+
+    /// Chunks of the longest possible row: `ceil(capacity / CHUNK)`.
+    pub fn max_chunks(&self) -> usize {
+        self.capacity().div_ceil(CHUNK)
+    }
+
+    /// Checks every limit the kernels rely on; the error names the field and the value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(unsupported(reason));
+        if !HEAD_DIMS.contains(&self.head_dim) {
+            return bad(format!("head_dim must be one of {HEAD_DIMS:?}, got {}", self.head_dim));
+        }
+        if self.rows == 0 || self.num_heads == 0 || self.num_kv_heads == 0 || self.max_blocks_per_seq == 0 {
+            return bad(format!("rows, heads and max_blocks_per_seq must be at least 1, got {self:?}"));
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return bad(format!("{} kv heads must divide {} query heads", self.num_kv_heads, self.num_heads));
+        }
+        if !self.block_size.is_power_of_two() {
+            return bad(format!("block_size must be a power of two, got {}", self.block_size));
+        }
+        // The kernels hold lengths, chunk indices and `len + CHUNK - 1` in 32-bit ints.
+        let int_max = i32::MAX as usize;
+        if self.capacity() > int_max - CHUNK || self.max_blocks_per_seq > int_max || self.rows > int_max {
+            return bad(format!(
+                "capacity {} (max_blocks_per_seq {} x block_size {}) and rows {} must stay under 2^31 - {CHUNK}",
+                self.capacity(),
+                self.max_blocks_per_seq,
+                self.block_size,
+                self.rows
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How PV meets the gate's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pv {
+    /// Every key of a chunk, zeros included (for comparison).
+    Dense,
+    /// Only the ordered list of keys with a nonzero weight.
+    Sparse,
+}
+
+/// Which kernel path computes the attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionPath {
+    /// One CTA per (row, head) walks all chunks.
+    Decode(Pv),
+    /// One CTA per (row, head, chunk) writes partials; stage 2 adds them.
+    SplitK(Pv),
+}
+
+impl AttentionPath {
+    /// The PV variant.
+    pub fn pv(&self) -> Pv {
+        match *self {
+            Self::Decode(pv) | Self::SplitK(pv) => pv,
+        }
+    }
+
+    /// A short stable name, e.g. `split-k-sparse`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Decode(Pv::Dense) => "decode-dense",
+            Self::Decode(Pv::Sparse) => "decode-sparse",
+            Self::SplitK(Pv::Dense) => "split-k-dense",
+            Self::SplitK(Pv::Sparse) => "split-k-sparse",
+        }
+    }
+}
+
+/// Lanes that cooperate on one key's dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupSize {
+    /// Eight lanes (four keys per warp at a time).
+    Eight,
+    /// Sixteen lanes (two keys per warp at a time).
+    Sixteen,
+}
+
+impl GroupSize {
+    /// The lane count.
+    pub fn lanes(&self) -> usize {
+        match self {
+            Self::Eight => 8,
+            Self::Sixteen => 16,
+        }
+    }
+}
+
+/// One kernel launch: entry point, one-dimensional grid, block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    /// The `extern "C"` entry in the kernel file.
+    pub entry: String,
+    /// CTAs.
+    pub grid: u32,
+    /// Threads per CTA.
+    pub block: u32,
+}
+
+/// Everything `run` needs besides the buffers: decided once, reused for every layer and step
+/// of the same geometry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// What it was made for.
+    pub geometry: Geometry,
+    /// The path.
+    pub path: AttentionPath,
+    /// The QK thread-group size.
+    pub group: GroupSize,
+    /// `hp1_rows` (in `hp1_rows.cu`), once per batch step.
+    pub rows: LaunchShape,
+    /// The decode kernel or split-K stage 1.
+    pub attention: LaunchShape,
+    /// Split-K stage 2, absent for decode.
+    pub reduce: Option<LaunchShape>,
+    /// f32 elements of the split-K partial buffer `[rows, Hq, max_chunks, D]`; 0 for decode.
+    pub workspace_len: usize,
+}
+
+impl Plan {
+    /// The plan the dispatcher picks for `geometry` on a GPU with `sm_count` SMs.
+    pub fn auto(geometry: Geometry, sm_count: usize) -> Result<Self> {
+        geometry.validate()?;
+        let (path, group) = dispatch(&geometry, sm_count);
+        Self::new(geometry, path, group)
+    }
+
+    /// A plan for a forced path and group size (tests and benchmarks).
+    pub fn new(geometry: Geometry, path: AttentionPath, group: GroupSize) -> Result<Self> {
+        geometry.validate()?;
+        let g = geometry;
+        let pv = match path.pv() {
+            Pv::Dense => "dense",
+            Pv::Sparse => "sparse",
+        };
+        let (kind, ctas) = match path {
+            AttentionPath::Decode(_) => ("decode", g.rows.checked_mul(g.num_heads)),
+            AttentionPath::SplitK(_) => {
+                ("split", g.rows.checked_mul(g.num_heads).and_then(|n| n.checked_mul(g.max_chunks())))
+            }
+        };
+        let attention = LaunchShape {
+            entry: format!("hp1_{kind}_d{}_g{}_{pv}", g.head_dim, group.lanes()),
+            grid: grid(ctas, &g)?,
+            block: THREADS,
+        };
+        let (reduce, workspace_len) = match path {
+            AttentionPath::Decode(_) => (None, 0),
+            AttentionPath::SplitK(_) => {
+                let pairs = g.rows * g.num_heads;
+                let reduce = LaunchShape {
+                    entry: format!("hp1_split_reduce_d{}", g.head_dim),
+                    grid: grid(Some(pairs.div_ceil(WARPS)), &g)?,
+                    block: THREADS,
+                };
+                let len = pairs.checked_mul(g.max_chunks()).and_then(|n| n.checked_mul(g.head_dim));
+                let len = len.ok_or_else(|| unsupported(format!("the split-K workspace of {g:?} overflows")))?;
+                (Some(reduce), len)
+            }
+        };
+        let rows = LaunchShape {
+            entry: "hp1_rows".to_string(),
+            grid: grid(Some(g.rows.div_ceil(THREADS as usize)), &g)?,
+            block: THREADS,
+        };
+        Ok(Self { geometry, path, group, rows, attention, reduce, workspace_len })
+    }
+}
+
+/// The path and group size for `geometry` on `sm_count` SMs (see the module doc for the rule).
+pub fn dispatch(geometry: &Geometry, sm_count: usize) -> (AttentionPath, GroupSize) {
+    let group = if geometry.rows >= GROUP16_MIN_ROWS { GroupSize::Sixteen } else { GroupSize::Eight };
+    let ctas = geometry.rows.saturating_mul(geometry.num_heads);
+    let split = geometry.capacity() > CHUNK && ctas < sm_count.saturating_mul(SPLIT_MAX_CTAS_PER_SM);
+    let path = if split { AttentionPath::SplitK(Pv::Sparse) } else { AttentionPath::Decode(Pv::Sparse) };
+    (path, group)
+}
+
+/// The batch bucket of `num_tokens` query rows: the next power of two (at least 1), so a few
+/// captured graphs cover every batch size.
+pub fn bucket(num_tokens: usize) -> usize {
+    num_tokens.max(1).next_power_of_two()
+}
+
+/// A one-dimensional grid of `ctas` (at most 2^31 - 1 CTAs).
+fn grid(ctas: Option<usize>, g: &Geometry) -> Result<u32> {
+    match ctas {
+        Some(n) if n <= i32::MAX as usize => Ok(n.max(1) as u32),
+        _ => Err(unsupported(format!("{g:?} needs more than 2^31 - 1 CTAs"))),
+    }
+}
+
+fn unsupported(reason: String) -> Error {
+    Error::Unsupported { entry: "hp1 attention".to_string(), reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200_SMS: usize = 132;
+
+    fn geometry(rows: usize, context: usize) -> Geometry {
+        Geometry {
+            rows,
+            num_heads: 8,
+            num_kv_heads: 4,
+            head_dim: 128,
+            block_size: 16,
+            max_blocks_per_seq: context.div_ceil(16),
+        }
+    }
+
+    #[test]
+    fn the_dispatcher_splits_small_and_middle_batches_with_room_for_long_rows() {
+        for (rows, context, split, group) in [
+            (1, 16384, true, 8),
+            (32, 4096, true, 8),
+            (64, 1024, true, 16),
+            (128, 16384, false, 16),
+            (256, 32768, false, 16),
+            (1, 256, false, 8),
+            (1, 257, true, 8),
+        ] {
+            let (path, g) = dispatch(&geometry(rows, context), H200_SMS);
+            assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
+            assert_eq!(path.pv(), Pv::Sparse);
+            assert_eq!(g.lanes(), group, "rows {rows}");
+        }
+        // Fewer SMs make the same batch big enough not to split.
+        assert!(matches!(dispatch(&geometry(32, 4096), 16).0, AttentionPath::Decode(_)));
+    }
+
+    #[test]
+    fn the_plan_depends_on_capacity_not_on_lengths() {
+        // The same geometry always gives the same plan: there is no length input to vary.
+        let a = Plan::auto(geometry(4, 8192), H200_SMS).unwrap();
+        assert_eq!(a, Plan::auto(geometry(4, 8192), H200_SMS).unwrap());
+        assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
+        assert_eq!(a.geometry.max_chunks(), 32);
+        assert_eq!(a.attention.grid, 4 * 8 * 32);
+        assert_eq!(a.workspace_len, 4 * 8 * 32 * 128);
+        let reduce = a.reduce.as_ref().unwrap();
+        assert_eq!((reduce.entry.as_str(), reduce.grid), ("hp1_split_reduce_d128", 8));
+        assert_eq!(a.attention.entry, "hp1_split_d128_g8_sparse");
+        assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
+    }
+
+    #[test]
+    fn forced_plans_name_their_entries_and_size_their_grids() {
+        let g =
+            Geometry { rows: 300, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 32, max_blocks_per_seq: 3 };
+        let p = Plan::new(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen).unwrap();
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_dense".into(), grid: 600, block: 128 });
+        assert_eq!((p.reduce, p.workspace_len), (None, 0));
+        assert_eq!(p.rows.grid, 3, "300 rows in CTAs of 128");
+        let p = Plan::new(g, AttentionPath::SplitK(Pv::Dense), GroupSize::Eight).unwrap();
+        // 96 keys of capacity: one chunk.
+        assert_eq!(p.attention.grid, 600);
+        assert_eq!(p.reduce.unwrap().grid, 150);
+        assert_eq!(p.workspace_len, 600 * 64);
+    }
+
+    /// The kernel's block-index decoding, written out: heads fastest, then chunks, then rows.
+    fn split_block(plan: &Plan, bid: usize) -> (usize, usize, usize) {
+        let g = plan.geometry;
+        let (h, rest) = (bid % g.num_heads, bid / g.num_heads);
+        (rest / g.max_chunks(), rest % g.max_chunks(), h)
+    }
+
+    #[test]
+    fn the_split_grid_covers_every_row_chunk_and_head_once_with_shared_kv_heads_adjacent() {
+        let g =
+            Geometry { rows: 3, num_heads: 6, num_kv_heads: 2, head_dim: 256, block_size: 16, max_blocks_per_seq: 33 };
+        let plan = Plan::new(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Eight).unwrap();
+        assert_eq!(g.max_chunks(), 3, "528 keys of capacity");
+        let mut seen = std::collections::HashSet::new();
+        for bid in 0..plan.attention.grid as usize {
+            let (row, chunk, h) = split_block(&plan, bid);
+            assert!(row < 3 && chunk < 3 && h < 6);
+            assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
+            if bid > 0 && h % 3 != 0 {
+                let (prow, pchunk, ph) = split_block(&plan, bid - 1);
+                assert_eq!((prow, pchunk, ph / 3), (row, chunk, h / 3), "heads of one kv head run together");
+            }
+        }
+        assert_eq!(seen.len(), 3 * 3 * 6);
+        // Stage 2: warp w of CTA b handles (row, head) pair 4b + w, which indexes the partials.
+        let reduce = plan.reduce.unwrap();
+        assert!(reduce.grid as usize * WARPS >= 3 * 6 && (reduce.grid as usize - 1) * WARPS < 3 * 6);
+    }
+
+    #[test]
+    fn unsupported_shapes_are_refused_with_the_value() {
+        let base = geometry(8, 1024);
+        let refused = |g: Geometry, needle: &str| {
+            let err = Plan::auto(g, H200_SMS).unwrap_err().to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+            assert!(matches!(Plan::auto(g, H200_SMS), Err(Error::Unsupported { .. })));
+        };
+        refused(Geometry { head_dim: 96, ..base }, "head_dim must be one of [64, 128, 256], got 96");
+        refused(Geometry { head_dim: 16, ..base }, "got 16");
+        refused(Geometry { block_size: 24, ..base }, "power of two, got 24");
+        refused(Geometry { num_kv_heads: 3, ..base }, "3 kv heads must divide 8");
+        refused(Geometry { rows: 0, ..base }, "at least 1");
+        refused(Geometry { max_blocks_per_seq: 1 << 30, ..base }, "2^31");
+        let huge = Geometry { rows: 1 << 20, max_blocks_per_seq: 1 << 20, ..base };
+        let err = Plan::new(huge, AttentionPath::SplitK(Pv::Sparse), GroupSize::Eight).unwrap_err().to_string();
+        assert!(err.contains("CTAs"), "{err}");
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        let got: Vec<usize> = [0, 1, 2, 3, 5, 64, 65, 200].map(bucket).to_vec();
+        assert_eq!(got, vec![1, 1, 2, 4, 8, 64, 128, 256]);
+    }
+}
