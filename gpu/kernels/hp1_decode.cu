@@ -438,37 +438,40 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
 
 }  // namespace hp1
 
-#define HP1_ATTENTION_PARAMS                                                                                   \
-  const unsigned short *q, long long q_row_stride, const unsigned short *key_cache,                          \
-      const unsigned short *value_cache, const int *block_table, int max_blocks_per_seq, const int *row_seq, \
-      const int *row_len, const float *sigma, const float *gamma, int num_heads, int num_kv_heads,            \
-      int log2_block, int max_chunks, float scale, int fir_k, int relu_pre, float clip_min, float clip_max
+// One extern "C" entry per instantiation, so the host finds each by name without C++ mangling.
+#define HP1_ATTENTION_PARAMS                                                                          \
+  const unsigned short *q, long long q_row_stride, const unsigned short *key_cache,                 \
+      const unsigned short *value_cache, const int *block_table, int max_blocks_per_seq,            \
+      const int *row_seq, const int *row_len, const float *sigma, const float *gamma, int num_heads, \
+      int num_kv_heads, int log2_block, int max_chunks, float scale, int fir_k, int relu_pre,        \
+      float clip_min, float clip_max
 
-#define HP1_ATTENTION_ARGS                                                                                \
-  hp1::Args {                                                                                             \
-    q, q_row_stride, key_cache, value_cache, block_table, max_blocks_per_seq, row_seq, row_len, sigma,   \
-        gamma, num_heads, num_kv_heads, log2_block, max_chunks, scale, fir_k, relu_pre, clip_min, clip_max \
+#define HP1_ATTENTION_ARGS                                                                            \
+  hp1::Args {                                                                                         \
+    q, q_row_stride, key_cache, value_cache, block_table, max_blocks_per_seq, row_seq, row_len,      \
+        sigma, gamma, num_heads, num_kv_heads, log2_block, max_chunks, scale, fir_k, relu_pre,       \
+        clip_min, clip_max                                                                            \
   }
 
-#define HP1_ENTRIES(D, G, PV, SPARSE)                                                                          \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                                                  \
-      hp1_decode_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {                             \
-    hp1::attention<D, G, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                                    \
-  }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                                                  \
-      hp1_split_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                                   \
-    hp1::attention<D, G, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                                 \
+#define HP1_ENTRIES(D, G, PV, SPARSE)                                                                 \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+      hp1_decode_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {                    \
+    hp1::attention<D, G, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                           \
+  }                                                                                                 \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+      hp1_split_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                          \
+    hp1::attention<D, G, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                        \
   }
 
-#define HP1_HEAD_DIM(D)                                                                                      \
-  HP1_ENTRIES(D, 8, dense, false)                                                                            \
-  HP1_ENTRIES(D, 8, sparse, true)                                                                            \
-  HP1_ENTRIES(D, 16, dense, false)                                                                           \
-  HP1_ENTRIES(D, 16, sparse, true)                                                                           \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                                                  \
-      hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out, int num_rows,     \
-                            int num_heads, int max_chunks) {                                                 \
-    hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                            \
+#define HP1_HEAD_DIM(D)                                                                               \
+  HP1_ENTRIES(D, 8, dense, false)                                                                     \
+  HP1_ENTRIES(D, 8, sparse, true)                                                                     \
+  HP1_ENTRIES(D, 16, dense, false)                                                                    \
+  HP1_ENTRIES(D, 16, sparse, true)                                                                    \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+      hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out,          \
+                            int num_rows, int num_heads, int max_chunks) {                          \
+    hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                    \
   }
 
 HP1_HEAD_DIM(64)

@@ -41,6 +41,7 @@ pub mod check;
 pub mod error;
 pub mod fuzz;
 pub mod gpu_harness;
+pub mod gpu_paths;
 pub mod path;
 pub mod regression;
 pub mod rng;

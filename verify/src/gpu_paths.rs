@@ -1,0 +1,235 @@
+//! The GPU's HP1 attention paths as [`Path`]s, so every property written over a [`Case`] runs
+//! on the kernels too: decode and split-K, each with dense and sparse-index PV, fake decode
+//! (prefill batches through the row metadata and the dispatcher's choice) and the dispatcher on
+//! any batch padded to its bucket.
+//!
+//! A run uploads the case's bf16-exact inputs as bf16 (exactly the values the oracle reads),
+//! fills the device output with NaN, builds the row metadata and launches, then downloads the
+//! bf16 output and widens it. [`run_gpu`] is the same run with the raw bits and the plan kept,
+//! for the bitwise properties (split-K against decode, G = 8 against G = 16, two runs, a
+//! sequence alone against its batch).
+
+use std::sync::Arc;
+
+use gpu::attention::{
+    bucket, dispatch, sm_count, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention,
+    Plan, Pv, HEAD_DIMS, MAX_FIR_K,
+};
+use gpu::Gpu;
+use half::bf16;
+use ndarray::Array3;
+
+use crate::case::{Case, CaseData};
+use crate::error::{Error, Result};
+use crate::path::Path;
+
+/// SPEC section 4's bound for a path whose weights stay f32 (the output is rounded to bf16).
+pub const GPU_TOLERANCE: f64 = 4e-3;
+
+/// How a run picks its plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanChoice {
+    /// [`Plan::auto`]: the dispatcher, on this GPU's SM count.
+    Auto,
+    /// This path with the dispatcher's group size for the row count.
+    Path(AttentionPath),
+    /// This path and this group size.
+    Forced(AttentionPath, GroupSize),
+}
+
+/// What one GPU run produced.
+#[derive(Clone, Debug)]
+pub struct GpuRun {
+    /// The plan that ran.
+    pub plan: Plan,
+    /// `[num_tokens, Hq, D]` output bits (padding rows dropped).
+    pub out: Vec<bf16>,
+    /// `row_len` as the device built it, `[rows]` (padding rows included).
+    pub row_len: Vec<i32>,
+    /// `row_seq` as the device built it, `[rows]`.
+    pub row_seq: Vec<i32>,
+}
+
+impl GpuRun {
+    /// The output as `[num_tokens, Hq, D]` f64.
+    pub fn widen(&self, shape: (usize, usize, usize)) -> Result<Array3<f64>> {
+        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect())
+            .map_err(|e| Error::Path { path: self.plan.path.name().to_string(), reason: e.to_string() })
+    }
+}
+
+/// Whether the kernels handle `case`'s shapes: `D` in [`HEAD_DIMS`], a power-of-two block size,
+/// `fir_k <= MAX_FIR_K` (the plan and the launch refuse anything else with an error).
+pub fn gpu_supports(case: &Case) -> bool {
+    HEAD_DIMS.contains(&case.head_dim) && case.block_size.is_power_of_two() && case.fir_k <= MAX_FIR_K
+}
+
+/// The static facts of `data` with `rows` query rows (at least its own).
+pub fn geometry(data: &CaseData, rows: usize) -> Geometry {
+    let (num_tokens, num_heads, head_dim) = data.out_shape();
+    let (_, block_size, num_kv_heads, _) = data.f32.key_cache.dim();
+    Geometry {
+        rows: rows.max(num_tokens),
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        max_blocks_per_seq: data.meta.block_table.ncols(),
+    }
+}
+
+/// The case's inputs in the types the device takes.
+pub struct HostCase {
+    q: Vec<bf16>,
+    key_cache: Vec<bf16>,
+    value_cache: Vec<bf16>,
+    block_table: Vec<i32>,
+    sigma: Vec<f32>,
+    gamma: Vec<f32>,
+    seq_lens: Vec<i32>,
+    query_start_loc: Vec<i32>,
+    gate: GateParams,
+}
+
+impl HostCase {
+    /// Converts `data` (every q, k and v value is a bf16, so the conversion is exact).
+    pub fn new(data: &CaseData) -> Self {
+        let to_bf16 = |x: &f32| bf16::from_f32(*x);
+        let p = data.f32.params;
+        Self {
+            q: data.f32.q.iter().map(to_bf16).collect(),
+            key_cache: data.f32.key_cache.iter().map(to_bf16).collect(),
+            value_cache: data.f32.value_cache.iter().map(to_bf16).collect(),
+            block_table: data.meta.block_table.iter().copied().collect(),
+            sigma: data.f32.sigma.clone(),
+            gamma: data.f32.gamma.clone(),
+            seq_lens: data.meta.seq_lens.clone(),
+            query_start_loc: data.meta.query_start_loc.clone(),
+            gate: GateParams {
+                scale: p.scale,
+                fir_k: p.fir_k,
+                relu_pre: p.relu_pre,
+                clip_min: p.clip_min,
+                clip_max: p.clip_max,
+            },
+        }
+    }
+
+    /// The views [`AttnBuffers::upload`] takes.
+    pub fn inputs(&self) -> HostInputs<'_> {
+        HostInputs {
+            q: &self.q,
+            key_cache: &self.key_cache,
+            value_cache: &self.value_cache,
+            block_table: &self.block_table,
+            seq_lens: &self.seq_lens,
+            query_start_loc: &self.query_start_loc,
+            sigma: &self.sigma,
+            gamma: &self.gamma,
+        }
+    }
+
+    /// The gate parameters.
+    pub fn gate(&self) -> GateParams {
+        self.gate
+    }
+}
+
+/// The plan `choice` gives for `geometry` on `gpu`.
+pub fn make_plan(gpu: &Gpu, geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
+    match choice {
+        PlanChoice::Auto => Plan::auto(geometry, sm_count(gpu)?),
+        PlanChoice::Path(path) => Plan::new(geometry, path, dispatch(&geometry, sm_count(gpu)?).1),
+        PlanChoice::Forced(path, group) => Plan::new(geometry, path, group),
+    }
+}
+
+/// Runs HP1 attention for `data` on the GPU over `rows` query rows (the batch padded to that
+/// many; at least its own): upload, plan, NaN-poisoned output, row metadata, attention, download.
+pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> gpu::Result<GpuRun> {
+    let host = HostCase::new(data);
+    let geometry = geometry(data, rows);
+    let plan = make_plan(gpu, geometry, choice)?;
+    let attention = Hp1Attention::new(gpu, plan.clone())?;
+    let mut bufs = AttnBuffers::upload(gpu, geometry, &host.inputs())?;
+    bufs.reserve_workspace(gpu, plan.workspace_len)?;
+    bufs.poison_output(gpu)?;
+    attention.build_rows(bufs.row_operands())?;
+    attention.run(bufs.operands(), &host.gate())?;
+    let mut out = bufs.download_output(gpu)?;
+    let (num_tokens, heads, dim) = data.out_shape();
+    out.truncate(num_tokens * heads * dim);
+    let (row_seq, row_len) = bufs.download_rows(gpu)?;
+    Ok(GpuRun { plan, out, row_len, row_seq })
+}
+
+/// Which GPU path a [`GpuPath`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuPathKind {
+    /// This path on the batch as it is, group size by the dispatcher's rule.
+    Forced(AttentionPath),
+    /// A batch holding a prefill, through the row metadata and the dispatcher's choice.
+    FakeDecode,
+    /// The dispatcher on the batch padded to its bucket.
+    Auto,
+}
+
+/// One GPU path under test.
+pub struct GpuPath {
+    gpu: Arc<Gpu>,
+    kind: GpuPathKind,
+}
+
+impl GpuPath {
+    /// `kind` on `gpu`.
+    pub fn new(gpu: &Arc<Gpu>, kind: GpuPathKind) -> Self {
+        Self { gpu: gpu.clone(), kind }
+    }
+}
+
+impl Path for GpuPath {
+    fn name(&self) -> String {
+        match self.kind {
+            GpuPathKind::Forced(path) => format!("gpu-{}", path.name()),
+            GpuPathKind::FakeDecode => "gpu-fake-decode".into(),
+            GpuPathKind::Auto => "gpu-auto-bucketed".into(),
+        }
+    }
+
+    fn supports(&self, case: &Case) -> bool {
+        let prefill = case.seqs.iter().any(|s| s.query_len > 1);
+        gpu_supports(case) && (self.kind != GpuPathKind::FakeDecode || prefill)
+    }
+
+    fn tolerance(&self) -> f64 {
+        GPU_TOLERANCE
+    }
+
+    fn run(&self, data: &CaseData, out: &mut Array3<f64>) -> Result<()> {
+        let num_tokens = data.out_shape().0;
+        let (rows, choice) = match self.kind {
+            GpuPathKind::Forced(path) => (num_tokens, PlanChoice::Path(path)),
+            GpuPathKind::FakeDecode => (num_tokens, PlanChoice::Auto),
+            GpuPathKind::Auto => (bucket(num_tokens), PlanChoice::Auto),
+        };
+        let path_err = |reason: String| Error::Path { path: self.name(), reason };
+        let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| path_err(e.to_string()))?;
+        let got = run.widen(data.out_shape())?;
+        if got.dim() != out.dim() {
+            return Err(path_err(format!("output has shape {:?}, expected {:?}", got.shape(), out.shape())));
+        }
+        out.assign(&got);
+        Ok(())
+    }
+}
+
+/// Every GPU path: decode and split-K with dense and sparse PV, fake decode, the dispatcher.
+pub fn gpu_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
+    let mut kinds: Vec<GpuPathKind> = [Pv::Dense, Pv::Sparse]
+        .into_iter()
+        .flat_map(|pv| [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)])
+        .map(GpuPathKind::Forced)
+        .collect();
+    kinds.extend([GpuPathKind::FakeDecode, GpuPathKind::Auto]);
+    kinds.into_iter().map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>).collect()
+}
