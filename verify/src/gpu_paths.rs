@@ -233,3 +233,51 @@ pub fn gpu_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
     kinds.extend([GpuPathKind::FakeDecode, GpuPathKind::Auto]);
     kinds.into_iter().map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::tests::small;
+
+    fn kernel_case() -> Case {
+        Case { head_dim: 64, block_size: 4, ..small() }
+    }
+
+    #[test]
+    fn the_host_case_is_the_case_data_in_bf16_exactly() {
+        let data = kernel_case().materialise().unwrap();
+        let host = HostCase::new(&data);
+        let inputs = host.inputs();
+        for (b, &x) in inputs.q.iter().zip(data.f32.q.iter()) {
+            assert_eq!(b.to_f32().to_bits(), x.to_bits());
+        }
+        for (b, &x) in inputs.key_cache.iter().zip(data.f32.key_cache.iter()) {
+            assert!(b.to_f32() == x || (b.is_nan() && x.is_nan()), "{b} vs {x}");
+        }
+        assert_eq!(inputs.value_cache.len(), data.f32.value_cache.len());
+        assert_eq!(inputs.block_table, data.meta.block_table.as_slice().unwrap());
+        assert_eq!((inputs.seq_lens, inputs.query_start_loc), (&[5, 7][..], &[0, 1, 5][..]));
+        let gate = host.gate();
+        assert_eq!((gate.fir_k, gate.relu_pre, gate.clip_max), (3, true, 1.0));
+        gate.validate().unwrap();
+    }
+
+    #[test]
+    fn the_geometry_holds_the_static_facts_and_at_least_the_batch() {
+        let data = kernel_case().materialise().unwrap();
+        let g = geometry(&data, 1);
+        assert_eq!((g.rows, g.num_heads, g.num_kv_heads, g.head_dim, g.block_size), (5, 4, 2, 64, 4));
+        assert_eq!(g.max_blocks_per_seq, 2, "7 tokens in blocks of 4");
+        assert_eq!(geometry(&data, bucket(5)).rows, 8);
+        g.validate().unwrap();
+    }
+
+    #[test]
+    fn only_kernel_shapes_are_supported() {
+        assert!(gpu_supports(&kernel_case()));
+        assert!(!gpu_supports(&small()), "D = 8");
+        assert!(!gpu_supports(&Case { head_dim: 96, ..kernel_case() }));
+        assert!(!gpu_supports(&Case { block_size: 3, ..kernel_case() }));
+        assert!(!gpu_supports(&Case { fir_k: 9, ..kernel_case() }));
+    }
+}

@@ -188,8 +188,11 @@ fn with_empty_sequence(data: &CaseData, at: usize) -> CaseData {
     let meta = &data.meta;
     let mut table = meta.block_table.clone();
     let copy = table.row(at).to_owned();
-    table = ndarray::concatenate(Axis(0), &[table.slice(s![..at, ..]), copy.view().insert_axis(Axis(0)), table.slice(s![at.., ..])])
-        .expect("rows of one table have one width");
+    table = ndarray::concatenate(
+        Axis(0),
+        &[table.slice(s![..at, ..]), copy.view().insert_axis(Axis(0)), table.slice(s![at.., ..])],
+    )
+    .expect("rows of one table have one width");
     let mut seq_lens = meta.seq_lens.clone();
     seq_lens.insert(at, meta.seq_lens[at]);
     let mut query_start_loc = meta.query_start_loc.clone();
@@ -283,7 +286,8 @@ fn alone(data: &CaseData, s: usize) -> CaseData {
     let meta = &data.meta;
     let (q0, q1) = (meta.query_start_loc[s] as usize, meta.query_start_loc[s + 1] as usize);
     let block_table: Array2<i32> = meta.block_table.slice(s![s..s + 1, ..]).to_owned();
-    let meta = AttnMetadata { block_table, seq_lens: vec![meta.seq_lens[s]], query_start_loc: vec![0, (q1 - q0) as i32] };
+    let meta =
+        AttnMetadata { block_table, seq_lens: vec![meta.seq_lens[s]], query_start_loc: vec![0, (q1 - q0) as i32] };
     let mut f32 = data.f32.clone();
     f32.q = data.f32.q.slice(s![q0..q1, .., ..]).to_owned();
     let f64 = f32.cast();
@@ -301,7 +305,10 @@ fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
             let single = alone(&data, s);
             let run = run_gpu(gpu, &single, single.out_shape().0, PlanChoice::Auto).map_err(msg)?;
             if (run.plan.path, run.plan.group) == (batched.plan.path, batched.plan.group) {
-                return Err(format!("sequence {s} alone got the batch's plan {:?}: the check would prove less", run.plan.path));
+                return Err(format!(
+                    "sequence {s} alone got the batch's plan {:?}: the check would prove less",
+                    run.plan.path
+                ));
             }
             let q0 = data.meta.query_start_loc[s] as usize;
             let in_batch = &batched.out[q0 * row_elems..][..run.out.len()];
@@ -358,9 +365,8 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
     unsafe { gpu.context().disable_event_tracking() };
     let stream = gpu.stream();
     stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(msg)?;
-    let captured = attention
-        .build_rows(bufs.row_operands())
-        .and_then(|()| attention.run(bufs.operands(), &host.gate()));
+    let captured =
+        attention.build_rows(bufs.row_operands()).and_then(|()| attention.run(bufs.operands(), &host.gate()));
     let graph = stream.end_capture(CUgraphInstantiate_flags(0));
     captured.map_err(msg)?;
     let graph = graph.map_err(msg)?.ok_or("the capture recorded no graph")?;
@@ -375,8 +381,8 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         let mut step = data.clone();
         step.meta.seq_lens = lens.clone();
         let reference = Reference::compute(&step).map_err(msg)?;
-        let got = ndarray::Array3::from_shape_vec(data.out_shape(), out.iter().map(|x| x.to_f64()).collect())
-            .map_err(msg)?;
+        let got =
+            ndarray::Array3::from_shape_vec(data.out_shape(), out.iter().map(|x| x.to_f64()).collect()).map_err(msg)?;
         compare("gpu-graph-replay", &got, &reference.out, GPU_TOLERANCE).map_err(msg)?;
         let eager = run_gpu(gpu, &step, geometry.rows, PlanChoice::Forced(plan.path, plan.group)).map_err(msg)?;
         if !same_bits(&eager.out, &out) {
