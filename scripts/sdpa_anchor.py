@@ -40,7 +40,7 @@ def time_ms(fn, sets, reps=50, trials=7):
 
 
 def input_sets(shapes, bytes_per_set):
-    n = max(1, min(16, (2 * L2_BYTES) // max(bytes_per_set, 1) + 1))
+    n = max(1, min(64, (2 * L2_BYTES) // max(bytes_per_set, 1) + 1))
     return [tuple(torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in shapes) for _ in range(n)]
 
 

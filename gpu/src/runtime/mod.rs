@@ -4,6 +4,7 @@
 //! all of an engine's work is ordered (a stream of its own, not the legacy default stream, so
 //! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
 //! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
+//! Work on other streams must be ordered by hand: cudarc's event tracking is off.
 
 pub mod kernel_cache;
 
@@ -31,6 +32,10 @@ impl Gpu {
     pub fn new() -> Result<Arc<Self>> {
         let info = probe()?;
         let ctx = CudaContext::new(0)?;
+        // SAFETY: nothing has been allocated or launched on this context yet. All of an engine's
+        // work is ordered on its one stream, so cudarc's per-buffer events (which order work across
+        // streams) buy nothing; they would cost host time on every launch and break graph capture.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
         Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()) }))
@@ -93,6 +98,19 @@ impl Gpu {
     /// A zeroed device buffer of `n` elements.
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
         Ok(self.stream.alloc_zeros(n.max(1))?)
+    }
+
+    /// Milliseconds the stream spends on the work `enqueue` puts on it, measured by CUDA events
+    /// recorded before and after (waits for that work to finish).
+    pub fn time_ms(&self, enqueue: impl FnOnce() -> Result<()>) -> Result<f64> {
+        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = self.ctx.new_event(flags)?;
+        let end = self.ctx.new_event(flags)?;
+        start.record(&self.stream)?;
+        enqueue()?;
+        end.record(&self.stream)?;
+        end.synchronize()?;
+        Ok(start.elapsed_ms(&end)? as f64)
     }
 
     /// Waits for all work on the stream; surfaces any asynchronous kernel fault.

@@ -1,0 +1,122 @@
+//! Timing HP1 decode paths on one grid point.
+
+use std::sync::Arc;
+
+use gpu::attention::{sm_count, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv};
+use gpu::Gpu;
+
+use super::data::{params, DecodeData, BLOCK, D, HKV, HQ};
+
+/// L2 of an H200 (60 MB): the cache copies cycled through add up to twice this.
+const L2_BYTES: usize = 60 << 20;
+/// Most cache copies (the anchor uses the same cap).
+const MAX_COPIES: usize = 64;
+
+/// One path's time at one point.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PathTime {
+    /// `auto` (the dispatcher's choice) or a path name with its group size.
+    pub name: String,
+    /// The path the plan ran.
+    pub path: String,
+    /// Lanes per key in QK.
+    pub group: usize,
+    /// Median milliseconds per launch.
+    pub ms: f64,
+    /// Softmax-equivalent bandwidth: the whole K and V over the time, TB/s.
+    pub effective_tbps: f64,
+}
+
+/// Every path at one decode grid point.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DecodePoint {
+    /// Sequences.
+    pub batch: usize,
+    /// Tokens per sequence.
+    pub context: usize,
+    /// K+V bytes of the batch.
+    pub kv_bytes: usize,
+    /// The gate's zero fraction on a sample of sequences.
+    pub zero_fraction: f64,
+    /// Each path's time.
+    pub paths: Vec<PathTime>,
+}
+
+fn forced() -> Vec<(AttentionPath, GroupSize)> {
+    let mut v = Vec::new();
+    for path in [AttentionPath::Decode(Pv::Dense), AttentionPath::Decode(Pv::Sparse), AttentionPath::SplitK(Pv::Dense), AttentionPath::SplitK(Pv::Sparse)] {
+        for group in [GroupSize::Eight, GroupSize::Sixteen] {
+            v.push((path, group));
+        }
+    }
+    v
+}
+
+/// Times the dispatcher's plan and every forced path at `(batch, context)`.
+pub fn measure(gpu: &Arc<Gpu>, batch: usize, context: usize, reps: usize, trials: usize) -> Result<DecodePoint, String> {
+    let e = |x: gpu::Error| x.to_string();
+    let data = DecodeData::new(batch, context, 0x5eed + batch as u64 * 131 + context as u64);
+    let geometry = Geometry {
+        rows: batch,
+        num_heads: HQ,
+        num_kv_heads: HKV,
+        head_dim: D,
+        block_size: BLOCK,
+        max_blocks_per_seq: context.div_ceil(BLOCK),
+    };
+    let host = HostInputs {
+        q: &data.q,
+        key_cache: &data.key_cache,
+        value_cache: &data.value_cache,
+        block_table: &data.block_table,
+        seq_lens: &data.seq_lens,
+        query_start_loc: &data.query_start_loc,
+        sigma: &data.sigma,
+        gamma: &data.gamma,
+    };
+    let kv_bytes = data.kv_bytes(context);
+    let copies = (2 * L2_BYTES / kv_bytes + 1).clamp(1, MAX_COPIES);
+    let mut plans = vec![("auto".to_string(), Plan::auto(geometry, sm_count(gpu).map_err(e)?).map_err(e)?)];
+    for (path, group) in forced() {
+        plans.push((format!("{}-g{}", path.name(), group.lanes()), Plan::new(geometry, path, group).map_err(e)?));
+    }
+    let workspace = plans.iter().map(|(_, p)| p.workspace_len).max().unwrap_or(0);
+    let mut bufs = Vec::with_capacity(copies);
+    for _ in 0..copies {
+        let mut b = AttnBuffers::upload(gpu, geometry, &host).map_err(e)?;
+        b.reserve_workspace(gpu, workspace).map_err(e)?;
+        bufs.push(b);
+    }
+    let p = params();
+    let gate = GateParams { scale: p.scale as f32, fir_k: p.fir_k, relu_pre: p.relu_pre, clip_min: 0.0, clip_max: 1.0 };
+    let mut paths = Vec::new();
+    for (name, plan) in plans {
+        let attn = Hp1Attention::new(gpu, plan).map_err(e)?;
+        for b in bufs.iter_mut() {
+            attn.build_rows(b.row_operands()).map_err(e)?;
+        }
+        let ms = time(gpu, reps, trials, |i| attn.run(bufs[i % copies].operands(), &gate))?;
+        paths.push(PathTime {
+            name,
+            path: attn.plan().path.name().to_string(),
+            group: attn.plan().group.lanes(),
+            ms,
+            effective_tbps: kv_bytes as f64 / ms / 1e9,
+        });
+    }
+    Ok(DecodePoint { batch, context, kv_bytes, zero_fraction: data.zero_fraction(context, 4), paths })
+}
+
+/// Median over `trials` of the mean time of `reps` back-to-back calls, by CUDA events.
+fn time(gpu: &Gpu, reps: usize, trials: usize, mut launch: impl FnMut(usize) -> gpu::Result<()>) -> Result<f64, String> {
+    for i in 0..3 {
+        launch(i).map_err(|x| x.to_string())?;
+    }
+    let mut times = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let ms = gpu.time_ms(|| (0..reps).try_for_each(&mut launch)).map_err(|x| x.to_string())?;
+        times.push(ms / reps as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
