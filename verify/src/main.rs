@@ -1,9 +1,11 @@
 //! `asynct-verify`: fuzz every registered HP1 path against the oracle, or replay saved cases.
 //!
 //! ```text
-//! asynct-verify fuzz --minutes 1 --seed 7 [--out verify/regressions]
-//! asynct-verify replay verify/regressions/*.json
+//! asynct-verify fuzz --minutes 1 --seed 7 [--out verify/regressions] [--gpu]
+//! asynct-verify replay [--gpu] verify/regressions/*.json
 //! ```
+//!
+//! `--gpu` adds the GPU kernel paths to the oracle's decompositions (it fails without a GPU).
 //!
 //! Exit status: 0 when every check passed, 1 when a path failed (the shrunk case is saved),
 //! 2 when the command could not run (a bad argument, an unreadable file).
@@ -14,7 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use verify::{all_paths, fuzz, fuzz_case, FuzzConfig, Regression};
+use verify::{all_paths, fuzz, fuzz_case, gpu_paths::gpu_paths, FuzzConfig, Path, Regression};
 
 #[derive(Parser)]
 #[command(name = "asynct-verify", about = "Holds every HP1 path against the f64 oracle on seeded cases.")]
@@ -39,23 +41,42 @@ enum Command {
         /// Longest time spent shrinking a failure, in seconds.
         #[arg(long, default_value_t = 120)]
         shrink_seconds: u64,
+        /// Also run the GPU kernel paths.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Run every path on saved cases.
     Replay {
         /// Saved case files (JSON).
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Also run the GPU kernel paths.
+        #[arg(long)]
+        gpu: bool,
     },
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
-        Command::Fuzz { minutes, seed, out, shrink_seconds } => run_fuzz(minutes, seed, out, shrink_seconds),
-        Command::Replay { files } => replay(&files),
+    let (gpu, run): (bool, Box<dyn FnOnce(Vec<Box<dyn Path>>) -> ExitCode>) = match Cli::parse().command {
+        Command::Fuzz { minutes, seed, out, shrink_seconds, gpu } => {
+            (gpu, Box::new(move |paths| run_fuzz(&paths, minutes, seed, out, shrink_seconds)))
+        }
+        Command::Replay { files, gpu } => (gpu, Box::new(move |paths| replay(&paths, &files))),
+    };
+    let mut paths = all_paths();
+    if gpu {
+        match gpu::Gpu::new() {
+            Ok(g) => paths.extend(gpu_paths(&g)),
+            Err(e) => {
+                eprintln!("--gpu: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
+    run(paths)
 }
 
-fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> ExitCode {
+fn run_fuzz(paths: &[Box<dyn Path>], minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> ExitCode {
     if !(minutes.is_finite() && minutes >= 0.0) {
         eprintln!("`--minutes` must be a finite number >= 0. Given: {minutes}");
         return ExitCode::from(2);
@@ -66,8 +87,7 @@ fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> E
         shrink_time: Duration::from_secs(shrink_seconds),
         out_dir,
     };
-    let paths = all_paths();
-    let outcome = match fuzz(&paths, &fuzz_case(), &config) {
+    let outcome = match fuzz(paths, &fuzz_case(), &config) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("fuzz: {e}");
@@ -97,8 +117,7 @@ fn run_fuzz(minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> E
     }
 }
 
-fn replay(files: &[PathBuf]) -> ExitCode {
-    let paths = all_paths();
+fn replay(paths: &[Box<dyn Path>], files: &[PathBuf]) -> ExitCode {
     let mut out = std::io::stdout().lock();
     let mut failed = false;
     for file in files {
@@ -109,7 +128,7 @@ fn replay(files: &[PathBuf]) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        for result in reg.replay(&paths) {
+        for result in reg.replay(paths) {
             match result {
                 Ok(r) => {
                     writeln!(out, "{}: {} ok (error {:.2e} <= {:.0e})", file.display(), r.path, r.error, r.tolerance)

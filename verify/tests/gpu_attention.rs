@@ -35,6 +35,7 @@ type Check = Result<(), String>;
 
 fn main() {
     let checks: &[GpuCheck] = &[
+        ("sanitize_every_gpu_path_on_a_few_small_cases", sanitize_cases),
         ("every_gpu_path_agrees_with_the_oracle_on_drawn_cases", drawn_cases),
         ("every_gpu_path_agrees_with_the_oracle_on_the_targeted_grid", targeted_grid),
         ("row_metadata_matches_the_oracle_expansion_and_skips_empty_sequences", row_metadata_matches),
@@ -143,6 +144,17 @@ fn drawn_cases(gpu: &Arc<Gpu>) -> Check {
     let mut cases = draw(small_case(), 200, 0x6b0_0001)?;
     cases.extend(draw(large_case(), 10, 0x6b0_0002)?);
     check_cases(&paths, &cases).map(|_| ())
+}
+
+/// A few small cases of every path, quick enough to run under compute-sanitizer
+/// (`scripts/device-run.sh sanitize` selects this check by its name).
+fn sanitize_cases(gpu: &Arc<Gpu>) -> Check {
+    let cases = vec![
+        case(&decodes(&[1, 17, 300]), (8, 4), 128, 16, 41),
+        Case { relu_pre: false, ..case(&[(5, 20), (0, 33)], (4, 1), 64, 32, 42) },
+        case(&[(260, 1), (0, 9)], (2, 2), 256, 16, 43),
+    ];
+    check_cases(&gpu_paths(gpu), &cases).map(|_| ())
 }
 
 fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
