@@ -6,6 +6,7 @@
 #   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
 #   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2)
 #   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last
+#   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096)
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,15 @@ for stage in "$@"; do
     bench)
       python3 scripts/sdpa_anchor.py "$OUT/anchor.json" ${BENCH_PREFILL:+--prefill} 2>&1 | tee "$OUT/anchor.log"
       $B/asynct-bench --anchor "$OUT/anchor.json" --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+    ncu)
+      for path in ${NCU_PATHS:-split-k-sparse-g8 decode-sparse-g8}; do
+        ncu --clock-control none --kernel-name regex:hp1_decode --launch-skip 3 --launch-count 1 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+          $B/asynct-bench --point "${NCU_POINT:-B128_L4096}" --path "$path" --reps 1 --trials 1 2>&1 \
+          | grep -v "^==PROF==" > "$OUT/ncu-$path.txt" || status=1
+        tail -n 80 "$OUT/ncu-$path.txt"
+      done ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

@@ -52,8 +52,16 @@ fn forced() -> Vec<(AttentionPath, GroupSize)> {
     v
 }
 
-/// Times the dispatcher's plan and every forced path at `(batch, context)`.
-pub fn measure(gpu: &Arc<Gpu>, batch: usize, context: usize, reps: usize, trials: usize) -> Result<DecodePoint, String> {
+/// Times the dispatcher's plan and every forced path at `(batch, context)`;
+/// `only` keeps the plans whose name contains it.
+pub fn measure(
+    gpu: &Arc<Gpu>,
+    batch: usize,
+    context: usize,
+    reps: usize,
+    trials: usize,
+    only: Option<&str>,
+) -> Result<DecodePoint, String> {
     let e = |x: gpu::Error| x.to_string();
     let data = DecodeData::new(batch, context, 0x5eed + batch as u64 * 131 + context as u64);
     let geometry = Geometry {
@@ -80,6 +88,7 @@ pub fn measure(gpu: &Arc<Gpu>, batch: usize, context: usize, reps: usize, trials
     for (path, group) in forced() {
         plans.push((format!("{}-g{}", path.name(), group.lanes()), Plan::new(geometry, path, group).map_err(e)?));
     }
+    plans.retain(|(name, _)| only.is_none_or(|o| name.contains(o)));
     let workspace = plans.iter().map(|(_, p)| p.workspace_len).max().unwrap_or(0);
     let mut bufs = Vec::with_capacity(copies);
     for _ in 0..copies {

@@ -25,6 +25,12 @@ struct Args {
     /// Trials per path (the median is reported).
     #[arg(long, default_value_t = 7)]
     trials: usize,
+    /// Only this grid point, e.g. `B128_L4096` (for profiling one launch with ncu).
+    #[arg(long)]
+    point: Option<String>,
+    /// Only plans whose name contains this, e.g. `split-k-sparse-g8` or `auto`.
+    #[arg(long)]
+    path: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,7 +61,10 @@ fn run(args: &Args) -> Result<(), String> {
     println!("asynct-bench on {} ({} reps x {} trials, median)", gpu.info().name, args.reps, args.trials);
     let mut points: Vec<DecodePoint> = Vec::new();
     for (batch, context) in grid {
-        let point = measure(&gpu, batch, context, args.reps, args.trials)?;
+        if args.point.as_ref().is_some_and(|p| *p != format!("B{batch}_L{context}")) {
+            continue;
+        }
+        let point = measure(&gpu, batch, context, args.reps, args.trials, args.path.as_deref())?;
         for t in &point.paths {
             println!("B{batch}_L{context} {:<24} {:>9.2} us {:>6.2} TB/s", t.name, t.ms * 1e3, t.effective_tbps);
         }
