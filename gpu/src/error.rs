@@ -49,6 +49,10 @@ pub enum Error {
         /// The limit and the value given.
         reason: String,
     },
+    /// Kernels met input they could not use (a token id, position or slot out of range, a logit
+    /// row with NaN or nothing finite), masked it and recorded it; read back after a step.
+    #[error("bad input found on the device: {0}")]
+    DeviceFault(String),
     /// A kernel-cache file could not be read or written.
     #[error("kernel cache {path}: {source}")]
     Cache {

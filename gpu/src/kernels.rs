@@ -12,5 +12,30 @@ pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: include_s
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
 pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!("../kernels/hp1_rows.cu") };
 
+/// A small per-token kernel: `ops_common.cuh` (bf16 vectors, UClipNorm, the fault word), then the file.
+macro_rules! with_ops_common {
+    ($file:literal) => {
+        Kernel {
+            name: $file,
+            source: concat!(include_str!("../kernels/ops_common.cuh"), include_str!(concat!("../kernels/", $file))),
+        }
+    };
+}
+
+/// Fused q/k UClipNorm + RoPE + paged KV-cache write ([`crate::ops::qk_norm_rope`]).
+pub const QK_NORM_ROPE_CACHE: Kernel = with_ops_common!("qk_norm_rope_cache.cu");
+
+/// Peri-LN: fused norm + residual + norm, and the plain norm ([`crate::ops::norm`]).
+pub const PERI_LN_RESIDUAL: Kernel = with_ops_common!("peri_ln_residual.cu");
+
+/// `silu(gate) * up` ([`crate::ops::silu_mul`]).
+pub const SILU_MUL: Kernel = with_ops_common!("silu_mul.cu");
+
+/// Embedding gather ([`crate::ops::embedding`]).
+pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
+
+/// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]).
+pub const SAMPLING: Kernel = with_ops_common!("sampling.cu");
+
 /// Every kernel file of the crate.
-pub const ALL: &[Kernel] = &[HP1_DECODE, HP1_ROWS];
+pub const ALL: &[Kernel] = &[HP1_DECODE, HP1_ROWS, QK_NORM_ROPE_CACHE, PERI_LN_RESIDUAL, SILU_MUL, EMBEDDING, SAMPLING];

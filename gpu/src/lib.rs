@@ -21,6 +21,7 @@ pub mod attention;
 pub mod device;
 pub mod error;
 pub mod kernels;
+pub mod ops;
 pub mod runtime;
 
 pub use device::{probe, DeviceInfo};

@@ -1,0 +1,87 @@
+#line 2 "ops_common.cuh"
+// What the small per-token kernels share (prepended to each of their .cu files by gpu::kernels):
+// bf16x8 vector loads and stores, the bf16 rounding of one value, the NaN-keeping UClipNorm, and
+// the device fault word.
+//
+// bf16 vectors: 8 elements = 16 bytes per access, so every pointer handed to load8/store8 must be
+// 16-byte aligned (the host wrappers check base pointers; row and head strides are multiples of 8
+// elements by the shape checks).
+//
+// UClipNorm (SPEC section 3): y = weight[c] * clamp(alpha[c] * x, -1, 1) + bias[c] in f32. Each
+// parameter is an f32 array read with a stride of 0 (shape [1], one value for every channel) or
+// 1 (shape [C]); an absent bias is a [1] array holding 0, which adds exactly what the oracle's
+// zero bias adds (so -0 becomes +0 the same way). The clamp keeps NaN, as oracle::norm does.
+//
+// Faults: a kernel that meets input it cannot use (a token id past the vocabulary, a position
+// past the RoPE table, a slot past the cache, a logit row with NaN or +inf or nothing finite)
+// masks it and records it here instead of reading or writing out of bounds. The word is
+// unsigned[2 * FAULT_KINDS]: [2k] counts faults of kind k, [2k + 1] holds one offending value.
+// gpu::ops::fault reads it back after a step; the kind numbers are its FaultKind discriminants.
+
+// bf16 values travel as their 16 bits (no cuda_bf16.h: NVRTC does not ship it everywhere).
+typedef unsigned short bf16;
+
+#define FAULT_TOKEN_ID 0
+#define FAULT_POSITION 1
+#define FAULT_SLOT 2
+#define FAULT_LOGITS 3
+#define FAULT_KINDS 4
+
+__device__ __forceinline__ void record_fault(unsigned* fault, int kind, unsigned value) {
+    atomicAdd(&fault[2 * kind], 1u);
+    atomicExch(&fault[2 * kind + 1], value);
+}
+
+// The bits of the bf16 nearest to x (ties to even; NaN stays a quiet NaN; overflow goes to inf),
+// as half::bf16::from_f32 rounds.
+__device__ __forceinline__ unsigned bf16_bits(float x) {
+    const unsigned u = __float_as_uint(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u;
+    return (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+}
+
+// Rounds to the nearest bf16 and widens back: a bf16 store without the store.
+__device__ __forceinline__ float round_bf16(float x) {
+    return __uint_as_float(bf16_bits(x) << 16);
+}
+
+// Loads 8 consecutive bf16 values (16-byte aligned) as f32.
+__device__ __forceinline__ void load8(const bf16* p, float out[8]) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        out[2 * k] = __uint_as_float(w[k] << 16);
+        out[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+    }
+}
+
+// Rounds 8 f32 values to bf16 and stores them (16-byte aligned).
+__device__ __forceinline__ void store8(bf16* p, const float in[8]) {
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = bf16_bits(in[2 * k]) | (bf16_bits(in[2 * k + 1]) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// One UClipNorm's parameters as the kernels receive them (strides 0 or 1, see above).
+struct UClip {
+    const float* alpha;
+    const float* weight;
+    const float* bias;
+    int alpha_stride;
+    int weight_stride;
+    int bias_stride;
+};
+
+__device__ __forceinline__ float clip_unit(float v) {
+    return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v);
+}
+
+// UClipNorm of channel c of value x, in f32.
+__device__ __forceinline__ float uclip(const UClip& n, int c, float x) {
+    const float a = n.alpha[c * n.alpha_stride];
+    const float w = n.weight[c * n.weight_stride];
+    const float b = n.bias[c * n.bias_stride];
+    return w * clip_unit(a * x) + b;
+}

@@ -1,0 +1,80 @@
+#line 2 "peri_ln_residual.cu"
+// The Peri-LN norms around each sublayer (SPEC section 1): the fused residual step and the plain
+// norm, both elementwise over [tokens, hidden] (UClipNorm has no reduction).
+//
+// peri_ln_residual, out of place (a and x are only read):
+//   x_out = bf16(x + bf16(norm_after(a)))        the residual stream after the sublayer
+//   h_out = bf16(norm_before(x_out))             the next sublayer's input
+// After attention: a = o_proj output, norm_after = post_attention_layernorm, norm_before =
+// pre_feedforward_layernorm. After the MLP: a = down_proj output, norm_after =
+// post_feedforward_layernorm, norm_before = the next layer's input_layernorm (or the final norm
+// after the last layer). The three roundings are the oracle's PostAttnNorm / AttnResidual /
+// PreFfnNorm (PostFfnNorm / FfnResidual / InputNorm) round points, in that order; the sum is
+// formed in f32 from the two bf16 values.
+//
+// uclipnorm: y = bf16(norm(x)): the first layer's input_layernorm and the final norm.
+//
+// Buffers: a, x, x_out, h_out, y: bf16 [tokens, hidden]; norm parameters f32 over hidden
+// (ops_common.cuh). One thread per 8 consecutive elements (16-byte accesses) of the flattened
+// tensor, grid-stride; hidden % 8 == 0 keeps each vector inside one row. No shared memory.
+// Assumes (checked by gpu::ops::norm): shapes as above, 16-byte aligned buffers.
+
+extern "C" __global__ void peri_ln_residual(
+    const bf16* __restrict__ a,
+    const bf16* __restrict__ x,
+    const float* after_alpha, int after_alpha_stride,
+    const float* after_weight, int after_weight_stride,
+    const float* after_bias, int after_bias_stride,
+    const float* before_alpha, int before_alpha_stride,
+    const float* before_weight, int before_weight_stride,
+    const float* before_bias, int before_bias_stride,
+    bf16* __restrict__ x_out,
+    bf16* __restrict__ h_out,
+    long long num_vecs,
+    int hidden)
+{
+    const UClip after = {after_alpha, after_weight, after_bias,
+                         after_alpha_stride, after_weight_stride, after_bias_stride};
+    const UClip before = {before_alpha, before_weight, before_bias,
+                          before_alpha_stride, before_weight_stride, before_bias_stride};
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
+         v += (long long)gridDim.x * blockDim.x) {
+        const long long e = v * 8;
+        const int c0 = (int)(e % hidden);
+        float av[8], xv[8], hv[8];
+        load8(a + e, av);
+        load8(x + e, xv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float n = round_bf16(uclip(after, c0 + k, av[k]));
+            xv[k] = round_bf16(xv[k] + n);
+            hv[k] = uclip(before, c0 + k, xv[k]);
+        }
+        store8(x_out + e, xv);
+        store8(h_out + e, hv);
+    }
+}
+
+extern "C" __global__ void uclipnorm(
+    const bf16* __restrict__ x,
+    const float* alpha, int alpha_stride,
+    const float* weight, int weight_stride,
+    const float* bias, int bias_stride,
+    bf16* __restrict__ y,
+    long long num_vecs,
+    int hidden)
+{
+    const UClip norm = {alpha, weight, bias, alpha_stride, weight_stride, bias_stride};
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
+         v += (long long)gridDim.x * blockDim.x) {
+        const long long e = v * 8;
+        const int c0 = (int)(e % hidden);
+        float xv[8];
+        load8(x + e, xv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            xv[k] = uclip(norm, c0 + k, xv[k]);
+        }
+        store8(y + e, xv);
+    }
+}

@@ -1,0 +1,119 @@
+#line 2 "qk_norm_rope_cache.cu"
+// Fused q/k UClipNorm + RoPE + paged KV-cache write: one launch between the qkv GEMM and
+// attention (SPEC section 1; rounding per oracle::model::precision).
+//
+// For each token t at position pos = positions[t]:
+//   q[t, h]            = bf16(rope(q_norm(qkv q head h), pos))        h < Hq
+//   key_cache[slot, g] = bf16(rope(k_norm(qkv k head g), pos))        g < Hkv
+//   value_cache[slot, g] = qkv v head g (already bf16, copied bit for bit)
+// with slot = slot_mapping[t]. The norm and the rotation run in f32 and round once, at the
+// store: the oracle's QNormRope / KNormRope round points. RoPE is the rotate-half form over the
+// whole head: for j < D/2, y[j] = x[j] cos - x[j + D/2] sin, y[j + D/2] = x[j + D/2] cos + x[j] sin,
+// with cos/sin read from a table the host computed in f64 and rounded to f32 once.
+//
+// Buffers (bf16 unless said):
+//   qkv          [tokens, (Hq + 2 Hkv) * D]  the fused projection: Hq q heads, then Hkv k heads,
+//                                            then Hkv v heads, each D contiguous channels
+//   positions    int32 [tokens]
+//   slot_mapping int64 [tokens]   block * block_size + offset; negative = padding, nothing written
+//   rope         f32 [max_pos, D]  row p = cos(p f_0..f_{D/2-1}) then sin(p f_0..f_{D/2-1})
+//   q_norm_*, k_norm_*  f32 UClipNorm parameters over D (ops_common.cuh)
+//   q_out        [tokens, Hq, D]
+//   key_cache, value_cache  [num_slots = num_blocks * block_size, Hkv, D] (the vLLM flash layout)
+//   fault        ops_common.cuh
+//
+// Work: one thread per (token, q or k head, 8-pair chunk) and per (token, v head, 8-channel
+// chunk), in a grid-stride loop; a pair chunk loads 8 channels from each half of the head, so
+// D must be a multiple of 16. Every access is 16 bytes. No shared memory.
+//
+// Assumes (checked by gpu::ops::qk_norm_rope): D % 16 == 0, 16-byte aligned buffers, sizes as
+// above. A position outside [0, max_pos) is clamped into the table and a slot at or past
+// num_slots is skipped; the first item of the token records either in the fault word.
+
+extern "C" __global__ void qk_norm_rope_cache(
+    const bf16* __restrict__ qkv,
+    const int* __restrict__ positions,
+    const long long* __restrict__ slot_mapping,
+    const float* __restrict__ rope,
+    int max_pos,
+    const float* q_norm_alpha, int q_norm_alpha_stride,
+    const float* q_norm_weight, int q_norm_weight_stride,
+    const float* q_norm_bias, int q_norm_bias_stride,
+    const float* k_norm_alpha, int k_norm_alpha_stride,
+    const float* k_norm_weight, int k_norm_weight_stride,
+    const float* k_norm_bias, int k_norm_bias_stride,
+    bf16* __restrict__ q_out,
+    bf16* __restrict__ key_cache,
+    bf16* __restrict__ value_cache,
+    long long num_slots,
+    int tokens,
+    int num_heads,
+    int num_kv_heads,
+    int head_dim,
+    unsigned* fault)
+{
+    const UClip q_norm = {q_norm_alpha, q_norm_weight, q_norm_bias,
+                          q_norm_alpha_stride, q_norm_weight_stride, q_norm_bias_stride};
+    const UClip k_norm = {k_norm_alpha, k_norm_weight, k_norm_bias,
+                          k_norm_alpha_stride, k_norm_weight_stride, k_norm_bias_stride};
+    const int half = head_dim / 2;
+    const int pair_chunks = half / 8;
+    const int v_chunks = head_dim / 8;
+    const int qk_items = (num_heads + num_kv_heads) * pair_chunks;
+    const int per_token = qk_items + num_kv_heads * v_chunks;
+    const long long row = (long long)(num_heads + 2 * num_kv_heads) * head_dim;
+    const long long total = (long long)tokens * per_token;
+
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int t = (int)(i / per_token);
+        const int r = (int)(i % per_token);
+        int pos = positions[t];
+        const long long slot = slot_mapping[t];
+        const bool pos_ok = pos >= 0 && pos < max_pos;
+        const bool write_kv = slot >= 0 && slot < num_slots;
+        if (r == 0) {
+            if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+            if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
+        }
+        pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+        const bf16* src = qkv + t * row;
+
+        if (r < qk_items) {
+            const int head = r / pair_chunks;  // q heads 0..Hq, then k heads
+            const int j0 = (r % pair_chunks) * 8;
+            const bool is_q = head < num_heads;
+            if (!is_q && !write_kv) continue;
+            const UClip norm = is_q ? q_norm : k_norm;
+            const bf16* x = src + (long long)head * head_dim;
+            float lo[8], hi[8];
+            load8(x + j0, lo);
+            load8(x + half + j0, hi);
+            const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
+            const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
+            const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
+            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float a = uclip(norm, j0 + k, lo[k]);
+                const float b = uclip(norm, half + j0 + k, hi[k]);
+                lo[k] = a * c[k] - b * s[k];
+                hi[k] = b * c[k] + a * s[k];
+            }
+            bf16* dst = is_q
+                ? q_out + ((long long)t * num_heads + head) * head_dim
+                : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+            store8(dst + j0, lo);
+            store8(dst + half + j0, hi);
+        } else {
+            if (!write_kv) continue;
+            const int rv = r - qk_items;
+            const int g = rv / v_chunks;
+            const int c0 = (rv % v_chunks) * 8;
+            const bf16* v = src + (long long)(num_heads + num_kv_heads + g) * head_dim + c0;
+            bf16* dst = value_cache + (slot * num_kv_heads + g) * head_dim + c0;
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+        }
+    }
+}

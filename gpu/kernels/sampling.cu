@@ -1,0 +1,525 @@
+#line 2 "sampling.cu"
+// Choosing each row's next token on the device: greedy argmax, and the Gumbel-max sampler with
+// temperature, top-k and top-p of oracle::decode::sampler, step for step (its module doc is the
+// specification; the numbers below refer to its steps).
+//
+// Buffers: logits f32 [rows, vocab]; params SamplingRow [rows] (seed, step, temperature, top_k,
+// top_p: gpu::ops::sampling::SamplingRow, same layout); tokens u32 [rows]; survivors u32 [rows]
+// (how many tokens top-k/top-p left, 1 at temperature 0, 0 for a faulted row); fault as in
+// ops_common.cuh. Launch: one CTA of THREADS threads per row, static shared memory (Scratch,
+// about 38 KiB); vocab < 2^31.
+//
+// The order of step 3 (logit descending, ties by lower id; -0 == +0) is the order of the pair
+// (order_key(logit) descending, id ascending), order_key being the usual order-preserving map of
+// f32 bits to u32. A set "the first m tokens in that order" is a Threshold: the pair of its last
+// member; a token survives iff key > th.key or (key == th.key and id <= th.id).
+//
+// Per row:
+//  1. One pass: argmax (ties to the lowest id) and the check for NaN, +inf or no finite logit;
+//     a bad row records FAULT_LOGITS, returns its argmax and survivors 0. Temperature 0 (step 2)
+//     returns the argmax.
+//  2. Top-k (k < vocab): radix select of the k-th pair: 4 passes of 8-bit digits over the keys
+//     (256-bin shared histograms; a warp scan finds the digit), then, when only some of the tokens
+//     tied at that key are kept, 4 passes over the ids of the tied tokens for the lowest ones.
+//  3. Top-p (p < 1), step 4, over the top-k set, in f64 with s0 = max logit / T:
+//     - at most SORT_CAP survivors: they are gathered into shared memory, bitonic-sorted into the
+//       exact order, their weights exp(s_i - s0) computed in parallel, and one thread forms the
+//       running sums left to right, as the oracle does; the first running sum >= p * Z (Z the last
+//       one) is the cut. This is the oracle's arithmetic operation for operation.
+//     - more: a radix select by mass. 8 passes of 4-bit key digits; each thread sums the weights
+//       of its tokens into 16 registers by digit, a fixed-order block reduction gives each digit's
+//       mass, and the digit where the mass of everything before it reaches p * Z is kept. The
+//       tokens tied at the final key share one weight w, so the cut among them is the smallest r
+//       with above + r w >= p Z, then the r lowest ids (as in 2). The sums here are tree sums, not
+//       the oracle's left-to-right sum: the cut can differ only when a running sum lies within a
+//       few ulps (relative ~1e-13) of p * Z.
+//  4. Step 5: one pass over the survivors, score = logit / T + gumbel(seed, step, id) in f64 with
+//     Philox4x32-10 exactly as oracle::decode::philox; block argmax, ties to the lower id.
+// Every reduction has a fixed order, so a row's token does not depend on timing or on the batch.
+//
+// Not bit-exact with the oracle: CUDA's double exp and log are within 1 ulp of libm's, so a
+// weight or a Gumbel draw may differ in its last bit; this changes a token only on a near-exact
+// tie (two scores within ~1e-15 relative, or a running sum within that of p * Z).
+//
+// Cost per row (vocab V, one CTA on one SM; rows run on separate SMs): step 1 one pass over the
+// row; top-k 4 passes (+4 when a tie group is split); top-p up to SORT_CAP survivors: one gather
+// pass and a shared-memory sort; beyond: 8 mass passes (an f64 exp per token still in the
+// interval, all V in the first) + 1 count pass (+4); the final pass computes Philox and two f64
+// logs per survivor. At V = 151936 a pass reads 594 KiB (from L2 after the first). Estimated, not
+// yet measured: a few microseconds greedy, some tens for temperature alone (the final pass's f64
+// logs dominate), on the order of 100 for top-p without top-k.
+
+#define THREADS 512
+#define WARPS (THREADS / 32)
+#define SORT_CAP 2048
+#define MASS_BITS 4
+#define MASS_BINS 16
+#define ALL_IDS 0xFFFFFFFFu
+// No math_constants.h under NVRTC: the infinities by their bits.
+#define POS_INF_F __int_as_float(0x7F800000)
+#define NEG_INF __longlong_as_double((long long)0xFFF0000000000000ULL)
+
+struct SamplingRow {
+    unsigned long long seed;
+    unsigned long long step;
+    float temperature;
+    unsigned top_k;
+    float top_p;
+    unsigned pad;
+};
+
+// The last member of "the first m tokens in the order" (see the header).
+struct Threshold {
+    unsigned key;
+    unsigned id;
+};
+
+struct Scratch {
+    unsigned hist[256];
+    double warp_bins[WARPS][MASS_BINS];
+    double bins[MASS_BINS];
+    double warp_best[WARPS];
+    unsigned warp_id[WARPS];
+    unsigned digit;
+    unsigned before;
+    unsigned count;
+    int cut;
+    unsigned sort_key[SORT_CAP];
+    unsigned sort_id[SORT_CAP];
+    double running[SORT_CAP];
+};
+
+__device__ __forceinline__ unsigned order_key(float f) {
+    unsigned b = __float_as_uint(f);
+    if (f != f) b = 0xFF800000u;  // NaN orders as -inf (its row is faulted anyway)
+    if (f == 0.0f) b = 0u;        // -0 == +0, as the oracle's f32 comparison
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// The logit a key came from (+0 for a zero).
+__device__ __forceinline__ float key_value(unsigned k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+__device__ __forceinline__ bool survives(unsigned k, unsigned v, Threshold th) {
+    return k > th.key || (k == th.key && v <= th.id);
+}
+
+// Larger value first, ties to the lower id; NaN never wins, so it never enters a reduction.
+__device__ __forceinline__ bool better(double v, unsigned id, double best, unsigned best_id) {
+    return v > best || (v == best && id < best_id);
+}
+
+// Philox4x32-10 (oracle::decode::philox), word 0 of the output.
+__device__ __forceinline__ unsigned philox_word0(unsigned c0, unsigned c1, unsigned c2, unsigned c3,
+                                                 unsigned k0, unsigned k1) {
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        const unsigned hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        const unsigned hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    return c0;
+}
+
+// -ln(-ln u), u = (x + 0.5) 2^-32 with x Philox word 0 at counter (v, step), key seed.
+__device__ __forceinline__ double gumbel(unsigned long long seed, unsigned long long step, unsigned v) {
+    const unsigned x = philox_word0(v, (unsigned)step, (unsigned)(step >> 32), 0u,
+                                    (unsigned)seed, (unsigned)(seed >> 32));
+    const double u = ((double)x + 0.5) * 0x1p-32;
+    return -log(-log(u));
+}
+
+// The block's best (value, id) pair, returned to every thread.
+__device__ void block_best(double& v, unsigned& id, Scratch& sh) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const double ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        const unsigned oid = __shfl_xor_sync(0xFFFFFFFFu, id, off);
+        if (better(ov, oid, v, id)) {
+            v = ov;
+            id = oid;
+        }
+    }
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+        sh.warp_best[warp] = v;
+        sh.warp_id[warp] = id;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < WARPS ? sh.warp_best[lane] : NEG_INF;
+        id = lane < WARPS ? sh.warp_id[lane] : ALL_IDS;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const double ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
+            const unsigned oid = __shfl_xor_sync(0xFFFFFFFFu, id, off);
+            if (better(ov, oid, v, id)) {
+                v = ov;
+                id = oid;
+            }
+        }
+        if (lane == 0) {
+            sh.warp_best[0] = v;
+            sh.warp_id[0] = id;
+        }
+    }
+    __syncthreads();
+    v = sh.warp_best[0];
+    id = sh.warp_id[0];
+    __syncthreads();
+}
+
+// The block's sum of one count per thread, returned to every thread.
+__device__ unsigned block_count(unsigned c, Scratch& sh) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) c += __shfl_xor_sync(0xFFFFFFFFu, c, off);
+    if (threadIdx.x % 32 == 0) sh.warp_id[threadIdx.x / 32] = c;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned total = 0;
+        for (int w = 0; w < WARPS; ++w) total += sh.warp_id[w];
+        sh.count = total;
+    }
+    __syncthreads();
+    const unsigned total = sh.count;
+    __syncthreads();
+    return total;
+}
+
+// Sums each thread's MASS_BINS partial masses into sh.bins, in a fixed order.
+__device__ void block_sum_bins(const double acc[MASS_BINS], Scratch& sh) {
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int b = 0; b < MASS_BINS; ++b) {
+        double s = acc[b];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, off);
+        if (lane == 0) sh.warp_bins[warp][b] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < MASS_BINS) {
+        double s = 0.0;
+        for (int w = 0; w < WARPS; ++w) s += sh.warp_bins[w][threadIdx.x];
+        sh.bins[threadIdx.x] = s;
+    }
+    __syncthreads();
+}
+
+// Over sh.hist scanned from digit 255 down (descending) or from 0 up: the digit holding the
+// rank-th element (1-based) and how many elements come before that digit, into sh.digit and
+// sh.before. Warp 0 scans, 8 bins per lane; the caller guarantees rank <= the histogram's total.
+__device__ void find_digit(unsigned rank, bool descending, Scratch& sh) {
+    if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
+        if (lane == 0) {
+            sh.digit = 0;
+            sh.before = 0;
+        }
+        __syncwarp();
+        unsigned c[8];
+        unsigned sum = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const unsigned s = lane * 8 + k;
+            c[k] = sh.hist[descending ? 255 - s : s];
+            sum += c[k];
+        }
+        unsigned incl = sum;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const unsigned up = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+            if (lane >= (unsigned)off) incl += up;
+        }
+        const unsigned excl = incl - sum;
+        if (excl < rank && rank <= incl) {
+            unsigned before = excl;
+            int found = -1;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                if (found < 0) {
+                    if (rank <= before + c[k]) found = k;
+                    else before += c[k];
+                }
+            }
+            const unsigned s = lane * 8 + found;
+            sh.digit = descending ? 255 - s : s;
+            sh.before = before;
+        }
+    }
+    __syncthreads();
+}
+
+// The rank-th smallest id (1-based) among the tokens whose key is `key`.
+__device__ unsigned select_id(const float* l, unsigned n, unsigned key, unsigned rank, Scratch& sh) {
+    unsigned prefix = 0, mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (unsigned i = threadIdx.x; i < 256; i += THREADS) sh.hist[i] = 0;
+        __syncthreads();
+        for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+            if (order_key(l[v]) == key && (v & mask) == prefix) atomicAdd(&sh.hist[(v >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        find_digit(rank, false, sh);
+        rank -= sh.before;
+        prefix |= sh.digit << shift;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+// The rank-th pair (1-based) of the order over the whole row: top-k's threshold.
+__device__ Threshold select_by_count(const float* l, unsigned n, unsigned rank, Scratch& sh) {
+    unsigned prefix = 0, mask = 0, tied = n;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (unsigned i = threadIdx.x; i < 256; i += THREADS) sh.hist[i] = 0;
+        __syncthreads();
+        for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+            const unsigned k = order_key(l[v]);
+            if ((k & mask) == prefix) atomicAdd(&sh.hist[(k >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        find_digit(rank, true, sh);
+        rank -= sh.before;
+        tied = sh.hist[sh.digit];
+        prefix |= sh.digit << shift;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    Threshold th = {prefix, ALL_IDS};
+    if (rank < tied) th.id = select_id(l, n, prefix, rank, sh);
+    return th;
+}
+
+// Top-p over the (at most SORT_CAP) survivors of `th`, with the oracle's left-to-right sums.
+__device__ Threshold nucleus_sorted(const float* l, unsigned n, Threshold th, double t, double s0,
+                                    double p, Scratch& sh) {
+    if (threadIdx.x == 0) sh.count = 0;
+    __syncthreads();
+    for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+        const unsigned k = order_key(l[v]);
+        if (survives(k, v, th)) {
+            const unsigned at = atomicAdd(&sh.count, 1u);
+            if (at < SORT_CAP) {
+                sh.sort_key[at] = k;
+                sh.sort_id[at] = v;
+            }
+        }
+    }
+    __syncthreads();
+    const unsigned m = min(sh.count, (unsigned)SORT_CAP);
+    unsigned size = 1;
+    while (size < m) size <<= 1;
+    // Padding sorts last: no real key is 0 (-inf's key is 0x007FFFFF).
+    for (unsigned i = m + threadIdx.x; i < size; i += THREADS) {
+        sh.sort_key[i] = 0;
+        sh.sort_id[i] = ALL_IDS;
+    }
+    __syncthreads();
+    for (unsigned k = 2; k <= size; k <<= 1) {
+        for (unsigned j = k >> 1; j > 0; j >>= 1) {
+            for (unsigned i = threadIdx.x; i < size / 2; i += THREADS) {
+                const unsigned lo = (i / j) * 2 * j + i % j, hi = lo + j;
+                const unsigned klo = sh.sort_key[lo], khi = sh.sort_key[hi];
+                const unsigned ilo = sh.sort_id[lo], ihi = sh.sort_id[hi];
+                const bool hi_first = khi > klo || (khi == klo && ihi < ilo);
+                if (hi_first == ((lo & k) == 0)) {
+                    sh.sort_key[lo] = khi;
+                    sh.sort_key[hi] = klo;
+                    sh.sort_id[lo] = ihi;
+                    sh.sort_id[hi] = ilo;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (unsigned i = threadIdx.x; i < m; i += THREADS) {
+        sh.running[i] = exp((double)l[sh.sort_id[i]] / t - s0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double run = 0.0;
+        for (unsigned i = 0; i < m; ++i) {
+            run += sh.running[i];
+            sh.running[i] = run;
+        }
+        sh.cut = (int)m - 1;
+    }
+    __syncthreads();
+    const double target = p * sh.running[m - 1];
+    for (unsigned i = threadIdx.x; i < m; i += THREADS) {
+        if (sh.running[i] >= target) atomicMin(&sh.cut, (int)i);
+    }
+    __syncthreads();
+    const Threshold cut = {sh.sort_key[sh.cut], sh.sort_id[sh.cut]};
+    __syncthreads();
+    return cut;
+}
+
+// Top-p over the survivors of `th` by a radix select on mass (any number of survivors).
+__device__ Threshold nucleus_by_mass(const float* l, unsigned n, Threshold th, double t, double s0,
+                                     double p, Scratch& sh) {
+    unsigned prefix = 0, mask = 0;
+    double above = 0.0, target = 0.0;
+    for (int shift = 32 - MASS_BITS; shift >= 0; shift -= MASS_BITS) {
+        double acc[MASS_BINS];
+#pragma unroll
+        for (int b = 0; b < MASS_BINS; ++b) acc[b] = 0.0;
+        for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+            const unsigned k = order_key(l[v]);
+            if ((k & mask) == prefix && survives(k, v, th)) {
+                const double w = exp((double)l[v] / t - s0);
+                const unsigned d = (k >> shift) & (MASS_BINS - 1);
+#pragma unroll
+                for (int b = 0; b < MASS_BINS; ++b) acc[b] += d == (unsigned)b ? w : 0.0;
+            }
+        }
+        block_sum_bins(acc, sh);
+        if (shift == 32 - MASS_BITS) {
+            double z = 0.0;
+            for (int b = MASS_BINS - 1; b >= 0; --b) z += sh.bins[b];
+            target = p * z;
+        }
+        // Every thread makes the same choice from the same shared sums. The guard takes the last
+        // digit with mass when tree-sum rounding leaves the digits' total just under target.
+        int chosen = -1, last = 0;
+        double cum = above, chosen_above = above, last_above = above;
+        for (int b = MASS_BINS - 1; b >= 0; --b) {
+            const double m = sh.bins[b];
+            if (m > 0.0) {
+                if (cum + m >= target) {
+                    chosen = b;
+                    chosen_above = cum;
+                    break;
+                }
+                last = b;
+                last_above = cum;
+            }
+            cum += m;
+        }
+        if (chosen < 0) {
+            chosen = last;
+            chosen_above = last_above;
+        }
+        above = chosen_above;
+        prefix |= (unsigned)chosen << shift;
+        mask |= (unsigned)(MASS_BINS - 1) << shift;
+        __syncthreads();
+    }
+    unsigned mine = 0;
+    for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+        const unsigned k = order_key(l[v]);
+        mine += (k == prefix && survives(k, v, th)) ? 1u : 0u;
+    }
+    const unsigned tied = block_count(mine, sh);
+    const double w = exp((double)key_value(prefix) / t - s0);
+    const double need = (target - above) / w;
+    const unsigned r = need <= 1.0 ? 1u : (need >= (double)tied ? tied : (unsigned)ceil(need));
+    Threshold cut = {prefix, ALL_IDS};
+    if (r < tied) {
+        cut.id = select_id(l, n, prefix, r, sh);
+    } else if (prefix == th.key) {
+        cut.id = th.id;
+    }
+    return cut;
+}
+
+// Step 1 of the header: the row's argmax, and whether the row is unusable.
+__device__ bool argmax_and_check(const float* l, unsigned n, double& best, unsigned& best_id, Scratch& sh) {
+    best = NEG_INF;
+    best_id = ALL_IDS;
+    int bad = 0;
+    for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+        const float x = l[v];
+        if (x != x || x == POS_INF_F) bad = 1;
+        if (better((double)x, v, best, best_id)) {
+            best = x;
+            best_id = v;
+        }
+    }
+    bad = __syncthreads_or(bad);
+    block_best(best, best_id, sh);
+    return bad || best == NEG_INF;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
+    const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
+{
+    __shared__ Scratch sh;
+    const unsigned row = blockIdx.x;
+    double best;
+    unsigned best_id;
+    const bool faulted = argmax_and_check(logits + (long long)row * vocab, vocab, best, best_id, sh);
+    if (threadIdx.x == 0) {
+        if (faulted) record_fault(fault, FAULT_LOGITS, row);
+        tokens[row] = best_id == ALL_IDS ? 0u : best_id;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
+    const float* __restrict__ logits,
+    unsigned vocab,
+    const SamplingRow* __restrict__ params,
+    unsigned* __restrict__ tokens,
+    unsigned* __restrict__ survivors,
+    unsigned* fault)
+{
+    __shared__ Scratch sh;
+    const unsigned row = blockIdx.x;
+    const unsigned n = vocab;
+    const float* l = logits + (long long)row * vocab;
+    const SamplingRow p = params[row];
+    double best;
+    unsigned best_id;
+    if (argmax_and_check(l, n, best, best_id, sh)) {
+        if (threadIdx.x == 0) {
+            record_fault(fault, FAULT_LOGITS, row);
+            tokens[row] = best_id == ALL_IDS ? 0u : best_id;
+            survivors[row] = 0;
+        }
+        return;
+    }
+    if (!(p.temperature > 0.0f)) {
+        if (threadIdx.x == 0) {
+            tokens[row] = best_id;
+            survivors[row] = 1;
+        }
+        return;
+    }
+    const double t = (double)p.temperature;
+    const unsigned kept = (p.top_k == 0 || p.top_k >= n) ? n : p.top_k;
+    Threshold th = {0u, ALL_IDS};
+    if (kept < n) th = select_by_count(l, n, kept, sh);
+    if (p.top_p < 1.0f) {
+        const double s0 = best / t;
+        th = kept <= SORT_CAP ? nucleus_sorted(l, n, th, t, s0, (double)p.top_p, sh)
+                              : nucleus_by_mass(l, n, th, t, s0, (double)p.top_p, sh);
+    }
+    double score = NEG_INF;
+    unsigned id = ALL_IDS, count = 0;
+    for (unsigned v = threadIdx.x; v < n; v += THREADS) {
+        const unsigned k = order_key(l[v]);
+        if (survives(k, v, th)) {
+            ++count;
+            const double s = (double)l[v] / t + gumbel(p.seed, p.step, v);
+            if (better(s, v, score, id)) {
+                score = s;
+                id = v;
+            }
+        }
+    }
+    block_best(score, id, sh);
+    count = block_count(count, sh);
+    if (threadIdx.x == 0) {
+        tokens[row] = id;
+        survivors[row] = count;
+    }
+}

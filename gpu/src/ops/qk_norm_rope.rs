@@ -1,0 +1,168 @@
+//! The fused q/k UClipNorm + RoPE + paged KV-cache write between the qkv GEMM and attention
+//! (`qk_norm_rope_cache.cu`).
+//!
+//! One launch per layer reads the fused projection `[tokens, (Hq + 2 Hkv) * D]` (q heads, then
+//! k heads, then v heads), writes the normed, rotated, bf16-rounded queries `[tokens, Hq, D]`
+//! for attention, and stores the normed, rotated keys and the values into the paged cache at each
+//! token's slot (a negative slot is padding: nothing is written).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use half::bf16;
+
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults, RopeTable, UClipNormParams};
+use crate::error::Result;
+use crate::kernels::QK_NORM_ROPE_CACHE;
+use crate::runtime::{launch_error, Gpu};
+
+/// Heads and channels of a model's attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadShape {
+    /// `Hq`, query heads.
+    pub num_heads: usize,
+    /// `Hkv`, key/value heads.
+    pub num_kv_heads: usize,
+    /// `D`, channels per head: a multiple of 16 here (8 rotation pairs per thread).
+    pub head_dim: usize,
+}
+
+impl HeadShape {
+    /// Elements in one token's row of the fused qkv projection: `(Hq + 2 Hkv) * D`.
+    pub fn qkv_width(&self) -> usize {
+        (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+    }
+}
+
+/// One step's inputs.
+pub struct QkvInputs<'a> {
+    /// `[tokens, (Hq + 2 Hkv) * D]` bf16, the fused q/k/v projection (q heads, k heads, v heads).
+    pub qkv: CudaView<'a, bf16>,
+    /// `[tokens]` absolute positions, each below the RoPE table's `max_pos`.
+    pub positions: CudaView<'a, i32>,
+    /// `[tokens]` cache slots `block * block_size + offset`; negative = padding (no write).
+    pub slot_mapping: CudaView<'a, i64>,
+}
+
+/// Where one step's results go.
+pub struct QkvOutputs<'a> {
+    /// `[tokens, Hq, D]` bf16 queries, normed and rotated.
+    pub q: CudaViewMut<'a, bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` bf16; the keys land at their slots.
+    pub key_cache: CudaViewMut<'a, bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` bf16; the values land at their slots.
+    pub value_cache: CudaViewMut<'a, bf16>,
+}
+
+/// `qk_norm_rope_cache.cu`, loaded, with the model's head shape and RoPE table.
+pub struct QkNormRopeCache {
+    stream: Arc<CudaStream>,
+    func: CudaFunction,
+    heads: HeadShape,
+    rope: RopeTable,
+}
+
+impl QkNormRopeCache {
+    /// Loads the kernel for `heads` (Hq a positive multiple of Hkv, D a multiple of 16 matching
+    /// the table).
+    pub fn new(gpu: &Gpu, heads: HeadShape, rope: RopeTable) -> Result<Self> {
+        const ENTRY: &str = "qk_norm_rope_cache";
+        let HeadShape { num_heads, num_kv_heads, head_dim } = heads;
+        if num_kv_heads == 0 || num_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
+            return Err(unsupported(
+                ENTRY,
+                format!("num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"),
+            ));
+        }
+        if head_dim == 0 || !head_dim.is_multiple_of(16) {
+            return Err(unsupported(ENTRY, format!("head_dim must be a positive multiple of 16, got {head_dim}")));
+        }
+        if rope.head_dim() != head_dim {
+            return Err(unsupported(
+                ENTRY,
+                format!("the RoPE table is for head_dim {}, not {head_dim}", rope.head_dim()),
+            ));
+        }
+        as_i32(ENTRY, "qkv row width", heads.qkv_width())?;
+        Ok(Self { stream: gpu.stream().clone(), func: gpu.function(&QK_NORM_ROPE_CACHE, ENTRY)?, heads, rope })
+    }
+
+    /// The head shape launched for.
+    pub fn heads(&self) -> HeadShape {
+        self.heads
+    }
+
+    /// Norms and rotates q and k of every token, writes q to `out.q` and k, v to the caches at
+    /// the token's slot. `q_norm` and `k_norm` are over `D`. A position outside the table or a
+    /// slot past the cache is masked and recorded in `faults`. Launch only.
+    pub fn run(
+        &self,
+        q_norm: &UClipNormParams,
+        k_norm: &UClipNormParams,
+        inputs: &QkvInputs<'_>,
+        out: &mut QkvOutputs<'_>,
+        faults: &mut Faults,
+    ) -> Result<()> {
+        const ENTRY: &str = "qk_norm_rope_cache";
+        let HeadShape { num_heads, num_kv_heads, head_dim } = self.heads;
+        for (what, norm) in [("q_norm", q_norm), ("k_norm", k_norm)] {
+            if norm.channels() != head_dim {
+                return Err(unsupported(
+                    ENTRY,
+                    format!("{what} has {} channels, expected {head_dim}", norm.channels()),
+                ));
+            }
+        }
+        let tokens = inputs.positions.len();
+        check_len(ENTRY, "slot_mapping", inputs.slot_mapping.len(), tokens)?;
+        check_len(ENTRY, "qkv", inputs.qkv.len(), tokens * self.heads.qkv_width())?;
+        check_len(ENTRY, "q", out.q.len(), tokens * num_heads * head_dim)?;
+        let slot_width = num_kv_heads * head_dim;
+        if !out.key_cache.len().is_multiple_of(slot_width) || out.value_cache.len() != out.key_cache.len() {
+            return Err(unsupported(
+                ENTRY,
+                format!(
+                    "key_cache ({}) and value_cache ({}) must be equal whole slots of Hkv * D = {slot_width}",
+                    out.key_cache.len(),
+                    out.value_cache.len()
+                ),
+            ));
+        }
+        let num_slots = (out.key_cache.len() / slot_width) as i64;
+        check_aligned(&self.stream, ENTRY, "qkv", &inputs.qkv)?;
+        check_aligned(&self.stream, ENTRY, "q", &out.q)?;
+        check_aligned(&self.stream, ENTRY, "key_cache", &out.key_cache)?;
+        check_aligned(&self.stream, ENTRY, "value_cache", &out.value_cache)?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let per_token = (num_heads + num_kv_heads) * head_dim / 16 + num_kv_heads * head_dim / 8;
+        let ints = [
+            as_i32(ENTRY, "max_pos", self.rope.max_pos())?,
+            as_i32(ENTRY, "tokens", tokens)?,
+            as_i32(ENTRY, "num_heads", num_heads)?,
+            as_i32(ENTRY, "num_kv_heads", num_kv_heads)?,
+            as_i32(ENTRY, "head_dim", head_dim)?,
+        ];
+        let [max_pos, tokens_i, heads_i, kv_heads_i, head_dim_i] = ints;
+        let cfg = elementwise_config((tokens * per_token) as u64);
+        let mut b = self.stream.launch_builder(&self.func);
+        b.arg(&inputs.qkv).arg(&inputs.positions).arg(&inputs.slot_mapping).arg(self.rope.table()).arg(&max_pos);
+        q_norm.push(&mut b);
+        k_norm.push(&mut b);
+        b.arg(&mut out.q)
+            .arg(&mut out.key_cache)
+            .arg(&mut out.value_cache)
+            .arg(&num_slots)
+            .arg(&tokens_i)
+            .arg(&heads_i)
+            .arg(&kv_heads_i)
+            .arg(&head_dim_i)
+            .arg(faults.word());
+        // SAFETY: the arguments match `qk_norm_rope_cache` in qk_norm_rope_cache.cu; every
+        // buffer's size and alignment was checked above, positions are clamped into the table
+        // and slots outside [0, num_slots) are skipped by the kernel.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+}

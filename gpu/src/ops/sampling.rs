@@ -1,0 +1,196 @@
+//! Token selection on the device (`sampling.cu`): greedy argmax and the Gumbel-max sampler of
+//! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
+//! token), one CTA per row of logits. The kernel's header states the algorithm, its cost, and the
+//! one place it is not the oracle's arithmetic to the bit.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::{check_len, unsupported, Faults};
+use crate::error::{Error, Result};
+use crate::kernels::SAMPLING;
+use crate::runtime::{launch_error, Gpu};
+
+/// Threads per row: `THREADS` in sampling.cu (512 keeps the 16 f64 mass bins of the top-p
+/// search in registers without spills).
+const THREADS: u32 = 512;
+
+/// One row's sampling parameters, laid out as `SamplingRow` in sampling.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingRow {
+    /// Keys the Philox draws.
+    pub seed: u64,
+    /// Index of the token being drawn among the request's generated tokens (0 for the first).
+    pub step: u64,
+    /// `0` is greedy; otherwise finite and positive.
+    pub temperature: f32,
+    /// Keep the `top_k` largest logits; `0` (or at least the vocabulary) keeps all.
+    pub top_k: u32,
+    /// In `(0, 1]`; `1` keeps all.
+    pub top_p: f32,
+    pad: u32,
+}
+
+// SAFETY: `SamplingRow` is `repr(C)` plain data (two u64, three 4-byte fields, explicit padding
+// to 32 bytes), the layout of the kernel's struct.
+unsafe impl DeviceRepr for SamplingRow {}
+
+impl SamplingRow {
+    /// Checks the parameters as `oracle::decode::sampler::SamplingParams::validate` does
+    /// (temperature finite and `>= 0`, `top_p` in `(0, 1]`), naming the field and the value.
+    /// A `top_k` above `u32::MAX` keeps all, as it would on the host.
+    pub fn new(temperature: f32, top_k: usize, top_p: f32, seed: u64, step: u64) -> Result<Self> {
+        let bad = |reason: String| Err(Error::Unsupported { entry: "sample_rows".to_string(), reason });
+        if !temperature.is_finite() || temperature < 0.0 {
+            return bad(format!("temperature must be finite and >= 0, got {temperature}"));
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return bad(format!("top_p must be in (0, 1], got {top_p}"));
+        }
+        let top_k = u32::try_from(top_k).unwrap_or(u32::MAX);
+        Ok(Self { seed, step, temperature, top_k, top_p, pad: 0 })
+    }
+}
+
+/// `sampling.cu`, loaded.
+pub struct Sampler {
+    stream: Arc<CudaStream>,
+    argmax: CudaFunction,
+    sample: CudaFunction,
+}
+
+impl Sampler {
+    /// Loads `sampling.cu` (compiling it on first use).
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        Ok(Self {
+            stream: gpu.stream().clone(),
+            argmax: gpu.function(&SAMPLING, "argmax_rows")?,
+            sample: gpu.function(&SAMPLING, "sample_rows")?,
+        })
+    }
+
+    /// `tokens[r]` = the first index of row `r`'s largest logit (`-0 == +0`); `logits` is
+    /// `[rows, vocab]`. A row with NaN, `+inf` or nothing finite is recorded in `faults`. Launch only.
+    pub fn argmax(
+        &self,
+        logits: &CudaView<'_, f32>,
+        vocab: usize,
+        tokens: &mut CudaViewMut<'_, u32>,
+        faults: &mut Faults,
+    ) -> Result<()> {
+        const ENTRY: &str = "argmax_rows";
+        let (rows, vocab_u) = rows_of(ENTRY, logits.len(), vocab)?;
+        check_len(ENTRY, "tokens", tokens.len(), rows as usize)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let cfg = row_config(rows);
+        let mut b = self.stream.launch_builder(&self.argmax);
+        b.arg(logits).arg(&vocab_u).arg(tokens).arg(faults.word());
+        // SAFETY: the arguments match `argmax_rows` in sampling.cu; one CTA per row of `vocab`
+        // logits, sizes checked above.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+
+    /// Draws one token per row of `logits` (`[rows, vocab]`) with `params[r]`, into `tokens[r]`,
+    /// and how many tokens survived top-k/top-p into `survivors[r]` (1 when greedy, 0 for a row
+    /// recorded in `faults` for NaN, `+inf` or nothing finite). Launch only.
+    pub fn sample(
+        &self,
+        logits: &CudaView<'_, f32>,
+        vocab: usize,
+        params: &CudaView<'_, SamplingRow>,
+        tokens: &mut CudaViewMut<'_, u32>,
+        survivors: &mut CudaViewMut<'_, u32>,
+        faults: &mut Faults,
+    ) -> Result<()> {
+        const ENTRY: &str = "sample_rows";
+        let (rows, vocab_u) = rows_of(ENTRY, logits.len(), vocab)?;
+        check_len(ENTRY, "params", params.len(), rows as usize)?;
+        check_len(ENTRY, "tokens", tokens.len(), rows as usize)?;
+        check_len(ENTRY, "survivors", survivors.len(), rows as usize)?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let cfg = row_config(rows);
+        let mut b = self.stream.launch_builder(&self.sample);
+        b.arg(logits).arg(&vocab_u).arg(params).arg(tokens).arg(survivors).arg(faults.word());
+        // SAFETY: the arguments match `sample_rows` in sampling.cu; one CTA per row of `vocab`
+        // logits, sizes checked above.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+}
+
+/// Rows of `len` logits of `vocab` each (`1 <= vocab < 2^31`, at most 2^31 - 1 rows).
+fn rows_of(entry: &str, len: usize, vocab: usize) -> Result<(u32, u32)> {
+    if vocab == 0 || vocab > i32::MAX as usize {
+        return Err(unsupported(entry, format!("vocab must be 1 to 2^31 - 1, got {vocab}")));
+    }
+    if !len.is_multiple_of(vocab) {
+        return Err(unsupported(entry, format!("{len} logits are not whole rows of {vocab}")));
+    }
+    let rows = u32::try_from(len / vocab)
+        .ok()
+        .filter(|&r| r <= i32::MAX as u32)
+        .ok_or_else(|| unsupported(entry, format!("{} rows is more than a grid holds", len / vocab)))?;
+    Ok((rows, vocab as u32))
+}
+
+fn row_config(rows: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (rows, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_row_struct_has_the_kernel_layout() {
+        assert_eq!(std::mem::size_of::<SamplingRow>(), 32);
+        assert_eq!(std::mem::align_of::<SamplingRow>(), 8);
+        let src = include_str!("../../kernels/sampling.cu");
+        let fields = [
+            "unsigned long long seed;",
+            "unsigned long long step;",
+            "float temperature;",
+            "unsigned top_k;",
+            "float top_p;",
+            "unsigned pad;",
+        ];
+        let mut at = src.find("struct SamplingRow {").expect("sampling.cu defines SamplingRow");
+        for f in fields {
+            let next = src[at..].find(f).unwrap_or_else(|| panic!("SamplingRow lacks `{f}` in this order"));
+            at += next;
+        }
+        assert!(src.contains(&format!("#define THREADS {THREADS}")), "THREADS differs from sampling.cu");
+    }
+
+    #[test]
+    fn parameters_are_checked_like_the_oracle_and_name_the_field() {
+        for (t, p, needle) in [
+            (-0.5, 1.0, "temperature"),
+            (f32::NAN, 1.0, "temperature"),
+            (f32::INFINITY, 1.0, "temperature"),
+            (1.0, 0.0, "top_p"),
+            (1.0, 1.5, "top_p"),
+            (1.0, f32::NAN, "top_p"),
+        ] {
+            let e = SamplingRow::new(t, 0, p, 0, 0).unwrap_err().to_string();
+            assert!(e.contains(needle), "{t} {p}: {e}");
+        }
+        let r = SamplingRow::new(0.7, usize::MAX, 0.9, 5, 6).unwrap();
+        assert_eq!((r.top_k, r.seed, r.step), (u32::MAX, 5, 6));
+    }
+
+    #[test]
+    fn logit_rows_must_be_whole() {
+        assert_eq!(rows_of("k", 3 * 512, 512).unwrap(), (3, 512));
+        assert!(rows_of("k", 1000, 512).unwrap_err().to_string().contains("not whole rows of 512"));
+        assert!(rows_of("k", 0, 0).is_err());
+        assert_eq!(rows_of("k", 0, 512).unwrap(), (0, 512));
+    }
+}

@@ -1,0 +1,64 @@
+//! The MLP's gated product, `silu(gate) * up`, on the output of one fused gate/up GEMM
+//! (`silu_mul.cu`).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use half::bf16;
+
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
+use crate::error::Result;
+use crate::kernels::SILU_MUL;
+use crate::runtime::{launch_error, Gpu};
+
+/// `silu_mul.cu`, loaded.
+pub struct SiluMul {
+    stream: Arc<CudaStream>,
+    func: CudaFunction,
+}
+
+impl SiluMul {
+    /// Loads `silu_mul.cu` (compiling it on first use).
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        Ok(Self { stream: gpu.stream().clone(), func: gpu.function(&SILU_MUL, "silu_mul")? })
+    }
+
+    /// `out[t, c] = bf16(silu(gate_up[t, c]) * gate_up[t, I + c])`: `gate_up` is
+    /// `[tokens, 2 * intermediate]` (each row the gate projection, then the up projection),
+    /// `out` `[tokens, intermediate]`; `intermediate` a multiple of 8. Launch only.
+    pub fn run(
+        &self,
+        gate_up: &CudaView<'_, bf16>,
+        intermediate: usize,
+        out: &mut CudaViewMut<'_, bf16>,
+    ) -> Result<()> {
+        const ENTRY: &str = "silu_mul";
+        if intermediate == 0 || !intermediate.is_multiple_of(8) {
+            return Err(unsupported(
+                ENTRY,
+                format!("intermediate must be a positive multiple of 8, got {intermediate}"),
+            ));
+        }
+        if !out.len().is_multiple_of(intermediate) {
+            return Err(unsupported(
+                ENTRY,
+                format!("`out` has {} elements, not whole rows of {intermediate}", out.len()),
+            ));
+        }
+        let tokens = out.len() / intermediate;
+        check_len(ENTRY, "gate_up", gate_up.len(), tokens * 2 * intermediate)?;
+        check_aligned(&self.stream, ENTRY, "gate_up", gate_up)?;
+        check_aligned(&self.stream, ENTRY, "out", out)?;
+        if tokens == 0 {
+            return Ok(());
+        }
+        let inter = as_i32(ENTRY, "intermediate", intermediate)?;
+        let num_vecs = (out.len() / 8) as i64;
+        let cfg = elementwise_config(num_vecs as u64);
+        let mut b = self.stream.launch_builder(&self.func);
+        b.arg(gate_up).arg(out).arg(&num_vecs).arg(&inter);
+        // SAFETY: the arguments match `silu_mul` in silu_mul.cu; sizes and alignment checked above.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+}

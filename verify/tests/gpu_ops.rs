@@ -1,0 +1,37 @@
+//! The small kernels of the GPU model (`gpu::ops`) held against the oracle, one check per op:
+//! fresh seeded inputs, every output poisoned before the launch, every element compared (bounds
+//! in `gpu_ops/compare.rs`), odd sizes, every UClipNorm shape, shuffled and padded cache slots,
+//! and sampled tokens equal to `oracle::decode::sampler`'s. Without a GPU every check prints
+//! that it was skipped (`verify::gpu_harness`).
+
+#[path = "gpu_ops/compare.rs"]
+mod compare;
+#[path = "gpu_ops/elementwise.rs"]
+mod elementwise;
+#[path = "gpu_ops/qk.rs"]
+mod qk;
+#[path = "gpu_ops/sampling.rs"]
+mod sampling;
+
+fn main() {
+    verify::gpu_harness::run(
+        "gpu_ops",
+        &[
+            ("embedding_gathers_rows_bit_for_bit", elementwise::embedding_gathers_rows_bit_for_bit),
+            ("silu_mul_matches_the_oracle", elementwise::silu_mul_matches_the_oracle),
+            ("peri_ln_residual_rounds_like_the_oracle", elementwise::peri_ln_residual_rounds_like_the_oracle),
+            ("uclipnorm_matches_the_oracle_in_every_shape", elementwise::uclipnorm_matches_the_oracle_in_every_shape),
+            ("qk_norm_rope_cache_matches_the_oracle", qk::qk_norm_rope_cache_matches_the_oracle),
+            (
+                "qk_norm_rope_cache_masks_and_reports_bad_positions_and_slots",
+                qk::qk_norm_rope_cache_masks_and_reports_bad_positions_and_slots,
+            ),
+            (
+                "argmax_takes_the_lowest_id_of_the_largest_logit",
+                sampling::argmax_takes_the_lowest_id_of_the_largest_logit,
+            ),
+            ("sampler_draws_the_oracles_tokens", sampling::sampler_draws_the_oracles_tokens),
+            ("bad_logit_rows_are_reported_not_sampled", sampling::bad_logit_rows_are_reported_not_sampled),
+        ],
+    )
+}

@@ -1,0 +1,168 @@
+//! The elementwise ops against the oracle: embedding gather, SiLU-multiply, the fused Peri-LN
+//! residual step and the plain norm.
+
+use std::sync::Arc;
+
+use gpu::ops::{check_token_ids, Embedding, Faults, PeriLn, SiluMul};
+use gpu::Gpu;
+use half::bf16;
+use ndarray::ArrayView2;
+use oracle::model::weights::UClipNormWeights;
+use oracle::norm::uclipnorm;
+use oracle::scalar::round_bf16;
+use verify::rng::Counter;
+
+use super::compare::{
+    bf16_ulp, compare_bf16, compare_l2, draw_norm, g, random_bf16, same_bits, slack, widen, Check, ALL_NORM_SHAPES,
+    POISON,
+};
+
+/// `bf16(norm(x))` in f64 over rows of `hidden`: the oracle's norm and its round point.
+fn norm_rounded(x: &[f64], hidden: usize, w: &UClipNormWeights<f64>) -> Vec<f64> {
+    let view = ArrayView2::from_shape((x.len() / hidden, hidden), x).expect("whole rows");
+    uclipnorm(view, w).iter().map(|&v| round_bf16(v)).collect()
+}
+
+pub fn embedding_gathers_rows_bit_for_bit(gpu: &Arc<Gpu>) -> Check {
+    let op = g(Embedding::new(gpu))?;
+    let mut faults = g(Faults::new(gpu))?;
+    for (case, &(vocab, hidden, tokens)) in
+        [(512usize, 64usize, 1usize), (512, 1024, 7), (151_936, 64, 300), (512, 64, 300)].iter().enumerate()
+    {
+        let seed = 100 + case as u64;
+        let table = random_bf16(&Counter::new(seed, 1), vocab * hidden, 2.0);
+        let picks = Counter::new(seed, 2);
+        let mut ids: Vec<u32> = (0..tokens).map(|t| picks.below(vocab as u64, &[t as u64]) as u32).collect();
+        ids[0] = vocab as u32 - 1;
+        g(check_token_ids(&ids, vocab))?;
+        let table_d = g(gpu.upload(&table))?;
+        let ids_d = g(gpu.upload(&ids))?;
+        let mut out = g(gpu.upload(&vec![POISON; tokens * hidden]))?;
+        g(op.run(&table_d.as_view(), vocab, &ids_d.as_view(), &mut out.as_view_mut(), &mut faults))?;
+        let got = g(gpu.download(&out))?;
+        let want: Vec<bf16> =
+            ids.iter().flat_map(|&id| table[id as usize * hidden..][..hidden].iter().copied()).collect();
+        same_bits(&format!("embedding vocab {vocab} hidden {hidden} tokens {tokens}"), &got, &want)?;
+        g(faults.check())?;
+    }
+
+    // An id past the vocabulary: the host refuses it by name; the kernel, handed it anyway,
+    // fills that row with NaN, gathers the others, and reports the id.
+    let (vocab, hidden) = (512usize, 64usize);
+    let table = random_bf16(&Counter::new(7, 1), vocab * hidden, 2.0);
+    let ids = [3u32, 511, vocab as u32 + 5, 0];
+    let refused = check_token_ids(&ids, vocab).map_err(|e| e.to_string());
+    if !refused.as_ref().is_err_and(|e| e.contains("token id 517 at position 2")) {
+        return Err(format!("check_token_ids should refuse id 517 at position 2, said {refused:?}"));
+    }
+    let table_d = g(gpu.upload(&table))?;
+    let ids_d = g(gpu.upload(&ids))?;
+    let mut out = g(gpu.upload(&vec![POISON; ids.len() * hidden]))?;
+    g(op.run(&table_d.as_view(), vocab, &ids_d.as_view(), &mut out.as_view_mut(), &mut faults))?;
+    let got = g(gpu.download(&out))?;
+    if !got[2 * hidden..3 * hidden].iter().all(|v| v.is_nan()) {
+        return Err("the row of the out-of-range id is not all NaN".into());
+    }
+    for t in [0usize, 1, 3] {
+        let id = ids[t] as usize;
+        same_bits("embedding around a bad id", &got[t * hidden..][..hidden], &table[id * hidden..][..hidden])?;
+    }
+    match faults.check() {
+        Err(e) if e.to_string().contains("1 token id(s)") && e.to_string().contains("517") => Ok(()),
+        other => Err(format!("the fault word should report token id 517, got {other:?}")),
+    }
+}
+
+pub fn silu_mul_matches_the_oracle(gpu: &Arc<Gpu>) -> Check {
+    let op = g(SiluMul::new(gpu))?;
+    for (case, &(tokens, inter)) in [(1usize, 64usize), (7, 1024), (300, 192), (300, 1536)].iter().enumerate() {
+        let mut gate_up = random_bf16(&Counter::new(200 + case as u64, 1), tokens * 2 * inter, 6.0);
+        // Gates far into both tails, where exp(-g) is huge or tiny (still finite in f32).
+        for (k, v) in [30.0, -30.0, -80.0, 80.0, 0.0].into_iter().enumerate() {
+            gate_up[k * 3] = bf16::from_f64(v);
+        }
+        let want: Vec<f64> = (0..tokens * inter)
+            .map(|e| {
+                let (t, c) = (e / inter, e % inter);
+                let gv = gate_up[t * 2 * inter + c].to_f64();
+                let uv = gate_up[t * 2 * inter + inter + c].to_f64();
+                round_bf16(gv / (1.0 + (-gv).exp()) * uv)
+            })
+            .collect();
+        let gate_up_d = g(gpu.upload(&gate_up))?;
+        let mut out = g(gpu.upload(&vec![POISON; tokens * inter]))?;
+        g(op.run(&gate_up_d.as_view(), inter, &mut out.as_view_mut()))?;
+        let got = g(gpu.download(&out))?;
+        compare_bf16(&format!("silu_mul tokens {tokens} I {inter}"), &got, &want, None, 0.0)?;
+    }
+    Ok(())
+}
+
+pub fn peri_ln_residual_rounds_like_the_oracle(gpu: &Arc<Gpu>) -> Check {
+    let op = g(PeriLn::new(gpu))?;
+    for (case, &(tokens, hidden)) in [(1usize, 64usize), (7, 1024), (300, 64), (300, 1024)].iter().enumerate() {
+        for (i, &shape) in ALL_NORM_SHAPES.iter().enumerate() {
+            let seed = 300 + 16 * case as u64 + i as u64;
+            let after = draw_norm(gpu, seed, shape, hidden)?;
+            let before = draw_norm(gpu, seed + 1000, ALL_NORM_SHAPES[(i + 3) % 8], hidden)?;
+            let n = tokens * hidden;
+            let a = random_bf16(&Counter::new(seed, 10), n, 3.0);
+            let x = random_bf16(&Counter::new(seed, 11), n, 2.0);
+            let label =
+                format!("tokens {tokens} hidden {hidden} shapes {shape:?} / {:?}", ALL_NORM_SHAPES[(i + 3) % 8]);
+
+            // The oracle's chain: PostAttnNorm, AttnResidual, PreFfnNorm, each rounded.
+            let normed = norm_rounded(&widen(&a), hidden, &after.oracle);
+            let x_want: Vec<f64> = widen(&x).iter().zip(&normed).map(|(x, n)| round_bf16(x + n)).collect();
+            let h_chain = norm_rounded(&x_want, hidden, &before.oracle);
+
+            let (a_d, x_d) = (g(gpu.upload(&a))?, g(gpu.upload(&x))?);
+            let mut x_out = g(gpu.upload(&vec![POISON; n]))?;
+            let mut h_out = g(gpu.upload(&vec![POISON; n]))?;
+            g(op.residual(
+                &a_d.as_view(),
+                &x_d.as_view(),
+                &after.device,
+                &before.device,
+                &mut x_out.as_view_mut(),
+                &mut h_out.as_view_mut(),
+            ))?;
+            let (x_got, h_got) = (g(gpu.download(&x_out))?, g(gpu.download(&h_out))?);
+
+            // x_out may also carry one ulp of the normed term, should that term's f32 value have
+            // rounded to the other bf16 neighbour; h_out is held against the norm of x_out itself.
+            let normed_ulp: Vec<f64> = normed.iter().map(|&v| bf16_ulp(v)).collect();
+            compare_bf16(&format!("x_out {label}"), &x_got, &x_want, Some(&normed_ulp), slack(&normed))?;
+            let h_want = norm_rounded(&widen(&x_got), hidden, &before.oracle);
+            compare_bf16(&format!("h_out {label}"), &h_got, &h_want, None, slack(&h_want))?;
+            compare_l2(&format!("h_out against the whole oracle chain, {label}"), &h_got, &h_chain)?;
+            same_bits(&format!("a untouched {label}"), &g(gpu.download(&a_d))?, &a)?;
+            same_bits(&format!("x untouched {label}"), &g(gpu.download(&x_d))?, &x)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn uclipnorm_matches_the_oracle_in_every_shape(gpu: &Arc<Gpu>) -> Check {
+    let op = g(PeriLn::new(gpu))?;
+    for (case, &(tokens, hidden)) in [(1usize, 1024usize), (7, 64), (300, 1024)].iter().enumerate() {
+        for (i, &shape) in ALL_NORM_SHAPES.iter().enumerate() {
+            let seed = 500 + 16 * case as u64 + i as u64;
+            let norm = draw_norm(gpu, seed, shape, hidden)?;
+            let x = random_bf16(&Counter::new(seed, 10), tokens * hidden, 3.0);
+            let want = norm_rounded(&widen(&x), hidden, &norm.oracle);
+            let x_d = g(gpu.upload(&x))?;
+            let mut y = g(gpu.upload(&vec![POISON; x.len()]))?;
+            g(op.norm(&x_d.as_view(), &norm.device, &mut y.as_view_mut()))?;
+            let got = g(gpu.download(&y))?;
+            compare_bf16(
+                &format!("uclipnorm tokens {tokens} hidden {hidden} {shape:?}"),
+                &got,
+                &want,
+                None,
+                slack(&want),
+            )?;
+        }
+    }
+    Ok(())
+}

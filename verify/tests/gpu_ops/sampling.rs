@@ -1,0 +1,222 @@
+//! Argmax and the sampler against `oracle::decode::sampler`: the same token for every row, and
+//! the same number of survivors of top-k/top-p, over batches that mix temperatures, top-k and
+//! top-p per row, on random logits (distinct values) and on bf16-rounded ones (many exact ties).
+
+use std::sync::Arc;
+
+use gpu::ops::{Faults, Sampler, SamplingRow};
+use gpu::Gpu;
+use half::bf16;
+use oracle::decode::{sample, survivors, SamplingParams};
+use rayon::prelude::*;
+use verify::rng::Counter;
+
+use super::compare::{g, Check};
+
+const ROWS: usize = 64;
+
+/// `(temperature, top_k, top_p)` per row, cycled: greedy, pure temperature, top-k 1 and 50, top-p
+/// 0.5 and 0.9 with and without top-k, and a top-k past the shared-memory sort (3000) with top-p
+/// (0.9999 puts the cut inside the tie group at the top-k boundary).
+const CONFIGS: [(f32, usize, f32); 13] = [
+    (0.0, 0, 1.0),
+    (1.0, 0, 1.0),
+    (0.7, 50, 1.0),
+    (1.0, 1, 1.0),
+    (1.3, 0, 0.9),
+    (0.8, 0, 0.5),
+    (1.0, 50, 0.9),
+    (0.6, 50, 0.5),
+    (1.0, 3000, 0.9),
+    (2.0, 3000, 1.0),
+    (0.9, 0, 0.99),
+    (0.0, 50, 0.5),
+    (1.0, 3000, 0.9999),
+];
+
+/// `rows` rows of `vocab` logits: each row a sum of two uniforms times a scale of 1, 3 or 8
+/// (flat to peaked), rounded to bf16 when `tied` (as the lm_head output is: many exact ties).
+fn draw_logits(seed: u64, rows: usize, vocab: usize, tied: bool) -> Vec<f32> {
+    let c = Counter::new(seed, 30);
+    (0..rows * vocab)
+        .map(|i| {
+            let scale = [1.0, 3.0, 8.0][(i / vocab) % 3];
+            let x = scale * (c.uniform(&[i as u64, 0]) + c.uniform(&[i as u64, 1]));
+            if tied {
+                bf16::from_f64(x).to_f32()
+            } else {
+                x as f32
+            }
+        })
+        .collect()
+}
+
+/// Draws with the GPU and the oracle and compares every row's token and survivor count.
+fn sample_and_compare(
+    gpu: &Arc<Gpu>,
+    sampler: &Sampler,
+    logits: &[f32],
+    vocab: usize,
+    params: &[SamplingParams],
+    steps: &[u64],
+    label: &str,
+) -> Check {
+    let rows = params.len();
+    let device_rows: Vec<SamplingRow> = params
+        .iter()
+        .zip(steps)
+        .map(|(p, &step)| SamplingRow::new(p.temperature, p.top_k, p.top_p, p.seed, step))
+        .collect::<gpu::Result<_>>()
+        .map_err(|e| e.to_string())?;
+    let mut faults = g(Faults::new(gpu))?;
+    let (logits_d, params_d) = (g(gpu.upload(logits))?, g(gpu.upload(&device_rows))?);
+    let mut tokens = g(gpu.upload(&vec![u32::MAX; rows]))?;
+    let mut kept = g(gpu.upload(&vec![u32::MAX; rows]))?;
+    g(sampler.sample(
+        &logits_d.as_view(),
+        vocab,
+        &params_d.as_view(),
+        &mut tokens.as_view_mut(),
+        &mut kept.as_view_mut(),
+        &mut faults,
+    ))?;
+    let (got, got_kept) = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
+    g(faults.check())?;
+
+    let want: Vec<(u32, usize)> = (0..rows)
+        .into_par_iter()
+        .map(|r| {
+            let row = &logits[r * vocab..][..vocab];
+            let token = sample(row, &params[r], steps[r]).expect("valid rows");
+            (token, survivors(row, &params[r]).expect("valid rows").len())
+        })
+        .collect();
+    for r in 0..rows {
+        let (token, count) = want[r];
+        if got[r] != token || got_kept[r] as usize != count {
+            let p = &params[r];
+            return Err(format!(
+                "{label} row {r} (T {}, top_k {}, top_p {}, seed {}, step {}): GPU token {} with {} survivors, oracle {token} with {count}",
+                p.temperature, p.top_k, p.top_p, p.seed, steps[r], got[r], got_kept[r]
+            ));
+        }
+    }
+
+    // The same inputs give the same tokens again.
+    let mut again = g(gpu.upload(&vec![u32::MAX; rows]))?;
+    g(sampler.sample(
+        &logits_d.as_view(),
+        vocab,
+        &params_d.as_view(),
+        &mut again.as_view_mut(),
+        &mut kept.as_view_mut(),
+        &mut faults,
+    ))?;
+    if g(gpu.download(&again))? != got {
+        return Err(format!("{label}: a second run drew different tokens"));
+    }
+    Ok(())
+}
+
+pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
+    let sampler = g(Sampler::new(gpu))?;
+    for vocab in [512usize, 151_936] {
+        for tied in [false, true] {
+            for round in 0..3u64 {
+                let seed = 900 + round + if tied { 10 } else { 0 } + vocab as u64;
+                let logits = draw_logits(seed, ROWS, vocab, tied);
+                let seeds = Counter::new(seed, 31);
+                let params: Vec<SamplingParams> = (0..ROWS)
+                    .map(|r| {
+                        let (temperature, top_k, top_p) = CONFIGS[(r + round as usize) % CONFIGS.len()];
+                        SamplingParams { temperature, top_k, top_p, seed: seeds.bits(&[r as u64]) }
+                    })
+                    .collect();
+                let steps: Vec<u64> = (0..ROWS as u64).map(|r| round * 1_000_003 + r * (1 << 33)).collect();
+                let label = format!("vocab {vocab} tied {tied} round {round}");
+                sample_and_compare(gpu, &sampler, &logits, vocab, &params, &steps, &label)?;
+            }
+        }
+    }
+
+    // Signed zeros are one value (the lower id first): -0 at id 3 and +0 at id 7, then swapped,
+    // above a row of negative logits, under top-k 1, a tiny top-p, and top-k 2.
+    let vocab = 512;
+    let mut logits: Vec<f32> = draw_logits(5, 4, vocab, false).iter().map(|x| -1.0 - x.abs()).collect();
+    for (r, (neg, pos)) in [(0usize, (3usize, 7usize)), (1, (3, 7)), (2, (7, 3)), (3, (7, 3))] {
+        logits[r * vocab + neg] = -0.0;
+        logits[r * vocab + pos] = 0.0;
+    }
+    let params: Vec<SamplingParams> = [(1.0, 1, 1.0), (1.0, 0, 0.001), (1.0, 1, 1.0), (0.7, 2, 1.0)]
+        .iter()
+        .map(|&(temperature, top_k, top_p)| SamplingParams { temperature, top_k, top_p, seed: 11 })
+        .collect();
+    sample_and_compare(gpu, &sampler, &logits, vocab, &params, &[0, 1, 2, 3], "signed zeros")
+}
+
+pub fn argmax_takes_the_lowest_id_of_the_largest_logit(gpu: &Arc<Gpu>) -> Check {
+    let sampler = g(Sampler::new(gpu))?;
+    let mut faults = g(Faults::new(gpu))?;
+    for vocab in [512usize, 151_936] {
+        let mut logits = draw_logits(40 + vocab as u64, ROWS, vocab, true);
+        // Planted ties of the row maximum, and a signed-zero tie (-0 == +0, the lower id wins).
+        for r in [1usize, 5, 9] {
+            let row = &mut logits[r * vocab..][..vocab];
+            let top = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) + 1.0;
+            row[vocab - 1] = top;
+            row[vocab / 3] = top;
+            row[vocab / 2] = top;
+        }
+        for (r, (neg, pos)) in [(2usize, (3usize, 7usize)), (3, (7, 3))] {
+            let row = &mut logits[r * vocab..][..vocab];
+            row.iter_mut().for_each(|x| *x = -1.0 - x.abs());
+            row[neg] = -0.0;
+            row[pos] = 0.0;
+        }
+        let want: Vec<u32> = (0..ROWS)
+            .map(|r| sample(&logits[r * vocab..][..vocab], &SamplingParams::greedy(), 0).expect("valid rows"))
+            .collect();
+        let logits_d = g(gpu.upload(&logits))?;
+        let mut tokens = g(gpu.upload(&vec![u32::MAX; ROWS]))?;
+        g(sampler.argmax(&logits_d.as_view(), vocab, &mut tokens.as_view_mut(), &mut faults))?;
+        let got = g(gpu.download(&tokens))?;
+        if let Some(r) = (0..ROWS).find(|&r| got[r] != want[r]) {
+            return Err(format!("vocab {vocab} row {r}: GPU argmax {}, oracle {}", got[r], want[r]));
+        }
+        g(faults.check())?;
+    }
+    Ok(())
+}
+
+pub fn bad_logit_rows_are_reported_not_sampled(gpu: &Arc<Gpu>) -> Check {
+    let sampler = g(Sampler::new(gpu))?;
+    let mut faults = g(Faults::new(gpu))?;
+    let vocab = 512;
+    let mut logits = draw_logits(77, 4, vocab, false);
+    logits[2 * vocab + 100] = f32::NAN;
+    let params = vec![SamplingRow::new(1.0, 0, 0.9, 1, 0).map_err(|e| e.to_string())?; 4];
+    let (logits_d, params_d) = (g(gpu.upload(&logits))?, g(gpu.upload(&params))?);
+    let mut tokens = g(gpu.upload(&[u32::MAX; 4]))?;
+    let mut kept = g(gpu.upload(&[u32::MAX; 4]))?;
+    g(sampler.sample(
+        &logits_d.as_view(),
+        vocab,
+        &params_d.as_view(),
+        &mut tokens.as_view_mut(),
+        &mut kept.as_view_mut(),
+        &mut faults,
+    ))?;
+    let (got, got_kept) = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
+    if got_kept[2] != 0
+        || got.iter().any(|&t| t as usize >= vocab)
+        || got_kept.iter().enumerate().any(|(r, &k)| r != 2 && k == 0)
+    {
+        return Err(format!(
+            "the NaN row should give survivors 0 and every row a token: tokens {got:?}, survivors {got_kept:?}"
+        ));
+    }
+    match faults.check() {
+        Err(e) if e.to_string().contains("1 logit row(s)") && e.to_string().contains("row 2") => Ok(()),
+        other => Err(format!("the fault word should report row 2, got {other:?}")),
+    }
+}
