@@ -220,7 +220,7 @@ impl Case {
         if let Some(i) = self.seqs.iter().position(|s| s.query_len == 0) {
             return case_err("seqs", format!("sequence {i} has query_len 0, expected at least 1"));
         }
-        if self.num_kv_heads == 0 || self.num_heads % self.num_kv_heads != 0 {
+        if self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return case_err(
                 "num_kv_heads",
                 format!("{} kv heads must divide {} query heads", self.num_kv_heads, self.num_heads),

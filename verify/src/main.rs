@@ -57,14 +57,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let (gpu, run): (bool, Box<dyn FnOnce(Vec<Box<dyn Path>>) -> ExitCode>) = match Cli::parse().command {
-        Command::Fuzz { minutes, seed, out, shrink_seconds, gpu } => {
-            (gpu, Box::new(move |paths| run_fuzz(&paths, minutes, seed, out, shrink_seconds)))
-        }
-        Command::Replay { files, gpu } => (gpu, Box::new(move |paths| replay(&paths, &files))),
-    };
+    let cli = Cli::parse();
+    let (Command::Fuzz { gpu, .. } | Command::Replay { gpu, .. }) = &cli.command;
     let mut paths = all_paths();
-    if gpu {
+    if *gpu {
         match gpu::Gpu::new() {
             Ok(g) => paths.extend(gpu_paths(&g)),
             Err(e) => {
@@ -73,7 +69,10 @@ fn main() -> ExitCode {
             }
         }
     }
-    run(paths)
+    match cli.command {
+        Command::Fuzz { minutes, seed, out, shrink_seconds, .. } => run_fuzz(&paths, minutes, seed, out, shrink_seconds),
+        Command::Replay { files, .. } => replay(&paths, &files),
+    }
 }
 
 fn run_fuzz(paths: &[Box<dyn Path>], minutes: f64, seed: u64, out_dir: PathBuf, shrink_seconds: u64) -> ExitCode {
