@@ -204,7 +204,7 @@ impl ModelConfig {
                 return refuse(field, "must be at least 1, got 0".into());
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return refuse(
                 "num_key_value_heads",
                 format!(
@@ -213,7 +213,7 @@ impl ModelConfig {
                 ),
             );
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return refuse("head_dim", format!("must be even for rotate-half RoPE, got {}", self.head_dim));
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
