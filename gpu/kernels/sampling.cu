@@ -137,8 +137,8 @@ __device__ __forceinline__ double gumbel(unsigned long long seed, unsigned long 
     return -log(-log(u));
 }
 
-// The block's best (value, id) pair, returned to every thread.
-__device__ void block_best(double& v, unsigned& id, Scratch& sh) {
+// The warp's best (value, id) pair, in every lane.
+__device__ __forceinline__ void warp_best(double& v, unsigned& id) {
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         const double ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
@@ -148,6 +148,11 @@ __device__ void block_best(double& v, unsigned& id, Scratch& sh) {
             id = oid;
         }
     }
+}
+
+// The block's best (value, id) pair, returned to every thread.
+__device__ void block_best(double& v, unsigned& id, Scratch& sh) {
+    warp_best(v, id);
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) {
         sh.warp_best[warp] = v;
@@ -157,15 +162,7 @@ __device__ void block_best(double& v, unsigned& id, Scratch& sh) {
     if (warp == 0) {
         v = lane < WARPS ? sh.warp_best[lane] : NEG_INF;
         id = lane < WARPS ? sh.warp_id[lane] : ALL_IDS;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) {
-            const double ov = __shfl_xor_sync(0xFFFFFFFFu, v, off);
-            const unsigned oid = __shfl_xor_sync(0xFFFFFFFFu, id, off);
-            if (better(ov, oid, v, id)) {
-                v = ov;
-                id = oid;
-            }
-        }
+        warp_best(v, id);
         if (lane == 0) {
             sh.warp_best[0] = v;
             sh.warp_id[0] = id;
