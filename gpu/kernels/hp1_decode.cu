@@ -5,6 +5,9 @@
 //
 // ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 256 keys. A chunk's
 // partial output is computed by one piece of code, chunk_partial():
+//   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of every
+//      key QK reads into shared memory, then a barrier; QK and PV only read it back, so no load
+//      of K or V waits behind a block-table load, and no lane repeats another's lookup.
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
 //      Thread groups of G lanes (8 or 16) take one key each; q sits in registers; K arrives as
@@ -19,7 +22,7 @@
 //      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * (1/F); z = s - sigma * m;
 //      p = gamma * clamp(z, clip_min, clip_max) with NaN passing the clamp. Every operation is an
 //      explicitly rounded intrinsic, so no instantiation can contract it differently.
-//   3. List: the keys to visit, in key order, with their weights. Sparse: the keys with p != 0
+//   3. List: the cache rows of the keys to visit, in key order, with their weights. Sparse: the keys with p != 0
 //      (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the per-warp counts
 //      in (round, warp) order: ordered, no atomics. Dense: every key (the same code keeps all).
 //   4. PV: warp w takes list entries w, w+4, w+8, ... in that order; each lane owns D/32 output
@@ -41,9 +44,10 @@
 //   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
 // __launch_bounds__(128, MIN_CTAS = 6): ptxas then keeps every instantiation at 80 registers or
 // fewer with no spills (without the minimum it caps some at 64 and spills; with 8 it spills).
-// Static shared memory, no dynamic: 4 * (OV + CHUNK) scores + 4 * CHUNK weights + 4 * CHUNK key
-// indices + 4 * 2 * WARPS counts, padded to 16 bytes, + 4 * WARPS * D warp sums = 3136 + 16 * D
-// bytes (4160 for D = 64, 5184 for D = 128, 7232 for D = 256). Stage 2 uses none.
+// Static shared memory, no dynamic: 4 * (OV + CHUNK) scores + 4 * (OV + CHUNK) slots + 4 * CHUNK
+// weights + 4 * CHUNK list rows + 4 * 2 * WARPS counts, padded to 16 bytes, + 4 * WARPS * D warp
+// sums = 4192 + 16 * D bytes (5216 for D = 64, 6240 for D = 128, 8288 for D = 256). Stage 2
+// uses none.
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
@@ -64,7 +68,7 @@
 //   partial      [rows, Hq, max_chunks, D] f32 (stage 1 writes, stage 2 reads only the chunks
 //                below ceil(row_len / CHUNK), the ones stage 1 wrote)
 // ASSUMPTIONS, checked on the host (gpu/src/attention): Hq a multiple of Hkv; block_size a power
-// of two (passed as log2_block); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers
+// of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers
 // 16-byte aligned (device allocations are); block-table entries of the keys a row reads are valid
 // blocks (the engine's block pool guarantees it; not checked on the device). Rows with
 // row_len = 0 get zeros.
@@ -166,8 +170,9 @@ struct Args {
 template <int D>
 struct Shared {
   float score[OV + CHUNK];  // score[OV + j] is key c0 + j, j in [-OV, CHUNK)
+  int slot[OV + CHUNK];     // slot[i]: cache row of key c0 + jstart + i (keys before 0 have none)
   float p[CHUNK];           // list weights
-  int key[CHUNK];           // list keys, relative to c0
+  int key[CHUNK];           // list entries: the cache row of each listed key
   int count[ROUNDS * WARPS];
   __align__(16) float red[WARPS * D];
 };
@@ -203,7 +208,9 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const int g = h / (a.num_heads / a.num_kv_heads);
   const int block_mask = (1 << a.log2_block) - 1;
   const int* __restrict__ table = a.block_table + (long long)a.row_seq[row] * a.max_blocks_per_seq;
-  const long long token_stride = (long long)a.num_kv_heads * D;
+  // Cache rows are below 2^31 (checked on the host), so a row times the token stride is one
+  // 32 x 32 -> 64-bit multiply-add.
+  const unsigned token_stride = (unsigned)(a.num_kv_heads * D);
   const unsigned short* __restrict__ k_head = a.key_cache + (long long)g * D;
   const unsigned short* __restrict__ v_lane = a.value_cache + (long long)g * D + lane * VD;
   const float sigma = a.sigma[h], gamma = a.gamma[h];
@@ -238,6 +245,14 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
 
+    // 0. The cache row of every key QK reads, looked up once in the block table. The previous
+    // chunk read slot[] only before its last barrier (placing the list).
+    for (int i = tid; i < slots; i += THREADS) {
+      const int t = c0 + jstart + i;
+      if (t >= 0) sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
+    }
+    __syncthreads();
+
     // 1. QK into score[OV + jstart .. OV + n).
     for (int k0 = grp * U; k0 < slots; k0 += NG * U) {
       unsigned kw[U][CPL][C / 2];
@@ -245,8 +260,7 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
       for (int u = 0; u < U; ++u) {
         const int t = c0 + jstart + k0 + u;
         if (k0 + u < slots && t >= 0) {
-          const long long slot = ((long long)table[t >> a.log2_block] << a.log2_block) + (t & block_mask);
-          const unsigned short* kp = k_head + slot * token_stride;
+          const unsigned short* kp = k_head + (unsigned long long)(unsigned)sh.slot[k0 + u] * token_stride;
 #pragma unroll
           for (int s = 0; s < CPL; ++s) load_words<C>(kp + (gl + s * G) * C, kw[u][s]);
         } else {
@@ -309,7 +323,7 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
     for (int r = 0; r < ROUNDS; ++r) {
       if (keep_r[r]) {
         const int e = base[r] + rank_r[r];
-        sh.key[e] = r * THREADS + tid;
+        sh.key[e] = sh.slot[r * THREADS + tid - jstart];
         sh.p[e] = p_r[r];
       }
     }
@@ -326,10 +340,8 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
       for (int u = 0; u < PU; ++u) {
         const int e = e0 + u * WARPS;
         if (e < count) {
-          const int t = c0 + sh.key[e];
           pu[u] = sh.p[e];
-          const long long slot = ((long long)table[t >> a.log2_block] << a.log2_block) + (t & block_mask);
-          load_words<VD>(v_lane + slot * token_stride, vw[u]);
+          load_words<VD>(v_lane + (unsigned long long)(unsigned)sh.key[e] * token_stride, vw[u]);
         } else {
           pu[u] = 0.0f;
 #pragma unroll

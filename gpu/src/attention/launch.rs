@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 use half::bf16;
 
-use super::plan::{LaunchShape, Plan, MAX_FIR_K};
+use super::plan::{Geometry, LaunchShape, Plan, MAX_FIR_K};
 use crate::error::{Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
 use crate::runtime::{launch_error, Gpu};
@@ -133,17 +133,7 @@ impl Hp1Attention {
             ));
         }
         check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
-        let slot = g.block_size * g.num_kv_heads * g.head_dim;
-        if key_cache.len() < slot || key_cache.len() % slot != 0 || value_cache.len() != key_cache.len() {
-            return Err(unsupported(
-                entry,
-                format!(
-                    "key_cache and value_cache must both be whole blocks of {slot} elements, got {} and {}",
-                    key_cache.len(),
-                    value_cache.len()
-                ),
-            ));
-        }
+        check_caches(entry, &g, key_cache.len(), value_cache.len())?;
         if block_table.len() < g.max_blocks_per_seq || block_table.len() % g.max_blocks_per_seq != 0 {
             return Err(unsupported(
                 entry,
@@ -227,6 +217,26 @@ fn unsupported(entry: &str, reason: String) -> Error {
     Error::Unsupported { entry: entry.to_string(), reason }
 }
 
+/// Refuses caches that are not whole blocks, or that hold more token rows than the kernels'
+/// 31-bit cache-row indices reach (`block * block_size + offset` is an `int` on the device).
+fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len: usize) -> Result<()> {
+    let block = g.block_size * g.num_kv_heads * g.head_dim;
+    if key_len < block || key_len % block != 0 || value_len != key_len {
+        return Err(unsupported(
+            entry,
+            format!("key_cache and value_cache must both be whole blocks of {block} elements, got {key_len} and {value_len}"),
+        ));
+    }
+    let token_rows = key_len / (g.num_kv_heads * g.head_dim);
+    if token_rows > i32::MAX as usize {
+        return Err(unsupported(
+            entry,
+            format!("the caches hold {token_rows} token rows, the kernels index at most {}", i32::MAX),
+        ));
+    }
+    Ok(())
+}
+
 /// Refuses a buffer that does not start on a 16-byte boundary (a view cut at an odd offset).
 fn check_aligned<T>(entry: &str, name: &str, buf: &impl DevicePtr<T>, stream: &CudaStream) -> Result<()> {
     let (ptr, _record) = buf.device_ptr(stream);
@@ -271,6 +281,29 @@ mod tests {
             let err = bad.validate().unwrap_err().to_string();
             assert!(err.contains(needle), "expected `{needle}` in: {err}");
         }
+    }
+
+    #[test]
+    fn caches_must_be_whole_blocks_with_rows_indexable_in_31_bits() {
+        let g =
+            Geometry { rows: 1, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 4 };
+        let block = 16 * 4 * 128;
+        check_caches("e", &g, 3 * block, 3 * block).unwrap();
+        for (key, value, needle) in [
+            (0, 0, "whole blocks of 8192 elements, got 0 and 0"),
+            (3 * block + 1, 3 * block + 1, "got 24577"),
+            (3 * block, 2 * block, "got 24576 and 16384"),
+        ] {
+            let err = check_caches("e", &g, key, value).unwrap_err().to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+        }
+        // The last indexable row count passes, one block more does not.
+        let rows_max = (i32::MAX as usize + 1) / 16 * 16;
+        let fits = (rows_max - 16) * 4 * 128;
+        check_caches("e", &g, fits, fits).unwrap();
+        let over = rows_max * 4 * 128;
+        let err = check_caches("e", &g, over, over).unwrap_err().to_string();
+        assert!(err.contains(&format!("hold {rows_max} token rows")), "{err}");
     }
 
     #[test]
