@@ -11,7 +11,8 @@
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
 //      Thread groups of G lanes (8 or 16) take one key each; q sits in registers; K arrives as
-//      16-byte vector loads (8 bytes for D = 64). The dot product's order is fixed independently
+//      16-byte vector loads (8 bytes for D = 64), and a group issues the loads of U = 64 G / D
+//      consecutive keys (128 bytes per lane) before the first dot. The dot product's order is fixed independently
 //      of G: D is cut into 16 slices of D/16 elements, each summed from 0 in element order with
 //      fma; lane i of a 16-group owns slice i, lane i of an 8-group owns slices i and i+8 and adds
 //      them (c_i + c_{i+8}, exactly the first xor-8 butterfly step of a 16-group), then xor 4, 2, 1
@@ -26,7 +27,8 @@
 //      (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the per-warp counts
 //      in (round, warp) order: ordered, no atomics. Dense: every key (the same code keeps all).
 //   4. PV: warp w takes list entries w, w+4, w+8, ... in that order; each lane owns D/32 output
-//      dims loaded as one vector (bf16x2 / x4 / x8) and accumulates p * v with fma in f32 from 0.
+//      dims loaded as one vector (bf16x2 / x4 / x8) and accumulates p * v with fma in f32 from 0;
+//      a warp issues the loads of PU entries (64 or 128 bytes per lane) before the first fma.
 //      The four warps' sums are added through shared memory in warp order 0, 1, 2, 3.
 // The decode kernel (one CTA per (row, head)) walks the chunks in order and adds each chunk's
 // partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a chunk to
@@ -42,8 +44,10 @@
 //   stage 1: blockIdx.x = (row * max_chunks + chunk) * Hq + h (rows * max_chunks * Hq CTAs);
 //            a CTA whose chunk starts at or past row_len exits at once.
 //   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
-// __launch_bounds__(128, MIN_CTAS = 6): ptxas then keeps every instantiation at 80 registers or
-// fewer with no spills (without the minimum it caps some at 64 and spills; with 8 it spills).
+// __launch_bounds__(128, MIN_CTAS = 5): every instantiation fits in 96 registers with no spills,
+// 5 CTAs per SM with 128 bytes of K in flight per thread (80 KB per SM). With 6 CTAs (80
+// registers) the same loads spill in some instantiations; 4 CTAs with 256 bytes per thread
+// spill at D = 64.
 // Static shared memory, no dynamic: 4 * (OV + CHUNK) scores + 4 * (OV + CHUNK) slots + 4 * CHUNK
 // weights + 4 * CHUNK list rows + 4 * 2 * WARPS counts, padded to 16 bytes, + 4 * WARPS * D warp
 // sums = 4192 + 16 * D bytes (5216 for D = 64, 6240 for D = 128, 8288 for D = 256). Stage 2
@@ -81,7 +85,7 @@ constexpr int CHUNK = 256;
 constexpr int ROUNDS = CHUNK / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
-constexpr int MIN_CTAS = 6;
+constexpr int MIN_CTAS = 5;
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
@@ -185,9 +189,9 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   constexpr int C = D / 16;                          // elements per D-slice
   constexpr int CPL = 16 / G;                        // D-slices per lane in QK
   constexpr int NG = THREADS / G;                    // groups per CTA
-  constexpr int U = 32 * G / D;                      // keys per group per step: 64 bytes of K per lane
+  constexpr int U = 64 * G / D;                      // keys per group per step: 128 bytes of K per lane
   constexpr int VD = D / 32;                         // output dims per lane in PV
-  constexpr int PU = VD < 8 ? 8 : 4;                 // list entries in flight per warp (up to 64 bytes of V per lane)
+  constexpr int PU = VD < 8 ? 16 : 4;                // list entries in flight per warp (64 or 128 bytes of V per lane)
   constexpr int DPT = (D + THREADS - 1) / THREADS;   // output dims per thread after the warp reduction
   __shared__ Shared<D> sh;
 
