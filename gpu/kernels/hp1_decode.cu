@@ -4,32 +4,41 @@
 // sequence and length once per step, and these kernels read only that row metadata.
 //
 // ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 256 keys. A chunk's
-// partial output is computed by one piece of code, chunk_partial():
-//   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of every
-//      key QK reads into shared memory, then a barrier; QK and PV only read it back, so no load
-//      of K or V waits behind a block-table load, and no lane repeats another's lookup.
+// partial output is computed by one piece of code, the chunk loop body of attention():
+//   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of
+//      every key QK reads into shared memory, then a barrier; QK and PV only read it back, so no
+//      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
+//      are clamped into [0, row_len), and the pass fills SLOTS = 272 entries (CHUNK + OV rounded
+//      up to 16), so QK loads whole steps without bounds checks: the rows of keys before 0 or
+//      past the chunk are real rows whose dots are dropped.
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
-//      Thread groups of G lanes (8 or 16) take one key each; q sits in registers; K arrives as
-//      16-byte vector loads (8 bytes for D = 64), and a group issues the loads of U = 64 G / D
-//      consecutive keys (128 bytes per lane) before the first dot. The dot product's order is fixed independently
-//      of G: D is cut into 16 slices of D/16 elements, each summed from 0 in element order with
-//      fma; lane i of a 16-group owns slice i, lane i of an 8-group owns slices i and i+8 and adds
-//      them (c_i + c_{i+8}, exactly the first xor-8 butterfly step of a 16-group), then xor 4, 2, 1
-//      (a 16-group does xor 8 first). Every lane of a group ends with the same bits, and G = 8 and
-//      G = 16 give the same scores. Shuffles use the group's own lane mask: groups of one warp may
-//      run different trip counts (SPEC section 8).
+//      Thread groups of G lanes (8 or 16) share a key; q sits in registers; K arrives as 16-byte
+//      vector loads (8 bytes for D = 64). A group step takes U = 64 G / D consecutive keys: their
+//      rows in one shared-memory vector read, then every K load (128 bytes per lane), then the
+//      dots. The dot product's order is fixed independently of G: D is cut into 16 slices of
+//      D/16 elements, each summed from 0 in element order with fma; lane i of a 16-group owns
+//      slice i, lane i of an 8-group owns slices i and i+8 and adds them (c_i + c_{i+8}, exactly
+//      the first xor-8 butterfly step of a 16-group), then the butterfly over xor 4, 2, 1 (a
+//      16-group does xor 8 first). The U keys' butterflies run as one reduce-scatter
+//      (group_reduce): while a lane holds several keys, a level halves them, the lane keeping
+//      the half its mask bit picks and adding its partner's share of exactly those keys; each
+//      key still gets the butterfly's sums (a + b and b + a are the same bits), so G = 8 and
+//      G = 16 give the same scores, with U-fold fewer shuffles. Shuffles use the group's own
+//      lane mask: groups of one warp may run different trip counts (SPEC section 8).
 //   2. Gate, per key, exactly as oracle::hp1::gate::Gate::apply in f32: r = relu_pre ? max(s, 0)
 //      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * (1/F); z = s - sigma * m;
 //      p = gamma * clamp(z, clip_min, clip_max) with NaN passing the clamp. Every operation is an
 //      explicitly rounded intrinsic, so no instantiation can contract it differently.
-//   3. List: the cache rows of the keys to visit, in key order, with their weights. Sparse: the keys with p != 0
-//      (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the per-warp counts
-//      in (round, warp) order: ordered, no atomics. Dense: every key (the same code keeps all).
-//   4. PV: warp w takes list entries w, w+4, w+8, ... in that order; each lane owns D/32 output
-//      dims loaded as one vector (bf16x2 / x4 / x8) and accumulates p * v with fma in f32 from 0;
-//      a warp issues the loads of PU entries (64 or 128 bytes per lane) before the first fma.
-//      The four warps' sums are added through shared memory in warp order 0, 1, 2, 3.
+//   3. List: (cache row, weight) of each key to visit, in key order. Sparse: the keys with
+//      p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
+//      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same
+//      code keeps all).
+//   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
+//      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
+//      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
+//      loads of PU = 8 entries (128 bytes per thread) before their first fma. The streams' sums
+//      are added through shared memory in stream order 0, 1, ..., RG - 1.
 // The decode kernel (one CTA per (row, head)) walks the chunks in order and adds each chunk's
 // partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a chunk to
 // the next in shared memory instead of recomputing them (same code, same bits). The split-K stage
@@ -44,14 +53,15 @@
 //   stage 1: blockIdx.x = (row * max_chunks + chunk) * Hq + h (rows * max_chunks * Hq CTAs);
 //            a CTA whose chunk starts at or past row_len exits at once.
 //   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
-// __launch_bounds__(128, MIN_CTAS = 5): every instantiation fits in 96 registers with no spills,
-// 5 CTAs per SM with 128 bytes of K in flight per thread (80 KB per SM). With 6 CTAs (80
-// registers) the same loads spill in some instantiations; 4 CTAs with 256 bytes per thread
-// spill at D = 64.
-// Static shared memory, no dynamic: 4 * (OV + CHUNK) scores + 4 * (OV + CHUNK) slots + 4 * CHUNK
-// weights + 4 * CHUNK list rows + 4 * 2 * WARPS counts, padded to 16 bytes, + 4 * WARPS * D warp
-// sums = 4192 + 16 * D bytes (5216 for D = 64, 6240 for D = 128, 8288 for D = 256). Stage 2
-// uses none.
+// Launch bounds, chosen for the most K bytes in flight per SM without spills (128 per thread):
+// the decode kernel __launch_bounds__(128, DECODE_MIN_CTAS = 5), at most 96 registers (it uses
+// 90 to 94), 5 CTAs or 80 KB per SM; with 6 (80 registers) most of its instantiations spill.
+// Stage 1 runs its chunk body once, visibly to the compiler, so q's registers are free during
+// PV: __launch_bounds__(128, SPLIT_MIN_CTAS = 7) fits every instantiation in 72 registers, 7
+// CTAs or 112 KB per SM; with 8 (64 registers) all spill. Stage 2 shares stage 1's bound.
+// Static shared memory, no dynamic, the same for every D: 4 * (OV + CHUNK) scores padded to 16
+// bytes (1056) + 4 * SLOTS cache rows (1088) + 8 * CHUNK list entries (2048) + 4 * 2 * WARPS
+// counts (32) + 4 * 1024 stream sums (4096) = 8320 bytes. Stage 2 uses none.
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
@@ -72,10 +82,10 @@
 //   partial      [rows, Hq, max_chunks, D] f32 (stage 1 writes, stage 2 reads only the chunks
 //                below ceil(row_len / CHUNK), the ones stage 1 wrote)
 // ASSUMPTIONS, checked on the host (gpu/src/attention): Hq a multiple of Hkv; block_size a power
-// of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers
-// 16-byte aligned (device allocations are); block-table entries of the keys a row reads are valid
-// blocks (the engine's block pool guarantees it; not checked on the device). Rows with
-// row_len = 0 get zeros.
+// of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an
+// int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers 16-byte aligned (device
+// allocations are); block-table entries of the keys a row reads are valid blocks (the engine's
+// block pool guarantees it; not checked on the device). Rows with row_len = 0 get zeros.
 
 namespace hp1 {
 
@@ -85,7 +95,9 @@ constexpr int CHUNK = 256;
 constexpr int ROUNDS = CHUNK / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
-constexpr int MIN_CTAS = 5;
+constexpr int DECODE_MIN_CTAS = 5;
+constexpr int SPLIT_MIN_CTAS = 7;
+constexpr int SLOTS = (OV + CHUNK + 15) / 16 * 16;  // QK reads whole vectors of up to 16 slots
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
@@ -133,20 +145,101 @@ __device__ __forceinline__ float slice_dot(const float (&q)[C], const unsigned (
   return a;
 }
 
-// q . k over a whole group: every lane of the group returns the same bits, for G = 8 and G = 16.
+// The lane's share of q . k: its D-slice, or for G = 8 its two slices added (c_i + c_{i+8}).
 template <int G, int C>
-__device__ __forceinline__ float group_dot(const float (&q)[16 / G][C], const unsigned (&k)[16 / G][C / 2],
-                                           unsigned group_mask) {
+__device__ __forceinline__ float lane_dot(const float (&q)[16 / G][C], const unsigned (&k)[16 / G][C / 2]) {
   float v = slice_dot<C>(q[0], k[0]);
-  if constexpr (G == 8) {
-    v = __fadd_rn(v, slice_dot<C>(q[1], k[1]));
-  } else {
-    v = __fadd_rn(v, __shfl_xor_sync(group_mask, v, 8));
-  }
-  v = __fadd_rn(v, __shfl_xor_sync(group_mask, v, 4));
-  v = __fadd_rn(v, __shfl_xor_sync(group_mask, v, 2));
-  v = __fadd_rn(v, __shfl_xor_sync(group_mask, v, 1));
+  if constexpr (G == 8) v = __fadd_rn(v, slice_dot<C>(q[1], k[1]));
   return v;
+}
+
+// Reduce-scatter of N keys' shares over a group by xor masks M, M/2, ..., 1 (M = G/2). While a
+// lane holds more than one key, a level halves them: the lane keeps the half its mask bit picks
+// and adds its partner's share of exactly those keys; with one key left, a level is a butterfly
+// step. Each key gets exactly the butterfly's sums (a + b and b + a are the same bits), so the
+// result does not depend on N. Returns the dot of key reduce_key<M, N>(gl) of the N.
+template <int M, int N>
+__device__ __forceinline__ float group_reduce(const float (&v)[N], unsigned group_mask, int gl) {
+  if constexpr (M == 0) {
+    static_assert(N == 1, "a group step holds at most G keys");
+    return v[0];
+  } else if constexpr (N == 1) {
+    const float w[1] = {__fadd_rn(v[0], __shfl_xor_sync(group_mask, v[0], M))};
+    return group_reduce<M / 2, 1>(w, group_mask, gl);
+  } else {
+    const bool upper = (gl & M) != 0;
+    float w[N / 2];
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+      const float keep = upper ? v[k + N / 2] : v[k];
+      const float send = upper ? v[k] : v[k + N / 2];
+      w[k] = __fadd_rn(keep, __shfl_xor_sync(group_mask, send, M));
+    }
+    return group_reduce<M / 2, N / 2>(w, group_mask, gl);
+  }
+}
+
+// Which of the N keys group_reduce<M, N> leaves on lane gl.
+template <int M, int N>
+__device__ __forceinline__ int reduce_key(int gl) {
+  if constexpr (M == 0 || N == 1) {
+    return 0;
+  } else {
+    return ((gl & M) ? N / 2 : 0) + reduce_key<M / 2, N / 2>(gl);
+  }
+}
+
+// N consecutive cache rows from shared memory (s aligned to 4N bytes, up to 16).
+template <int N>
+__device__ __forceinline__ void load_rows(const int* s, int (&r)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const int4 x = reinterpret_cast<const int4*>(s)[i];
+      r[4 * i] = x.x;
+      r[4 * i + 1] = x.y;
+      r[4 * i + 2] = x.z;
+      r[4 * i + 3] = x.w;
+    }
+  } else {
+    static_assert(N == 2, "load_rows takes 2 or a multiple of 4 rows");
+    const int2 x = *reinterpret_cast<const int2*>(s);
+    r[0] = x.x;
+    r[1] = x.y;
+  }
+}
+
+// base + row * stride_bytes: rows are below 2^31 (checked on the host) and a token's stride in
+// bytes fits 32 bits, so this is one 32 x 32 -> 64-bit multiply-add.
+__device__ __forceinline__ const unsigned short* cache_row(const unsigned short* base, int row, unsigned stride_bytes) {
+  const unsigned long long offset = (unsigned long long)(unsigned)row * stride_bytes;
+  return reinterpret_cast<const unsigned short*>(reinterpret_cast<const char*>(base) + offset);
+}
+
+// PV over PU list entries e0, e0 + RG, ...: every load issued before the first fma; TAIL checks
+// each entry against count. 8 dims (one 16-byte vector) per thread.
+template <int RG, int PU, bool TAIL>
+__device__ __forceinline__ void pv_batch(const int2* entry, int e0, int count, const unsigned short* v,
+                                         unsigned stride_bytes, float (&acc)[8]) {
+  uint4 w[PU];
+#pragma unroll
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      w[u] = __ldg(reinterpret_cast<const uint4*>(cache_row(v, entry[e0 + u * RG].x, stride_bytes)));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      const float p = __int_as_float(entry[e0 + u * RG].y);
+      const unsigned x[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] = __fmaf_rn(p, bf16_lo(x[i]), acc[2 * i]);
+        acc[2 * i + 1] = __fmaf_rn(p, bf16_hi(x[i]), acc[2 * i + 1]);
+      }
+    }
+  }
 }
 
 struct Args {
@@ -171,14 +264,12 @@ struct Args {
   float clip_max;
 };
 
-template <int D>
 struct Shared {
-  float score[OV + CHUNK];  // score[OV + j] is key c0 + j, j in [-OV, CHUNK)
-  int slot[OV + CHUNK];     // slot[i]: cache row of key c0 + jstart + i (keys before 0 have none)
-  float p[CHUNK];           // list weights
-  int key[CHUNK];           // list entries: the cache row of each listed key
+  float score[OV + CHUNK];            // score[OV + j] is key c0 + j, j in [-OV, CHUNK)
+  __align__(16) int slot[SLOTS];      // slot[i]: cache row of key c0 + jstart + i, clamped into [0, len)
+  int2 entry[CHUNK];                  // the list: (cache row, weight bits) of each key to visit
   int count[ROUNDS * WARPS];
-  __align__(16) float red[WARPS * D];
+  __align__(16) float red[8 * THREADS];  // PV stream sums, [streams][D]
 };
 
 template <int D, int G, bool SPARSE, bool SPLIT>
@@ -186,14 +277,16 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
                                           float* __restrict__ partial) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
-  constexpr int C = D / 16;                          // elements per D-slice
-  constexpr int CPL = 16 / G;                        // D-slices per lane in QK
-  constexpr int NG = THREADS / G;                    // groups per CTA
-  constexpr int U = 64 * G / D;                      // keys per group per step: 128 bytes of K per lane
-  constexpr int VD = D / 32;                         // output dims per lane in PV
-  constexpr int PU = VD < 8 ? 16 : 4;                // list entries in flight per warp (64 or 128 bytes of V per lane)
-  constexpr int DPT = (D + THREADS - 1) / THREADS;   // output dims per thread after the warp reduction
-  __shared__ Shared<D> sh;
+  constexpr int C = D / 16;                         // elements per D-slice
+  constexpr int CPL = 16 / G;                       // D-slices per lane in QK
+  constexpr int NG = THREADS / G;                   // groups per CTA
+  constexpr int U = 64 * G / D;                     // keys per group step: 128 bytes of K per lane
+  constexpr int TPR = D / 8;                        // PV threads per list entry, 8 dims each
+  constexpr int RG = THREADS / TPR;                 // PV streams
+  constexpr int PU = 8;                             // entries per PV batch: 128 bytes of V per thread
+  constexpr int DPT = (D + THREADS - 1) / THREADS;  // output dims per thread after the stream sum
+  static_assert(RG * D == 8 * THREADS, "the stream sums fill Shared::red");
+  __shared__ Shared sh;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   long long bid = blockIdx.x;
@@ -212,16 +305,18 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const int g = h / (a.num_heads / a.num_kv_heads);
   const int block_mask = (1 << a.log2_block) - 1;
   const int* __restrict__ table = a.block_table + (long long)a.row_seq[row] * a.max_blocks_per_seq;
-  // Cache rows are below 2^31 (checked on the host), so a row times the token stride is one
-  // 32 x 32 -> 64-bit multiply-add.
-  const unsigned token_stride = (unsigned)(a.num_kv_heads * D);
-  const unsigned short* __restrict__ k_head = a.key_cache + (long long)g * D;
-  const unsigned short* __restrict__ v_lane = a.value_cache + (long long)g * D + lane * VD;
+  const unsigned token_bytes = (unsigned)(a.num_kv_heads * D * 2);
   const float sigma = a.sigma[h], gamma = a.gamma[h];
   const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
 
+  // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
   const int grp = tid / G, gl = tid % G;
   const unsigned group_mask = ((1u << G) - 1u) << (lane / G * G);
+  const int my_key = reduce_key<G / 2, U>(gl);
+  const bool key_owner = (gl & (G / U - 1)) == 0;  // one lane per key stores its score
+  const unsigned short* __restrict__ k_lane = a.key_cache + (long long)g * D + gl * C;
+  const int stream = tid / TPR;
+  const unsigned short* __restrict__ v_thread = a.value_cache + (long long)g * D + (tid % TPR) * 8;
   float qf[CPL][C];
   {
     const unsigned short* q_row = a.q + row * a.q_row_stride + (long long)h * D;
@@ -242,44 +337,40 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   for (int i = 0; i < DPT; ++i) o[i] = 0.0f;
 
   const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
-  for (int c = c_begin; c < c_end; ++c) {
+  for (int c = c_begin; SPLIT ? c == c_begin : c < c_end; ++c) {  // a split CTA: once, visibly to the compiler
     const int c0 = c * CHUNK;
     const int n = min(CHUNK, len - c0);
     // The decode kernel's later chunks find their overlap carried in score[OV - fir_k + 1 .. OV).
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
 
-    // 0. The cache row of every key QK reads, looked up once in the block table. The previous
-    // chunk read slot[] only before its last barrier (placing the list).
-    for (int i = tid; i < slots; i += THREADS) {
-      const int t = c0 + jstart + i;
-      if (t >= 0) sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
+    // 0. The cache row of every key QK reads, clamped into [0, len) so that QK loads whole steps
+    // without bounds checks. The previous chunk read slot[] only before its list barrier.
+    for (int i = tid; i < SLOTS; i += THREADS) {
+      const int t = max(0, min(c0 + jstart + i, len - 1));
+      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
     }
     __syncthreads();
 
-    // 1. QK into score[OV + jstart .. OV + n).
+    // 1. QK into score[OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1, every
+    // load before the first dot; steps past slots or before key 0 load a clamped row and drop it.
+#pragma unroll 1
     for (int k0 = grp * U; k0 < slots; k0 += NG * U) {
+      int rows[U];
+      load_rows<U>(sh.slot + k0, rows);
       unsigned kw[U][CPL][C / 2];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int t = c0 + jstart + k0 + u;
-        if (k0 + u < slots && t >= 0) {
-          const unsigned short* kp = k_head + (unsigned long long)(unsigned)sh.slot[k0 + u] * token_stride;
+        const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
 #pragma unroll
-          for (int s = 0; s < CPL; ++s) load_words<C>(kp + (gl + s * G) * C, kw[u][s]);
-        } else {
-#pragma unroll
-          for (int s = 0; s < CPL; ++s)
-#pragma unroll
-            for (int e = 0; e < C / 2; ++e) kw[u][s][e] = 0u;
-        }
+        for (int s = 0; s < CPL; ++s) load_words<C>(kp + s * G * C, kw[u][s]);
       }
+      float v[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const float dot = group_dot<G, C>(qf, kw[u], group_mask);
-        const int t = c0 + jstart + k0 + u;
-        if (gl == 0 && k0 + u < slots) sh.score[OV + jstart + k0 + u] = t >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
-      }
+      for (int u = 0; u < U; ++u) v[u] = lane_dot<G, C>(qf, kw[u]);
+      const float dot = group_reduce<G / 2, U>(v, group_mask, gl);
+      const int i = k0 + my_key;
+      if (key_owner && i < slots) sh.score[OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
     }
     __syncthreads();
 
@@ -326,61 +417,34 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
 #pragma unroll
     for (int r = 0; r < ROUNDS; ++r) {
       if (keep_r[r]) {
-        const int e = base[r] + rank_r[r];
-        sh.key[e] = sh.slot[r * THREADS + tid - jstart];
-        sh.p[e] = p_r[r];
+        sh.entry[base[r] + rank_r[r]] = make_int2(sh.slot[r * THREADS + tid - jstart], __float_as_int(p_r[r]));
       }
     }
     __syncthreads();
 
-    // 4. PV over the list: warp w, entries w, w + WARPS, ... in order.
-    float acc[VD];
+    // 4. PV: stream s adds entries s, s + RG, s + 2 RG, ... in order, PU loads at a time.
+    float acc[8];
 #pragma unroll
-    for (int i = 0; i < VD; ++i) acc[i] = 0.0f;
-    for (int e0 = warp; e0 < count; e0 += WARPS * PU) {
-      unsigned vw[PU][VD / 2];
-      float pu[PU];
-#pragma unroll
-      for (int u = 0; u < PU; ++u) {
-        const int e = e0 + u * WARPS;
-        if (e < count) {
-          pu[u] = sh.p[e];
-          load_words<VD>(v_lane + (unsigned long long)(unsigned)sh.key[e] * token_stride, vw[u]);
-        } else {
-          pu[u] = 0.0f;
-#pragma unroll
-          for (int i = 0; i < VD / 2; ++i) vw[u][i] = 0u;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < PU; ++u) {
-        if (e0 + u * WARPS < count) {
-#pragma unroll
-          for (int i = 0; i < VD / 2; ++i) {
-            acc[2 * i] = __fmaf_rn(pu[u], bf16_lo(vw[u][i]), acc[2 * i]);
-            acc[2 * i + 1] = __fmaf_rn(pu[u], bf16_hi(vw[u][i]), acc[2 * i + 1]);
-          }
-        }
-      }
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    int e0 = stream;
+#pragma unroll 1
+    for (; e0 + (PU - 1) * RG < count; e0 += PU * RG) {
+      pv_batch<RG, PU, false>(sh.entry, e0, count, v_thread, token_bytes, acc);
     }
-    float* red = sh.red + warp * D + lane * VD;
-    if constexpr (VD == 2) {
-      *reinterpret_cast<float2*>(red) = make_float2(acc[0], acc[1]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VD / 4; ++i)
-        reinterpret_cast<float4*>(red)[i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-    }
+    if (e0 < count) pv_batch<RG, PU, true>(sh.entry, e0, count, v_thread, token_bytes, acc);
+    float4* red = reinterpret_cast<float4*>(sh.red + stream * D + (tid % TPR) * 8);
+    red[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    red[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     __syncthreads();
 
-    // The chunk's partial: the warps' sums in warp order.
+    // The chunk's partial: the streams' sums in stream order.
 #pragma unroll
     for (int i = 0; i < DPT; ++i) {
       const int d = i * THREADS + tid;
       if (d < D) {
         float part = sh.red[d];
 #pragma unroll
-        for (int w = 1; w < WARPS; ++w) part = __fadd_rn(part, sh.red[w * D + d]);
+        for (int s = 1; s < RG; ++s) part = __fadd_rn(part, sh.red[s * D + d]);
         if constexpr (SPLIT) {
           partial[((row * a.num_heads + h) * a.max_chunks + chunk) * D + d] = part;
         } else {
@@ -470,11 +534,11 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
   }
 
 #define HP1_ENTRIES(D, G, PV, SPARSE)                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::DECODE_MIN_CTAS)                  \
       hp1_decode_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {                    \
     hp1::attention<D, G, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                           \
   }                                                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::SPLIT_MIN_CTAS)                   \
       hp1_split_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                          \
     hp1::attention<D, G, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                        \
   }
@@ -484,7 +548,7 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
   HP1_ENTRIES(D, 8, sparse, true)                                                                     \
   HP1_ENTRIES(D, 16, dense, false)                                                                    \
   HP1_ENTRIES(D, 16, sparse, true)                                                                    \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::MIN_CTAS)                         \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::SPLIT_MIN_CTAS)                   \
       hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out,          \
                             int num_rows, int num_heads, int max_chunks) {                          \
     hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                    \
