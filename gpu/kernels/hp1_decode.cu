@@ -65,7 +65,8 @@
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
-//   G      lanes per key in QK, 8 or 16 (the host picks 16 for batches of 64 rows or more)
+//   G      lanes per key in QK, 8 or 16 (the dispatcher picks 8; 16 serves the benchmark and the
+//          bitwise checks across paths)
 //   SPARSE PV walks the nonzero list (true) or every key (false)
 //   SPLIT  stage 1 of split-K (true) or the decode kernel (false)
 // Entries: hp1_decode_d{D}_g{G}_{dense|sparse}, hp1_split_d{D}_g{G}_{dense|sparse},

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, sm_count, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention,
-    Plan, Pv, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv,
+    HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -29,9 +29,9 @@ pub const GPU_TOLERANCE: f64 = 4e-3;
 /// How a run picks its plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanChoice {
-    /// [`Plan::auto`]: the dispatcher, on this GPU's SM count.
+    /// [`Plan::auto`]: the dispatcher.
     Auto,
-    /// This path with the dispatcher's group size for the row count.
+    /// This path with the dispatcher's group size.
     Path(AttentionPath),
     /// This path and this group size.
     Forced(AttentionPath, GroupSize),
@@ -135,11 +135,11 @@ impl HostCase {
     }
 }
 
-/// The plan `choice` gives for `geometry` on `gpu`.
-pub fn make_plan(gpu: &Gpu, geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
+/// The plan `choice` gives for `geometry`.
+pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
     match choice {
-        PlanChoice::Auto => Plan::auto(geometry, sm_count(gpu)?),
-        PlanChoice::Path(path) => Plan::new(geometry, path, dispatch(&geometry, sm_count(gpu)?).1),
+        PlanChoice::Auto => Plan::auto(geometry),
+        PlanChoice::Path(path) => Plan::new(geometry, path, dispatch(&geometry).1),
         PlanChoice::Forced(path, group) => Plan::new(geometry, path, group),
     }
 }
@@ -149,7 +149,7 @@ pub fn make_plan(gpu: &Gpu, geometry: Geometry, choice: PlanChoice) -> gpu::Resu
 pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> gpu::Result<GpuRun> {
     let host = HostCase::new(data);
     let geometry = geometry(data, rows);
-    let plan = make_plan(gpu, geometry, choice)?;
+    let plan = make_plan(geometry, choice)?;
     let attention = Hp1Attention::new(gpu, plan.clone())?;
     let mut bufs = AttnBuffers::upload(gpu, geometry, &host.inputs())?;
     bufs.reserve_workspace(gpu, plan.workspace_len)?;

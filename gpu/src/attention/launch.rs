@@ -221,7 +221,7 @@ fn unsupported(entry: &str, reason: String) -> Error {
 /// 31-bit cache-row indices reach (`block * block_size + offset` is an `int` on the device).
 fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len: usize) -> Result<()> {
     let block = g.block_size * g.num_kv_heads * g.head_dim;
-    if key_len < block || key_len % block != 0 || value_len != key_len {
+    if key_len < block || !key_len.is_multiple_of(block) || value_len != key_len {
         return Err(unsupported(
             entry,
             format!("key_cache and value_cache must both be whole blocks of {block} elements, got {key_len} and {value_len}"),
@@ -252,12 +252,6 @@ pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Res
         return Err(unsupported(entry, format!("`{name}` holds {got} elements, the launch needs {need}")));
     }
     Ok(())
-}
-
-/// The device's SM count, what [`Plan::auto`] sizes split-K against.
-pub fn sm_count(gpu: &Gpu) -> Result<usize> {
-    use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
-    Ok(gpu.context().attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize)
 }
 
 #[cfg(test)]

@@ -23,11 +23,11 @@
 //! ```
 //! use gpu::attention::{AttentionPath, Geometry, Plan};
 //!
-//! // A decode step of 4 sequences with room for 8K tokens each, on a GPU of 132 SMs.
+//! // A decode step of 4 sequences with room for 8K tokens each.
 //! let geometry = Geometry {
 //!     rows: 4, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
 //! };
-//! let plan = Plan::auto(geometry, 132).unwrap();
+//! let plan = Plan::auto(geometry).unwrap();
 //! assert!(matches!(plan.path, AttentionPath::SplitK(_)));
 //! assert_eq!(plan.attention.grid, 4 * 8 * 32); // rows x heads x 256-key chunks of the capacity
 //! ```
@@ -43,7 +43,7 @@ pub mod plan;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostInputs};
-pub use launch::{sm_count, GateParams, Hp1Attention, Operands};
+pub use launch::{GateParams, Hp1Attention, Operands};
 pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS, MAX_FIR_K,
 };

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{sm_count, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv};
 use gpu::Gpu;
 
 use super::data::{params, DecodeData, BLOCK, D, HKV, HQ};
@@ -84,7 +84,7 @@ pub fn measure(
     };
     let kv_bytes = data.kv_bytes(context);
     let copies = (2 * L2_BYTES / kv_bytes + 1).clamp(1, MAX_COPIES);
-    let mut plans = vec![("auto".to_string(), Plan::auto(geometry, sm_count(gpu).map_err(e)?).map_err(e)?)];
+    let mut plans = vec![("auto".to_string(), Plan::auto(geometry).map_err(e)?)];
     for (path, group) in forced() {
         plans.push((format!("{}-g{}", path.name(), group.lanes()), Plan::new(geometry, path, group).map_err(e)?));
     }
