@@ -4,7 +4,8 @@
 // sequence and length once per step, and these kernels read only that row metadata.
 //
 // ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 256 keys. A chunk's
-// partial output is computed by one piece of code, the chunk loop body of attention():
+// partial output is computed by one piece of code, the chunk loop body of attention(), for HP =
+// 1 or 2 query heads of one kv head at once (their q in registers side by side):
 //   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of
 //      every key QK reads into shared memory, then a barrier; QK and PV only read it back, so no
 //      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
@@ -15,62 +16,71 @@
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
 //      Thread groups of G lanes (8 or 16) share a key; q sits in registers; K arrives as 16-byte
 //      vector loads (8 bytes for D = 64). A group step takes U = 64 G / D consecutive keys: their
-//      rows in one shared-memory vector read, then every K load (128 bytes per lane), then the
-//      dots. The dot product's order is fixed independently of G: D is cut into 16 slices of
-//      D/16 elements, each summed from 0 in element order with fma; lane i of a 16-group owns
-//      slice i, lane i of an 8-group owns slices i and i+8 and adds them (c_i + c_{i+8}, exactly
-//      the first xor-8 butterfly step of a 16-group), then the butterfly over xor 4, 2, 1 (a
-//      16-group does xor 8 first). The U keys' butterflies run as one reduce-scatter
-//      (group_reduce): while a lane holds several keys, a level halves them, the lane keeping
-//      the half its mask bit picks and adding its partner's share of exactly those keys; each
-//      key still gets the butterfly's sums (a + b and b + a are the same bits), so G = 8 and
-//      G = 16 give the same scores, with U-fold fewer shuffles. Shuffles use the group's own
+//      rows in one shared-memory vector read, then every K load (128 bytes per lane), then the dots
+//      of every head: each K element is unpacked once and fed to the HP heads' fmas in turn
+//      (slice_dots), so a K load serves HP heads. The dot product's order is fixed independently of
+//      G: D is cut into 16 slices of D/16 elements, each summed from 0 in element order with fma;
+//      lane i of a 16-group owns slice i, lane i of an 8-group owns slices i and i+8 and adds them
+//      (c_i + c_{i+8}, exactly the first xor-8 butterfly step of a 16-group), then the butterfly
+//      over xor 4, 2, 1 (a 16-group does xor 8 first). The U keys' butterflies run as one
+//      reduce-scatter (group_reduce): while a lane holds several keys, a level halves them, the
+//      lane keeping the half its mask bit picks and adding its partner's share of exactly those
+//      keys; each key still gets the butterfly's sums (a + b and b + a are the same bits), so G = 8
+//      and G = 16 give the same scores, with U-fold fewer shuffles. Shuffles use the group's own
 //      lane mask: groups of one warp may run different trip counts (SPEC section 8).
 //   2. Gate, per key, exactly as oracle::hp1::gate::Gate::apply in f32: r = relu_pre ? max(s, 0)
 //      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * (1/F); z = s - sigma * m;
 //      p = gamma * clamp(z, clip_min, clip_max) with NaN passing the clamp. Every operation is an
 //      explicitly rounded intrinsic, so no instantiation can contract it differently.
-//   3. List: (cache row, weight) of each key to visit, in key order. Sparse: the keys with
-//      p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
-//      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same
-//      code keeps all).
+//   3. List, per head: (cache row, weight) of each key to visit, in key order. Sparse: the keys
+//      with p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
+//      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same code
+//      keeps all).
 //   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
 //      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
 //      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
-//      loads of PU = 8 entries (128 bytes per thread) before their first fma. The streams' sums
-//      are added through shared memory in stream order 0, 1, ..., RG - 1.
-// The decode kernel (one CTA per (row, head)) walks the chunks in order and adds each chunk's
-// partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a chunk to
-// the next in shared memory instead of recomputing them (same code, same bits). The split-K stage
-// 1 (one CTA per (row, head, chunk)) writes its chunk's partial; stage 2 adds a row's partials in
-// chunk order starting from 0. Both therefore add the same f32 values in the same order: split-K
-// and decode give the same bits, G = 8 and G = 16 give the same bits, and since nothing depends on
-// other rows, a row's output does not depend on its batch.
+//      loads of PU = 8 entries (128 bytes per thread) before their first fma; with HP = 2 a
+//      thread runs its stream of head 0, then of head 1. The streams' sums are added through
+//      shared memory in stream order 0, 1, ..., RG - 1.
+// The decode kernel (one CTA per (row, HP heads)) walks the chunks in order and adds each
+// chunk's partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a
+// chunk to the next in shared memory instead of recomputing them (same code, same bits). The
+// split-K stage 1 (one CTA per (row, HP heads, chunk)) writes its chunk's partials; stage 2 adds
+// a row's partials in chunk order starting from 0. Both therefore add the same f32 values in the same order: split-K
+// and decode give the same bits, G = 8 and G = 16 give the same bits, HP = 1 and HP = 2 give the
+// same bits (each head's operations are the same, only interleaved), and since nothing depends
+// on other rows, a row's output does not depend on its batch.
 //
-// LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, heads fastest so the heads that
-// share a kv head run side by side:
-//   decode:  blockIdx.x = row * Hq + h                       (rows * Hq CTAs)
-//   stage 1: blockIdx.x = (row * max_chunks + chunk) * Hq + h (rows * max_chunks * Hq CTAs);
-//            a CTA whose chunk starts at or past row_len exits at once.
+// LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, head groups fastest so the
+// heads that share a kv head run side by side; a CTA computes heads h0 .. h0 + HP - 1:
+//   decode:  blockIdx.x = row * (Hq / HP) + h0 / HP                       (rows * Hq / HP CTAs)
+//   stage 1: blockIdx.x = (row * max_chunks + chunk) * (Hq / HP) + h0 / HP
+//            (rows * max_chunks * Hq / HP CTAs); a CTA whose chunk starts at or past row_len
+//            exits at once.
 //   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
-// Launch bounds, chosen for the most K bytes in flight per SM without spills (128 per thread):
-// the decode kernel __launch_bounds__(128, DECODE_MIN_CTAS = 5), at most 96 registers (it uses
-// 90 to 94), 5 CTAs or 80 KB per SM; with 6 (80 registers) most of its instantiations spill.
-// Stage 1 runs its chunk body once, visibly to the compiler, so q's registers are free during
-// PV: __launch_bounds__(128, SPLIT_MIN_CTAS = 7) fits every instantiation in 72 registers, 7
-// CTAs or 112 KB per SM; with 8 (64 registers) all spill. Stage 2 shares stage 1's bound.
-// Static shared memory, no dynamic, the same for every D: 4 * (OV + CHUNK) scores padded to 16
-// bytes (1056) + 4 * SLOTS cache rows (1088) + 8 * CHUNK list entries (2048) + 4 * 2 * WARPS
-// counts (32) + 4 * 1024 stream sums (4096) = 8320 bytes. Stage 2 uses none.
+// Launch bounds (min_ctas), chosen for the most K bytes in flight per SM with every load of a
+// QK step issued before its first fma and no spills (128 bytes per thread, checked in the
+// SASS). HP = 1: the decode kernel asks for 5 CTAs per SM (at most 96 registers; it uses 90 to
+// 96), 80 KB per SM; with 6 most instantiations spill. Stage 1 runs its chunk body once,
+// visibly to the compiler, so q's registers are free during PV: 7 CTAs (72 registers), 112 KB
+// per SM; with 8 all spill. HP = 2 (instantiated with G = 16 only: with G = 8 the two heads' q
+// take 32 registers and ptxas splits a step's loads in two): stage 1 asks for 6 CTAs (78 to 80
+// registers), 96 KB per SM, each byte serving two heads; the decode kernel for 4 (122 to 128).
+// Stage 2 shares stage 1's HP = 1 bound.
+// Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
+// padded to 16 bytes (1056), 8 * CHUNK list entries (2048), 4 * 2 * WARPS counts (32) and
+// 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (1088) shared by the heads: 8320 bytes
+// for HP = 1, 15552 for HP = 2. Stage 2 uses none.
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
-//   G      lanes per key in QK, 8 or 16 (the dispatcher picks 8; 16 serves the benchmark and the
-//          bitwise checks across paths)
+//   G      lanes per key in QK, 8 or 16
+//   HP     query heads per CTA, 1 or 2 (2 with G = 16 only; Hq / Hkv even, checked on the host)
 //   SPARSE PV walks the nonzero list (true) or every key (false)
 //   SPLIT  stage 1 of split-K (true) or the decode kernel (false)
-// Entries: hp1_decode_d{D}_g{G}_{dense|sparse}, hp1_split_d{D}_g{G}_{dense|sparse},
-// hp1_split_reduce_d{D}.
+// Entries: hp1_decode_d{D}_g{G}_h{HP}_{dense|sparse}, hp1_split_d{D}_g{G}_h{HP}_{dense|sparse}
+// for (G, HP) in (8, 1), (16, 1), (16, 2); hp1_split_reduce_d{D}. The dispatcher
+// (gpu/src/attention/plan.rs) picks (8, 1) or, on large grids, (16, 2).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q            [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D
@@ -96,8 +106,8 @@ constexpr int CHUNK = 256;
 constexpr int ROUNDS = CHUNK / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
-constexpr int DECODE_MIN_CTAS = 5;
-constexpr int SPLIT_MIN_CTAS = 7;
+// CTAs per SM the launch bounds ask for (see LAUNCH in the header).
+constexpr int min_ctas(bool split, int heads) { return heads == 1 ? (split ? 7 : 5) : (split ? 6 : 4); }
 constexpr int SLOTS = (OV + CHUNK + 15) / 16 * 16;  // QK reads whole vectors of up to 16 slots
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
@@ -134,24 +144,36 @@ __device__ __forceinline__ void load_words(const unsigned short* __restrict__ p,
   }
 }
 
-// One D-slice of q . k: C elements summed from 0 in element order.
-template <int C>
-__device__ __forceinline__ float slice_dot(const float (&q)[C], const unsigned (&k)[C / 2]) {
-  float a = 0.0f;
+// One D-slice of q . k for each of HP heads: C elements summed from 0 in element order. Each
+// K element is unpacked once and used by every head at once, so no unpacked slice waits in
+// registers for the next head.
+template <int HP, int C>
+__device__ __forceinline__ void slice_dots(const float (&q)[HP][C], const unsigned (&k)[C / 2], float (&a)[HP]) {
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) a[hh] = 0.0f;
 #pragma unroll
   for (int e = 0; e < C / 2; ++e) {
-    a = __fmaf_rn(q[2 * e], bf16_lo(k[e]), a);
-    a = __fmaf_rn(q[2 * e + 1], bf16_hi(k[e]), a);
+    const float lo = bf16_lo(k[e]), hi = bf16_hi(k[e]);
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+      a[hh] = __fmaf_rn(q[hh][2 * e], lo, a[hh]);
+      a[hh] = __fmaf_rn(q[hh][2 * e + 1], hi, a[hh]);
+    }
   }
-  return a;
 }
 
-// The lane's share of q . k: its D-slice, or for G = 8 its two slices added (c_i + c_{i+8}).
-template <int G, int C>
-__device__ __forceinline__ float lane_dot(const float (&q)[16 / G][C], const unsigned (&k)[16 / G][C / 2]) {
-  float v = slice_dot<C>(q[0], k[0]);
-  if constexpr (G == 8) v = __fadd_rn(v, slice_dot<C>(q[1], k[1]));
-  return v;
+// The lane's share of q . k per head: its D-slice, or for G = 8 its two slices added
+// (c_i + c_{i+8}).
+template <int G, int HP, int C>
+__device__ __forceinline__ void lane_dots(const float (&q)[16 / G][HP][C], const unsigned (&k)[16 / G][C / 2],
+                                          float (&v)[HP]) {
+  slice_dots<HP, C>(q[0], k[0], v);
+  if constexpr (G == 8) {
+    float w[HP];
+    slice_dots<HP, C>(q[1], k[1], w);
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) v[hh] = __fadd_rn(v[hh], w[hh]);
+  }
 }
 
 // Reduce-scatter of N keys' shares over a group by xor masks M, M/2, ..., 1 (M = G/2). While a
@@ -265,19 +287,21 @@ struct Args {
   float clip_max;
 };
 
+template <int HP>
 struct Shared {
-  float score[OV + CHUNK];            // score[OV + j] is key c0 + j, j in [-OV, CHUNK)
-  __align__(16) int slot[SLOTS];      // slot[i]: cache row of key c0 + jstart + i, clamped into [0, len)
-  int2 entry[CHUNK];                  // the list: (cache row, weight bits) of each key to visit
-  int count[ROUNDS * WARPS];
-  __align__(16) float red[8 * THREADS];  // PV stream sums, [streams][D]
+  float score[HP][OV + CHUNK];            // score[hh][OV + j] is key c0 + j of head hh, j in [-OV, CHUNK)
+  __align__(16) int slot[SLOTS];          // slot[i]: cache row of key c0 + jstart + i, clamped into [0, len)
+  int2 entry[HP][CHUNK];                  // head hh's list: (cache row, weight bits) of each key to visit
+  int count[HP][ROUNDS * WARPS];
+  __align__(16) float red[HP][8 * THREADS];  // PV stream sums, [streams][D] per head
 };
 
-template <int D, int G, bool SPARSE, bool SPLIT>
+template <int D, int G, int HP, bool SPARSE, bool SPLIT>
 __device__ __forceinline__ void attention(const Args& a, unsigned short* __restrict__ out,
                                           float* __restrict__ partial) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
+  static_assert(HP == 1 || HP == 2, "a CTA computes one query head or two sharing a kv head");
   constexpr int C = D / 16;                         // elements per D-slice
   constexpr int CPL = 16 / G;                       // D-slices per lane in QK
   constexpr int NG = THREADS / G;                   // groups per CTA
@@ -287,12 +311,12 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   constexpr int PU = 8;                             // entries per PV batch: 128 bytes of V per thread
   constexpr int DPT = (D + THREADS - 1) / THREADS;  // output dims per thread after the stream sum
   static_assert(RG * D == 8 * THREADS, "the stream sums fill Shared::red");
-  __shared__ Shared sh;
+  __shared__ Shared<HP> sh;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   long long bid = blockIdx.x;
-  const int h = (int)(bid % a.num_heads);
-  bid /= a.num_heads;
+  const int h0 = (int)(bid % (a.num_heads / HP)) * HP;  // heads h0 .. h0 + HP - 1
+  bid /= a.num_heads / HP;
   int chunk = 0;
   if constexpr (SPLIT) {
     chunk = (int)(bid % a.max_chunks);
@@ -303,11 +327,16 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const int num_chunks = (len + CHUNK - 1) / CHUNK;
   if (SPLIT && chunk >= num_chunks) return;  // uniform over the CTA, before any barrier
 
-  const int g = h / (a.num_heads / a.num_kv_heads);
+  const int g = h0 / (a.num_heads / a.num_kv_heads);
   const int block_mask = (1 << a.log2_block) - 1;
   const int* __restrict__ table = a.block_table + (long long)a.row_seq[row] * a.max_blocks_per_seq;
   const unsigned token_bytes = (unsigned)(a.num_kv_heads * D * 2);
-  const float sigma = a.sigma[h], gamma = a.gamma[h];
+  float sigma[HP], gamma[HP];
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) {
+    sigma[hh] = a.sigma[h0 + hh];
+    gamma[hh] = a.gamma[h0 + hh];
+  }
   const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
 
   // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
@@ -318,30 +347,33 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const unsigned short* __restrict__ k_lane = a.key_cache + (long long)g * D + gl * C;
   const int stream = tid / TPR;
   const unsigned short* __restrict__ v_thread = a.value_cache + (long long)g * D + (tid % TPR) * 8;
-  float qf[CPL][C];
-  {
-    const unsigned short* q_row = a.q + row * a.q_row_stride + (long long)h * D;
+  float qf[CPL][HP][C];
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) {
+    const unsigned short* q_row = a.q + row * a.q_row_stride + (long long)(h0 + hh) * D;
 #pragma unroll
     for (int c = 0; c < CPL; ++c) {
       unsigned w[C / 2];
       load_words<C>(q_row + (gl + c * G) * C, w);
 #pragma unroll
       for (int e = 0; e < C / 2; ++e) {
-        qf[c][2 * e] = bf16_lo(w[e]);
-        qf[c][2 * e + 1] = bf16_hi(w[e]);
+        qf[c][hh][2 * e] = bf16_lo(w[e]);
+        qf[c][hh][2 * e + 1] = bf16_hi(w[e]);
       }
     }
   }
 
-  float o[DPT];
+  float o[HP][DPT];
 #pragma unroll
-  for (int i = 0; i < DPT; ++i) o[i] = 0.0f;
+  for (int hh = 0; hh < HP; ++hh)
+#pragma unroll
+    for (int i = 0; i < DPT; ++i) o[hh][i] = 0.0f;
 
   const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
   for (int c = c_begin; SPLIT ? c == c_begin : c < c_end; ++c) {  // a split CTA: once, visibly to the compiler
     const int c0 = c * CHUNK;
     const int n = min(CHUNK, len - c0);
-    // The decode kernel's later chunks find their overlap carried in score[OV - fir_k + 1 .. OV).
+    // The decode kernel's later chunks find their overlap carried in score[hh][OV - fir_k + 1 .. OV).
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
 
@@ -353,8 +385,9 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
     }
     __syncthreads();
 
-    // 1. QK into score[OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1, every
-    // load before the first dot; steps past slots or before key 0 load a clamped row and drop it.
+    // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1,
+    // every load before the first dot, each K vector used by all HP heads; steps past slots or
+    // before key 0 load a clamped row and drop it.
 #pragma unroll 1
     for (int k0 = grp * U; k0 < slots; k0 += NG * U) {
       int rows[U];
@@ -366,102 +399,132 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
 #pragma unroll
         for (int s = 0; s < CPL; ++s) load_words<C>(kp + s * G * C, kw[u][s]);
       }
-      float v[U];
+      float v[HP][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = lane_dot<G, C>(qf, kw[u]);
-      const float dot = group_reduce<G / 2, U>(v, group_mask, gl);
+      for (int u = 0; u < U; ++u) {
+        float vu[HP];
+        lane_dots<G, HP, C>(qf, kw[u], vu);
+#pragma unroll
+        for (int hh = 0; hh < HP; ++hh) v[hh][u] = vu[hh];
+      }
       const int i = k0 + my_key;
-      if (key_owner && i < slots) sh.score[OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
+#pragma unroll
+      for (int hh = 0; hh < HP; ++hh) {
+        const float dot = group_reduce<G / 2, U>(v[hh], group_mask, gl);
+        if (key_owner && i < slots) {
+          sh.score[hh][OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
+        }
+      }
     }
     __syncthreads();
 
     // The last OV scores of a full chunk are the next chunk's overlap; read them before any
-    // thread can start overwriting them with the next chunk's scores.
+    // thread can start overwriting them with the next chunk's scores (thread hh * OV + k
+    // carries head hh's score k).
     float carry = 0.0f;
-    if (!SPLIT && tid < OV) carry = sh.score[CHUNK + tid];
+    if (!SPLIT && tid < HP * OV) carry = sh.score[tid / OV][CHUNK + tid % OV];
 
-    // 2. Gate, and 3. the list: rank within the warp now, place after the counts are known.
-    float p_r[ROUNDS];
-    int rank_r[ROUNDS];
-    bool keep_r[ROUNDS];
+    // 2. Gate, and 3. the lists: rank within the warp now, place after the counts are known.
+    float p_r[HP][ROUNDS];
+    int rank_r[HP][ROUNDS];
+    bool keep_r[HP][ROUNDS];
 #pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) {
-      const int j = r * THREADS + tid;
-      const bool valid = j < n;
-      float p = 0.0f;
-      if (valid) {
-        float sum = 0.0f;
-        for (int f = 0; f < a.fir_k; ++f) {
-          const float s = sh.score[OV + j - f];
-          sum = __fadd_rn(sum, a.relu_pre ? fmaxf(s, 0.0f) : s);
+    for (int hh = 0; hh < HP; ++hh) {
+#pragma unroll
+      for (int r = 0; r < ROUNDS; ++r) {
+        const int j = r * THREADS + tid;
+        const bool valid = j < n;
+        float p = 0.0f;
+        if (valid) {
+          float sum = 0.0f;
+          for (int f = 0; f < a.fir_k; ++f) {
+            const float s = sh.score[hh][OV + j - f];
+            sum = __fadd_rn(sum, a.relu_pre ? fmaxf(s, 0.0f) : s);
+          }
+          const float z = __fsub_rn(sh.score[hh][OV + j], __fmul_rn(sigma[hh], __fmul_rn(sum, inv_f)));
+          const float clamped = z < a.clip_min ? a.clip_min : (z > a.clip_max ? a.clip_max : z);
+          p = __fmul_rn(gamma[hh], clamped);
         }
-        const float z = __fsub_rn(sh.score[OV + j], __fmul_rn(sigma, __fmul_rn(sum, inv_f)));
-        const float clamped = z < a.clip_min ? a.clip_min : (z > a.clip_max ? a.clip_max : z);
-        p = __fmul_rn(gamma, clamped);
+        const bool keep = SPARSE ? (valid && p != 0.0f) : valid;
+        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) sh.count[hh][r * WARPS + warp] = __popc(ballot);
+        p_r[hh][r] = p;
+        keep_r[hh][r] = keep;
+        rank_r[hh][r] = __popc(ballot & ((1u << lane) - 1u));
       }
-      const bool keep = SPARSE ? (valid && p != 0.0f) : valid;
-      const unsigned ballot = __ballot_sync(0xffffffffu, keep);
-      if (lane == 0) sh.count[r * WARPS + warp] = __popc(ballot);
-      p_r[r] = p;
-      keep_r[r] = keep;
-      rank_r[r] = __popc(ballot & ((1u << lane) - 1u));
     }
     __syncthreads();
-    int count = 0, base[ROUNDS];
+    int count[HP];
 #pragma unroll
-    for (int i = 0; i < ROUNDS * WARPS; ++i) {
+    for (int hh = 0; hh < HP; ++hh) {
+      int base[ROUNDS];
+      count[hh] = 0;
 #pragma unroll
-      for (int r = 0; r < ROUNDS; ++r)
-        if (i == r * WARPS + warp) base[r] = count;
-      count += sh.count[i];
-    }
+      for (int i = 0; i < ROUNDS * WARPS; ++i) {
 #pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) {
-      if (keep_r[r]) {
-        sh.entry[base[r] + rank_r[r]] = make_int2(sh.slot[r * THREADS + tid - jstart], __float_as_int(p_r[r]));
+        for (int r = 0; r < ROUNDS; ++r)
+          if (i == r * WARPS + warp) base[r] = count[hh];
+        count[hh] += sh.count[hh][i];
+      }
+#pragma unroll
+      for (int r = 0; r < ROUNDS; ++r) {
+        if (keep_r[hh][r]) {
+          const int j = r * THREADS + tid;
+          sh.entry[hh][base[r] + rank_r[hh][r]] = make_int2(sh.slot[j - jstart], __float_as_int(p_r[hh][r]));
+        }
       }
     }
     __syncthreads();
 
-    // 4. PV: stream s adds entries s, s + RG, s + 2 RG, ... in order, PU loads at a time.
-    float acc[8];
+    // 4. PV, head by head: stream s adds entries s, s + RG, s + 2 RG, ... in order, PU loads at
+    // a time.
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-    int e0 = stream;
+    for (int hh = 0; hh < HP; ++hh) {
+      float acc[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+      int e0 = stream;
 #pragma unroll 1
-    for (; e0 + (PU - 1) * RG < count; e0 += PU * RG) {
-      pv_batch<RG, PU, false>(sh.entry, e0, count, v_thread, token_bytes, acc);
+      for (; e0 + (PU - 1) * RG < count[hh]; e0 += PU * RG) {
+        pv_batch<RG, PU, false>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
+      }
+      if (e0 < count[hh]) pv_batch<RG, PU, true>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
+      float4* red = reinterpret_cast<float4*>(sh.red[hh] + stream * D + (tid % TPR) * 8);
+      red[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      red[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
-    if (e0 < count) pv_batch<RG, PU, true>(sh.entry, e0, count, v_thread, token_bytes, acc);
-    float4* red = reinterpret_cast<float4*>(sh.red + stream * D + (tid % TPR) * 8);
-    red[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    red[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     __syncthreads();
 
-    // The chunk's partial: the streams' sums in stream order.
+    // The chunk's partials: each head's stream sums in stream order.
 #pragma unroll
-    for (int i = 0; i < DPT; ++i) {
-      const int d = i * THREADS + tid;
-      if (d < D) {
-        float part = sh.red[d];
+    for (int hh = 0; hh < HP; ++hh) {
 #pragma unroll
-        for (int s = 1; s < RG; ++s) part = __fadd_rn(part, sh.red[s * D + d]);
-        if constexpr (SPLIT) {
-          partial[((row * a.num_heads + h) * a.max_chunks + chunk) * D + d] = part;
-        } else {
-          o[i] = __fadd_rn(o[i], part);
+      for (int i = 0; i < DPT; ++i) {
+        const int d = i * THREADS + tid;
+        if (d < D) {
+          float part = sh.red[hh][d];
+#pragma unroll
+          for (int s = 1; s < RG; ++s) part = __fadd_rn(part, sh.red[hh][s * D + d]);
+          if constexpr (SPLIT) {
+            partial[((row * a.num_heads + h0 + hh) * a.max_chunks + chunk) * D + d] = part;
+          } else {
+            o[hh][i] = __fadd_rn(o[hh][i], part);
+          }
         }
       }
     }
     // Every thread is past the gate, so the overlap slots are free to take the carry.
-    if (!SPLIT && tid < OV) sh.score[tid] = carry;
+    if (!SPLIT && tid < HP * OV) sh.score[tid / OV][tid % OV] = carry;
   }
 
   if constexpr (!SPLIT) {
 #pragma unroll
-    for (int i = 0; i < DPT; ++i) {
-      const int d = i * THREADS + tid;
-      if (d < D) out[(row * a.num_heads + h) * D + d] = f32_to_bf16(o[i]);
+    for (int hh = 0; hh < HP; ++hh) {
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) {
+        const int d = i * THREADS + tid;
+        if (d < D) out[(row * a.num_heads + h0 + hh) * D + d] = f32_to_bf16(o[hh][i]);
+      }
     }
   }
 }
@@ -534,22 +597,24 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
         clip_min, clip_max                                                                            \
   }
 
-#define HP1_ENTRIES(D, G, PV, SPARSE)                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::DECODE_MIN_CTAS)                  \
-      hp1_decode_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {                    \
-    hp1::attention<D, G, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                           \
+#define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP))              \
+      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {            \
+    hp1::attention<D, G, HP, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                       \
   }                                                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::SPLIT_MIN_CTAS)                   \
-      hp1_split_d##D##_g##G##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                          \
-    hp1::attention<D, G, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                        \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP))               \
+      hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                  \
+    hp1::attention<D, G, HP, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                    \
   }
 
 #define HP1_HEAD_DIM(D)                                                                               \
-  HP1_ENTRIES(D, 8, dense, false)                                                                     \
-  HP1_ENTRIES(D, 8, sparse, true)                                                                     \
-  HP1_ENTRIES(D, 16, dense, false)                                                                    \
-  HP1_ENTRIES(D, 16, sparse, true)                                                                    \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::SPLIT_MIN_CTAS)                   \
+  HP1_ENTRIES(D, 8, 1, dense, false)                                                                  \
+  HP1_ENTRIES(D, 8, 1, sparse, true)                                                                  \
+  HP1_ENTRIES(D, 16, 1, dense, false)                                                                 \
+  HP1_ENTRIES(D, 16, 1, sparse, true)                                                                 \
+  HP1_ENTRIES(D, 16, 2, dense, false)                                                                 \
+  HP1_ENTRIES(D, 16, 2, sparse, true)                                                                 \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, 1))                \
       hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out,          \
                             int num_rows, int num_heads, int max_chunks) {                          \
     hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                    \

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv,
-    HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
+    Hp1Attention, Plan, Pv, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -31,10 +31,12 @@ pub const GPU_TOLERANCE: f64 = 4e-3;
 pub enum PlanChoice {
     /// [`Plan::auto`]: the dispatcher.
     Auto,
-    /// This path with the dispatcher's group size.
+    /// This path with the dispatcher's group size and heads per CTA.
     Path(AttentionPath),
-    /// This path and this group size.
+    /// This path and this group size, one head per CTA.
     Forced(AttentionPath, GroupSize),
+    /// This path, group size and head count per CTA.
+    Exact(AttentionPath, GroupSize, HeadsPerCta),
 }
 
 /// What one GPU run produced.
@@ -139,8 +141,12 @@ impl HostCase {
 pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
     match choice {
         PlanChoice::Auto => Plan::auto(geometry),
-        PlanChoice::Path(path) => Plan::new(geometry, path, dispatch(&geometry).1),
+        PlanChoice::Path(path) => {
+            let (_, group, heads) = dispatch(&geometry);
+            Plan::with_heads(geometry, path, group, heads)
+        }
         PlanChoice::Forced(path, group) => Plan::new(geometry, path, group),
+        PlanChoice::Exact(path, group, heads) => Plan::with_heads(geometry, path, group, heads),
     }
 }
 
@@ -166,7 +172,7 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> g
 /// Which GPU path a [`GpuPath`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuPathKind {
-    /// This path on the batch as it is, group size by the dispatcher's rule.
+    /// This path on the batch as it is, group size and heads per CTA by the dispatcher's rule.
     Forced(AttentionPath),
     /// A batch holding a prefill, through the row metadata and the dispatcher's choice.
     FakeDecode,

@@ -6,15 +6,17 @@
 //! Checks: every GPU path on drawn cases and on a targeted grid (batch 1 to 256, contexts to
 //! 32K, mixed prefill and decode, GQA 1 to 8, D 64/128/256, blocks of 16 and 32, gate zero
 //! fractions under 10% and over 95%); the row metadata against the oracle's fake-decode
-//! expansion; split-K, decode, G = 8 and G = 16 giving the same bits; two runs giving the same
-//! bits; a sequence giving the same bits alone and in a batch; an unsupported head dim refused
-//! by name; and a CUDA graph captured on short lengths replaying long ones (last, because it
-//! turns off cudarc's event tracking for the process).
+//! expansion; split-K, decode, G = 8, G = 16 and two heads per CTA giving the same bits; two
+//! runs giving the same bits; a sequence giving the same bits alone and in a batch; an
+//! unsupported head dim refused by name; and a CUDA graph captured on short lengths replaying
+//! long ones (last, because it turns off cudarc's event tracking for the process).
 
 use std::fmt::Display;
 use std::sync::Arc;
 
-use gpu::attention::{bucket, row_metadata, AttentionPath, AttnBuffers, GroupSize, HostInputs, Hp1Attention, Plan, Pv};
+use gpu::attention::{
+    bucket, row_metadata, AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, HostInputs, Hp1Attention, Plan, Pv,
+};
 use gpu::Gpu;
 use half::bf16;
 use ndarray::{s, Array2, Axis};
@@ -239,7 +241,8 @@ fn row_metadata_matches(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
-/// Cases whose rows cross many chunks, with every FIR length edge and head dim.
+/// Cases whose rows cross many chunks, with every FIR length edge and head dim, each with an even
+/// number of query heads per kv head so that two heads per CTA run too.
 fn bitwise_cases() -> Vec<Case> {
     vec![
         Case { fir_k: 4, ..case(&decodes(&[1, 256, 257, 3000, 9000]), (8, 4), 128, 16, 31) },
@@ -255,9 +258,13 @@ fn same_bits_across_paths(gpu: &Arc<Gpu>) -> Check {
         for pv in [Pv::Dense, Pv::Sparse] {
             let mut first: Option<(String, Vec<bf16>)> = None;
             for path in [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)] {
-                for group in [GroupSize::Eight, GroupSize::Sixteen] {
-                    let got = run_gpu(gpu, &data, rows, PlanChoice::Forced(path, group)).map_err(msg)?;
-                    let label = format!("{} G{}", path.name(), group.lanes());
+                for (group, heads) in [
+                    (GroupSize::Eight, HeadsPerCta::One),
+                    (GroupSize::Sixteen, HeadsPerCta::One),
+                    (GroupSize::Sixteen, HeadsPerCta::Two),
+                ] {
+                    let got = run_gpu(gpu, &data, rows, PlanChoice::Exact(path, group, heads)).map_err(msg)?;
+                    let label = format!("{} G{} H{}", path.name(), group.lanes(), heads.count());
                     if !got.out.iter().any(|x| x.to_f32() != 0.0) {
                         return Err(format!("{label}: an all-zero output proves nothing, case {c:?}"));
                     }
@@ -400,7 +407,8 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         let got =
             ndarray::Array3::from_shape_vec(data.out_shape(), out.iter().map(|x| x.to_f64()).collect()).map_err(msg)?;
         compare("gpu-graph-replay", &got, &reference.out, GPU_TOLERANCE).map_err(msg)?;
-        let eager = run_gpu(gpu, &step, geometry.rows, PlanChoice::Forced(plan.path, plan.group)).map_err(msg)?;
+        let eager =
+            run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.group, plan.heads)).map_err(msg)?;
         if !same_bits(&eager.out, &out) {
             return Err(format!("replay at lengths {lens:?} differs from an eager run of the same plan"));
         }

@@ -257,7 +257,7 @@ pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::plan::{AttentionPath, Geometry, GroupSize, Pv, HEAD_DIMS};
+    use crate::attention::plan::{AttentionPath, Geometry, GroupSize, HeadsPerCta, Pv, HEAD_DIMS};
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
 
@@ -322,8 +322,12 @@ mod tests {
                 .into_iter()
                 .flat_map(|pv| [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)])
             {
-                for group in [GroupSize::Eight, GroupSize::Sixteen] {
-                    let plan = Plan::new(g, path, group).unwrap();
+                for (group, heads) in [
+                    (GroupSize::Eight, HeadsPerCta::One),
+                    (GroupSize::Sixteen, HeadsPerCta::One),
+                    (GroupSize::Sixteen, HeadsPerCta::Two),
+                ] {
+                    let plan = Plan::with_heads(g, path, group, heads).unwrap();
                     assert!(has(&decode, &plan.attention.entry), "{} missing", plan.attention.entry);
                     if let Some(r) = &plan.reduce {
                         assert!(has(&decode, &r.entry), "{} missing", r.entry);

@@ -4,9 +4,10 @@
 //!
 //! A brief overview:
 //! - [`Plan`] (in [`plan`]) is pure host code: from static facts only ([`Geometry`]: the batch
-//!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`] and the
-//!   QK [`GroupSize`], the grids and the split-K workspace. [`Plan::auto`] is the dispatcher;
-//!   [`Plan::new`] forces a path for tests and benchmarks.
+//!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`], the
+//!   QK [`GroupSize`], the [`HeadsPerCta`], the grids and the split-K workspace. [`Plan::auto`]
+//!   is the dispatcher; [`Plan::new`] and [`Plan::with_heads`] force a plan for tests and
+//!   benchmarks.
 //! - [`Hp1Attention`] loads a plan's kernels once; [`Hp1Attention::build_rows`] builds the row
 //!   metadata of a batch step (every query row becomes a decode row of its own: that is fake
 //!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
@@ -16,9 +17,9 @@
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
 //!
-//! Every path and group size gives the same bits for a row (fixed 256-key chunks, fixed
-//! reduction orders, an ordered nonzero list): the dispatcher's choice and a request's batch
-//! never change its output.
+//! Every path, group size and head count per CTA gives the same bits for a row (fixed 256-key
+//! chunks, fixed reduction orders, an ordered nonzero list): the dispatcher's choice and a
+//! request's batch never change its output.
 //!
 //! ```
 //! use gpu::attention::{AttentionPath, Geometry, Plan};
@@ -45,6 +46,7 @@ pub mod rows;
 pub use buffers::{AttnBuffers, HostInputs};
 pub use launch::{GateParams, Hp1Attention, Operands};
 pub use plan::{
-    bucket, dispatch, AttentionPath, Geometry, GroupSize, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
+    MAX_FIR_K, PAIR_MIN_CTAS,
 };
 pub use rows::{row_metadata, RowOperands};

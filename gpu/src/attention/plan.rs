@@ -1,5 +1,6 @@
-//! The plan of an HP1 attention launch: which path, which thread-group size, the grids and the
-//! split-K workspace, all from static facts. Pure host code, so it is tested on the CPU.
+//! The plan of an HP1 attention launch: which path, which thread-group size, how many query
+//! heads per CTA, the grids and the split-K workspace, all from static facts. Pure host code, so
+//! it is tested on the CPU.
 //!
 //! A plan is made from a [`Geometry`]: the row count the launch covers (the batch bucket a CUDA
 //! graph is captured for), the head shape, and the block table's capacity
@@ -10,17 +11,31 @@
 //!
 //! The dispatcher ([`dispatch`]): split-K whenever the capacity holds more than one [`CHUNK`]
 //! (else the decode kernel, which then does the same single chunk without a second launch),
-//! thread groups of 8 lanes, sparse-index PV. Measured on an H200 (Hq/Hkv 8/4, D 128, blocks of
-//! 16, 71% gate zeros; batch 1, 32, 128 x context 1K, 4K, 16K): split-K won or tied at every
-//! point, batch 128 included (its grid of `rows * Hq * chunks` CTAs balances over the SMs where
-//! the decode grid of `rows * Hq` long CTAs leaves a ragged last wave); 8 lanes beat 16 at every
-//! point, by 15 to 50%; sparse PV beat dense by 1.5 to 1.9x (a trained AsyncT has about 70%
-//! zeros). The dispatcher never picks groups of 16 lanes, decode on long capacities or dense
-//! PV; [`Plan::new`] still builds them, for the benchmark (`asynct-bench` times every forced
-//! path beside the dispatcher's) and for the bitwise checks across paths.
+//! sparse-index PV, and one query head per CTA with thread groups of 8 lanes, or, on grids of
+//! at least [`PAIR_MIN_CTAS`] one-head CTAs with an even `Hq / Hkv`, two heads of one kv head
+//! per CTA with groups of 16 lanes.
 //!
-//! Neither choice changes results: split-K, decode, G = 8 and G = 16 give the same bits (the
-//! kernel header says why), so a request's output does not depend on its batch.
+//! Measured on an H200 (Hq/Hkv 8/4, D 128, blocks of 16, 71% gate zeros; batch 1, 32, 128 x
+//! context 1K, 4K, 16K) with one head per CTA: split-K won or tied at every point, batch 128
+//! included (its grid of `rows * Hq * chunks` CTAs balances over the SMs where the decode grid
+//! of `rows * Hq` long CTAs leaves a ragged last wave); 8 lanes beat 16 at every point, by 15 to
+//! 50%; sparse PV beat dense by 1.5 to 1.9x (a trained AsyncT has about 70% zeros).
+//!
+//! Two heads per CTA load each K vector once for both (half the K traffic from L2, which ran at
+//! 55% of its peak in the one-head kernel at batch 128, and one unpack per element for two
+//! fmas), at half the CTAs and twice the gate and PV work per CTA: a gain where the grid is
+//! large, a loss where too few CTAs keep too few loads in flight. [`PAIR_MIN_CTAS`] (about two
+//! waves of the one-head split kernel, 7 CTAs on each of an H200's 132 SMs) is an estimate that
+//! the benchmark should confirm (it times both). Paired heads use groups of 16 lanes: q of two
+//! heads then takes 16 registers instead of 32, and only so does ptxas issue all of a step's K
+//! loads before the first fma within the launch bounds.
+//!
+//! [`Plan::new`] and [`Plan::with_heads`] build the plans the dispatcher never picks (decode on
+//! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
+//! times every forced path beside the dispatcher's) and for the bitwise checks across paths.
+//! No choice changes results: split-K, decode, G = 8, G = 16 and one or two heads per CTA give
+//! the same bits (the kernel header says why), so a request's output does not depend on its
+//! batch.
 
 use crate::error::{Error, Result};
 
@@ -34,6 +49,8 @@ const WARPS: usize = THREADS as usize / 32;
 pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// The most FIR taps the kernels hold in shared memory (`MAX_FIR` in the kernel).
 pub const MAX_FIR_K: usize = 8;
+/// The dispatcher pairs heads from this many one-head CTAs (`rows * Hq * chunks`) up.
+pub const PAIR_MIN_CTAS: usize = 2048;
 
 /// The static facts a plan is made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -150,6 +167,25 @@ impl GroupSize {
     }
 }
 
+/// Query heads one CTA computes; heads that share a kv head share its K loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeadsPerCta {
+    /// One head.
+    One,
+    /// Two consecutive heads of one kv head (`Hq / Hkv` even, groups of 16 lanes).
+    Two,
+}
+
+impl HeadsPerCta {
+    /// The head count.
+    pub fn count(&self) -> usize {
+        match self {
+            Self::One => 1,
+            Self::Two => 2,
+        }
+    }
+}
+
 /// One kernel launch: entry point, one-dimensional grid, block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchShape {
@@ -171,6 +207,8 @@ pub struct Plan {
     pub path: AttentionPath,
     /// The QK thread-group size.
     pub group: GroupSize,
+    /// Query heads per CTA.
+    pub heads: HeadsPerCta,
     /// `hp1_rows` (in `hp1_rows.cu`), once per batch step.
     pub rows: LaunchShape,
     /// The decode kernel or split-K stage 1.
@@ -185,26 +223,46 @@ impl Plan {
     /// The plan the dispatcher picks for `geometry`.
     pub fn auto(geometry: Geometry) -> Result<Self> {
         geometry.validate()?;
-        let (path, group) = dispatch(&geometry);
-        Self::new(geometry, path, group)
+        let (path, group, heads) = dispatch(&geometry);
+        Self::with_heads(geometry, path, group, heads)
     }
 
-    /// A plan for a forced path and group size (tests and benchmarks).
+    /// A plan for a forced path and group size with one head per CTA (tests and benchmarks).
     pub fn new(geometry: Geometry, path: AttentionPath, group: GroupSize) -> Result<Self> {
+        Self::with_heads(geometry, path, group, HeadsPerCta::One)
+    }
+
+    /// A plan for a forced path, group size and head count per CTA (tests and benchmarks). Two
+    /// heads need an even `Hq / Hkv` and groups of 16 lanes (the only instantiation).
+    pub fn with_heads(geometry: Geometry, path: AttentionPath, group: GroupSize, heads: HeadsPerCta) -> Result<Self> {
         geometry.validate()?;
         let g = geometry;
+        if heads == HeadsPerCta::Two {
+            let per_kv = g.num_heads / g.num_kv_heads;
+            if !per_kv.is_multiple_of(2) {
+                return Err(unsupported(format!(
+                    "two heads per CTA need an even number of query heads per kv head, got {} / {} = {per_kv}",
+                    g.num_heads, g.num_kv_heads
+                )));
+            }
+            if group != GroupSize::Sixteen {
+                return Err(unsupported(format!(
+                    "two heads per CTA run with groups of 16 lanes, got {}",
+                    group.lanes()
+                )));
+            }
+        }
         let pv = match path.pv() {
             Pv::Dense => "dense",
             Pv::Sparse => "sparse",
         };
+        let head_ctas = g.rows.checked_mul(g.num_heads / heads.count());
         let (kind, ctas) = match path {
-            AttentionPath::Decode(_) => ("decode", g.rows.checked_mul(g.num_heads)),
-            AttentionPath::SplitK(_) => {
-                ("split", g.rows.checked_mul(g.num_heads).and_then(|n| n.checked_mul(g.max_chunks())))
-            }
+            AttentionPath::Decode(_) => ("decode", head_ctas),
+            AttentionPath::SplitK(_) => ("split", head_ctas.and_then(|n| n.checked_mul(g.max_chunks()))),
         };
         let attention = LaunchShape {
-            entry: format!("hp1_{kind}_d{}_g{}_{pv}", g.head_dim, group.lanes()),
+            entry: format!("hp1_{kind}_d{}_g{}_h{}_{pv}", g.head_dim, group.lanes(), heads.count()),
             grid: grid(ctas, &g)?,
             block: THREADS,
         };
@@ -227,15 +285,21 @@ impl Plan {
             grid: grid(Some(g.rows.div_ceil(THREADS as usize)), &g)?,
             block: THREADS,
         };
-        Ok(Self { geometry, path, group, rows, attention, reduce, workspace_len })
+        Ok(Self { geometry, path, group, heads, rows, attention, reduce, workspace_len })
     }
 }
 
-/// The path and group size for `geometry` (see the module doc for the rule and its measurements).
-pub fn dispatch(geometry: &Geometry) -> (AttentionPath, GroupSize) {
-    let path =
-        if geometry.capacity() > CHUNK { AttentionPath::SplitK(Pv::Sparse) } else { AttentionPath::Decode(Pv::Sparse) };
-    (path, GroupSize::Eight)
+/// The path, group size and heads per CTA for `geometry` (see the module doc for the rule and
+/// its measurements).
+pub fn dispatch(geometry: &Geometry) -> (AttentionPath, GroupSize, HeadsPerCta) {
+    let g = geometry;
+    let path = if g.capacity() > CHUNK { AttentionPath::SplitK(Pv::Sparse) } else { AttentionPath::Decode(Pv::Sparse) };
+    let one_head_ctas = g.rows.saturating_mul(g.num_heads).saturating_mul(g.max_chunks());
+    if (g.num_heads / g.num_kv_heads).is_multiple_of(2) && one_head_ctas >= PAIR_MIN_CTAS {
+        (path, GroupSize::Sixteen, HeadsPerCta::Two)
+    } else {
+        (path, GroupSize::Eight, HeadsPerCta::One)
+    }
 }
 
 /// The batch bucket of `num_tokens` query rows: the next power of two (at least 1), so a few
@@ -272,27 +336,37 @@ mod tests {
     }
 
     #[test]
-    fn the_dispatcher_splits_every_capacity_past_one_chunk_with_groups_of_8() {
-        for (rows, context, split) in [
-            (1, 16384, true),
-            (32, 4096, true),
-            (64, 1024, true),
-            (128, 16384, true),
-            (256, 32768, true),
-            (4096, 300, true),
-            (1, 256, false),
-            (256, 16, false),
-            (1, 257, true),
+    fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
+        let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
+        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 256).
+        for (rows, context, split, kernel) in [
+            (1, 16384, true, one),   // 512 CTAs
+            (32, 1024, true, one),   // 1024
+            (63, 1024, true, one),   // 2016
+            (64, 1024, true, two),   // 2048
+            (32, 4096, true, two),   // 4096
+            (128, 16384, true, two), // 65536
+            (4096, 300, true, two),  // two chunks
+            (1, 256, false, one),
+            (256, 16, false, two), // 2048 CTAs of one chunk each
+            (1, 257, true, one),
         ] {
-            let (path, g) = dispatch(&geometry(rows, context));
+            let (path, group, heads) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
             assert_eq!(path.pv(), Pv::Sparse);
-            assert_eq!(g, GroupSize::Eight, "rows {rows}, context {context}");
+            assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
         let wide_blocks = Geometry { block_size: 256, max_blocks_per_seq: 1, ..geometry(8, 0) };
         assert!(matches!(dispatch(&wide_blocks).0, AttentionPath::Decode(_)));
         assert!(matches!(dispatch(&Geometry { max_blocks_per_seq: 2, ..wide_blocks }).0, AttentionPath::SplitK(_)));
+        // An odd number of query heads per kv head never pairs, however large the grid.
+        for (hq, hkv) in [(8, 8), (6, 2), (3, 1)] {
+            let g = Geometry { num_heads: hq, num_kv_heads: hkv, ..geometry(256, 16384) };
+            assert_eq!(dispatch(&g).2, HeadsPerCta::One, "{hq} / {hkv}");
+        }
+        let g = Geometry { num_heads: 16, num_kv_heads: 2, ..geometry(256, 16384) };
+        assert_eq!(dispatch(&g).2, HeadsPerCta::Two);
     }
 
     #[test]
@@ -306,7 +380,7 @@ mod tests {
         assert_eq!(a.workspace_len, 4 * 8 * 32 * 128);
         let reduce = a.reduce.as_ref().unwrap();
         assert_eq!((reduce.entry.as_str(), reduce.grid), ("hp1_split_reduce_d128", 8));
-        assert_eq!(a.attention.entry, "hp1_split_d128_g8_sparse");
+        assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
     }
 
@@ -315,43 +389,75 @@ mod tests {
         let g =
             Geometry { rows: 300, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 32, max_blocks_per_seq: 3 };
         let p = Plan::new(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen).unwrap();
-        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_dense".into(), grid: 600, block: 128 });
-        assert_eq!((p.reduce, p.workspace_len), (None, 0));
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h1_dense".into(), grid: 600, block: 128 });
+        assert_eq!((p.reduce, p.workspace_len, p.heads), (None, 0, HeadsPerCta::One));
         assert_eq!(p.rows.grid, 3, "300 rows in CTAs of 128");
         let p = Plan::new(g, AttentionPath::SplitK(Pv::Dense), GroupSize::Eight).unwrap();
         // 96 keys of capacity: one chunk.
         assert_eq!(p.attention.grid, 600);
         assert_eq!(p.reduce.unwrap().grid, 150);
         assert_eq!(p.workspace_len, 600 * 64);
+        // Two heads per CTA: half the CTAs; stage 2 and the partials stay per (row, head).
+        let p = Plan::with_heads(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h2_dense".into(), grid: 300, block: 128 });
+        let p = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        assert_eq!((p.attention.entry.as_str(), p.attention.grid), ("hp1_split_d64_g16_h2_sparse", 300));
+        assert_eq!((p.reduce.unwrap().grid, p.workspace_len), (150, 600 * 64));
     }
 
-    /// The kernel's block-index decoding, written out: heads fastest, then chunks, then rows.
+    #[test]
+    fn two_heads_per_cta_need_an_even_head_ratio_and_groups_of_16() {
+        let g = Geometry { num_heads: 6, num_kv_heads: 2, ..geometry(4, 1024) };
+        let path = AttentionPath::SplitK(Pv::Sparse);
+        let err = Plan::with_heads(g, path, GroupSize::Sixteen, HeadsPerCta::Two).unwrap_err().to_string();
+        assert!(err.contains("even number of query heads per kv head, got 6 / 2 = 3"), "{err}");
+        let err =
+            Plan::with_heads(geometry(4, 1024), path, GroupSize::Eight, HeadsPerCta::Two).unwrap_err().to_string();
+        assert!(err.contains("groups of 16 lanes, got 8"), "{err}");
+        Plan::with_heads(g, path, GroupSize::Eight, HeadsPerCta::One).unwrap();
+    }
+
+    /// The kernel's block-index decoding, written out: head groups fastest, then chunks, then
+    /// rows; CTA `bid` computes heads `h0 .. h0 + heads` of its row and chunk.
     fn split_block(plan: &Plan, bid: usize) -> (usize, usize, usize) {
-        let g = plan.geometry;
-        let (h, rest) = (bid % g.num_heads, bid / g.num_heads);
-        (rest / g.max_chunks(), rest % g.max_chunks(), h)
+        let (g, per_cta) = (plan.geometry, plan.heads.count());
+        let (h0, rest) = (bid % (g.num_heads / per_cta) * per_cta, bid / (g.num_heads / per_cta));
+        (rest / g.max_chunks(), rest % g.max_chunks(), h0)
     }
 
     #[test]
     fn the_split_grid_covers_every_row_chunk_and_head_once_with_shared_kv_heads_adjacent() {
-        let g =
-            Geometry { rows: 3, num_heads: 6, num_kv_heads: 2, head_dim: 256, block_size: 16, max_blocks_per_seq: 33 };
-        let plan = Plan::new(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Eight).unwrap();
-        assert_eq!(g.max_chunks(), 3, "528 keys of capacity");
-        let mut seen = std::collections::HashSet::new();
-        for bid in 0..plan.attention.grid as usize {
-            let (row, chunk, h) = split_block(&plan, bid);
-            assert!(row < 3 && chunk < 3 && h < 6);
-            assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
-            if bid > 0 && h % 3 != 0 {
-                let (prow, pchunk, ph) = split_block(&plan, bid - 1);
-                assert_eq!((prow, pchunk, ph / 3), (row, chunk, h / 3), "heads of one kv head run together");
+        for (hq, hkv, heads) in [(6, 2, HeadsPerCta::One), (8, 2, HeadsPerCta::Two), (4, 2, HeadsPerCta::Two)] {
+            let g = Geometry {
+                rows: 3,
+                num_heads: hq,
+                num_kv_heads: hkv,
+                head_dim: 256,
+                block_size: 16,
+                max_blocks_per_seq: 33,
+            };
+            let group = if heads == HeadsPerCta::Two { GroupSize::Sixteen } else { GroupSize::Eight };
+            let plan = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
+            assert_eq!(g.max_chunks(), 3, "528 keys of capacity");
+            let per_kv = hq / hkv;
+            let mut seen = std::collections::HashSet::new();
+            for bid in 0..plan.attention.grid as usize {
+                let (row, chunk, h0) = split_block(&plan, bid);
+                for h in h0..h0 + heads.count() {
+                    assert!(row < 3 && chunk < 3 && h < hq);
+                    assert_eq!(h / per_kv, h0 / per_kv, "the heads of a CTA share a kv head");
+                    assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
+                }
+                if bid > 0 && h0 % per_kv != 0 {
+                    let (prow, pchunk, ph) = split_block(&plan, bid - 1);
+                    assert_eq!((prow, pchunk, ph / per_kv), (row, chunk, h0 / per_kv), "a kv head's CTAs run together");
+                }
             }
+            assert_eq!(seen.len(), 3 * 3 * hq);
+            // Stage 2: warp w of CTA b handles (row, head) pair 4b + w, which indexes the partials.
+            let reduce = plan.reduce.unwrap();
+            assert!(reduce.grid as usize * WARPS >= 3 * hq && (reduce.grid as usize - 1) * WARPS < 3 * hq);
         }
-        assert_eq!(seen.len(), 3 * 3 * 6);
-        // Stage 2: warp w of CTA b handles (row, head) pair 4b + w, which indexes the partials.
-        let reduce = plan.reduce.unwrap();
-        assert!(reduce.grid as usize * WARPS >= 3 * 6 && (reduce.grid as usize - 1) * WARPS < 3 * 6);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HostInputs, Hp1Attention, Plan, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs, Hp1Attention, Plan, Pv};
 use gpu::Gpu;
 
 use super::data::{params, DecodeData, BLOCK, D, HKV, HQ};
@@ -15,12 +15,15 @@ const MAX_COPIES: usize = 64;
 /// One path's time at one point.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PathTime {
-    /// `auto` (the dispatcher's choice) or a path name with its group size.
+    /// `auto` (the dispatcher's choice) or a path name with its group size (and `-h2` for two
+    /// heads per CTA).
     pub name: String,
     /// The path the plan ran.
     pub path: String,
     /// Lanes per key in QK.
     pub group: usize,
+    /// Query heads per CTA.
+    pub heads: usize,
     /// Median milliseconds per launch.
     pub ms: f64,
     /// Softmax-equivalent bandwidth: the whole K and V over the time, TB/s.
@@ -42,11 +45,15 @@ pub struct DecodePoint {
     pub paths: Vec<PathTime>,
 }
 
-fn forced() -> Vec<(AttentionPath, GroupSize)> {
+fn forced() -> Vec<(AttentionPath, GroupSize, HeadsPerCta)> {
     let mut v = Vec::new();
     for path in [AttentionPath::Decode(Pv::Dense), AttentionPath::Decode(Pv::Sparse), AttentionPath::SplitK(Pv::Dense), AttentionPath::SplitK(Pv::Sparse)] {
-        for group in [GroupSize::Eight, GroupSize::Sixteen] {
-            v.push((path, group));
+        for (group, heads) in [
+            (GroupSize::Eight, HeadsPerCta::One),
+            (GroupSize::Sixteen, HeadsPerCta::One),
+            (GroupSize::Sixteen, HeadsPerCta::Two),
+        ] {
+            v.push((path, group, heads));
         }
     }
     v
@@ -85,8 +92,10 @@ pub fn measure(
     let kv_bytes = data.kv_bytes(context);
     let copies = (2 * L2_BYTES / kv_bytes + 1).clamp(1, MAX_COPIES);
     let mut plans = vec![("auto".to_string(), Plan::auto(geometry).map_err(e)?)];
-    for (path, group) in forced() {
-        plans.push((format!("{}-g{}", path.name(), group.lanes()), Plan::new(geometry, path, group).map_err(e)?));
+    for (path, group, heads) in forced() {
+        let suffix = if heads == HeadsPerCta::Two { "-h2" } else { "" };
+        let name = format!("{}-g{}{suffix}", path.name(), group.lanes());
+        plans.push((name, Plan::with_heads(geometry, path, group, heads).map_err(e)?));
     }
     plans.retain(|(name, _)| only.is_none_or(|o| name.contains(o)));
     let workspace = plans.iter().map(|(_, p)| p.workspace_len).max().unwrap_or(0);
@@ -109,6 +118,7 @@ pub fn measure(
             name,
             path: attn.plan().path.name().to_string(),
             group: attn.plan().group.lanes(),
+            heads: attn.plan().heads.count(),
             ms,
             effective_tbps: kv_bytes as f64 / ms / 1e9,
         });
