@@ -22,15 +22,18 @@
 //! request's batch never change its output.
 //!
 //! ```
-//! use gpu::attention::{AttentionPath, Geometry, Plan};
+//! use gpu::attention::{AttentionPath, Geometry, HeadsPerCta, Plan};
 //!
-//! // A decode step of 4 sequences with room for 8K tokens each.
+//! // A decode step of 2 sequences with room for 8K tokens each.
 //! let geometry = Geometry {
-//!     rows: 4, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
+//!     rows: 2, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
 //! };
 //! let plan = Plan::auto(geometry).unwrap();
 //! assert!(matches!(plan.path, AttentionPath::SplitK(_)));
-//! assert_eq!(plan.attention.grid, 4 * 8 * 32); // rows x heads x 256-key chunks of the capacity
+//! assert_eq!(plan.attention.grid, 2 * 8 * 32); // rows x heads x 256-key chunks of the capacity
+//! // 32 rows make a grid large enough to give each CTA the two heads of a kv head.
+//! let plan = Plan::auto(Geometry { rows: 32, ..geometry }).unwrap();
+//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 32));
 //! ```
 //!
 //! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and

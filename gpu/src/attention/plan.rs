@@ -21,14 +21,16 @@
 //! of `rows * Hq` long CTAs leaves a ragged last wave); 8 lanes beat 16 at every point, by 15 to
 //! 50%; sparse PV beat dense by 1.5 to 1.9x (a trained AsyncT has about 70% zeros).
 //!
-//! Two heads per CTA load each K vector once for both (half the K traffic from L2, which ran at
-//! 55% of its peak in the one-head kernel at batch 128, and one unpack per element for two
-//! fmas), at half the CTAs and twice the gate and PV work per CTA: a gain where the grid is
-//! large, a loss where too few CTAs keep too few loads in flight. [`PAIR_MIN_CTAS`] (about two
-//! waves of the one-head split kernel, 7 CTAs on each of an H200's 132 SMs) is an estimate that
-//! the benchmark should confirm (it times both). Paired heads use groups of 16 lanes: q of two
-//! heads then takes 16 registers instead of 32, and only so does ptxas issue all of a step's K
-//! loads before the first fma within the launch bounds.
+//! Two heads per CTA load each K vector once for both (half the K traffic from L2, whose
+//! throughput was the nearest ceiling at 72% in the one-head split kernel at batch 128, and one
+//! unpack per element for two fmas), at half the CTAs and twice the gate and PV work per CTA: a
+//! gain where the one-head grid fills the GPU, a loss where it does not and halving it leaves
+//! too few loads in flight. [`PAIR_MIN_CTAS`] is about one wave of the one-head split kernel (7
+//! CTAs on each of an H200's 132 SMs, 924): from there the one-head grid needs a second, ragged
+//! wave and the paired grid does not. It is an estimate the benchmark should confirm (it times
+//! both). Paired heads use groups of 16 lanes: q of two heads then takes 16 registers instead
+//! of 32, and only so does ptxas issue all of a step's K loads before the first fma within the
+//! launch bounds.
 //!
 //! [`Plan::new`] and [`Plan::with_heads`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
@@ -50,7 +52,7 @@ pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// The most FIR taps the kernels hold in shared memory (`MAX_FIR` in the kernel).
 pub const MAX_FIR_K: usize = 8;
 /// The dispatcher pairs heads from this many one-head CTAs (`rows * Hq * chunks`) up.
-pub const PAIR_MIN_CTAS: usize = 2048;
+pub const PAIR_MIN_CTAS: usize = 1024;
 
 /// The static facts a plan is made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -341,14 +343,14 @@ mod tests {
         // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 256).
         for (rows, context, split, kernel) in [
             (1, 16384, true, one),   // 512 CTAs
-            (32, 1024, true, one),   // 1024
-            (63, 1024, true, one),   // 2016
-            (64, 1024, true, two),   // 2048
+            (31, 1024, true, one),   // 992
+            (32, 1024, true, two),   // 1024
             (32, 4096, true, two),   // 4096
             (128, 16384, true, two), // 65536
             (4096, 300, true, two),  // two chunks
             (1, 256, false, one),
-            (256, 16, false, two), // 2048 CTAs of one chunk each
+            (127, 16, false, one), // 1016 CTAs of one chunk each
+            (128, 16, false, two), // 1024
             (1, 257, true, one),
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
@@ -372,16 +374,21 @@ mod tests {
     #[test]
     fn the_plan_depends_on_capacity_not_on_lengths() {
         // The same geometry always gives the same plan: there is no length input to vary.
-        let a = Plan::auto(geometry(4, 8192)).unwrap();
-        assert_eq!(a, Plan::auto(geometry(4, 8192)).unwrap());
+        let a = Plan::auto(geometry(3, 8192)).unwrap();
+        assert_eq!(a, Plan::auto(geometry(3, 8192)).unwrap());
         assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
         assert_eq!(a.geometry.max_chunks(), 32);
-        assert_eq!(a.attention.grid, 4 * 8 * 32);
-        assert_eq!(a.workspace_len, 4 * 8 * 32 * 128);
+        assert_eq!(a.attention.grid, 3 * 8 * 32);
+        assert_eq!(a.workspace_len, 3 * 8 * 32 * 128);
         let reduce = a.reduce.as_ref().unwrap();
-        assert_eq!((reduce.entry.as_str(), reduce.grid), ("hp1_split_reduce_d128", 8));
+        assert_eq!((reduce.entry.as_str(), reduce.grid), ("hp1_split_reduce_d128", 6));
         assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
+        // One row more makes 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
+        // partials and stage 2 per (row, head).
+        let b = Plan::auto(geometry(4, 8192)).unwrap();
+        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 4 * 4 * 32));
+        assert_eq!((b.workspace_len, b.reduce.unwrap().grid), (4 * 8 * 32 * 128, 8));
     }
 
     #[test]
