@@ -58,15 +58,19 @@
 //            (rows * max_chunks * Hq / HP CTAs); a CTA whose chunk starts at or past row_len
 //            exits at once.
 //   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
-// Launch bounds (min_ctas), chosen for the most K bytes in flight per SM with every load of a
-// QK step issued before its first fma and no spills (128 bytes per thread, checked in the
-// SASS). HP = 1: the decode kernel asks for 5 CTAs per SM (at most 96 registers; it uses 90 to
-// 96), 80 KB per SM; with 6 most instantiations spill. Stage 1 runs its chunk body once,
-// visibly to the compiler, so q's registers are free during PV: 7 CTAs (72 registers), 112 KB
-// per SM; with 8 all spill. HP = 2 (instantiated with G = 16 only: with G = 8 the two heads' q
-// take 32 registers and ptxas splits a step's loads in two): stage 1 asks for 6 CTAs (78 to 80
-// registers), 96 KB per SM, each byte serving two heads; the decode kernel for 4 (122 to 128).
-// Stage 2 shares stage 1's HP = 1 bound.
+// Launch bounds (min_ctas): per instantiation the most CTAs per SM at which ptxas still issues
+// every load of a QK step (128 bytes per thread) before the step's first fma, without spills,
+// found by compiling every entry at 4 to 8 and reading the SASS. Past that ptxas first splits a
+// step's loads into two waves (two memory latencies per step) and then spills. Stage 1 runs its
+// chunk body once, visibly to the compiler, so q's registers are free during PV.
+//   stage 1, HP = 1:  7 CTAs (72 registers, 112 KB of K in flight per SM); 6 for D = 64 with
+//                     G = 8 (80), 5 for D = 256 with G = 8 (q alone takes 32 registers; 90)
+//   stage 1, HP = 2:  6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
+//   decode, HP = 1:   5 CTAs (90 to 96 registers, 80 KB per SM); 4 for D = 256 with G = 8
+//   decode, HP = 2:   4 CTAs (122 to 128 registers; at D = 64, 15 of a step's 16 loads)
+// HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
+// ptxas splits a step's loads at any bound that leaves 4 CTAs or more. Stage 2 (38 to 56
+// registers) takes stage 1's bound.
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
 // padded to 16 bytes (1056), 8 * CHUNK list entries (2048), 4 * 2 * WARPS counts (32) and
 // 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (1088) shared by the heads: 8320 bytes
@@ -106,8 +110,13 @@ constexpr int CHUNK = 256;
 constexpr int ROUNDS = CHUNK / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
-// CTAs per SM the launch bounds ask for (see LAUNCH in the header).
-constexpr int min_ctas(bool split, int heads) { return heads == 1 ? (split ? 7 : 5) : (split ? 6 : 4); }
+// CTAs per SM the launch bounds ask for: per instantiation the most at which ptxas still issues
+// every load of a QK step before its first fma, without spills (see LAUNCH in the header).
+constexpr int min_ctas(bool split, int heads, int d, int g) {
+  if (heads == 2) return split ? 6 : 4;
+  if (split) return g == 16 || d == 128 ? 7 : (d == 64 ? 6 : 5);
+  return g == 8 && d == 256 ? 4 : 5;
+}
 constexpr int SLOTS = (OV + CHUNK + 15) / 16 * 16;  // QK reads whole vectors of up to 16 slots
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
@@ -598,11 +607,11 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
   }
 
 #define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP))              \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
       hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {            \
     hp1::attention<D, G, HP, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                       \
   }                                                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP))               \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
       hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                  \
     hp1::attention<D, G, HP, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                    \
   }
@@ -614,7 +623,7 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
   HP1_ENTRIES(D, 16, 1, sparse, true)                                                                 \
   HP1_ENTRIES(D, 16, 2, dense, false)                                                                 \
   HP1_ENTRIES(D, 16, 2, sparse, true)                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, 1))                \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, 1, D, 16))                \
       hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out,          \
                             int num_rows, int num_heads, int max_chunks) {                          \
     hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                    \
