@@ -1,19 +1,37 @@
-//! Every kernel compiles with NVRTC for Hopper (`sm_90a`) and Ampere (`sm_80`, where the kernel
-//! does not need Hopper). Needs only NVRTC, not a GPU: `scripts/local-nvrtc.sh` installs the
-//! toolkit's NVRTC from PyPI so this runs on a CPU machine too. Without NVRTC it says it skipped.
+//! Every kernel compiles with NVRTC for Hopper (`sm_90a`). Needs only NVRTC, not a GPU:
+//! `scripts/local-nvrtc.sh` installs the toolkit's NVRTC from PyPI so this runs on a CPU machine
+//! too. A `harness = false` target, so that without NVRTC the line saying it skipped is shown
+//! rather than captured as a silent pass.
 
 use gpu::kernels::ALL;
 use gpu::runtime::kernel_cache::compile;
 use gpu::runtime::nvrtc_available;
 
-#[test]
-fn every_kernel_compiles_for_hopper() {
+fn main() {
     if !nvrtc_available() {
-        println!("SKIPPED: no NVRTC library here (run scripts/local-nvrtc.sh, then set LD_LIBRARY_PATH as it says)");
+        println!(
+            "kernels_compile: SKIPPED compiling {} kernel files: no NVRTC library here (run scripts/local-nvrtc.sh, then set LD_LIBRARY_PATH as it says)",
+            ALL.len()
+        );
+        println!("0 passed, 0 failed, {} skipped", ALL.len());
         return;
     }
+    let mut failed = 0;
     for k in ALL {
-        let ptx = compile(k, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-        assert!(ptx.contains(".entry"), "{}: no kernel entry in the PTX", k.name);
+        match compile(k, "sm_90a") {
+            Ok(ptx) if ptx.contains(".entry") => println!("test {} ... ok", k.name),
+            Ok(_) => {
+                failed += 1;
+                println!("test {} ... FAILED: no kernel entry in the PTX", k.name);
+            }
+            Err(e) => {
+                failed += 1;
+                println!("test {} ... FAILED\n{e}", k.name);
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", ALL.len() - failed);
+    if failed > 0 {
+        std::process::exit(1);
     }
 }
