@@ -403,8 +403,8 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
 
     // 0. The cache row of every key QK reads, clamped into [0, len) so that QK loads whole steps
     // without bounds checks, and an L2 prefetch of each real key's K row, so that only QK's
-    // first step waits for DRAM. Every table load goes out before the first prefetch (ptxas
-    // does not move loads across one). The previous chunk read slot[] only before its list
+    // first step waits for DRAM. Every table load goes out before the first prefetch (written
+    // so because ptxas did not hoist a later round's load above a prefetch). The previous chunk read slot[] only before its list
     // barrier.
     {
       constexpr int SLOT_ROUNDS = (SLOTS + THREADS - 1) / THREADS;
