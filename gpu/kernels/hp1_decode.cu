@@ -11,10 +11,7 @@
 //      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
 //      are clamped into [0, row_len), and the pass fills SLOTS = 272 entries (CHUNK + OV rounded
 //      up to 16), so QK loads whole steps without bounds checks: the rows of keys before 0 or
-//      past the chunk are real rows whose dots are dropped. The pass also asks L2 to prefetch
-//      the K row of every key QK will read (prefetch.global.L2: no register, no result), so the
-//      chunk's K is requested from DRAM at once and only QK's first step waits for DRAM; the
-//      later steps find their rows in L2 or on the way.
+//      past the chunk are real rows whose dots are dropped.
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
 //      Thread groups of G lanes (8 or 16) share a key; q sits in registers; K arrives as 16-byte
@@ -38,7 +35,7 @@
 //   3. List, per head: (cache row, weight) of each key to visit, in key order. Sparse: the keys
 //      with p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
 //      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same code
-//      keeps all). Placing an entry prefetches its V row into L2, for PV's later batches.
+//      keeps all).
 //   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
 //      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
 //      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
@@ -66,14 +63,11 @@
 // found by compiling every entry at 4 to 8 and reading the SASS. Past that ptxas first splits a
 // step's loads into two waves (two memory latencies per step) and then spills. Stage 1 runs its
 // chunk body once, visibly to the compiler, so q's registers are free during PV.
-//   stage 1, HP = 1:  7 CTAs (70 to 72 registers, 112 KB of K in flight per SM); 5 for D = 256
-//                     with G = 8 (q alone takes 32 registers; 89)
-//   stage 1, HP = 2:  6 CTAs (72 to 80 registers, 96 KB per SM, each byte serving two heads)
-//   decode, HP = 1:   5 CTAs with G = 16 or D = 64 (91 to 96 registers, 80 KB per SM), else 4
-//                     (110 to 112)
-//   decode, HP = 2:   4 CTAs (124 to 128 registers; at D = 64, 15 of a step's 16 loads)
-// The table holds for this code only: ptxas's choices move with small edits, so a change to
-// the kernel should repeat the sweep.
+//   stage 1, HP = 1:  7 CTAs (72 registers, 112 KB of K in flight per SM); 6 for D = 64 with
+//                     G = 8 (80), 5 for D = 256 with G = 8 (q alone takes 32 registers; 90)
+//   stage 1, HP = 2:  6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
+//   decode, HP = 1:   5 CTAs (90 to 96 registers, 80 KB per SM); 4 for D = 256 with G = 8
+//   decode, HP = 2:   4 CTAs (122 to 128 registers; at D = 64, 15 of a step's 16 loads)
 // HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
 // ptxas splits a step's loads at any bound that leaves 4 CTAs or more. Stage 2 (38 to 56
 // registers) takes stage 1's bound.
@@ -119,8 +113,9 @@ constexpr int OV = MAX_FIR - 1;
 // CTAs per SM the launch bounds ask for: per instantiation the most at which ptxas still issues
 // every load of a QK step before its first fma, without spills (see LAUNCH in the header).
 constexpr int min_ctas(bool split, int heads, int d, int g) {
-  if (split) return heads == 2 ? 6 : (d == 256 && g == 8 ? 5 : 7);
-  return heads == 2 || (g == 8 && d != 64) ? 4 : 5;
+  if (heads == 2) return split ? 6 : 4;
+  if (split) return g == 16 || d == 128 ? 7 : (d == 64 ? 6 : 5);
+  return g == 8 && d == 256 ? 4 : 5;
 }
 constexpr int SLOTS = (OV + CHUNK + 15) / 16 * 16;  // QK reads whole vectors of up to 16 slots
 
@@ -253,14 +248,6 @@ __device__ __forceinline__ const unsigned short* cache_row(const unsigned short*
   return reinterpret_cast<const unsigned short*>(reinterpret_cast<const char*>(base) + offset);
 }
 
-// Asks L2 for the D bf16 of a cache row (128-byte aligned) without waiting: no register, no
-// result, so it only moves the row's DRAM latency earlier.
-template <int D>
-__device__ __forceinline__ void prefetch_row(const unsigned short* row) {
-#pragma unroll
-  for (int b = 0; b < D * 2; b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + b));
-}
-
 // PV over PU list entries e0, e0 + RG, ...: every load issued before the first fma; TAIL checks
 // each entry against count. 8 dims (one 16-byte vector) per thread.
 template <int RG, int PU, bool TAIL>
@@ -366,11 +353,9 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const unsigned group_mask = ((1u << G) - 1u) << (lane / G * G);
   const int my_key = reduce_key<G / 2, U>(gl);
   const bool key_owner = (gl & (G / U - 1)) == 0;  // one lane per key stores its score
-  const unsigned short* __restrict__ k_head = a.key_cache + (long long)g * D;
-  const unsigned short* __restrict__ k_lane = k_head + gl * C;
+  const unsigned short* __restrict__ k_lane = a.key_cache + (long long)g * D + gl * C;
   const int stream = tid / TPR;
-  const unsigned short* __restrict__ v_head = a.value_cache + (long long)g * D;
-  const unsigned short* __restrict__ v_thread = v_head + (tid % TPR) * 8;
+  const unsigned short* __restrict__ v_thread = a.value_cache + (long long)g * D + (tid % TPR) * 8;
   float qf[CPL][HP][C];
 #pragma unroll
   for (int hh = 0; hh < HP; ++hh) {
@@ -402,24 +387,10 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
     const int slots = n - jstart;
 
     // 0. The cache row of every key QK reads, clamped into [0, len) so that QK loads whole steps
-    // without bounds checks, and an L2 prefetch of each real key's K row, so that only QK's
-    // first step waits for DRAM. Every table load goes out before the first prefetch (written
-    // so because ptxas did not hoist a later round's load above a prefetch). The previous chunk read slot[] only before its list
-    // barrier.
-    {
-      constexpr int SLOT_ROUNDS = (SLOTS + THREADS - 1) / THREADS;
-      int slot_r[SLOT_ROUNDS];
-#pragma unroll
-      for (int r = 0; r < SLOT_ROUNDS; ++r) {
-        const int t = max(0, min(c0 + jstart + r * THREADS + tid, len - 1));
-        slot_r[r] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
-      }
-#pragma unroll
-      for (int r = 0; r < SLOT_ROUNDS; ++r) {
-        const int i = r * THREADS + tid;
-        if (i < SLOTS) sh.slot[i] = slot_r[r];
-        if (i < slots) prefetch_row<D>(cache_row(k_head, slot_r[r], token_bytes));
-      }
+    // without bounds checks. The previous chunk read slot[] only before its list barrier.
+    for (int i = tid; i < SLOTS; i += THREADS) {
+      const int t = max(0, min(c0 + jstart + i, len - 1));
+      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
     }
     __syncthreads();
 
@@ -508,9 +479,7 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
       for (int r = 0; r < ROUNDS; ++r) {
         if (keep_r[hh][r]) {
           const int j = r * THREADS + tid;
-          const int row_index = sh.slot[j - jstart];
-          sh.entry[hh][base[r] + rank_r[hh][r]] = make_int2(row_index, __float_as_int(p_r[hh][r]));
-          prefetch_row<D>(cache_row(v_head, row_index, token_bytes));  // PV's later batches hit L2
+          sh.entry[hh][base[r] + rank_r[hh][r]] = make_int2(sh.slot[j - jstart], __float_as_int(p_r[hh][r]));
         }
       }
     }
