@@ -1,5 +1,5 @@
 // hp1_decode.cu: HP1 attention over the paged KV cache, one query row at a time (SPEC sections 2
-// and 6): the decode kernel, the split-K stage 1 and stage 2, with dense or sparse-index PV.
+// and 6): the decode kernel and the split-K kernel, with dense or sparse-index PV.
 // Prefill rows run through the same kernels ("fake decode"): hp1_rows.cu gives each row its own
 // sequence and length once per step, and these kernels read only that row metadata.
 //
@@ -45,8 +45,11 @@
 // The decode kernel (one CTA per (row, HP heads)) walks the chunks in order and adds each
 // chunk's partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a
 // chunk to the next in shared memory instead of recomputing them (same code, same bits). The
-// split-K stage 1 (one CTA per (row, HP heads, chunk)) writes its chunk's partials; stage 2 adds
-// a row's partials in chunk order starting from 0. Both therefore add the same f32 values in the same order: split-K
+// split-K kernel (one CTA per (row, HP heads, chunk)) writes its chunk's partials, fences them and
+// counts the chunk on the (row, HP heads)' counter; the CTA that counts the row's last chunk
+// reads every chunk's partials back and adds them in chunk order starting from 0, then resets the
+// counter to 0. The counter picks only which CTA adds, never the order. Both kernels therefore
+// add the same f32 values in the same order: split-K
 // and decode give the same bits, G = 8 and G = 16 give the same bits, HP = 1 and HP = 2 give the
 // same bits (each head's operations are the same, only interleaved), and since nothing depends
 // on other rows, a row's output does not depend on its batch.
@@ -54,36 +57,34 @@
 // LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, head groups fastest so the
 // heads that share a kv head run side by side; a CTA computes heads h0 .. h0 + HP - 1:
 //   decode:  blockIdx.x = row * (Hq / HP) + h0 / HP                       (rows * Hq / HP CTAs)
-//   stage 1: blockIdx.x = (row * max_chunks + chunk) * (Hq / HP) + h0 / HP
+//   split:   blockIdx.x = (row * max_chunks + chunk) * (Hq / HP) + h0 / HP
 //            (rows * max_chunks * Hq / HP CTAs); a CTA whose chunk starts at or past row_len
-//            exits at once.
-//   stage 2: one warp per (row, head): blockIdx.x * 4 + warp = row * Hq + h (ceil(rows * Hq / 4)).
+//            exits at once (chunk 0 of an empty row writing its zeros first).
 // Launch bounds (min_ctas): per instantiation the most CTAs per SM at which ptxas still issues
 // every load of a QK step (128 bytes per thread) before the step's first fma, without spills,
 // found by compiling every entry at 4 to 8 and reading the SASS. Past that ptxas first splits a
-// step's loads into two waves (two memory latencies per step) and then spills. Stage 1 runs its
+// step's loads into two waves (two memory latencies per step) and then spills. Split-K runs its
 // chunk body once, visibly to the compiler, so q's registers are free during PV.
-//   stage 1, HP = 1:  7 CTAs (72 registers, 112 KB of K in flight per SM); 6 for D = 64 with
+//   split, HP = 1:    7 CTAs (72 registers, 112 KB of K in flight per SM); 6 for D = 64 with
 //                     G = 8 (80), 5 for D = 256 with G = 8 (q alone takes 32 registers; 90)
-//   stage 1, HP = 2:  6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
+//   split, HP = 2:    6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
 //   decode, HP = 1:   5 CTAs (90 to 96 registers, 80 KB per SM); 4 for D = 256 with G = 8
 //   decode, HP = 2:   4 CTAs (122 to 128 registers; at D = 64, 15 of a step's 16 loads)
 // HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
-// ptxas splits a step's loads at any bound that leaves 4 CTAs or more. Stage 2 (38 to 56
-// registers) takes stage 1's bound.
+// ptxas splits a step's loads at any bound that leaves 4 CTAs or more.
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
 // padded to 16 bytes (1056), 8 * CHUNK list entries (2048), 4 * 2 * WARPS counts (32) and
 // 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (1088) shared by the heads: 8320 bytes
-// for HP = 1, 15552 for HP = 2. Stage 2 uses none.
+// for HP = 1, 15552 for HP = 2; split-K adds its last-CTA flag.
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
 //   G      lanes per key in QK, 8 or 16
 //   HP     query heads per CTA, 1 or 2 (2 with G = 16 only; Hq / Hkv even, checked on the host)
 //   SPARSE PV walks the nonzero list (true) or every key (false)
-//   SPLIT  stage 1 of split-K (true) or the decode kernel (false)
+//   SPLIT  split-K (true) or the decode kernel (false)
 // Entries: hp1_decode_d{D}_g{G}_h{HP}_{dense|sparse}, hp1_split_d{D}_g{G}_h{HP}_{dense|sparse}
-// for (G, HP) in (8, 1), (16, 1), (16, 2); hp1_split_reduce_d{D}. The dispatcher
+// for (G, HP) in (8, 1), (16, 1), (16, 2). The dispatcher
 // (gpu/src/attention/plan.rs) picks (8, 1) or, on large grids, (16, 2).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
@@ -93,9 +94,11 @@
 //   block_table  [num_seqs, max_blocks_per_seq] int32
 //   row_seq, row_len [rows] int32 from hp1_rows.cu; row_len <= max_blocks_per_seq * block_size
 //   sigma, gamma [Hq] f32
-//   out          [rows, Hq, D] bf16 (decode and stage 2)
-//   partial      [rows, Hq, max_chunks, D] f32 (stage 1 writes, stage 2 reads only the chunks
-//                below ceil(row_len / CHUNK), the ones stage 1 wrote)
+//   out          [rows, Hq, D] bf16
+//   partial      [rows, Hq, max_chunks, D] f32 (split-K; only the chunks below
+//                ceil(row_len / CHUNK) are written and read)
+//   counters     [rows * Hq / HP] int32 (split-K): zero before a launch, and the launch leaves
+//                them zero (each last CTA resets its own)
 // ASSUMPTIONS, checked on the host (gpu/src/attention): Hq a multiple of Hkv; block_size a power
 // of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an
 // int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers 16-byte aligned (device
@@ -305,9 +308,31 @@ struct Shared {
   __align__(16) float red[HP][8 * THREADS];  // PV stream sums, [streams][D] per head
 };
 
+// Split-K's last CTA of a (row, HP heads): adds the row's partials of every chunk in chunk order
+// from 0 (exactly the decode kernel's additions) and writes out. The partials of other CTAs are
+// read through L2 (__ldcg), after the fence that pairs with theirs.
+template <int D, int HP>
+__device__ __forceinline__ void split_finish(const float* partial, unsigned short* __restrict__ out, long long row,
+                                             int h0, int num_heads, int max_chunks, int num_chunks) {
+  constexpr int PU = 4;  // chunks whose loads are issued before their first add
+  for (int e = threadIdx.x; e < HP * D; e += THREADS) {
+    const float* src = partial + ((row * num_heads + h0 + e / D) * max_chunks) * D + e % D;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < num_chunks; c0 += PU) {
+      float x[PU];
+#pragma unroll
+      for (int u = 0; u < PU; ++u) x[u] = c0 + u < num_chunks ? __ldcg(src + (long long)(c0 + u) * D) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < PU; ++u)
+        if (c0 + u < num_chunks) acc = __fadd_rn(acc, x[u]);
+    }
+    out[(row * num_heads + h0) * D + e] = f32_to_bf16(acc);
+  }
+}
+
 template <int D, int G, int HP, bool SPARSE, bool SPLIT>
 __device__ __forceinline__ void attention(const Args& a, unsigned short* __restrict__ out,
-                                          float* __restrict__ partial) {
+                                          float* __restrict__ partial, int* __restrict__ counters) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
   static_assert(HP == 1 || HP == 2, "a CTA computes one query head or two sharing a kv head");
@@ -334,7 +359,12 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
   const long long row = bid;
   const int len = a.row_len[row];
   const int num_chunks = (len + CHUNK - 1) / CHUNK;
-  if (SPLIT && chunk >= num_chunks) return;  // uniform over the CTA, before any barrier
+  if (SPLIT && chunk >= num_chunks) {  // uniform over the CTA, before any barrier
+    // An empty row has no last CTA: its chunk-0 CTA writes the zeros.
+    if (chunk == 0)
+      for (int e = tid; e < HP * D; e += THREADS) out[(row * a.num_heads + h0) * D + e] = 0;
+    return;
+  }
 
   const int g = h0 / (a.num_heads / a.num_kv_heads);
   const int block_mask = (1 << a.log2_block) - 1;
@@ -526,7 +556,24 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
     if (!SPLIT && tid < HP * OV) sh.score[tid / OV][tid % OV] = carry;
   }
 
-  if constexpr (!SPLIT) {
+  if constexpr (SPLIT) {
+    // Publish the partials, then count this chunk; the CTA that counts the row's last chunk adds
+    // them all. The count picks only which CTA adds, never the order, and goes back to 0 so the
+    // next launch (or graph replay) starts from a clean counter.
+    __shared__ bool last;
+    int* counter = counters + row * (a.num_heads / HP) + h0 / HP;
+    __threadfence();
+    __syncthreads();
+    // The row's chunk count from row_len again: cheaper than keeping it live through the body.
+    const int total = (__ldg(a.row_len + row) + CHUNK - 1) / CHUNK;
+    if (tid == 0) last = atomicAdd(counter, 1) == total - 1;
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      split_finish<D, HP>(partial, out, row, h0, a.num_heads, a.max_chunks, total);
+      if (tid == 0) *counter = 0;
+    }
+  } else {
 #pragma unroll
     for (int hh = 0; hh < HP; ++hh) {
 #pragma unroll
@@ -536,57 +583,6 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
       }
     }
   }
-}
-
-// Stage 2: one warp per (row, head) adds the row's valid chunk partials in chunk order from 0.
-template <int D>
-__device__ __forceinline__ void split_reduce(const float* __restrict__ partial, const int* __restrict__ row_len,
-                                             unsigned short* __restrict__ out, int num_rows, int num_heads,
-                                             int max_chunks) {
-  constexpr int VD = D / 32;
-  constexpr int PU = 4;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long pair = (long long)blockIdx.x * WARPS + warp;
-  if (pair >= (long long)num_rows * num_heads) return;
-  const int len = row_len[pair / num_heads];
-  const int num_chunks = (len + CHUNK - 1) / CHUNK;
-  const float* src = partial + pair * max_chunks * D + lane * VD;
-  float acc[VD];
-#pragma unroll
-  for (int i = 0; i < VD; ++i) acc[i] = 0.0f;
-  for (int c0 = 0; c0 < num_chunks; c0 += PU) {
-    float x[PU][VD];
-#pragma unroll
-    for (int u = 0; u < PU; ++u) {
-      if (c0 + u < num_chunks) {
-        const float* p = src + (long long)(c0 + u) * D;
-        if constexpr (VD == 2) {
-          const float2 v = *reinterpret_cast<const float2*>(p);
-          x[u][0] = v.x;
-          x[u][1] = v.y;
-        } else {
-#pragma unroll
-          for (int i = 0; i < VD / 4; ++i) {
-            const float4 v = reinterpret_cast<const float4*>(p)[i];
-            x[u][4 * i] = v.x;
-            x[u][4 * i + 1] = v.y;
-            x[u][4 * i + 2] = v.z;
-            x[u][4 * i + 3] = v.w;
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < PU; ++u) {
-      if (c0 + u < num_chunks) {
-#pragma unroll
-        for (int i = 0; i < VD; ++i) acc[i] = __fadd_rn(acc[i], x[u][i]);
-      }
-    }
-  }
-  unsigned short* dst = out + pair * D + lane * VD;
-#pragma unroll
-  for (int i = 0; i < VD; ++i) dst[i] = f32_to_bf16(acc[i]);
 }
 
 }  // namespace hp1
@@ -609,11 +605,12 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
 #define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
       hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {            \
-    hp1::attention<D, G, HP, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr);                       \
+    hp1::attention<D, G, HP, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr, nullptr);                       \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
-      hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial) {                  \
-    hp1::attention<D, G, HP, SPARSE, true>(HP1_ATTENTION_ARGS, nullptr, partial);                    \
+      hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters,     \
+                                           unsigned short* out) {                                   \
+    hp1::attention<D, G, HP, SPARSE, true>(HP1_ATTENTION_ARGS, out, partial, counters);              \
   }
 
 #define HP1_HEAD_DIM(D)                                                                               \
@@ -622,12 +619,7 @@ __device__ __forceinline__ void split_reduce(const float* __restrict__ partial, 
   HP1_ENTRIES(D, 16, 1, dense, false)                                                                 \
   HP1_ENTRIES(D, 16, 1, sparse, true)                                                                 \
   HP1_ENTRIES(D, 16, 2, dense, false)                                                                 \
-  HP1_ENTRIES(D, 16, 2, sparse, true)                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, 1, D, 16))                \
-      hp1_split_reduce_d##D(const float* partial, const int* row_len, unsigned short* out,          \
-                            int num_rows, int num_heads, int max_chunks) {                          \
-    hp1::split_reduce<D>(partial, row_len, out, num_rows, num_heads, max_chunks);                    \
-  }
+  HP1_ENTRIES(D, 16, 2, sparse, true)
 
 HP1_HEAD_DIM(64)
 HP1_HEAD_DIM(128)

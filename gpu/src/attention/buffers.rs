@@ -55,6 +55,7 @@ pub struct AttnBuffers {
     row_len: CudaSlice<i32>,
     out: CudaSlice<bf16>,
     workspace: Option<CudaSlice<f32>>,
+    counters: Option<CudaSlice<i32>>,
 }
 
 impl AttnBuffers {
@@ -114,6 +115,7 @@ impl AttnBuffers {
             row_len: gpu.zeros(g.rows)?,
             out: gpu.zeros(g.rows * head_row)?,
             workspace: None,
+            counters: None,
         })
     }
 
@@ -132,10 +134,15 @@ impl AttnBuffers {
         self.num_tokens
     }
 
-    /// Makes the split-K workspace hold at least `len` f32s ([`super::Plan::workspace_len`]).
+    /// Makes the split-K workspace hold at least `len` f32s ([`super::Plan::workspace_len`]),
+    /// and, for `len > 0`, allocates the split-K chunk counters ([`super::Plan::counter_len`])
+    /// zeroed once: every launch leaves them zero again.
     pub fn reserve_workspace(&mut self, gpu: &Gpu, len: usize) -> Result<()> {
         if self.workspace.as_ref().map_or(0, |w| w.len()) < len {
             self.workspace = Some(gpu.zeros(len)?);
+        }
+        if len > 0 && self.counters.is_none() {
+            self.counters = Some(gpu.zeros(self.geometry.rows * self.geometry.num_heads)?);
         }
         Ok(())
     }
@@ -211,6 +218,7 @@ impl AttnBuffers {
             gamma: self.gamma.as_view(),
             out: self.out.as_view_mut(),
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
+            counters: self.counters.as_mut().map(|c| c.as_view_mut()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 use half::bf16;
 
-use super::plan::{Geometry, LaunchShape, Plan, MAX_FIR_K};
+use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
 use crate::error::{Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
 use crate::runtime::{launch_error, Gpu};
@@ -69,6 +69,9 @@ pub struct Operands<'a> {
     pub out: CudaViewMut<'a, bf16>,
     /// At least [`Plan::workspace_len`] f32s for split-K; `None` is fine for decode.
     pub workspace: Option<CudaViewMut<'a, f32>>,
+    /// At least [`Plan::counter_len`] i32s for split-K, all zero (a launch leaves them zero);
+    /// `None` is fine for decode.
+    pub counters: Option<CudaViewMut<'a, i32>>,
 }
 
 /// A plan with its entry points loaded, ready to launch on the GPU's stream.
@@ -77,8 +80,6 @@ pub struct Hp1Attention {
     stream: Arc<CudaStream>,
     rows: CudaFunction,
     attention: CudaFunction,
-    /// Split-K stage 2 with its launch shape; `None` for decode.
-    reduce: Option<(CudaFunction, LaunchShape)>,
 }
 
 impl Hp1Attention {
@@ -86,11 +87,7 @@ impl Hp1Attention {
     pub fn new(gpu: &Gpu, plan: Plan) -> Result<Self> {
         let rows = gpu.function(&HP1_ROWS, &plan.rows.entry)?;
         let attention = gpu.function(&HP1_DECODE, &plan.attention.entry)?;
-        let reduce = match &plan.reduce {
-            Some(shape) => Some((gpu.function(&HP1_DECODE, &shape.entry)?, shape.clone())),
-            None => None,
-        };
-        Ok(Self { plan, stream: gpu.stream().clone(), rows, attention, reduce })
+        Ok(Self { plan, stream: gpu.stream().clone(), rows, attention })
     }
 
     /// The plan being launched.
@@ -106,7 +103,7 @@ impl Hp1Attention {
         &self.rows
     }
 
-    /// Launches the attention (one kernel for decode, two for split-K) on the row metadata in
+    /// Launches the attention kernel (decode or split-K) on the row metadata in
     /// `ops`; checks the gate parameters and every buffer's size first. Launch only.
     pub fn run(&self, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
@@ -122,6 +119,7 @@ impl Hp1Attention {
             gamma,
             mut out,
             workspace,
+            counters,
         } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
@@ -179,30 +177,27 @@ impl Hp1Attention {
             .arg(&relu_pre)
             .arg(&gate.clip_min)
             .arg(&gate.clip_max);
-        match &self.reduce {
-            None => {
+        match self.plan.path {
+            AttentionPath::Decode(_) => {
                 launch.arg(&mut out);
                 // SAFETY: the arguments match the decode entry's signature (HP1_ATTENTION_PARAMS
                 // then `out`), and every buffer was checked above against the grid's reach.
                 unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
             }
-            Some((reduce, shape)) => {
+            AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
                     unsupported(entry, format!("split-K needs a workspace of {} f32s", self.plan.workspace_len))
                 })?;
+                let mut counters = counters.ok_or_else(|| {
+                    unsupported(entry, format!("split-K needs {} zeroed i32 counters", self.plan.counter_len))
+                })?;
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
+                check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
                 check_aligned(entry, "workspace", &workspace, &self.stream)?;
-                launch.arg(&mut workspace);
-                // SAFETY: as above, with the partial buffer last (stage 1's signature).
+                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out);
+                // SAFETY: as above, with the partials, the counters (zero, as every launch leaves
+                // them) and `out` last (the split entry's signature).
                 unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
-                let rows = g.rows as i32;
-                let cfg = launch_config(shape.grid, shape.block);
-                let partials = workspace.as_view();
-                let mut launch = self.stream.launch_builder(reduce);
-                launch.arg(&partials).arg(&row_len).arg(&mut out).arg(&rows).arg(&heads).arg(&max_chunks);
-                // SAFETY: matches `hp1_split_reduce_d{D}`; stage 2 reads the partials stage 1
-                // wrote (the chunks below ceil(row_len / CHUNK)) and writes `out`, both checked.
-                unsafe { launch.launch(cfg) }.map_err(launch_error(&shape.entry, &cfg))?;
             }
         }
         Ok(())
@@ -329,9 +324,6 @@ mod tests {
                 ] {
                     let plan = Plan::with_heads(g, path, group, heads).unwrap();
                     assert!(has(&decode, &plan.attention.entry), "{} missing", plan.attention.entry);
-                    if let Some(r) = &plan.reduce {
-                        assert!(has(&decode, &r.entry), "{} missing", r.entry);
-                    }
                     assert!(has(&rows, &plan.rows.entry));
                 }
             }

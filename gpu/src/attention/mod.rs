@@ -38,7 +38,8 @@
 //!
 //! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and
 //! `let mut bufs = AttnBuffers::upload(&gpu, geometry, &host)?;` and
-//! `bufs.reserve_workspace(&gpu, attn.plan().workspace_len)?;` once, then
+//! `bufs.reserve_workspace(&gpu, attn.plan().workspace_len)?;` once (it also allocates the
+//! split-K counters), then
 //! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(), &gate)?;` per step.
 
 pub mod buffers;

@@ -45,8 +45,6 @@ use crate::error::{Error, Result};
 pub const CHUNK: usize = 256;
 /// Threads per CTA of every attention kernel.
 pub const THREADS: u32 = 128;
-/// Warps per CTA; split-K stage 2 gives each (row, head) one warp.
-const WARPS: usize = THREADS as usize / 32;
 /// The head dims the kernels are instantiated for.
 pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 /// The most FIR taps the kernels hold in shared memory (`MAX_FIR` in the kernel).
@@ -127,7 +125,7 @@ pub enum Pv {
 pub enum AttentionPath {
     /// One CTA per (row, head) walks all chunks.
     Decode(Pv),
-    /// One CTA per (row, head, chunk) writes partials; stage 2 adds them.
+    /// One CTA per (row, head, chunk) writes partials; the last one of a (row, head) adds them.
     SplitK(Pv),
 }
 
@@ -213,12 +211,13 @@ pub struct Plan {
     pub heads: HeadsPerCta,
     /// `hp1_rows` (in `hp1_rows.cu`), once per batch step.
     pub rows: LaunchShape,
-    /// The decode kernel or split-K stage 1.
+    /// The decode or split-K kernel.
     pub attention: LaunchShape,
-    /// Split-K stage 2, absent for decode.
-    pub reduce: Option<LaunchShape>,
     /// f32 elements of the split-K partial buffer `[rows, Hq, max_chunks, D]`; 0 for decode.
     pub workspace_len: usize,
+    /// i32 split-K chunk counters `[rows * Hq]`, zero before a launch and left zero by it; 0 for
+    /// decode.
+    pub counter_len: usize,
 }
 
 impl Plan {
@@ -268,18 +267,13 @@ impl Plan {
             grid: grid(ctas, &g)?,
             block: THREADS,
         };
-        let (reduce, workspace_len) = match path {
-            AttentionPath::Decode(_) => (None, 0),
+        let (workspace_len, counter_len) = match path {
+            AttentionPath::Decode(_) => (0, 0),
             AttentionPath::SplitK(_) => {
                 let pairs = g.rows * g.num_heads;
-                let reduce = LaunchShape {
-                    entry: format!("hp1_split_reduce_d{}", g.head_dim),
-                    grid: grid(Some(pairs.div_ceil(WARPS)), &g)?,
-                    block: THREADS,
-                };
                 let len = pairs.checked_mul(g.max_chunks()).and_then(|n| n.checked_mul(g.head_dim));
                 let len = len.ok_or_else(|| unsupported(format!("the split-K workspace of {g:?} overflows")))?;
-                (Some(reduce), len)
+                (len, pairs)
             }
         };
         let rows = LaunchShape {
@@ -287,7 +281,7 @@ impl Plan {
             grid: grid(Some(g.rows.div_ceil(THREADS as usize)), &g)?,
             block: THREADS,
         };
-        Ok(Self { geometry, path, group, heads, rows, attention, reduce, workspace_len })
+        Ok(Self { geometry, path, group, heads, rows, attention, workspace_len, counter_len })
     }
 }
 
@@ -379,16 +373,14 @@ mod tests {
         assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
         assert_eq!(a.geometry.max_chunks(), 32);
         assert_eq!(a.attention.grid, 3 * 8 * 32);
-        assert_eq!(a.workspace_len, 3 * 8 * 32 * 128);
-        let reduce = a.reduce.as_ref().unwrap();
-        assert_eq!((reduce.entry.as_str(), reduce.grid), ("hp1_split_reduce_d128", 6));
+        assert_eq!((a.workspace_len, a.counter_len), (3 * 8 * 32 * 128, 3 * 8));
         assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
         // One row more makes 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
-        // partials and stage 2 per (row, head).
+        // partials and counters per (row, head).
         let b = Plan::auto(geometry(4, 8192)).unwrap();
         assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 4 * 4 * 32));
-        assert_eq!((b.workspace_len, b.reduce.unwrap().grid), (4 * 8 * 32 * 128, 8));
+        assert_eq!((b.workspace_len, b.counter_len), (4 * 8 * 32 * 128, 4 * 8));
     }
 
     #[test]
@@ -397,19 +389,18 @@ mod tests {
             Geometry { rows: 300, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 32, max_blocks_per_seq: 3 };
         let p = Plan::new(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen).unwrap();
         assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h1_dense".into(), grid: 600, block: 128 });
-        assert_eq!((p.reduce, p.workspace_len, p.heads), (None, 0, HeadsPerCta::One));
+        assert_eq!((p.workspace_len, p.counter_len, p.heads), (0, 0, HeadsPerCta::One));
         assert_eq!(p.rows.grid, 3, "300 rows in CTAs of 128");
         let p = Plan::new(g, AttentionPath::SplitK(Pv::Dense), GroupSize::Eight).unwrap();
         // 96 keys of capacity: one chunk.
         assert_eq!(p.attention.grid, 600);
-        assert_eq!(p.reduce.unwrap().grid, 150);
-        assert_eq!(p.workspace_len, 600 * 64);
-        // Two heads per CTA: half the CTAs; stage 2 and the partials stay per (row, head).
+        assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
+        // Two heads per CTA: half the CTAs; the partials stay per (row, head).
         let p = Plan::with_heads(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
         assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h2_dense".into(), grid: 300, block: 128 });
         let p = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
         assert_eq!((p.attention.entry.as_str(), p.attention.grid), ("hp1_split_d64_g16_h2_sparse", 300));
-        assert_eq!((p.reduce.unwrap().grid, p.workspace_len), (150, 600 * 64));
+        assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
     }
 
     #[test]
@@ -461,9 +452,8 @@ mod tests {
                 }
             }
             assert_eq!(seen.len(), 3 * 3 * hq);
-            // Stage 2: warp w of CTA b handles (row, head) pair 4b + w, which indexes the partials.
-            let reduce = plan.reduce.unwrap();
-            assert!(reduce.grid as usize * WARPS >= 3 * hq && (reduce.grid as usize - 1) * WARPS < 3 * hq);
+            // The counter of CTA (row, h0) is row * (Hq / heads) + h0 / heads: inside counter_len.
+            assert!((3 - 1) * (hq / heads.count()) + (hq - heads.count()) / heads.count() < plan.counter_len);
         }
     }
 
