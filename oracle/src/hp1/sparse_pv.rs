@@ -67,7 +67,7 @@ mod tests {
     use super::*;
     use crate::hp1::direct::hp1_direct;
     use crate::hp1::split_k::hp1_split_k;
-    use crate::hp1::split_k::tests::{params, prefill};
+    use crate::hp1::split_k::tests::{inputs, prefill};
 
     #[test]
     fn nonzero_keys_lists_exactly_the_nonzero_weights_in_order() {
@@ -81,20 +81,12 @@ mod tests {
         // Scores alternate 1, -1 (q = 1); with relu_pre and sigma = 0 every odd key has p = 0.
         // Its value is NaN: a dense walk turns 0 * NaN into NaN, the sparse walk never looks.
         let n = 7;
-        let (q, k, mut v, meta) = prefill(n, |t| if t % 2 == 0 { 1.0 } else { -1.0 }, |t| t as f64 + 1.0);
+        let mut case = prefill(n, |t| if t % 2 == 0 { 1.0 } else { -1.0 }, |t| t as f64 + 1.0);
         for t in (1..n).step_by(2) {
             let phys = n.div_ceil(2) - 1 - t / 2;
-            v[[phys, t % 2, 0, 0]] = f64::NAN;
+            case.2[[phys, t % 2, 0, 0]] = f64::NAN;
         }
-        let inp = Hp1Inputs {
-            q: q.view(),
-            key_cache: k.view(),
-            value_cache: v.view(),
-            meta: &meta,
-            sigma: &[0.0],
-            gamma: &[1.0],
-            params: params(3),
-        };
+        let inp = inputs(&case, &[0.0], &[1.0], 3);
         let sparse = hp1_sparse_pv(&inp).unwrap();
         // Last row: keys 0, 2, 4, 6 with weight 1 and values 1, 3, 5, 7.
         assert_eq!(sparse[[n - 1, 0, 0]], 16.0);
@@ -107,16 +99,8 @@ mod tests {
     #[test]
     fn sparse_equals_dense_on_finite_values() {
         let n = 13;
-        let (q, k, v, meta) = prefill(n, |t| (t as f64 * 1.3).cos() * 2.0, |t| (t as f64 * 0.61).sin());
-        let inp = Hp1Inputs {
-            q: q.view(),
-            key_cache: k.view(),
-            value_cache: v.view(),
-            meta: &meta,
-            sigma: &[0.8],
-            gamma: &[0.5],
-            params: params(4),
-        };
+        let case = prefill(n, |t| (t as f64 * 1.3).cos() * 2.0, |t| (t as f64 * 0.61).sin());
+        let inp = inputs(&case, &[0.8], &[0.5], 4);
         assert_eq!(hp1_sparse_pv(&inp).unwrap(), hp1_direct(&inp).unwrap());
         for split in [1, 3, 5, 16] {
             assert_eq!(hp1_split_k_sparse(&inp, split).unwrap(), hp1_split_k(&inp, split).unwrap());

@@ -97,13 +97,12 @@ pub(crate) mod tests {
     use crate::hp1::direct::hp1_direct;
     use crate::hp1::{AttnMetadata, Hp1Params};
 
+    /// `(q, key_cache, value_cache, meta)` of a [`prefill`].
+    pub(crate) type Prefill = (Array3<f64>, Array4<f64>, Array4<f64>, AttnMetadata);
+
     /// One sequence of `n` tokens, all of them queries (a prefill), one head, D = 1, keys and
     /// values from the closures, block size 2 with the blocks in reverse order.
-    pub(crate) fn prefill(
-        n: usize,
-        key: impl Fn(usize) -> f64,
-        value: impl Fn(usize) -> f64,
-    ) -> (Array3<f64>, Array4<f64>, Array4<f64>, AttnMetadata) {
+    pub(crate) fn prefill(n: usize, key: impl Fn(usize) -> f64, value: impl Fn(usize) -> f64) -> Prefill {
         let blocks = n.div_ceil(2);
         let mut k = Array4::zeros((blocks, 2, 1, 1));
         let mut v = Array4::zeros((blocks, 2, 1, 1));
@@ -121,22 +120,20 @@ pub(crate) mod tests {
         Hp1Params { scale: 1.0, fir_k, relu_pre: true, clip_min: 0.0, clip_max: 10.0 }
     }
 
+    /// The one-head inputs of `case` with this gate.
+    pub(crate) fn inputs<'a>(case: &'a Prefill, sigma: &'a [f64], gamma: &'a [f64], fir_k: usize) -> Hp1Inputs<'a, f64> {
+        let (q, k, v, meta) = case;
+        Hp1Inputs { q: q.view(), key_cache: k.view(), value_cache: v.view(), meta, sigma, gamma, params: params(fir_k) }
+    }
+
     #[test]
     fn worked_decode_row_matches_hand_computation() {
         // Scores 1, 2, 4 (q = 1, scale 1), F = 2, sigma = 1: z = s - (r_t + r_{t-1}) / 2
         // gives 0.5, 0.5, 1.0; values 1, 10, 100, so the last row is 0.5 + 5 + 100 = 105.5.
         let keys = [1.0, 2.0, 4.0];
         let vals = [1.0, 10.0, 100.0];
-        let (q, k, v, meta) = prefill(3, |t| keys[t], |t| vals[t]);
-        let inp = Hp1Inputs {
-            q: q.view(),
-            key_cache: k.view(),
-            value_cache: v.view(),
-            meta: &meta,
-            sigma: &[1.0],
-            gamma: &[1.0],
-            params: params(2),
-        };
+        let case = prefill(3, |t| keys[t], |t| vals[t]);
+        let inp = inputs(&case, &[1.0], &[1.0], 2);
         for split in [1, 2, 3, 5] {
             let out = hp1_split_k(&inp, split).unwrap();
             // Row 0 sees key 0 only: z = 1 - 0.5 = 0.5. Row 1: 0.5 + 0.5 * 10 = 5.5.
@@ -149,16 +146,8 @@ pub(crate) mod tests {
     #[test]
     fn every_split_matches_direct_and_one_chunk_is_bit_identical() {
         let n = 11;
-        let (q, k, v, meta) = prefill(n, |t| ((t * 7 % 5) as f64 - 1.5) * 0.75, |t| (t as f64 * 0.37).sin());
-        let inp = Hp1Inputs {
-            q: q.view(),
-            key_cache: k.view(),
-            value_cache: v.view(),
-            meta: &meta,
-            sigma: &[0.6],
-            gamma: &[1.25],
-            params: params(3),
-        };
+        let case = prefill(n, |t| ((t * 7 % 5) as f64 - 1.5) * 0.75, |t| (t as f64 * 0.37).sin());
+        let inp = inputs(&case, &[0.6], &[1.25], 3);
         let direct = hp1_direct(&inp).unwrap();
         for split in 1..=n + 2 {
             let got = hp1_split_k(&inp, split).unwrap();
@@ -170,16 +159,8 @@ pub(crate) mod tests {
 
     #[test]
     fn zero_split_is_refused_with_its_value() {
-        let (q, k, v, meta) = prefill(2, |_| 1.0, |_| 1.0);
-        let inp = Hp1Inputs {
-            q: q.view(),
-            key_cache: k.view(),
-            value_cache: v.view(),
-            meta: &meta,
-            sigma: &[0.0],
-            gamma: &[1.0],
-            params: params(3),
-        };
+        let case = prefill(2, |_| 1.0, |_| 1.0);
+        let inp = inputs(&case, &[0.0], &[1.0], 3);
         let err = hp1_split_k(&inp, 0).unwrap_err().to_string();
         assert!(err.contains("split") && err.contains("got 0"), "{err}");
     }
