@@ -70,18 +70,23 @@ fn sample_and_compare(
         .map_err(|e| e.to_string())?;
     let mut faults = g(Faults::new(gpu))?;
     let (logits_d, params_d) = (g(gpu.upload(logits))?, g(gpu.upload(&device_rows))?);
-    let mut tokens = g(gpu.upload(&vec![u32::MAX; rows]))?;
-    let mut kept = g(gpu.upload(&vec![u32::MAX; rows]))?;
-    g(sampler.sample(
-        &logits_d.as_view(),
-        vocab,
-        &params_d.as_view(),
-        &mut tokens.as_view_mut(),
-        &mut kept.as_view_mut(),
-        &mut faults,
-    ))?;
-    let (got, got_kept) = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
-    g(faults.check())?;
+    // One launch into freshly poisoned token and survivor buffers: (tokens, survivor counts).
+    let mut draw = || -> Result<(Vec<u32>, Vec<u32>), String> {
+        let mut tokens = g(gpu.upload(&vec![u32::MAX; rows]))?;
+        let mut kept = g(gpu.upload(&vec![u32::MAX; rows]))?;
+        g(sampler.sample(
+            &logits_d.as_view(),
+            vocab,
+            &params_d.as_view(),
+            &mut tokens.as_view_mut(),
+            &mut kept.as_view_mut(),
+            &mut faults,
+        ))?;
+        let drawn = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
+        g(faults.check())?;
+        Ok(drawn)
+    };
+    let (got, got_kept) = draw()?;
 
     let want: Vec<(u32, usize)> = (0..rows)
         .into_par_iter()
@@ -103,16 +108,7 @@ fn sample_and_compare(
     }
 
     // The same inputs give the same tokens again.
-    let mut again = g(gpu.upload(&vec![u32::MAX; rows]))?;
-    g(sampler.sample(
-        &logits_d.as_view(),
-        vocab,
-        &params_d.as_view(),
-        &mut again.as_view_mut(),
-        &mut kept.as_view_mut(),
-        &mut faults,
-    ))?;
-    if g(gpu.download(&again))? != got {
+    if draw()?.0 != got {
         return Err(format!("{label}: a second run drew different tokens"));
     }
     Ok(())
