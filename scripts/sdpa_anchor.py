@@ -44,19 +44,28 @@ def input_sets(shapes, bytes_per_set):
     return [tuple(torch.randn(s, device="cuda", dtype=torch.bfloat16) for s in shapes) for _ in range(n)]
 
 
+def time_backends(call, sets, reps, rate):
+    """Times `call` under each SDPA backend; `rate(ms)` adds the point's throughput figure.
+    Frees the input sets afterwards."""
+    out = {}
+    for name, backend in BACKENDS.items():
+        try:
+            with sdpa_kernel(backend):
+                ms = time_ms(call, sets, reps=reps)
+            out[name] = {"ms": ms, **rate(ms)}
+        except RuntimeError as e:
+            out[name] = {"error": str(e).splitlines()[0]}
+    sets.clear()
+    torch.cuda.empty_cache()
+    return out
+
+
 def decode_point(b, l):
     kv_bytes = 2 * b * HKV * l * D * 2
     sets = input_sets([(b, HQ, 1, D), (b, HKV, l, D), (b, HKV, l, D)], kv_bytes)
     out = {"kv_bytes": kv_bytes}
-    for name, backend in BACKENDS.items():
-        try:
-            with sdpa_kernel(backend):
-                ms = time_ms(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), sets)
-            out[name] = {"ms": ms, "TBps": kv_bytes / ms / 1e9}
-        except RuntimeError as e:
-            out[name] = {"error": str(e).splitlines()[0]}
-    del sets
-    torch.cuda.empty_cache()
+    call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    out.update(time_backends(call, sets, 50, lambda ms: {"TBps": kv_bytes / ms / 1e9}))
     return out
 
 
@@ -65,15 +74,8 @@ def prefill_point(b, t):
     shape_q, shape_kv = (b, HQ, t, D), (b, HKV, t, D)
     sets = input_sets([shape_q, shape_kv, shape_kv], 2 * b * (HQ + 2 * HKV) * t * D)
     out = {"causal_flops": flops}
-    for name, backend in BACKENDS.items():
-        try:
-            with sdpa_kernel(backend):
-                ms = time_ms(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), sets, reps=20)
-            out[name] = {"ms": ms, "TFLOPs": flops / ms / 1e9}
-        except RuntimeError as e:
-            out[name] = {"error": str(e).splitlines()[0]}
-    del sets
-    torch.cuda.empty_cache()
+    call = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out.update(time_backends(call, sets, 20, lambda ms: {"TFLOPs": flops / ms / 1e9}))
     return out
 
 
