@@ -115,9 +115,10 @@ impl Engine {
         }
         let decoder = RequestDecoder::new(self.tokenizer.clone(), req.stop.clone(), req.prompt.len())?;
         let id = self.next_id;
-        self.scheduler.add(id, req.prompt.clone(), req.stop.max_tokens)?;
+        let prompt_tokens = req.prompt.len();
+        self.scheduler.add(id, req.prompt, req.stop.max_tokens)?;
         self.next_id += 1;
-        let active = Active { prompt_tokens: req.prompt.len(), sampling: req.sampling, decoder, logits: Vec::new() };
+        let active = Active { prompt_tokens, sampling: req.sampling, decoder, logits: Vec::new() };
         self.active.insert(id, active);
         Ok(id)
     }
