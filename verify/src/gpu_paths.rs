@@ -1,7 +1,8 @@
 //! The GPU's HP1 attention paths as [`Path`]s, so every property written over a [`Case`] runs
 //! on the kernels too: decode and split-K, each with dense and sparse-index PV, fake decode
-//! (prefill batches through the row metadata and the dispatcher's choice) and the dispatcher on
-//! any batch padded to its bucket.
+//! (prefill batches through the row metadata and the dispatcher's choice), the dispatcher on
+//! any batch padded to its bucket, the MMA and WGMMA prefills, and the step dispatcher that
+//! chooses among fake decode, MMA and WGMMA.
 //!
 //! A run uploads the case's bf16-exact inputs as bf16 (exactly the values the oracle reads),
 //! fills the device output with NaN, builds the row metadata and launches, then downloads the
@@ -12,8 +13,9 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Plan, Pv, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize,
+    HeadsPerCta, HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv,
+    StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -25,9 +27,11 @@ use crate::path::Path;
 
 /// SPEC section 4's bound for a path whose weights stay f32 (the output is rounded to bf16).
 pub const GPU_TOLERANCE: f64 = 4e-3;
+/// SPEC section 4's bound for a path that rounds P to bf16 for a tensor-core PV.
+pub const TENSOR_CORE_TOLERANCE: f64 = 1e-2;
 
 /// How a run picks its plan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PlanChoice {
     /// [`Plan::auto`]: the dispatcher.
     Auto,
@@ -37,6 +41,8 @@ pub enum PlanChoice {
     Forced(AttentionPath, GroupSize),
     /// This path, group size and head count per CTA.
     Exact(AttentionPath, GroupSize, HeadsPerCta),
+    /// This plan as it is.
+    Plan(Plan),
 }
 
 /// What one GPU run produced.
@@ -55,15 +61,21 @@ pub struct GpuRun {
 impl GpuRun {
     /// The output as `[num_tokens, Hq, D]` f64.
     pub fn widen(&self, shape: (usize, usize, usize)) -> Result<Array3<f64>> {
-        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect())
-            .map_err(|e| Error::Path { path: self.plan.path.name().to_string(), reason: e.to_string() })
+        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect()).map_err(|e| {
+            Error::Path {
+                path: self.plan.path.name().to_string(),
+                reason: e.to_string(),
+            }
+        })
     }
 }
 
 /// Whether the kernels handle `case`'s shapes: `D` in [`HEAD_DIMS`], a power-of-two block size,
 /// `fir_k <= MAX_FIR_K` (the plan and the launch refuse anything else with an error).
 pub fn gpu_supports(case: &Case) -> bool {
-    HEAD_DIMS.contains(&case.head_dim) && case.block_size.is_power_of_two() && case.fir_k <= MAX_FIR_K
+    HEAD_DIMS.contains(&case.head_dim)
+        && case.block_size.is_power_of_two()
+        && case.fir_k <= MAX_FIR_K
 }
 
 /// The static facts of `data` with `rows` query rows (at least its own).
@@ -147,6 +159,7 @@ pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
         }
         PlanChoice::Forced(path, group) => Plan::new(geometry, path, group),
         PlanChoice::Exact(path, group, heads) => Plan::with_heads(geometry, path, group, heads),
+        PlanChoice::Plan(plan) => Ok(plan),
     }
 }
 
@@ -166,7 +179,54 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> g
     let (num_tokens, heads, dim) = data.out_shape();
     out.truncate(num_tokens * heads * dim);
     let (row_seq, row_len) = bufs.download_rows(gpu)?;
-    Ok(GpuRun { plan, out, row_len, row_seq })
+    Ok(GpuRun {
+        plan,
+        out,
+        row_len,
+        row_seq,
+    })
+}
+
+/// The step's static prefill facts for `data`: its sequences and its longest query.
+pub fn step_geometry(data: &CaseData) -> StepGeometry {
+    let qsl = &data.meta.query_start_loc;
+    let max_query_len = qsl
+        .windows(2)
+        .map(|w| (w[1] - w[0]) as usize)
+        .max()
+        .unwrap_or(0);
+    StepGeometry {
+        base: geometry(data, 0),
+        max_seqs: data.meta.seq_lens.len(),
+        max_query_len: max_query_len.max(1),
+    }
+}
+
+/// Runs a step plan for `data`: a tensor-core prefill over the batch as it is, or fake decode
+/// through the row metadata; upload, NaN-poisoned output, launch, download. Returns the output
+/// bits `[num_tokens, Hq, D]`.
+pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &StepPlan) -> gpu::Result<Vec<bf16>> {
+    let prefill = match plan {
+        StepPlan::FakeDecode(plan) => {
+            return run_gpu(
+                gpu,
+                data,
+                plan.geometry.rows,
+                PlanChoice::Plan(plan.clone()),
+            )
+            .map(|r| r.out)
+        }
+        StepPlan::Prefill(p) => p,
+    };
+    let host = HostCase::new(data);
+    let attention = Hp1Prefill::new(gpu, prefill.clone())?;
+    let mut bufs = AttnBuffers::upload(gpu, prefill.geometry.base, &host.inputs())?;
+    bufs.poison_output(gpu)?;
+    attention.run(bufs.prefill_operands(), &host.gate())?;
+    let mut out = bufs.download_output(gpu)?;
+    let (num_tokens, heads, dim) = data.out_shape();
+    out.truncate(num_tokens * heads * dim);
+    Ok(out)
 }
 
 /// Which GPU path a [`GpuPath`] runs.
@@ -178,6 +238,10 @@ pub enum GpuPathKind {
     FakeDecode,
     /// The dispatcher on the batch padded to its bucket.
     Auto,
+    /// A tensor-core prefill kernel on the batch as it is (decode rows are one-row queries).
+    Prefill(PrefillKernel),
+    /// The step dispatcher: fake decode, MMA or WGMMA by the batch's longest query.
+    Step,
 }
 
 /// One GPU path under test.
@@ -189,7 +253,10 @@ pub struct GpuPath {
 impl GpuPath {
     /// `kind` on `gpu`.
     pub fn new(gpu: &Arc<Gpu>, kind: GpuPathKind) -> Self {
-        Self { gpu: gpu.clone(), kind }
+        Self {
+            gpu: gpu.clone(),
+            kind,
+        }
     }
 }
 
@@ -199,37 +266,85 @@ impl Path for GpuPath {
             GpuPathKind::Forced(path) => format!("gpu-{}", path.name()),
             GpuPathKind::FakeDecode => "gpu-fake-decode".into(),
             GpuPathKind::Auto => "gpu-auto-bucketed".into(),
+            GpuPathKind::Prefill(kernel) => format!("gpu-{}", kernel.name()),
+            GpuPathKind::Step => "gpu-step-dispatch".into(),
         }
     }
 
     fn supports(&self, case: &Case) -> bool {
         let prefill = case.seqs.iter().any(|s| s.query_len > 1);
-        gpu_supports(case) && (self.kind != GpuPathKind::FakeDecode || prefill)
+        let cc = self.gpu.info().compute_capability;
+        gpu_supports(case)
+            && match self.kind {
+                GpuPathKind::FakeDecode => prefill,
+                GpuPathKind::Prefill(kernel) => {
+                    kernel.runs_on(cc) && kernel.head_dims().contains(&case.head_dim)
+                }
+                _ => true,
+            }
     }
 
     fn tolerance(&self) -> f64 {
-        GPU_TOLERANCE
+        match self.kind {
+            GpuPathKind::Prefill(_) | GpuPathKind::Step => TENSOR_CORE_TOLERANCE,
+            _ => GPU_TOLERANCE,
+        }
     }
 
     fn run(&self, data: &CaseData, out: &mut Array3<f64>) -> Result<()> {
         let num_tokens = data.out_shape().0;
+        let path_err = |reason: String| Error::Path {
+            path: self.name(),
+            reason,
+        };
         let (rows, choice) = match self.kind {
             GpuPathKind::Forced(path) => (num_tokens, PlanChoice::Path(path)),
             GpuPathKind::FakeDecode => (num_tokens, PlanChoice::Auto),
             GpuPathKind::Auto => (bucket(num_tokens), PlanChoice::Auto),
+            GpuPathKind::Prefill(kernel) => {
+                let plan = PrefillPlan::new(step_geometry(data), kernel)
+                    .map_err(|e| path_err(e.to_string()))?;
+                return self.finish(data, &StepPlan::Prefill(plan), out);
+            }
+            GpuPathKind::Step => {
+                let cc = self.gpu.info().compute_capability;
+                let plan =
+                    plan_step(step_geometry(data), cc).map_err(|e| path_err(e.to_string()))?;
+                return self.finish(data, &plan, out);
+            }
         };
-        let path_err = |reason: String| Error::Path { path: self.name(), reason };
         let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| path_err(e.to_string()))?;
         let got = run.widen(data.out_shape())?;
         if got.dim() != out.dim() {
-            return Err(path_err(format!("output has shape {:?}, expected {:?}", got.shape(), out.shape())));
+            return Err(path_err(format!(
+                "output has shape {:?}, expected {:?}",
+                got.shape(),
+                out.shape()
+            )));
         }
         out.assign(&got);
         Ok(())
     }
 }
 
-/// Every GPU path: decode and split-K with dense and sparse PV, fake decode, the dispatcher.
+impl GpuPath {
+    /// Runs `plan` on `data` and widens its output into `out`.
+    fn finish(&self, data: &CaseData, plan: &StepPlan, out: &mut Array3<f64>) -> Result<()> {
+        let path_err = |reason: String| Error::Path {
+            path: self.name(),
+            reason,
+        };
+        let bits = run_step(&self.gpu, data, plan).map_err(|e| path_err(e.to_string()))?;
+        let got =
+            Array3::from_shape_vec(data.out_shape(), bits.iter().map(|x| x.to_f64()).collect())
+                .map_err(|e| path_err(e.to_string()))?;
+        out.assign(&got);
+        Ok(())
+    }
+}
+
+/// Every GPU path: decode and split-K with dense and sparse PV, fake decode, the dispatcher,
+/// the MMA and WGMMA prefills and the step dispatcher.
 pub fn gpu_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
     let mut kinds: Vec<GpuPathKind> = [Pv::Dense, Pv::Sparse]
         .into_iter()
@@ -237,7 +352,20 @@ pub fn gpu_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
         .map(GpuPathKind::Forced)
         .collect();
     kinds.extend([GpuPathKind::FakeDecode, GpuPathKind::Auto]);
-    kinds.into_iter().map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>).collect()
+    kinds.extend(prefill_kinds());
+    kinds
+        .into_iter()
+        .map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>)
+        .collect()
+}
+
+/// The tensor-core prefill paths and the step dispatcher.
+pub fn prefill_kinds() -> [GpuPathKind; 3] {
+    [
+        GpuPathKind::Prefill(PrefillKernel::Mma),
+        GpuPathKind::Prefill(PrefillKernel::Wgmma),
+        GpuPathKind::Step,
+    ]
 }
 
 #[cfg(test)]
@@ -246,7 +374,11 @@ mod tests {
     use crate::case::tests::small;
 
     fn kernel_case() -> Case {
-        Case { head_dim: 64, block_size: 4, ..small() }
+        Case {
+            head_dim: 64,
+            block_size: 4,
+            ..small()
+        }
     }
 
     #[test]
@@ -261,8 +393,14 @@ mod tests {
             assert!(b.to_f32() == x || (b.is_nan() && x.is_nan()), "{b} vs {x}");
         }
         assert_eq!(inputs.value_cache.len(), data.f32.value_cache.len());
-        assert_eq!(inputs.block_table, data.meta.block_table.as_slice().unwrap());
-        assert_eq!((inputs.seq_lens, inputs.query_start_loc), (&[5, 7][..], &[0, 1, 5][..]));
+        assert_eq!(
+            inputs.block_table,
+            data.meta.block_table.as_slice().unwrap()
+        );
+        assert_eq!(
+            (inputs.seq_lens, inputs.query_start_loc),
+            (&[5, 7][..], &[0, 1, 5][..])
+        );
         let gate = host.gate();
         assert_eq!((gate.fir_k, gate.relu_pre, gate.clip_max), (3, true, 1.0));
         gate.validate().unwrap();
@@ -272,7 +410,16 @@ mod tests {
     fn the_geometry_holds_the_static_facts_and_at_least_the_batch() {
         let data = kernel_case().materialise().unwrap();
         let g = geometry(&data, 1);
-        assert_eq!((g.rows, g.num_heads, g.num_kv_heads, g.head_dim, g.block_size), (5, 4, 2, 64, 4));
+        assert_eq!(
+            (
+                g.rows,
+                g.num_heads,
+                g.num_kv_heads,
+                g.head_dim,
+                g.block_size
+            ),
+            (5, 4, 2, 64, 4)
+        );
         assert_eq!(g.max_blocks_per_seq, 2, "7 tokens in blocks of 4");
         assert_eq!(geometry(&data, bucket(5)).rows, 8);
         g.validate().unwrap();
@@ -282,8 +429,17 @@ mod tests {
     fn only_kernel_shapes_are_supported() {
         assert!(gpu_supports(&kernel_case()));
         assert!(!gpu_supports(&small()), "D = 8");
-        assert!(!gpu_supports(&Case { head_dim: 96, ..kernel_case() }));
-        assert!(!gpu_supports(&Case { block_size: 3, ..kernel_case() }));
-        assert!(!gpu_supports(&Case { fir_k: 9, ..kernel_case() }));
+        assert!(!gpu_supports(&Case {
+            head_dim: 96,
+            ..kernel_case()
+        }));
+        assert!(!gpu_supports(&Case {
+            block_size: 3,
+            ..kernel_case()
+        }));
+        assert!(!gpu_supports(&Case {
+            fir_k: 9,
+            ..kernel_case()
+        }));
     }
 }

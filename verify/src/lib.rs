@@ -41,6 +41,7 @@ pub mod case;
 pub mod check;
 pub mod error;
 pub mod fuzz;
+pub mod gpu_cases;
 pub mod gpu_harness;
 pub mod gpu_paths;
 pub mod path;
@@ -49,7 +50,9 @@ pub mod rng;
 pub mod strategy;
 
 pub use case::{Case, CaseData, SeqShape, Tensor, Tensors};
-pub use check::{check, check_all, check_data, compare, zero_fraction, CheckReport, Failure, Reference};
+pub use check::{
+    check, check_all, check_data, compare, zero_fraction, CheckReport, Failure, Reference,
+};
 pub use error::{Error, Result};
 pub use fuzz::{fuzz, FuzzConfig, FuzzOutcome};
 pub use path::{all_paths, Decomposition, OraclePath, Path, Precision};

@@ -1,6 +1,7 @@
-//! HP1 attention on the GPU over the paged KV cache: decode, split-K decode, sparse-index PV and
-//! fake decode (SPEC section 6), planned on the host and launched from `hp1_decode.cu` and
-//! `hp1_rows.cu`.
+//! HP1 attention on the GPU over the paged KV cache: decode, split-K decode, sparse-index PV,
+//! fake decode and the tensor-core prefills, MMA and WGMMA (SPEC section 6), planned on the host
+//! and launched from `hp1_decode.cu`, `hp1_rows.cu`, `hp1_prefill_mma.cu` and
+//! `hp1_prefill_wgmma.cu`.
 //!
 //! A brief overview:
 //! - [`Plan`] (in [`plan`]) is pure host code: from static facts only ([`Geometry`]: the batch
@@ -13,6 +14,13 @@
 //!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
 //!   attention of one layer on it. Both only launch, so a benchmark times them alone and a CUDA
 //!   graph captures them.
+//! - [`PrefillPlan`] (in [`prefill_plan`]) is the plan of a tensor-core prefill, and
+//!   [`plan_step`] the step dispatcher choosing among fake decode, MMA and WGMMA from static
+//!   facts ([`StepGeometry`]: the decode geometry, the most sequences, the longest query a
+//!   sequence may bring) and the device. [`Hp1Prefill`] launches it on [`PrefillOperands`].
+//!   The prefill kernels round P to bf16 for the tensor-core PV, so their bits differ from the
+//!   decode paths' (SPEC section 4 bounds them at 1e-2 relative L2); they are deterministic and
+//!   batch-invariant in their own right (a CTA's work depends on its tile alone).
 //! - [`AttnBuffers`] uploads one call's inputs for tests and benchmarks and hands out the
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
@@ -45,12 +53,18 @@
 pub mod buffers;
 pub mod launch;
 pub mod plan;
+pub mod prefill_launch;
+pub mod prefill_plan;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostInputs};
 pub use launch::{GateParams, Hp1Attention, Operands};
 pub use plan::{
-    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
-    MAX_FIR_K, PAIR_MIN_CTAS,
+    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv,
+    CHUNK, HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS,
+};
+pub use prefill_launch::{Hp1Prefill, PrefillOperands};
+pub use prefill_plan::{
+    plan_step, PrefillKernel, PrefillPlan, StepGeometry, StepPlan, FAKE_DECODE_MAX_QUERY, KEY_TILE,
 };
 pub use rows::{row_metadata, RowOperands};

@@ -1,0 +1,195 @@
+#line 1 "hp1_prefill_wgmma.cu"
+// hp1_prefill_wgmma.cu: HP1 prefill on Hopper's warpgroup MMAs (wgmma.mma_async, sm_90a), over
+// the paged KV cache (SPEC sections 2 and 6). The ABI (entry signature, buffers, grid and the
+// query-tile order) is the MMA path's, stated in hp1_prefill_mma.cu; this file differs only in
+// how a tile is computed.
+//
+// ALGORITHM. One CTA = one warpgroup (128 threads) = one tile of BM = 64 query rows of one
+// sequence and one query head h (kv head h / (Hq / Hkv)); warp w owns rows 16w .. 16w + 15,
+// which is how a wgmma m64 accumulator is spread over the warpgroup. The tile's keys 0 ..
+// last_pos are walked in tiles of BN = 64:
+//   1. Loads: Q (once) and each key tile's K and V rows are gathered from the paged cache by
+//      cp.async in 16-byte chunks into 128-byte-swizzled shared tiles (layout in wgmma.cuh):
+//      row r of a 64-row tile, 16-byte chunk c of head dims 8c .. 8c + 7, at
+//      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. Keys past the tile's last position or
+//      past seq_len are zero-filled (cp.async with source size 0: nothing is read, the block
+//      table is not even looked up). K and V have two stages: tile j + 1 loads while tile j
+//      computes.
+//   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
+//      memory), all issued before one commit and one wait. Scale is applied in the gate.
+//   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
+//      warp's 16 x 64 slice is exactly the m16n8 fragment layout there, with the FIR tail of
+//      each row carried in registers from key tile to key tile; keys past a row's position get
+//      p = 0.
+//   4. PV: O[64 x D] += P V as 4 wgmma m64nDk16 with P from registers (the accumulator
+//      fragments rounded to bf16x2 are exactly the register-A layout) and V from shared memory
+//      (MN-major: V rows are keys with the head dims contiguous, read transposed).
+//   O stays in f32 registers and is rounded to bf16 once at the end.
+// Ordering: cp.async -> wait -> fence.proxy.async -> __syncthreads before wgmma reads a stage;
+// a stage is refilled only after the wgmmas that read it were waited for (the barrier at the
+// top of the next tile orders every warp's wait before the refill).
+//
+// LAUNCH. grid (tile_slots, Hq), block 128, dynamic shared memory (64 + 2 * 2 * 64) * D * 2
+// bytes plus 1024 for aligning the tiles to 1024 bytes: 41984 for D = 64 and 82944 for D = 128
+// (see PrefillKernel::shared_bytes). Entries hp1_prefill_wgmma_d64 and _d128: at D = 256 the
+// f32 accumulator of m64n256 alone takes 128 registers per thread, so the dispatcher sends
+// D = 256 to the MMA path.
+//
+// ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), and an sm_90a device.
+
+namespace hp1_wgmma {
+
+constexpr int THREADS = 128;
+constexpr int BM = 64;
+constexpr int BN = 64;
+
+// Byte offset of 16-byte chunk c of row r in a 64-row swizzled tile.
+__device__ __forceinline__ unsigned swizzled(int r, int c) {
+  return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// The 64 key rows k0 .. k0 + 63 of kv head g into a swizzled tile; rows at or past `end` are
+// zero-filled without a read.
+template <int D>
+__device__ __forceinline__ void load_keys(unsigned tile, const bf16* __restrict__ cache, const int* __restrict__ table,
+                                          int log2_block, int kv_heads, int g, int k0, int end) {
+  constexpr int CHUNKS = D / 8;
+  const int mask = (1 << log2_block) - 1;
+#pragma unroll
+  for (int i = threadIdx.x; i < BN * CHUNKS; i += THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS, t = k0 + r;
+    const bool valid = t < end;
+    const bf16* src = cache;
+    if (valid) {
+      const long long row = ((long long)__ldg(&table[t >> log2_block]) << log2_block) | (t & mask);
+      src = cache + (row * kv_heads + g) * D + c * 8;
+    }
+    tc::cp_async_16(tile + swizzled(r, c), src, valid);
+  }
+}
+
+template <int D>
+struct Acc;
+template <>
+struct Acc<64> {
+  static __device__ __forceinline__ void pv(float (&o)[32], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n64k16(o, a, d); }
+};
+template <>
+struct Acc<128> {
+  static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16(o, a, d); }
+};
+
+template <int D>
+__device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,
+                                        const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,
+                                        const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,
+                                        const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads,
+                                        int log2_block, float scale, int fir_k, int relu_pre, float clip_min, float clip_max,
+                                        bf16* __restrict__ out) {
+  constexpr int CHUNKS = D / 8;
+  constexpr int TILE = BN * D * 2;  // bytes of one 64-row tile
+  const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.x, BM);
+  if (tile.seq < 0) return;
+  const int h = blockIdx.y, g = h / (heads / kv_heads);
+
+  // 1024-byte aligned tiles: Q, then K stages 0 and 1, then V stages 0 and 1.
+  const unsigned base = (tc::smem_addr(tc::dynamic_smem()) + 1023u) & ~1023u;
+  const unsigned q_tile = base, k_tile = base + TILE, v_tile = base + 3 * TILE;
+  const int* table = block_table + (long long)tile.seq * max_blocks;
+  const int last_pos = tile.prefix + tile.row0 + tile.rows - 1;
+  const int key_end = last_pos + 1;  // keys of the tile's last row; seq_len >= key_end
+
+#pragma unroll
+  for (int i = threadIdx.x; i < BM * CHUNKS; i += THREADS) {
+    const int r = i / CHUNKS, c = i % CHUNKS;
+    const bool valid = r < tile.rows;
+    const bf16* src = q;
+    if (valid) src = q + (long long)(tile.token0 + tile.row0 + r) * q_row_stride + (long long)h * D + c * 8;
+    tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
+  }
+  load_keys<D>(k_tile, key_cache, table, log2_block, kv_heads, g, 0, key_end);
+  load_keys<D>(v_tile, value_cache, table, log2_block, kv_heads, g, 0, key_end);
+  tc::cp_async_commit();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row_a = 16 * warp + (lane >> 2);
+  const int pos_a = tile.prefix + tile.row0 + row_a, pos_b = pos_a + 8;
+  const hp1_prefill::GateParams gate{scale, sigma[h], gamma[h], __fdiv_rn(1.0f, (float)fir_k), clip_min, clip_max, fir_k, relu_pre};
+  hp1_prefill::FirTail tail;
+  hp1_prefill::fir_tail_init(tail);
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+  const int tiles = (key_end + BN - 1) / BN;
+  for (int j = 0; j < tiles; ++j) {
+    const int stage = j & 1;
+    tc::cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    if (j + 1 < tiles) {
+      load_keys<D>(k_tile + (stage ^ 1) * TILE, key_cache, table, log2_block, kv_heads, g, (j + 1) * BN, key_end);
+      load_keys<D>(v_tile + (stage ^ 1) * TILE, value_cache, table, log2_block, kv_heads, g, (j + 1) * BN, key_end);
+      tc::cp_async_commit();
+    }
+    const unsigned kt = k_tile + stage * TILE, vt = v_tile + stage * TILE;
+
+    float s[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
+      wgmma_ss_m64n64k16(s, wgmma_desc(q_tile + off, 16, 1024), wgmma_desc(kt + off, 16, 1024), kk);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+
+    float (&frag)[8][4] = *reinterpret_cast<float (*)[8][4]>(s);
+    hp1_prefill::gate_tile(frag, tail, j * BN, pos_a, pos_b, gate);
+
+    // Every A fragment is packed before the fence, so no register a wgmma reads changes
+    // between the fence and the commit.
+    unsigned a[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      a[kk][0] = tc::pack_bf16x2(frag[2 * kk][0], frag[2 * kk][1]);
+      a[kk][1] = tc::pack_bf16x2(frag[2 * kk][2], frag[2 * kk][3]);
+      a[kk][2] = tc::pack_bf16x2(frag[2 * kk + 1][0], frag[2 * kk + 1][1]);
+      a[kk][3] = tc::pack_bf16x2(frag[2 * kk + 1][2], frag[2 * kk + 1][3]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) Acc<D>::pv(o, a[kk], wgmma_desc(vt + kk * 2048, 8192, 1024));
+    wgmma_commit();
+    wgmma_wait<0>();
+  }
+
+  // o[4n + e]: n-block n, e = 0, 1 row a, e = 2, 3 row b, columns 8n + 2 (lane % 4) + (e & 1).
+  const int col = 2 * (lane & 3);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row_a + 8 * half;
+    if (r >= tile.rows) continue;
+    unsigned* dst = reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + r) * heads + h) * D + col);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) dst[4 * n] = tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]);
+  }
+}
+
+}  // namespace hp1_wgmma
+
+#define HP1_PREFILL_WGMMA_ENTRY(D)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS) hp1_prefill_wgmma_d##D(                               \
+      const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,                                \
+      const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,                            \
+      const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                              \
+      const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,           \
+      float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                       \
+    hp1_wgmma::prefill<D>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens, query_start_loc,     \
+                          num_seqs, sigma, gamma, heads, kv_heads, log2_block, scale, fir_k, relu_pre, clip_min, clip_max, \
+                          out);                                                                                             \
+  }
+
+HP1_PREFILL_WGMMA_ENTRY(64)
+HP1_PREFILL_WGMMA_ENTRY(128)

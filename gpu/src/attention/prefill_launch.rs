@@ -1,0 +1,187 @@
+//! Launching a [`PrefillPlan`]: [`Hp1Prefill`] holds the plan and its loaded entry point, and
+//! [`Hp1Prefill::run`] checks buffer sizes and launches, nothing else, so a benchmark times it
+//! alone. The prefill kernels read the batch straight from `seq_lens` and `query_start_loc`
+//! (no row metadata).
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
+};
+use half::bf16;
+
+use super::launch::{check_aligned, check_caches, check_len, GateParams};
+use super::prefill_plan::{PrefillKernel, PrefillPlan};
+use crate::error::{Error, Result};
+use crate::kernels::{HP1_PREFILL_MMA, HP1_PREFILL_WGMMA};
+use crate::runtime::{launch_error, Gpu};
+
+/// The device buffers of one prefill call (shapes in the header of `hp1_prefill_mma.cu`).
+pub struct PrefillOperands<'a> {
+    /// `[rows, q_row_stride]`, 16-byte aligned.
+    pub q: CudaView<'a, bf16>,
+    /// Elements between rows of `q`, at least `Hq * D` and a multiple of 8.
+    pub q_row_stride: usize,
+    /// `[num_blocks, block_size, Hkv, D]`.
+    pub key_cache: CudaView<'a, bf16>,
+    /// `[num_blocks, block_size, Hkv, D]`.
+    pub value_cache: CudaView<'a, bf16>,
+    /// `[num_seqs, max_blocks_per_seq]` physical block numbers.
+    pub block_table: CudaView<'a, i32>,
+    /// `[num_seqs]` tokens cached after this step.
+    pub seq_lens: CudaView<'a, i32>,
+    /// `[num_seqs + 1]` cumulative query counts from 0.
+    pub query_start_loc: CudaView<'a, i32>,
+    /// Sequences in the batch, at most the plan's `max_seqs`.
+    pub num_seqs: usize,
+    /// `[Hq]` FIR weights.
+    pub sigma: CudaView<'a, f32>,
+    /// `[Hq]` output gains.
+    pub gamma: CudaView<'a, f32>,
+    /// `[rows, Hq, D]` out; rows past the batch's last query are left as they are.
+    pub out: CudaViewMut<'a, bf16>,
+}
+
+/// A prefill plan with its entry point loaded.
+pub struct Hp1Prefill {
+    plan: PrefillPlan,
+    stream: Arc<CudaStream>,
+    function: CudaFunction,
+}
+
+impl Hp1Prefill {
+    /// Loads the plan's kernel (compiling its file on first use) and allows its shared memory.
+    pub fn new(gpu: &Gpu, plan: PrefillPlan) -> Result<Self> {
+        let cc = gpu.info().compute_capability;
+        if !plan.kernel.runs_on(cc) {
+            return Err(Error::Unsupported {
+                entry: plan.entry.clone(),
+                reason: format!(
+                    "{} does not run on compute capability {}.{}",
+                    plan.kernel.name(),
+                    cc.0,
+                    cc.1
+                ),
+            });
+        }
+        let kernel = match plan.kernel {
+            PrefillKernel::Mma => &HP1_PREFILL_MMA,
+            PrefillKernel::Wgmma => &HP1_PREFILL_WGMMA,
+        };
+        let function = gpu.function(kernel, &plan.entry)?;
+        gpu.set_max_dynamic_smem(&function, plan.shared_bytes)?;
+        Ok(Self {
+            plan,
+            stream: gpu.stream().clone(),
+            function,
+        })
+    }
+
+    /// The plan being launched.
+    pub fn plan(&self) -> &PrefillPlan {
+        &self.plan
+    }
+
+    /// Launches the prefill kernel; checks the gate parameters and every buffer's size first.
+    pub fn run(&self, ops: PrefillOperands<'_>, gate: &GateParams) -> Result<()> {
+        gate.validate()?;
+        let PrefillOperands {
+            q,
+            q_row_stride,
+            key_cache,
+            value_cache,
+            block_table,
+            seq_lens,
+            query_start_loc,
+            num_seqs,
+            sigma,
+            gamma,
+            mut out,
+        } = ops;
+        let sg = self.plan.geometry;
+        let g = sg.base;
+        let entry = self.plan.entry.as_str();
+        let head_row = g.num_heads * g.head_dim;
+        if q_row_stride < head_row || q_row_stride % 8 != 0 {
+            return Err(unsupported(
+                entry,
+                format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {q_row_stride}"),
+            ));
+        }
+        if num_seqs == 0 || num_seqs > sg.max_seqs {
+            return Err(unsupported(
+                entry,
+                format!("num_seqs must be 1 to {}, got {num_seqs}", sg.max_seqs),
+            ));
+        }
+        check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
+        check_caches(entry, &g, key_cache.len(), value_cache.len())?;
+        check_len(
+            entry,
+            "block_table",
+            block_table.len(),
+            num_seqs * g.max_blocks_per_seq,
+        )?;
+        check_len(entry, "seq_lens", seq_lens.len(), num_seqs)?;
+        check_len(
+            entry,
+            "query_start_loc",
+            query_start_loc.len(),
+            num_seqs + 1,
+        )?;
+        check_len(entry, "sigma", sigma.len(), g.num_heads)?;
+        check_len(entry, "gamma", gamma.len(), g.num_heads)?;
+        check_len(entry, "out", out.len(), g.rows * head_row)?;
+        check_aligned(entry, "q", &q, &self.stream)?;
+        check_aligned(entry, "key_cache", &key_cache, &self.stream)?;
+        check_aligned(entry, "value_cache", &value_cache, &self.stream)?;
+
+        let q_row_stride = q_row_stride as i64;
+        let (max_blocks, seqs) = (g.max_blocks_per_seq as i32, num_seqs as i32);
+        let (heads, kv_heads, log2_block) = (
+            g.num_heads as i32,
+            g.num_kv_heads as i32,
+            g.block_size.trailing_zeros() as i32,
+        );
+        let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
+        let cfg = LaunchConfig {
+            grid_dim: (self.plan.grid.0, self.plan.grid.1, 1),
+            block_dim: (self.plan.block, 1, 1),
+            shared_mem_bytes: self.plan.shared_bytes,
+        };
+        let mut launch = self.stream.launch_builder(&self.function);
+        launch
+            .arg(&q)
+            .arg(&q_row_stride)
+            .arg(&key_cache)
+            .arg(&value_cache)
+            .arg(&block_table)
+            .arg(&max_blocks)
+            .arg(&seq_lens)
+            .arg(&query_start_loc)
+            .arg(&seqs)
+            .arg(&sigma)
+            .arg(&gamma)
+            .arg(&heads)
+            .arg(&kv_heads)
+            .arg(&log2_block)
+            .arg(&gate.scale)
+            .arg(&fir_k)
+            .arg(&relu_pre)
+            .arg(&gate.clip_min)
+            .arg(&gate.clip_max)
+            .arg(&mut out);
+        // SAFETY: the arguments match the prefill entries' signature (the header of
+        // hp1_prefill_mma.cu, shared by hp1_prefill_wgmma.cu), and every buffer was checked above
+        // against what the grid reaches; block-table entries were checked when uploaded.
+        unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
+        Ok(())
+    }
+}
+
+fn unsupported(entry: &str, reason: String) -> Error {
+    Error::Unsupported {
+        entry: entry.to_string(),
+        reason,
+    }
+}

@@ -1,0 +1,330 @@
+//! The plan of a tensor-core prefill launch (the MMA and WGMMA paths of SPEC section 6) and the
+//! step dispatcher that chooses among fake decode, MMA and WGMMA. Pure host code, tested on
+//! the CPU.
+//!
+//! A prefill kernel gives each CTA one tile of [`PrefillKernel::tile_rows`] query rows of one
+//! sequence and one query head, and walks that tile's keys in tiles of 64 on the tensor cores.
+//! The grid is `(tile_slots, Hq)`, where `tile_slots` bounds the tile count of any batch of at
+//! most `rows` query rows in at most `max_seqs` sequences (`ceil(rows / BM) + max_seqs`: each
+//! sequence adds at most one partial tile); the CTAs past the batch's real tile count exit at
+//! once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
+//! real lengths from device buffers.
+//!
+//! The dispatcher ([`plan_step`]) takes a [`StepGeometry`]: the decode-path [`Geometry`] plus
+//! the step's static prefill facts (the most sequences, the longest query a sequence may bring:
+//! the scheduler's prefill chunk) and the device's compute capability. A step whose queries are
+//! all short runs as fake decode (the decode kernels over one row per query token, whose split-K
+//! fills the GPU with few rows); longer prefills run on WGMMA on Hopper (`sm_90`) for the head
+//! dims it is built for, else on MMA on any GPU from `sm_80`, else as fake decode.
+//! [`FAKE_DECODE_MAX_QUERY`] is the crossover, measured by `asynct-bench --prefill-crossover`.
+
+use super::plan::{Geometry, Plan};
+use crate::error::{Error, Result};
+
+/// The longest query (tokens per sequence in the step) that still runs as fake decode.
+pub const FAKE_DECODE_MAX_QUERY: usize = 64;
+/// Keys per tile of both tensor-core kernels.
+pub const KEY_TILE: usize = 64;
+
+/// The tensor-core prefill kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PrefillKernel {
+    /// `mma.sync` m16n8k16 (`hp1_prefill_mma.cu`), sm_80 and newer.
+    Mma,
+    /// Hopper `wgmma.mma_async` (`hp1_prefill_wgmma.cu`), sm_90a only.
+    Wgmma,
+}
+
+impl PrefillKernel {
+    /// A short stable name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Mma => "prefill-mma",
+            Self::Wgmma => "prefill-wgmma",
+        }
+    }
+
+    /// Query rows per CTA (the kernel's `BM`).
+    pub fn tile_rows(&self) -> usize {
+        match self {
+            Self::Mma => 64,
+            Self::Wgmma => 64,
+        }
+    }
+
+    /// Threads per CTA.
+    pub fn threads(&self) -> u32 {
+        match self {
+            Self::Mma => 128,
+            Self::Wgmma => 128,
+        }
+    }
+
+    /// The head dims the kernel is instantiated for.
+    pub fn head_dims(&self) -> &'static [usize] {
+        match self {
+            Self::Mma => &[64, 128, 256],
+            Self::Wgmma => &[64, 128],
+        }
+    }
+
+    /// Dynamic shared memory per CTA for head dim `d`, as each kernel's header states: two
+    /// stages of K and V tiles of [`KEY_TILE`] rows and the Q tile, all bf16. MMA stages Q in
+    /// the second V buffer while `d <= 128` (its Q then lives in registers); WGMMA keeps Q in
+    /// shared memory and adds 1024 bytes to align its swizzled tiles to 1024.
+    pub fn shared_bytes(&self, d: usize) -> usize {
+        let tile = KEY_TILE * d * 2;
+        match self {
+            Self::Mma if d <= 128 => 4 * tile,
+            Self::Mma => 5 * tile,
+            Self::Wgmma => 5 * tile + 1024,
+        }
+    }
+
+    /// The oldest compute capability that runs it.
+    fn min_capability(&self) -> (i32, i32) {
+        match self {
+            Self::Mma => (8, 0),
+            Self::Wgmma => (9, 0),
+        }
+    }
+
+    /// Whether a device of compute capability `cc` runs it (wgmma exists on sm_90 alone; its
+    /// successors drop it).
+    pub fn runs_on(&self, cc: (i32, i32)) -> bool {
+        match self {
+            Self::Mma => cc >= self.min_capability(),
+            Self::Wgmma => cc == self.min_capability(),
+        }
+    }
+}
+
+/// The static facts of a batch step that may hold prefills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StepGeometry {
+    /// The decode-path facts: `rows` is the step's query-row count (or its bucket).
+    pub base: Geometry,
+    /// The most sequences the step holds (rows of the block table).
+    pub max_seqs: usize,
+    /// The longest query any sequence of the step may bring (the scheduler's prefill chunk).
+    pub max_query_len: usize,
+}
+
+/// A tensor-core prefill launch, decided once per step geometry and reused by every layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrefillPlan {
+    /// What it was made for.
+    pub geometry: StepGeometry,
+    /// The kernel.
+    pub kernel: PrefillKernel,
+    /// The `extern "C"` entry, e.g. `hp1_prefill_mma_d128`.
+    pub entry: String,
+    /// `(tile_slots, Hq)`.
+    pub grid: (u32, u32),
+    /// Threads per CTA.
+    pub block: u32,
+    /// Dynamic shared memory per CTA in bytes.
+    pub shared_bytes: u32,
+}
+
+impl PrefillPlan {
+    /// A plan for `kernel` (tests and benchmarks force one; [`plan_step`] picks one). Refuses a
+    /// head dim the kernel is not built for, naming the ones it is.
+    pub fn new(geometry: StepGeometry, kernel: PrefillKernel) -> Result<Self> {
+        let g = geometry.base;
+        g.validate()?;
+        if !kernel.head_dims().contains(&g.head_dim) {
+            return Err(unsupported(
+                kernel,
+                format!(
+                    "head_dim must be one of {:?}, got {}",
+                    kernel.head_dims(),
+                    g.head_dim
+                ),
+            ));
+        }
+        if geometry.max_seqs == 0 || geometry.max_query_len == 0 {
+            return Err(unsupported(
+                kernel,
+                format!("max_seqs and max_query_len must be at least 1, got {geometry:?}"),
+            ));
+        }
+        let slots = g
+            .rows
+            .div_ceil(kernel.tile_rows())
+            .checked_add(geometry.max_seqs);
+        let slots = match slots {
+            Some(n) if n <= i32::MAX as usize => n as u32,
+            _ => {
+                return Err(unsupported(
+                    kernel,
+                    format!("{geometry:?} needs more than 2^31 - 1 query tiles"),
+                ))
+            }
+        };
+        let heads = u32::try_from(g.num_heads)
+            .ok()
+            .filter(|&h| h <= 65535)
+            .ok_or_else(|| {
+                unsupported(
+                    kernel,
+                    format!("at most 65535 query heads, got {}", g.num_heads),
+                )
+            })?;
+        Ok(Self {
+            geometry,
+            kernel,
+            entry: format!("hp1_{}_d{}", kernel.name().replace('-', "_"), g.head_dim),
+            grid: (slots, heads),
+            block: kernel.threads(),
+            shared_bytes: kernel.shared_bytes(g.head_dim) as u32,
+        })
+    }
+}
+
+/// What the dispatcher picked for a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepPlan {
+    /// Every query row as a decode row (the decode-path [`Plan`] of [`Plan::auto`]).
+    FakeDecode(Plan),
+    /// A tensor-core prefill kernel.
+    Prefill(PrefillPlan),
+}
+
+impl StepPlan {
+    /// The path's name, e.g. `fake-decode` or `prefill-wgmma`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::FakeDecode(_) => "fake-decode",
+            Self::Prefill(p) => p.kernel.name(),
+        }
+    }
+}
+
+/// The dispatcher: fake decode for short queries (at most [`FAKE_DECODE_MAX_QUERY`]) and on
+/// GPUs without tensor-core support; else WGMMA where the device and head dim allow, else MMA.
+pub fn plan_step(geometry: StepGeometry, compute_capability: (i32, i32)) -> Result<StepPlan> {
+    let pick = [PrefillKernel::Wgmma, PrefillKernel::Mma]
+        .into_iter()
+        .find(|k| k.runs_on(compute_capability) && k.head_dims().contains(&geometry.base.head_dim));
+    match pick {
+        Some(kernel) if geometry.max_query_len > FAKE_DECODE_MAX_QUERY => {
+            Ok(StepPlan::Prefill(PrefillPlan::new(geometry, kernel)?))
+        }
+        _ => Ok(StepPlan::FakeDecode(Plan::auto(geometry.base)?)),
+    }
+}
+
+fn unsupported(kernel: PrefillKernel, reason: String) -> Error {
+    Error::Unsupported {
+        entry: kernel.name().to_string(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(rows: usize, seqs: usize, query: usize, head_dim: usize) -> StepGeometry {
+        let base = Geometry {
+            rows,
+            num_heads: 8,
+            num_kv_heads: 4,
+            head_dim,
+            block_size: 16,
+            max_blocks_per_seq: 1024,
+        };
+        StepGeometry {
+            base,
+            max_seqs: seqs,
+            max_query_len: query,
+        }
+    }
+
+    const HOPPER: (i32, i32) = (9, 0);
+    const AMPERE: (i32, i32) = (8, 6);
+
+    #[test]
+    fn the_dispatcher_picks_by_query_length_device_and_head_dim() {
+        for (g, cc, want) in [
+            (step(8192, 1, 8192, 128), HOPPER, "prefill-wgmma"),
+            (step(8192, 1, 8192, 128), AMPERE, "prefill-mma"),
+            (step(8192, 1, 8192, 128), (7, 5), "fake-decode"),
+            (step(8192, 1, 8192, 128), (10, 0), "prefill-mma"),
+            (step(8192, 1, 8192, 256), HOPPER, "prefill-mma"),
+            (step(8192, 1, 8192, 64), HOPPER, "prefill-wgmma"),
+            (
+                step(64, 1, FAKE_DECODE_MAX_QUERY, 128),
+                HOPPER,
+                "fake-decode",
+            ),
+            (
+                step(65, 1, FAKE_DECODE_MAX_QUERY + 1, 128),
+                HOPPER,
+                "prefill-wgmma",
+            ),
+            (step(32, 32, 1, 128), HOPPER, "fake-decode"),
+        ] {
+            assert_eq!(plan_step(g, cc).unwrap().name(), want, "{g:?} on {cc:?}");
+        }
+    }
+
+    #[test]
+    fn the_grid_bounds_the_tiles_of_any_batch_within_the_geometry() {
+        let g = step(300, 5, 300, 128);
+        let plan = PrefillPlan::new(g, PrefillKernel::Mma).unwrap();
+        assert_eq!(plan.entry, "hp1_prefill_mma_d128");
+        assert_eq!((plan.grid, plan.block), ((5 + 5, 8), 128));
+        // Every split of 300 rows over up to 5 sequences fits in the slots.
+        let tiles = |lens: &[usize]| lens.iter().map(|l| l.div_ceil(64)).sum::<usize>();
+        for lens in [
+            &[300][..],
+            &[1, 1, 1, 1, 296],
+            &[60, 60, 60, 60, 60],
+            &[65, 65, 65, 65, 40],
+        ] {
+            assert_eq!(lens.iter().sum::<usize>(), 300);
+            assert!(tiles(lens) <= plan.grid.0 as usize, "{lens:?}");
+        }
+        assert_eq!(
+            plan.shared_bytes,
+            64 << 10,
+            "K and V double buffers, Q staged in one"
+        );
+        let wide = PrefillPlan::new(step(300, 5, 300, 256), PrefillKernel::Mma).unwrap();
+        assert_eq!(
+            wide.shared_bytes,
+            160 << 10,
+            "and a Q tile of its own at D = 256"
+        );
+        let wgmma = PrefillPlan::new(g, PrefillKernel::Wgmma).unwrap();
+        assert_eq!(wgmma.shared_bytes, (80 << 10) + 1024);
+    }
+
+    #[test]
+    fn unsupported_prefill_shapes_are_refused_with_the_value() {
+        let err = PrefillPlan::new(step(64, 1, 64, 256), PrefillKernel::Wgmma)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("prefill-wgmma") && err.contains("[64, 128], got 256"),
+            "{err}"
+        );
+        let err = PrefillPlan::new(step(64, 0, 64, 128), PrefillKernel::Mma)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 1"), "{err}");
+        let err = PrefillPlan::new(step(64, 1, 64, 96), PrefillKernel::Mma)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("got 96"), "{err}");
+    }
+
+    #[test]
+    fn wgmma_runs_on_hopper_alone() {
+        assert!(PrefillKernel::Wgmma.runs_on(HOPPER));
+        assert!(!PrefillKernel::Wgmma.runs_on(AMPERE) && !PrefillKernel::Wgmma.runs_on((10, 0)));
+        assert!(PrefillKernel::Mma.runs_on(AMPERE) && !PrefillKernel::Mma.runs_on((7, 5)));
+    }
+}
