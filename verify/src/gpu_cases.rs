@@ -17,22 +17,10 @@ use crate::{Case, CaseData, Path, SeqShape};
 
 /// A batch of `seqs` as `(prefix_len, query_len)` with ordinary gate settings (about half the
 /// weights zero); tests override fields with struct update syntax.
-pub fn case(
-    seqs: &[(usize, usize)],
-    heads: (usize, usize),
-    head_dim: usize,
-    block_size: usize,
-    seed: u64,
-) -> Case {
+pub fn case(seqs: &[(usize, usize)], heads: (usize, usize), head_dim: usize, block_size: usize, seed: u64) -> Case {
     let (hq, hkv) = heads;
     Case {
-        seqs: seqs
-            .iter()
-            .map(|&(prefix_len, query_len)| SeqShape {
-                prefix_len,
-                query_len,
-            })
-            .collect(),
+        seqs: seqs.iter().map(|&(prefix_len, query_len)| SeqShape { prefix_len, query_len }).collect(),
         num_heads: hq,
         num_kv_heads: hkv,
         head_dim,
@@ -58,23 +46,15 @@ pub fn decodes(lens: &[usize]) -> Vec<(usize, usize)> {
 
 /// `n` lengths in `1..=max`, spread by a fixed stride (deterministic, mixed).
 pub fn spread(n: usize, max: usize, seed: usize) -> Vec<usize> {
-    (0..n)
-        .map(|i| 1 + (i * 7919 + seed * 104_729) % max)
-        .collect()
+    (0..n).map(|i| 1 + (i * 7919 + seed * 104_729) % max).collect()
 }
 
 /// `n` GPU-supported cases drawn from `strategy` with a fixed seed.
 pub fn draw(strategy: BoxedStrategy<Case>, n: usize, seed: u64) -> Result<Vec<Case>, String> {
-    let mut runner = TestRunner::new(Config {
-        rng_seed: RngSeed::Fixed(seed),
-        ..Config::default()
-    });
+    let mut runner = TestRunner::new(Config { rng_seed: RngSeed::Fixed(seed), ..Config::default() });
     let mut cases = Vec::new();
     for _ in 0..n * 20 {
-        let c = strategy
-            .new_tree(&mut runner)
-            .map_err(|e| e.to_string())?
-            .current();
+        let c = strategy.new_tree(&mut runner).map_err(|e| e.to_string())?.current();
         if gpu_supports(&c) {
             cases.push(c);
             if cases.len() == n {
@@ -82,10 +62,7 @@ pub fn draw(strategy: BoxedStrategy<Case>, n: usize, seed: u64) -> Result<Vec<Ca
             }
         }
     }
-    Err(format!(
-        "drew only {} GPU-supported cases of {n}",
-        cases.len()
-    ))
+    Err(format!("drew only {} GPU-supported cases of {n}", cases.len()))
 }
 
 /// Checks every path that supports each case against the f64 oracle; returns the references'
@@ -97,10 +74,7 @@ pub fn check_cases(paths: &[Box<dyn Path>], cases: &[Case]) -> Result<Vec<f64>, 
     for batch in cases.chunks(8) {
         let prepared: Vec<_> = batch
             .par_iter()
-            .map(|c| {
-                c.materialise()
-                    .and_then(|data| Reference::compute(&data).map(|r| (data, r)))
-            })
+            .map(|c| c.materialise().and_then(|data| Reference::compute(&data).map(|r| (data, r))))
             .collect();
         for (case, prepared) in batch.iter().zip(prepared) {
             let json = serde_json::to_string(case).unwrap_or_default();
@@ -121,34 +95,21 @@ pub fn check_cases(paths: &[Box<dyn Path>], cases: &[Case]) -> Result<Vec<f64>, 
             }
         }
     }
-    println!(
-        "  {} cases, {checks} path checks, worst relative error {worst:.2e}",
-        cases.len()
-    );
+    println!("  {} cases, {checks} path checks, worst relative error {worst:.2e}", cases.len());
     if failures.is_empty() {
         Ok(zero_fractions)
     } else {
-        Err(format!(
-            "{} of {checks} checks failed:\n{}",
-            failures.len(),
-            failures.join("\n")
-        ))
+        Err(format!("{} of {checks} checks failed:\n{}", failures.len(), failures.join("\n")))
     }
 }
 
 /// Sequence `s` of `data` alone, over the same cache.
 pub fn alone(data: &CaseData, s: usize) -> CaseData {
     let meta = &data.meta;
-    let (q0, q1) = (
-        meta.query_start_loc[s] as usize,
-        meta.query_start_loc[s + 1] as usize,
-    );
+    let (q0, q1) = (meta.query_start_loc[s] as usize, meta.query_start_loc[s + 1] as usize);
     let block_table: Array2<i32> = meta.block_table.slice(s![s..s + 1, ..]).to_owned();
-    let meta = AttnMetadata {
-        block_table,
-        seq_lens: vec![meta.seq_lens[s]],
-        query_start_loc: vec![0, (q1 - q0) as i32],
-    };
+    let meta =
+        AttnMetadata { block_table, seq_lens: vec![meta.seq_lens[s]], query_start_loc: vec![0, (q1 - q0) as i32] };
     let mut f32 = data.f32.clone();
     f32.q = data.f32.q.slice(s![q0..q1, .., ..]).to_owned();
     let f64 = f32.cast();

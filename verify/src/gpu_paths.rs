@@ -13,9 +13,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize,
-    HeadsPerCta, HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv,
-    StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
+    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -61,21 +60,15 @@ pub struct GpuRun {
 impl GpuRun {
     /// The output as `[num_tokens, Hq, D]` f64.
     pub fn widen(&self, shape: (usize, usize, usize)) -> Result<Array3<f64>> {
-        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect()).map_err(|e| {
-            Error::Path {
-                path: self.plan.path.name().to_string(),
-                reason: e.to_string(),
-            }
-        })
+        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect())
+            .map_err(|e| Error::Path { path: self.plan.path.name().to_string(), reason: e.to_string() })
     }
 }
 
 /// Whether the kernels handle `case`'s shapes: `D` in [`HEAD_DIMS`], a power-of-two block size,
 /// `fir_k <= MAX_FIR_K` (the plan and the launch refuse anything else with an error).
 pub fn gpu_supports(case: &Case) -> bool {
-    HEAD_DIMS.contains(&case.head_dim)
-        && case.block_size.is_power_of_two()
-        && case.fir_k <= MAX_FIR_K
+    HEAD_DIMS.contains(&case.head_dim) && case.block_size.is_power_of_two() && case.fir_k <= MAX_FIR_K
 }
 
 /// The static facts of `data` with `rows` query rows (at least its own).
@@ -179,27 +172,14 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> g
     let (num_tokens, heads, dim) = data.out_shape();
     out.truncate(num_tokens * heads * dim);
     let (row_seq, row_len) = bufs.download_rows(gpu)?;
-    Ok(GpuRun {
-        plan,
-        out,
-        row_len,
-        row_seq,
-    })
+    Ok(GpuRun { plan, out, row_len, row_seq })
 }
 
 /// The step's static prefill facts for `data`: its sequences and its longest query.
 pub fn step_geometry(data: &CaseData) -> StepGeometry {
     let qsl = &data.meta.query_start_loc;
-    let max_query_len = qsl
-        .windows(2)
-        .map(|w| (w[1] - w[0]) as usize)
-        .max()
-        .unwrap_or(0);
-    StepGeometry {
-        base: geometry(data, 0),
-        max_seqs: data.meta.seq_lens.len(),
-        max_query_len: max_query_len.max(1),
-    }
+    let max_query_len = qsl.windows(2).map(|w| (w[1] - w[0]) as usize).max().unwrap_or(0);
+    StepGeometry { base: geometry(data, 0), max_seqs: data.meta.seq_lens.len(), max_query_len: max_query_len.max(1) }
 }
 
 /// Runs a step plan for `data`: a tensor-core prefill over the batch as it is, or fake decode
@@ -208,13 +188,7 @@ pub fn step_geometry(data: &CaseData) -> StepGeometry {
 pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &StepPlan) -> gpu::Result<Vec<bf16>> {
     let prefill = match plan {
         StepPlan::FakeDecode(plan) => {
-            return run_gpu(
-                gpu,
-                data,
-                plan.geometry.rows,
-                PlanChoice::Plan(plan.clone()),
-            )
-            .map(|r| r.out)
+            return run_gpu(gpu, data, plan.geometry.rows, PlanChoice::Plan(plan.clone())).map(|r| r.out)
         }
         StepPlan::Prefill(p) => p,
     };
@@ -253,10 +227,7 @@ pub struct GpuPath {
 impl GpuPath {
     /// `kind` on `gpu`.
     pub fn new(gpu: &Arc<Gpu>, kind: GpuPathKind) -> Self {
-        Self {
-            gpu: gpu.clone(),
-            kind,
-        }
+        Self { gpu: gpu.clone(), kind }
     }
 }
 
@@ -277,9 +248,7 @@ impl Path for GpuPath {
         gpu_supports(case)
             && match self.kind {
                 GpuPathKind::FakeDecode => prefill,
-                GpuPathKind::Prefill(kernel) => {
-                    kernel.runs_on(cc) && kernel.head_dims().contains(&case.head_dim)
-                }
+                GpuPathKind::Prefill(kernel) => kernel.runs_on(cc) && kernel.head_dims().contains(&case.head_dim),
                 _ => true,
             }
     }
@@ -293,34 +262,25 @@ impl Path for GpuPath {
 
     fn run(&self, data: &CaseData, out: &mut Array3<f64>) -> Result<()> {
         let num_tokens = data.out_shape().0;
-        let path_err = |reason: String| Error::Path {
-            path: self.name(),
-            reason,
-        };
+        let path_err = |reason: String| Error::Path { path: self.name(), reason };
         let (rows, choice) = match self.kind {
             GpuPathKind::Forced(path) => (num_tokens, PlanChoice::Path(path)),
             GpuPathKind::FakeDecode => (num_tokens, PlanChoice::Auto),
             GpuPathKind::Auto => (bucket(num_tokens), PlanChoice::Auto),
             GpuPathKind::Prefill(kernel) => {
-                let plan = PrefillPlan::new(step_geometry(data), kernel)
-                    .map_err(|e| path_err(e.to_string()))?;
+                let plan = PrefillPlan::new(step_geometry(data), kernel).map_err(|e| path_err(e.to_string()))?;
                 return self.finish(data, &StepPlan::Prefill(plan), out);
             }
             GpuPathKind::Step => {
                 let cc = self.gpu.info().compute_capability;
-                let plan =
-                    plan_step(step_geometry(data), cc).map_err(|e| path_err(e.to_string()))?;
+                let plan = plan_step(step_geometry(data), cc).map_err(|e| path_err(e.to_string()))?;
                 return self.finish(data, &plan, out);
             }
         };
         let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| path_err(e.to_string()))?;
         let got = run.widen(data.out_shape())?;
         if got.dim() != out.dim() {
-            return Err(path_err(format!(
-                "output has shape {:?}, expected {:?}",
-                got.shape(),
-                out.shape()
-            )));
+            return Err(path_err(format!("output has shape {:?}, expected {:?}", got.shape(), out.shape())));
         }
         out.assign(&got);
         Ok(())
@@ -330,14 +290,10 @@ impl Path for GpuPath {
 impl GpuPath {
     /// Runs `plan` on `data` and widens its output into `out`.
     fn finish(&self, data: &CaseData, plan: &StepPlan, out: &mut Array3<f64>) -> Result<()> {
-        let path_err = |reason: String| Error::Path {
-            path: self.name(),
-            reason,
-        };
+        let path_err = |reason: String| Error::Path { path: self.name(), reason };
         let bits = run_step(&self.gpu, data, plan).map_err(|e| path_err(e.to_string()))?;
-        let got =
-            Array3::from_shape_vec(data.out_shape(), bits.iter().map(|x| x.to_f64()).collect())
-                .map_err(|e| path_err(e.to_string()))?;
+        let got = Array3::from_shape_vec(data.out_shape(), bits.iter().map(|x| x.to_f64()).collect())
+            .map_err(|e| path_err(e.to_string()))?;
         out.assign(&got);
         Ok(())
     }
@@ -353,19 +309,12 @@ pub fn gpu_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
         .collect();
     kinds.extend([GpuPathKind::FakeDecode, GpuPathKind::Auto]);
     kinds.extend(prefill_kinds());
-    kinds
-        .into_iter()
-        .map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>)
-        .collect()
+    kinds.into_iter().map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>).collect()
 }
 
 /// The tensor-core prefill paths and the step dispatcher.
 pub fn prefill_kinds() -> [GpuPathKind; 3] {
-    [
-        GpuPathKind::Prefill(PrefillKernel::Mma),
-        GpuPathKind::Prefill(PrefillKernel::Wgmma),
-        GpuPathKind::Step,
-    ]
+    [GpuPathKind::Prefill(PrefillKernel::Mma), GpuPathKind::Prefill(PrefillKernel::Wgmma), GpuPathKind::Step]
 }
 
 #[cfg(test)]
@@ -374,11 +323,7 @@ mod tests {
     use crate::case::tests::small;
 
     fn kernel_case() -> Case {
-        Case {
-            head_dim: 64,
-            block_size: 4,
-            ..small()
-        }
+        Case { head_dim: 64, block_size: 4, ..small() }
     }
 
     #[test]
@@ -393,14 +338,8 @@ mod tests {
             assert!(b.to_f32() == x || (b.is_nan() && x.is_nan()), "{b} vs {x}");
         }
         assert_eq!(inputs.value_cache.len(), data.f32.value_cache.len());
-        assert_eq!(
-            inputs.block_table,
-            data.meta.block_table.as_slice().unwrap()
-        );
-        assert_eq!(
-            (inputs.seq_lens, inputs.query_start_loc),
-            (&[5, 7][..], &[0, 1, 5][..])
-        );
+        assert_eq!(inputs.block_table, data.meta.block_table.as_slice().unwrap());
+        assert_eq!((inputs.seq_lens, inputs.query_start_loc), (&[5, 7][..], &[0, 1, 5][..]));
         let gate = host.gate();
         assert_eq!((gate.fir_k, gate.relu_pre, gate.clip_max), (3, true, 1.0));
         gate.validate().unwrap();
@@ -410,16 +349,7 @@ mod tests {
     fn the_geometry_holds_the_static_facts_and_at_least_the_batch() {
         let data = kernel_case().materialise().unwrap();
         let g = geometry(&data, 1);
-        assert_eq!(
-            (
-                g.rows,
-                g.num_heads,
-                g.num_kv_heads,
-                g.head_dim,
-                g.block_size
-            ),
-            (5, 4, 2, 64, 4)
-        );
+        assert_eq!((g.rows, g.num_heads, g.num_kv_heads, g.head_dim, g.block_size), (5, 4, 2, 64, 4));
         assert_eq!(g.max_blocks_per_seq, 2, "7 tokens in blocks of 4");
         assert_eq!(geometry(&data, bucket(5)).rows, 8);
         g.validate().unwrap();
@@ -429,17 +359,8 @@ mod tests {
     fn only_kernel_shapes_are_supported() {
         assert!(gpu_supports(&kernel_case()));
         assert!(!gpu_supports(&small()), "D = 8");
-        assert!(!gpu_supports(&Case {
-            head_dim: 96,
-            ..kernel_case()
-        }));
-        assert!(!gpu_supports(&Case {
-            block_size: 3,
-            ..kernel_case()
-        }));
-        assert!(!gpu_supports(&Case {
-            fir_k: 9,
-            ..kernel_case()
-        }));
+        assert!(!gpu_supports(&Case { head_dim: 96, ..kernel_case() }));
+        assert!(!gpu_supports(&Case { block_size: 3, ..kernel_case() }));
+        assert!(!gpu_supports(&Case { fir_k: 9, ..kernel_case() }));
     }
 }

@@ -15,8 +15,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, row_metadata, AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Plan, Pv,
+    bucket, row_metadata, AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, HostInputs, Hp1Attention, Plan, Pv,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -26,8 +25,7 @@ use oracle::hp1::AttnMetadata;
 use verify::gpu_cases::{alone, case, check_cases, decodes, draw, same_bits, spread};
 use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{
-    geometry, gpu_paths, gpu_supports, run_gpu, GpuPath, GpuPathKind, HostCase, PlanChoice,
-    GPU_TOLERANCE,
+    geometry, gpu_paths, gpu_supports, run_gpu, GpuPath, GpuPathKind, HostCase, PlanChoice, GPU_TOLERANCE,
 };
 use verify::{check_data, compare, large_case, small_case, Case, CaseData, Reference};
 
@@ -35,39 +33,15 @@ type Check = Result<(), String>;
 
 fn main() {
     let checks: &[GpuCheck] = &[
-        (
-            "sanitize_every_gpu_path_on_a_few_small_cases",
-            sanitize_cases,
-        ),
-        (
-            "every_gpu_path_agrees_with_the_oracle_on_drawn_cases",
-            drawn_cases,
-        ),
-        (
-            "every_gpu_path_agrees_with_the_oracle_on_the_targeted_grid",
-            targeted_grid,
-        ),
-        (
-            "row_metadata_matches_the_oracle_expansion_and_skips_empty_sequences",
-            row_metadata_matches,
-        ),
-        (
-            "split_k_decode_and_both_group_sizes_give_the_same_bits",
-            same_bits_across_paths,
-        ),
+        ("sanitize_every_gpu_path_on_a_few_small_cases", sanitize_cases),
+        ("every_gpu_path_agrees_with_the_oracle_on_drawn_cases", drawn_cases),
+        ("every_gpu_path_agrees_with_the_oracle_on_the_targeted_grid", targeted_grid),
+        ("row_metadata_matches_the_oracle_expansion_and_skips_empty_sequences", row_metadata_matches),
+        ("split_k_decode_and_both_group_sizes_give_the_same_bits", same_bits_across_paths),
         ("two_runs_give_the_same_bits", same_bits_twice),
-        (
-            "a_sequence_gives_the_same_bits_alone_and_in_a_batch",
-            same_bits_alone_and_batched,
-        ),
-        (
-            "an_unsupported_head_dim_is_refused_by_name",
-            unsupported_head_dim,
-        ),
-        (
-            "a_cuda_graph_captured_on_short_lengths_replays_long_ones",
-            cuda_graph,
-        ),
+        ("a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
+        ("an_unsupported_head_dim_is_refused_by_name", unsupported_head_dim),
+        ("a_cuda_graph_captured_on_short_lengths_replays_long_ones", cuda_graph),
     ];
     run("gpu_attention", checks);
 }
@@ -88,10 +62,7 @@ fn drawn_cases(gpu: &Arc<Gpu>) -> Check {
 fn sanitize_cases(gpu: &Arc<Gpu>) -> Check {
     let cases = vec![
         case(&decodes(&[1, 17, 300]), (8, 4), 128, 16, 41),
-        Case {
-            relu_pre: false,
-            ..case(&[(5, 20), (0, 33)], (4, 1), 64, 32, 42)
-        },
+        Case { relu_pre: false, ..case(&[(5, 20), (0, 33)], (4, 1), 64, 32, 42) },
         case(&[(260, 1), (0, 9)], (2, 2), 256, 16, 43),
     ];
     check_cases(&gpu_paths(gpu), &cases).map(|_| ())
@@ -102,13 +73,7 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         // Batch sizes with mixed decode lengths, each GQA ratio, head dim and block size.
         case(&decodes(&[4000]), (8, 4), 128, 16, 1),
         case(&decodes(&spread(3, 5000, 2)), (8, 1), 64, 32, 2),
-        case(
-            &decodes(&[1, 255, 256, 257, 512, 513, 1000, 2500]),
-            (8, 4),
-            128,
-            16,
-            3,
-        ),
+        case(&decodes(&[1, 255, 256, 257, 512, 513, 1000, 2500]), (8, 4), 128, 16, 3),
         case(&decodes(&spread(32, 2500, 4)), (8, 2), 256, 16, 4),
         case(&decodes(&spread(64, 1500, 5)), (4, 4), 256, 32, 5),
         case(&decodes(&spread(128, 700, 6)), (8, 2), 128, 32, 6),
@@ -116,25 +81,11 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         // Long contexts, up to 32K.
         case(&decodes(&[32768]), (8, 4), 128, 16, 8),
         case(&decodes(&[20000, 12289]), (4, 2), 256, 32, 9),
-        Case {
-            fir_k: 8,
-            relu_pre: false,
-            clip_min: 0.125,
-            ..case(&decodes(&[32000]), (8, 1), 64, 16, 10)
-        },
+        Case { fir_k: 8, relu_pre: false, clip_min: 0.125, ..case(&decodes(&[32000]), (8, 1), 64, 16, 10) },
         // Prefill next to decode: fake decode rows of every kind.
-        case(
-            &[(1000, 1), (300, 40), (0, 77), (5000, 3)],
-            (8, 4),
-            128,
-            16,
-            11,
-        ),
+        case(&[(1000, 1), (300, 40), (0, 77), (5000, 3)], (8, 4), 128, 16, 11),
         case(&[(0, 600), (2000, 300)], (4, 2), 64, 32, 12),
-        Case {
-            fir_k: 1,
-            ..case(&[(17, 200), (0, 1)], (16, 8), 128, 16, 13)
-        },
+        Case { fir_k: 1, ..case(&[(17, 200), (0, 1)], (16, 8), 128, 16, 13) },
     ];
     // Gate zero fractions at both ends (checked below, so the grid really covers them).
     // q_mean 1 puts scores near +5.7 (std 0.7) and a small sigma keeps z positive; q_mean -3/16
@@ -145,18 +96,13 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         clip_max: 8.0,
         ..case(&decodes(&spread(8, 3000, 14)), (8, 4), 128, 16, 14)
     };
-    let most_zeros = Case {
-        q_mean: -0.1875,
-        ..case(&decodes(&spread(8, 3000, 15)), (8, 4), 128, 16, 15)
-    };
+    let most_zeros = Case { q_mean: -0.1875, ..case(&decodes(&spread(8, 3000, 15)), (8, 4), 128, 16, 15) };
     cases.extend([few_zeros, most_zeros]);
     let zero_fractions = check_cases(&gpu_paths(gpu), &cases)?;
     let n = zero_fractions.len();
     match (zero_fractions.get(n.wrapping_sub(2)), zero_fractions.last()) {
         (Some(&few), Some(&most)) if few < 0.1 && most > 0.95 => Ok(()),
-        other => Err(format!(
-            "zero fractions of the last two cases should be < 10% and > 95%, got {other:?}"
-        )),
+        other => Err(format!("zero fractions of the last two cases should be < 10% and > 95%, got {other:?}")),
     }
 }
 
@@ -167,51 +113,26 @@ fn with_empty_sequence(data: &CaseData, at: usize) -> CaseData {
     let copy = table.row(at).to_owned();
     table = ndarray::concatenate(
         Axis(0),
-        &[
-            table.slice(s![..at, ..]),
-            copy.view().insert_axis(Axis(0)),
-            table.slice(s![at.., ..]),
-        ],
+        &[table.slice(s![..at, ..]), copy.view().insert_axis(Axis(0)), table.slice(s![at.., ..])],
     )
     .expect("rows of one table have one width");
     let mut seq_lens = meta.seq_lens.clone();
     seq_lens.insert(at, meta.seq_lens[at]);
     let mut query_start_loc = meta.query_start_loc.clone();
     query_start_loc.insert(at, meta.query_start_loc[at]);
-    CaseData {
-        meta: AttnMetadata {
-            block_table: table,
-            seq_lens,
-            query_start_loc,
-        },
-        ..data.clone()
-    }
+    CaseData { meta: AttnMetadata { block_table: table, seq_lens, query_start_loc }, ..data.clone() }
 }
 
 fn row_metadata_matches(gpu: &Arc<Gpu>) -> Check {
-    let data = case(&[(40, 1), (3, 9), (0, 5), (600, 2)], (4, 2), 64, 16, 21)
-        .materialise()
-        .map_err(msg)?;
-    for data in [
-        data.clone(),
-        with_empty_sequence(&data, 1),
-        with_empty_sequence(&data, 0),
-    ] {
+    let data = case(&[(40, 1), (3, 9), (0, 5), (600, 2)], (4, 2), 64, 16, 21).materialise().map_err(msg)?;
+    for data in [data.clone(), with_empty_sequence(&data, 1), with_empty_sequence(&data, 0)] {
         let num_tokens = data.out_shape().0;
         let rows = bucket(num_tokens) + 3;
         let run = run_gpu(gpu, &data, rows, PlanChoice::Auto).map_err(msg)?;
         let capacity = run.plan.geometry.capacity();
-        let host = row_metadata(
-            &data.meta.query_start_loc,
-            &data.meta.seq_lens,
-            rows,
-            capacity,
-        );
+        let host = row_metadata(&data.meta.query_start_loc, &data.meta.seq_lens, rows, capacity);
         if (run.row_seq.clone(), run.row_len.clone()) != host {
-            return Err(format!(
-                "device rows {:?} {:?}, host mirror {host:?}",
-                run.row_seq, run.row_len
-            ));
+            return Err(format!("device rows {:?} {:?}, host mirror {host:?}", run.row_seq, run.row_len));
         }
         let expanded = expand(&data.meta).map_err(msg)?;
         let oracle_rows = data.meta.rows();
@@ -221,10 +142,7 @@ fn row_metadata_matches(gpu: &Arc<Gpu>) -> Check {
                 None => (0, 0),
             };
             if (run.row_seq[r], run.row_len[r]) != (seq, len) {
-                return Err(format!(
-                    "row {r}: device ({}, {}), oracle ({seq}, {len})",
-                    run.row_seq[r], run.row_len[r]
-                ));
+                return Err(format!("row {r}: device ({}, {}), oracle ({seq}, {len})", run.row_seq[r], run.row_len[r]));
             }
         }
         let path = GpuPath::new(gpu, GpuPathKind::Auto);
@@ -238,20 +156,9 @@ fn row_metadata_matches(gpu: &Arc<Gpu>) -> Check {
 /// number of query heads per kv head so that two heads per CTA run too.
 fn bitwise_cases() -> Vec<Case> {
     vec![
-        Case {
-            fir_k: 4,
-            ..case(&decodes(&[1, 256, 257, 3000, 9000]), (8, 4), 128, 16, 31)
-        },
-        Case {
-            fir_k: 8,
-            relu_pre: false,
-            ..case(&[(100, 50), (0, 300)], (4, 2), 64, 32, 32)
-        },
-        Case {
-            fir_k: 1,
-            clip_min: 0.125,
-            ..case(&decodes(&[4097, 777]), (8, 2), 256, 16, 33)
-        },
+        Case { fir_k: 4, ..case(&decodes(&[1, 256, 257, 3000, 9000]), (8, 4), 128, 16, 31) },
+        Case { fir_k: 8, relu_pre: false, ..case(&[(100, 50), (0, 300)], (4, 2), 64, 32, 32) },
+        Case { fir_k: 1, clip_min: 0.125, ..case(&decodes(&[4097, 777]), (8, 2), 256, 16, 33) },
     ]
 }
 
@@ -267,24 +174,16 @@ fn same_bits_across_paths(gpu: &Arc<Gpu>) -> Check {
                     (GroupSize::Sixteen, HeadsPerCta::One),
                     (GroupSize::Sixteen, HeadsPerCta::Two),
                 ] {
-                    let got = run_gpu(gpu, &data, rows, PlanChoice::Exact(path, group, heads))
-                        .map_err(msg)?;
+                    let got = run_gpu(gpu, &data, rows, PlanChoice::Exact(path, group, heads)).map_err(msg)?;
                     let label = format!("{} G{} H{}", path.name(), group.lanes(), heads.count());
                     if !got.out.iter().any(|x| x.to_f32() != 0.0) {
-                        return Err(format!(
-                            "{label}: an all-zero output proves nothing, case {c:?}"
-                        ));
+                        return Err(format!("{label}: an all-zero output proves nothing, case {c:?}"));
                     }
                     match &first {
                         None => first = Some((label, got.out)),
                         Some((l0, o0)) if !same_bits(o0, &got.out) => {
-                            let i = o0
-                                .iter()
-                                .zip(&got.out)
-                                .position(|(a, b)| a.to_bits() != b.to_bits());
-                            return Err(format!(
-                                "{label} differs from {l0} at element {i:?}, case {c:?}"
-                            ));
+                            let i = o0.iter().zip(&got.out).position(|(a, b)| a.to_bits() != b.to_bits());
+                            return Err(format!("{label} differs from {l0} at element {i:?}, case {c:?}"));
                         }
                         Some(_) => {}
                     }
@@ -299,17 +198,11 @@ fn same_bits_twice(gpu: &Arc<Gpu>) -> Check {
     for c in bitwise_cases() {
         let data = c.materialise().map_err(msg)?;
         let rows = data.out_shape().0;
-        for choice in [
-            PlanChoice::Auto,
-            PlanChoice::Path(AttentionPath::SplitK(Pv::Sparse)),
-        ] {
+        for choice in [PlanChoice::Auto, PlanChoice::Path(AttentionPath::SplitK(Pv::Sparse))] {
             let a = run_gpu(gpu, &data, rows, choice.clone()).map_err(msg)?;
             let b = run_gpu(gpu, &data, rows, choice).map_err(msg)?;
             if !same_bits(&a.out, &b.out) {
-                return Err(format!(
-                    "two runs of {} differ, case {c:?}",
-                    a.plan.path.name()
-                ));
+                return Err(format!("two runs of {} differ, case {c:?}", a.plan.path.name()));
             }
         }
     }
@@ -361,11 +254,7 @@ fn unsupported_head_dim(gpu: &Arc<Gpu>) -> Check {
     }
     let data = c.materialise().map_err(msg)?;
     match run_gpu(gpu, &data, 2, PlanChoice::Auto) {
-        Err(gpu::Error::Unsupported { reason, .. })
-            if reason.contains("head_dim") && reason.contains("96") =>
-        {
-            Ok(())
-        }
+        Err(gpu::Error::Unsupported { reason, .. }) if reason.contains("head_dim") && reason.contains("96") => Ok(()),
         Err(e) => Err(format!("D = 96 refused without naming it: {e}")),
         Ok(_) => Err("D = 96 ran".into()),
     }
@@ -375,34 +264,20 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 
     let long = [9000usize, 4097, 300, 12000];
-    let data = case(&decodes(&long), (8, 4), 128, 16, 61)
-        .materialise()
-        .map_err(msg)?;
+    let data = case(&decodes(&long), (8, 4), 128, 16, 61).materialise().map_err(msg)?;
     let host = HostCase::new(&data);
     let inputs = host.inputs();
     let num_tokens = data.out_shape().0;
     let geometry = geometry(&data, bucket(num_tokens));
     let plan = Plan::auto(geometry).map_err(msg)?;
     if !matches!(plan.path, AttentionPath::SplitK(_)) {
-        return Err(format!(
-            "4 long rows should take split-K from the capacity, the plan is {:?}",
-            plan.path
-        ));
+        return Err(format!("4 long rows should take split-K from the capacity, the plan is {:?}", plan.path));
     }
     let attention = Hp1Attention::new(gpu, plan.clone()).map_err(msg)?;
     // Capture on dummy lengths of one token, as an engine's warm-up does.
     let dummy = vec![1i32; long.len()];
-    let mut bufs = AttnBuffers::upload(
-        gpu,
-        geometry,
-        &HostInputs {
-            seq_lens: &dummy,
-            ..inputs
-        },
-    )
-    .map_err(msg)?;
-    bufs.reserve_workspace(gpu, plan.workspace_len)
-        .map_err(msg)?;
+    let mut bufs = AttnBuffers::upload(gpu, geometry, &HostInputs { seq_lens: &dummy, ..inputs }).map_err(msg)?;
+    bufs.reserve_workspace(gpu, plan.workspace_len).map_err(msg)?;
     attention.build_rows(bufs.row_operands()).map_err(msg)?;
     attention.run(bufs.operands(), &host.gate()).map_err(msg)?;
     gpu.synchronize().map_err(msg)?;
@@ -410,20 +285,16 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
     // synchronisation is lost; capture needs it off (GPU-NOTES.md).
     unsafe { gpu.context().disable_event_tracking() };
     let stream = gpu.stream();
-    stream
-        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        .map_err(msg)?;
-    let captured = attention
-        .build_rows(bufs.row_operands())
-        .and_then(|()| attention.run(bufs.operands(), &host.gate()));
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(msg)?;
+    let captured =
+        attention.build_rows(bufs.row_operands()).and_then(|()| attention.run(bufs.operands(), &host.gate()));
     let graph = stream.end_capture(CUgraphInstantiate_flags(0));
     captured.map_err(msg)?;
     let graph = graph.map_err(msg)?.ok_or("the capture recorded no graph")?;
 
     let halved: Vec<i32> = long.iter().map(|&l| (l / 2) as i32).collect();
     for lens in [data.meta.seq_lens.clone(), halved] {
-        bufs.set_metadata(gpu, inputs.block_table, &lens, inputs.query_start_loc)
-            .map_err(msg)?;
+        bufs.set_metadata(gpu, inputs.block_table, &lens, inputs.query_start_loc).map_err(msg)?;
         bufs.poison_output(gpu).map_err(msg)?;
         graph.launch().map_err(msg)?;
         let mut out = bufs.download_output(gpu).map_err(msg)?;
@@ -431,23 +302,13 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         let mut step = data.clone();
         step.meta.seq_lens = lens.clone();
         let reference = Reference::compute(&step).map_err(msg)?;
-        let got = ndarray::Array3::from_shape_vec(
-            data.out_shape(),
-            out.iter().map(|x| x.to_f64()).collect(),
-        )
-        .map_err(msg)?;
+        let got =
+            ndarray::Array3::from_shape_vec(data.out_shape(), out.iter().map(|x| x.to_f64()).collect()).map_err(msg)?;
         compare("gpu-graph-replay", &got, &reference.out, GPU_TOLERANCE).map_err(msg)?;
-        let eager = run_gpu(
-            gpu,
-            &step,
-            geometry.rows,
-            PlanChoice::Exact(plan.path, plan.group, plan.heads),
-        )
-        .map_err(msg)?;
+        let eager =
+            run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.group, plan.heads)).map_err(msg)?;
         if !same_bits(&eager.out, &out) {
-            return Err(format!(
-                "replay at lengths {lens:?} differs from an eager run of the same plan"
-            ));
+            return Err(format!("replay at lengths {lens:?} differs from an eager run of the same plan"));
         }
     }
     Ok(())

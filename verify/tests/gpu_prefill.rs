@@ -23,23 +23,11 @@ type Check = Result<(), String>;
 
 fn main() {
     let checks: &[GpuCheck] = &[
-        (
-            "sanitize_prefill_paths_on_a_few_small_cases",
-            sanitize_cases,
-        ),
-        (
-            "prefill_paths_agree_with_the_oracle_on_the_targeted_grid",
-            targeted_grid,
-        ),
+        ("sanitize_prefill_paths_on_a_few_small_cases", sanitize_cases),
+        ("prefill_paths_agree_with_the_oracle_on_the_targeted_grid", targeted_grid),
         ("prefill_two_runs_give_the_same_bits", same_bits_twice),
-        (
-            "prefill_a_sequence_gives_the_same_bits_alone_and_in_a_batch",
-            same_bits_alone_and_batched,
-        ),
-        (
-            "the_step_dispatcher_falls_back_and_agrees_with_the_oracle",
-            dispatcher_choices,
-        ),
+        ("prefill_a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
+        ("the_step_dispatcher_falls_back_and_agrees_with_the_oracle", dispatcher_choices),
     ];
     run("gpu_prefill", checks);
 }
@@ -49,19 +37,13 @@ fn msg(e: impl Display) -> String {
 }
 
 fn prefill_paths(gpu: &Arc<Gpu>) -> Vec<Box<dyn Path>> {
-    prefill_kinds()
-        .into_iter()
-        .map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>)
-        .collect()
+    prefill_kinds().into_iter().map(|k| Box::new(GpuPath::new(gpu, k)) as Box<dyn Path>).collect()
 }
 
 /// The kernels this device runs.
 fn kernels(gpu: &Gpu) -> Vec<PrefillKernel> {
     let cc = gpu.info().compute_capability;
-    [PrefillKernel::Mma, PrefillKernel::Wgmma]
-        .into_iter()
-        .filter(|k| k.runs_on(cc))
-        .collect()
+    [PrefillKernel::Mma, PrefillKernel::Wgmma].into_iter().filter(|k| k.runs_on(cc)).collect()
 }
 
 /// A few small cases of every path, quick enough under compute-sanitizer
@@ -69,25 +51,20 @@ fn kernels(gpu: &Gpu) -> Vec<PrefillKernel> {
 fn sanitize_cases(gpu: &Arc<Gpu>) -> Check {
     let cases = vec![
         case(&[(0, 70), (33, 5), (10, 1)], (8, 4), 128, 16, 101),
-        Case {
-            relu_pre: false,
-            fir_k: 8,
-            ..case(&[(100, 130)], (4, 1), 64, 32, 102)
-        },
+        Case { relu_pre: false, fir_k: 8, ..case(&[(100, 130)], (4, 1), 64, 32, 102) },
         case(&[(17, 65), (0, 3)], (2, 2), 256, 16, 103),
     ];
     check_cases(&prefill_paths(gpu), &cases).map(|_| ())
 }
 
 fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
-    let mixed =
-        |n: usize, max_prefix: usize, max_query: usize, seed: usize| -> Vec<(usize, usize)> {
-            spread(n, max_prefix + 1, seed)
-                .into_iter()
-                .zip(spread(n, max_query, seed + 1))
-                .map(|(p, q)| (p - 1, q))
-                .collect()
-        };
+    let mixed = |n: usize, max_prefix: usize, max_query: usize, seed: usize| -> Vec<(usize, usize)> {
+        spread(n, max_prefix + 1, seed)
+            .into_iter()
+            .zip(spread(n, max_query, seed + 1))
+            .map(|(p, q)| (p - 1, q))
+            .collect()
+    };
     let mut cases = vec![
         // One long prefill, and one long chunk after a long prefix.
         case(&[(0, 8192)], (2, 1), 64, 16, 201),
@@ -96,29 +73,11 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         case(&mixed(64, 300, 120, 3), (8, 4), 128, 16, 203),
         case(&mixed(16, 2000, 400, 4), (8, 1), 64, 32, 204),
         case(&mixed(6, 1000, 1500, 5), (8, 8), 256, 16, 205),
-        case(
-            &[(0, 1), (5, 64), (0, 65), (63, 128), (1000, 1)],
-            (6, 3),
-            128,
-            16,
-            206,
-        ),
+        case(&[(0, 1), (5, 64), (0, 65), (63, 128), (1000, 1)], (6, 3), 128, 16, 206),
         case(&[(4097, 3000), (0, 2500)], (8, 2), 128, 16, 207),
-        Case {
-            fir_k: 1,
-            clip_min: 0.125,
-            ..case(&[(40, 300), (0, 200)], (16, 8), 64, 16, 208)
-        },
-        Case {
-            fir_k: 5,
-            relu_pre: false,
-            clip_min: -0.5,
-            ..case(&[(9, 250)], (4, 4), 256, 32, 209)
-        },
-        Case {
-            fir_k: 8,
-            ..case(&[(130, 257), (0, 191)], (8, 2), 128, 32, 210)
-        },
+        Case { fir_k: 1, clip_min: 0.125, ..case(&[(40, 300), (0, 200)], (16, 8), 64, 16, 208) },
+        Case { fir_k: 5, relu_pre: false, clip_min: -0.5, ..case(&[(9, 250)], (4, 4), 256, 32, 209) },
+        Case { fir_k: 8, ..case(&[(130, 257), (0, 191)], (8, 2), 128, 32, 210) },
         case(&decodes(&spread(24, 3000, 11)), (8, 4), 128, 16, 211),
     ];
     // Gate zero fractions at both ends, as in gpu_attention's grid.
@@ -128,25 +87,18 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         clip_max: 8.0,
         ..case(&[(100, 400), (0, 300)], (8, 4), 128, 16, 212)
     };
-    let most_zeros = Case {
-        q_mean: -0.1875,
-        ..case(&[(100, 400), (0, 300)], (8, 4), 128, 16, 213)
-    };
+    let most_zeros = Case { q_mean: -0.1875, ..case(&[(100, 400), (0, 300)], (8, 4), 128, 16, 213) };
     cases.extend([few_zeros, most_zeros]);
     let zero_fractions = check_cases(&prefill_paths(gpu), &cases)?;
     let n = zero_fractions.len();
     match (zero_fractions.get(n.wrapping_sub(2)), zero_fractions.last()) {
         (Some(&few), Some(&most)) if few < 0.1 && most > 0.95 => Ok(()),
-        other => Err(format!(
-            "zero fractions of the last two cases should be < 10% and > 95%, got {other:?}"
-        )),
+        other => Err(format!("zero fractions of the last two cases should be < 10% and > 95%, got {other:?}")),
     }
 }
 
 fn forced(data: &verify::CaseData, kernel: PrefillKernel) -> Result<StepPlan, String> {
-    Ok(StepPlan::Prefill(
-        PrefillPlan::new(step_geometry(data), kernel).map_err(msg)?,
-    ))
+    Ok(StepPlan::Prefill(PrefillPlan::new(step_geometry(data), kernel).map_err(msg)?))
 }
 
 fn same_bits_twice(gpu: &Arc<Gpu>) -> Check {
@@ -164,13 +116,7 @@ fn same_bits_twice(gpu: &Arc<Gpu>) -> Check {
 }
 
 fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
-    let c = case(
-        &[(300, 200), (0, 129), (77, 1), (1000, 64)],
-        (8, 2),
-        128,
-        32,
-        302,
-    );
+    let c = case(&[(300, 200), (0, 129), (77, 1), (1000, 64)], (8, 2), 128, 32, 302);
     let data = c.materialise().map_err(msg)?;
     let row_elems = data.out_shape().1 * data.out_shape().2;
     for kernel in kernels(gpu) {
@@ -180,10 +126,7 @@ fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
             let got = run_step(gpu, &single, &forced(&single, kernel)?).map_err(msg)?;
             let q0 = data.meta.query_start_loc[s] as usize;
             if !same_bits(&batched[q0 * row_elems..][..got.len()], &got) {
-                return Err(format!(
-                    "{}: sequence {s} differs alone and in the batch",
-                    kernel.name()
-                ));
+                return Err(format!("{}: sequence {s} differs alone and in the batch", kernel.name()));
             }
         }
     }
@@ -193,32 +136,13 @@ fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
 fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
     let cc = gpu.info().compute_capability;
     let hopper = PrefillKernel::Wgmma.runs_on(cc);
-    let long = if hopper {
-        "prefill-wgmma"
-    } else {
-        "prefill-mma"
-    };
+    let long = if hopper { "prefill-wgmma" } else { "prefill-mma" };
     for (c, want) in [
-        (
-            case(&[(0, FAKE_DECODE_MAX_QUERY), (50, 3)], (8, 4), 128, 16, 401),
-            "fake-decode",
-        ),
-        (
-            case(
-                &[(0, FAKE_DECODE_MAX_QUERY + 1), (50, 3)],
-                (8, 4),
-                128,
-                16,
-                402,
-            ),
-            long,
-        ),
+        (case(&[(0, FAKE_DECODE_MAX_QUERY), (50, 3)], (8, 4), 128, 16, 401), "fake-decode"),
+        (case(&[(0, FAKE_DECODE_MAX_QUERY + 1), (50, 3)], (8, 4), 128, 16, 402), long),
         (case(&[(20, 300)], (4, 2), 64, 16, 403), long),
         // WGMMA is not built for D = 256: the dispatcher falls back to MMA.
-        (
-            case(&[(20, 300), (0, 100)], (4, 2), 256, 16, 404),
-            "prefill-mma",
-        ),
+        (case(&[(20, 300), (0, 100)], (4, 2), 256, 16, 404), "prefill-mma"),
     ] {
         let data = c.materialise().map_err(msg)?;
         let plan = plan_step(step_geometry(&data), cc).map_err(msg)?;
@@ -230,11 +154,8 @@ fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
             ));
         }
         let bits = run_step(gpu, &data, &plan).map_err(msg)?;
-        let got = ndarray::Array3::from_shape_vec(
-            data.out_shape(),
-            bits.iter().map(|x| x.to_f64()).collect(),
-        )
-        .map_err(msg)?;
+        let got = ndarray::Array3::from_shape_vec(data.out_shape(), bits.iter().map(|x| x.to_f64()).collect())
+            .map_err(msg)?;
         let reference = Reference::compute(&data).map_err(msg)?;
         compare(plan.name(), &got, &reference.out, TENSOR_CORE_TOLERANCE).map_err(msg)?;
     }
@@ -243,11 +164,7 @@ fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
         let data = c.materialise().map_err(msg)?;
         match PrefillPlan::new(step_geometry(&data), PrefillKernel::Wgmma) {
             Err(gpu::Error::Unsupported { reason, .. }) if reason.contains("256") => {}
-            other => {
-                return Err(format!(
-                    "WGMMA at D = 256 should be refused naming it, got {other:?}"
-                ))
-            }
+            other => return Err(format!("WGMMA at D = 256 should be refused naming it, got {other:?}")),
         }
     }
     Ok(())

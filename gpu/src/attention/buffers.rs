@@ -65,10 +65,7 @@ impl AttnBuffers {
     pub fn upload(gpu: &Gpu, geometry: Geometry, host: &HostInputs<'_>) -> Result<Self> {
         geometry.validate()?;
         let g = geometry;
-        let (head_row, slot) = (
-            g.num_heads * g.head_dim,
-            g.block_size * g.num_kv_heads * g.head_dim,
-        );
+        let (head_row, slot) = (g.num_heads * g.head_dim, g.block_size * g.num_kv_heads * g.head_dim);
         if host.key_cache.is_empty()
             || !host.key_cache.len().is_multiple_of(slot)
             || host.value_cache.len() != host.key_cache.len()
@@ -81,13 +78,7 @@ impl AttnBuffers {
         }
         let num_blocks = host.key_cache.len() / slot;
         let num_seqs = host.seq_lens.len();
-        let num_tokens = check_metadata(
-            &g,
-            num_blocks,
-            host.block_table,
-            host.seq_lens,
-            host.query_start_loc,
-        )?;
+        let num_tokens = check_metadata(&g, num_blocks, host.block_table, host.seq_lens, host.query_start_loc)?;
         if host.q.len() != num_tokens * head_row {
             return bad(format!(
                 "q must be [{num_tokens}, {}, {}], got {} elements",
@@ -106,8 +97,7 @@ impl AttnBuffers {
         }
         let mut q = gpu.zeros::<bf16>(g.rows * head_row)?;
         if num_tokens > 0 {
-            gpu.stream()
-                .memcpy_htod(host.q, &mut q.slice_mut(..host.q.len()))?;
+            gpu.stream().memcpy_htod(host.q, &mut q.slice_mut(..host.q.len()))?;
         }
         Ok(Self {
             geometry,
@@ -176,18 +166,9 @@ impl AttnBuffers {
                 block_table.len()
             ));
         }
-        let num_tokens = check_metadata(
-            &self.geometry,
-            self.num_blocks,
-            block_table,
-            seq_lens,
-            query_start_loc,
-        )?;
+        let num_tokens = check_metadata(&self.geometry, self.num_blocks, block_table, seq_lens, query_start_loc)?;
         if num_tokens != self.num_tokens {
-            return bad(format!(
-                "new metadata must keep {} query rows, got {num_tokens}",
-                self.num_tokens
-            ));
+            return bad(format!("new metadata must keep {} query rows, got {num_tokens}", self.num_tokens));
         }
         let stream = gpu.stream();
         stream.memcpy_htod(block_table, &mut self.block_table)?;
@@ -262,10 +243,7 @@ impl AttnBuffers {
 }
 
 fn bad<T>(reason: String) -> Result<T> {
-    Err(Error::Unsupported {
-        entry: "hp1 attention buffers".to_string(),
-        reason,
-    })
+    Err(Error::Unsupported { entry: "hp1 attention buffers".to_string(), reason })
 }
 
 /// Checks the batch metadata against the geometry and a cache of `num_blocks` blocks; returns
@@ -279,32 +257,20 @@ fn check_metadata(
 ) -> Result<usize> {
     let n = seq_lens.len();
     if block_table.len() != n * g.max_blocks_per_seq {
-        return bad(format!(
-            "block_table must be [{n}, {}], got {} entries",
-            g.max_blocks_per_seq,
-            block_table.len()
-        ));
+        return bad(format!("block_table must be [{n}, {}], got {} entries", g.max_blocks_per_seq, block_table.len()));
     }
     let qsl = query_start_loc;
     if qsl.len() != n + 1 || qsl[0] != 0 || qsl.windows(2).any(|w| w[1] < w[0]) {
-        return bad(format!(
-            "query_start_loc must be {} non-decreasing counts from 0, got {qsl:?}",
-            n + 1
-        ));
+        return bad(format!("query_start_loc must be {} non-decreasing counts from 0, got {qsl:?}", n + 1));
     }
     let num_tokens = qsl[n] as usize;
     if num_tokens > g.rows {
-        return bad(format!(
-            "the batch has {num_tokens} query rows, the geometry {}",
-            g.rows
-        ));
+        return bad(format!("the batch has {num_tokens} query rows, the geometry {}", g.rows));
     }
     for s in 0..n {
         let (len, query_len) = (seq_lens[s], qsl[s + 1] - qsl[s]);
         if len < query_len {
-            return bad(format!(
-                "sequence {s}: seq_len {len} is below its query_len {query_len}"
-            ));
+            return bad(format!("sequence {s}: seq_len {len} is below its query_len {query_len}"));
         }
         let need = (len as usize).div_ceil(g.block_size);
         if need > g.max_blocks_per_seq {
@@ -314,14 +280,8 @@ fn check_metadata(
             ));
         }
         let row = &block_table[s * g.max_blocks_per_seq..][..need];
-        if let Some((b, id)) = row
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id < 0 || id as usize >= num_blocks)
-        {
-            return bad(format!(
-                "sequence {s} entry {b} is block {id}, the cache has {num_blocks}"
-            ));
+        if let Some((b, id)) = row.iter().enumerate().find(|(_, &id)| id < 0 || id as usize >= num_blocks) {
+            return bad(format!("sequence {s} entry {b} is block {id}, the cache has {num_blocks}"));
         }
     }
     Ok(num_tokens)
@@ -332,14 +292,7 @@ mod tests {
     use super::*;
 
     fn geometry() -> Geometry {
-        Geometry {
-            rows: 4,
-            num_heads: 2,
-            num_kv_heads: 1,
-            head_dim: 64,
-            block_size: 16,
-            max_blocks_per_seq: 2,
-        }
+        Geometry { rows: 4, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 16, max_blocks_per_seq: 2 }
     }
 
     #[test]
@@ -353,48 +306,16 @@ mod tests {
     fn bad_metadata_is_refused_with_the_values() {
         let g = geometry();
         let refused = |table: &[i32], lens: &[i32], qsl: &[i32], needle: &str| {
-            let err = check_metadata(&g, 3, table, lens, qsl)
-                .unwrap_err()
-                .to_string();
+            let err = check_metadata(&g, 3, table, lens, qsl).unwrap_err().to_string();
             assert!(err.contains(needle), "expected `{needle}` in: {err}");
         };
-        refused(
-            &[2, 0, 1],
-            &[17, 3],
-            &[0, 1, 4],
-            "block_table must be [2, 2], got 3",
-        );
+        refused(&[2, 0, 1], &[17, 3], &[0, 1, 4], "block_table must be [2, 2], got 3");
         refused(&[2, 0, 1, 0], &[17, 3], &[0, 2, 1], "non-decreasing");
         refused(&[2, 0, 1, 0], &[17, 3], &[1, 2, 4], "from 0");
-        refused(
-            &[2, 0, 1, 0],
-            &[17, 3],
-            &[0, 1, 5],
-            "5 query rows, the geometry 4",
-        );
-        refused(
-            &[2, 0, 1, 0],
-            &[17, 2],
-            &[0, 1, 4],
-            "seq_len 2 is below its query_len 3",
-        );
-        refused(
-            &[2, 0, 1, 0],
-            &[33, 3],
-            &[0, 1, 4],
-            "needs 3 blocks for 33 tokens",
-        );
-        refused(
-            &[2, 3, 1, 0],
-            &[17, 3],
-            &[0, 1, 4],
-            "entry 1 is block 3, the cache has 3",
-        );
-        refused(
-            &[2, 0, -1, 0],
-            &[17, 3],
-            &[0, 1, 4],
-            "sequence 1 entry 0 is block -1",
-        );
+        refused(&[2, 0, 1, 0], &[17, 3], &[0, 1, 5], "5 query rows, the geometry 4");
+        refused(&[2, 0, 1, 0], &[17, 2], &[0, 1, 4], "seq_len 2 is below its query_len 3");
+        refused(&[2, 0, 1, 0], &[33, 3], &[0, 1, 4], "needs 3 blocks for 33 tokens");
+        refused(&[2, 3, 1, 0], &[17, 3], &[0, 1, 4], "entry 1 is block 3, the cache has 3");
+        refused(&[2, 0, -1, 0], &[17, 3], &[0, 1, 4], "sequence 1 entry 0 is block -1");
     }
 }

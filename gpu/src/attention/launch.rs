@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
@@ -32,29 +30,15 @@ pub struct GateParams {
 impl GateParams {
     /// Checks `1 <= fir_k <= MAX_FIR_K`, a finite scale and finite `clip_min < clip_max`.
     pub fn validate(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::Unsupported {
-                entry: "hp1 attention".to_string(),
-                reason,
-            })
-        };
+        let bad = |reason: String| Err(Error::Unsupported { entry: "hp1 attention".to_string(), reason });
         if !(1..=MAX_FIR_K).contains(&self.fir_k) {
-            return bad(format!(
-                "fir_k must be 1 to {MAX_FIR_K}, got {}",
-                self.fir_k
-            ));
+            return bad(format!("fir_k must be 1 to {MAX_FIR_K}, got {}", self.fir_k));
         }
         if !self.scale.is_finite() {
             return bad(format!("scale must be finite, got {}", self.scale));
         }
-        if !(self.clip_min.is_finite()
-            && self.clip_max.is_finite()
-            && self.clip_min < self.clip_max)
-        {
-            return bad(format!(
-                "need finite clip_min < clip_max, got {} and {}",
-                self.clip_min, self.clip_max
-            ));
+        if !(self.clip_min.is_finite() && self.clip_max.is_finite() && self.clip_min < self.clip_max) {
+            return bad(format!("need finite clip_min < clip_max, got {} and {}", self.clip_min, self.clip_max));
         }
         Ok(())
     }
@@ -103,12 +87,7 @@ impl Hp1Attention {
     pub fn new(gpu: &Gpu, plan: Plan) -> Result<Self> {
         let rows = gpu.function(&HP1_ROWS, &plan.rows.entry)?;
         let attention = gpu.function(&HP1_DECODE, &plan.attention.entry)?;
-        Ok(Self {
-            plan,
-            stream: gpu.stream().clone(),
-            rows,
-            attention,
-        })
+        Ok(Self { plan, stream: gpu.stream().clone(), rows, attention })
     }
 
     /// The plan being launched.
@@ -153,8 +132,7 @@ impl Hp1Attention {
         }
         check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
         check_caches(entry, &g, key_cache.len(), value_cache.len())?;
-        if block_table.len() < g.max_blocks_per_seq || block_table.len() % g.max_blocks_per_seq != 0
-        {
+        if block_table.len() < g.max_blocks_per_seq || block_table.len() % g.max_blocks_per_seq != 0 {
             return Err(unsupported(
                 entry,
                 format!(
@@ -174,13 +152,8 @@ impl Hp1Attention {
         check_aligned(entry, "value_cache", &value_cache, &self.stream)?;
 
         let q_row_stride = q_row_stride as i64;
-        let (max_blocks, heads, kv_heads) = (
-            g.max_blocks_per_seq as i32,
-            g.num_heads as i32,
-            g.num_kv_heads as i32,
-        );
-        let (log2_block, max_chunks) =
-            (g.block_size.trailing_zeros() as i32, g.max_chunks() as i32);
+        let (max_blocks, heads, kv_heads) = (g.max_blocks_per_seq as i32, g.num_heads as i32, g.num_kv_heads as i32);
+        let (log2_block, max_chunks) = (g.block_size.trailing_zeros() as i32, g.max_chunks() as i32);
         let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
         let cfg = launch_config(self.plan.attention.grid, self.plan.attention.block);
         let mut launch = self.stream.launch_builder(&self.attention);
@@ -213,22 +186,10 @@ impl Hp1Attention {
             }
             AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
-                    unsupported(
-                        entry,
-                        format!(
-                            "split-K needs a workspace of {} f32s",
-                            self.plan.workspace_len
-                        ),
-                    )
+                    unsupported(entry, format!("split-K needs a workspace of {} f32s", self.plan.workspace_len))
                 })?;
                 let mut counters = counters.ok_or_else(|| {
-                    unsupported(
-                        entry,
-                        format!(
-                            "split-K needs {} zeroed i32 counters",
-                            self.plan.counter_len
-                        ),
-                    )
+                    unsupported(entry, format!("split-K needs {} zeroed i32 counters", self.plan.counter_len))
                 })?;
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
                 check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
@@ -244,28 +205,16 @@ impl Hp1Attention {
 }
 
 fn launch_config(grid: u32, block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid, 1, 1),
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
 }
 
 fn unsupported(entry: &str, reason: String) -> Error {
-    Error::Unsupported {
-        entry: entry.to_string(),
-        reason,
-    }
+    Error::Unsupported { entry: entry.to_string(), reason }
 }
 
 /// Refuses caches that are not whole blocks, or that hold more token rows than the kernels'
 /// 31-bit cache-row indices reach (`block * block_size + offset` is an `int` on the device).
-pub(super) fn check_caches(
-    entry: &str,
-    g: &Geometry,
-    key_len: usize,
-    value_len: usize,
-) -> Result<()> {
+pub(super) fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len: usize) -> Result<()> {
     let block = g.block_size * g.num_kv_heads * g.head_dim;
     if key_len < block || !key_len.is_multiple_of(block) || value_len != key_len {
         return Err(unsupported(
@@ -277,28 +226,17 @@ pub(super) fn check_caches(
     if token_rows > i32::MAX as usize {
         return Err(unsupported(
             entry,
-            format!(
-                "the caches hold {token_rows} token rows, the kernels index at most {}",
-                i32::MAX
-            ),
+            format!("the caches hold {token_rows} token rows, the kernels index at most {}", i32::MAX),
         ));
     }
     Ok(())
 }
 
 /// Refuses a buffer that does not start on a 16-byte boundary (a view cut at an odd offset).
-pub(super) fn check_aligned<T>(
-    entry: &str,
-    name: &str,
-    buf: &impl DevicePtr<T>,
-    stream: &CudaStream,
-) -> Result<()> {
+pub(super) fn check_aligned<T>(entry: &str, name: &str, buf: &impl DevicePtr<T>, stream: &CudaStream) -> Result<()> {
     let (ptr, _record) = buf.device_ptr(stream);
     if ptr % 16 != 0 {
-        return Err(unsupported(
-            entry,
-            format!("`{name}` must start on a 16-byte boundary, got address {ptr:#x}"),
-        ));
+        return Err(unsupported(entry, format!("`{name}` must start on a 16-byte boundary, got address {ptr:#x}")));
     }
     Ok(())
 }
@@ -306,10 +244,7 @@ pub(super) fn check_aligned<T>(
 /// Refuses a buffer shorter than a launch reaches.
 pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Result<()> {
     if got < need {
-        return Err(unsupported(
-            entry,
-            format!("`{name}` holds {got} elements, the launch needs {need}"),
-        ));
+        return Err(unsupported(entry, format!("`{name}` holds {got} elements, the launch needs {need}")));
     }
     Ok(())
 }
@@ -323,38 +258,14 @@ mod tests {
 
     #[test]
     fn gate_parameters_are_checked_with_their_values() {
-        let ok = GateParams {
-            scale: 0.125,
-            fir_k: 3,
-            relu_pre: true,
-            clip_min: 0.0,
-            clip_max: 1.0,
-        };
+        let ok = GateParams { scale: 0.125, fir_k: 3, relu_pre: true, clip_min: 0.0, clip_max: 1.0 };
         ok.validate().unwrap();
         for (bad, needle) in [
             (GateParams { fir_k: 0, ..ok }, "fir_k must be 1 to 8, got 0"),
             (GateParams { fir_k: 9, ..ok }, "got 9"),
-            (
-                GateParams {
-                    scale: f32::NAN,
-                    ..ok
-                },
-                "scale",
-            ),
-            (
-                GateParams {
-                    clip_min: 1.0,
-                    ..ok
-                },
-                "got 1 and 1",
-            ),
-            (
-                GateParams {
-                    clip_max: f32::INFINITY,
-                    ..ok
-                },
-                "clip_min < clip_max",
-            ),
+            (GateParams { scale: f32::NAN, ..ok }, "scale"),
+            (GateParams { clip_min: 1.0, ..ok }, "got 1 and 1"),
+            (GateParams { clip_max: f32::INFINITY, ..ok }, "clip_min < clip_max"),
         ] {
             let err = bad.validate().unwrap_err().to_string();
             assert!(err.contains(needle), "expected `{needle}` in: {err}");
@@ -363,14 +274,8 @@ mod tests {
 
     #[test]
     fn caches_must_be_whole_blocks_with_rows_indexable_in_31_bits() {
-        let g = Geometry {
-            rows: 1,
-            num_heads: 8,
-            num_kv_heads: 4,
-            head_dim: 128,
-            block_size: 16,
-            max_blocks_per_seq: 4,
-        };
+        let g =
+            Geometry { rows: 1, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 4 };
         let block = 16 * 4 * 128;
         check_caches("e", &g, 3 * block, 3 * block).unwrap();
         for (key, value, needle) in [
@@ -387,10 +292,7 @@ mod tests {
         check_caches("e", &g, fits, fits).unwrap();
         let over = rows_max * 4 * 128;
         let err = check_caches("e", &g, over, over).unwrap_err().to_string();
-        assert!(
-            err.contains(&format!("hold {rows_max} token rows")),
-            "{err}"
-        );
+        assert!(err.contains(&format!("hold {rows_max} token rows")), "{err}");
     }
 
     #[test]
@@ -421,11 +323,7 @@ mod tests {
                     (GroupSize::Sixteen, HeadsPerCta::Two),
                 ] {
                     let plan = Plan::with_heads(g, path, group, heads).unwrap();
-                    assert!(
-                        has(&decode, &plan.attention.entry),
-                        "{} missing",
-                        plan.attention.entry
-                    );
+                    assert!(has(&decode, &plan.attention.entry), "{} missing", plan.attention.entry);
                     assert!(has(&rows, &plan.rows.entry));
                 }
             }

@@ -60,8 +60,8 @@ pub mod rows;
 pub use buffers::{AttnBuffers, HostInputs};
 pub use launch::{GateParams, Hp1Attention, Operands};
 pub use plan::{
-    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv,
-    CHUNK, HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS,
+    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
+    MAX_FIR_K, PAIR_MIN_CTAS,
 };
 pub use prefill_launch::{Hp1Prefill, PrefillOperands};
 pub use prefill_plan::{

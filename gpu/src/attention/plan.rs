@@ -85,38 +85,20 @@ impl Geometry {
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| Err(unsupported(reason));
         if !HEAD_DIMS.contains(&self.head_dim) {
-            return bad(format!(
-                "head_dim must be one of {HEAD_DIMS:?}, got {}",
-                self.head_dim
-            ));
+            return bad(format!("head_dim must be one of {HEAD_DIMS:?}, got {}", self.head_dim));
         }
-        if self.rows == 0
-            || self.num_heads == 0
-            || self.num_kv_heads == 0
-            || self.max_blocks_per_seq == 0
-        {
-            return bad(format!(
-                "rows, heads and max_blocks_per_seq must be at least 1, got {self:?}"
-            ));
+        if self.rows == 0 || self.num_heads == 0 || self.num_kv_heads == 0 || self.max_blocks_per_seq == 0 {
+            return bad(format!("rows, heads and max_blocks_per_seq must be at least 1, got {self:?}"));
         }
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
-            return bad(format!(
-                "{} kv heads must divide {} query heads",
-                self.num_kv_heads, self.num_heads
-            ));
+            return bad(format!("{} kv heads must divide {} query heads", self.num_kv_heads, self.num_heads));
         }
         if !self.block_size.is_power_of_two() {
-            return bad(format!(
-                "block_size must be a power of two, got {}",
-                self.block_size
-            ));
+            return bad(format!("block_size must be a power of two, got {}", self.block_size));
         }
         // The kernels hold lengths, chunk indices and `len + CHUNK - 1` in 32-bit ints.
         let int_max = i32::MAX as usize;
-        if self.capacity() > int_max - CHUNK
-            || self.max_blocks_per_seq > int_max
-            || self.rows > int_max
-        {
+        if self.capacity() > int_max - CHUNK || self.max_blocks_per_seq > int_max || self.rows > int_max {
             return bad(format!(
                 "capacity {} (max_blocks_per_seq {} x block_size {}) and rows {} must stay under 2^31 - {CHUNK}",
                 self.capacity(),
@@ -253,12 +235,7 @@ impl Plan {
 
     /// A plan for a forced path, group size and head count per CTA (tests and benchmarks). Two
     /// heads need an even `Hq / Hkv` and groups of 16 lanes (the only instantiation).
-    pub fn with_heads(
-        geometry: Geometry,
-        path: AttentionPath,
-        group: GroupSize,
-        heads: HeadsPerCta,
-    ) -> Result<Self> {
+    pub fn with_heads(geometry: Geometry, path: AttentionPath, group: GroupSize, heads: HeadsPerCta) -> Result<Self> {
         geometry.validate()?;
         let g = geometry;
         if heads == HeadsPerCta::Two {
@@ -283,18 +260,10 @@ impl Plan {
         let head_ctas = g.rows.checked_mul(g.num_heads / heads.count());
         let (kind, ctas) = match path {
             AttentionPath::Decode(_) => ("decode", head_ctas),
-            AttentionPath::SplitK(_) => (
-                "split",
-                head_ctas.and_then(|n| n.checked_mul(g.max_chunks())),
-            ),
+            AttentionPath::SplitK(_) => ("split", head_ctas.and_then(|n| n.checked_mul(g.max_chunks()))),
         };
         let attention = LaunchShape {
-            entry: format!(
-                "hp1_{kind}_d{}_g{}_h{}_{pv}",
-                g.head_dim,
-                group.lanes(),
-                heads.count()
-            ),
+            entry: format!("hp1_{kind}_d{}_g{}_h{}_{pv}", g.head_dim, group.lanes(), heads.count()),
             grid: grid(ctas, &g)?,
             block: THREADS,
         };
@@ -302,12 +271,8 @@ impl Plan {
             AttentionPath::Decode(_) => (0, 0),
             AttentionPath::SplitK(_) => {
                 let pairs = g.rows * g.num_heads;
-                let len = pairs
-                    .checked_mul(g.max_chunks())
-                    .and_then(|n| n.checked_mul(g.head_dim));
-                let len = len.ok_or_else(|| {
-                    unsupported(format!("the split-K workspace of {g:?} overflows"))
-                })?;
+                let len = pairs.checked_mul(g.max_chunks()).and_then(|n| n.checked_mul(g.head_dim));
+                let len = len.ok_or_else(|| unsupported(format!("the split-K workspace of {g:?} overflows")))?;
                 (len, pairs)
             }
         };
@@ -316,16 +281,7 @@ impl Plan {
             grid: grid(Some(g.rows.div_ceil(THREADS as usize)), &g)?,
             block: THREADS,
         };
-        Ok(Self {
-            geometry,
-            path,
-            group,
-            heads,
-            rows,
-            attention,
-            workspace_len,
-            counter_len,
-        })
+        Ok(Self { geometry, path, group, heads, rows, attention, workspace_len, counter_len })
     }
 }
 
@@ -333,15 +289,8 @@ impl Plan {
 /// its measurements).
 pub fn dispatch(geometry: &Geometry) -> (AttentionPath, GroupSize, HeadsPerCta) {
     let g = geometry;
-    let path = if g.capacity() > CHUNK {
-        AttentionPath::SplitK(Pv::Sparse)
-    } else {
-        AttentionPath::Decode(Pv::Sparse)
-    };
-    let one_head_ctas = g
-        .rows
-        .saturating_mul(g.num_heads)
-        .saturating_mul(g.max_chunks());
+    let path = if g.capacity() > CHUNK { AttentionPath::SplitK(Pv::Sparse) } else { AttentionPath::Decode(Pv::Sparse) };
+    let one_head_ctas = g.rows.saturating_mul(g.num_heads).saturating_mul(g.max_chunks());
     if (g.num_heads / g.num_kv_heads).is_multiple_of(2) && one_head_ctas >= PAIR_MIN_CTAS {
         (path, GroupSize::Sixteen, HeadsPerCta::Two)
     } else {
@@ -364,10 +313,7 @@ fn grid(ctas: Option<usize>, g: &Geometry) -> Result<u32> {
 }
 
 fn unsupported(reason: String) -> Error {
-    Error::Unsupported {
-        entry: "hp1 attention".to_string(),
-        reason,
-    }
+    Error::Unsupported { entry: "hp1 attention".to_string(), reason }
 }
 
 #[cfg(test)]
@@ -387,10 +333,7 @@ mod tests {
 
     #[test]
     fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
-        let (one, two) = (
-            (GroupSize::Eight, HeadsPerCta::One),
-            (GroupSize::Sixteen, HeadsPerCta::Two),
-        );
+        let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
         // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 256).
         for (rows, context, split, kernel) in [
             (1, 16384, true, one),   // 512 CTAs
@@ -405,43 +348,20 @@ mod tests {
             (1, 257, true, one),
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
-            assert_eq!(
-                matches!(path, AttentionPath::SplitK(_)),
-                split,
-                "rows {rows}, context {context}: {path:?}"
-            );
+            assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
             assert_eq!(path.pv(), Pv::Sparse);
             assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
-        let wide_blocks = Geometry {
-            block_size: 256,
-            max_blocks_per_seq: 1,
-            ..geometry(8, 0)
-        };
+        let wide_blocks = Geometry { block_size: 256, max_blocks_per_seq: 1, ..geometry(8, 0) };
         assert!(matches!(dispatch(&wide_blocks).0, AttentionPath::Decode(_)));
-        assert!(matches!(
-            dispatch(&Geometry {
-                max_blocks_per_seq: 2,
-                ..wide_blocks
-            })
-            .0,
-            AttentionPath::SplitK(_)
-        ));
+        assert!(matches!(dispatch(&Geometry { max_blocks_per_seq: 2, ..wide_blocks }).0, AttentionPath::SplitK(_)));
         // An odd number of query heads per kv head never pairs, however large the grid.
         for (hq, hkv) in [(8, 8), (6, 2), (3, 1)] {
-            let g = Geometry {
-                num_heads: hq,
-                num_kv_heads: hkv,
-                ..geometry(256, 16384)
-            };
+            let g = Geometry { num_heads: hq, num_kv_heads: hkv, ..geometry(256, 16384) };
             assert_eq!(dispatch(&g).2, HeadsPerCta::One, "{hq} / {hkv}");
         }
-        let g = Geometry {
-            num_heads: 16,
-            num_kv_heads: 2,
-            ..geometry(256, 16384)
-        };
+        let g = Geometry { num_heads: 16, num_kv_heads: 2, ..geometry(256, 16384) };
         assert_eq!(dispatch(&g).2, HeadsPerCta::Two);
     }
 
@@ -459,89 +379,38 @@ mod tests {
         // One row more makes 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
         // partials and counters per (row, head).
         let b = Plan::auto(geometry(4, 8192)).unwrap();
-        assert_eq!(
-            (b.attention.entry.as_str(), b.attention.grid),
-            ("hp1_split_d128_g16_h2_sparse", 4 * 4 * 32)
-        );
+        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 4 * 4 * 32));
         assert_eq!((b.workspace_len, b.counter_len), (4 * 8 * 32 * 128, 4 * 8));
     }
 
     #[test]
     fn forced_plans_name_their_entries_and_size_their_grids() {
-        let g = Geometry {
-            rows: 300,
-            num_heads: 2,
-            num_kv_heads: 1,
-            head_dim: 64,
-            block_size: 32,
-            max_blocks_per_seq: 3,
-        };
+        let g =
+            Geometry { rows: 300, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 32, max_blocks_per_seq: 3 };
         let p = Plan::new(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen).unwrap();
-        assert_eq!(
-            p.attention,
-            LaunchShape {
-                entry: "hp1_decode_d64_g16_h1_dense".into(),
-                grid: 600,
-                block: 128
-            }
-        );
-        assert_eq!(
-            (p.workspace_len, p.counter_len, p.heads),
-            (0, 0, HeadsPerCta::One)
-        );
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h1_dense".into(), grid: 600, block: 128 });
+        assert_eq!((p.workspace_len, p.counter_len, p.heads), (0, 0, HeadsPerCta::One));
         assert_eq!(p.rows.grid, 3, "300 rows in CTAs of 128");
         let p = Plan::new(g, AttentionPath::SplitK(Pv::Dense), GroupSize::Eight).unwrap();
         // 96 keys of capacity: one chunk.
         assert_eq!(p.attention.grid, 600);
         assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
         // Two heads per CTA: half the CTAs; the partials stay per (row, head).
-        let p = Plan::with_heads(
-            g,
-            AttentionPath::Decode(Pv::Dense),
-            GroupSize::Sixteen,
-            HeadsPerCta::Two,
-        )
-        .unwrap();
-        assert_eq!(
-            p.attention,
-            LaunchShape {
-                entry: "hp1_decode_d64_g16_h2_dense".into(),
-                grid: 300,
-                block: 128
-            }
-        );
-        let p = Plan::with_heads(
-            g,
-            AttentionPath::SplitK(Pv::Sparse),
-            GroupSize::Sixteen,
-            HeadsPerCta::Two,
-        )
-        .unwrap();
-        assert_eq!(
-            (p.attention.entry.as_str(), p.attention.grid),
-            ("hp1_split_d64_g16_h2_sparse", 300)
-        );
+        let p = Plan::with_heads(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h2_dense".into(), grid: 300, block: 128 });
+        let p = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        assert_eq!((p.attention.entry.as_str(), p.attention.grid), ("hp1_split_d64_g16_h2_sparse", 300));
         assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
     }
 
     #[test]
     fn two_heads_per_cta_need_an_even_head_ratio_and_groups_of_16() {
-        let g = Geometry {
-            num_heads: 6,
-            num_kv_heads: 2,
-            ..geometry(4, 1024)
-        };
+        let g = Geometry { num_heads: 6, num_kv_heads: 2, ..geometry(4, 1024) };
         let path = AttentionPath::SplitK(Pv::Sparse);
-        let err = Plan::with_heads(g, path, GroupSize::Sixteen, HeadsPerCta::Two)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("even number of query heads per kv head, got 6 / 2 = 3"),
-            "{err}"
-        );
-        let err = Plan::with_heads(geometry(4, 1024), path, GroupSize::Eight, HeadsPerCta::Two)
-            .unwrap_err()
-            .to_string();
+        let err = Plan::with_heads(g, path, GroupSize::Sixteen, HeadsPerCta::Two).unwrap_err().to_string();
+        assert!(err.contains("even number of query heads per kv head, got 6 / 2 = 3"), "{err}");
+        let err =
+            Plan::with_heads(geometry(4, 1024), path, GroupSize::Eight, HeadsPerCta::Two).unwrap_err().to_string();
         assert!(err.contains("groups of 16 lanes, got 8"), "{err}");
         Plan::with_heads(g, path, GroupSize::Eight, HeadsPerCta::One).unwrap();
     }
@@ -550,20 +419,13 @@ mod tests {
     /// rows; CTA `bid` computes heads `h0 .. h0 + heads` of its row and chunk.
     fn split_block(plan: &Plan, bid: usize) -> (usize, usize, usize) {
         let (g, per_cta) = (plan.geometry, plan.heads.count());
-        let (h0, rest) = (
-            bid % (g.num_heads / per_cta) * per_cta,
-            bid / (g.num_heads / per_cta),
-        );
+        let (h0, rest) = (bid % (g.num_heads / per_cta) * per_cta, bid / (g.num_heads / per_cta));
         (rest / g.max_chunks(), rest % g.max_chunks(), h0)
     }
 
     #[test]
     fn the_split_grid_covers_every_row_chunk_and_head_once_with_shared_kv_heads_adjacent() {
-        for (hq, hkv, heads) in [
-            (6, 2, HeadsPerCta::One),
-            (8, 2, HeadsPerCta::Two),
-            (4, 2, HeadsPerCta::Two),
-        ] {
+        for (hq, hkv, heads) in [(6, 2, HeadsPerCta::One), (8, 2, HeadsPerCta::Two), (4, 2, HeadsPerCta::Two)] {
             let g = Geometry {
                 rows: 3,
                 num_heads: hq,
@@ -572,13 +434,8 @@ mod tests {
                 block_size: 16,
                 max_blocks_per_seq: 33,
             };
-            let group = if heads == HeadsPerCta::Two {
-                GroupSize::Sixteen
-            } else {
-                GroupSize::Eight
-            };
-            let plan =
-                Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
+            let group = if heads == HeadsPerCta::Two { GroupSize::Sixteen } else { GroupSize::Eight };
+            let plan = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
             assert_eq!(g.max_chunks(), 3, "528 keys of capacity");
             let per_kv = hq / hkv;
             let mut seen = std::collections::HashSet::new();
@@ -586,31 +443,17 @@ mod tests {
                 let (row, chunk, h0) = split_block(&plan, bid);
                 for h in h0..h0 + heads.count() {
                     assert!(row < 3 && chunk < 3 && h < hq);
-                    assert_eq!(
-                        h / per_kv,
-                        h0 / per_kv,
-                        "the heads of a CTA share a kv head"
-                    );
-                    assert!(
-                        seen.insert((row, chunk, h)),
-                        "block {bid} repeats {row} {chunk} {h}"
-                    );
+                    assert_eq!(h / per_kv, h0 / per_kv, "the heads of a CTA share a kv head");
+                    assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
                 }
                 if bid > 0 && h0 % per_kv != 0 {
                     let (prow, pchunk, ph) = split_block(&plan, bid - 1);
-                    assert_eq!(
-                        (prow, pchunk, ph / per_kv),
-                        (row, chunk, h0 / per_kv),
-                        "a kv head's CTAs run together"
-                    );
+                    assert_eq!((prow, pchunk, ph / per_kv), (row, chunk, h0 / per_kv), "a kv head's CTAs run together");
                 }
             }
             assert_eq!(seen.len(), 3 * 3 * hq);
             // The counter of CTA (row, h0) is row * (Hq / heads) + h0 / heads: inside counter_len.
-            assert!(
-                (3 - 1) * (hq / heads.count()) + (hq - heads.count()) / heads.count()
-                    < plan.counter_len
-            );
+            assert!((3 - 1) * (hq / heads.count()) + (hq - heads.count()) / heads.count() < plan.counter_len);
         }
     }
 
@@ -622,50 +465,14 @@ mod tests {
             assert!(err.contains(needle), "expected `{needle}` in: {err}");
             assert!(matches!(Plan::auto(g), Err(Error::Unsupported { .. })));
         };
-        refused(
-            Geometry {
-                head_dim: 96,
-                ..base
-            },
-            "head_dim must be one of [64, 128, 256], got 96",
-        );
-        refused(
-            Geometry {
-                head_dim: 16,
-                ..base
-            },
-            "got 16",
-        );
-        refused(
-            Geometry {
-                block_size: 24,
-                ..base
-            },
-            "power of two, got 24",
-        );
-        refused(
-            Geometry {
-                num_kv_heads: 3,
-                ..base
-            },
-            "3 kv heads must divide 8",
-        );
+        refused(Geometry { head_dim: 96, ..base }, "head_dim must be one of [64, 128, 256], got 96");
+        refused(Geometry { head_dim: 16, ..base }, "got 16");
+        refused(Geometry { block_size: 24, ..base }, "power of two, got 24");
+        refused(Geometry { num_kv_heads: 3, ..base }, "3 kv heads must divide 8");
         refused(Geometry { rows: 0, ..base }, "at least 1");
-        refused(
-            Geometry {
-                max_blocks_per_seq: 1 << 30,
-                ..base
-            },
-            "2^31",
-        );
-        let huge = Geometry {
-            rows: 1 << 20,
-            max_blocks_per_seq: 1 << 20,
-            ..base
-        };
-        let err = Plan::new(huge, AttentionPath::SplitK(Pv::Sparse), GroupSize::Eight)
-            .unwrap_err()
-            .to_string();
+        refused(Geometry { max_blocks_per_seq: 1 << 30, ..base }, "2^31");
+        let huge = Geometry { rows: 1 << 20, max_blocks_per_seq: 1 << 20, ..base };
+        let err = Plan::new(huge, AttentionPath::SplitK(Pv::Sparse), GroupSize::Eight).unwrap_err().to_string();
         assert!(err.contains("CTAs"), "{err}");
     }
 

@@ -5,9 +5,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::launch::{check_aligned, check_caches, check_len, GateParams};
@@ -56,12 +54,7 @@ impl Hp1Prefill {
         if !plan.kernel.runs_on(cc) {
             return Err(Error::Unsupported {
                 entry: plan.entry.clone(),
-                reason: format!(
-                    "{} does not run on compute capability {}.{}",
-                    plan.kernel.name(),
-                    cc.0,
-                    cc.1
-                ),
+                reason: format!("{} does not run on compute capability {}.{}", plan.kernel.name(), cc.0, cc.1),
             });
         }
         let kernel = match plan.kernel {
@@ -70,11 +63,7 @@ impl Hp1Prefill {
         };
         let function = gpu.function(kernel, &plan.entry)?;
         gpu.set_max_dynamic_smem(&function, plan.shared_bytes)?;
-        Ok(Self {
-            plan,
-            stream: gpu.stream().clone(),
-            function,
-        })
+        Ok(Self { plan, stream: gpu.stream().clone(), function })
     }
 
     /// The plan being launched.
@@ -109,26 +98,13 @@ impl Hp1Prefill {
             ));
         }
         if num_seqs == 0 || num_seqs > sg.max_seqs {
-            return Err(unsupported(
-                entry,
-                format!("num_seqs must be 1 to {}, got {num_seqs}", sg.max_seqs),
-            ));
+            return Err(unsupported(entry, format!("num_seqs must be 1 to {}, got {num_seqs}", sg.max_seqs)));
         }
         check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
         check_caches(entry, &g, key_cache.len(), value_cache.len())?;
-        check_len(
-            entry,
-            "block_table",
-            block_table.len(),
-            num_seqs * g.max_blocks_per_seq,
-        )?;
+        check_len(entry, "block_table", block_table.len(), num_seqs * g.max_blocks_per_seq)?;
         check_len(entry, "seq_lens", seq_lens.len(), num_seqs)?;
-        check_len(
-            entry,
-            "query_start_loc",
-            query_start_loc.len(),
-            num_seqs + 1,
-        )?;
+        check_len(entry, "query_start_loc", query_start_loc.len(), num_seqs + 1)?;
         check_len(entry, "sigma", sigma.len(), g.num_heads)?;
         check_len(entry, "gamma", gamma.len(), g.num_heads)?;
         check_len(entry, "out", out.len(), g.rows * head_row)?;
@@ -138,11 +114,8 @@ impl Hp1Prefill {
 
         let q_row_stride = q_row_stride as i64;
         let (max_blocks, seqs) = (g.max_blocks_per_seq as i32, num_seqs as i32);
-        let (heads, kv_heads, log2_block) = (
-            g.num_heads as i32,
-            g.num_kv_heads as i32,
-            g.block_size.trailing_zeros() as i32,
-        );
+        let (heads, kv_heads, log2_block) =
+            (g.num_heads as i32, g.num_kv_heads as i32, g.block_size.trailing_zeros() as i32);
         let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
         let cfg = LaunchConfig {
             grid_dim: (self.plan.grid.0, self.plan.grid.1, 1),
@@ -180,8 +153,5 @@ impl Hp1Prefill {
 }
 
 fn unsupported(entry: &str, reason: String) -> Error {
-    Error::Unsupported {
-        entry: entry.to_string(),
-        reason,
-    }
+    Error::Unsupported { entry: entry.to_string(), reason }
 }

@@ -136,11 +136,7 @@ impl PrefillPlan {
         if !kernel.head_dims().contains(&g.head_dim) {
             return Err(unsupported(
                 kernel,
-                format!(
-                    "head_dim must be one of {:?}, got {}",
-                    kernel.head_dims(),
-                    g.head_dim
-                ),
+                format!("head_dim must be one of {:?}, got {}", kernel.head_dims(), g.head_dim),
             ));
         }
         if geometry.max_seqs == 0 || geometry.max_query_len == 0 {
@@ -149,28 +145,15 @@ impl PrefillPlan {
                 format!("max_seqs and max_query_len must be at least 1, got {geometry:?}"),
             ));
         }
-        let slots = g
-            .rows
-            .div_ceil(kernel.tile_rows())
-            .checked_add(geometry.max_seqs);
+        let slots = g.rows.div_ceil(kernel.tile_rows()).checked_add(geometry.max_seqs);
         let slots = match slots {
             Some(n) if n <= i32::MAX as usize => n as u32,
-            _ => {
-                return Err(unsupported(
-                    kernel,
-                    format!("{geometry:?} needs more than 2^31 - 1 query tiles"),
-                ))
-            }
+            _ => return Err(unsupported(kernel, format!("{geometry:?} needs more than 2^31 - 1 query tiles"))),
         };
         let heads = u32::try_from(g.num_heads)
             .ok()
             .filter(|&h| h <= 65535)
-            .ok_or_else(|| {
-                unsupported(
-                    kernel,
-                    format!("at most 65535 query heads, got {}", g.num_heads),
-                )
-            })?;
+            .ok_or_else(|| unsupported(kernel, format!("at most 65535 query heads, got {}", g.num_heads)))?;
         Ok(Self {
             geometry,
             kernel,
@@ -216,10 +199,7 @@ pub fn plan_step(geometry: StepGeometry, compute_capability: (i32, i32)) -> Resu
 }
 
 fn unsupported(kernel: PrefillKernel, reason: String) -> Error {
-    Error::Unsupported {
-        entry: kernel.name().to_string(),
-        reason,
-    }
+    Error::Unsupported { entry: kernel.name().to_string(), reason }
 }
 
 #[cfg(test)]
@@ -227,19 +207,8 @@ mod tests {
     use super::*;
 
     fn step(rows: usize, seqs: usize, query: usize, head_dim: usize) -> StepGeometry {
-        let base = Geometry {
-            rows,
-            num_heads: 8,
-            num_kv_heads: 4,
-            head_dim,
-            block_size: 16,
-            max_blocks_per_seq: 1024,
-        };
-        StepGeometry {
-            base,
-            max_seqs: seqs,
-            max_query_len: query,
-        }
+        let base = Geometry { rows, num_heads: 8, num_kv_heads: 4, head_dim, block_size: 16, max_blocks_per_seq: 1024 };
+        StepGeometry { base, max_seqs: seqs, max_query_len: query }
     }
 
     const HOPPER: (i32, i32) = (9, 0);
@@ -254,16 +223,8 @@ mod tests {
             (step(8192, 1, 8192, 128), (10, 0), "prefill-mma"),
             (step(8192, 1, 8192, 256), HOPPER, "prefill-mma"),
             (step(8192, 1, 8192, 64), HOPPER, "prefill-wgmma"),
-            (
-                step(64, 1, FAKE_DECODE_MAX_QUERY, 128),
-                HOPPER,
-                "fake-decode",
-            ),
-            (
-                step(65, 1, FAKE_DECODE_MAX_QUERY + 1, 128),
-                HOPPER,
-                "prefill-wgmma",
-            ),
+            (step(64, 1, FAKE_DECODE_MAX_QUERY, 128), HOPPER, "fake-decode"),
+            (step(65, 1, FAKE_DECODE_MAX_QUERY + 1, 128), HOPPER, "prefill-wgmma"),
             (step(32, 32, 1, 128), HOPPER, "fake-decode"),
         ] {
             assert_eq!(plan_step(g, cc).unwrap().name(), want, "{g:?} on {cc:?}");
@@ -278,46 +239,24 @@ mod tests {
         assert_eq!((plan.grid, plan.block), ((5 + 5, 8), 128));
         // Every split of 300 rows over up to 5 sequences fits in the slots.
         let tiles = |lens: &[usize]| lens.iter().map(|l| l.div_ceil(64)).sum::<usize>();
-        for lens in [
-            &[300][..],
-            &[1, 1, 1, 1, 296],
-            &[60, 60, 60, 60, 60],
-            &[65, 65, 65, 65, 40],
-        ] {
+        for lens in [&[300][..], &[1, 1, 1, 1, 296], &[60, 60, 60, 60, 60], &[65, 65, 65, 65, 40]] {
             assert_eq!(lens.iter().sum::<usize>(), 300);
             assert!(tiles(lens) <= plan.grid.0 as usize, "{lens:?}");
         }
-        assert_eq!(
-            plan.shared_bytes,
-            64 << 10,
-            "K and V double buffers, Q staged in one"
-        );
+        assert_eq!(plan.shared_bytes, 64 << 10, "K and V double buffers, Q staged in one");
         let wide = PrefillPlan::new(step(300, 5, 300, 256), PrefillKernel::Mma).unwrap();
-        assert_eq!(
-            wide.shared_bytes,
-            160 << 10,
-            "and a Q tile of its own at D = 256"
-        );
+        assert_eq!(wide.shared_bytes, 160 << 10, "and a Q tile of its own at D = 256");
         let wgmma = PrefillPlan::new(g, PrefillKernel::Wgmma).unwrap();
         assert_eq!(wgmma.shared_bytes, (80 << 10) + 1024);
     }
 
     #[test]
     fn unsupported_prefill_shapes_are_refused_with_the_value() {
-        let err = PrefillPlan::new(step(64, 1, 64, 256), PrefillKernel::Wgmma)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("prefill-wgmma") && err.contains("[64, 128], got 256"),
-            "{err}"
-        );
-        let err = PrefillPlan::new(step(64, 0, 64, 128), PrefillKernel::Mma)
-            .unwrap_err()
-            .to_string();
+        let err = PrefillPlan::new(step(64, 1, 64, 256), PrefillKernel::Wgmma).unwrap_err().to_string();
+        assert!(err.contains("prefill-wgmma") && err.contains("[64, 128], got 256"), "{err}");
+        let err = PrefillPlan::new(step(64, 0, 64, 128), PrefillKernel::Mma).unwrap_err().to_string();
         assert!(err.contains("at least 1"), "{err}");
-        let err = PrefillPlan::new(step(64, 1, 64, 96), PrefillKernel::Mma)
-            .unwrap_err()
-            .to_string();
+        let err = PrefillPlan::new(step(64, 1, 64, 96), PrefillKernel::Mma).unwrap_err().to_string();
         assert!(err.contains("got 96"), "{err}");
     }
 

@@ -31,35 +31,17 @@ impl Hp1Attention {
     /// Builds the row metadata of a batch step on the device (launch only; call once per step,
     /// before the first layer's [`Hp1Attention::run`]).
     pub fn build_rows(&self, ops: RowOperands<'_>) -> Result<()> {
-        let RowOperands {
-            query_start_loc,
-            seq_lens,
-            num_seqs,
-            mut row_seq,
-            mut row_len,
-        } = ops;
+        let RowOperands { query_start_loc, seq_lens, num_seqs, mut row_seq, mut row_len } = ops;
         let plan = self.plan();
         let rows = plan.geometry.rows;
         const ENTRY: &str = "hp1_rows";
-        check_len(
-            ENTRY,
-            "query_start_loc",
-            query_start_loc.len(),
-            num_seqs + 1,
-        )?;
+        check_len(ENTRY, "query_start_loc", query_start_loc.len(), num_seqs + 1)?;
         check_len(ENTRY, "seq_lens", seq_lens.len(), num_seqs)?;
         check_len(ENTRY, "row_seq", row_seq.len(), rows)?;
         check_len(ENTRY, "row_len", row_len.len(), rows)?;
-        let (num_seqs, rows_i, capacity) = (
-            num_seqs as i32,
-            rows as i32,
-            plan.geometry.capacity() as i32,
-        );
-        let cfg = LaunchConfig {
-            grid_dim: (plan.rows.grid, 1, 1),
-            block_dim: (plan.rows.block, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let (num_seqs, rows_i, capacity) = (num_seqs as i32, rows as i32, plan.geometry.capacity() as i32);
+        let cfg =
+            LaunchConfig { grid_dim: (plan.rows.grid, 1, 1), block_dim: (plan.rows.block, 1, 1), shared_mem_bytes: 0 };
         let mut launch = self.stream().launch_builder(self.rows_function());
         launch
             .arg(&query_start_loc)
@@ -78,12 +60,7 @@ impl Hp1Attention {
 
 /// What `hp1_rows` writes, computed on the host: `(row_seq, row_len)` for `rows` rows.
 /// `query_start_loc` must start at 0 and not decrease (as on the device, which is not checked).
-pub fn row_metadata(
-    query_start_loc: &[i32],
-    seq_lens: &[i32],
-    rows: usize,
-    capacity: usize,
-) -> (Vec<i32>, Vec<i32>) {
+pub fn row_metadata(query_start_loc: &[i32], seq_lens: &[i32], rows: usize, capacity: usize) -> (Vec<i32>, Vec<i32>) {
     let num_seqs = seq_lens.len().min(query_start_loc.len().saturating_sub(1));
     let mut row_seq = vec![0; rows];
     let mut row_len = vec![0; rows];
