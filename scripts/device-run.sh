@@ -5,7 +5,9 @@
 #   tests     the GPU test binaries (every GPU path and op against the f64 oracle)
 #   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
 #   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2)
-#   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last
+#   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last; with
+#             BENCH_PREFILL=1 also the anchor's prefill points and asynct-bench --prefill
+#             --prefill-crossover (bench-prefill.json/log)
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096)
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
@@ -38,7 +40,11 @@ for stage in "$@"; do
         | tee "$OUT/fuzz.log" || status=1 ;;
     bench)
       python3 scripts/sdpa_anchor.py "$OUT/anchor.json" ${BENCH_PREFILL:+--prefill} 2>&1 | tee "$OUT/anchor.log"
-      $B/asynct-bench --anchor "$OUT/anchor.json" --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1 ;;
+      $B/asynct-bench --anchor "$OUT/anchor.json" --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1
+      if [ -n "${BENCH_PREFILL:-}" ]; then
+        $B/asynct-bench --prefill --prefill-crossover --anchor "$OUT/anchor.json" --out "$OUT/bench-prefill.json" 2>&1 \
+          | tee "$OUT/bench-prefill.log" || status=1
+      fi ;;
     ncu)
       for path in ${NCU_PATHS:-split-k-sparse-g8 decode-sparse-g8}; do
         ncu --clock-control none --kernel-name "regex:hp1_(decode|split)_d[0-9]+_g" --launch-skip 3 --launch-count 1 \

@@ -1,12 +1,16 @@
 //! Benchmark inputs: a paged bf16 cache filled fast and reproducibly, gated like a trained model.
 //!
-//! q and k entries are standard normal, so `s = q.k / sqrt(D)` is about N(0, 1); with `sigma` in
-//! [1, 2] about 60-75% of the gate's weights are exact zeros, close to a trained AsyncT's 70%.
-//! The measured zero fraction (over a sample of rows, with the oracle's gate) is reported.
+//! A [`BatchData`] is one batch step of any sequence shapes (a prefix already cached, a query of
+//! new tokens): a decode step is `(context - 1, 1)` per sequence, a full prefill `(0, length)`, a
+//! chunked prefill `(prefix, chunk)`. q and k entries are standard normal, so
+//! `s = q.k / sqrt(D)` is about N(0, 1); with `sigma` in [1, 2] about 60-75% of the gate's
+//! weights are exact zeros, close to a trained AsyncT's 70%. The measured zero fraction (over a
+//! sample of rows, with the oracle's gate) is reported.
 
 use half::bf16;
 use rayon::prelude::*;
 
+use gpu::attention::{GateParams, Geometry, HostInputs};
 use oracle::hp1::{Gate, Hp1Params};
 
 use crate::rng::Counter;
@@ -20,19 +24,22 @@ pub const D: usize = 128;
 /// Tokens per cache block.
 pub const BLOCK: usize = 16;
 
-/// One decode step's host inputs.
-pub struct DecodeData {
-    /// `[batch, Hq, D]`.
+/// One batch step's host inputs.
+pub struct BatchData {
+    /// `[num_tokens, Hq, D]`, the query rows of every sequence in order.
     pub q: Vec<bf16>,
     /// `[num_blocks, BLOCK, Hkv, D]`.
     pub key_cache: Vec<bf16>,
     /// `[num_blocks, BLOCK, Hkv, D]`.
     pub value_cache: Vec<bf16>,
-    /// `[batch, context / BLOCK]`, a permutation of all blocks.
+    /// `[num_seqs, max_blocks_per_seq]`: the used entries of all rows together are a permutation
+    /// of all blocks; a shorter sequence's row is padded with block 0.
     pub block_table: Vec<i32>,
-    /// `[batch]`, all `context`.
+    /// Columns of `block_table`: the blocks of the longest sequence.
+    pub max_blocks_per_seq: usize,
+    /// `[num_seqs]`, prefix + query of each sequence.
     pub seq_lens: Vec<i32>,
-    /// `0..=batch`.
+    /// `[num_seqs + 1]` cumulative query counts from 0.
     pub query_start_loc: Vec<i32>,
     /// `[Hq]` in [1, 2].
     pub sigma: Vec<f32>,
@@ -43,6 +50,18 @@ pub struct DecodeData {
 /// The gate parameters of SPEC section 1's config.
 pub fn params() -> Hp1Params<f64> {
     Hp1Params { scale: 1.0 / (D as f64).sqrt(), fir_k: 3, relu_pre: true, clip_min: 0.0, clip_max: 1.0 }
+}
+
+/// [`params`] as the GPU launches take them.
+pub fn gate_params() -> GateParams {
+    let p = params();
+    GateParams {
+        scale: p.scale as f32,
+        fir_k: p.fir_k,
+        relu_pre: p.relu_pre,
+        clip_min: p.clip_min as f32,
+        clip_max: p.clip_max as f32,
+    }
 }
 
 /// `n` standard normal values (Box-Muller on two counter draws), rounded to bf16.
@@ -59,53 +78,206 @@ fn normal_bf16(seed: u64, stream: u64, n: usize) -> Vec<bf16> {
         .collect()
 }
 
-impl DecodeData {
-    /// A decode step of `batch` sequences of `context` tokens each (`context` a multiple of 16).
-    pub fn new(batch: usize, context: usize, seed: u64) -> Self {
-        let per_seq = context.div_ceil(BLOCK);
-        let num_blocks = batch * per_seq;
-        let slots = num_blocks * BLOCK * HKV * D;
+impl BatchData {
+    /// A step of one sequence per `(prefix, query)` pair: `prefix` tokens already cached and
+    /// `query` new ones (at least 1), all of whose K/V are in the cache.
+    pub fn new(seqs: &[(usize, usize)], seed: u64) -> Self {
+        let lens: Vec<usize> = seqs.iter().map(|&(prefix, query)| prefix + query).collect();
+        let needs: Vec<usize> = lens.iter().map(|l| l.div_ceil(BLOCK)).collect();
+        let max_blocks_per_seq = needs.iter().copied().max().unwrap_or(0).max(1);
+        let num_blocks: usize = needs.iter().sum::<usize>().max(1);
         let perm = Counter::new(seed, 0).permutation(num_blocks);
+        let mut block_table = vec![0i32; seqs.len() * max_blocks_per_seq];
+        let mut next = perm.iter();
+        for (s, &need) in needs.iter().enumerate() {
+            for (slot, block) in block_table[s * max_blocks_per_seq..][..need].iter_mut().zip(&mut next) {
+                *slot = *block as i32;
+            }
+        }
+        let mut query_start_loc = vec![0i32];
+        for &(_, query) in seqs {
+            query_start_loc.push(query_start_loc[query_start_loc.len() - 1] + query as i32);
+        }
+        let num_tokens: usize = seqs.iter().map(|&(_, query)| query).sum();
+        let slots = num_blocks * BLOCK * HKV * D;
         Self {
-            q: normal_bf16(seed, 1, batch * HQ * D),
+            q: normal_bf16(seed, 1, num_tokens * HQ * D),
             key_cache: normal_bf16(seed, 2, slots),
             value_cache: normal_bf16(seed, 3, slots),
-            block_table: perm.into_iter().map(|b| b as i32).collect(),
-            seq_lens: vec![context as i32; batch],
-            query_start_loc: (0..=batch as i32).collect(),
+            block_table,
+            max_blocks_per_seq,
+            seq_lens: lens.iter().map(|&l| l as i32).collect(),
+            query_start_loc,
             sigma: (0..HQ).map(|h| 1.0 + h as f32 / HQ as f32).collect(),
             gamma: (0..HQ).map(|h| 0.5 + h as f32 / (2 * HQ) as f32).collect(),
         }
     }
 
-    /// Bytes of K and V a softmax decode must read: the whole cache of every sequence.
-    pub fn kv_bytes(&self, context: usize) -> usize {
-        2 * self.seq_lens.len() * context * HKV * D * 2
+    /// A decode step of `batch` sequences of `context` tokens each (`context` at least 1).
+    pub fn decode(batch: usize, context: usize, seed: u64) -> Self {
+        Self::new(&vec![(context - 1, 1); batch], seed)
     }
 
-    /// The gate's zero fraction over up to `rows` sequences, every head, every key.
-    pub fn zero_fraction(&self, context: usize, rows: usize) -> f64 {
-        let per_seq = context.div_ceil(BLOCK);
+    /// Query rows of the step.
+    pub fn num_tokens(&self) -> usize {
+        self.query_start_loc.last().map_or(0, |&n| n as usize)
+    }
+
+    /// The launch geometry of exactly this step's rows and table.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            rows: self.num_tokens(),
+            num_heads: HQ,
+            num_kv_heads: HKV,
+            head_dim: D,
+            block_size: BLOCK,
+            max_blocks_per_seq: self.max_blocks_per_seq,
+        }
+    }
+
+    /// The inputs as [`gpu::attention::AttnBuffers::upload`] takes them.
+    pub fn host(&self) -> HostInputs<'_> {
+        HostInputs {
+            q: &self.q,
+            key_cache: &self.key_cache,
+            value_cache: &self.value_cache,
+            block_table: &self.block_table,
+            seq_lens: &self.seq_lens,
+            query_start_loc: &self.query_start_loc,
+            sigma: &self.sigma,
+            gamma: &self.gamma,
+        }
+    }
+
+    /// Bytes of K and V a softmax decode must read: the whole cache of every sequence.
+    pub fn kv_bytes(&self) -> usize {
+        let tokens: usize = self.seq_lens.iter().map(|&l| l as usize).sum();
+        2 * tokens * HKV * D * 2
+    }
+
+    /// Bytes of q and the K/V of every sequence: what the SDPA anchor counts as one input set
+    /// (`2 * b * (Hq + 2 Hkv) * t * D` for a full prefill).
+    pub fn qkv_bytes(&self) -> usize {
+        self.q.len() * 2 + self.kv_bytes()
+    }
+
+    /// Useful flops of causal attention over the step, QK and PV at 2 flops per multiply-add:
+    /// `4 * D * Hq * sum over query rows of the keys the row sees`, i.e. for a sequence of prefix
+    /// `P` and query `Q`, `Q * P + Q * (Q + 1) / 2` keys summed. For a full prefill (`P = 0`) this
+    /// is `4 * b * Hq * D * T * (T + 1) / 2`, exactly the `causal_flops` of
+    /// `scripts/sdpa_anchor.py`, so TFLOP/s here and there compare like with like.
+    pub fn causal_flops(&self) -> f64 {
+        let keys: f64 = self
+            .query_start_loc
+            .windows(2)
+            .zip(&self.seq_lens)
+            .map(|(w, &len)| {
+                let (query, prefix) = ((w[1] - w[0]) as f64, (len - (w[1] - w[0])) as f64);
+                query * prefix + query * (query + 1.0) / 2.0
+            })
+            .sum();
+        4.0 * (D * HQ) as f64 * keys
+    }
+
+    /// The gate's zero fraction (every head, every key a row sees) over up to `rows_per_seq`
+    /// query rows, evenly spaced from the last, of each of the first `seqs` sequences.
+    pub fn zero_fraction(&self, seqs: usize, rows_per_seq: usize) -> f64 {
+        let mut picks = Vec::new();
+        for s in 0..self.seq_lens.len().min(seqs) {
+            let (start, end) = (self.query_start_loc[s] as usize, self.query_start_loc[s + 1] as usize);
+            let query = end - start;
+            let prefix = self.seq_lens[s] as usize - query;
+            for k in 0..rows_per_seq.min(query) {
+                let local = query - 1 - k * query / rows_per_seq.min(query);
+                for h in 0..HQ {
+                    picks.push((s, start + local, prefix + local + 1, h));
+                }
+            }
+        }
         let p = params();
-        let (mut zeros, mut total) = (0u64, 0u64);
-        for s in 0..self.seq_lens.len().min(rows) {
-            for h in 0..HQ {
+        let (zeros, total) = picks
+            .par_iter()
+            .map(|&(s, row, keys, h)| {
                 let g = h / (HQ / HKV);
-                let q = &self.q[(s * HQ + h) * D..][..D];
-                let scores: Vec<f64> = (0..context)
+                let q = &self.q[(row * HQ + h) * D..][..D];
+                let scores: Vec<f64> = (0..keys)
                     .map(|t| {
-                        let block = self.block_table[s * per_seq + t / BLOCK] as usize;
+                        let block = self.block_table[s * self.max_blocks_per_seq + t / BLOCK] as usize;
                         let k = &self.key_cache[((block * BLOCK + t % BLOCK) * HKV + g) * D..][..D];
                         p.scale * q.iter().zip(k).map(|(a, b)| a.to_f64() * b.to_f64()).sum::<f64>()
                     })
                     .collect();
                 let gate = Gate { params: p, sigma: self.sigma[h] as f64, gamma: self.gamma[h] as f64 };
-                let mut w = vec![0.0; context];
+                let mut w = vec![0.0; keys];
                 gate.apply(&[], &scores, &mut w);
-                zeros += w.iter().filter(|&&x| x == 0.0).count() as u64;
-                total += context as u64;
-            }
-        }
+                (w.iter().filter(|&&x| x == 0.0).count() as u64, keys as u64)
+            })
+            .reduce(|| (0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         zeros as f64 / total.max(1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_holds_every_block_once_and_each_sequence_its_own() {
+        let seqs = [(0, 17), (32, 1), (5, 3), (100, 60)];
+        let data = BatchData::new(&seqs, 7);
+        let needs = [2, 3, 1, 10];
+        assert_eq!(data.max_blocks_per_seq, 10);
+        assert_eq!(data.seq_lens, [17, 33, 8, 160]);
+        assert_eq!(data.query_start_loc, [0, 17, 18, 21, 81]);
+        assert_eq!(data.q.len(), 81 * HQ * D);
+        assert_eq!(data.key_cache.len(), 16 * BLOCK * HKV * D);
+        let mut used: Vec<i32> =
+            needs.iter().enumerate().flat_map(|(s, &n)| data.block_table[s * 10..][..n].to_vec()).collect();
+        used.sort_unstable();
+        assert_eq!(used, (0..16).collect::<Vec<i32>>());
+        // The geometry's checks on upload (the GPU side) would refuse anything else.
+        let g = data.geometry();
+        assert_eq!((g.rows, g.max_blocks_per_seq), (81, 10));
+    }
+
+    #[test]
+    fn causal_flops_match_the_anchor_and_split_across_chunks() {
+        for (b, t) in [(4usize, 64usize), (1, 1000), (3, 17)] {
+            let anchor = 4.0 * b as f64 * HQ as f64 * D as f64 * t as f64 * (t as f64 + 1.0) / 2.0;
+            let data = BatchData::new(&vec![(0, t); b], 1);
+            assert_eq!(data.causal_flops(), anchor, "B{b}_T{t}");
+        }
+        // A chunk after a prefix does the work of the whole prefill less that of the prefix.
+        let whole = BatchData::new(&[(0, 96)], 1).causal_flops();
+        let prefix = BatchData::new(&[(0, 64)], 1).causal_flops();
+        assert_eq!(BatchData::new(&[(64, 32)], 1).causal_flops(), whole - prefix);
+        // A decode row sees its whole context.
+        assert_eq!(BatchData::decode(2, 48, 1).causal_flops(), (4 * HQ * D * 2 * 48) as f64);
+    }
+
+    #[test]
+    fn the_gate_zeros_about_as_many_weights_as_a_trained_model() {
+        for data in [BatchData::decode(4, 512, 3), BatchData::new(&[(0, 256), (128, 64)], 4)] {
+            let z = data.zero_fraction(4, 4);
+            assert!((0.5..0.85).contains(&z), "zero fraction {z}");
+        }
+    }
+
+    #[test]
+    fn the_zero_fraction_counts_the_keys_each_sampled_row_sees() {
+        // A row that sees one key: s = scale q.k, m = max(s, 0) / 3, z = s - sigma m; with
+        // sigma <= 2 the weight is zero exactly when s <= 0.
+        let data = BatchData::new(&[(0, 1)], 9);
+        let p = params();
+        let zeros = (0..HQ)
+            .filter(|&h| {
+                let g = h / (HQ / HKV);
+                let q = &data.q[h * D..][..D];
+                let block = data.block_table[0] as usize;
+                let k = &data.key_cache[(block * BLOCK * HKV + g) * D..][..D];
+                p.scale * q.iter().zip(k).map(|(a, b)| a.to_f64() * b.to_f64()).sum::<f64>() <= 0.0
+            })
+            .count();
+        assert_eq!(data.zero_fraction(1, 4), zeros as f64 / HQ as f64);
     }
 }

@@ -2,15 +2,11 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs, Hp1Attention, Plan, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, Hp1Attention, Plan, Pv};
 use gpu::Gpu;
 
-use super::data::{params, DecodeData, BLOCK, D, HKV, HQ};
-
-/// L2 of an H200 (60 MB): the cache copies cycled through add up to twice this.
-const L2_BYTES: usize = 60 << 20;
-/// Most cache copies (the anchor uses the same cap).
-const MAX_COPIES: usize = 64;
+use super::data::{gate_params, BatchData};
+use super::timing::{copies, median_ms};
 
 /// One path's time at one point.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -47,7 +43,12 @@ pub struct DecodePoint {
 
 fn forced() -> Vec<(AttentionPath, GroupSize, HeadsPerCta)> {
     let mut v = Vec::new();
-    for path in [AttentionPath::Decode(Pv::Dense), AttentionPath::Decode(Pv::Sparse), AttentionPath::SplitK(Pv::Dense), AttentionPath::SplitK(Pv::Sparse)] {
+    for path in [
+        AttentionPath::Decode(Pv::Dense),
+        AttentionPath::Decode(Pv::Sparse),
+        AttentionPath::SplitK(Pv::Dense),
+        AttentionPath::SplitK(Pv::Sparse),
+    ] {
         for (group, heads) in [
             (GroupSize::Eight, HeadsPerCta::One),
             (GroupSize::Sixteen, HeadsPerCta::One),
@@ -70,27 +71,10 @@ pub fn measure(
     only: Option<&str>,
 ) -> Result<DecodePoint, String> {
     let e = |x: gpu::Error| x.to_string();
-    let data = DecodeData::new(batch, context, 0x5eed + batch as u64 * 131 + context as u64);
-    let geometry = Geometry {
-        rows: batch,
-        num_heads: HQ,
-        num_kv_heads: HKV,
-        head_dim: D,
-        block_size: BLOCK,
-        max_blocks_per_seq: context.div_ceil(BLOCK),
-    };
-    let host = HostInputs {
-        q: &data.q,
-        key_cache: &data.key_cache,
-        value_cache: &data.value_cache,
-        block_table: &data.block_table,
-        seq_lens: &data.seq_lens,
-        query_start_loc: &data.query_start_loc,
-        sigma: &data.sigma,
-        gamma: &data.gamma,
-    };
-    let kv_bytes = data.kv_bytes(context);
-    let copies = (2 * L2_BYTES / kv_bytes + 1).clamp(1, MAX_COPIES);
+    let data = BatchData::decode(batch, context, 0x5eed + batch as u64 * 131 + context as u64);
+    let (geometry, host) = (data.geometry(), data.host());
+    let kv_bytes = data.kv_bytes();
+    let copies = copies(kv_bytes);
     let mut plans = vec![("auto".to_string(), Plan::auto(geometry).map_err(e)?)];
     for (path, group, heads) in forced() {
         let suffix = if heads == HeadsPerCta::Two { "-h2" } else { "" };
@@ -105,15 +89,14 @@ pub fn measure(
         b.reserve_workspace(gpu, workspace).map_err(e)?;
         bufs.push(b);
     }
-    let p = params();
-    let gate = GateParams { scale: p.scale as f32, fir_k: p.fir_k, relu_pre: p.relu_pre, clip_min: 0.0, clip_max: 1.0 };
+    let gate = gate_params();
     let mut paths = Vec::new();
     for (name, plan) in plans {
         let attn = Hp1Attention::new(gpu, plan).map_err(e)?;
         for b in bufs.iter_mut() {
             attn.build_rows(b.row_operands()).map_err(e)?;
         }
-        let ms = time(gpu, reps, trials, |i| attn.run(bufs[i % copies].operands(), &gate))?;
+        let ms = median_ms(gpu, reps, trials, |i| attn.run(bufs[i % copies].operands(), &gate))?;
         paths.push(PathTime {
             name,
             path: attn.plan().path.name().to_string(),
@@ -123,19 +106,5 @@ pub fn measure(
             effective_tbps: kv_bytes as f64 / ms / 1e9,
         });
     }
-    Ok(DecodePoint { batch, context, kv_bytes, zero_fraction: data.zero_fraction(context, 4), paths })
-}
-
-/// Median over `trials` of the mean time of `reps` back-to-back calls, by CUDA events.
-fn time(gpu: &Gpu, reps: usize, trials: usize, mut launch: impl FnMut(usize) -> gpu::Result<()>) -> Result<f64, String> {
-    for i in 0..3 {
-        launch(i).map_err(|x| x.to_string())?;
-    }
-    let mut times = Vec::with_capacity(trials);
-    for _ in 0..trials {
-        let ms = gpu.time_ms(|| (0..reps).try_for_each(&mut launch)).map_err(|x| x.to_string())?;
-        times.push(ms / reps as f64);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    Ok(DecodePoint { batch, context, kv_bytes, zero_fraction: data.zero_fraction(4, 1), paths })
 }
