@@ -12,6 +12,17 @@ pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: include_s
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
 pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!("../kernels/hp1_rows.cu") };
 
+/// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the inline-PTX
+/// wrappers, the register-fragment FIR gate, then the kernel; see `hp1_prefill_mma.cu`'s header.
+pub const HP1_PREFILL_MMA: Kernel = Kernel {
+    name: "hp1_prefill_mma.cu",
+    source: concat!(
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/hp1_prefill_gate.cuh"),
+        include_str!("../kernels/hp1_prefill_mma.cu")
+    ),
+};
+
 /// A small per-token kernel: `ops_common.cuh` (bf16 vectors, UClipNorm, the fault word), then the file.
 macro_rules! with_ops_common {
     ($file:literal) => {
@@ -38,4 +49,5 @@ pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 pub const SAMPLING: Kernel = with_ops_common!("sampling.cu");
 
 /// Every kernel file of the crate.
-pub const ALL: &[Kernel] = &[HP1_DECODE, HP1_ROWS, QK_NORM_ROPE_CACHE, PERI_LN_RESIDUAL, SILU_MUL, EMBEDDING, SAMPLING];
+pub const ALL: &[Kernel] =
+    &[HP1_DECODE, HP1_ROWS, HP1_PREFILL_MMA, QK_NORM_ROPE_CACHE, PERI_LN_RESIDUAL, SILU_MUL, EMBEDDING, SAMPLING];

@@ -1,0 +1,115 @@
+#line 2 "hp1_prefill_gate.cuh"
+// hp1_prefill_gate.cuh: the HP1 gate (SPEC section 2) applied in registers to one warp's scores of
+// a 16-row x 64-key tile, for the tensor-core prefill kernels. Independent of how the scores were
+// made: the layout below is the C fragment of eight mma m16n8 tiles side by side, and also one
+// warp's share of a Hopper wgmma m64n64 accumulator (warp w of the warpgroup holds rows 16w ..
+// 16w+15), so the MMA and WGMMA kernels share this file.
+//
+// LAYOUT. Lane = 4 g + t. s[j][0], s[j][1] are row g, keys key0 + 8j + 2t and + 1; s[j][2], s[j][3]
+// are row g + 8, the same keys. A row's 64 keys thus live in one quad (4 lanes), 16 per lane.
+//
+// GATE, exactly as oracle::hp1::gate::Gate::apply in f32, every operation an explicitly rounded
+// intrinsic so no instantiation can contract it differently:
+//   s = scale * acc; r = relu_pre ? max(s, 0) : s (r = 0 for keys before 0);
+//   sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * inv_f (inv_f = 1/F rounded);
+//   z = s - sigma * m; p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp.
+// Keys past the row's position get p = 0 (causal mask; a row with position -1 is all masked).
+//
+// FIR WINDOW. Key c = key0 + 8j + 2t + e needs r of keys c-1 .. c-F+1 (F <= 8), all in the row's
+// quad: the pair of lane t-k (k = 1, 2, 3) of n-tile j when t >= k, else of n-tile j-1, plus (for
+// F = 8) this lane's own pair of n-tile j-1. Which n-tile the reader wants depends only on the
+// source lane's t (t + k <= 3 means the reader's t is >= k), so the source picks before one
+// __shfl_sync per (k, element): up to 6 per n-tile and row. The full-warp mask is right here: a
+// warp calls the gate as a whole (every lane the same trip counts; only the warp-uniform fir_k
+// guards the shuffles), never from divergent code. N-tile -1 of key tile 0 is the FIR tail.
+//
+// FIR TAIL. FirTail holds this lane's r of the previous key tile's n-tile 7 (keys key0 - 8 + 2t
+// and key0 - 7 + 2t) for row g (r[0][0..1]) and row g + 8 (r[1][0..1]): exactly the values n-tile
+// -1 stands for. fir_tail_init sets it to 0 (the r of keys before 0) before a row's first key
+// tile, which must have key0 = 0; gate_tile then reads it and leaves this tile's n-tile 7 there,
+// so key tiles must be gated in order key0 = 0, 64, 128, ... A warp may stop calling gate_tile
+// once every key of a tile is past both of its rows' positions (later tiles are then all masked).
+
+namespace hp1_prefill {
+
+// Per-head gate parameters (inv_f = __fdiv_rn(1, fir_k), as the oracle computes 1/F).
+struct GateParams {
+  float scale, sigma, gamma, inv_f, clip_min, clip_max;
+  int fir_k;     // 1 .. 8
+  int relu_pre;  // 0 or 1
+};
+
+// This lane's r of the previous key tile's last n-tile, per row half (g, g + 8) and element.
+struct FirTail {
+  float r[2][2];
+};
+
+__device__ __forceinline__ void fir_tail_init(FirTail& tail) {
+  tail.r[0][0] = tail.r[0][1] = tail.r[1][0] = tail.r[1][1] = 0.0f;
+}
+
+__device__ __forceinline__ float gate_rectify(float s, int relu_pre) { return relu_pre ? fmaxf(s, 0.0f) : s; }
+
+// Gates the warp's 16 x 64 tile in place: s holds q . k accumulators (unscaled) on entry and p on
+// exit. key0: the tile's first key; pos_lo, pos_hi: the positions of rows g and g + 8 (keys past
+// them masked). Call from the whole warp (full-mask shuffles).
+__device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int key0, int pos_lo, int pos_hi,
+                                          const GateParams& gp) {
+  const unsigned FULL = 0xffffffffu;
+  const int lane = threadIdx.x & 31, t = lane & 3, quad = lane & ~3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) s[j][c] = __fmul_rn(gp.scale, s[j][c]);
+  // The next tile's tail, taken before n-tile 7 becomes p.
+  FirTail next;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) next.r[h][e] = gate_rectify(s[7][2 * h + e], gp.relu_pre);
+  // Descending j, so that n-tile j - 1 still holds scores while n-tile j is gated.
+#pragma unroll
+  for (int j = 7; j >= 0; --j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float cur0 = gate_rectify(s[j][2 * h], gp.relu_pre);
+      const float cur1 = gate_rectify(s[j][2 * h + 1], gp.relu_pre);
+      const float prev0 = j == 0 ? tail.r[h][0] : gate_rectify(s[j > 0 ? j - 1 : 0][2 * h], gp.relu_pre);
+      const float prev1 = j == 0 ? tail.r[h][1] : gate_rectify(s[j > 0 ? j - 1 : 0][2 * h + 1], gp.relu_pre);
+      // w[i] = r of key (key0 + 8j + 2t + 1) - i.
+      float w[9];
+      w[0] = cur1;
+      w[1] = cur0;
+#pragma unroll
+      for (int k = 1; k <= 3; ++k) {
+        const bool same_tile = t + k <= 3;  // as the reader (lane t + k mod 4) needs it
+        const int src = quad | ((t - k) & 3);
+        w[2 * k] = 0.0f;
+        w[2 * k + 1] = 0.0f;
+        if (gp.fir_k >= 2 * k) w[2 * k] = __shfl_sync(FULL, same_tile ? cur1 : prev1, src);
+        if (gp.fir_k >= 2 * k + 1) w[2 * k + 1] = __shfl_sync(FULL, same_tile ? cur0 : prev0, src);
+      }
+      w[8] = prev1;
+      float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+      for (int f = 0; f < 8; ++f) {
+        if (f < gp.fir_k) {
+          sum1 = __fadd_rn(sum1, w[f]);
+          sum0 = __fadd_rn(sum0, w[f + 1]);
+        }
+      }
+      const int pos = h == 0 ? pos_lo : pos_hi;
+      const int key = key0 + 8 * j + 2 * t;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float sc = s[j][2 * h + e];
+        const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(e == 0 ? sum0 : sum1, gp.inv_f)));
+        const float clamped = z < gp.clip_min ? gp.clip_min : (z > gp.clip_max ? gp.clip_max : z);
+        s[j][2 * h + e] = key + e <= pos ? __fmul_rn(gp.gamma, clamped) : 0.0f;
+      }
+    }
+  }
+  tail = next;
+}
+
+}  // namespace hp1_prefill
