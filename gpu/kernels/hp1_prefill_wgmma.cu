@@ -48,23 +48,30 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// The 64 key rows k0 .. k0 + 63 of kv head g into a swizzled tile; rows at or past `end` are
-// zero-filled without a read.
+// The K and V rows of keys k0 .. k0 + 63 of kv head g into two swizzled tiles; rows at or past
+// `end` are zero-filled without a read. A thread owns one 16-byte chunk column c and the keys
+// r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's cache row up once for
+// its K and its V chunk.
 template <int D>
-__device__ __forceinline__ void load_keys(unsigned tile, const bf16* __restrict__ cache, const int* __restrict__ table,
-                                          int log2_block, int kv_heads, int g, int k0, int end) {
+__device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf16* __restrict__ key_cache,
+                                        const bf16* __restrict__ value_cache, const int* __restrict__ table,
+                                        int log2_block, int kv_heads, int g, int k0, int end) {
   constexpr int CHUNKS = D / 8;
+  constexpr int PASS = THREADS / CHUNKS;
   const int mask = (1 << log2_block) - 1;
+  const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
 #pragma unroll
-  for (int i = threadIdx.x; i < BN * CHUNKS; i += THREADS) {
-    const int r = i / CHUNKS, c = i % CHUNKS, t = k0 + r;
+  for (int m = 0; m < BN / PASS; ++m) {
+    const int r = r0 + m * PASS, t = k0 + r;
     const bool valid = t < end;
-    const bf16* src = cache;
+    long long off = 0;
     if (valid) {
       const long long row = ((long long)__ldg(&table[t >> log2_block]) << log2_block) | (t & mask);
-      src = cache + (row * kv_heads + g) * D + c * 8;
+      off = (row * kv_heads + g) * D + c * 8;
     }
-    tc::cp_async_16(tile + swizzled(r, c), src, valid);
+    const unsigned at = swizzled(r, c);
+    tc::cp_async_16(k_dst + at, key_cache + off, valid);
+    tc::cp_async_16(v_dst + at, value_cache + off, valid);
   }
 }
 
@@ -79,7 +86,7 @@ struct Acc<128> {
   static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16(o, a, d); }
 };
 
-template <int D>
+template <int D, int FIR, int RELU>
 __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,
                                         const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,
@@ -107,8 +114,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     if (valid) src = q + (long long)(tile.token0 + tile.row0 + r) * q_row_stride + (long long)h * D + c * 8;
     tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
   }
-  load_keys<D>(k_tile, key_cache, table, log2_block, kv_heads, g, 0, key_end);
-  load_keys<D>(v_tile, value_cache, table, log2_block, kv_heads, g, 0, key_end);
+  load_kv<D>(k_tile, v_tile, key_cache, value_cache, table, log2_block, kv_heads, g, 0, key_end);
   tc::cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -129,8 +135,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     fence_proxy_async();
     __syncthreads();
     if (j + 1 < tiles) {
-      load_keys<D>(k_tile + (stage ^ 1) * TILE, key_cache, table, log2_block, kv_heads, g, (j + 1) * BN, key_end);
-      load_keys<D>(v_tile + (stage ^ 1) * TILE, value_cache, table, log2_block, kv_heads, g, (j + 1) * BN, key_end);
+      const unsigned next = (stage ^ 1) * TILE;
+      load_kv<D>(k_tile + next, v_tile + next, key_cache, value_cache, table, log2_block, kv_heads, g, (j + 1) * BN,
+                 key_end);
       tc::cp_async_commit();
     }
     const unsigned kt = k_tile + stage * TILE, vt = v_tile + stage * TILE;
@@ -146,7 +153,10 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     wgmma_wait<0>();
 
     float (&frag)[8][4] = *reinterpret_cast<float (*)[8][4]>(s);
-    hp1_prefill::gate_tile(frag, tail, j * BN, pos_a, pos_b, gate);
+    if (hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b))
+      hp1_prefill::gate_tile<FIR, RELU, true>(frag, tail, j * BN, pos_a, pos_b, gate);
+    else
+      hp1_prefill::gate_tile<FIR, RELU, false>(frag, tail, j * BN, pos_a, pos_b, gate);
 
     // Every A fragment is packed before the fence, so no register a wgmma reads changes
     // between the fence and the commit.
@@ -179,17 +189,22 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 
 }  // namespace hp1_wgmma
 
-#define HP1_PREFILL_WGMMA_ENTRY(D)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS) hp1_prefill_wgmma_d##D(                               \
-      const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,                                \
-      const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,                            \
-      const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                              \
-      const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,           \
-      float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                       \
-    hp1_wgmma::prefill<D>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens, query_start_loc,     \
-                          num_seqs, sigma, gamma, heads, kv_heads, log2_block, scale, fir_k, relu_pre, clip_min, clip_max, \
-                          out);                                                                                             \
+// One entry per head dim and gate variant: the general gate (fir_k and relu_pre read at run
+// time) and the model's configuration specialised at compile time (3 taps, relu_pre), which the
+// host picks whenever the layer's gate parameters are exactly that.
+#define HP1_PREFILL_WGMMA_ENTRY(D, NAME, FIR, RELU)                                                                    \
+  extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS) NAME(                                               \
+      const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,                          \
+      const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,                      \
+      const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                        \
+      const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
+      float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                 \
+    hp1_wgmma::prefill<D, FIR, RELU>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens,     \
+                                     query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block, scale,     \
+                                     fir_k, relu_pre, clip_min, clip_max, out);                                      \
   }
 
-HP1_PREFILL_WGMMA_ENTRY(64)
-HP1_PREFILL_WGMMA_ENTRY(128)
+HP1_PREFILL_WGMMA_ENTRY(64, hp1_prefill_wgmma_d64, 0, -1)
+HP1_PREFILL_WGMMA_ENTRY(128, hp1_prefill_wgmma_d128, 0, -1)
+HP1_PREFILL_WGMMA_ENTRY(64, hp1_prefill_wgmma_d64_f3_relu, 3, 1)
+HP1_PREFILL_WGMMA_ENTRY(128, hp1_prefill_wgmma_d128_f3_relu, 3, 1)

@@ -40,11 +40,13 @@ pub struct PrefillOperands<'a> {
     pub out: CudaViewMut<'a, bf16>,
 }
 
-/// A prefill plan with its entry point loaded.
+/// A prefill plan with its entry points loaded: the general gate and, where the kernel has one,
+/// the variant specialised at compile time for the model's gate (3 taps, `relu_pre`).
 pub struct Hp1Prefill {
     plan: PrefillPlan,
     stream: Arc<CudaStream>,
-    function: CudaFunction,
+    general: CudaFunction,
+    specialised: Option<CudaFunction>,
 }
 
 impl Hp1Prefill {
@@ -61,10 +63,20 @@ impl Hp1Prefill {
             PrefillKernel::Mma => &HP1_PREFILL_MMA,
             PrefillKernel::Wgmma => &HP1_PREFILL_WGMMA,
         };
-        let function = gpu.function(kernel, &plan.entry)?;
-        gpu.set_max_dynamic_smem(&function, plan.shared_bytes)?;
-        Ok(Self { plan, stream: gpu.stream().clone(), function })
+        let general = gpu.function(kernel, &plan.entry)?;
+        gpu.set_max_dynamic_smem(&general, plan.shared_bytes)?;
+        let specialised = match &plan.specialised_entry {
+            Some(entry) => {
+                let f = gpu.function(kernel, entry)?;
+                gpu.set_max_dynamic_smem(&f, plan.shared_bytes)?;
+                Some(f)
+            }
+            None => None,
+        };
+        Ok(Self { plan, stream: gpu.stream().clone(), general, specialised })
     }
+
+
 
     /// The plan being launched.
     pub fn plan(&self) -> &PrefillPlan {
@@ -89,7 +101,11 @@ impl Hp1Prefill {
         } = ops;
         let sg = self.plan.geometry;
         let g = sg.base;
-        let entry = self.plan.entry.as_str();
+        let entry = self.plan.entry_for(gate);
+        let function = match &self.specialised {
+            Some(f) if entry != self.plan.entry => f,
+            _ => &self.general,
+        };
         let head_row = g.num_heads * g.head_dim;
         if q_row_stride < head_row || q_row_stride % 8 != 0 {
             return Err(unsupported(
@@ -122,7 +138,7 @@ impl Hp1Prefill {
             block_dim: (self.plan.block, 1, 1),
             shared_mem_bytes: self.plan.shared_bytes,
         };
-        let mut launch = self.stream.launch_builder(&self.function);
+        let mut launch = self.stream.launch_builder(function);
         launch
             .arg(&q)
             .arg(&q_row_stride)

@@ -18,6 +18,7 @@
 //! dims it is built for, else on MMA on any GPU from `sm_80`, else as fake decode.
 //! [`FAKE_DECODE_MAX_QUERY`] is the crossover, measured by `asynct-bench --prefill-crossover`.
 
+use super::launch::GateParams;
 use super::plan::{Geometry, Plan};
 use crate::error::{Error, Result};
 
@@ -25,6 +26,9 @@ use crate::error::{Error, Result};
 pub const FAKE_DECODE_MAX_QUERY: usize = 64;
 /// Keys per tile of both tensor-core kernels.
 pub const KEY_TILE: usize = 64;
+/// The FIR taps the specialised prefill entries are compiled for (with `relu_pre`): the
+/// model's configuration (SPEC section 1).
+pub const SPECIALISED_FIR_K: usize = 3;
 
 /// The tensor-core prefill kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -81,6 +85,11 @@ impl PrefillKernel {
         }
     }
 
+    /// Whether the kernel has entries specialised for the model's gate.
+    pub fn has_specialised(&self) -> bool {
+        matches!(self, Self::Wgmma)
+    }
+
     /// The oldest compute capability that runs it.
     fn min_capability(&self) -> (i32, i32) {
         match self {
@@ -117,8 +126,11 @@ pub struct PrefillPlan {
     pub geometry: StepGeometry,
     /// The kernel.
     pub kernel: PrefillKernel,
-    /// The `extern "C"` entry, e.g. `hp1_prefill_mma_d128`.
+    /// The `extern "C"` entry of the general gate, e.g. `hp1_prefill_mma_d128`.
     pub entry: String,
+    /// The entry specialised for [`SPECIALISED_FIR_K`] taps and `relu_pre`, e.g.
+    /// `hp1_prefill_wgmma_d128_f3_relu`, where the kernel has one.
+    pub specialised_entry: Option<String>,
     /// `(tile_slots, Hq)`.
     pub grid: (u32, u32),
     /// Threads per CTA.
@@ -154,14 +166,28 @@ impl PrefillPlan {
             .ok()
             .filter(|&h| h <= 65535)
             .ok_or_else(|| unsupported(kernel, format!("at most 65535 query heads, got {}", g.num_heads)))?;
+        let entry = format!("hp1_{}_d{}", kernel.name().replace('-', "_"), g.head_dim);
         Ok(Self {
             geometry,
             kernel,
-            entry: format!("hp1_{}_d{}", kernel.name().replace('-', "_"), g.head_dim),
+            specialised_entry: kernel.has_specialised().then(|| format!("{entry}_f{SPECIALISED_FIR_K}_relu")),
+            entry,
             grid: (slots, heads),
             block: kernel.threads(),
             shared_bytes: kernel.shared_bytes(g.head_dim) as u32,
         })
+    }
+}
+
+impl PrefillPlan {
+    /// The entry a launch with `gate` runs: the specialised one when the gate is exactly its
+    /// configuration, else the general one. Both compute the same bits; the specialised one only
+    /// leaves out run-time tests.
+    pub fn entry_for(&self, gate: &GateParams) -> &str {
+        match &self.specialised_entry {
+            Some(entry) if gate.fir_k == SPECIALISED_FIR_K && gate.relu_pre => entry,
+            _ => &self.entry,
+        }
     }
 }
 
@@ -258,6 +284,17 @@ mod tests {
         assert!(err.contains("at least 1"), "{err}");
         let err = PrefillPlan::new(step(64, 1, 64, 96), PrefillKernel::Mma).unwrap_err().to_string();
         assert!(err.contains("got 96"), "{err}");
+    }
+
+    #[test]
+    fn the_model_gate_takes_the_specialised_entry_where_there_is_one() {
+        let gate = GateParams { scale: 0.125, fir_k: 3, relu_pre: true, clip_min: 0.0, clip_max: 1.0 };
+        let wgmma = PrefillPlan::new(step(300, 5, 300, 128), PrefillKernel::Wgmma).unwrap();
+        assert_eq!(wgmma.entry_for(&gate), "hp1_prefill_wgmma_d128_f3_relu");
+        assert_eq!(wgmma.entry_for(&GateParams { fir_k: 4, ..gate }), "hp1_prefill_wgmma_d128");
+        assert_eq!(wgmma.entry_for(&GateParams { relu_pre: false, ..gate }), "hp1_prefill_wgmma_d128");
+        let mma = PrefillPlan::new(step(300, 5, 300, 128), PrefillKernel::Mma).unwrap();
+        assert_eq!(mma.entry_for(&gate), "hp1_prefill_mma_d128");
     }
 
     #[test]

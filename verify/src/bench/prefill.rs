@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    plan_step, AttnBuffers, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, StepGeometry, StepPlan,
+    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, StepGeometry, StepPlan,
 };
 use gpu::Gpu;
 
@@ -130,13 +130,13 @@ impl Choice {
         }
     }
 
-    fn ran(&self) -> String {
+    fn ran(&self, gate: &GateParams) -> String {
         match self {
             Self::FakeDecode(p, _) => {
                 let pair = if p.heads.count() == 2 { "-h2" } else { "" };
                 format!("{}-g{}{pair}", p.path.name(), p.group.lanes())
             }
-            Self::Prefill(p) => p.entry.clone(),
+            Self::Prefill(p) => p.entry_for(gate).to_string(),
         }
     }
 
@@ -191,7 +191,7 @@ pub fn measure(
     let flops = data.causal_flops();
     let mut paths = Vec::new();
     for (name, choice) in choices {
-        let ran = choice.ran();
+        let ran = choice.ran(&gate);
         let timed = choice.load(gpu).map_err(e).and_then(|launcher| match launcher {
             Launcher::FakeDecode { attn, rows } => {
                 for b in bufs.iter_mut() {
