@@ -48,14 +48,28 @@ __device__ __forceinline__ void fir_tail_init(FirTail& tail) {
   tail.r[0][0] = tail.r[0][1] = tail.r[1][0] = tail.r[1][1] = 0.0f;
 }
 
-__device__ __forceinline__ float gate_rectify(float s, int relu_pre) { return relu_pre ? fmaxf(s, 0.0f) : s; }
+template <int RELU>
+__device__ __forceinline__ float gate_rectify(float s, int relu_pre) {
+  const bool on = RELU < 0 ? relu_pre != 0 : RELU != 0;
+  return on ? fmaxf(s, 0.0f) : s;
+}
 
 // Gates the warp's 16 x 64 tile in place: s holds q . k accumulators (unscaled) on entry and p on
-// exit. key0: the tile's first key; pos_lo, pos_hi: the positions of rows g and g + 8 (keys past
-// them masked). Call from the whole warp (full-mask shuffles).
+// exit. key0: the tile's first key; pos_lo, pos_hi: the positions of rows g and g + 8. Call from
+// the whole warp (full-mask shuffles), every lane with the same template arguments.
+// Compile-time variants (the caller picks one per launch from the gate parameters, so the
+// common configuration pays for no run-time test):
+//   FIR   the taps, 1 .. 8, or 0 for gp.fir_k read at run time (then every shuffle is issued and
+//         the window's unused terms are left out of the sum by selects, never by branches).
+//   RELU  1 or 0 for relu_pre known, -1 for gp.relu_pre read at run time.
+//   MASK  whether any key of the tile may lie past a row's position (the diagonal tiles); the
+//         tiles wholly below both rows of every lane skip the per-key test.
+template <int FIR, int RELU, bool MASK>
 __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int key0, int pos_lo, int pos_hi,
                                           const GateParams& gp) {
   const unsigned FULL = 0xffffffffu;
+  constexpr int TAPS = FIR > 0 ? FIR : 8;  // the most taps this variant may sum
+  const int fir_k = FIR > 0 ? FIR : gp.fir_k;
   const int lane = threadIdx.x & 31, t = lane & 3, quad = lane & ~3;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -66,17 +80,17 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int k
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) next.r[h][e] = gate_rectify(s[7][2 * h + e], gp.relu_pre);
+    for (int e = 0; e < 2; ++e) next.r[h][e] = gate_rectify<RELU>(s[7][2 * h + e], gp.relu_pre);
   // Descending j, so that n-tile j - 1 still holds scores while n-tile j is gated.
 #pragma unroll
   for (int j = 7; j >= 0; --j) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float cur0 = gate_rectify(s[j][2 * h], gp.relu_pre);
-      const float cur1 = gate_rectify(s[j][2 * h + 1], gp.relu_pre);
-      const float prev0 = j == 0 ? tail.r[h][0] : gate_rectify(s[j > 0 ? j - 1 : 0][2 * h], gp.relu_pre);
-      const float prev1 = j == 0 ? tail.r[h][1] : gate_rectify(s[j > 0 ? j - 1 : 0][2 * h + 1], gp.relu_pre);
-      // w[i] = r of key (key0 + 8j + 2t + 1) - i.
+      const float cur0 = gate_rectify<RELU>(s[j][2 * h], gp.relu_pre);
+      const float cur1 = gate_rectify<RELU>(s[j][2 * h + 1], gp.relu_pre);
+      const float prev0 = j == 0 ? tail.r[h][0] : gate_rectify<RELU>(s[j > 0 ? j - 1 : 0][2 * h], gp.relu_pre);
+      const float prev1 = j == 0 ? tail.r[h][1] : gate_rectify<RELU>(s[j > 0 ? j - 1 : 0][2 * h + 1], gp.relu_pre);
+      // w[i] = r of key (key0 + 8j + 2t + 1) - i; key c + 1 - i needs w[0 .. TAPS].
       float w[9];
       w[0] = cur1;
       w[1] = cur0;
@@ -84,16 +98,14 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int k
       for (int k = 1; k <= 3; ++k) {
         const bool same_tile = t + k <= 3;  // as the reader (lane t + k mod 4) needs it
         const int src = quad | ((t - k) & 3);
-        w[2 * k] = 0.0f;
-        w[2 * k + 1] = 0.0f;
-        if (gp.fir_k >= 2 * k) w[2 * k] = __shfl_sync(FULL, same_tile ? cur1 : prev1, src);
-        if (gp.fir_k >= 2 * k + 1) w[2 * k + 1] = __shfl_sync(FULL, same_tile ? cur0 : prev0, src);
+        if (2 * k <= TAPS) w[2 * k] = __shfl_sync(FULL, same_tile ? cur1 : prev1, src);
+        if (2 * k + 1 <= TAPS) w[2 * k + 1] = __shfl_sync(FULL, same_tile ? cur0 : prev0, src);
       }
       w[8] = prev1;
       float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
-      for (int f = 0; f < 8; ++f) {
-        if (f < gp.fir_k) {
+      for (int f = 0; f < TAPS; ++f) {
+        if (FIR > 0 || f < fir_k) {
           sum1 = __fadd_rn(sum1, w[f]);
           sum0 = __fadd_rn(sum0, w[f + 1]);
         }
@@ -104,12 +116,23 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int k
       for (int e = 0; e < 2; ++e) {
         const float sc = s[j][2 * h + e];
         const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(e == 0 ? sum0 : sum1, gp.inv_f)));
-        const float clamped = z < gp.clip_min ? gp.clip_min : (z > gp.clip_max ? gp.clip_max : z);
-        s[j][2 * h + e] = key + e <= pos ? __fmul_rn(gp.gamma, clamped) : 0.0f;
+        // Two independent selects (clip_min < clip_max), which compile to FSEL, not branches.
+        float clamped = z < gp.clip_min ? gp.clip_min : z;
+        clamped = z > gp.clip_max ? gp.clip_max : clamped;
+        const float p = __fmul_rn(gp.gamma, clamped);
+        s[j][2 * h + e] = !MASK || key + e <= pos ? p : 0.0f;
       }
     }
   }
   tail = next;
+}
+
+// Whether the tile of keys key0 .. key0 + 63 needs the causal test for a warp whose rows end at
+// positions pos_lo, pos_hi (lane values): false when every key is at or before every row's
+// position, the same answer on every lane.
+__device__ __forceinline__ bool gate_tile_needs_mask(int key0, int pos_lo, int pos_hi) {
+  const int lowest = __reduce_min_sync(0xffffffffu, min(pos_lo, pos_hi));
+  return key0 + 63 > lowest;
 }
 
 }  // namespace hp1_prefill

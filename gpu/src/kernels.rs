@@ -48,6 +48,29 @@ pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 /// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]).
 pub const SAMPLING: Kernel = with_ops_common!("sampling.cu");
 
+/// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (the bf16 typedef),
+/// `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`, `wgmma.cuh`, then the file.
+pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
+    name: "hp1_prefill_wgmma.cu",
+    source: concat!(
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/hp1_prefill_gate.cuh"),
+        include_str!("../kernels/hp1_prefill_tiles.cuh"),
+        include_str!("../kernels/wgmma.cuh"),
+        include_str!("../kernels/hp1_prefill_wgmma.cu")
+    ),
+};
+
 /// Every kernel file of the crate.
-pub const ALL: &[Kernel] =
-    &[HP1_DECODE, HP1_ROWS, HP1_PREFILL_MMA, QK_NORM_ROPE_CACHE, PERI_LN_RESIDUAL, SILU_MUL, EMBEDDING, SAMPLING];
+pub const ALL: &[Kernel] = &[
+    HP1_DECODE,
+    HP1_ROWS,
+    HP1_PREFILL_MMA,
+    QK_NORM_ROPE_CACHE,
+    PERI_LN_RESIDUAL,
+    SILU_MUL,
+    EMBEDDING,
+    SAMPLING,
+    HP1_PREFILL_WGMMA,
+];
