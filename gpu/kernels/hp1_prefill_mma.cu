@@ -249,6 +249,10 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
     const int key0 = kt * BN;
     const unsigned kbuf = sm + L::K0 + (kt & 1) * L::TILE, vbuf = sm + L::V0 + (kt & 1) * L::TILE;
     const bool active = key0 <= warp_last;  // uniform over the warp
+    // The other K buffer was last read by tile kt - 1's QK, before the barrier ahead of its PV.
+    if (kt + 1 < num_kt)
+      load_kv_tile<D>(sm + L::K0 + ((kt + 1) & 1) * L::TILE, kc, table, a.log2_block, token_bytes, key0 + BN, key_end);
+    tc::cp_async_commit();
     float s[8][4];
     if (active) {
 #pragma unroll
@@ -273,13 +277,14 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
         }
       }
     }
-    // The other K buffer was last read by tile kt - 1's QK, before the barrier ahead of its PV.
-    if (kt + 1 < num_kt)
-      load_kv_tile<D>(sm + L::K0 + ((kt + 1) & 1) * L::TILE, kc, table, a.log2_block, token_bytes, key0 + BN, key_end);
-    tc::cp_async_commit();
-    if (active) gate_tile(s, tail, key0, pos_lo, pos_hi, gp);
+    if (active) gate_tile<0, -1, true>(s, tail, key0, pos_lo, pos_hi, gp);
     tc::cp_async_wait<1>();  // V_kt landed (K_kt+1 may still fly)
     __syncthreads();
+    // The other V buffer (Q's staging for D <= 128) was last read by tile kt - 1's PV, before
+    // the barrier that ended tile kt - 1 (for kt = 0: Q was read before tile 0 began).
+    if (kt + 1 < num_kt)
+      load_kv_tile<D>(sm + L::V0 + ((kt + 1) & 1) * L::TILE, vc, table, a.log2_block, token_bytes, key0 + BN, key_end);
+    tc::cp_async_commit();
     if (active) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
@@ -299,23 +304,30 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
         }
       }
     }
-    // The other V buffer (Q's staging for D <= 128) was last read before the barrier above.
-    if (kt + 1 < num_kt)
-      load_kv_tile<D>(sm + L::V0 + ((kt + 1) & 1) * L::TILE, vc, table, a.log2_block, token_bytes, key0 + BN, key_end);
-    tc::cp_async_commit();
     tc::cp_async_wait<1>();  // K_kt+1 landed
     __syncthreads();
   }
 
-  // Each row's O rounded to bf16 once: lane (g, t) holds columns 8n + 2t, + 1 of rows g, g + 8.
+  // Each row's O rounded to bf16 once, staged through the warp's own 16 rows of the K0 tile (free
+  // after the last barrier) so that the stores to out are whole 16-byte chunks of a row: lane
+  // (g, t) holds columns 8n + 2t, + 1 of rows g and g + 8.
+  unsigned char* stage = tc::dynamic_smem() + L::K0;
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = wrow + g + 8 * hh;
-    if (r < rows_here) {
-      unsigned* dst = reinterpret_cast<unsigned*>(out + ((long long)(q_start + i0 + r) * a.heads + h) * D + 2 * t);
+  for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-      for (int n = 0; n < DT; ++n) dst[4 * n] = tc::pack_bf16x2(o[n][2 * hh], o[n][2 * hh + 1]);
-    }
+    for (int n = 0; n < DT; ++n)
+      *reinterpret_cast<unsigned*>(stage + swizzle<D>(wrow + g + 8 * hh, n) + 4 * t) =
+          tc::pack_bf16x2(o[n][2 * hh], o[n][2 * hh + 1]);
+  __syncwarp();
+  unsigned short* out_rows = out + ((long long)(q_start + i0 + wrow) * a.heads + h) * D;
+  const long long out_stride = (long long)a.heads * D;
+#pragma unroll
+  for (int i = 0; i < 16 * DT / 32; ++i) {
+    const int idx = lane + 32 * i;
+    const int r = idx / DT, chunk = idx % DT;
+    if (wrow + r < rows_here)
+      *reinterpret_cast<uint4*>(out_rows + r * out_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(stage + swizzle<D>(wrow + r, chunk));
   }
 }
 
