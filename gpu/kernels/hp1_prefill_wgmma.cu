@@ -4,43 +4,56 @@
 // query-tile order) is the MMA path's, stated in hp1_prefill_mma.cu; this file differs only in
 // how a tile is computed.
 //
-// ALGORITHM. One CTA = one warpgroup (128 threads) = one tile of BM = 64 query rows of one
-// sequence and one query head h (kv head h / (Hq / Hkv)); warp w owns rows 16w .. 16w + 15,
-// which is how a wgmma m64 accumulator is spread over the warpgroup. The tile's keys 0 ..
-// last_pos are walked in tiles of BN = 64:
-//   1. Loads: Q (once) and each key tile's K and V rows are gathered from the paged cache by
-//      cp.async in 16-byte chunks into 128-byte-swizzled shared tiles (layout in wgmma.cuh):
-//      row r of a 64-row tile, 16-byte chunk c of head dims 8c .. 8c + 7, at
-//      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. Keys past the tile's last position or
-//      past seq_len are zero-filled (cp.async with source size 0: nothing is read, the block
-//      table is not even looked up). K and V have two stages: tile j + 1 loads while tile j
-//      computes.
+// ALGORITHM. One CTA = two warpgroups (256 threads) sharing every K and V tile. With HPC = 2
+// heads per CTA (Hq / Hkv even) warpgroup w computes head 2 blockIdx.y + w on the CTA's 64 query
+// rows (both heads read kv head h / (Hq / Hkv)); with HPC = 1 it computes rows 64 w .. 64 w + 63
+// of the CTA's 128 rows of head blockIdx.y. Warp w of a warpgroup owns its rows 16w .. 16w + 15,
+// which is how a wgmma m64 accumulator is spread over the warpgroup. The CTA's keys 0 .. last_pos
+// are walked in tiles of BN = 64:
+//   1. Loads: each warpgroup's Q (once) and each key tile's K and V rows are gathered from the
+//      paged cache by cp.async in 16-byte chunks into 128-byte-swizzled shared tiles (layout in
+//      wgmma.cuh): row r of a 64-row tile, 16-byte chunk c of head dims 8c .. 8c + 7, at
+//      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A thread looks a key's cache row up
+//      once for its K and V chunks. Keys past the CTA's last position (so past seq_len) are
+//      zero-filled (cp.async with source size 0: nothing is read, the block table is not even
+//      looked up). K and V have two stages: tile j + 1 loads while tile j computes.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
 //      memory), all issued before one commit and one wait. Scale is applied in the gate.
 //   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
 //      warp's 16 x 64 slice is exactly the m16n8 fragment layout there, with the FIR tail of
 //      each row carried in registers from key tile to key tile; keys past a row's position get
-//      p = 0.
+//      p = 0, tested only on the tiles that reach past a row of the warp.
 //   4. PV: O[64 x D] += P V as 4 wgmma m64nDk16 with P from registers (the accumulator
-//      fragments rounded to bf16x2 are exactly the register-A layout) and V from shared memory
-//      (MN-major: V rows are keys with the head dims contiguous, read transposed).
-//   O stays in f32 registers and is rounded to bf16 once at the end.
+//      fragments rounded to bf16x2 are exactly the register-A layout, all packed before the
+//      wgmma fence) and V from shared memory (MN-major: V rows are keys with the head dims
+//      contiguous, read transposed).
+//   A warpgroup whose rows all end before a key tile skips 2 to 4 (uniform over it, as wgmma
+//   needs) but keeps loading and meeting the barriers. O stays in f32 registers and is rounded
+//   to bf16 once at the end.
 // Ordering: cp.async -> wait -> fence.proxy.async -> __syncthreads before wgmma reads a stage;
 // a stage is refilled only after the wgmmas that read it were waited for (the barrier at the
 // top of the next tile orders every warp's wait before the refill).
+// Determinism: fixed summation orders (wgmma's internal order, key tiles in order), no atomics,
+// and a row's result depends on its own sequence and head only.
 //
-// LAUNCH. grid (tile_slots, Hq), block 128, dynamic shared memory (64 + 2 * 2 * 64) * D * 2
-// bytes plus 1024 for aligning the tiles to 1024 bytes: 41984 for D = 64 and 82944 for D = 128
-// (see PrefillKernel::shared_bytes). Entries hp1_prefill_wgmma_d64 and _d128: at D = 256 the
-// f32 accumulator of m64n256 alone takes 128 registers per thread, so the dispatcher sends
-// D = 256 to the MMA path.
+// LAUNCH. grid (tile_slots, Hq / HPC), block 256, tile_slots = ceil(rows / BM) + num_seqs with
+// BM = 128 / HPC (hp1_prefill_tiles.cuh maps a CTA to its tile), dynamic shared memory
+// (2 * 64 + 2 * 2 * 64) * D * 2 bytes plus 1024 for aligning the tiles to 1024 bytes: 50176 for
+// D = 64 and 99328 for D = 128 (PrefillKernel::shared_bytes). Entries
+// hp1_prefill_wgmma_d{64,128}_h{1,2} (the general gate: fir_k and relu_pre at run time) and
+// the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
+// gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
+// dispatcher sends D = 256 to the MMA path. Registers (ptxas, sm_90a): the _f3_relu entries fit
+// two CTAs per SM in 128 registers without spills, except d128_h1 (225 registers, one CTA);
+// the general entries take up to 255 registers, one CTA per SM, and d128_h1 spills 28 bytes.
 //
-// ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), and an sm_90a device.
+// ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
+// and an sm_90a device.
 
 namespace hp1_wgmma {
 
-constexpr int THREADS = 128;
-constexpr int BM = 64;
+constexpr int WGS = 2;  // warpgroups per CTA
+constexpr int THREADS = 128 * WGS;
 constexpr int BN = 64;
 
 // Byte offset of 16-byte chunk c of row r in a 64-row swizzled tile.
@@ -48,10 +61,10 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// The K and V rows of keys k0 .. k0 + 63 of kv head g into two swizzled tiles; rows at or past
-// `end` are zero-filled without a read. A thread owns one 16-byte chunk column c and the keys
-// r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's cache row up once for
-// its K and its V chunk.
+// The K and V rows of keys k0 .. k0 + 63 of kv head g into two swizzled tiles, by all THREADS
+// threads; rows at or past `end` are zero-filled without a read. A thread owns one 16-byte chunk
+// column c and the keys r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's
+// cache row up once for its K and its V chunk.
 template <int D>
 __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ table,
@@ -86,7 +99,7 @@ struct Acc<128> {
   static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16(o, a, d); }
 };
 
-template <int D, int FIR, int RELU>
+template <int D, int FIR, int RELU, int HPC>
 __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,
                                         const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,
@@ -94,32 +107,38 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
                                         int log2_block, float scale, int fir_k, int relu_pre, float clip_min, float clip_max,
                                         bf16* __restrict__ out) {
   constexpr int CHUNKS = D / 8;
-  constexpr int TILE = BN * D * 2;  // bytes of one 64-row tile
+  constexpr int TILE = BN * D * 2;        // bytes of one 64-row tile
+  constexpr int BM = 64 * WGS / HPC;      // query rows per CTA
   const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.x, BM);
   if (tile.seq < 0) return;
-  const int h = blockIdx.y, g = h / (heads / kv_heads);
+  const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
+  // Warpgroup wg: head h0 + wg on the CTA's rows (HPC = 2), or rows 64 wg .. of head h0.
+  const int h = blockIdx.y * HPC + (HPC == 2 ? wg : 0), g = h / (heads / kv_heads);
+  const int rb = HPC == 2 ? 0 : 64 * wg;
+  const int wg_rows = max(0, min(64, tile.rows - rb));
 
-  // 1024-byte aligned tiles: Q, then K stages 0 and 1, then V stages 0 and 1.
+  // 1024-byte aligned tiles: Q of each warpgroup, then K stages 0 and 1, then V stages 0 and 1.
   const unsigned base = (tc::smem_addr(tc::dynamic_smem()) + 1023u) & ~1023u;
-  const unsigned q_tile = base, k_tile = base + TILE, v_tile = base + 3 * TILE;
+  const unsigned q_tile = base + wg * TILE, k_tile = base + WGS * TILE, v_tile = k_tile + 2 * TILE;
   const int* table = block_table + (long long)tile.seq * max_blocks;
-  const int last_pos = tile.prefix + tile.row0 + tile.rows - 1;
-  const int key_end = last_pos + 1;  // keys of the tile's last row; seq_len >= key_end
+  const int first_pos = tile.prefix + tile.row0;
+  const int key_end = first_pos + tile.rows;  // keys of the CTA's last row; seq_len >= key_end
+  const int wg_last = first_pos + rb + wg_rows - 1;
 
 #pragma unroll
-  for (int i = threadIdx.x; i < BM * CHUNKS; i += THREADS) {
+  for (int i = wtid; i < 64 * CHUNKS; i += 128) {
     const int r = i / CHUNKS, c = i % CHUNKS;
-    const bool valid = r < tile.rows;
+    const bool valid = r < wg_rows;
     const bf16* src = q;
-    if (valid) src = q + (long long)(tile.token0 + tile.row0 + r) * q_row_stride + (long long)h * D + c * 8;
+    if (valid) src = q + (long long)(tile.token0 + tile.row0 + rb + r) * q_row_stride + (long long)h * D + c * 8;
     tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
   }
   load_kv<D>(k_tile, v_tile, key_cache, value_cache, table, log2_block, kv_heads, g, 0, key_end);
   tc::cp_async_commit();
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = wtid >> 5, lane = threadIdx.x & 31;
   const int row_a = 16 * warp + (lane >> 2);
-  const int pos_a = tile.prefix + tile.row0 + row_a, pos_b = pos_a + 8;
+  const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate{scale, sigma[h], gamma[h], __fdiv_rn(1.0f, (float)fir_k), clip_min, clip_max, fir_k, relu_pre};
   hp1_prefill::FirTail tail;
   hp1_prefill::fir_tail_init(tail);
@@ -140,6 +159,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
                  key_end);
       tc::cp_async_commit();
     }
+    // A warpgroup whose rows all end before this key tile has nothing left to add (uniform over
+    // the warpgroup, as wgmma needs); it still loads and meets the barriers.
+    if (wg_rows == 0 || j * BN > wg_last) continue;
     const unsigned kt = k_tile + stage * TILE, vt = v_tile + stage * TILE;
 
     float s[32];
@@ -180,8 +202,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row_a + 8 * half;
-    if (r >= tile.rows) continue;
-    unsigned* dst = reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + r) * heads + h) * D + col);
+    if (r >= wg_rows) continue;
+    unsigned* dst =
+        reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + rb + r) * heads + h) * D + col);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) dst[4 * n] = tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]);
   }
@@ -189,22 +212,27 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 
 }  // namespace hp1_wgmma
 
-// One entry per head dim and gate variant: the general gate (fir_k and relu_pre read at run
-// time) and the model's configuration specialised at compile time (3 taps, relu_pre), which the
-// host picks whenever the layer's gate parameters are exactly that.
-#define HP1_PREFILL_WGMMA_ENTRY(D, NAME, FIR, RELU)                                                                    \
-  extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS) NAME(                                               \
+// One entry per head dim, heads per CTA and gate variant: the general gate (fir_k and relu_pre
+// read at run time, one CTA per SM) and the model's configuration specialised at compile time
+// (3 taps, relu_pre; two CTAs per SM), which the host picks whenever the layer's gate
+// parameters are exactly that.
+#define HP1_PREFILL_WGMMA_ENTRY(D, HPC, NAME, FIR, RELU, MIN_CTAS)                                                     \
+  extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS, MIN_CTAS) NAME(                                     \
       const bf16* __restrict__ q, long long q_row_stride, const bf16* __restrict__ key_cache,                          \
       const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,                      \
       const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                        \
       const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
       float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                 \
-    hp1_wgmma::prefill<D, FIR, RELU>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens,     \
-                                     query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block, scale,     \
-                                     fir_k, relu_pre, clip_min, clip_max, out);                                      \
+    hp1_wgmma::prefill<D, FIR, RELU, HPC>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens, \
+                                          query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block,       \
+                                          scale, fir_k, relu_pre, clip_min, clip_max, out);                           \
   }
 
-HP1_PREFILL_WGMMA_ENTRY(64, hp1_prefill_wgmma_d64, 0, -1)
-HP1_PREFILL_WGMMA_ENTRY(128, hp1_prefill_wgmma_d128, 0, -1)
-HP1_PREFILL_WGMMA_ENTRY(64, hp1_prefill_wgmma_d64_f3_relu, 3, 1)
-HP1_PREFILL_WGMMA_ENTRY(128, hp1_prefill_wgmma_d128_f3_relu, 3, 1)
+#define HP1_PREFILL_WGMMA_ENTRIES(D, HPC, MIN_CTAS)                                                                     \
+  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC, 0, -1, 1)                                          \
+  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC##_f3_relu, 3, 1, MIN_CTAS)
+
+HP1_PREFILL_WGMMA_ENTRIES(64, 1, 2)
+HP1_PREFILL_WGMMA_ENTRIES(64, 2, 2)
+HP1_PREFILL_WGMMA_ENTRIES(128, 1, 1)
+HP1_PREFILL_WGMMA_ENTRIES(128, 2, 2)

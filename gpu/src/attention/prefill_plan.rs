@@ -2,12 +2,14 @@
 //! step dispatcher that chooses among fake decode, MMA and WGMMA. Pure host code, tested on
 //! the CPU.
 //!
-//! A prefill kernel gives each CTA one tile of [`PrefillKernel::tile_rows`] query rows of one
-//! sequence and one query head, and walks that tile's keys in tiles of 64 on the tensor cores.
-//! The grid is `(tile_slots, Hq)`, where `tile_slots` bounds the tile count of any batch of at
-//! most `rows` query rows in at most `max_seqs` sequences (`ceil(rows / BM) + max_seqs`: each
-//! sequence adds at most one partial tile); the CTAs past the batch's real tile count exit at
-//! once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
+//! A prefill kernel gives each CTA one tile of `tile_rows` query rows of one sequence and
+//! `heads_per_cta` query heads, and walks that tile's keys in tiles of 64 on the tensor cores.
+//! MMA: 64 rows of one head (4 warps). WGMMA: two warpgroups sharing each K and V tile, either
+//! on the two heads of one kv head over 64 rows (`Hq / Hkv` even: both heads read the same K and
+//! V) or on 128 rows of one head. The grid is `(tile_slots, Hq / heads_per_cta)`, where
+//! `tile_slots` bounds the tile count of any batch of at most `rows` query rows in at most
+//! `max_seqs` sequences (`ceil(rows / tile_rows) + max_seqs`: each sequence adds at most one
+//! partial tile); the CTAs past the batch's real tile count exit at once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
 //! real lengths from device buffers.
 //!
 //! The dispatcher ([`plan_step`]) takes a [`StepGeometry`]: the decode-path [`Geometry`] plus
@@ -48,11 +50,20 @@ impl PrefillKernel {
         }
     }
 
-    /// Query rows per CTA (the kernel's `BM`).
-    pub fn tile_rows(&self) -> usize {
+    /// Query heads per CTA for `g`: WGMMA pairs the two heads of a kv head where `Hq / Hkv` is
+    /// even; MMA runs one.
+    pub fn heads_per_cta(&self, g: &Geometry) -> usize {
+        match self {
+            Self::Wgmma if (g.num_heads / g.num_kv_heads).is_multiple_of(2) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Query rows per CTA (the kernel's `BM`) with `heads_per_cta` heads.
+    pub fn tile_rows(&self, heads_per_cta: usize) -> usize {
         match self {
             Self::Mma => 64,
-            Self::Wgmma => 64,
+            Self::Wgmma => 128 / heads_per_cta,
         }
     }
 
@@ -60,7 +71,7 @@ impl PrefillKernel {
     pub fn threads(&self) -> u32 {
         match self {
             Self::Mma => 128,
-            Self::Wgmma => 128,
+            Self::Wgmma => 256,
         }
     }
 
@@ -73,15 +84,16 @@ impl PrefillKernel {
     }
 
     /// Dynamic shared memory per CTA for head dim `d`, as each kernel's header states: two
-    /// stages of K and V tiles of [`KEY_TILE`] rows and the Q tile, all bf16. MMA stages Q in
-    /// the second V buffer while `d <= 128` (its Q then lives in registers); WGMMA keeps Q in
-    /// shared memory and adds 1024 bytes to align its swizzled tiles to 1024.
+    /// stages of K and V tiles of [`KEY_TILE`] rows and the Q tiles, all bf16. MMA stages Q in
+    /// the second V buffer while `d <= 128` (its Q then lives in registers); WGMMA keeps a
+    /// 64-row Q tile per warpgroup in shared memory and adds 1024 bytes to align its swizzled
+    /// tiles to 1024.
     pub fn shared_bytes(&self, d: usize) -> usize {
         let tile = KEY_TILE * d * 2;
         match self {
             Self::Mma if d <= 128 => 4 * tile,
             Self::Mma => 5 * tile,
-            Self::Wgmma => 5 * tile + 1024,
+            Self::Wgmma => 6 * tile + 1024,
         }
     }
 
@@ -131,7 +143,11 @@ pub struct PrefillPlan {
     /// The entry specialised for [`SPECIALISED_FIR_K`] taps and `relu_pre`, e.g.
     /// `hp1_prefill_wgmma_d128_f3_relu`, where the kernel has one.
     pub specialised_entry: Option<String>,
-    /// `(tile_slots, Hq)`.
+    /// Query heads per CTA.
+    pub heads_per_cta: usize,
+    /// Query rows per CTA.
+    pub tile_rows: usize,
+    /// `(tile_slots, Hq / heads_per_cta)`.
     pub grid: (u32, u32),
     /// Threads per CTA.
     pub block: u32,
@@ -157,22 +173,28 @@ impl PrefillPlan {
                 format!("max_seqs and max_query_len must be at least 1, got {geometry:?}"),
             ));
         }
-        let slots = g.rows.div_ceil(kernel.tile_rows()).checked_add(geometry.max_seqs);
+        let (heads_per_cta, tile_rows) = (kernel.heads_per_cta(&g), kernel.tile_rows(kernel.heads_per_cta(&g)));
+        let slots = g.rows.div_ceil(tile_rows).checked_add(geometry.max_seqs);
         let slots = match slots {
             Some(n) if n <= i32::MAX as usize => n as u32,
             _ => return Err(unsupported(kernel, format!("{geometry:?} needs more than 2^31 - 1 query tiles"))),
         };
-        let heads = u32::try_from(g.num_heads)
+        let head_ctas = u32::try_from(g.num_heads / heads_per_cta)
             .ok()
             .filter(|&h| h <= 65535)
-            .ok_or_else(|| unsupported(kernel, format!("at most 65535 query heads, got {}", g.num_heads)))?;
-        let entry = format!("hp1_{}_d{}", kernel.name().replace('-', "_"), g.head_dim);
+            .ok_or_else(|| unsupported(kernel, format!("at most 65535 query heads per CTA row, got {}", g.num_heads)))?;
+        let entry = match kernel {
+            PrefillKernel::Mma => format!("hp1_prefill_mma_d{}", g.head_dim),
+            PrefillKernel::Wgmma => format!("hp1_prefill_wgmma_d{}_h{heads_per_cta}", g.head_dim),
+        };
         Ok(Self {
             geometry,
             kernel,
             specialised_entry: kernel.has_specialised().then(|| format!("{entry}_f{SPECIALISED_FIR_K}_relu")),
             entry,
-            grid: (slots, heads),
+            heads_per_cta,
+            tile_rows,
+            grid: (slots, head_ctas),
             block: kernel.threads(),
             shared_bytes: kernel.shared_bytes(g.head_dim) as u32,
         })
@@ -273,7 +295,14 @@ mod tests {
         let wide = PrefillPlan::new(step(300, 5, 300, 256), PrefillKernel::Mma).unwrap();
         assert_eq!(wide.shared_bytes, 160 << 10, "and a Q tile of its own at D = 256");
         let wgmma = PrefillPlan::new(g, PrefillKernel::Wgmma).unwrap();
-        assert_eq!(wgmma.shared_bytes, (80 << 10) + 1024);
+        assert_eq!(wgmma.shared_bytes, (96 << 10) + 1024);
+        // Hq / Hkv = 2: two heads of 64 rows per CTA, half the head CTAs.
+        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid, wgmma.block), (2, 64, (10, 4), 256));
+        // An odd ratio: 128 rows of one head per CTA.
+        let odd = StepGeometry { base: Geometry { num_heads: 6, num_kv_heads: 2, ..g.base }, ..g };
+        let wgmma = PrefillPlan::new(odd, PrefillKernel::Wgmma).unwrap();
+        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid), (1, 128, (3 + 5, 6)));
+        assert_eq!(wgmma.entry, "hp1_prefill_wgmma_d128_h1");
     }
 
     #[test]
@@ -290,9 +319,9 @@ mod tests {
     fn the_model_gate_takes_the_specialised_entry_where_there_is_one() {
         let gate = GateParams { scale: 0.125, fir_k: 3, relu_pre: true, clip_min: 0.0, clip_max: 1.0 };
         let wgmma = PrefillPlan::new(step(300, 5, 300, 128), PrefillKernel::Wgmma).unwrap();
-        assert_eq!(wgmma.entry_for(&gate), "hp1_prefill_wgmma_d128_f3_relu");
-        assert_eq!(wgmma.entry_for(&GateParams { fir_k: 4, ..gate }), "hp1_prefill_wgmma_d128");
-        assert_eq!(wgmma.entry_for(&GateParams { relu_pre: false, ..gate }), "hp1_prefill_wgmma_d128");
+        assert_eq!(wgmma.entry_for(&gate), "hp1_prefill_wgmma_d128_h2_f3_relu");
+        assert_eq!(wgmma.entry_for(&GateParams { fir_k: 4, ..gate }), "hp1_prefill_wgmma_d128_h2");
+        assert_eq!(wgmma.entry_for(&GateParams { relu_pre: false, ..gate }), "hp1_prefill_wgmma_d128_h2");
         let mma = PrefillPlan::new(step(300, 5, 300, 128), PrefillKernel::Mma).unwrap();
         assert_eq!(mma.entry_for(&gate), "hp1_prefill_mma_d128");
     }
