@@ -44,8 +44,9 @@
 // the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
 // gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
 // dispatcher sends D = 256 to the MMA path. Registers (ptxas, sm_90a): the _f3_relu entries fit
-// two CTAs per SM in 128 registers without spills, except d128_h1 (225 registers, one CTA);
-// the general entries take up to 255 registers, one CTA per SM, and d128_h1 spills 28 bytes.
+// two CTAs per SM in 128 registers (d128_h2 reloads one 4-byte spilled value per key tile, from
+// L1), except d128_h1 (223 registers, one CTA); the general entries take up to 255 registers,
+// one CTA per SM, and d128_h1 spills 36 bytes.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
@@ -61,14 +62,17 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// The K and V rows of keys k0 .. k0 + 63 of kv head g into two swizzled tiles, by all THREADS
+// The K and V rows of keys k0 .. k0 + 63 of one kv head into two swizzled tiles, by all THREADS
 // threads; rows at or past `end` are zero-filled without a read. A thread owns one 16-byte chunk
 // column c and the keys r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's
-// cache row up once for its K and its V chunk.
+// cache row up once for its K and its V chunk. col is the element offset of the thread's chunk
+// of kv head g within a cache row (g * D + 8 c); a row is row_stride = Hkv * D elements long.
+// Branch-free: a key past `end` looks up key 0 (every sequence with a query has it) and copies
+// 0 bytes.
 template <int D>
 __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ table,
-                                        int log2_block, int kv_heads, int g, int k0, int end) {
+                                        int log2_block, unsigned row_stride, int col, int k0, int end) {
   constexpr int CHUNKS = D / 8;
   constexpr int PASS = THREADS / CHUNKS;
   const int mask = (1 << log2_block) - 1;
@@ -77,11 +81,9 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   for (int m = 0; m < BN / PASS; ++m) {
     const int r = r0 + m * PASS, t = k0 + r;
     const bool valid = t < end;
-    long long off = 0;
-    if (valid) {
-      const long long row = ((long long)__ldg(&table[t >> log2_block]) << log2_block) | (t & mask);
-      off = (row * kv_heads + g) * D + c * 8;
-    }
+    const int key = valid ? t : 0;
+    const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
+    const unsigned long long off = (unsigned long long)row * row_stride + col;
     const unsigned at = swizzled(r, c);
     tc::cp_async_16(k_dst + at, key_cache + off, valid);
     tc::cp_async_16(v_dst + at, value_cache + off, valid);
@@ -133,7 +135,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     if (valid) src = q + (long long)(tile.token0 + tile.row0 + rb + r) * q_row_stride + (long long)h * D + c * 8;
     tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
   }
-  load_kv<D>(k_tile, v_tile, key_cache, value_cache, table, log2_block, kv_heads, g, 0, key_end);
+  const unsigned row_stride = (unsigned)(kv_heads * D);
+  const int col = g * D + (threadIdx.x % CHUNKS) * 8;
+  load_kv<D>(k_tile, v_tile, key_cache, value_cache, table, log2_block, row_stride, col, 0, key_end);
   tc::cp_async_commit();
 
   const int warp = wtid >> 5, lane = threadIdx.x & 31;
@@ -155,7 +159,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     __syncthreads();
     if (j + 1 < tiles) {
       const unsigned next = (stage ^ 1) * TILE;
-      load_kv<D>(k_tile + next, v_tile + next, key_cache, value_cache, table, log2_block, kv_heads, g, (j + 1) * BN,
+      load_kv<D>(k_tile + next, v_tile + next, key_cache, value_cache, table, log2_block, row_stride, col, (j + 1) * BN,
                  key_end);
       tc::cp_async_commit();
     }
@@ -198,13 +202,13 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   }
 
   // o[4n + e]: n-block n, e = 0, 1 row a, e = 2, 3 row b, columns 8n + 2 (lane % 4) + (e & 1).
-  const int col = 2 * (lane & 3);
+  const int out_col = 2 * (lane & 3);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row_a + 8 * half;
     if (r >= wg_rows) continue;
     unsigned* dst =
-        reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + rb + r) * heads + h) * D + col);
+        reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + rb + r) * heads + h) * D + out_col);
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) dst[4 * n] = tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]);
   }
