@@ -8,7 +8,8 @@
 #   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last; with
 #             BENCH_PREFILL=1 also the anchor's prefill points and asynct-bench --prefill
 #             --prefill-crossover (bench-prefill.json/log)
-#   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096)
+#   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
+#             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,10 @@ for stage in "$@"; do
     sanitize)
       for tool in memcheck racecheck; do
         for t in $B/gpu_*; do
-          # gpu_attention's full suite is long; its `sanitize` check holds a few cases of every path.
-          # The ops checks are small enough to run whole.
+          # gpu_attention's and gpu_prefill's full suites are long; their `sanitize` checks hold a
+          # few cases of every path. The ops checks are small enough to run whole.
           filter=""
-          [ "$(basename "$t")" = gpu_attention ] && filter=sanitize
+          case "$(basename "$t")" in gpu_attention|gpu_prefill) filter=sanitize ;; esac
           compute-sanitizer --tool "$tool" --error-exitcode 3 "$t" $filter 2>&1 \
             | tail -n 30 | tee "$OUT/sanitize-$tool-$(basename "$t").log" || status=1
         done
@@ -46,11 +47,13 @@ for stage in "$@"; do
           | tee "$OUT/bench-prefill.log" || status=1
       fi ;;
     ncu)
+      NCU_POINT=${NCU_POINT:-B128_L4096}
       for path in ${NCU_PATHS:-split-k-sparse-g8 decode-sparse-g8}; do
-        ncu --clock-control none --kernel-name "regex:hp1_(decode|split)_d[0-9]+_g" --launch-skip 3 --launch-count 1 \
+        case "$NCU_POINT" in *_T*) mode=--prefill ;; *) mode="" ;; esac
+        ncu --clock-control none --kernel-name "regex:hp1_(decode|split|prefill)_" --launch-skip 3 --launch-count 1 \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-          $B/asynct-bench --point "${NCU_POINT:-B128_L4096}" --path "$path" --reps 1 --trials 1 2>&1 \
+          $B/asynct-bench $mode --point "$NCU_POINT" --path "$path" --reps 1 --trials 1 2>&1 \
           | grep -v "^==PROF==" > "$OUT/ncu-$path.txt" || status=1
         tail -n 80 "$OUT/ncu-$path.txt"
       done ;;
