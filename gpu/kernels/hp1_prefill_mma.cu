@@ -1,8 +1,8 @@
 #line 2 "hp1_prefill_mma.cu"
 // hp1_prefill_mma.cu: HP1 attention for prefill tiles on the tensor cores with mma.sync m16n8k16
 // bf16 (sm_80 and newer; SPEC sections 2 and 6), with the entry signature and launch the WGMMA
-// prefill kernel shares. Needs tensor_core.cuh and hp1_prefill_gate.cuh before it
-// (gpu::kernels concatenates them).
+// prefill kernel shares. Needs tensor_core.cuh, hp1_prefill_gate.cuh and hp1_prefill_tiles.cuh
+// before it (gpu::kernels concatenates them).
 //
 // ALGORITHM. A CTA computes one query head h for a tile of BM = 64 consecutive query rows of one
 // sequence; warp w owns rows 16w .. 16w+15 of the tile. Row i of a sequence (0-based among its
@@ -22,14 +22,17 @@
 //      mmas.
 // K and V tiles are gathered from the paged cache by cp.async, 16 bytes at a time (a key row is
 // D * 2 contiguous bytes at cache row (block_table[t >> log2_block] << log2_block | t & (bs - 1)),
-// element g * D of the row), into double buffers: key tile kt + 1's K is issued after tile kt's QK
-// and its V after tile kt's PV, so each load overlaps the other half of the tile's work; two
-// barriers per tile. Keys past the CTA's last row's position (which covers every key >= seq_len)
-// are zero-filled, never read. Shared tiles are rows of D bf16 with the 16-byte chunk c of row r
-// stored at chunk c ^ (r & 7) (XOR swizzle): the 8 row addresses of one ldmatrix matrix then fall
-// in 8 different bank groups. A warp whose rows all end before a key tile skips its QK, gate and
-// PV (later tiles are masked for it too) but keeps loading and meeting the barriers. At the end
-// each row's O is rounded to bf16 once and stored.
+// element g * D of the row; each row is looked up once per tile, for K and V, and handed to the
+// warp's lanes by shuffles), into double buffers: key tile kt + 1 is issued when tile kt begins,
+// so its loads overlap all of tile kt's work; two barriers per tile (tile kt landed; tile kt's
+// buffers free for tile kt + 2). Keys past the CTA's last row's position (which covers every key
+// >= seq_len) are zero-filled, never read. Shared tiles are rows of D bf16 with the 16-byte chunk c
+// of row r stored at chunk c ^ (r & 7) (XOR swizzle): the 8 row addresses of one ldmatrix matrix
+// then fall in 8 different bank groups, and every ldmatrix address is a per-lane base plus
+// compile-time terms and one xor (pair_offset). A warp whose rows all end before a key tile skips
+// its QK, gate and PV (later tiles are masked for it too) but keeps loading and meeting the
+// barriers. At the end each row's O is rounded to bf16 once and stored as whole 16-byte chunks of
+// the row, staged through the warp's own rows of a K buffer.
 // Determinism: every sum has a fixed order (mma's internal order is fixed by the hardware, the key
 // tiles add in order), no atomics, and a row's result depends on its own sequence only.
 //
@@ -41,7 +44,9 @@
 // batch's tile count; CTA (x, h) takes the x-th query tile: sequences in order, each sequence's
 // ceil(query_len / BM) tiles last tile first (the last tile has the most keys). Every warp finds
 // (sequence, tile) itself by scanning query_start_loc 32 sequences per step (warp prefix sum), so
-// no barrier is needed for it; a CTA past the batch's tile count exits at once.
+// no barrier is needed for it (find_prefill_tile, hp1_prefill_tiles.cuh); a CTA past the batch's
+// tile count exits at once. Launch bounds: min_ctas(D) CTAs per SM, 4 / 3 / 1 for D = 64 / 128 /
+// 256 on sm_90 (2 at D = 128 on older GPUs, whose 164 KB of shared memory hold no more).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q               [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D
@@ -65,6 +70,17 @@ constexpr int BM = 64;  // query rows per CTA, 16 per warp
 constexpr int BN = 64;  // keys per tile
 static_assert(BM == 16 * WARPS, "a warp owns 16 query rows");
 
+// CTAs per SM the launch bounds ask for: the most that shared memory holds (SMEM_BYTES below; 164
+// KB on sm_80, 227 KB on sm_90) and that ptxas compiles without spills (128 registers at D = 64,
+// 168 at D = 128; D = 256 needs about 255).
+constexpr int min_ctas(int d) {
+#if __CUDA_ARCH__ >= 900
+  return d == 64 ? 4 : d == 128 ? 3 : 1;
+#else
+  return d == 64 ? 4 : d == 128 ? 2 : 1;
+#endif
+}
+
 // Shared memory layout per head dim: four tiles of 64 rows x D bf16 (K0, K1, V0, V1), then for
 // D = 256 the Q tile; for D <= 128 Q is staged in V1.
 template <int D>
@@ -81,6 +97,10 @@ template <int D>
 __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
   return (unsigned)(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
+
+// The swizzled offset of chunk pair m (chunks 2m, 2m + 1) for a row r with (r >> 1 & 3) << 5 ==
+// y_shift: (m ^ (r >> 1 & 3)) * 32, the xor confined to bits 5 and 6.
+__device__ __forceinline__ unsigned pair_offset(int m, unsigned y_shift) { return ((unsigned)m << 5) ^ y_shift; }
 
 struct Args {
   const unsigned short* __restrict__ q;
@@ -104,60 +124,33 @@ struct Args {
   float clip_max;
 };
 
-// The query tile of CTA x: its sequence and tile index (BM rows each), or seq = -1 past the
-// batch. Run by a whole warp (full-mask shuffles, uniform trip count).
-struct TileRef {
-  int seq, tile;
-};
-__device__ __forceinline__ TileRef find_tile(const int* __restrict__ qsl, int num_seqs, int x) {
-  const unsigned FULL = 0xffffffffu;
-  const int lane = threadIdx.x & 31;
-  int base = 0;  // tiles of the sequences before s0
-  for (int s0 = 0; s0 < num_seqs; s0 += 32) {
-    const int s = s0 + lane;
-    const int n = s < num_seqs ? (qsl[s + 1] - qsl[s] + BM - 1) / BM : 0;
-    int incl = n;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int v = __shfl_up_sync(FULL, incl, o);
-      if (lane >= o) incl += v;
-    }
-    const int start = base + incl - n;
-    const unsigned hit = __ballot_sync(FULL, x >= start && x < start + n);
-    if (hit != 0) {
-      const int l = __ffs(hit) - 1;
-      const int from_start = x - __shfl_sync(FULL, start, l);
-      const int count = __shfl_sync(FULL, n, l);
-      return TileRef{s0 + l, count - 1 - from_start};  // last tile first
-    }
-    base += __shfl_sync(FULL, incl, 31);
-  }
-  return TileRef{-1, 0};
-}
-
-// cp.async of key tile [key0, key0 + BN) of one cache into the swizzled tile at dst; keys at or
-// past key_end are zero-filled without reading the cache or the block table.
+// cp.async of key tile [key0, key0 + BN) of both caches into the swizzled tiles k_dst and v_dst;
+// keys at or past key_end are zero-filled without reading the caches or the block table. Chunk
+// idx = tid + THREADS * i is row idx / CPR, chunk idx % CPR, so a warp's i-th cp.async covers
+// R = 32 / CPR whole rows, and the warp's 16 rows of the tile are looked up once: lane l < 16
+// (and its copy l + 16) reads the cache row of the warp's row for (i, r) = (l / R, l % R), which
+// serves K and V, and each cp.async takes its row by a shuffle (the whole warp calls this).
 template <int D>
-__device__ __forceinline__ void load_kv_tile(unsigned dst, const unsigned short* __restrict__ cache,
-                                             const int* __restrict__ table, int log2_block, unsigned token_bytes,
-                                             int key0, int key_end) {
+__device__ __forceinline__ void load_kv_tiles(unsigned k_dst, unsigned v_dst, const unsigned short* __restrict__ kc,
+                                              const unsigned short* __restrict__ vc, const int* __restrict__ table,
+                                              int log2_block, unsigned token_bytes, int key0, int key_end) {
   constexpr int CPR = D / 8;  // 16-byte chunks per row
-  static_assert(BN * CPR % THREADS == 0, "whole chunks per thread");
-  const int mask = (1 << log2_block) - 1;
+  constexpr int R = 32 / CPR;
+  static_assert(BN * CPR % THREADS == 0 && BN * CPR / THREADS * R == 16, "16 rows per warp, whole rows per cp.async");
+  const unsigned FULL = 0xffffffffu;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, l = lane & 15;
+  const int my_key = key0 + warp * R + l % R + 4 * R * (l / R);
+  const int my_row = my_key < key_end ? (table[my_key >> log2_block] << log2_block) | (my_key & ((1 << log2_block) - 1)) : 0;
 #pragma unroll
-  for (int i = 0; i < BN * CPR / THREADS; ++i) {
-    const int idx = (int)threadIdx.x + i * THREADS;
-    const int row = idx / CPR, chunk = idx % CPR;
-    const int key = key0 + row;
-    const bool valid = key < key_end;
-    const unsigned short* src = cache;
-    if (valid) {
-      const int cache_row = (table[key >> log2_block] << log2_block) | (key & mask);
-      src = reinterpret_cast<const unsigned short*>(reinterpret_cast<const char*>(cache) +
-                                                    (unsigned long long)(unsigned)cache_row * token_bytes) +
-            chunk * 8;
-    }
-    tc::cp_async_16(dst + swizzle<D>(row, chunk), src, valid);
+  for (int i = 0; i < 16 / R; ++i) {
+    const int row = warp * R + lane / CPR + 4 * R * i, chunk = lane % CPR;
+    const int cache_row = __shfl_sync(FULL, my_row, i * R + lane / CPR);
+    const bool valid = key0 + row < key_end;
+    // Bytes from the head's first element; 0 (an address never read) when masked.
+    const unsigned long long offset = valid ? (unsigned long long)(unsigned)cache_row * token_bytes + chunk * 16 : 0;
+    const unsigned dst = swizzle<D>(row, chunk);
+    tc::cp_async_16(k_dst + dst, reinterpret_cast<const char*>(kc) + offset, valid);
+    tc::cp_async_16(v_dst + dst, reinterpret_cast<const char*>(vc) + offset, valid);
   }
 }
 
@@ -187,13 +180,9 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y;
 
-  const TileRef ref = find_tile(a.query_start_loc, a.num_seqs, blockIdx.x);
-  if (ref.seq < 0) return;  // the same in every warp
-  const int q_start = a.query_start_loc[ref.seq];
-  const int qlen = a.query_start_loc[ref.seq + 1] - q_start;
-  const int prefix = a.seq_lens[ref.seq] - qlen;
-  const int i0 = ref.tile * BM;
-  const int rows_here = min(BM, qlen - i0);
+  const PrefillTile tile = find_prefill_tile(a.query_start_loc, a.seq_lens, a.num_seqs, blockIdx.x, BM);
+  if (tile.seq < 0) return;  // the same in every warp
+  const int q_start = tile.token0, prefix = tile.prefix, i0 = tile.row0, rows_here = tile.rows;
   const int key_end = prefix + i0 + rows_here;  // keys past the tile's last row are never needed
   const int num_kt = (key_end + BN - 1) / BN;
   // This lane's rows (g and g + 8 of the warp) and the warp's last row, as positions (-1: none).
@@ -206,7 +195,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   const unsigned token_bytes = (unsigned)(a.kv_heads * D * 2);
   const unsigned short* __restrict__ kc = a.key_cache + (long long)kvh * D;
   const unsigned short* __restrict__ vc = a.value_cache + (long long)kvh * D;
-  const int* __restrict__ table = a.block_table + (long long)ref.seq * a.max_blocks;
+  const int* __restrict__ table = a.block_table + (long long)tile.seq * a.max_blocks;
   GateParams gp;
   gp.scale = a.scale;
   gp.sigma = a.sigma[h];
@@ -218,24 +207,31 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   gp.relu_pre = a.relu_pre;
 
   const unsigned sm = tc::smem_addr(tc::dynamic_smem());
-  // Groups: {Q, K_0}, {V_0}; then per tile kt: {K_kt+1}, {V_kt+1} (empty past the last tile).
+  // cp.async groups: {Q, key tile 0}, then one per key tile kt: {key tile kt + 1} (empty past the
+  // last tile).
   load_q_tile<D>(sm + L::Q, a.q + (long long)(q_start + i0) * a.q_row_stride + (long long)h * D, a.q_row_stride,
                  rows_here);
-  load_kv_tile<D>(sm + L::K0, kc, table, a.log2_block, token_bytes, 0, key_end);
+  load_kv_tiles<D>(sm + L::K0, sm + L::V0, kc, vc, table, a.log2_block, token_bytes, 0, key_end);
   tc::cp_async_commit();
-  load_kv_tile<D>(sm + L::V0, vc, table, a.log2_block, token_bytes, 0, key_end);
-  tc::cp_async_commit();
-  tc::cp_async_wait<1>();
-  __syncthreads();
 
-  // A-fragment address of this lane for k-step kk (rows lane & 15, column half lane >> 4), and the
-  // B-fragment addresses: K (non-trans, n-tile pair p) and V (trans, key step kk).
-  const int a_row = lane & 15, a_half = lane >> 4;
-  const int k_row = (lane & 7) + ((lane >> 4) << 3), k_half = (lane >> 3) & 1;
+  // ldmatrix row addresses of this lane: Q (A fragments of k-step kk: row lane & 15, chunk
+  // 2 kk + (lane >> 4)), K (B fragments of n-tiles 2p, 2p + 1 and k-step kk: key 16p + (lane & 7)
+  // + 8 (lane >> 4), chunk 2 kk + (lane >> 3 & 1)) and V (transposed B fragments of output tiles
+  // 2 dp, 2 dp + 1 and key step kk: key 16 kk + (lane & 15), chunk 2 dp + (lane >> 4)). Every such
+  // row r has r & 7 == lane & 7, so the swizzled chunk 2m + b (b the lane's half) is
+  // 2 (m ^ y) + (b ^ (lane & 1)) with y = lane >> 1 & 3: a per-lane base, the compile-time row
+  // and chunk-pair terms, and one xor (pair_offset), so no address needs a register of its own.
+  const unsigned y_shift = (unsigned)((lane >> 1) & 3) << 5;
+  const unsigned q_base = sm + L::Q + (wrow + (lane & 15)) * (2 * D) + (((lane >> 4) ^ (lane & 1)) << 4);
+  const unsigned k_base = ((lane & 7) + ((lane >> 4) << 3)) * (2 * D) + ((((lane >> 3) & 1) ^ (lane & 1)) << 4);
+  const unsigned v_base = (lane & 15) * (2 * D) + (((lane >> 4) ^ (lane & 1)) << 4);
   unsigned qf[L::Q_IN_REGS ? KSTEPS : 1][4];
   if constexpr (L::Q_IN_REGS) {
+    tc::cp_async_wait<0>();
+    __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < KSTEPS; ++kk) tc::ldmatrix_x4(qf[kk], sm + L::Q + swizzle<D>(wrow + a_row, 2 * kk + a_half));
+    for (int kk = 0; kk < KSTEPS; ++kk) tc::ldmatrix_x4(qf[kk], q_base + pair_offset(kk, y_shift));
+    __syncthreads();  // every warp holds its Q before key tile 1's V lands on the staging buffer
   }
 
   FirTail tail;
@@ -248,13 +244,15 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   for (int kt = 0; kt < num_kt; ++kt) {
     const int key0 = kt * BN;
     const unsigned kbuf = sm + L::K0 + (kt & 1) * L::TILE, vbuf = sm + L::V0 + (kt & 1) * L::TILE;
-    const bool active = key0 <= warp_last;  // uniform over the warp
-    // The other K buffer was last read by tile kt - 1's QK, before the barrier ahead of its PV.
+    // The other buffers were last read by key tile kt - 1, before the barrier that ended it.
     if (kt + 1 < num_kt)
-      load_kv_tile<D>(sm + L::K0 + ((kt + 1) & 1) * L::TILE, kc, table, a.log2_block, token_bytes, key0 + BN, key_end);
+      load_kv_tiles<D>(sm + L::K0 + ((kt + 1) & 1) * L::TILE, sm + L::V0 + ((kt + 1) & 1) * L::TILE, kc, vc, table,
+                       a.log2_block, token_bytes, key0 + BN, key_end);
     tc::cp_async_commit();
-    float s[8][4];
-    if (active) {
+    tc::cp_async_wait<1>();  // key tile kt landed (kt + 1 may still fly)
+    __syncthreads();
+    if (key0 <= warp_last) {  // uniform over the warp
+      float s[8][4];
 #pragma unroll
       for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
@@ -266,26 +264,19 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
           qa[2] = qf[kk][2];
           qa[3] = qf[kk][3];
         } else {
-          tc::ldmatrix_x4(qa, sm + L::Q + swizzle<D>(wrow + a_row, 2 * kk + a_half));
+          tc::ldmatrix_x4(qa, q_base + pair_offset(kk, y_shift));
         }
 #pragma unroll
         for (int p = 0; p < 4; ++p) {
           unsigned kb[4];
-          tc::ldmatrix_x4(kb, kbuf + swizzle<D>(16 * p + k_row, 2 * kk + k_half));
+          tc::ldmatrix_x4(kb, kbuf + k_base + 16 * p * (2 * D) + pair_offset(kk, y_shift));
           tc::mma_bf16_16816(s[2 * p], qa, kb[0], kb[1]);
           tc::mma_bf16_16816(s[2 * p + 1], qa, kb[2], kb[3]);
         }
       }
-    }
-    if (active) gate_tile<0, -1, true>(s, tail, key0, pos_lo, pos_hi, gp);
-    tc::cp_async_wait<1>();  // V_kt landed (K_kt+1 may still fly)
-    __syncthreads();
-    // The other V buffer (Q's staging for D <= 128) was last read by tile kt - 1's PV, before
-    // the barrier that ended tile kt - 1 (for kt = 0: Q was read before tile 0 began).
-    if (kt + 1 < num_kt)
-      load_kv_tile<D>(sm + L::V0 + ((kt + 1) & 1) * L::TILE, vc, table, a.log2_block, token_bytes, key0 + BN, key_end);
-    tc::cp_async_commit();
-    if (active) {
+      // One gate variant (taps and relu_pre at run time, the causal test on every tile): a
+      // second, unmasked copy for the tiles below the diagonal made ptxas spill.
+      gate_tile<0, -1, true>(s, tail, key0, pos_lo, pos_hi, gp);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) {
         unsigned pa[4];
@@ -297,15 +288,14 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
 #pragma unroll
           for (int dp = 0; dp < DT / 2; ++dp) {
             unsigned vb[4];
-            tc::ldmatrix_x4_trans(vb, vbuf + swizzle<D>(16 * kk + a_row, 2 * dp + a_half));
+            tc::ldmatrix_x4_trans(vb, vbuf + v_base + 16 * kk * (2 * D) + pair_offset(dp, y_shift));
             tc::mma_bf16_16816(o[2 * dp], pa, vb[0], vb[1]);
             tc::mma_bf16_16816(o[2 * dp + 1], pa, vb[2], vb[3]);
           }
         }
       }
     }
-    tc::cp_async_wait<1>();  // K_kt+1 landed
-    __syncthreads();
+    __syncthreads();  // key tile kt's buffers are free for key tile kt + 2
   }
 
   // Each row's O rounded to bf16 once, staged through the warp's own 16 rows of the K0 tile (free
@@ -340,13 +330,14 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
       int kv_heads, int log2_block, float scale, int fir_k, int relu_pre, float clip_min,             \
       float clip_max, unsigned short *out
 
-#define HP1_PREFILL_ENTRY(D)                                                                            \
-  extern "C" __global__ void __launch_bounds__(hp1_prefill::THREADS) hp1_prefill_mma_d##D(HP1_PREFILL_PARAMS) { \
-    hp1_prefill::prefill<D>(hp1_prefill::Args{q, q_row_stride, key_cache, value_cache, block_table, max_blocks, \
-                                              seq_lens, query_start_loc, num_seqs, sigma, gamma, heads,        \
-                                              kv_heads, log2_block, scale, fir_k, relu_pre, clip_min,          \
-                                              clip_max},                                                       \
-                            out);                                                                              \
+#define HP1_PREFILL_ENTRY(D)                                                                          \
+  extern "C" __global__ void __launch_bounds__(hp1_prefill::THREADS, hp1_prefill::min_ctas(D))           \
+      hp1_prefill_mma_d##D(HP1_PREFILL_PARAMS) {                                                        \
+    hp1_prefill::prefill<D>(hp1_prefill::Args{q, q_row_stride, key_cache, value_cache, block_table,     \
+                                              max_blocks, seq_lens, query_start_loc, num_seqs, sigma,  \
+                                              gamma, heads, kv_heads, log2_block, scale, fir_k,        \
+                                              relu_pre, clip_min, clip_max},                           \
+                            out);                                                                        \
   }
 
 HP1_PREFILL_ENTRY(64)

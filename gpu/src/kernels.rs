@@ -13,12 +13,14 @@ pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: include_s
 pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!("../kernels/hp1_rows.cu") };
 
 /// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the inline-PTX
-/// wrappers, the register-fragment FIR gate, then the kernel; see `hp1_prefill_mma.cu`'s header.
+/// wrappers, the register-fragment FIR gate, the query-tile lookup, then the kernel; see
+/// `hp1_prefill_mma.cu`'s header.
 pub const HP1_PREFILL_MMA: Kernel = Kernel {
     name: "hp1_prefill_mma.cu",
     source: concat!(
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/hp1_prefill_gate.cuh"),
+        include_str!("../kernels/hp1_prefill_tiles.cuh"),
         include_str!("../kernels/hp1_prefill_mma.cu")
     ),
 };
