@@ -36,16 +36,16 @@
 // Determinism: every sum has a fixed order (mma's internal order is fixed by the hardware, the key
 // tiles add in order), no atomics, and a row's result depends on its own sequence only.
 //
-// LAUNCH. Grid (tile_slots, Hq, 1), block THREADS = 128 (4 warps), dynamic shared memory
+// LAUNCH. Grid (Hq, tile_slots, 1), block THREADS = 128 (4 warps), dynamic shared memory
 // SMEM_BYTES(D) = 512 * D bytes for D <= 128 (K and V double buffers of 64 rows x D bf16; Q is
 // staged in the second V buffer before that buffer's first load) and 640 * D bytes for D = 256
 // (a Q tile of its own): 32 KB, 64 KB, 160 KB for D = 64, 128, 256 (the host raises
 // MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KB). tile_slots = ceil(rows / BM) + num_seqs bounds the
-// batch's tile count; CTA (x, h) takes the x-th query tile: sequences in order, each sequence's
-// ceil(query_len / BM) tiles last tile first (the last tile has the most keys). Every warp finds
-// (sequence, tile) itself by scanning query_start_loc 32 sequences per step (warp prefix sum), so
-// no barrier is needed for it (find_prefill_tile, hp1_prefill_tiles.cuh); a CTA past the batch's
-// tile count exits at once. Launch bounds: min_ctas(D) CTAs per SM, 4 / 3 / 1 for D = 64 / 128 /
+// batch's tile count; CTA (h, x) takes head h of the x-th query tile in the order of
+// hp1_prefill_tiles.cuh (every sequence's last tile first, then the second-to-last, ...: the
+// tiles with the most keys start first). Every warp finds (sequence, tile) itself
+// (find_prefill_tile), so no barrier is needed for it; a CTA past the batch's tile count exits
+// at once. Launch bounds: min_ctas(D) CTAs per SM, 4 / 3 / 1 for D = 64 / 128 /
 // 256 on sm_90 (2 at D = 128 on older GPUs, whose 164 KB of shared memory hold no more).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
@@ -178,9 +178,9 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   constexpr int DT = D / 8;       // PV n-tiles (output columns / 8)
   const unsigned FULL = 0xffffffffu;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int h = blockIdx.y;
+  const int h = blockIdx.x;
 
-  const PrefillTile tile = find_prefill_tile(a.query_start_loc, a.seq_lens, a.num_seqs, blockIdx.x, BM);
+  const PrefillTile tile = find_prefill_tile(a.query_start_loc, a.seq_lens, a.num_seqs, blockIdx.y, BM);
   if (tile.seq < 0) return;  // the same in every warp
   const int q_start = tile.token0, prefix = tile.prefix, i0 = tile.row0, rows_here = tile.rows;
   const int key_end = prefix + i0 + rows_here;  // keys past the tile's last row are never needed

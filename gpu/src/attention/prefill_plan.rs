@@ -6,7 +6,9 @@
 //! `heads_per_cta` query heads, and walks that tile's keys in tiles of 64 on the tensor cores.
 //! MMA: 64 rows of one head (4 warps). WGMMA: two warpgroups sharing each K and V tile, either
 //! on the two heads of one kv head over 64 rows (`Hq / Hkv` even: both heads read the same K and
-//! V) or on 128 rows of one head. The grid is `(tile_slots, Hq / heads_per_cta)`, where
+//! V) or on 128 rows of one head. The grid is `(Hq / heads_per_cta, tile_slots)` (heads vary
+//! fastest, so the launch follows the kernels' tile order: every sequence's last tile, the one
+//! with the most keys, first), where
 //! `tile_slots` bounds the tile count of any batch of at most `rows` query rows in at most
 //! `max_seqs` sequences (`ceil(rows / tile_rows) + max_seqs`: each sequence adds at most one
 //! partial tile); the CTAs past the batch's real tile count exit at once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
@@ -147,7 +149,7 @@ pub struct PrefillPlan {
     pub heads_per_cta: usize,
     /// Query rows per CTA.
     pub tile_rows: usize,
-    /// `(tile_slots, Hq / heads_per_cta)`.
+    /// `(Hq / heads_per_cta, tile_slots)`.
     pub grid: (u32, u32),
     /// Threads per CTA.
     pub block: u32,
@@ -176,13 +178,13 @@ impl PrefillPlan {
         let (heads_per_cta, tile_rows) = (kernel.heads_per_cta(&g), kernel.tile_rows(kernel.heads_per_cta(&g)));
         let slots = g.rows.div_ceil(tile_rows).checked_add(geometry.max_seqs);
         let slots = match slots {
-            Some(n) if n <= i32::MAX as usize => n as u32,
-            _ => return Err(unsupported(kernel, format!("{geometry:?} needs more than 2^31 - 1 query tiles"))),
+            Some(n) if n <= 65535 => n as u32,
+            _ => return Err(unsupported(kernel, format!("{geometry:?} needs more than 65535 query tiles"))),
         };
         let head_ctas = u32::try_from(g.num_heads / heads_per_cta)
             .ok()
-            .filter(|&h| h <= 65535)
-            .ok_or_else(|| unsupported(kernel, format!("at most 65535 query heads per CTA row, got {}", g.num_heads)))?;
+            .filter(|&h| h <= i32::MAX as u32)
+            .ok_or_else(|| unsupported(kernel, format!("at most 2^31 - 1 head CTAs, got {}", g.num_heads)))?;
         let entry = match kernel {
             PrefillKernel::Mma => format!("hp1_prefill_mma_d{}", g.head_dim),
             PrefillKernel::Wgmma => format!("hp1_prefill_wgmma_d{}_h{heads_per_cta}", g.head_dim),
@@ -194,7 +196,7 @@ impl PrefillPlan {
             entry,
             heads_per_cta,
             tile_rows,
-            grid: (slots, head_ctas),
+            grid: (head_ctas, slots),
             block: kernel.threads(),
             shared_bytes: kernel.shared_bytes(g.head_dim) as u32,
         })
@@ -284,12 +286,12 @@ mod tests {
         let g = step(300, 5, 300, 128);
         let plan = PrefillPlan::new(g, PrefillKernel::Mma).unwrap();
         assert_eq!(plan.entry, "hp1_prefill_mma_d128");
-        assert_eq!((plan.grid, plan.block), ((5 + 5, 8), 128));
+        assert_eq!((plan.grid, plan.block), ((8, 5 + 5), 128));
         // Every split of 300 rows over up to 5 sequences fits in the slots.
         let tiles = |lens: &[usize]| lens.iter().map(|l| l.div_ceil(64)).sum::<usize>();
         for lens in [&[300][..], &[1, 1, 1, 1, 296], &[60, 60, 60, 60, 60], &[65, 65, 65, 65, 40]] {
             assert_eq!(lens.iter().sum::<usize>(), 300);
-            assert!(tiles(lens) <= plan.grid.0 as usize, "{lens:?}");
+            assert!(tiles(lens) <= plan.grid.1 as usize, "{lens:?}");
         }
         assert_eq!(plan.shared_bytes, 64 << 10, "K and V double buffers, Q staged in one");
         let wide = PrefillPlan::new(step(300, 5, 300, 256), PrefillKernel::Mma).unwrap();
@@ -297,11 +299,11 @@ mod tests {
         let wgmma = PrefillPlan::new(g, PrefillKernel::Wgmma).unwrap();
         assert_eq!(wgmma.shared_bytes, (96 << 10) + 1024);
         // Hq / Hkv = 2: two heads of 64 rows per CTA, half the head CTAs.
-        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid, wgmma.block), (2, 64, (10, 4), 256));
+        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid, wgmma.block), (2, 64, (4, 10), 256));
         // An odd ratio: 128 rows of one head per CTA.
         let odd = StepGeometry { base: Geometry { num_heads: 6, num_kv_heads: 2, ..g.base }, ..g };
         let wgmma = PrefillPlan::new(odd, PrefillKernel::Wgmma).unwrap();
-        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid), (1, 128, (3 + 5, 6)));
+        assert_eq!((wgmma.heads_per_cta, wgmma.tile_rows, wgmma.grid), (1, 128, (6, 3 + 5)));
         assert_eq!(wgmma.entry, "hp1_prefill_wgmma_d128_h1");
     }
 
@@ -313,6 +315,10 @@ mod tests {
         assert!(err.contains("at least 1"), "{err}");
         let err = PrefillPlan::new(step(64, 1, 64, 96), PrefillKernel::Mma).unwrap_err().to_string();
         assert!(err.contains("got 96"), "{err}");
+        // The tile slots are the grid's y dimension: at most 65535.
+        PrefillPlan::new(step(64 * 65000, 535, 64, 128), PrefillKernel::Mma).unwrap();
+        let err = PrefillPlan::new(step(64 * 65000, 536, 64, 128), PrefillKernel::Mma).unwrap_err().to_string();
+        assert!(err.contains("more than 65535 query tiles"), "{err}");
     }
 
     #[test]
