@@ -5,9 +5,9 @@
 // how a tile is computed.
 //
 // ALGORITHM. One CTA = two warpgroups (256 threads) sharing every K and V tile. With HPC = 2
-// heads per CTA (Hq / Hkv even) warpgroup w computes head 2 blockIdx.y + w on the CTA's 64 query
+// heads per CTA (Hq / Hkv even) warpgroup w computes head 2 blockIdx.x + w on the CTA's 64 query
 // rows (both heads read kv head h / (Hq / Hkv)); with HPC = 1 it computes rows 64 w .. 64 w + 63
-// of the CTA's 128 rows of head blockIdx.y. Warp w of a warpgroup owns its rows 16w .. 16w + 15,
+// of the CTA's 128 rows of head blockIdx.x. Warp w of a warpgroup owns its rows 16w .. 16w + 15,
 // which is how a wgmma m64 accumulator is spread over the warpgroup. The CTA's keys 0 .. last_pos
 // are walked in tiles of BN = 64:
 //   1. Loads: each warpgroup's Q (once) and each key tile's K and V rows are gathered from the
@@ -36,7 +36,7 @@
 // Determinism: fixed summation orders (wgmma's internal order, key tiles in order), no atomics,
 // and a row's result depends on its own sequence and head only.
 //
-// LAUNCH. grid (tile_slots, Hq / HPC), block 256, tile_slots = ceil(rows / BM) + num_seqs with
+// LAUNCH. grid (Hq / HPC, tile_slots), block 256, tile_slots = ceil(rows / BM) + num_seqs with
 // BM = 128 / HPC (hp1_prefill_tiles.cuh maps a CTA to its tile), dynamic shared memory
 // (2 * 64 + 2 * 2 * 64) * D * 2 bytes plus 1024 for aligning the tiles to 1024 bytes: 50176 for
 // D = 64 and 99328 for D = 128 (PrefillKernel::shared_bytes). Entries
@@ -111,11 +111,11 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   constexpr int CHUNKS = D / 8;
   constexpr int TILE = BN * D * 2;        // bytes of one 64-row tile
   constexpr int BM = 64 * WGS / HPC;      // query rows per CTA
-  const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.x, BM);
+  const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.y, BM);
   if (tile.seq < 0) return;
   const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
   // Warpgroup wg: head h0 + wg on the CTA's rows (HPC = 2), or rows 64 wg .. of head h0.
-  const int h = blockIdx.y * HPC + (HPC == 2 ? wg : 0), g = h / (heads / kv_heads);
+  const int h = blockIdx.x * HPC + (HPC == 2 ? wg : 0), g = h / (heads / kv_heads);
   const int rb = HPC == 2 ? 0 : 64 * wg;
   const int wg_rows = max(0, min(64, tile.rows - rb));
 
