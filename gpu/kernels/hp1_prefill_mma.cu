@@ -45,8 +45,7 @@
 // hp1_prefill_tiles.cuh (every sequence's last tile first, then the second-to-last, ...: the
 // tiles with the most keys start first). Every warp finds (sequence, tile) itself
 // (find_prefill_tile), so no barrier is needed for it; a CTA past the batch's tile count exits
-// at once. Launch bounds: min_ctas(D) CTAs per SM, 4 / 3 / 1 for D = 64 / 128 /
-// 256 on sm_90 (2 at D = 128 on older GPUs, whose 164 KB of shared memory hold no more).
+// at once. Launch bounds: min_ctas(D) CTAs per SM, 3 / 2 / 1 for D = 64 / 128 / 256.
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q               [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D
@@ -70,16 +69,11 @@ constexpr int BM = 64;  // query rows per CTA, 16 per warp
 constexpr int BN = 64;  // keys per tile
 static_assert(BM == 16 * WARPS, "a warp owns 16 query rows");
 
-// CTAs per SM the launch bounds ask for: the most that shared memory holds (SMEM_BYTES below; 164
-// KB on sm_80, 227 KB on sm_90) and that ptxas compiles without spills (128 registers at D = 64,
-// 168 at D = 128; D = 256 needs about 255).
-constexpr int min_ctas(int d) {
-#if __CUDA_ARCH__ >= 900
-  return d == 64 ? 4 : d == 128 ? 3 : 1;
-#else
-  return d == 64 ? 4 : d == 128 ? 2 : 1;
-#endif
-}
+// CTAs per SM the launch bounds ask for: per head dim the most at which ptxas compiles every
+// entry without spills on sm_80, sm_86, sm_89 and sm_90 with room to spare (4 CTAs at D = 64, i.e.
+// 128 registers, spilled on sm_86 and sm_89; 3 at D = 128 spilled on sm_90), and no more than the
+// shared memory of an sm_80 SM (164 KB) holds.
+constexpr int min_ctas(int d) { return d == 64 ? 3 : d == 128 ? 2 : 1; }
 
 // Shared memory layout per head dim: four tiles of 64 rows x D bf16 (K0, K1, V0, V1), then for
 // D = 256 the Q tile; for D <= 128 Q is staged in V1.
