@@ -20,14 +20,18 @@
 //! all short runs as fake decode (the decode kernels over one row per query token, whose split-K
 //! fills the GPU with few rows); longer prefills run on WGMMA on Hopper (`sm_90`) for the head
 //! dims it is built for, else on MMA on any GPU from `sm_80`, else as fake decode.
-//! [`FAKE_DECODE_MAX_QUERY`] is the crossover, measured by `asynct-bench --prefill-crossover`.
+//! [`FAKE_DECODE_MAX_QUERY`] is the crossover, measured by `asynct-bench --prefill-crossover`
+//! on an H200 (8 sequences after 4096 cached tokens, D 128, Hq/Hkv 8/4): fake decode grows with
+//! the rows (144, 268, 523 us at queries 16, 32, 64) while the tensor-core prefills do not
+//! (WGMMA 141, 136, 137 us; MMA 188, 183, 202 us), so they tie at 16 and the tensor cores win
+//! from there up.
 
 use super::launch::GateParams;
 use super::plan::{Geometry, Plan};
 use crate::error::{Error, Result};
 
 /// The longest query (tokens per sequence in the step) that still runs as fake decode.
-pub const FAKE_DECODE_MAX_QUERY: usize = 64;
+pub const FAKE_DECODE_MAX_QUERY: usize = 16;
 /// Keys per tile of both tensor-core kernels.
 pub const KEY_TILE: usize = 64;
 /// The FIR taps the specialised prefill entries are compiled for (with `relu_pre`): the
