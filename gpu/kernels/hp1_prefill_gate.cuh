@@ -19,9 +19,10 @@
 // quad: the pair of lane t-k (k = 1, 2, 3) of n-tile j when t >= k, else of n-tile j-1, plus (for
 // F = 8) this lane's own pair of n-tile j-1. Which n-tile the reader wants depends only on the
 // source lane's t (t + k <= 3 means the reader's t is >= k), so the source picks before one
-// __shfl_sync per (k, element): up to 6 per n-tile and row. The full-warp mask is right here: a
-// warp calls the gate as a whole (every lane the same trip counts; only the warp-uniform fir_k
-// guards the shuffles), never from divergent code. N-tile -1 of key tile 0 is the FIR tail.
+// __shfl_sync per (k, element): up to 6 per n-tile and row, only as many as the compile-time
+// taps need (2 for 3 taps). The full-warp mask is right here: a warp calls the gate as a whole
+// (every lane the same trip counts, no shuffle under a run-time condition), never from divergent
+// code. N-tile -1 of key tile 0 is the FIR tail.
 //
 // FIR TAIL. FirTail holds this lane's r of the previous key tile's n-tile 7 (keys key0 - 8 + 2t
 // and key0 - 7 + 2t) for row g (r[0][0..1]) and row g + 8 (r[1][0..1]): exactly the values n-tile
