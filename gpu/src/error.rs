@@ -65,3 +65,8 @@ pub enum Error {
 
 /// The GPU crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// [`Error::Unsupported`] for `entry` (a kernel entry point or path) with the limit and value.
+pub(crate) fn unsupported(entry: &str, reason: String) -> Error {
+    Error::Unsupported { entry: entry.to_string(), reason }
+}

@@ -10,7 +10,7 @@
 use cudarc::driver::CudaSlice;
 use half::bf16;
 
-use super::launch::Operands;
+use super::launch::{LayerBuffers, Operands};
 use super::plan::Geometry;
 use super::prefill_launch::PrefillOperands;
 use super::rows::RowOperands;
@@ -44,19 +44,40 @@ pub struct AttnBuffers {
     num_seqs: usize,
     num_tokens: usize,
     num_blocks: usize,
+    layer: LayerSlices,
+    seq_lens: CudaSlice<i32>,
+    query_start_loc: CudaSlice<i32>,
+    row_seq: CudaSlice<i32>,
+    row_len: CudaSlice<i32>,
+    workspace: Option<CudaSlice<f32>>,
+    counters: Option<CudaSlice<i32>>,
+}
+
+/// The buffers behind [`LayerBuffers`], apart so that lending them borrows nothing else.
+struct LayerSlices {
     q: CudaSlice<bf16>,
     key_cache: CudaSlice<bf16>,
     value_cache: CudaSlice<bf16>,
     block_table: CudaSlice<i32>,
-    seq_lens: CudaSlice<i32>,
-    query_start_loc: CudaSlice<i32>,
     sigma: CudaSlice<f32>,
     gamma: CudaSlice<f32>,
-    row_seq: CudaSlice<i32>,
-    row_len: CudaSlice<i32>,
     out: CudaSlice<bf16>,
-    workspace: Option<CudaSlice<f32>>,
-    counters: Option<CudaSlice<i32>>,
+}
+
+impl LayerSlices {
+    /// Views of every buffer, `q` packed (`q_row_stride = Hq * D`).
+    fn views(&mut self, g: &Geometry) -> LayerBuffers<'_> {
+        LayerBuffers {
+            q: self.q.as_view(),
+            q_row_stride: g.num_heads * g.head_dim,
+            key_cache: self.key_cache.as_view(),
+            value_cache: self.value_cache.as_view(),
+            block_table: self.block_table.as_view(),
+            sigma: self.sigma.as_view(),
+            gamma: self.gamma.as_view(),
+            out: self.out.as_view_mut(),
+        }
+    }
 }
 
 impl AttnBuffers {
@@ -104,17 +125,19 @@ impl AttnBuffers {
             num_seqs,
             num_tokens,
             num_blocks,
-            q,
-            key_cache: gpu.upload(host.key_cache)?,
-            value_cache: gpu.upload(host.value_cache)?,
-            block_table: gpu.upload(host.block_table)?,
+            layer: LayerSlices {
+                q,
+                key_cache: gpu.upload(host.key_cache)?,
+                value_cache: gpu.upload(host.value_cache)?,
+                block_table: gpu.upload(host.block_table)?,
+                sigma: gpu.upload(host.sigma)?,
+                gamma: gpu.upload(host.gamma)?,
+                out: gpu.zeros(g.rows * head_row)?,
+            },
             seq_lens: gpu.upload(host.seq_lens)?,
             query_start_loc: gpu.upload(host.query_start_loc)?,
-            sigma: gpu.upload(host.sigma)?,
-            gamma: gpu.upload(host.gamma)?,
             row_seq: gpu.zeros(g.rows)?,
             row_len: gpu.zeros(g.rows)?,
-            out: gpu.zeros(g.rows * head_row)?,
             workspace: None,
             counters: None,
         })
@@ -157,11 +180,11 @@ impl AttnBuffers {
         seq_lens: &[i32],
         query_start_loc: &[i32],
     ) -> Result<()> {
-        if block_table.len() != self.block_table.len() || seq_lens.len() != self.num_seqs {
+        if block_table.len() != self.layer.block_table.len() || seq_lens.len() != self.num_seqs {
             return bad(format!(
                 "new metadata must keep {} sequences and {} table entries, got {} and {}",
                 self.num_seqs,
-                self.block_table.len(),
+                self.layer.block_table.len(),
                 seq_lens.len(),
                 block_table.len()
             ));
@@ -171,7 +194,7 @@ impl AttnBuffers {
             return bad(format!("new metadata must keep {} query rows, got {num_tokens}", self.num_tokens));
         }
         let stream = gpu.stream();
-        stream.memcpy_htod(block_table, &mut self.block_table)?;
+        stream.memcpy_htod(block_table, &mut self.layer.block_table)?;
         stream.memcpy_htod(seq_lens, &mut self.seq_lens)?;
         stream.memcpy_htod(query_start_loc, &mut self.query_start_loc)?;
         Ok(())
@@ -179,13 +202,13 @@ impl AttnBuffers {
 
     /// Fills the output with NaN, so that an element a launch forgets to write shows.
     pub fn poison_output(&mut self, gpu: &Gpu) -> Result<()> {
-        let nan = vec![bf16::NAN; self.out.len()];
-        Ok(gpu.stream().memcpy_htod(&nan, &mut self.out)?)
+        let nan = vec![bf16::NAN; self.layer.out.len()];
+        Ok(gpu.stream().memcpy_htod(&nan, &mut self.layer.out)?)
     }
 
     /// The output, `[rows, Hq, D]` (synchronises).
     pub fn download_output(&self, gpu: &Gpu) -> Result<Vec<bf16>> {
-        gpu.download(&self.out)
+        gpu.download(&self.layer.out)
     }
 
     /// `(row_seq, row_len)` as the device holds them (synchronises).
@@ -206,36 +229,20 @@ impl AttnBuffers {
 
     /// The buffers of a tensor-core prefill launch.
     pub fn prefill_operands(&mut self) -> PrefillOperands<'_> {
-        let g = self.geometry;
         PrefillOperands {
-            q: self.q.as_view(),
-            q_row_stride: g.num_heads * g.head_dim,
-            key_cache: self.key_cache.as_view(),
-            value_cache: self.value_cache.as_view(),
-            block_table: self.block_table.as_view(),
+            layer: self.layer.views(&self.geometry),
             seq_lens: self.seq_lens.as_view(),
             query_start_loc: self.query_start_loc.as_view(),
             num_seqs: self.num_seqs,
-            sigma: self.sigma.as_view(),
-            gamma: self.gamma.as_view(),
-            out: self.out.as_view_mut(),
         }
     }
 
     /// The buffers of the attention launch.
     pub fn operands(&mut self) -> Operands<'_> {
-        let g = self.geometry;
         Operands {
-            q: self.q.as_view(),
-            q_row_stride: g.num_heads * g.head_dim,
-            key_cache: self.key_cache.as_view(),
-            value_cache: self.value_cache.as_view(),
-            block_table: self.block_table.as_view(),
+            layer: self.layer.views(&self.geometry),
             row_seq: self.row_seq.as_view(),
             row_len: self.row_len.as_view(),
-            sigma: self.sigma.as_view(),
-            gamma: self.gamma.as_view(),
-            out: self.out.as_view_mut(),
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
         }

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
-use crate::error::{Error, Result};
+use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{check_aligned, launch_error, Gpu};
 
 /// The gate parameters shared by all heads of a layer (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -44,8 +44,10 @@ impl GateParams {
     }
 }
 
-/// The device buffers of one attention call (shapes in the kernel header of `hp1_decode.cu`).
-pub struct Operands<'a> {
+/// The buffers every HP1 attention launch takes, decode and prefill alike: one layer's queries,
+/// its paged cache, its gate weights and the output (shapes in the kernel header of
+/// `hp1_decode.cu`). Both launches check them with [`LayerBuffers::check`].
+pub struct LayerBuffers<'a> {
     /// `[rows, q_row_stride]`: head `h` of row `r` at `r * q_row_stride + h * D`. Like the
     /// caches and the workspace, it must start on a 16-byte boundary (it is read in vectors).
     pub q: CudaView<'a, bf16>,
@@ -57,16 +59,46 @@ pub struct Operands<'a> {
     pub value_cache: CudaView<'a, bf16>,
     /// `[num_seqs, max_blocks_per_seq]` physical block numbers.
     pub block_table: CudaView<'a, i32>,
-    /// `[rows]` from [`Hp1Attention::build_rows`].
-    pub row_seq: CudaView<'a, i32>,
-    /// `[rows]` from [`Hp1Attention::build_rows`].
-    pub row_len: CudaView<'a, i32>,
     /// `[Hq]` FIR weights.
     pub sigma: CudaView<'a, f32>,
     /// `[Hq]` output gains.
     pub gamma: CudaView<'a, f32>,
     /// `[rows, Hq, D]` out.
     pub out: CudaViewMut<'a, bf16>,
+}
+
+impl LayerBuffers<'_> {
+    /// Checks `q`'s stride and reach, the caches, the per-head arrays, the output and the
+    /// alignment of the buffers read in vectors against `g` (the block table's shape is the
+    /// caller's: decode and prefill read it differently).
+    pub(super) fn check(&self, entry: &str, g: &Geometry, stream: &CudaStream) -> Result<()> {
+        let head_row = g.num_heads * g.head_dim;
+        let stride = self.q_row_stride;
+        if stride < head_row || stride % 8 != 0 {
+            return Err(unsupported(
+                entry,
+                format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {stride}"),
+            ));
+        }
+        check_len(entry, "q", self.q.len(), (g.rows - 1) * stride + head_row)?;
+        check_caches(entry, g, self.key_cache.len(), self.value_cache.len())?;
+        check_len(entry, "sigma", self.sigma.len(), g.num_heads)?;
+        check_len(entry, "gamma", self.gamma.len(), g.num_heads)?;
+        check_len(entry, "out", self.out.len(), g.rows * head_row)?;
+        check_aligned(stream, entry, "q", &self.q)?;
+        check_aligned(stream, entry, "key_cache", &self.key_cache)?;
+        check_aligned(stream, entry, "value_cache", &self.value_cache)
+    }
+}
+
+/// The device buffers of a decode or split-K launch: the layer's buffers and the row metadata.
+pub struct Operands<'a> {
+    /// Queries, cache, gate weights and output.
+    pub layer: LayerBuffers<'a>,
+    /// `[rows]` from [`Hp1Attention::build_rows`].
+    pub row_seq: CudaView<'a, i32>,
+    /// `[rows]` from [`Hp1Attention::build_rows`].
+    pub row_len: CudaView<'a, i32>,
     /// At least [`Plan::workspace_len`] f32s for split-K; `None` is fine for decode.
     pub workspace: Option<CudaViewMut<'a, f32>>,
     /// At least [`Plan::counter_len`] i32s for split-K, all zero (a launch leaves them zero);
@@ -107,49 +139,20 @@ impl Hp1Attention {
     /// `ops`; checks the gate parameters and every buffer's size first. Launch only.
     pub fn run(&self, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands {
-            q,
-            q_row_stride,
-            key_cache,
-            value_cache,
-            block_table,
-            row_seq,
-            row_len,
-            sigma,
-            gamma,
-            mut out,
-            workspace,
-            counters,
-        } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
-        let head_row = g.num_heads * g.head_dim;
-        if q_row_stride < head_row || q_row_stride % 8 != 0 {
+        layer.check(entry, &g, &self.stream)?;
+        let block_table_len = layer.block_table.len();
+        if block_table_len < g.max_blocks_per_seq || block_table_len % g.max_blocks_per_seq != 0 {
             return Err(unsupported(
                 entry,
-                format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {q_row_stride}"),
-            ));
-        }
-        check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
-        check_caches(entry, &g, key_cache.len(), value_cache.len())?;
-        if block_table.len() < g.max_blocks_per_seq || block_table.len() % g.max_blocks_per_seq != 0 {
-            return Err(unsupported(
-                entry,
-                format!(
-                    "block_table must be whole rows of {} entries, got {}",
-                    g.max_blocks_per_seq,
-                    block_table.len()
-                ),
+                format!("block_table must be whole rows of {} entries, got {block_table_len}", g.max_blocks_per_seq),
             ));
         }
         check_len(entry, "row_seq", row_seq.len(), g.rows)?;
         check_len(entry, "row_len", row_len.len(), g.rows)?;
-        check_len(entry, "sigma", sigma.len(), g.num_heads)?;
-        check_len(entry, "gamma", gamma.len(), g.num_heads)?;
-        check_len(entry, "out", out.len(), g.rows * head_row)?;
-        check_aligned(entry, "q", &q, &self.stream)?;
-        check_aligned(entry, "key_cache", &key_cache, &self.stream)?;
-        check_aligned(entry, "value_cache", &value_cache, &self.stream)?;
+        let LayerBuffers { q, q_row_stride, key_cache, value_cache, block_table, sigma, gamma, mut out } = layer;
 
         let q_row_stride = q_row_stride as i64;
         let (max_blocks, heads, kv_heads) = (g.max_blocks_per_seq as i32, g.num_heads as i32, g.num_kv_heads as i32);
@@ -193,7 +196,7 @@ impl Hp1Attention {
                 })?;
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
                 check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
-                check_aligned(entry, "workspace", &workspace, &self.stream)?;
+                check_aligned(&self.stream, entry, "workspace", &workspace)?;
                 launch.arg(&mut workspace).arg(&mut counters).arg(&mut out);
                 // SAFETY: as above, with the partials, the counters (zero, as every launch leaves
                 // them) and `out` last (the split entry's signature).
@@ -208,13 +211,9 @@ fn launch_config(grid: u32, block: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn unsupported(entry: &str, reason: String) -> Error {
-    Error::Unsupported { entry: entry.to_string(), reason }
-}
-
 /// Refuses caches that are not whole blocks, or that hold more token rows than the kernels'
 /// 31-bit cache-row indices reach (`block * block_size + offset` is an `int` on the device).
-pub(super) fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len: usize) -> Result<()> {
+fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len: usize) -> Result<()> {
     let block = g.block_size * g.num_kv_heads * g.head_dim;
     if key_len < block || !key_len.is_multiple_of(block) || value_len != key_len {
         return Err(unsupported(
@@ -228,15 +227,6 @@ pub(super) fn check_caches(entry: &str, g: &Geometry, key_len: usize, value_len:
             entry,
             format!("the caches hold {token_rows} token rows, the kernels index at most {}", i32::MAX),
         ));
-    }
-    Ok(())
-}
-
-/// Refuses a buffer that does not start on a 16-byte boundary (a view cut at an odd offset).
-pub(super) fn check_aligned<T>(entry: &str, name: &str, buf: &impl DevicePtr<T>, stream: &CudaStream) -> Result<()> {
-    let (ptr, _record) = buf.device_ptr(stream);
-    if ptr % 16 != 0 {
-        return Err(unsupported(entry, format!("`{name}` must start on a 16-byte boundary, got address {ptr:#x}")));
     }
     Ok(())
 }

@@ -58,7 +58,7 @@ pub mod prefill_plan;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostInputs};
-pub use launch::{GateParams, Hp1Attention, Operands};
+pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
     MAX_FIR_K, PAIR_MIN_CTAS,

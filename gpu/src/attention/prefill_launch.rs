@@ -5,39 +5,26 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
-use half::bf16;
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig, PushKernelArg};
 
-use super::launch::{check_aligned, check_caches, check_len, GateParams};
+use super::launch::{check_len, GateParams, LayerBuffers};
 use super::prefill_plan::{PrefillKernel, PrefillPlan};
-use crate::error::{Error, Result};
+use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_PREFILL_MMA, HP1_PREFILL_WGMMA};
 use crate::runtime::{launch_error, Gpu};
 
-/// The device buffers of one prefill call (shapes in the header of `hp1_prefill_mma.cu`).
+/// The device buffers of one prefill call: the layer's buffers and the batch metadata the
+/// prefill kernels read directly (no row metadata; shapes in the header of `hp1_prefill_mma.cu`).
 pub struct PrefillOperands<'a> {
-    /// `[rows, q_row_stride]`, 16-byte aligned.
-    pub q: CudaView<'a, bf16>,
-    /// Elements between rows of `q`, at least `Hq * D` and a multiple of 8.
-    pub q_row_stride: usize,
-    /// `[num_blocks, block_size, Hkv, D]`.
-    pub key_cache: CudaView<'a, bf16>,
-    /// `[num_blocks, block_size, Hkv, D]`.
-    pub value_cache: CudaView<'a, bf16>,
-    /// `[num_seqs, max_blocks_per_seq]` physical block numbers.
-    pub block_table: CudaView<'a, i32>,
+    /// Queries, cache, gate weights and output; rows of `out` past the batch's last query are
+    /// left as they are.
+    pub layer: LayerBuffers<'a>,
     /// `[num_seqs]` tokens cached after this step.
     pub seq_lens: CudaView<'a, i32>,
     /// `[num_seqs + 1]` cumulative query counts from 0.
     pub query_start_loc: CudaView<'a, i32>,
     /// Sequences in the batch, at most the plan's `max_seqs`.
     pub num_seqs: usize,
-    /// `[Hq]` FIR weights.
-    pub sigma: CudaView<'a, f32>,
-    /// `[Hq]` output gains.
-    pub gamma: CudaView<'a, f32>,
-    /// `[rows, Hq, D]` out; rows past the batch's last query are left as they are.
-    pub out: CudaViewMut<'a, bf16>,
 }
 
 /// A prefill plan with its entry points loaded: the general gate and, where the kernel has one,
@@ -76,8 +63,6 @@ impl Hp1Prefill {
         Ok(Self { plan, stream: gpu.stream().clone(), general, specialised })
     }
 
-
-
     /// The plan being launched.
     pub fn plan(&self) -> &PrefillPlan {
         &self.plan
@@ -86,19 +71,7 @@ impl Hp1Prefill {
     /// Launches the prefill kernel; checks the gate parameters and every buffer's size first.
     pub fn run(&self, ops: PrefillOperands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let PrefillOperands {
-            q,
-            q_row_stride,
-            key_cache,
-            value_cache,
-            block_table,
-            seq_lens,
-            query_start_loc,
-            num_seqs,
-            sigma,
-            gamma,
-            mut out,
-        } = ops;
+        let PrefillOperands { layer, seq_lens, query_start_loc, num_seqs } = ops;
         let sg = self.plan.geometry;
         let g = sg.base;
         let entry = self.plan.entry_for(gate);
@@ -106,27 +79,14 @@ impl Hp1Prefill {
             Some(f) if entry != self.plan.entry => f,
             _ => &self.general,
         };
-        let head_row = g.num_heads * g.head_dim;
-        if q_row_stride < head_row || q_row_stride % 8 != 0 {
-            return Err(unsupported(
-                entry,
-                format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {q_row_stride}"),
-            ));
-        }
         if num_seqs == 0 || num_seqs > sg.max_seqs {
             return Err(unsupported(entry, format!("num_seqs must be 1 to {}, got {num_seqs}", sg.max_seqs)));
         }
-        check_len(entry, "q", q.len(), (g.rows - 1) * q_row_stride + head_row)?;
-        check_caches(entry, &g, key_cache.len(), value_cache.len())?;
-        check_len(entry, "block_table", block_table.len(), num_seqs * g.max_blocks_per_seq)?;
+        layer.check(entry, &g, &self.stream)?;
+        check_len(entry, "block_table", layer.block_table.len(), num_seqs * g.max_blocks_per_seq)?;
         check_len(entry, "seq_lens", seq_lens.len(), num_seqs)?;
         check_len(entry, "query_start_loc", query_start_loc.len(), num_seqs + 1)?;
-        check_len(entry, "sigma", sigma.len(), g.num_heads)?;
-        check_len(entry, "gamma", gamma.len(), g.num_heads)?;
-        check_len(entry, "out", out.len(), g.rows * head_row)?;
-        check_aligned(entry, "q", &q, &self.stream)?;
-        check_aligned(entry, "key_cache", &key_cache, &self.stream)?;
-        check_aligned(entry, "value_cache", &value_cache, &self.stream)?;
+        let LayerBuffers { q, q_row_stride, key_cache, value_cache, block_table, sigma, gamma, mut out } = layer;
 
         let q_row_stride = q_row_stride as i64;
         let (max_blocks, seqs) = (g.max_blocks_per_seq as i32, num_seqs as i32);
@@ -166,8 +126,4 @@ impl Hp1Prefill {
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
-}
-
-fn unsupported(entry: &str, reason: String) -> Error {
-    Error::Unsupported { entry: entry.to_string(), reason }
 }

@@ -21,9 +21,10 @@ pub mod rope_table;
 pub mod sampling;
 pub mod silu_mul;
 
-use cudarc::driver::{CudaStream, DevicePtr, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 
-use crate::error::{Error, Result};
+use crate::error::{unsupported, Result};
+use crate::runtime::check_aligned;
 
 pub use embedding::{check_token_ids, Embedding};
 pub use fault::{FaultKind, Faults};
@@ -46,26 +47,12 @@ fn elementwise_config(items: u64) -> LaunchConfig {
     LaunchConfig { grid_dim: (ctas as u32, 1, 1), block_dim: (ELEMENTWISE_THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn unsupported(entry: &str, reason: String) -> Error {
-    Error::Unsupported { entry: entry.to_string(), reason }
-}
-
 /// Fails unless buffer `what` holds exactly `want` elements.
 fn check_len(entry: &str, what: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
     } else {
         Err(unsupported(entry, format!("`{what}` has {got} elements, expected {want}")))
-    }
-}
-
-/// Fails unless buffer `what` starts on a 16-byte boundary (the kernels load 16-byte vectors).
-fn check_aligned<T, P: DevicePtr<T>>(stream: &CudaStream, entry: &str, what: &str, buf: &P) -> Result<()> {
-    let (ptr, _record) = buf.device_ptr(stream);
-    if ptr % 16 == 0 {
-        Ok(())
-    } else {
-        Err(unsupported(entry, format!("`{what}` must start on a 16-byte boundary, starts at {ptr:#x}")))
     }
 }
 

@@ -11,7 +11,9 @@ pub mod kernel_cache;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+};
 use cudarc::nvrtc::Ptx;
 
 use crate::device::{probe, DeviceInfo};
@@ -116,6 +118,17 @@ impl Gpu {
     /// Waits for all work on the stream; surfaces any asynchronous kernel fault.
     pub fn synchronize(&self) -> Result<()> {
         Ok(self.stream.synchronize()?)
+    }
+}
+
+/// Fails unless buffer `what` starts on a 16-byte boundary: the kernels load 16-byte vectors,
+/// and a view cut at an odd offset would fault or read the wrong bytes.
+pub(crate) fn check_aligned<T, P: DevicePtr<T>>(stream: &CudaStream, entry: &str, what: &str, buf: &P) -> Result<()> {
+    let (ptr, _record) = buf.device_ptr(stream);
+    if ptr % 16 == 0 {
+        Ok(())
+    } else {
+        Err(crate::error::unsupported(entry, format!("`{what}` must start on a 16-byte boundary, starts at {ptr:#x}")))
     }
 }
 
