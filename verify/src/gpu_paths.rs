@@ -13,12 +13,13 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostBatch,
+    HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS,
+    MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
-use ndarray::Array3;
+use ndarray::{Array3, ShapeError};
 
 use crate::case::{Case, CaseData};
 use crate::error::{Error, Result};
@@ -60,9 +61,14 @@ pub struct GpuRun {
 impl GpuRun {
     /// The output as `[num_tokens, Hq, D]` f64.
     pub fn widen(&self, shape: (usize, usize, usize)) -> Result<Array3<f64>> {
-        Array3::from_shape_vec(shape, self.out.iter().map(|x| x.to_f64()).collect())
+        widen_bits(&self.out, shape)
             .map_err(|e| Error::Path { path: self.plan.path.name().to_string(), reason: e.to_string() })
     }
+}
+
+/// Output bits as the `shape` (`[num_tokens, Hq, D]`) f64 array the oracle comparison takes.
+pub fn widen_bits(bits: &[bf16], shape: (usize, usize, usize)) -> std::result::Result<Array3<f64>, ShapeError> {
+    Array3::from_shape_vec(shape, bits.iter().map(|x| x.to_f64()).collect())
 }
 
 /// Whether the kernels handle `case`'s shapes: `D` in [`HEAD_DIMS`], a power-of-two block size,
@@ -87,14 +93,7 @@ pub fn geometry(data: &CaseData, rows: usize) -> Geometry {
 
 /// The case's inputs in the types the device takes.
 pub struct HostCase {
-    q: Vec<bf16>,
-    key_cache: Vec<bf16>,
-    value_cache: Vec<bf16>,
-    block_table: Vec<i32>,
-    sigma: Vec<f32>,
-    gamma: Vec<f32>,
-    seq_lens: Vec<i32>,
-    query_start_loc: Vec<i32>,
+    batch: HostBatch,
     gate: GateParams,
 }
 
@@ -103,7 +102,7 @@ impl HostCase {
     pub fn new(data: &CaseData) -> Self {
         let to_bf16 = |x: &f32| bf16::from_f32(*x);
         let p = data.f32.params;
-        Self {
+        let batch = HostBatch {
             q: data.f32.q.iter().map(to_bf16).collect(),
             key_cache: data.f32.key_cache.iter().map(to_bf16).collect(),
             value_cache: data.f32.value_cache.iter().map(to_bf16).collect(),
@@ -112,6 +111,9 @@ impl HostCase {
             gamma: data.f32.gamma.clone(),
             seq_lens: data.meta.seq_lens.clone(),
             query_start_loc: data.meta.query_start_loc.clone(),
+        };
+        Self {
+            batch,
             gate: GateParams {
                 scale: p.scale,
                 fir_k: p.fir_k,
@@ -124,16 +126,7 @@ impl HostCase {
 
     /// The views [`AttnBuffers::upload`] takes.
     pub fn inputs(&self) -> HostInputs<'_> {
-        HostInputs {
-            q: &self.q,
-            key_cache: &self.key_cache,
-            value_cache: &self.value_cache,
-            block_table: &self.block_table,
-            seq_lens: &self.seq_lens,
-            query_start_loc: &self.query_start_loc,
-            sigma: &self.sigma,
-            gamma: &self.gamma,
-        }
+        self.batch.inputs()
     }
 
     /// The gate parameters.
@@ -292,8 +285,7 @@ impl GpuPath {
     fn finish(&self, data: &CaseData, plan: &StepPlan, out: &mut Array3<f64>) -> Result<()> {
         let path_err = |reason: String| Error::Path { path: self.name(), reason };
         let bits = run_step(&self.gpu, data, plan).map_err(|e| path_err(e.to_string()))?;
-        let got = Array3::from_shape_vec(data.out_shape(), bits.iter().map(|x| x.to_f64()).collect())
-            .map_err(|e| path_err(e.to_string()))?;
+        let got = widen_bits(&bits, data.out_shape()).map_err(|e| path_err(e.to_string()))?;
         out.assign(&got);
         Ok(())
     }

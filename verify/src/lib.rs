@@ -50,9 +50,7 @@ pub mod rng;
 pub mod strategy;
 
 pub use case::{Case, CaseData, SeqShape, Tensor, Tensors};
-pub use check::{
-    check, check_all, check_data, compare, zero_fraction, CheckReport, Failure, Reference,
-};
+pub use check::{check, check_all, check_data, compare, zero_fraction, CheckReport, Failure, Reference};
 pub use error::{Error, Result};
 pub use fuzz::{fuzz, FuzzConfig, FuzzOutcome};
 pub use path::{all_paths, Decomposition, OraclePath, Path, Precision};

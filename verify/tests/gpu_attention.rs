@@ -25,7 +25,7 @@ use oracle::hp1::AttnMetadata;
 use verify::gpu_cases::{alone, case, check_cases, decodes, draw, same_bits, spread};
 use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{
-    geometry, gpu_paths, gpu_supports, run_gpu, GpuPath, GpuPathKind, HostCase, PlanChoice, GPU_TOLERANCE,
+    geometry, gpu_paths, gpu_supports, run_gpu, widen_bits, GpuPath, GpuPathKind, HostCase, PlanChoice, GPU_TOLERANCE,
 };
 use verify::{check_data, compare, large_case, small_case, Case, CaseData, Reference};
 
@@ -302,8 +302,7 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         let mut step = data.clone();
         step.meta.seq_lens = lens.clone();
         let reference = Reference::compute(&step).map_err(msg)?;
-        let got =
-            ndarray::Array3::from_shape_vec(data.out_shape(), out.iter().map(|x| x.to_f64()).collect()).map_err(msg)?;
+        let got = widen_bits(&out, data.out_shape()).map_err(msg)?;
         compare("gpu-graph-replay", &got, &reference.out, GPU_TOLERANCE).map_err(msg)?;
         let eager =
             run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.group, plan.heads)).map_err(msg)?;

@@ -38,6 +38,44 @@ pub struct HostInputs<'a> {
     pub gamma: &'a [f32],
 }
 
+/// One attention call's inputs on the host, owned (what tests and benchmarks build);
+/// [`HostBatch::inputs`] lends them to [`AttnBuffers::upload`]. Shapes as in [`HostInputs`].
+#[derive(Clone, Debug, Default)]
+pub struct HostBatch {
+    /// `[num_tokens, Hq, D]` queries.
+    pub q: Vec<bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` keys.
+    pub key_cache: Vec<bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` values.
+    pub value_cache: Vec<bf16>,
+    /// `[num_seqs, max_blocks_per_seq]` physical block numbers.
+    pub block_table: Vec<i32>,
+    /// `[num_seqs]` tokens cached after this step.
+    pub seq_lens: Vec<i32>,
+    /// `[num_seqs + 1]` cumulative query counts from 0.
+    pub query_start_loc: Vec<i32>,
+    /// `[Hq]` FIR weights.
+    pub sigma: Vec<f32>,
+    /// `[Hq]` output gains.
+    pub gamma: Vec<f32>,
+}
+
+impl HostBatch {
+    /// The views [`AttnBuffers::upload`] takes.
+    pub fn inputs(&self) -> HostInputs<'_> {
+        HostInputs {
+            q: &self.q,
+            key_cache: &self.key_cache,
+            value_cache: &self.value_cache,
+            block_table: &self.block_table,
+            seq_lens: &self.seq_lens,
+            query_start_loc: &self.query_start_loc,
+            sigma: &self.sigma,
+            gamma: &self.gamma,
+        }
+    }
+}
+
 /// The device buffers of one attention call of a fixed [`Geometry`].
 pub struct AttnBuffers {
     geometry: Geometry,

@@ -57,7 +57,7 @@ pub mod prefill_launch;
 pub mod prefill_plan;
 pub mod rows;
 
-pub use buffers::{AttnBuffers, HostInputs};
+pub use buffers::{AttnBuffers, HostBatch, HostInputs};
 pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,

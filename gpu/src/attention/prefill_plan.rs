@@ -179,7 +179,8 @@ impl PrefillPlan {
                 format!("max_seqs and max_query_len must be at least 1, got {geometry:?}"),
             ));
         }
-        let (heads_per_cta, tile_rows) = (kernel.heads_per_cta(&g), kernel.tile_rows(kernel.heads_per_cta(&g)));
+        let heads_per_cta = kernel.heads_per_cta(&g);
+        let tile_rows = kernel.tile_rows(heads_per_cta);
         let slots = g.rows.div_ceil(tile_rows).checked_add(geometry.max_seqs);
         let slots = match slots {
             Some(n) if n <= 65535 => n as u32,

@@ -10,7 +10,7 @@
 use half::bf16;
 use rayon::prelude::*;
 
-use gpu::attention::{GateParams, Geometry, HostInputs};
+use gpu::attention::{GateParams, Geometry, HostBatch, HostInputs};
 use oracle::hp1::{Gate, Hp1Params};
 
 use crate::rng::Counter;
@@ -24,27 +24,15 @@ pub const D: usize = 128;
 /// Tokens per cache block.
 pub const BLOCK: usize = 16;
 
-/// One batch step's host inputs.
+/// One batch step's host inputs. `batch.block_table` is `[num_seqs, max_blocks_per_seq]`: the
+/// used entries of all rows together are a permutation of all blocks, and a shorter sequence's
+/// row is padded with block 0; `batch.seq_lens` is prefix + query of each sequence; `batch.sigma`
+/// lies in [1, 2] and `batch.gamma` in [0.5, 1].
 pub struct BatchData {
-    /// `[num_tokens, Hq, D]`, the query rows of every sequence in order.
-    pub q: Vec<bf16>,
-    /// `[num_blocks, BLOCK, Hkv, D]`.
-    pub key_cache: Vec<bf16>,
-    /// `[num_blocks, BLOCK, Hkv, D]`.
-    pub value_cache: Vec<bf16>,
-    /// `[num_seqs, max_blocks_per_seq]`: the used entries of all rows together are a permutation
-    /// of all blocks; a shorter sequence's row is padded with block 0.
-    pub block_table: Vec<i32>,
-    /// Columns of `block_table`: the blocks of the longest sequence.
+    /// The inputs, `q` holding the query rows of every sequence in order.
+    pub batch: HostBatch,
+    /// Columns of the block table: the blocks of the longest sequence.
     pub max_blocks_per_seq: usize,
-    /// `[num_seqs]`, prefix + query of each sequence.
-    pub seq_lens: Vec<i32>,
-    /// `[num_seqs + 1]` cumulative query counts from 0.
-    pub query_start_loc: Vec<i32>,
-    /// `[Hq]` in [1, 2].
-    pub sigma: Vec<f32>,
-    /// `[Hq]` in [0.5, 1].
-    pub gamma: Vec<f32>,
 }
 
 /// The gate parameters of SPEC section 1's config.
@@ -100,17 +88,17 @@ impl BatchData {
         }
         let num_tokens: usize = seqs.iter().map(|&(_, query)| query).sum();
         let slots = num_blocks * BLOCK * HKV * D;
-        Self {
+        let batch = HostBatch {
             q: normal_bf16(seed, 1, num_tokens * HQ * D),
             key_cache: normal_bf16(seed, 2, slots),
             value_cache: normal_bf16(seed, 3, slots),
             block_table,
-            max_blocks_per_seq,
             seq_lens: lens.iter().map(|&l| l as i32).collect(),
             query_start_loc,
             sigma: (0..HQ).map(|h| 1.0 + h as f32 / HQ as f32).collect(),
             gamma: (0..HQ).map(|h| 0.5 + h as f32 / (2 * HQ) as f32).collect(),
-        }
+        };
+        Self { batch, max_blocks_per_seq }
     }
 
     /// A decode step of `batch` sequences of `context` tokens each (`context` at least 1).
@@ -120,7 +108,7 @@ impl BatchData {
 
     /// Query rows of the step.
     pub fn num_tokens(&self) -> usize {
-        self.query_start_loc.last().map_or(0, |&n| n as usize)
+        self.batch.query_start_loc.last().map_or(0, |&n| n as usize)
     }
 
     /// The launch geometry of exactly this step's rows and table.
@@ -137,28 +125,19 @@ impl BatchData {
 
     /// The inputs as [`gpu::attention::AttnBuffers::upload`] takes them.
     pub fn host(&self) -> HostInputs<'_> {
-        HostInputs {
-            q: &self.q,
-            key_cache: &self.key_cache,
-            value_cache: &self.value_cache,
-            block_table: &self.block_table,
-            seq_lens: &self.seq_lens,
-            query_start_loc: &self.query_start_loc,
-            sigma: &self.sigma,
-            gamma: &self.gamma,
-        }
+        self.batch.inputs()
     }
 
     /// Bytes of K and V a softmax decode must read: the whole cache of every sequence.
     pub fn kv_bytes(&self) -> usize {
-        let tokens: usize = self.seq_lens.iter().map(|&l| l as usize).sum();
+        let tokens: usize = self.batch.seq_lens.iter().map(|&l| l as usize).sum();
         2 * tokens * HKV * D * 2
     }
 
     /// Bytes of q and the K/V of every sequence: what the SDPA anchor counts as one input set
     /// (`2 * b * (Hq + 2 Hkv) * t * D` for a full prefill).
     pub fn qkv_bytes(&self) -> usize {
-        self.q.len() * 2 + self.kv_bytes()
+        self.batch.q.len() * 2 + self.kv_bytes()
     }
 
     /// Useful flops of causal attention over the step, QK and PV at 2 flops per multiply-add:
@@ -168,9 +147,10 @@ impl BatchData {
     /// `scripts/sdpa_anchor.py`, so TFLOP/s here and there compare like with like.
     pub fn causal_flops(&self) -> f64 {
         let keys: f64 = self
+            .batch
             .query_start_loc
             .windows(2)
-            .zip(&self.seq_lens)
+            .zip(&self.batch.seq_lens)
             .map(|(w, &len)| {
                 let (query, prefix) = ((w[1] - w[0]) as f64, (len - (w[1] - w[0])) as f64);
                 query * prefix + query * (query + 1.0) / 2.0
@@ -183,10 +163,10 @@ impl BatchData {
     /// query rows, evenly spaced from the last, of each of the first `seqs` sequences.
     pub fn zero_fraction(&self, seqs: usize, rows_per_seq: usize) -> f64 {
         let mut picks = Vec::new();
-        for s in 0..self.seq_lens.len().min(seqs) {
-            let (start, end) = (self.query_start_loc[s] as usize, self.query_start_loc[s + 1] as usize);
+        for s in 0..self.batch.seq_lens.len().min(seqs) {
+            let (start, end) = (self.batch.query_start_loc[s] as usize, self.batch.query_start_loc[s + 1] as usize);
             let query = end - start;
-            let prefix = self.seq_lens[s] as usize - query;
+            let prefix = self.batch.seq_lens[s] as usize - query;
             for k in 0..rows_per_seq.min(query) {
                 let local = query - 1 - k * query / rows_per_seq.min(query);
                 for h in 0..HQ {
@@ -199,15 +179,15 @@ impl BatchData {
             .par_iter()
             .map(|&(s, row, keys, h)| {
                 let g = h / (HQ / HKV);
-                let q = &self.q[(row * HQ + h) * D..][..D];
+                let q = &self.batch.q[(row * HQ + h) * D..][..D];
                 let scores: Vec<f64> = (0..keys)
                     .map(|t| {
-                        let block = self.block_table[s * self.max_blocks_per_seq + t / BLOCK] as usize;
-                        let k = &self.key_cache[((block * BLOCK + t % BLOCK) * HKV + g) * D..][..D];
+                        let block = self.batch.block_table[s * self.max_blocks_per_seq + t / BLOCK] as usize;
+                        let k = &self.batch.key_cache[((block * BLOCK + t % BLOCK) * HKV + g) * D..][..D];
                         p.scale * q.iter().zip(k).map(|(a, b)| a.to_f64() * b.to_f64()).sum::<f64>()
                     })
                     .collect();
-                let gate = Gate { params: p, sigma: self.sigma[h] as f64, gamma: self.gamma[h] as f64 };
+                let gate = Gate { params: p, sigma: self.batch.sigma[h] as f64, gamma: self.batch.gamma[h] as f64 };
                 let mut w = vec![0.0; keys];
                 gate.apply(&[], &scores, &mut w);
                 (w.iter().filter(|&&x| x == 0.0).count() as u64, keys as u64)
@@ -227,12 +207,12 @@ mod tests {
         let data = BatchData::new(&seqs, 7);
         let needs = [2, 3, 1, 10];
         assert_eq!(data.max_blocks_per_seq, 10);
-        assert_eq!(data.seq_lens, [17, 33, 8, 160]);
-        assert_eq!(data.query_start_loc, [0, 17, 18, 21, 81]);
-        assert_eq!(data.q.len(), 81 * HQ * D);
-        assert_eq!(data.key_cache.len(), 16 * BLOCK * HKV * D);
+        assert_eq!(data.batch.seq_lens, [17, 33, 8, 160]);
+        assert_eq!(data.batch.query_start_loc, [0, 17, 18, 21, 81]);
+        assert_eq!(data.batch.q.len(), 81 * HQ * D);
+        assert_eq!(data.batch.key_cache.len(), 16 * BLOCK * HKV * D);
         let mut used: Vec<i32> =
-            needs.iter().enumerate().flat_map(|(s, &n)| data.block_table[s * 10..][..n].to_vec()).collect();
+            needs.iter().enumerate().flat_map(|(s, &n)| data.batch.block_table[s * 10..][..n].to_vec()).collect();
         used.sort_unstable();
         assert_eq!(used, (0..16).collect::<Vec<i32>>());
         // The geometry's checks on upload (the GPU side) would refuse anything else.
@@ -272,9 +252,9 @@ mod tests {
         let zeros = (0..HQ)
             .filter(|&h| {
                 let g = h / (HQ / HKV);
-                let q = &data.q[h * D..][..D];
-                let block = data.block_table[0] as usize;
-                let k = &data.key_cache[(block * BLOCK * HKV + g) * D..][..D];
+                let q = &data.batch.q[h * D..][..D];
+                let block = data.batch.block_table[0] as usize;
+                let k = &data.batch.key_cache[(block * BLOCK * HKV + g) * D..][..D];
                 p.scale * q.iter().zip(k).map(|(a, b)| a.to_f64() * b.to_f64()).sum::<f64>() <= 0.0
             })
             .count();

@@ -22,7 +22,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, StepGeometry, StepPlan,
+    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, StepGeometry,
+    StepPlan,
 };
 use gpu::Gpu;
 
