@@ -74,7 +74,7 @@ impl LayerBuffers<'_> {
     pub(super) fn check(&self, entry: &str, g: &Geometry, stream: &CudaStream) -> Result<()> {
         let head_row = g.num_heads * g.head_dim;
         let stride = self.q_row_stride;
-        if stride < head_row || stride % 8 != 0 {
+        if stride < head_row || !stride.is_multiple_of(8) {
             return Err(unsupported(
                 entry,
                 format!("q_row_stride must be a multiple of 8 of at least Hq * D = {head_row}, got {stride}"),

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use cudarc::driver::CudaSlice;
 use gpu::ops::{Faults, Sampler, SamplingRow};
 use gpu::Gpu;
 use half::bf16;
@@ -51,6 +52,30 @@ fn draw_logits(seed: u64, rows: usize, vocab: usize, tied: bool) -> Vec<f32> {
         .collect()
 }
 
+/// One launch of the sampler into freshly poisoned token and survivor buffers, one per row of
+/// `params`: (tokens, survivor counts). The fault word is the caller's to check.
+fn draw_once(
+    gpu: &Gpu,
+    sampler: &Sampler,
+    logits: &CudaSlice<f32>,
+    vocab: usize,
+    params: &CudaSlice<SamplingRow>,
+    faults: &mut Faults,
+) -> Result<(Vec<u32>, Vec<u32>), String> {
+    let rows = params.len();
+    let mut tokens = g(gpu.upload(&vec![u32::MAX; rows]))?;
+    let mut kept = g(gpu.upload(&vec![u32::MAX; rows]))?;
+    g(sampler.sample(
+        &logits.as_view(),
+        vocab,
+        &params.as_view(),
+        &mut tokens.as_view_mut(),
+        &mut kept.as_view_mut(),
+        faults,
+    ))?;
+    Ok((g(gpu.download(&tokens))?, g(gpu.download(&kept))?))
+}
+
 /// Draws with the GPU and the oracle and compares every row's token and survivor count.
 fn sample_and_compare(
     gpu: &Arc<Gpu>,
@@ -70,19 +95,8 @@ fn sample_and_compare(
         .map_err(|e| e.to_string())?;
     let mut faults = g(Faults::new(gpu))?;
     let (logits_d, params_d) = (g(gpu.upload(logits))?, g(gpu.upload(&device_rows))?);
-    // One launch into freshly poisoned token and survivor buffers: (tokens, survivor counts).
     let mut draw = || -> Result<(Vec<u32>, Vec<u32>), String> {
-        let mut tokens = g(gpu.upload(&vec![u32::MAX; rows]))?;
-        let mut kept = g(gpu.upload(&vec![u32::MAX; rows]))?;
-        g(sampler.sample(
-            &logits_d.as_view(),
-            vocab,
-            &params_d.as_view(),
-            &mut tokens.as_view_mut(),
-            &mut kept.as_view_mut(),
-            &mut faults,
-        ))?;
-        let drawn = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
+        let drawn = draw_once(gpu, sampler, &logits_d, vocab, &params_d, &mut faults)?;
         g(faults.check())?;
         Ok(drawn)
     };
@@ -192,17 +206,7 @@ pub fn bad_logit_rows_are_reported_not_sampled(gpu: &Arc<Gpu>) -> Check {
     logits[2 * vocab + 100] = f32::NAN;
     let params = vec![SamplingRow::new(1.0, 0, 0.9, 1, 0).map_err(|e| e.to_string())?; 4];
     let (logits_d, params_d) = (g(gpu.upload(&logits))?, g(gpu.upload(&params))?);
-    let mut tokens = g(gpu.upload(&[u32::MAX; 4]))?;
-    let mut kept = g(gpu.upload(&[u32::MAX; 4]))?;
-    g(sampler.sample(
-        &logits_d.as_view(),
-        vocab,
-        &params_d.as_view(),
-        &mut tokens.as_view_mut(),
-        &mut kept.as_view_mut(),
-        &mut faults,
-    ))?;
-    let (got, got_kept) = (g(gpu.download(&tokens))?, g(gpu.download(&kept))?);
+    let (got, got_kept) = draw_once(gpu, &sampler, &logits_d, vocab, &params_d, &mut faults)?;
     if got_kept[2] != 0
         || got.iter().any(|&t| t as usize >= vocab)
         || got_kept.iter().enumerate().any(|(r, &k)| r != 2 && k == 0)
