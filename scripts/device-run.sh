@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
-#   device tool: command "scripts/device-run.sh tests sanitize fuzz bench", carry ["device-bin"]
+#   device tool: command "scripts/device-run.sh tests sanitize fuzz bench", carry ["device-bin", ".whl"]
+# (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
+# the anchor times SDPA alone.)
 # Stages (any subset, in this order):
 #   tests     the GPU test binaries (every GPU path and op against the f64 oracle)
 #   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
 #   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2)
-#   bench     the SDPA anchor (PyTorch) and asynct-bench in the same call, ratios printed last; with
-#             BENCH_PREFILL=1 also the anchor's prefill points and asynct-bench --prefill
-#             --prefill-crossover (bench-prefill.json/log)
+#   bench     the attention anchor (SDPA cuDNN and flash, FlashInfer's paged decode; graph-timed)
+#             and asynct-bench in the same call, ratios printed last; with BENCH_PREFILL=1 also the
+#             anchor's prefill points and asynct-bench --prefill --prefill-crossover
+#             (bench-prefill.json/log)
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 # Logs and JSON go to $OUT (the device tool brings them back).
@@ -40,7 +43,18 @@ for stage in "$@"; do
       $B/asynct-verify fuzz --gpu --minutes "${FUZZ_MINUTES:-2}" --seed "${FUZZ_SEED:-1}" --out "$OUT/regressions" 2>&1 \
         | tee "$OUT/fuzz.log" || status=1 ;;
     bench)
-      python3 scripts/sdpa_anchor.py "$OUT/anchor.json" ${BENCH_PREFILL:+--prefill} 2>&1 | tee "$OUT/anchor.log"
+      # The image lacks FlashInfer; its wheels travel in .whl. A failed install costs only the
+      # anchor's FlashInfer column (it says so in anchor.log), never the SDPA one.
+      if ls .whl/*.whl >/dev/null 2>&1 \
+        && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl; then
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        echo "anchor: FlashInfer wheels installed into /tmp/site: $(cd .whl && ls *.whl | tr '\n' ' ')" | tee "$OUT/anchor.log"
+      else
+        echo "anchor: FlashInfer wheels not installed (no .whl carried, or pip failed); SDPA only" | tee "$OUT/anchor.log"
+      fi
+      # FlashInfer (0.5.3 reads FLASHINFER_WORKSPACE_BASE) and tvm-ffi JIT-compile into these.
+      export FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer TVM_FFI_CACHE_DIR=/tmp/tvm-ffi PYTHONUNBUFFERED=1
+      python3 scripts/attention_anchor.py "$OUT/anchor.json" ${BENCH_PREFILL:+--prefill} 2>&1 | tee -a "$OUT/anchor.log"
       $B/asynct-bench --anchor "$OUT/anchor.json" --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" || status=1
       if [ -n "${BENCH_PREFILL:-}" ]; then
         $B/asynct-bench --prefill --prefill-crossover --anchor "$OUT/anchor.json" --out "$OUT/bench-prefill.json" 2>&1 \

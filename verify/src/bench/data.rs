@@ -144,7 +144,7 @@ impl BatchData {
     /// `4 * D * Hq * sum over query rows of the keys the row sees`, i.e. for a sequence of prefix
     /// `P` and query `Q`, `Q * P + Q * (Q + 1) / 2` keys summed. For a full prefill (`P = 0`) this
     /// is `4 * b * Hq * D * T * (T + 1) / 2`, exactly the `causal_flops` of
-    /// `scripts/sdpa_anchor.py`, so TFLOP/s here and there compare like with like.
+    /// `scripts/attention_anchor.py`, so TFLOP/s here and there compare like with like.
     pub fn causal_flops(&self) -> f64 {
         let keys: f64 = self
             .batch

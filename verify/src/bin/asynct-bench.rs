@@ -1,5 +1,5 @@
 //! `asynct-bench`: times HP1 attention on the GPU over the grids of SPEC section 7 and prints it
-//! beside the PyTorch SDPA anchor measured in the same device call (`scripts/sdpa_anchor.py`).
+//! beside the attention anchor measured in the same device call (`scripts/attention_anchor.py`).
 //!
 //! `asynct-bench [--anchor anchor.json] [--out bench.json] [--quick] [--reps N] [--trials N]`
 //! times decode; `--prefill` times the prefill grid instead (the anchor run with `--prefill`
@@ -23,7 +23,7 @@ const CROSSOVER_QUERIES: [usize; 5] = [16, 32, 64, 128, 256];
 #[derive(Parser, Debug)]
 #[command(about = "HP1 kernel benchmark against the SDPA anchor")]
 struct Args {
-    /// JSON written by scripts/sdpa_anchor.py in the same device call.
+    /// JSON written by scripts/attention_anchor.py in the same device call.
     #[arg(long)]
     anchor: Option<std::path::PathBuf>,
     /// Where to write every measurement as JSON.
