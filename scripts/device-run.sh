@@ -67,7 +67,7 @@ for stage in "$@"; do
         ncu --clock-control none --kernel-name "regex:hp1_(decode|split|prefill)_" --launch-skip 3 --launch-count 1 \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
           --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
-          $B/asynct-bench $mode --point "$NCU_POINT" --path "$path" --reps 1 --trials 1 2>&1 \
+          $B/asynct-bench $mode --point "$NCU_POINT" --path "$path" --reps 1 --trials 1 --no-graph 2>&1 \
           | grep -v "^==PROF==" > "$OUT/ncu-$path.txt" || status=1
         tail -n 80 "$OUT/ncu-$path.txt"
       done ;;

@@ -53,6 +53,9 @@ pub enum Error {
     /// row with NaN or nothing finite), masked it and recorded it; read back after a step.
     #[error("bad input found on the device: {0}")]
     DeviceFault(String),
+    /// A CUDA-graph capture ended without a graph from the driver (`cuStreamEndCapture` gave none).
+    #[error("CUDA graph capture on the GPU's stream recorded no graph")]
+    EmptyGraph,
     /// A kernel-cache file could not be read or written.
     #[error("kernel cache {path}: {source}")]
     Cache {

@@ -1,5 +1,5 @@
 //! The CUDA side of asynct: device discovery now; the HP1 kernels (CUDA C++ compiled at run
-//! time by NVRTC), cuBLASLt GEMMs and CUDA graphs as the GPU issues land.
+//! time by NVRTC), CUDA graphs ([`Gpu::capture`]) and cuBLASLt GEMMs as the GPU issues land.
 //!
 //! cudarc is built with dynamic loading, so this crate compiles and its users run on machines
 //! without CUDA: [`probe`] says whether a driver and a device are there, and every GPU test
@@ -26,4 +26,4 @@ pub mod runtime;
 
 pub use device::{probe, DeviceInfo};
 pub use error::{Error, Result};
-pub use runtime::{Gpu, Kernel};
+pub use runtime::{Gpu, Graph, Kernel};

@@ -4,8 +4,10 @@
 //! all of an engine's work is ordered (a stream of its own, not the legacy default stream, so
 //! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
 //! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
-//! Work on other streams must be ordered by hand: cudarc's event tracking is off.
+//! Work on other streams must be ordered by hand: cudarc's event tracking is off. [`graph`]
+//! captures the stream's launches into a replayable [`Graph`].
 
+pub mod graph;
 pub mod kernel_cache;
 
 use std::collections::HashMap;
@@ -18,6 +20,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::device::{probe, DeviceInfo};
 use crate::error::{Error, Result};
+pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 
 /// Device 0 with one stream and a module table.

@@ -6,7 +6,7 @@ use gpu::attention::{AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, Hp1Atte
 use gpu::Gpu;
 
 use super::data::{gate_params, BatchData};
-use super::timing::{copies, median_ms};
+use super::timing::{copies, Timing};
 
 /// One path's time at one point.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -20,10 +20,19 @@ pub struct PathTime {
     pub group: usize,
     /// Query heads per CTA.
     pub heads: usize,
-    /// Median milliseconds per launch.
-    pub ms: f64,
-    /// Softmax-equivalent bandwidth: the whole K and V over the time, TB/s.
-    pub effective_tbps: f64,
+    /// Back-to-back: median ms per launch of `reps` launches from the host, beside the reported
+    /// figure (the gap is what launching costs).
+    pub eager_ms: f64,
+    /// Graph-timed: median ms per launch in a CUDA graph of `calls` launches, the figure
+    /// reported and compared with the anchor; absent with `--no-graph` or when the graph failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_ms: Option<f64>,
+    /// Softmax-equivalent bandwidth: the whole K and V over `graph_ms`, TB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_tbps: Option<f64>,
+    /// Why the graph figure is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Every path at one decode grid point.
@@ -60,14 +69,14 @@ fn forced() -> Vec<(AttentionPath, GroupSize, HeadsPerCta)> {
     v
 }
 
-/// Times the dispatcher's plan and every forced path at `(batch, context)`;
-/// `only` keeps the plans whose name contains it.
+/// Times the dispatcher's plan and every forced path at `(batch, context)`, back-to-back and in a
+/// CUDA graph; `only` keeps the plans whose name contains it. Fails when a path cannot launch; a
+/// graph that fails is recorded in the path's [`PathTime::error`].
 pub fn measure(
     gpu: &Arc<Gpu>,
     batch: usize,
     context: usize,
-    reps: usize,
-    trials: usize,
+    timing: &Timing,
     only: Option<&str>,
 ) -> Result<DecodePoint, String> {
     let e = |x: gpu::Error| x.to_string();
@@ -96,14 +105,19 @@ pub fn measure(
         for b in bufs.iter_mut() {
             attn.build_rows(b.row_operands()).map_err(e)?;
         }
-        let ms = median_ms(gpu, reps, trials, |i| attn.run(bufs[i % copies].operands(), &gate))?;
+        let figures = timing.measure(gpu, |i| attn.run(bufs[i % copies].operands(), &gate));
+        let Some(eager_ms) = figures.eager_ms else {
+            return Err(format!("{name}: {}", figures.error.unwrap_or_default()));
+        };
         paths.push(PathTime {
             name,
             path: attn.plan().path.name().to_string(),
             group: attn.plan().group.lanes(),
             heads: attn.plan().heads.count(),
-            ms,
-            effective_tbps: kv_bytes as f64 / ms / 1e9,
+            eager_ms,
+            graph_ms: figures.graph_ms,
+            graph_tbps: figures.graph_ms.map(|ms| kv_bytes as f64 / ms / 1e9),
+            error: figures.error,
         });
     }
     Ok(DecodePoint { batch, context, kv_bytes, zero_fraction: data.zero_fraction(4, 1), paths })

@@ -14,10 +14,11 @@
 //! - `prefill-mma`, `prefill-wgmma`: [`Hp1Prefill::run`] (WGMMA only where it runs: sm_90).
 //! - `auto`: whatever [`plan_step`] picks, timed as above.
 //!
-//! Inputs are cycled through copies by the anchor's rule (`super::timing`): at (32, 256) q, K and
-//! V are 34 MB, which an H200's 60 MB L2 would largely hold from one launch to the next, and SDPA
-//! is timed the same way. A path that fails (a kernel that does not compile, a launch refused)
-//! is recorded with its error and the others still run.
+//! Each path is timed in a CUDA graph (the figure reported) and back-to-back, by `super::timing`,
+//! with inputs cycled through copies by the anchor's rule: at (32, 256) q, K and V are 34 MB,
+//! which an H200's 60 MB L2 would largely hold from one launch to the next, and the anchor is
+//! timed the same way. A path that fails (a kernel that does not compile, a launch refused, a
+//! graph not captured) is recorded with its error and the others still run.
 
 use std::sync::Arc;
 
@@ -28,7 +29,7 @@ use gpu::attention::{
 use gpu::Gpu;
 
 use super::data::{gate_params, BatchData};
-use super::timing::{copies, median_ms};
+use super::timing::{copies, Figures, Timing};
 
 /// The shape of one timed step: `batch` sequences, each `prefix` cached tokens and `query` new.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -65,13 +66,18 @@ pub struct PrefillTime {
     /// What ran: the decode plan (e.g. `split-k-sparse-g16-h2`) for fake decode, the kernel
     /// entry (e.g. `hp1_prefill_mma_d128`) for a prefill.
     pub ran: String,
-    /// Median milliseconds per launch; absent when the path failed.
+    /// Back-to-back: median ms per launch of `reps` launches from the host, beside the reported
+    /// figure; absent when the path failed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub ms: Option<f64>,
-    /// Causal TFLOP/s ([`BatchData::causal_flops`] over `ms`).
+    pub eager_ms: Option<f64>,
+    /// Graph-timed: median ms per launch in a CUDA graph of `calls` launches, the figure
+    /// reported and compared with the anchor; absent with `--no-graph` or when the path failed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tflops: Option<f64>,
-    /// Why the path has no time.
+    pub graph_ms: Option<f64>,
+    /// Causal TFLOP/s ([`BatchData::causal_flops`] over `graph_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_tflops: Option<f64>,
+    /// Why a figure is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -96,9 +102,9 @@ pub struct PrefillPoint {
 }
 
 impl PrefillPoint {
-    /// The time of the path named `name`, if it ran.
-    pub fn ms(&self, name: &str) -> Option<f64> {
-        self.paths.iter().find(|t| t.name == name).and_then(|t| t.ms)
+    /// The graph-timed figure of the path named `name`, if it has one.
+    pub fn graph_ms(&self, name: &str) -> Option<f64> {
+        self.paths.iter().find(|t| t.name == name).and_then(|t| t.graph_ms)
     }
 }
 
@@ -150,15 +156,10 @@ impl Choice {
 }
 
 /// Times fake decode, MMA, WGMMA (where the device runs it) and the dispatcher's choice at
-/// `shape`; `only` keeps the paths whose name contains it. Errors only where no path can run
-/// (the plans or the buffers); a path's own failure is recorded in its [`PrefillTime`].
-pub fn measure(
-    gpu: &Arc<Gpu>,
-    shape: StepShape,
-    reps: usize,
-    trials: usize,
-    only: Option<&str>,
-) -> Result<PrefillPoint, String> {
+/// `shape`, back-to-back and in a CUDA graph; `only` keeps the paths whose name contains it.
+/// Errors only where no path can run (the plans or the buffers); a path's own failure is
+/// recorded in its [`PrefillTime`].
+pub fn measure(gpu: &Arc<Gpu>, shape: StepShape, timing: &Timing, only: Option<&str>) -> Result<PrefillPoint, String> {
     let e = |x: gpu::Error| x.to_string();
     let seed = 0x9f11 + shape.batch as u64 * 131 + shape.prefix as u64 * 7 + shape.query as u64;
     let data = BatchData::new(&vec![(shape.prefix, shape.query); shape.batch], seed);
@@ -193,27 +194,29 @@ pub fn measure(
     let mut paths = Vec::new();
     for (name, choice) in choices {
         let ran = choice.ran(&gate);
-        let timed = choice.load(gpu).map_err(e).and_then(|launcher| match launcher {
-            Launcher::FakeDecode { attn, rows } => {
-                for b in bufs.iter_mut() {
-                    attn.build_rows(b.row_operands()).map_err(e)?;
+        // Fake decode's row metadata is built once per step, before the layers that share it.
+        let loaded = choice.load(gpu).and_then(|launcher| match &launcher {
+            Launcher::FakeDecode { attn, .. } => {
+                bufs.iter_mut().try_for_each(|b| attn.build_rows(b.row_operands())).map(|()| launcher)
+            }
+            Launcher::Prefill(_) => Ok(launcher),
+        });
+        let figures = match loaded {
+            Err(error) => Figures::failed(error.to_string()),
+            Ok(Launcher::FakeDecode { attn, rows }) => timing.measure(gpu, |i| {
+                let b = &mut bufs[i % copies];
+                if rows {
+                    attn.build_rows(b.row_operands())?;
                 }
-                median_ms(gpu, reps, trials, |i| {
-                    let b = &mut bufs[i % copies];
-                    if rows {
-                        attn.build_rows(b.row_operands())?;
-                    }
-                    attn.run(b.operands(), &gate)
-                })
+                attn.run(b.operands(), &gate)
+            }),
+            Ok(Launcher::Prefill(prefill)) => {
+                timing.measure(gpu, |i| prefill.run(bufs[i % copies].prefill_operands(), &gate))
             }
-            Launcher::Prefill(prefill) => {
-                median_ms(gpu, reps, trials, |i| prefill.run(bufs[i % copies].prefill_operands(), &gate))
-            }
-        });
-        paths.push(match timed {
-            Ok(ms) => PrefillTime { name: name.into(), ran, ms: Some(ms), tflops: Some(flops / ms / 1e9), error: None },
-            Err(error) => PrefillTime { name: name.into(), ran, ms: None, tflops: None, error: Some(error) },
-        });
+        };
+        let Figures { eager_ms, graph_ms, error } = figures;
+        let graph_tflops = graph_ms.map(|ms| flops / ms / 1e9);
+        paths.push(PrefillTime { name: name.into(), ran, eager_ms, graph_ms, graph_tflops, error });
     }
     Ok(PrefillPoint {
         key: shape.key(),
@@ -247,13 +250,14 @@ pub fn crossover_shapes(batch: usize, prefix: usize, queries: &[usize]) -> Vec<S
 }
 
 /// The longest query up to which per-layer fake decode (`fake-decode`) is at least as fast as
-/// the fastest tensor-core prefill at every measured query length (points in increasing query
-/// order); `None` when it loses at the shortest, or a time is missing there.
+/// the fastest tensor-core prefill, by graph-timed figures, at every measured query length
+/// (points in increasing query order); `None` when it loses at the shortest, or a time is
+/// missing there.
 pub fn fake_decode_wins_up_to(points: &[PrefillPoint]) -> Option<usize> {
     let mut best = None;
     for p in points {
-        let tensor = ["prefill-mma", "prefill-wgmma"].iter().filter_map(|n| p.ms(n)).min_by(f64::total_cmp);
-        match (p.ms("fake-decode"), tensor) {
+        let tensor = ["prefill-mma", "prefill-wgmma"].iter().filter_map(|n| p.graph_ms(n)).min_by(f64::total_cmp);
+        match (p.graph_ms("fake-decode"), tensor) {
             (Some(fake), Some(tc)) if fake <= tc => best = Some(p.shape.query),
             _ => break,
         }
@@ -275,7 +279,14 @@ mod tests {
             skipped: Vec::new(),
             paths: times
                 .iter()
-                .map(|&(name, ms)| PrefillTime { name: name.into(), ran: String::new(), ms, tflops: None, error: None })
+                .map(|&(name, ms)| PrefillTime {
+                    name: name.into(),
+                    ran: String::new(),
+                    eager_ms: None,
+                    graph_ms: ms,
+                    graph_tflops: None,
+                    error: None,
+                })
                 .collect(),
         }
     }

@@ -1,74 +1,159 @@
-//! The benchmark's tables: each point's paths beside the best SDPA backend of the anchor JSON,
-//! and the crossover of fake decode and the tensor-core prefills.
+//! The benchmark's tables: each point's paths beside the anchor JSON of
+//! `scripts/attention_anchor.py` (SDPA cuDNN, SDPA flash and, for decode, FlashInfer's paged
+//! decode), and the crossover of fake decode and the tensor-core prefills. Every comparison uses
+//! graph-timed figures, ours and the anchor's (its `ms`); back-to-back figures are shown beside.
+
+use serde_json::Value;
 
 use super::decode::DecodePoint;
 use super::prefill::{Crossover, PrefillPoint};
 
-/// The best SDPA time (ms) and its backend at `key` of the anchor's `section`: `decode` (keys
-/// like `B32_L4096`) or `prefill` (keys like `B16_T1024`). Backends that failed (`{"error"}`)
-/// and the point's own figures (`kv_bytes`, `causal_flops`) have no `ms` and are passed over.
-pub fn best_sdpa(anchor: &serde_json::Value, section: &str, key: &str) -> Option<(String, f64)> {
-    let point = anchor.get(section)?.get(key)?.as_object()?;
+/// SPEC's goal for decode: the dispatcher's time at most this fraction of the best anchor's.
+pub const GOAL_RATIO: f64 = 0.75;
+
+/// One anchor backend at one point: `{"ms", "TBps" or "TFLOPs", "eager_ms"}`, or `{"error"}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnchorTime {
+    /// The backend, e.g. `cudnn`.
+    pub backend: String,
+    /// Graph-timed ms per call.
+    pub ms: Option<f64>,
+    /// Back-to-back ms per call.
+    pub eager_ms: Option<f64>,
+    /// Why the backend has no time.
+    pub error: Option<String>,
+}
+
+/// The backends at `key` of the anchor's `section`: `decode` (keys like `B32_L4096`) or `prefill`
+/// (keys like `B16_T1024`), in the JSON's order. The point's own figures (`kv_bytes`,
+/// `causal_flops`) are numbers, not backends, and are passed over.
+pub fn anchor_times(anchor: &Value, section: &str, key: &str) -> Vec<AnchorTime> {
+    let Some(point) = anchor.get(section).and_then(|s| s.get(key)).and_then(Value::as_object) else {
+        return Vec::new();
+    };
     point
         .iter()
-        .filter_map(|(backend, v)| Some((backend.clone(), v.get("ms")?.as_f64()?)))
+        .filter(|(_, v)| v.is_object())
+        .map(|(backend, v)| AnchorTime {
+            backend: backend.clone(),
+            ms: v.get("ms").and_then(Value::as_f64),
+            eager_ms: v.get("eager_ms").and_then(Value::as_f64),
+            error: v.get("error").map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_string)),
+        })
+        .collect()
+}
+
+/// The best anchor at `key` of `section`: the backend with the least graph-timed `ms`, and that
+/// time. Backends that failed (`{"error"}`) have no `ms` and are passed over.
+pub fn best_anchor(anchor: &Value, section: &str, key: &str) -> Option<(String, f64)> {
+    anchor_times(anchor, section, key)
+        .into_iter()
+        .filter_map(|t| Some((t.backend, t.ms?)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-/// One line per point: zero fraction, SDPA, the dispatcher's time and ratio, the best forced path.
-pub fn table(points: &[DecodePoint], anchor: Option<&serde_json::Value>) -> String {
+/// Microseconds of `ms` to one decimal, `-` where there is none.
+fn us(ms: Option<f64>) -> String {
+    ms.map_or("-".into(), |ms| format!("{:.1}", ms * 1e3))
+}
+
+/// `ms` over the anchor's `anchor_ms`, `-` where either is missing.
+fn ratio(ms: Option<f64>, anchor_ms: Option<f64>) -> String {
+    ms.zip(anchor_ms).map_or("-".into(), |(ms, a)| format!("{:.2}x", ms / a))
+}
+
+/// One line per decode point, all graph-timed unless marked b2b (back-to-back): zero fraction,
+/// each anchor backend, the best of them, the dispatcher's (`auto`) time, bandwidth and ratio to
+/// the best anchor, auto's back-to-back time, the fastest forced path and its ratio, and whether
+/// auto meets the goal ([`GOAL_RATIO`]).
+pub fn table(points: &[DecodePoint], anchor: Option<&Value>) -> String {
     let mut s = format!(
-        "{:<12} {:>6} {:>16} {:>10} {:>8} {:>7} {:>24} {:>10} {:>7}\n",
-        "point", "zero%", "best SDPA us", "auto us", "auto TB/s", "ratio", "best path", "us", "ratio"
+        "decode, us per call in a CUDA graph (b2b: back-to-back launches); ratio: over the best anchor; \
+         goal: auto ratio <= {GOAL_RATIO}\n"
+    );
+    s += &format!(
+        "{:<12} {:>6} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {:>4}\n",
+        "point",
+        "zero%",
+        "cudnn",
+        "flash",
+        "fi-paged",
+        "best anchor",
+        "auto us",
+        "TB/s",
+        "ratio",
+        "b2b us",
+        "best path",
+        "us",
+        "ratio",
+        "goal"
     );
     for p in points {
         let key = format!("B{}_L{}", p.batch, p.context);
-        let sdpa = anchor.and_then(|a| best_sdpa(a, "decode", &key));
+        let times = anchor.map_or_else(Vec::new, |a| anchor_times(a, "decode", &key));
+        let best = anchor.and_then(|a| best_anchor(a, "decode", &key));
+        let best_ms = best.as_ref().map(|b| b.1);
+        let backend = |name: &str| us(times.iter().find(|t| t.backend == name).and_then(|t| t.ms));
         let auto = p.paths.iter().find(|t| t.name == "auto");
-        let best = p.paths.iter().filter(|t| t.name != "auto").min_by(|a, b| a.ms.total_cmp(&b.ms));
-        let ratio = |ms: f64| sdpa.as_ref().map_or("-".to_string(), |(_, s)| format!("{:.2}x", ms / s));
-        let sdpa_s = sdpa.as_ref().map_or("-".to_string(), |(b, ms)| format!("{:.1} ({b})", ms * 1e3));
-        let (auto_us, auto_bw, auto_r) = auto.map_or(("-".into(), "-".into(), "-".into()), |t| {
-            (format!("{:.1}", t.ms * 1e3), format!("{:.2}", t.effective_tbps), ratio(t.ms))
-        });
-        let (best_name, best_us, best_r) = best.map_or(("-".into(), "-".into(), "-".into()), |t| {
-            (t.name.clone(), format!("{:.1}", t.ms * 1e3), ratio(t.ms))
-        });
+        let auto_ms = auto.and_then(|t| t.graph_ms);
+        let forced = p
+            .paths
+            .iter()
+            .filter(|t| t.name != "auto")
+            .filter_map(|t| Some((t.name.as_str(), t.graph_ms?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let goal = match auto_ms.zip(best_ms) {
+            Some((ms, a)) if ms <= GOAL_RATIO * a => "yes",
+            Some(_) => "no",
+            None => "-",
+        };
         s += &format!(
-            "{key:<12} {:>6.1} {sdpa_s:>16} {auto_us:>10} {auto_bw:>8} {auto_r:>7} {best_name:>24} {best_us:>10} {best_r:>7}\n",
-            p.zero_fraction * 100.0
+            "{key:<12} {:>6.1} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {goal:>4}\n",
+            p.zero_fraction * 100.0,
+            backend("cudnn"),
+            backend("flash"),
+            backend("flashinfer_paged"),
+            best.as_ref().map_or("-", |b| b.0.as_str()),
+            us(auto_ms),
+            auto.and_then(|t| t.graph_tbps).map_or("-".into(), |tbps| format!("{tbps:.2}")),
+            ratio(auto_ms, best_ms),
+            us(auto.map(|t| t.eager_ms)),
+            forced.map_or("-", |f| f.0),
+            us(forced.map(|f| f.1)),
+            ratio(forced.map(|f| f.1), best_ms),
         );
     }
     s
 }
 
-/// One line per (point, path), the best SDPA backend first: microseconds, causal TFLOP/s (the
-/// anchor's flop count, so TFLOP/s compare directly) and the time over the best SDPA time
-/// (above 1 is slower than SDPA).
-pub fn prefill_table(points: &[PrefillPoint], anchor: Option<&serde_json::Value>) -> String {
+/// One line per (point, path), each anchor backend first: graph-timed microseconds, causal
+/// TFLOP/s from them (the anchor's flop count, so TFLOP/s compare directly), the time over the
+/// best anchor's (above 1 is slower), and back-to-back microseconds beside.
+pub fn prefill_table(points: &[PrefillPoint], anchor: Option<&Value>) -> String {
     let mut s = format!(
-        "{:<16} {:>6} {:<18} {:<26} {:>11} {:>8} {:>7}\n",
-        "point", "zero%", "path", "ran", "us", "TFLOP/s", "ratio"
+        "{:<16} {:>6} {:<18} {:<26} {:>11} {:>8} {:>7} {:>11}\n",
+        "point", "zero%", "path", "ran", "us", "TFLOP/s", "ratio", "b2b us"
     );
     for p in points {
-        let sdpa = anchor.and_then(|a| best_sdpa(a, "prefill", &p.key));
+        let times = anchor.map_or_else(Vec::new, |a| anchor_times(a, "prefill", &p.key));
+        let best_ms = anchor.and_then(|a| best_anchor(a, "prefill", &p.key)).map(|b| b.1);
         let zero = p.zero_fraction * 100.0;
-        let line = |path: &str, ran: &str, ms: Option<f64>, note: &str| {
-            let (us, tflops) = ms.map_or(("-".into(), "-".into()), |ms| {
-                (format!("{:.1}", ms * 1e3), format!("{:.1}", p.causal_flops / ms / 1e9))
-            });
-            let ratio = match (ms, &sdpa) {
-                (Some(ms), Some((_, sdpa_ms))) => format!("{:.2}x", ms / sdpa_ms),
-                _ => "-".into(),
-            };
-            format!("{:<16} {zero:>6.1} {path:<18} {ran:<26} {us:>11} {tflops:>8} {ratio:>7}{note}\n", p.key)
+        let line = |path: &str, ran: &str, ms: Option<f64>, eager_ms: Option<f64>, error: &Option<String>| {
+            let tflops = ms.map_or("-".into(), |ms| format!("{:.1}", p.causal_flops / ms / 1e9));
+            let note = error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
+            format!(
+                "{:<16} {zero:>6.1} {path:<18} {ran:<26} {:>11} {tflops:>8} {:>7} {:>11}{note}\n",
+                p.key,
+                us(ms),
+                ratio(ms, best_ms),
+                us(eager_ms)
+            )
         };
-        if let Some((backend, ms)) = &sdpa {
-            s += &line(&format!("sdpa-{backend}"), "torch", Some(*ms), "");
+        for t in &times {
+            s += &line(&format!("anchor-{}", t.backend), "attention_anchor.py", t.ms, t.eager_ms, &t.error);
         }
         for t in &p.paths {
-            let note = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
-            s += &line(&t.name, &t.ran, t.ms, &note);
+            s += &line(&t.name, &t.ran, t.graph_ms, t.eager_ms, &t.error);
         }
         for note in &p.skipped {
             s += &format!("{:<16} {zero:>6.1} skipped {note}\n", p.key);
@@ -77,12 +162,13 @@ pub fn prefill_table(points: &[PrefillPoint], anchor: Option<&serde_json::Value>
     s
 }
 
-/// One line per query length: each path's microseconds and the fastest, then the measured
-/// crossover beside the dispatcher's threshold.
+/// One line per query length: each path's graph-timed microseconds and the fastest, then the
+/// measured crossover beside the dispatcher's threshold.
 pub fn crossover_table(c: &Crossover) -> String {
     let names = ["fake-decode", "fake-decode+rows", "prefill-mma", "prefill-wgmma", "auto"];
     let mut s = format!(
-        "chunked prefill: {} sequences, {} cached tokens each, then a chunk of `query` tokens\n",
+        "chunked prefill: {} sequences, {} cached tokens each, then a chunk of `query` tokens; us per call in a \
+         CUDA graph\n",
         c.batch, c.prefix
     );
     s += &format!("{:>6} {:>6} {:>6}", "query", "rows", "zero%");
@@ -93,14 +179,14 @@ pub fn crossover_table(c: &Crossover) -> String {
     for p in &c.points {
         s += &format!("{:>6} {:>6} {:>6.1}", p.shape.query, p.rows, p.zero_fraction * 100.0);
         for n in names {
-            s += &format!(" {:>17}", p.ms(n).map_or("-".into(), |ms| format!("{:.1}", ms * 1e3)));
+            s += &format!(" {:>17}", us(p.graph_ms(n)));
         }
         let auto = p.paths.iter().find(|t| t.name == "auto").map_or("-", |t| t.ran.as_str());
         let fastest = p
             .paths
             .iter()
             .filter(|t| t.name != "auto" && t.name != "fake-decode+rows")
-            .filter_map(|t| Some((t.name.as_str(), t.ms?)))
+            .filter_map(|t| Some((t.name.as_str(), t.graph_ms?)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or("-", |(n, _)| n);
         s += &format!(" {auto:>26} {fastest:>14}\n");
@@ -116,19 +202,105 @@ pub fn crossover_table(c: &Crossover) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::decode::PathTime;
     use crate::bench::prefill::{PrefillTime, StepShape};
 
+    fn anchor() -> Value {
+        serde_json::json!({
+            "device": "H200", "flashinfer": {"error": "not installed here"},
+            "decode": {
+                "B1_L1024": {"kv_bytes": 1.0, "cudnn": {"ms": 0.75, "TBps": 1.0, "eager_ms": 0.9},
+                             "flash": {"ms": 0.625, "eager_ms": 0.7},
+                             "flashinfer_paged": {"ms": 0.5, "TBps": 2.0, "eager_ms": 0.55}},
+                "B32_L4096": {"kv_bytes": 2.0, "cudnn": {"ms": 0.5}, "flash": {"eager_ms": 0.01},
+                              "flashinfer_paged": {"error": "no paged kernel for this shape"}},
+            },
+            "prefill": {"B32_T256": {"causal_flops": 2e9, "cudnn": {"ms": 0.02, "TFLOPs": 100.0, "eager_ms": 0.03},
+                                     "flash": {"ms": 0.01, "TFLOPs": 200.0, "eager_ms": 0.025}}},
+        })
+    }
+
     #[test]
-    fn best_sdpa_reads_the_named_section_and_skips_errors_and_figures() {
-        let anchor = serde_json::json!({
-            "decode": {"B1_L1024": {"kv_bytes": 1.0, "cudnn": {"ms": 0.5}, "flash": {"ms": 0.2}}},
-            "prefill": {"B1_T16384": {"causal_flops": 1e12, "cudnn": {"ms": 3.0, "TFLOPs": 300.0},
-                                      "flash": {"error": "no kernel"}}},
-        });
-        assert_eq!(best_sdpa(&anchor, "decode", "B1_L1024"), Some(("flash".to_string(), 0.2)));
-        assert_eq!(best_sdpa(&anchor, "prefill", "B1_T16384"), Some(("cudnn".to_string(), 3.0)));
-        assert_eq!(best_sdpa(&anchor, "decode", "B1_T16384"), None);
-        assert_eq!(best_sdpa(&anchor, "prefill", "B32_T256"), None);
+    fn the_best_anchor_is_picked_across_all_three_backends_skipping_errors_and_figures() {
+        let a = anchor();
+        assert_eq!(best_anchor(&a, "decode", "B1_L1024"), Some(("flashinfer_paged".to_string(), 0.5)));
+        // FlashInfer failed and flash has only a back-to-back figure: cuDNN is the best graph time.
+        assert_eq!(best_anchor(&a, "decode", "B32_L4096"), Some(("cudnn".to_string(), 0.5)));
+        assert_eq!(best_anchor(&a, "prefill", "B32_T256"), Some(("flash".to_string(), 0.01)));
+        assert_eq!(best_anchor(&a, "decode", "B32_T256"), None);
+        assert_eq!(best_anchor(&a, "prefill", "B1_T16384"), None);
+        let times = anchor_times(&a, "decode", "B32_L4096");
+        assert_eq!(times.iter().map(|t| t.backend.as_str()).collect::<Vec<_>>(), DECODE_ORDER);
+        assert_eq!(times[1], AnchorTime { backend: "flash".into(), ms: None, eager_ms: Some(0.01), error: None });
+        assert_eq!(times[2].error.as_deref(), Some("no paged kernel for this shape"));
+    }
+
+    /// serde_json keeps keys sorted (no `preserve_order`), so this is the JSON's order too.
+    const DECODE_ORDER: [&str; 3] = ["cudnn", "flash", "flashinfer_paged"];
+
+    fn path(name: &str, graph_ms: Option<f64>, eager_ms: f64) -> PathTime {
+        PathTime {
+            name: name.to_string(),
+            path: String::new(),
+            group: 8,
+            heads: 1,
+            eager_ms,
+            graph_ms,
+            graph_tbps: graph_ms.map(|ms| 1.0 / ms),
+            error: graph_ms.is_none().then(|| "CUDA graph: capture invalidated".to_string()),
+        }
+    }
+
+    fn decode_point(batch: usize, context: usize, auto_ms: f64) -> DecodePoint {
+        DecodePoint {
+            batch,
+            context,
+            kv_bytes: 1,
+            zero_fraction: 0.7,
+            paths: vec![
+                path("auto", Some(auto_ms), 0.875),
+                path("split-k-sparse-g8", Some(0.25), 0.5),
+                // Fastest back-to-back, but its graph failed: the best path is chosen by graph time.
+                path("decode-dense-g16", None, 0.125),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_decode_table_compares_graph_times_with_each_anchor_and_marks_the_goal() {
+        let points = [decode_point(1, 1024, 0.375), decode_point(32, 4096, 0.4), decode_point(128, 16384, 0.25)];
+        let t = table(&points, Some(&anchor()));
+        let row = |key: &str| -> Vec<String> {
+            let line = t.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key} in {t}"));
+            line.split_whitespace().map(str::to_string).collect()
+        };
+        // point zero% cudnn flash fi-paged best auto TB/s ratio b2b best-path us ratio goal
+        assert_eq!(
+            row("B1_L1024"),
+            [
+                "B1_L1024",
+                "70.0",
+                "750.0",
+                "625.0",
+                "500.0",
+                "flashinfer_paged",
+                "375.0",
+                "2.67",
+                "0.75x",
+                "875.0",
+                "split-k-sparse-g8",
+                "250.0",
+                "0.50x",
+                "yes"
+            ],
+            "{t}"
+        );
+        let b32 = row("B32_L4096");
+        assert_eq!(b32[2..6], ["500.0", "-", "-", "cudnn"], "{t}");
+        assert_eq!((b32[8].as_str(), b32[13].as_str()), ("0.80x", "no"), "{t}");
+        // No anchor at the point: no ratio and no verdict.
+        let b128 = row("B128_L16384");
+        assert_eq!((b128[5].as_str(), b128[8].as_str(), b128[13].as_str()), ("-", "-", "-"), "{t}");
     }
 
     fn point(key: &str, query: usize, paths: &[(&str, Option<f64>)]) -> PrefillPoint {
@@ -144,8 +316,9 @@ mod tests {
                 .map(|&(name, ms)| PrefillTime {
                     name: name.to_string(),
                     ran: format!("{name}-entry"),
-                    ms,
-                    tflops: None,
+                    eager_ms: ms.map(|ms| 2.0 * ms),
+                    graph_ms: ms,
+                    graph_tflops: None,
                     error: ms.is_none().then(|| "launch refused".to_string()),
                 })
                 .collect(),
@@ -153,15 +326,16 @@ mod tests {
     }
 
     #[test]
-    fn the_prefill_table_gives_tflops_and_the_ratio_to_the_best_sdpa_backend() {
-        let anchor = serde_json::json!({"prefill": {"B32_T256": {"cudnn": {"ms": 0.02}, "flash": {"ms": 0.01}}}});
+    fn the_prefill_table_gives_graph_tflops_and_the_ratio_to_the_best_anchor() {
         let p = point("B32_T256", 256, &[("prefill-mma", Some(0.02)), ("prefill-wgmma", None)]);
-        let t = prefill_table(&[p], Some(&anchor));
+        let t = prefill_table(&[p], Some(&anchor()));
         let line =
             |path: &str| t.lines().find(|l| l.contains(path)).unwrap_or_else(|| panic!("{path} in {t}")).to_string();
-        // 2e9 flops in 0.01 ms is 200 TFLOP/s; MMA takes twice flash's time.
-        assert!(line("sdpa-flash").contains("10.0") && line("sdpa-flash").contains("200.0"), "{t}");
-        assert!(line("prefill-mma").contains("100.0") && line("prefill-mma").contains("2.00x"), "{t}");
+        // 2e9 flops in 0.01 ms is 200 TFLOP/s; flash is the best anchor, its back-to-back 25 us beside.
+        assert!(line("anchor-flash").ends_with("10.0    200.0   1.00x        25.0"), "{t}");
+        assert!(line("anchor-cudnn").contains("2.00x"), "{t}");
+        // MMA takes twice flash's graph time; its back-to-back figure is not the one compared.
+        assert!(line("prefill-mma").ends_with("20.0    100.0   2.00x        40.0"), "{t}");
         assert!(line("prefill-wgmma").contains("error: launch refused"), "{t}");
         assert!(line("skipped").contains("8.0 is not 9.0"), "{t}");
         // Without the anchor there is no ratio.
@@ -170,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn the_crossover_table_names_the_fastest_per_layer_path() {
+    fn the_crossover_table_names_the_fastest_per_layer_path_by_graph_time() {
         let points = vec![
             point(
                 "a",
@@ -189,6 +363,8 @@ mod tests {
             t.lines().filter(|l| l.trim_start().starts_with("16 ") || l.trim_start().starts_with("128 ")).collect();
         assert_eq!(rows.len(), 2, "{t}");
         assert!(rows[0].ends_with("fake-decode") && rows[1].ends_with("prefill-mma"), "{t}");
+        // Graph times (10 us), not the back-to-back ones (20 us).
+        assert!(rows[0].contains(" 10.0 ") && !rows[0].contains(" 20.0 "), "{t}");
         assert!(t.contains("up to query 16") && t.contains("FAKE_DECODE_MAX_QUERY = 64"), "{t}");
     }
 }

@@ -1,15 +1,23 @@
 //! `asynct-bench`: times HP1 attention on the GPU over the grids of SPEC section 7 and prints it
-//! beside the attention anchor measured in the same device call (`scripts/attention_anchor.py`).
+//! beside the attention anchor measured in the same device call (`scripts/attention_anchor.py`:
+//! SDPA cuDNN, SDPA flash and FlashInfer's paged decode).
 //!
-//! `asynct-bench [--anchor anchor.json] [--out bench.json] [--quick] [--reps N] [--trials N]`
-//! times decode; `--prefill` times the prefill grid instead (the anchor run with `--prefill`
-//! holds its SDPA side) and `--prefill-crossover` the chunked-prefill crossover of fake decode
-//! and the tensor-core kernels; the two may be given together.
+//! `asynct-bench [--anchor anchor.json] [--out bench.json] [--quick] [--calls N] [--reps N]
+//! [--trials N] [--no-graph]` times decode; `--prefill` times the prefill grid instead (the
+//! anchor run with `--prefill` holds its side) and `--prefill-crossover` the chunked-prefill
+//! crossover of fake decode and the tensor-core kernels; the two may be given together.
+//!
+//! Every path gets two figures (`verify::bench::timing`): graph-timed, one CUDA graph of `--calls`
+//! launches replayed `--trials` times (the median per launch: the figure reported and compared,
+//! as the anchor's `ms`), and back-to-back, `--reps` launches from the host per trial, beside it.
+//! `--no-graph` leaves the graph out, so that under ncu the profiled launches are eager ones
+//! (`scripts/device-run.sh ncu`).
 
 use clap::Parser;
 use verify::bench::decode::{measure, DecodePoint};
 use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, StepShape};
 use verify::bench::report::{crossover_table, prefill_table, table};
+use verify::bench::timing::Timing;
 
 /// The prefill grid of SPEC section 7: (batch, length).
 const PREFILL_GRID: [(usize, usize); 4] = [(32, 256), (16, 1024), (4, 4096), (1, 16384)];
@@ -21,7 +29,7 @@ const CROSSOVER_PREFIX: usize = 4096;
 const CROSSOVER_QUERIES: [usize; 5] = [16, 32, 64, 128, 256];
 
 #[derive(Parser, Debug)]
-#[command(about = "HP1 kernel benchmark against the SDPA anchor")]
+#[command(about = "HP1 kernel benchmark against the attention anchor (SDPA, FlashInfer)")]
 struct Args {
     /// JSON written by scripts/attention_anchor.py in the same device call.
     #[arg(long)]
@@ -33,12 +41,18 @@ struct Args {
     /// and (1, 16K); crossover: queries 16, 64, 256).
     #[arg(long)]
     quick: bool,
-    /// Launches per timed trial [default: 50 for decode, 20 for prefill, as the anchor].
+    /// Launches captured in each CUDA graph [default: 40 for decode, 20 for prefill, as the anchor].
+    #[arg(long)]
+    calls: Option<usize>,
+    /// Back-to-back launches per timed trial [default: 50 for decode, 20 for prefill].
     #[arg(long)]
     reps: Option<usize>,
-    /// Trials per path (the median is reported).
+    /// Graph replays and back-to-back trials per path (the median of each is reported).
     #[arg(long, default_value_t = 7)]
     trials: usize,
+    /// Only the back-to-back figure, no CUDA graph (for ncu, which then profiles eager launches).
+    #[arg(long)]
+    no_graph: bool,
     /// Only this grid point, e.g. `B128_L4096`, `B1_T16384` or `B8_P4096_Q64` (for profiling
     /// one launch with ncu).
     #[arg(long)]
@@ -80,53 +94,84 @@ fn run(args: &Args) -> Result<(), String> {
     if args.prefill || args.prefill_crossover {
         return run_prefill(args, &gpu, anchor.as_ref());
     }
-    let reps = args.reps.unwrap_or(50);
+    let timing = args.timing(50, 40);
     let grid: Vec<(usize, usize)> = if args.quick {
         vec![(1, 1024), (1, 16384), (128, 1024), (128, 16384)]
     } else {
         [1, 32, 128].iter().flat_map(|&b| [1024, 4096, 16384].map(|l| (b, l))).collect()
     };
-    println!("asynct-bench on {} ({} reps x {} trials, median)", gpu.info().name, reps, args.trials);
+    println!("asynct-bench on {} ({})", gpu.info().name, method(&timing));
     let mut points: Vec<DecodePoint> = Vec::new();
+    let mut failures = Vec::new();
     for (batch, context) in grid {
         if args.point.as_ref().is_some_and(|p| *p != format!("B{batch}_L{context}")) {
             continue;
         }
-        let point = measure(&gpu, batch, context, reps, args.trials, args.path.as_deref())?;
+        let point = measure(&gpu, batch, context, &timing, args.path.as_deref())?;
         for t in &point.paths {
-            println!("B{batch}_L{context} {:<24} {:>9.2} us {:>6.2} TB/s", t.name, t.ms * 1e3, t.effective_tbps);
+            let (graph_us, tbps) = (t.graph_ms.map_or(f64::NAN, |ms| ms * 1e3), t.graph_tbps.unwrap_or(f64::NAN));
+            let error = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
+            println!(
+                "B{batch}_L{context} {:<24} graph {graph_us:>9.2} us {tbps:>6.2} TB/s  back-to-back {:>9.2} us{error}",
+                t.name,
+                t.eager_ms * 1e3
+            );
+            if let Some(e) = &t.error {
+                failures.push(format!("B{batch}_L{context} {}: {e}", t.name));
+            }
         }
         points.push(point);
     }
-    write_json(args, serde_json::json!({ "device": gpu.info().name, "decode": points }))?;
+    write_json(args, serde_json::json!({ "device": gpu.info().name, "timing": timing, "decode": points }))?;
     println!("\n{}", table(&points, anchor.as_ref()));
-    Ok(())
+    match failures.len() {
+        0 => Ok(()),
+        n => Err(format!("{n} CUDA graph failure(s): {}", failures.join("; "))),
+    }
+}
+
+impl Args {
+    /// The timing settings, with the decode or the prefill grid's defaults.
+    fn timing(&self, reps: usize, calls: usize) -> Timing {
+        // At least one of each, so the figures printed and written are the ones timed.
+        Timing {
+            reps: self.reps.unwrap_or(reps).max(1),
+            calls: (!self.no_graph).then(|| self.calls.unwrap_or(calls).max(1)),
+            trials: self.trials.max(1),
+        }
+    }
+}
+
+/// The timing method in words, for the first line of the output.
+fn method(t: &Timing) -> String {
+    let eager = format!("back-to-back: {} launches x {} trials", t.reps, t.trials);
+    match t.calls {
+        Some(calls) => format!("median of {} replays of a CUDA graph of {calls} launches; {eager}", t.trials),
+        None => format!("no CUDA graph; {eager}"),
+    }
 }
 
 /// The prefill grid and/or the crossover; fails at the end (after the JSON and the tables) when
 /// any path failed.
 fn run_prefill(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>, anchor: Option<&serde_json::Value>) -> Result<(), String> {
-    let reps = args.reps.unwrap_or(20);
+    let timing = args.timing(20, 20);
     let info = gpu.info();
     let cc = info.compute_capability;
-    println!(
-        "asynct-bench prefill on {} (sm_{}{}, {} reps x {} trials, median)",
-        info.name, cc.0, cc.1, reps, args.trials
-    );
-    let mut json = serde_json::json!({ "device": info.name, "compute_capability": [cc.0, cc.1] });
+    println!("asynct-bench prefill on {} (sm_{}{}; {})", info.name, cc.0, cc.1, method(&timing));
+    let mut json = serde_json::json!({ "device": info.name, "compute_capability": [cc.0, cc.1], "timing": timing });
     let mut failures = Vec::new();
     let mut tables = String::new();
     if args.prefill {
         let grid = if args.quick { vec![PREFILL_GRID[0], PREFILL_GRID[3]] } else { PREFILL_GRID.to_vec() };
         let shapes = grid.into_iter().map(|(b, t)| StepShape::prefill(b, t)).collect();
-        let points = measure_points(args, gpu, reps, shapes, &mut failures);
+        let points = measure_points(args, gpu, &timing, shapes, &mut failures);
         tables += &format!("\n{}", prefill_table(&points, anchor));
         json["prefill"] = serde_json::to_value(&points).expect("plain data serialises");
     }
     if args.prefill_crossover {
         let queries: &[usize] = if args.quick { &[16, 64, 256] } else { &CROSSOVER_QUERIES };
         let shapes = crossover_shapes(CROSSOVER_BATCH, CROSSOVER_PREFIX, queries);
-        let points = measure_points(args, gpu, reps, shapes, &mut failures);
+        let points = measure_points(args, gpu, &timing, shapes, &mut failures);
         let crossover = Crossover {
             batch: CROSSOVER_BATCH,
             prefix: CROSSOVER_PREFIX,
@@ -151,7 +196,7 @@ fn run_prefill(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>, anchor: Option<&serd
 fn measure_points(
     args: &Args,
     gpu: &std::sync::Arc<gpu::Gpu>,
-    reps: usize,
+    timing: &Timing,
     shapes: Vec<StepShape>,
     failures: &mut Vec<String>,
 ) -> Vec<PrefillPoint> {
@@ -160,7 +205,7 @@ fn measure_points(
         if args.point.as_ref().is_some_and(|p| *p != shape.key()) {
             continue;
         }
-        let point = match prefill::measure(gpu, shape, reps, args.trials, args.path.as_deref()) {
+        let point = match prefill::measure(gpu, shape, timing, args.path.as_deref()) {
             Ok(point) => point,
             Err(e) => {
                 eprintln!("{}: {e}", shape.key());
@@ -169,9 +214,13 @@ fn measure_points(
             }
         };
         for t in &point.paths {
-            let (us, tflops) = (t.ms.map_or(f64::NAN, |ms| ms * 1e3), t.tflops.unwrap_or(f64::NAN));
+            let us = |ms: Option<f64>| ms.map_or(f64::NAN, |ms| ms * 1e3);
+            let (graph_us, eager_us, tflops) = (us(t.graph_ms), us(t.eager_ms), t.graph_tflops.unwrap_or(f64::NAN));
             let error = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
-            println!("{} {:<18} {:<26} {us:>10.1} us {tflops:>7.1} TFLOP/s{error}", point.key, t.name, t.ran);
+            println!(
+                "{} {:<18} {:<26} graph {graph_us:>10.1} us {tflops:>7.1} TFLOP/s  back-to-back {eager_us:>10.1} us{error}",
+                point.key, t.name, t.ran
+            );
             if let Some(e) = &t.error {
                 failures.push(format!("{} {}: {e}", point.key, t.name));
             }
