@@ -1,13 +1,16 @@
-//! The comparison of SPEC section 4: a path's output against the f64 direct oracle on the same
-//! case, every element checked, relative L2 error within the path's bound, NaN never passing.
+//! The comparison of SPEC section 4, made scale-aware: a path's output against the f64 direct
+//! oracle on the same case, every element checked, NaN never passing, and every (query row,
+//! head) row within its own bound ([`crate::bound`]). The whole-tensor relative L2 error stays
+//! in the report beside the worst row's share of its bound.
 //!
-//! The reference (direct f64 output and the gate's zero fraction) is computed once per case in
-//! [`Reference`] and shared by every path checked on that case.
+//! The reference (direct f64 output, the rows' scales and the gate's zero fraction) is computed
+//! once per case in [`Reference`] and shared by every path checked on that case.
 
 use ndarray::Array3;
 use oracle::hp1::direct::hp1_direct;
 use oracle::hp1::Hp1Inputs;
 
+use crate::bound::{row_scales, Bound, RowScales};
 use crate::case::{Case, CaseData};
 use crate::error::Error;
 use crate::path::Path;
@@ -17,11 +20,15 @@ use crate::path::Path;
 pub struct CheckReport {
     /// The path's name.
     pub path: String,
-    /// `|out - ref| / |ref|`, or `|out - ref|` where the reference is all zeros.
+    /// Whole-tensor `|out - ref| / |ref|`, or `|out - ref|` where the reference is all zeros.
     pub error: f64,
     /// Whether `error` is absolute (the reference was all zeros).
     pub absolute: bool,
-    /// The path's bound.
+    /// The largest `|out - ref| / bound` over the rows: at most 1 on a pass.
+    pub bound_use: f64,
+    /// `[token, head]` of that row.
+    pub worst_row: [usize; 2],
+    /// The path's relative tolerance.
     pub tolerance: f64,
     /// Fraction of the case's gate weights that are exactly zero.
     pub zero_fraction: f64,
@@ -53,21 +60,29 @@ pub enum Failure {
         /// The reference value.
         want: f64,
     },
-    /// The error exceeds the path's bound.
+    /// A row's error exceeds its bound.
     #[error(
-        "path `{path}`: {} error {error:.3e} exceeds {tolerance:.0e} (worst element {index:?}: got {got}, reference {want})",
-        if *absolute { "absolute" } else { "relative L2" }
+        "path `{path}`: row [token {}, head {}] is off by {diff:.3e}, over its bound {bound:.3e} \
+         (row norm {row_norm:.3e}, tolerance {tolerance:.0e}; worst element {index:?}: got {got}, reference {want}; \
+         whole-output relative L2 {error:.3e})",
+        row[0], row[1]
     )]
     Tolerance {
         /// The path's name.
         path: String,
-        /// The measured error.
-        error: f64,
-        /// Whether it is absolute (all-zero reference).
-        absolute: bool,
-        /// The path's bound.
+        /// `[token, head]` of the row furthest over its bound.
+        row: [usize; 2],
+        /// `|out - ref|` over that row.
+        diff: f64,
+        /// The row's bound.
+        bound: f64,
+        /// `|ref|` of that row.
+        row_norm: f64,
+        /// The path's relative tolerance.
         tolerance: f64,
-        /// `[token, head, dim]` of the largest difference.
+        /// Whole-tensor relative L2 error (absolute where the reference is all zeros).
+        error: f64,
+        /// `[token, head, dim]` of the largest difference in that row.
         index: [usize; 3],
         /// The path's value there.
         got: f64,
@@ -89,80 +104,107 @@ impl Failure {
     }
 }
 
-/// The f64 direct output of a case and its gate's zero fraction.
+/// The f64 direct output of a case, the scales of its rows and its gate's zero fraction.
 #[derive(Clone, Debug)]
 pub struct Reference {
     /// `[num_tokens, Hq, D]` from [`hp1_direct`] in f64.
     pub out: Array3<f64>,
+    /// Each row's scales, from which a path's row bounds follow.
+    pub scales: RowScales,
     /// See [`zero_fraction`].
     pub zero_fraction: f64,
 }
 
 impl Reference {
-    /// Runs the direct f64 oracle and the zero-fraction pass on `data`.
+    /// Runs the direct f64 oracle and the pass over its scores on `inp`.
+    pub fn of(inp: &Hp1Inputs<'_, f64>) -> Result<Self, Error> {
+        let out = hp1_direct(inp)?;
+        let (scales, zeros, total) = row_scales(inp, &out)?;
+        Ok(Self { out, scales, zero_fraction: fraction(zeros, total) })
+    }
+
+    /// [`Reference::of`] the case's f64 inputs.
     pub fn compute(data: &CaseData) -> Result<Self, Error> {
-        let inp = data.inputs_f64();
-        Ok(Self { out: hp1_direct(&inp)?, zero_fraction: zero_fraction(&inp)? })
+        Self::of(&data.inputs_f64())
+    }
+}
+
+fn fraction(zeros: usize, total: usize) -> f64 {
+    if total == 0 {
+        0.0
+    } else {
+        zeros as f64 / total as f64
     }
 }
 
 /// The fraction of gate weights `p_t` that are exactly zero, over every query row, query head
 /// and causal key: the direct pass's gate, counted. 0 for a batch with no query rows.
 pub fn zero_fraction(inp: &Hp1Inputs<'_, f64>) -> oracle::Result<f64> {
-    let dims = inp.validate()?;
-    let (mut zeros, mut total) = (0usize, 0usize);
-    for row in inp.meta.rows() {
-        for h in 0..dims.num_heads {
-            let s = inp.scores(row, h, 0..row.pos + 1);
-            let mut p = vec![0.0; s.len()];
-            inp.gate(h).apply(&[], &s, &mut p);
-            zeros += p.iter().filter(|&&x| x == 0.0).count();
-            total += p.len();
-        }
-    }
-    Ok(if total == 0 { 0.0 } else { zeros as f64 / total as f64 })
+    let reference = hp1_direct(inp)?;
+    let (_, zeros, total) = row_scales(inp, &reference)?;
+    Ok(fraction(zeros, total))
 }
 
-/// Holds `got` against `want` with bound `tolerance`: any non-finite element fails; otherwise
-/// the relative L2 error (absolute where `want` is all zeros) must be at most `tolerance`.
-pub fn compare(path: &str, got: &Array3<f64>, want: &Array3<f64>, tolerance: f64) -> Result<CheckReport, Failure> {
+/// Holds `got` against `reference` under `bound`: any non-finite element fails; otherwise every
+/// row's `|out - ref|` must be within [`RowScales::row_bound`].
+pub fn compare(path: &str, got: &Array3<f64>, reference: &Reference, bound: Bound) -> Result<CheckReport, Failure> {
+    let want = &reference.out;
     if got.dim() != want.dim() {
         return Err(Failure::Error(Error::Path {
             path: path.to_string(),
             reason: format!("output has shape {:?}, reference {:?}", got.shape(), want.shape()),
         }));
     }
-    let (mut diff2, mut ref2, mut worst) = (0.0f64, 0.0f64, (0.0f64, [0usize; 3]));
-    for ((i, j, k), &w) in want.indexed_iter() {
-        let g = got[[i, j, k]];
-        if !g.is_finite() || !w.is_finite() {
-            return Err(Failure::NotFinite { path: path.to_string(), index: [i, j, k], got: g, want: w });
+    let (tokens, heads, dims) = want.dim();
+    let (mut diff2, mut ref2) = (0.0f64, 0.0f64);
+    // (|out - ref| / bound, row, |out - ref|, row bound, worst element of the row)
+    let mut worst = (0.0f64, [0usize; 2], 0.0f64, 0.0f64, [0usize; 3]);
+    for i in 0..tokens {
+        for h in 0..heads {
+            let (mut row2, mut peak) = (0.0f64, (-1.0f64, [i, h, 0]));
+            for k in 0..dims {
+                let (g, w) = (got[[i, h, k]], want[[i, h, k]]);
+                if !g.is_finite() || !w.is_finite() {
+                    return Err(Failure::NotFinite { path: path.to_string(), index: [i, h, k], got: g, want: w });
+                }
+                let d = (g - w).abs();
+                if d > peak.0 {
+                    peak = (d, [i, h, k]);
+                }
+                row2 += d * d;
+                ref2 += w * w;
+            }
+            diff2 += row2;
+            let (diff, row_bound) = (row2.sqrt(), reference.scales.row_bound([i, h], bound));
+            let share = diff / row_bound;
+            if share > worst.0 {
+                worst = (share, [i, h], diff, row_bound, peak.1);
+            }
         }
-        let d = (g - w).abs();
-        if d > worst.0 {
-            worst = (d, [i, j, k]);
-        }
-        diff2 += d * d;
-        ref2 += w * w;
     }
     let absolute = ref2 == 0.0;
     let error = if absolute { diff2.sqrt() } else { (diff2 / ref2).sqrt() };
-    if error <= tolerance {
+    let (bound_use, row, diff, row_bound, index) = worst;
+    if bound_use <= 1.0 {
         return Ok(CheckReport {
             path: path.to_string(),
             error,
             absolute,
-            tolerance,
-            zero_fraction: f64::NAN,
+            bound_use,
+            worst_row: row,
+            tolerance: bound.tolerance,
+            zero_fraction: reference.zero_fraction,
             elements: want.len(),
         });
     }
-    let index = worst.1;
     Err(Failure::Tolerance {
         path: path.to_string(),
+        row,
+        diff,
+        bound: row_bound,
+        row_norm: reference.scales.out_norm[row],
+        tolerance: bound.tolerance,
         error,
-        absolute,
-        tolerance,
         index,
         got: got[index],
         want: want[index],
@@ -174,9 +216,7 @@ pub fn compare(path: &str, got: &Array3<f64>, want: &Array3<f64>, tolerance: f64
 pub fn check_data(path: &dyn Path, data: &CaseData, reference: &Reference) -> Result<CheckReport, Failure> {
     let mut out = Array3::from_elem(data.out_shape(), f64::NAN);
     path.run(data, &mut out)?;
-    let mut report = compare(&path.name(), &out, &reference.out, path.tolerance())?;
-    report.zero_fraction = reference.zero_fraction;
-    Ok(report)
+    compare(&path.name(), &out, reference, path.bound())
 }
 
 /// Materialises `case`, computes its reference and checks `path` on it.
@@ -202,39 +242,73 @@ pub fn check_all(paths: &[Box<dyn Path>], case: &Case) -> Vec<Result<CheckReport
 
 #[cfg(test)]
 mod tests {
-    use ndarray::array;
+    use ndarray::{array, Array2, Axis};
 
     use super::*;
+    use crate::bound::F64_ROUNDOFF;
     use crate::case::tests::small;
     use crate::path::all_paths;
+
+    /// A reference whose rows are bounded by their own norm alone (no terms, no gate, no floor).
+    fn by_norm(out: Array3<f64>) -> Reference {
+        let out_norm = out.map_axis(Axis(2), |r| r.dot(&r).sqrt());
+        let zeros = Array2::zeros(out_norm.dim());
+        Reference {
+            scales: RowScales { out_norm, term_norm: zeros.clone(), gate_cond: zeros, floor: 0.0 },
+            out,
+            zero_fraction: 0.5,
+        }
+    }
 
     fn a(x: [f64; 2]) -> Array3<f64> {
         array![[[x[0], x[1]]]]
     }
 
+    fn tol(tolerance: f64) -> Bound {
+        Bound { tolerance, roundoff: F64_ROUNDOFF }
+    }
+
     #[test]
-    fn relative_error_is_measured_against_the_reference_norm() {
-        // |(3, 4.004) - (3, 4)| / |(3, 4)| = 0.004 / 5 = 8e-4.
-        let r = compare("p", &a([3.0, 4.004]), &a([3.0, 4.0]), 1e-3).unwrap();
-        assert!((r.error - 8e-4).abs() < 1e-12 && !r.absolute, "{r:?}");
-        let f = compare("p", &a([3.0, 4.004]), &a([3.0, 4.0]), 7e-4).unwrap_err();
-        assert!(matches!(f, Failure::Tolerance { index: [0, 0, 1], .. }), "{f}");
+    fn a_row_is_held_against_its_own_norm() {
+        // |(3, 4.004) - (3, 4)| = 0.004 against 1e-3 * |(3, 4)| = 5e-3.
+        let r = compare("p", &a([3.0, 4.004]), &by_norm(a([3.0, 4.0])), tol(1e-3)).unwrap();
+        assert!((r.bound_use - 0.8).abs() < 1e-9 && (r.error - 8e-4).abs() < 1e-12 && !r.absolute, "{r:?}");
+        let f = compare("p", &a([3.0, 4.004]), &by_norm(a([3.0, 4.0])), tol(7e-4)).unwrap_err();
+        assert!(matches!(f, Failure::Tolerance { row: [0, 0], index: [0, 0, 1], .. }), "{f}");
     }
 
     #[test]
     fn nan_and_infinity_never_pass() {
         for bad in [f64::NAN, f64::INFINITY] {
-            let f = compare("p", &a([1.0, bad]), &a([1.0, 2.0]), 1e9).unwrap_err();
+            let f = compare("p", &a([1.0, bad]), &by_norm(a([1.0, 2.0])), tol(1e9)).unwrap_err();
             assert!(matches!(f, Failure::NotFinite { index: [0, 0, 1], .. }), "{f}");
         }
-        assert!(compare("p", &a([f64::NAN, 0.0]), &a([f64::NAN, 0.0]), 1e9).is_err());
+        assert!(compare("p", &a([f64::NAN, 0.0]), &by_norm(a([f64::NAN, 0.0])), tol(1e9)).is_err());
     }
 
     #[test]
-    fn an_all_zero_reference_is_compared_absolutely() {
-        let r = compare("p", &a([0.0, 1e-13]), &a([0.0, 0.0]), 1e-12).unwrap();
-        assert!(r.absolute && r.error == 1e-13);
-        assert!(compare("p", &a([0.0, 1e-3]), &a([0.0, 0.0]), 1e-12).is_err());
+    fn a_zero_row_takes_nothing_but_its_floor() {
+        let mut zero = by_norm(a([0.0, 0.0]));
+        assert!(compare("p", &a([0.0, 1e-30]), &zero, tol(1e-2)).is_err());
+        zero.scales.floor = 1e-29;
+        let r = compare("p", &a([0.0, 1e-30]), &zero, tol(1e-2)).unwrap();
+        assert!(r.absolute && r.error == 1e-30, "{r:?}");
+    }
+
+    #[test]
+    fn one_wrong_row_of_many_fails_though_the_whole_output_is_close() {
+        let want = Array3::from_shape_fn((256, 2, 4), |(i, h, k)| ((i * 8 + h * 4 + k) % 7) as f64 - 3.0);
+        let mut got = want.clone();
+        let row_norm = want.slice(ndarray::s![100, 1, ..]).mapv(|x| x * x).sum().sqrt();
+        got[[100, 1, 2]] += 0.05 * row_norm;
+        let f = compare("p", &got, &by_norm(want), tol(4e-3)).unwrap_err();
+        match f {
+            Failure::Tolerance { row, error, .. } => {
+                assert_eq!(row, [100, 1]);
+                assert!(error < 4e-3, "the whole-output error {error} alone would have passed");
+            }
+            other => panic!("{other}"),
+        }
     }
 
     #[test]
@@ -245,6 +319,7 @@ mod tests {
         for r in results {
             let r = r.unwrap();
             assert!(r.zero_fraction > 0.0 && r.zero_fraction < 1.0, "{r:?}");
+            assert!(r.bound_use <= 1.0, "{r:?}");
             assert_eq!(r.elements, 5 * 4 * 8);
         }
     }
@@ -258,6 +333,7 @@ mod tests {
         let silent = Case { gamma: vec![0.0; 4], ..small() };
         let data = silent.materialise().unwrap();
         assert_eq!(zero_fraction(&data.inputs_f64()).unwrap(), 1.0);
+        assert_eq!(Reference::compute(&data).unwrap().zero_fraction, 1.0);
     }
 
     #[test]

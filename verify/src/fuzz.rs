@@ -1,11 +1,16 @@
 //! The fuzz loop behind `asynct-verify fuzz`: draw cases from a seed until time runs out, check
-//! every path on each, and on the first failure shrink the case and save it.
+//! every path on each, and shrink and save every failure, going on after it.
 //!
 //! Cases come from a proptest [`TestRunner`] seeded with the given seed, so one seed draws one
-//! sequence of cases. The loop drives the [`ValueTree`] itself rather than calling
-//! `TestRunner::run`, because it must stop on a clock and check many paths per case; shrinking
-//! follows proptest's own rule (simplify while the case still fails, complicate when it passes)
-//! against the path that failed first, under a time limit of its own.
+//! sequence of cases whatever the machine. The loop drives the [`ValueTree`]s itself rather than
+//! calling `TestRunner::run`, because it must stop on a clock, check many paths per case and go
+//! on after a failure; shrinking follows proptest's own rule (simplify while the case still
+//! fails, complicate when it passes) against the path that failed first, under a time limit.
+//!
+//! The CPU side (building a case, its f64 reference, the oracle paths) is the slow part, so cases
+//! are drawn in batches: a batch is built and checked on the host paths by every core while the
+//! paths that must run one at a time ([`Path::parallel`] false: the GPU paths, which share one
+//! stream) go through the batch before it on the calling thread.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,24 +18,47 @@ use std::time::{Duration, Instant};
 
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
+use rayon::prelude::*;
 
-use crate::case::Case;
-use crate::check::{check, check_all, Failure};
+use crate::case::{Case, CaseData};
+use crate::check::{check, check_all, check_data, CheckReport, Failure, Reference};
 use crate::error::{Error, Result};
 use crate::path::Path;
 use crate::regression::Regression;
 
-/// How long and from which seed to fuzz, and where a failing case goes.
+/// Failures of one path that are shrunk and saved; later ones are counted only, so a path that
+/// fails everywhere does not spend the run shrinking.
+pub const MAX_SAVED_PER_PATH: usize = 3;
+
+/// How long and from which seed to fuzz, and where failing cases go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FuzzConfig {
     /// Seed of the case sequence.
     pub seed: u64,
-    /// Drawing stops once this much time has passed (a case under way finishes).
+    /// Drawing stops once this much time has passed (the batch under way finishes, and so does
+    /// the shrinking of its failures).
     pub duration: Duration,
     /// Shrinking a failure stops after this long and keeps the smallest failing case so far.
     pub shrink_time: Duration,
-    /// Folder for the shrunk failing case.
+    /// Folder for the shrunk failing cases.
     pub out_dir: PathBuf,
+}
+
+/// What one path did over a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PathCount {
+    /// Cases it was checked on.
+    pub run: usize,
+    /// Checks that passed.
+    pub passed: usize,
+    /// Checks that failed.
+    pub failed: usize,
+    /// The largest share of its row bound a passing check used.
+    pub worst_bound_use: f64,
+    /// The largest whole-output relative L2 error of a passing check.
+    pub worst_error: f64,
+    /// The path's relative tolerance.
+    pub tolerance: f64,
 }
 
 /// What a fuzz run did.
@@ -38,12 +66,63 @@ pub struct FuzzConfig {
 pub struct FuzzOutcome {
     /// Cases drawn.
     pub cases: usize,
-    /// Cases each path was checked on.
-    pub per_path: BTreeMap<String, usize>,
-    /// Smallest and largest gate zero fraction over the cases that passed.
+    /// Each path's counts, by name; every path given is listed, even one that ran nothing.
+    pub per_path: BTreeMap<String, PathCount>,
+    /// Smallest and largest gate zero fraction over the cases that could be built.
     pub zero_fraction: Option<(f64, f64)>,
-    /// The saved file and its content, if a case failed.
-    pub failure: Option<(PathBuf, Regression)>,
+    /// Each saved file and its content.
+    pub failures: Vec<(PathBuf, Regression)>,
+}
+
+impl FuzzOutcome {
+    /// Paths checked on fewer than `min` cases (a `supports` that wrongly refuses shows here).
+    pub fn under(&self, min: usize) -> Vec<(&str, usize)> {
+        self.per_path.iter().filter(|(_, c)| c.run < min).map(|(p, c)| (p.as_str(), c.run)).collect()
+    }
+}
+
+impl PathCount {
+    /// Counts one check's result.
+    pub fn record(&mut self, result: &std::result::Result<CheckReport, Failure>) {
+        self.run += 1;
+        match result {
+            Ok(r) => {
+                self.passed += 1;
+                self.worst_bound_use = self.worst_bound_use.max(r.bound_use);
+                self.worst_error = self.worst_error.max(r.error);
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+}
+
+/// A drawn case's proptest tree, kept on the drawing thread to shrink it.
+type Tree = Box<dyn ValueTree<Value = Case>>;
+
+/// A drawn case after the host side: its inputs and reference (or why they could not be
+/// built), and the host paths' results.
+struct Prepared {
+    case: Case,
+    built: Result<(CaseData, Reference)>,
+    host: Vec<(String, std::result::Result<CheckReport, Failure>)>,
+}
+
+fn prepare(host_paths: &[&dyn Path], cases: Vec<Case>) -> Vec<Prepared> {
+    cases
+        .into_par_iter()
+        .map(|case| {
+            let built = case.materialise().and_then(|data| Reference::compute(&data).map(|r| (data, r)));
+            let host = match &built {
+                Ok((data, reference)) => host_paths
+                    .iter()
+                    .filter(|p| p.supports(&case))
+                    .map(|p| (p.name(), check_data(*p, data, reference)))
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            Prepared { case, built, host }
+        })
+        .collect()
 }
 
 /// Fuzzes `paths` with cases from `strategy` as `config` says.
@@ -54,37 +133,81 @@ pub fn fuzz(paths: &[Box<dyn Path>], strategy: &BoxedStrategy<Case>, config: &Fu
         failure_persistence: None,
         ..Config::default()
     });
+    let (host, serial): (Vec<&dyn Path>, Vec<&dyn Path>) = paths.iter().map(|p| p.as_ref()).partition(|p| p.parallel());
     let mut outcome = FuzzOutcome::default();
-    while Instant::now() < deadline {
-        let mut tree = strategy.new_tree(&mut runner).map_err(|e| Error::Draw(e.to_string()))?;
-        let case = tree.current();
-        outcome.cases += 1;
-        for p in paths.iter().filter(|p| p.supports(&case)) {
-            *outcome.per_path.entry(p.name()).or_default() += 1;
+    for p in paths {
+        outcome.per_path.insert(p.name(), PathCount { tolerance: p.tolerance(), ..PathCount::default() });
+    }
+    let batch = (2 * rayon::current_num_threads()).max(4);
+    let mut current: Option<(Vec<Tree>, Vec<Prepared>)> = None;
+    loop {
+        let mut trees = Vec::new();
+        while Instant::now() < deadline && trees.len() < batch {
+            trees.push(strategy.new_tree(&mut runner).map_err(|e| Error::Draw(e.to_string()))?);
         }
-        let mut first_failure = None;
-        for result in check_all(paths, &case) {
-            match result {
-                Ok(r) => {
-                    let (lo, hi) = outcome.zero_fraction.unwrap_or((r.zero_fraction, r.zero_fraction));
-                    outcome.zero_fraction = Some((lo.min(r.zero_fraction), hi.max(r.zero_fraction)));
-                }
-                Err(f) => {
-                    first_failure.get_or_insert(f);
+        let cases: Vec<Case> = trees.iter().map(|t| t.current()).collect();
+        let (prepared, finished) = std::thread::scope(|s| {
+            let next = s.spawn(|| prepare(&host, cases));
+            let finished = match current.take() {
+                Some((trees, prepared)) => finish(paths, &serial, trees, prepared, config, &mut outcome),
+                None => Ok(()),
+            };
+            (next.join().expect("preparing a batch does not panic"), finished)
+        });
+        finished?;
+        if trees.is_empty() {
+            return Ok(outcome);
+        }
+        current = Some((trees, prepared));
+    }
+}
+
+/// Runs the serial paths on a prepared batch, tallies every result and shrinks and saves each
+/// failing case.
+fn finish(
+    paths: &[Box<dyn Path>],
+    serial: &[&dyn Path],
+    trees: Vec<Tree>,
+    prepared: Vec<Prepared>,
+    config: &FuzzConfig,
+    outcome: &mut FuzzOutcome,
+) -> Result<()> {
+    for (mut tree, p) in trees.into_iter().zip(prepared) {
+        outcome.cases += 1;
+        let mut results = p.host;
+        match p.built {
+            Ok((data, reference)) => {
+                let z = reference.zero_fraction;
+                let (lo, hi) = outcome.zero_fraction.unwrap_or((z, z));
+                outcome.zero_fraction = Some((lo.min(z), hi.max(z)));
+                for path in serial.iter().filter(|s| s.supports(&p.case)) {
+                    results.push((path.name(), check_data(*path, &data, &reference)));
                 }
             }
+            Err(e) => results.push((String::new(), Err(Failure::Error(e)))),
         }
-        if let Some(failure) = first_failure {
-            let path = failure.path().map(str::to_string);
-            let fails = |c: &Case| still_fails(paths, path.as_deref(), c);
-            let (case, failure) = shrink(&mut tree, fails, (case, failure), Instant::now() + config.shrink_time);
-            let regression = Regression { path, failure: failure.to_string(), case };
-            let file = regression.save(&config.out_dir)?;
-            outcome.failure = Some((file, regression));
-            break;
+        let mut first_failure = None;
+        for (name, result) in results {
+            if !name.is_empty() {
+                outcome.per_path.entry(name).or_default().record(&result);
+            }
+            if let Err(f) = result {
+                first_failure.get_or_insert(f);
+            }
         }
+        let Some(failure) = first_failure else { continue };
+        let path = failure.path().map(str::to_string);
+        let saved = outcome.failures.iter().filter(|(_, r)| r.path == path).count();
+        if saved >= MAX_SAVED_PER_PATH {
+            continue;
+        }
+        let fails = |c: &Case| still_fails(paths, path.as_deref(), c);
+        let (case, failure) = shrink(&mut tree, fails, (p.case, failure), Instant::now() + config.shrink_time);
+        let regression = Regression { path, failure: failure.to_string(), case };
+        let file = regression.save(&config.out_dir)?;
+        outcome.failures.push((file, regression));
     }
-    Ok(outcome)
+    Ok(())
 }
 
 /// Whether `case` still fails: on the path `path` where the first failure had one, otherwise on
@@ -104,7 +227,7 @@ fn still_fails(paths: &[Box<dyn Path>], path: Option<&str>, case: &Case) -> Opti
 /// case seen and its failure.
 fn shrink<T, F>(tree: &mut T, fails: F, mut best: (Case, Failure), deadline: Instant) -> (Case, Failure)
 where
-    T: ValueTree<Value = Case>,
+    T: ValueTree<Value = Case> + ?Sized,
     F: Fn(&Case) -> Option<Failure>,
 {
     if !tree.simplify() {
@@ -128,10 +251,12 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+
     use ndarray::Array3;
 
     use super::*;
-    use crate::case::CaseData;
     use crate::path::all_paths;
     use crate::strategy::small_case;
 
@@ -157,44 +282,92 @@ mod tests {
         }
     }
 
-    fn scratch() -> PathBuf {
-        std::env::temp_dir().join(format!("verify-fuzz-{}", std::process::id()))
+    /// A correct path that must run on one thread, recording which thread ran it.
+    struct Serial(Arc<Mutex<Vec<ThreadId>>>);
+    impl Path for Serial {
+        fn name(&self) -> String {
+            "serial".into()
+        }
+        fn supports(&self, _: &Case) -> bool {
+            true
+        }
+        fn tolerance(&self) -> f64 {
+            1e-12
+        }
+        fn parallel(&self) -> bool {
+            false
+        }
+        fn run(&self, data: &CaseData, out: &mut Array3<f64>) -> crate::Result<()> {
+            self.0.lock().unwrap().push(std::thread::current().id());
+            out.assign(&oracle::hp1::direct::hp1_direct(&data.inputs_f64())?);
+            Ok(())
+        }
+    }
+
+    /// A path that claims no case.
+    struct Refuses;
+    impl Path for Refuses {
+        fn name(&self) -> String {
+            "refuses".into()
+        }
+        fn supports(&self, _: &Case) -> bool {
+            false
+        }
+        fn tolerance(&self) -> f64 {
+            1e-12
+        }
+        fn run(&self, _: &CaseData, _: &mut Array3<f64>) -> crate::Result<()> {
+            unreachable!("never supported")
+        }
+    }
+
+    fn config(seed: u64, millis: u64, name: &str) -> FuzzConfig {
+        FuzzConfig {
+            seed,
+            duration: Duration::from_millis(millis),
+            shrink_time: Duration::from_secs(30),
+            out_dir: std::env::temp_dir().join(format!("verify-fuzz-{name}-{}", std::process::id())),
+        }
     }
 
     #[test]
-    fn a_failure_is_shrunk_to_a_minimal_case_and_saved() {
-        let out_dir = scratch();
+    fn failures_are_shrunk_saved_and_the_run_goes_on() {
+        let config = config(5, 1500, "wrong");
         let paths: Vec<Box<dyn Path>> = vec![Box::new(WrongPastTwo)];
-        let config = FuzzConfig {
-            seed: 5,
-            duration: Duration::from_secs(60),
-            shrink_time: Duration::from_secs(30),
-            out_dir: out_dir.clone(),
-        };
         let outcome = fuzz(&paths, &small_case(), &config).unwrap();
-        let (file, reg) = outcome.failure.expect("a path wrong on most cases must fail");
-        assert_eq!(reg.path.as_deref(), Some("wrong-past-two"));
+        let count = outcome.per_path["wrong-past-two"];
+        assert!(count.failed > MAX_SAVED_PER_PATH, "the run went on after its first failure: {count:?}");
+        assert_eq!(count.run, count.passed + count.failed);
+        assert_eq!(count.run, outcome.cases);
+        assert_eq!(outcome.failures.len(), MAX_SAVED_PER_PATH, "later failures are counted, not saved");
         // Minimal: one sequence of exactly 3 tokens, one head, the smallest D drawn.
+        let (file, reg) = &outcome.failures[0];
+        assert_eq!(reg.path.as_deref(), Some("wrong-past-two"));
         assert_eq!(reg.case.seqs.len(), 1, "{:?}", reg.case);
         assert_eq!(reg.case.seqs[0].seq_len(), 3, "{:?}", reg.case);
         assert_eq!((reg.case.num_heads, reg.case.head_dim), (1, 16), "{:?}", reg.case);
-        assert_eq!(Regression::load(&file).unwrap(), reg);
-        std::fs::remove_dir_all(&out_dir).unwrap();
+        assert_eq!(&Regression::load(file).unwrap(), reg);
+        std::fs::remove_dir_all(&config.out_dir).unwrap();
     }
 
     #[test]
-    fn a_clean_run_counts_cases_per_path_and_stops_on_time() {
-        let config = FuzzConfig {
-            seed: 9,
-            duration: Duration::from_millis(300),
-            shrink_time: Duration::from_secs(1),
-            out_dir: scratch(),
-        };
-        let paths = all_paths();
-        let outcome = fuzz(&paths, &small_case(), &config).unwrap();
-        assert!(outcome.failure.is_none(), "{:?}", outcome.failure);
+    fn a_clean_run_counts_every_path_and_serial_paths_stay_on_the_calling_thread() {
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let mut paths = all_paths();
+        paths.push(Box::new(Serial(threads.clone())));
+        paths.push(Box::new(Refuses));
+        let outcome = fuzz(&paths, &small_case(), &config(9, 300, "clean")).unwrap();
+        assert!(outcome.failures.is_empty(), "{:?}", outcome.failures);
         assert!(outcome.cases >= 1);
         assert_eq!(outcome.per_path.len(), paths.len());
-        assert!(outcome.per_path.values().all(|&n| n == outcome.cases));
+        for (name, count) in &outcome.per_path {
+            let want = if name == "refuses" { 0 } else { outcome.cases };
+            assert_eq!((count.run, count.passed, count.failed), (want, want, 0), "{name}");
+        }
+        assert_eq!(outcome.under(1), vec![("refuses", 0)]);
+        assert!(outcome.per_path["oracle-direct-f32"].worst_bound_use > 0.0);
+        let threads = threads.lock().unwrap();
+        assert_eq!(threads.len(), outcome.cases);
+        assert!(threads.iter().all(|&t| t == std::thread::current().id()), "a serial path ran off the calling thread");
     }
 }

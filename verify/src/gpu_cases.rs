@@ -1,13 +1,17 @@
 //! Building and checking GPU cases, shared by the GPU test binaries: a [`case`] from batch
 //! shapes with ordinary gate settings, drawing GPU-supported cases from a strategy ([`draw`]),
 //! and checking every path that supports a case against the f64 oracle ([`check_cases`]), with
-//! the oracle's work spread over the CPU cores while the GPU runs one case after another.
+//! the oracle's work spread over the CPU cores while the GPU runs one case after another, and
+//! each path's count and worst errors reported beside its bound.
+
+use std::collections::BTreeMap;
 
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rayon::prelude::*;
 
 use crate::check::{check_data, Reference};
+use crate::fuzz::PathCount;
 use crate::gpu_paths::gpu_supports;
 use half::bf16;
 use ndarray::{s, Array2};
@@ -65,12 +69,36 @@ pub fn draw(strategy: BoxedStrategy<Case>, n: usize, seed: u64) -> Result<Vec<Ca
     Err(format!("drew only {} GPU-supported cases of {n}", cases.len()))
 }
 
-/// Checks every path that supports each case against the f64 oracle; returns the references'
-/// zero fractions (one per case) or every failure with its case.
-pub fn check_cases(paths: &[Box<dyn Path>], cases: &[Case]) -> Result<Vec<f64>, String> {
+/// What [`check_cases`] measured: each case's gate zero fraction and each path's counts.
+pub struct Checked {
+    /// The reference's zero fraction of each case, in order.
+    pub zero_fractions: Vec<f64>,
+    /// Each path's checks, by name (every path given is listed, even one that ran nothing).
+    pub per_path: BTreeMap<String, PathCount>,
+}
+
+impl Checked {
+    /// Fails unless every path was checked on at least `min` cases, so a `supports` that wrongly
+    /// refuses cannot pass by running nothing.
+    pub fn each_path_ran(&self, min: usize) -> Result<(), String> {
+        let short: Vec<String> =
+            self.per_path.iter().filter(|(_, c)| c.run < min).map(|(p, c)| format!("{p} ran {}", c.run)).collect();
+        match short.is_empty() {
+            true => Ok(()),
+            false => Err(format!("paths checked on fewer than {min} cases: {}", short.join(", "))),
+        }
+    }
+}
+
+/// Checks every path that supports each case against the f64 oracle and prints each path's
+/// count and worst errors beside its bound; returns what was measured, or every failure with
+/// its case.
+pub fn check_cases(paths: &[Box<dyn Path>], cases: &[Case]) -> Result<Checked, String> {
     let mut failures = Vec::new();
-    let mut zero_fractions = Vec::new();
-    let (mut checks, mut worst) = (0usize, 0.0f64);
+    let mut checked = Checked { zero_fractions: Vec::new(), per_path: BTreeMap::new() };
+    for p in paths {
+        checked.per_path.insert(p.name(), PathCount { tolerance: p.tolerance(), ..PathCount::default() });
+    }
     for batch in cases.chunks(8) {
         let prepared: Vec<_> = batch
             .par_iter()
@@ -85,19 +113,26 @@ pub fn check_cases(paths: &[Box<dyn Path>], cases: &[Case]) -> Result<Vec<f64>, 
                     continue;
                 }
             };
-            zero_fractions.push(reference.zero_fraction);
+            checked.zero_fractions.push(reference.zero_fraction);
             for path in paths.iter().filter(|p| p.supports(case)) {
-                checks += 1;
-                match check_data(path.as_ref(), &data, &reference) {
-                    Ok(report) => worst = worst.max(report.error),
-                    Err(f) => failures.push(format!("{f}\ncase JSON: {json}")),
+                let result = check_data(path.as_ref(), &data, &reference);
+                checked.per_path.entry(path.name()).or_default().record(&result);
+                if let Err(f) = result {
+                    failures.push(format!("{f}\ncase JSON: {json}"));
                 }
             }
         }
     }
-    println!("  {} cases, {checks} path checks, worst relative error {worst:.2e}", cases.len());
+    let checks: usize = checked.per_path.values().map(|c| c.run).sum();
+    println!("  {} cases, {checks} path checks", cases.len());
+    for (path, c) in &checked.per_path {
+        println!(
+            "    {path:<28} {:>5} checks, worst row at {:.3} of its bound, worst relative L2 {:.2e} (tolerance {:.0e})",
+            c.run, c.worst_bound_use, c.worst_error, c.tolerance
+        );
+    }
     if failures.is_empty() {
-        Ok(zero_fractions)
+        Ok(checked)
     } else {
         Err(format!("{} of {checks} checks failed:\n{}", failures.len(), failures.join("\n")))
     }

@@ -253,6 +253,10 @@ impl Path for GpuPath {
         }
     }
 
+    fn parallel(&self) -> bool {
+        false
+    }
+
     fn run(&self, data: &CaseData, out: &mut Array3<f64>) -> Result<()> {
         let num_tokens = data.out_shape().0;
         let path_err = |reason: String| Error::Path { path: self.name(), reason };

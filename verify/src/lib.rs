@@ -9,7 +9,8 @@
 //! - [`Path`] is one implementation under test with its own tolerance; [`all_paths`] lists them
 //!   (now the oracle decompositions in f64 and f32, later the GPU kernels).
 //! - [`check()`] and [`check_all`] run paths on a case into NaN-poisoned buffers and compare every
-//!   element with the direct f64 oracle, reporting the error and the gate's zero fraction.
+//!   element with the direct f64 oracle, each row within a bound scaled to that row's sum
+//!   ([`bound`]), reporting the errors and the gate's zero fraction.
 //! - [`small_case`], [`large_case`] and [`fuzz_case`] are proptest strategies; [`fuzz()`] drives
 //!   them on a clock for `asynct-verify fuzz`, shrinking and saving a failure as a [`Regression`].
 //!
@@ -26,7 +27,7 @@
 //! };
 //! for result in check_all(&all_paths(), &case) {
 //!     let report = result.unwrap();
-//!     assert!(report.error <= report.tolerance);
+//!     assert!(report.bound_use <= 1.0);
 //! }
 //! ```
 //!
@@ -37,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
+pub mod bound;
 pub mod case;
 pub mod check;
 pub mod error;
@@ -49,10 +51,11 @@ pub mod regression;
 pub mod rng;
 pub mod strategy;
 
+pub use bound::{Bound, RowScales};
 pub use case::{Case, CaseData, SeqShape, Tensor, Tensors};
 pub use check::{check, check_all, check_data, compare, zero_fraction, CheckReport, Failure, Reference};
 pub use error::{Error, Result};
-pub use fuzz::{fuzz, FuzzConfig, FuzzOutcome};
+pub use fuzz::{fuzz, FuzzConfig, FuzzOutcome, PathCount};
 pub use path::{all_paths, Decomposition, OraclePath, Path, Precision};
 pub use regression::{load_dir, Regression};
-pub use strategy::{fuzz_case, large_case, small_case, Budget};
+pub use strategy::{fuzz_case, kernel_case, kernel_fuzz_case, large_case, small_case, Budget};

@@ -5,7 +5,8 @@
 //! themselves are proven before any kernel copies them), later the GPU kernels, which implement
 //! this trait over the same [`CaseData`] (its f32 tensors are exactly the bf16 values a kernel
 //! uploads). A path states its own tolerance, SPEC section 4: `1e-12` for an f64 reordering of
-//! the same sum, `4e-3` where weights stay f32, `1e-2` where P is rounded to bf16.
+//! the same sum, `4e-3` where weights stay f32, `1e-2` where P is rounded to bf16; each row of
+//! its output is held to that tolerance against the row's own scale ([`crate::bound`]).
 
 use ndarray::Array3;
 use oracle::hp1::direct::hp1_direct;
@@ -15,6 +16,7 @@ use oracle::hp1::split_k::hp1_split_k;
 use oracle::hp1::Hp1Inputs;
 use oracle::Scalar;
 
+use crate::bound::{Bound, F32_ROUNDOFF, F64_ROUNDOFF};
 use crate::case::{Case, CaseData};
 use crate::error::{Error, Result};
 
@@ -24,8 +26,23 @@ pub trait Path: Send + Sync {
     fn name(&self) -> String;
     /// Whether this path handles `case` at all (a kernel may need, say, `D <= 256`).
     fn supports(&self, case: &Case) -> bool;
-    /// The largest relative L2 error `|out - ref| / |ref|` this path may show.
+    /// The relative error this path may show on a row, against the row's norm and the
+    /// root-sum-square of its terms (see [`crate::bound`]).
     fn tolerance(&self) -> f64;
+    /// The unit roundoff of the arithmetic this path computes scores and the gate in: f32's
+    /// unless the path says otherwise.
+    fn score_roundoff(&self) -> f64 {
+        F32_ROUNDOFF
+    }
+    /// Whether several threads may run this path at once. A GPU path is not: its runs share
+    /// the device's one stream, so the fuzzer keeps them on one thread.
+    fn parallel(&self) -> bool {
+        true
+    }
+    /// [`Path::tolerance`] and [`Path::score_roundoff`] together.
+    fn bound(&self) -> Bound {
+        Bound { tolerance: self.tolerance(), roundoff: self.score_roundoff() }
+    }
     /// Computes `[num_tokens, Hq, D]` into `out`, which arrives filled with NaN so that an
     /// element the path forgets to write fails the check. A path with a device buffer of its
     /// own fills that with NaN before launching, for the same reason.
@@ -104,6 +121,13 @@ impl Path for OraclePath {
         match self.precision {
             Precision::F32 => 4e-3,
             Precision::F64 => 1e-12,
+        }
+    }
+
+    fn score_roundoff(&self) -> f64 {
+        match self.precision {
+            Precision::F32 => F32_ROUNDOFF,
+            Precision::F64 => F64_ROUNDOFF,
         }
     }
 

@@ -1,5 +1,6 @@
-//! Saved failing cases: one JSON file per case under `verify/regressions/`, replayed by
-//! `cargo test -p verify` and by `asynct-verify replay`.
+//! Saved failing cases: one JSON file per case under `verify/regressions/`, replayed on the
+//! oracle paths by `cargo test -p verify`, on the GPU paths by the `gpu_attention` binary, and
+//! on either by `asynct-verify replay [--gpu]`.
 //!
 //! A file holds the [`Case`] (a few hundred bytes: shapes, parameters and seeds, no data) plus,
 //! for the reader, the path that failed and how. Replay runs every registered path on the case,
@@ -58,6 +59,20 @@ impl Regression {
     pub fn replay(&self, paths: &[Box<dyn Path>]) -> Vec<std::result::Result<CheckReport, Failure>> {
         check_all(paths, &self.case)
     }
+}
+
+/// Where the saved cases are: `$ASYNCT_REGRESSIONS` if set, else `verify/regressions` under the
+/// working directory if it is there (the device machine runs from a copy of the repository,
+/// where the build machine's paths do not exist), else this crate's own folder.
+pub fn regressions_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ASYNCT_REGRESSIONS") {
+        return PathBuf::from(dir);
+    }
+    let here = PathBuf::from("verify/regressions");
+    if here.is_dir() {
+        return here;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("regressions")
 }
 
 /// Every saved case in `dir`, sorted by file name. Only `*.json` files and a `README.md` may

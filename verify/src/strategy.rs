@@ -37,7 +37,17 @@ pub const LARGE: Budget = Budget { max_work: 24 << 20, max_len: 16384, max_seqs:
 
 /// Cases within [`SMALL`], any head shape.
 pub fn small_case() -> BoxedStrategy<Case> {
-    let heads = (1usize..=3, 1usize..=8, select(vec![16usize, 64, 128, 256]), select(vec![1usize, 3, 5, 16, 16, 32]));
+    small_with(vec![16, 64, 128, 256], vec![1, 3, 5, 16, 16, 32])
+}
+
+/// Cases within [`SMALL`] of the shapes the GPU kernels take: `D` in {64, 128, 256} and
+/// power-of-two blocks, so a GPU fuzz run spends no draw on a case no kernel runs.
+pub fn kernel_case() -> BoxedStrategy<Case> {
+    small_with(vec![64, 128, 256], vec![1, 2, 16, 16, 32])
+}
+
+fn small_with(head_dims: Vec<usize>, block_sizes: Vec<usize>) -> BoxedStrategy<Case> {
+    let heads = (1usize..=3, 1usize..=8, select(head_dims), select(block_sizes));
     build(SMALL, heads.boxed(), false)
 }
 
@@ -52,6 +62,11 @@ pub fn large_case() -> BoxedStrategy<Case> {
 /// What the fuzz command draws: mostly small cases, one in sixteen long.
 pub fn fuzz_case() -> BoxedStrategy<Case> {
     prop_oneof![15 => small_case(), 1 => large_case()].boxed()
+}
+
+/// What the fuzz command draws with `--gpu`: [`fuzz_case`] with the small cases in kernel shapes.
+pub fn kernel_fuzz_case() -> BoxedStrategy<Case> {
+    prop_oneof![15 => kernel_case(), 1 => large_case()].boxed()
 }
 
 /// `(kv heads, group, D, block size)` first, then everything else within the budget left.
@@ -204,6 +219,15 @@ mod tests {
         assert!(any(&|c| c.clip_min == 0.0) && any(&|c| c.clip_min > 0.0));
         assert!(any(&|c| c.sigma.contains(&0.0)) && any(&|c| c.gamma.contains(&0.0)));
         assert!(any(&|c| c.spare_blocks > 0));
+    }
+
+    #[test]
+    fn kernel_cases_have_kernel_shapes() {
+        let cases = draw(&kernel_case(), 200, 3);
+        assert!(cases.iter().all(|c| [64, 128, 256].contains(&c.head_dim) && c.block_size.is_power_of_two()));
+        for d in [64, 128, 256] {
+            assert!(cases.iter().any(|c| c.head_dim == d), "D = {d} never drawn");
+        }
     }
 
     #[test]

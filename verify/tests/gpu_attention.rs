@@ -3,7 +3,8 @@
 //! runs in well under three minutes (the f64 oracle on the CPU is the slow part, so cases are
 //! materialised and referenced in parallel, then run on the GPU one after another).
 //!
-//! Checks: every GPU path on drawn cases and on a targeted grid (batch 1 to 256, contexts to
+//! Checks: every GPU path on drawn cases (each path on a quarter of them at least) and on every
+//! saved case of `verify/regressions/` it supports, and on a targeted grid (batch 1 to 256, contexts to
 //! 32K, mixed prefill and decode, GQA 1 to 8, D 64/128/256, blocks of 16 and 32, gate zero
 //! fractions under 10% and over 95%); the row metadata against the oracle's fake-decode
 //! expansion; split-K, decode, G = 8, G = 16 and two heads per CTA giving the same bits; two
@@ -27,7 +28,8 @@ use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{
     geometry, gpu_paths, gpu_supports, run_gpu, widen_bits, GpuPath, GpuPathKind, HostCase, PlanChoice, GPU_TOLERANCE,
 };
-use verify::{check_data, compare, large_case, small_case, Case, CaseData, Reference};
+use verify::regression::regressions_dir;
+use verify::{check_data, compare, large_case, load_dir, small_case, Bound, Case, CaseData, Reference};
 
 type Check = Result<(), String>;
 
@@ -35,6 +37,7 @@ fn main() {
     let checks: &[GpuCheck] = &[
         ("sanitize_every_gpu_path_on_a_few_small_cases", sanitize_cases),
         ("every_gpu_path_agrees_with_the_oracle_on_drawn_cases", drawn_cases),
+        ("every_saved_case_passes_every_gpu_path_that_supports_it", saved_cases),
         ("every_gpu_path_agrees_with_the_oracle_on_the_targeted_grid", targeted_grid),
         ("row_metadata_matches_the_oracle_expansion_and_skips_empty_sequences", row_metadata_matches),
         ("split_k_decode_and_both_group_sizes_give_the_same_bits", same_bits_across_paths),
@@ -54,6 +57,29 @@ fn drawn_cases(gpu: &Arc<Gpu>) -> Check {
     let paths = gpu_paths(gpu);
     let mut cases = draw(small_case(), 200, 0x6b0_0001)?;
     cases.extend(draw(large_case(), 10, 0x6b0_0002)?);
+    // Every path takes a quarter of these at least (WGMMA, the narrowest, takes D 64 and 128 of
+    // the three drawn kernel head dims; fake decode, batches with a prefill).
+    check_cases(&paths, &cases)?.each_path_ran(cases.len() / 4)
+}
+
+/// `verify/regressions/` (or `$ASYNCT_REGRESSIONS`) replayed on the GPU paths; `cargo test`
+/// replays the same files on the oracle paths.
+fn saved_cases(gpu: &Arc<Gpu>) -> Check {
+    let dir = regressions_dir();
+    let saved = load_dir(&dir).map_err(msg)?;
+    if saved.is_empty() {
+        return Err(format!("no saved case in {}: nothing would be replayed", dir.display()));
+    }
+    let paths = gpu_paths(gpu);
+    for (file, reg) in &saved {
+        let ran: Vec<String> = paths.iter().filter(|p| p.supports(&reg.case)).map(|p| p.name()).collect();
+        println!(
+            "  {}: {}",
+            file.display(),
+            if ran.is_empty() { "no GPU path takes its shape".into() } else { ran.join(", ") }
+        );
+    }
+    let cases: Vec<Case> = saved.into_iter().map(|(_, r)| r.case).collect();
     check_cases(&paths, &cases).map(|_| ())
 }
 
@@ -98,7 +124,7 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
     };
     let most_zeros = Case { q_mean: -0.1875, ..case(&decodes(&spread(8, 3000, 15)), (8, 4), 128, 16, 15) };
     cases.extend([few_zeros, most_zeros]);
-    let zero_fractions = check_cases(&gpu_paths(gpu), &cases)?;
+    let zero_fractions = check_cases(&gpu_paths(gpu), &cases)?.zero_fractions;
     let n = zero_fractions.len();
     match (zero_fractions.get(n.wrapping_sub(2)), zero_fractions.last()) {
         (Some(&few), Some(&most)) if few < 0.1 && most > 0.95 => Ok(()),
@@ -298,7 +324,7 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         step.meta.seq_lens = lens.clone();
         let reference = Reference::compute(&step).map_err(msg)?;
         let got = widen_bits(&out, data.out_shape()).map_err(msg)?;
-        compare("gpu-graph-replay", &got, &reference.out, GPU_TOLERANCE).map_err(msg)?;
+        compare("gpu-graph-replay", &got, &reference, Bound::f32(GPU_TOLERANCE)).map_err(msg)?;
         let eager =
             run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.group, plan.heads)).map_err(msg)?;
         if !same_bits(&eager.out, &out) {

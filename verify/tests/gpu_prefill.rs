@@ -17,7 +17,7 @@ use gpu::Gpu;
 use verify::gpu_cases::{alone, case, check_cases, decodes, same_bits, spread};
 use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{prefill_kinds, run_step, step_geometry, widen_bits, GpuPath, TENSOR_CORE_TOLERANCE};
-use verify::{compare, Case, Path, Reference};
+use verify::{compare, Bound, Case, Path, Reference};
 
 type Check = Result<(), String>;
 
@@ -97,7 +97,7 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
     };
     let most_zeros = Case { q_mean: -0.1875, ..case(&[(100, 400), (0, 300)], (8, 4), 128, 16, 213) };
     cases.extend([few_zeros, most_zeros]);
-    let zero_fractions = check_cases(&prefill_paths(gpu), &cases)?;
+    let zero_fractions = check_cases(&prefill_paths(gpu), &cases)?.zero_fractions;
     let n = zero_fractions.len();
     match (zero_fractions.get(n.wrapping_sub(2)), zero_fractions.last()) {
         (Some(&few), Some(&most)) if few < 0.1 && most > 0.95 => Ok(()),
@@ -164,7 +164,7 @@ fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
         let bits = run_step(gpu, &data, &plan).map_err(msg)?;
         let got = widen_bits(&bits, data.out_shape()).map_err(msg)?;
         let reference = Reference::compute(&data).map_err(msg)?;
-        compare(plan.name(), &got, &reference.out, TENSOR_CORE_TOLERANCE).map_err(msg)?;
+        compare(plan.name(), &got, &reference, Bound::f32(TENSOR_CORE_TOLERANCE)).map_err(msg)?;
     }
     // Host-side, so on any device: a forced WGMMA plan at D = 256 is refused by name.
     let data = case(&[(0, 100)], (4, 2), 256, 16, 405).materialise().map_err(msg)?;

@@ -8,7 +8,10 @@ use oracle::hp1::direct::hp1_direct;
 use oracle::hp1::sparse_pv::nonzero_keys;
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use verify::{all_paths, check_all, compare, large_case, small_case, zero_fraction, Case, CaseData, Tensor};
+use verify::bound::F64_ROUNDOFF;
+use verify::{
+    all_paths, check_all, compare, large_case, small_case, zero_fraction, Bound, Case, CaseData, Reference, Tensor,
+};
 
 fn runner(cases: u32, seed: u64) -> TestRunner {
     TestRunner::new(Config { cases, rng_seed: RngSeed::Fixed(seed), failure_persistence: None, ..Config::default() })
@@ -97,8 +100,8 @@ fn an_open_gate_is_plain_causal_attention() {
     });
     run_property(open.boxed(), 48, 0x09e4, |case| {
         let data = case.materialise().unwrap();
-        let got = hp1_direct(&data.inputs_f64()).unwrap();
-        compare("direct", &got, &naive_causal(&case), 1e-12)
+        let reference = Reference::compute(&data).unwrap();
+        compare("naive-causal", &naive_causal(&case), &reference, Bound { tolerance: 1e-12, roundoff: F64_ROUNDOFF })
             .map(|_| ())
             .map_err(|f| TestCaseError::fail(format!("{f}\n{case:?}")))
     });

@@ -1,13 +1,13 @@
-//! Replays every saved case in `verify/regressions/` on every registered path. An empty folder
-//! replays nothing and passes; a file that is not a readable case fails the test.
+//! Replays every saved case in `verify/regressions/` on every registered oracle path (the
+//! `gpu_attention` binary replays them on the GPU paths). An empty folder replays nothing and
+//! passes; a file that is not a readable case fails the test.
 
-use std::path::Path as FsPath;
-
+use verify::regression::regressions_dir;
 use verify::{all_paths, load_dir};
 
 #[test]
 fn every_saved_case_passes_every_path() {
-    let dir = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
+    let dir = regressions_dir();
     let saved = load_dir(&dir).unwrap_or_else(|e| panic!("{e}"));
     let paths = all_paths();
     let mut failures = Vec::new();
