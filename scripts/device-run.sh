@@ -6,7 +6,9 @@
 # Stages (any subset, in this order):
 #   tests     the GPU test binaries (every GPU path and op against the f64 oracle)
 #   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
-#   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2)
+#   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2), seed FUZZ_SEED,
+#             failing if a path ran fewer than FUZZ_MIN_CASES cases (default 0); each failure is
+#             shrunk for up to FUZZ_SHRINK_SECONDS (default 60) and saved under $OUT/regressions
 #   bench     the attention anchor (SDPA cuDNN and flash, FlashInfer's paged decode; graph-timed)
 #             and asynct-bench in the same call, ratios printed last; with BENCH_PREFILL=1 also the
 #             anchor's prefill points and asynct-bench --prefill --prefill-crossover
@@ -40,7 +42,8 @@ for stage in "$@"; do
         done
       done ;;
     fuzz)
-      $B/asynct-verify fuzz --gpu --minutes "${FUZZ_MINUTES:-2}" --seed "${FUZZ_SEED:-1}" --out "$OUT/regressions" 2>&1 \
+      $B/asynct-verify fuzz --gpu --minutes "${FUZZ_MINUTES:-2}" --seed "${FUZZ_SEED:-1}" --out "$OUT/regressions" \
+        --min-cases-per-path "${FUZZ_MIN_CASES:-0}" --shrink-seconds "${FUZZ_SHRINK_SECONDS:-60}" 2>&1 \
         | tee "$OUT/fuzz.log" || status=1 ;;
     bench)
       # The image lacks FlashInfer; its wheels travel in .whl. A failed install costs only the
