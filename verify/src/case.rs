@@ -14,6 +14,9 @@
 //! shifts every score by about `sqrt(D) * q_mean / 2`, sets the sign of most scores, and
 //! `input_scale` sets their spread around it.
 
+use std::sync::OnceLock;
+
+use half::bf16;
 use ndarray::{Array2, Array3, Array4};
 use oracle::hp1::{AttnMetadata, Hp1Inputs, Hp1Params};
 use oracle::Scalar;
@@ -145,7 +148,7 @@ impl<T: Scalar> Tensors<T> {
 
 /// A materialised case: metadata plus the same inputs as f32 (every value exactly a bf16,
 /// what a GPU path uploads) and widened to f64 (what the f64 oracle reads).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct CaseData {
     /// Block table, sequence lengths, query offsets.
     pub meta: AttnMetadata,
@@ -153,9 +156,50 @@ pub struct CaseData {
     pub f32: Tensors<f32>,
     /// The same inputs widened to f64.
     pub f64: Tensors<f64>,
+    /// q, k and v as bf16, built on first use: every GPU path of a case uploads the same bits,
+    /// and the fuzzer builds them beside the reference on a worker thread.
+    bf16: OnceLock<Bf16Tensors>,
+}
+
+/// A case's q, k and v in bf16, in the layouts of [`Tensors`].
+#[derive(Debug)]
+pub struct Bf16Tensors {
+    /// `[num_tokens, Hq, D]` queries.
+    pub q: Vec<bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` keys (NaN where no sequence owns the slot).
+    pub key_cache: Vec<bf16>,
+    /// `[num_blocks, block_size, Hkv, D]` values.
+    pub value_cache: Vec<bf16>,
+}
+
+/// A clone starts without the bf16 copy: clones are made to be changed (a sequence cut out, a
+/// length moved), and a copy of the original's bits would then be stale.
+impl Clone for CaseData {
+    fn clone(&self) -> Self {
+        Self::new(self.meta.clone(), self.f32.clone())
+    }
 }
 
 impl CaseData {
+    /// The case of `meta` over `f32` (widened to f64 here).
+    pub fn new(meta: AttnMetadata, f32: Tensors<f32>) -> Self {
+        let f64 = f32.cast();
+        Self { meta, f32, f64, bf16: OnceLock::new() }
+    }
+
+    /// q, k and v as bf16 (exact: every value is a bf16), converted on the first call. Change
+    /// no tensor of a `CaseData` after this; clone it and change the clone.
+    pub fn bf16(&self) -> &Bf16Tensors {
+        self.bf16.get_or_init(|| {
+            let to_bf16 = |a: &[f32]| a.iter().map(|&x| bf16::from_f32(x)).collect();
+            Bf16Tensors {
+                q: to_bf16(self.f32.q.as_slice().expect("q is built in standard layout")),
+                key_cache: to_bf16(self.f32.key_cache.as_slice().expect("the cache is built in standard layout")),
+                value_cache: to_bf16(self.f32.value_cache.as_slice().expect("the cache is built in standard layout")),
+            }
+        })
+    }
+
     /// The oracle's f32 inputs.
     pub fn inputs_f32(&self) -> Hp1Inputs<'_, f32> {
         self.f32.inputs(&self.meta)
@@ -172,8 +216,8 @@ impl CaseData {
     }
 }
 
-fn bf16(x: f64) -> f32 {
-    half::bf16::from_f64(x).to_f32()
+fn round_bf16(x: f64) -> f32 {
+    bf16::from_f64(x).to_f32()
 }
 
 impl Case {
@@ -202,7 +246,7 @@ impl Case {
 
     /// The stored (bf16-rounded) value of `tensor` at logical coordinates `idx`.
     pub fn value_at(&self, tensor: Tensor, idx: [usize; 4]) -> f32 {
-        bf16(self.sample(tensor, idx))
+        round_bf16(self.sample(tensor, idx))
     }
 
     /// The score scale, `1/sqrt(D)` rounded to f32 (the value every path is handed).
@@ -319,8 +363,7 @@ impl Case {
             },
         };
         f32.params.validate()?;
-        let f64 = f32.cast();
-        Ok(CaseData { meta, f32, f64 })
+        Ok(CaseData::new(meta, f32))
     }
 }
 

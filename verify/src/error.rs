@@ -51,6 +51,9 @@ pub enum Error {
     /// The proptest strategy could not draw a case.
     #[error("drawing a case: {0}")]
     Draw(String),
+    /// The fuzzer's worker threads could not be started.
+    #[error("starting the fuzzer's worker threads: {0}")]
+    Workers(String),
 }
 
 /// The verify crate's result type.

@@ -66,6 +66,8 @@ pub struct PathCount {
 pub struct FuzzOutcome {
     /// Cases drawn.
     pub cases: usize,
+    /// Threads that built cases and ran the host paths.
+    pub workers: usize,
     /// Each path's counts, by name; every path given is listed, even one that ran nothing.
     pub per_path: BTreeMap<String, PathCount>,
     /// Smallest and largest gate zero fraction over the cases that could be built.
@@ -107,22 +109,31 @@ struct Prepared {
     host: Vec<(String, std::result::Result<CheckReport, Failure>)>,
 }
 
-fn prepare(host_paths: &[&dyn Path], cases: Vec<Case>) -> Vec<Prepared> {
-    cases
-        .into_par_iter()
-        .map(|case| {
-            let built = case.materialise().and_then(|data| Reference::compute(&data).map(|r| (data, r)));
-            let host = match &built {
-                Ok((data, reference)) => host_paths
-                    .iter()
-                    .filter(|p| p.supports(&case))
-                    .map(|p| (p.name(), check_data(*p, data, reference)))
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            Prepared { case, built, host }
-        })
-        .collect()
+/// Builds `cases` and checks them on `host_paths`, every case on a thread of `pool`; with
+/// `device_bits`, also converts each case's inputs to the bf16 the serial (GPU) paths upload.
+fn prepare(pool: &rayon::ThreadPool, host_paths: &[&dyn Path], cases: Vec<Case>, device_bits: bool) -> Vec<Prepared> {
+    pool.install(|| {
+        cases
+            .into_par_iter()
+            .map(|case| {
+                let built = case.materialise().and_then(|data| Reference::compute(&data).map(|r| (data, r)));
+                let host = match &built {
+                    Ok((data, reference)) => {
+                        if device_bits {
+                            data.bf16();
+                        }
+                        host_paths
+                            .iter()
+                            .filter(|p| p.supports(&case))
+                            .map(|p| (p.name(), check_data(*p, data, reference)))
+                            .collect()
+                    }
+                    Err(_) => Vec::new(),
+                };
+                Prepared { case, built, host }
+            })
+            .collect()
+    })
 }
 
 /// Fuzzes `paths` with cases from `strategy` as `config` says.
@@ -138,7 +149,15 @@ pub fn fuzz(paths: &[Box<dyn Path>], strategy: &BoxedStrategy<Case>, config: &Fu
     for p in paths {
         outcome.per_path.insert(p.name(), PathCount { tolerance: p.tolerance(), ..PathCount::default() });
     }
-    let batch = (2 * rayon::current_num_threads()).max(4);
+    // The serial paths' thread needs a core of its own: it is the one that waits on the GPU.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = if serial.is_empty() { threads } else { threads.saturating_sub(1).max(1) };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .build()
+        .map_err(|e| Error::Workers(format!("{workers} threads: {e}")))?;
+    outcome.workers = workers;
+    let batch = (2 * workers).max(4);
     let mut current: Option<(Vec<Tree>, Vec<Prepared>)> = None;
     loop {
         let mut trees = Vec::new();
@@ -147,7 +166,7 @@ pub fn fuzz(paths: &[Box<dyn Path>], strategy: &BoxedStrategy<Case>, config: &Fu
         }
         let cases: Vec<Case> = trees.iter().map(|t| t.current()).collect();
         let (prepared, finished) = std::thread::scope(|s| {
-            let next = s.spawn(|| prepare(&host, cases));
+            let next = s.spawn(|| prepare(&pool, &host, cases, !serial.is_empty()));
             let finished = match current.take() {
                 Some((trees, prepared)) => finish(paths, &serial, trees, prepared, config, &mut outcome),
                 None => Ok(()),

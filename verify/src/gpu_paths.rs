@@ -13,9 +13,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostBatch,
-    HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS,
-    MAX_FIR_K,
+    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
+    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -91,29 +90,21 @@ pub fn geometry(data: &CaseData, rows: usize) -> Geometry {
     }
 }
 
-/// The case's inputs in the types the device takes.
-pub struct HostCase {
-    batch: HostBatch,
+/// The case's inputs in the types the device takes, lent from the case (its q, k and v from
+/// [`CaseData::bf16`], converted once however many paths run it).
+pub struct HostCase<'a> {
+    data: &'a CaseData,
+    block_table: Vec<i32>,
     gate: GateParams,
 }
 
-impl HostCase {
-    /// Converts `data` (every q, k and v value is a bf16, so the conversion is exact).
-    pub fn new(data: &CaseData) -> Self {
-        let to_bf16 = |x: &f32| bf16::from_f32(*x);
+impl<'a> HostCase<'a> {
+    /// Lends `data` (every q, k and v value is a bf16, so the conversion is exact).
+    pub fn new(data: &'a CaseData) -> Self {
         let p = data.f32.params;
-        let batch = HostBatch {
-            q: data.f32.q.iter().map(to_bf16).collect(),
-            key_cache: data.f32.key_cache.iter().map(to_bf16).collect(),
-            value_cache: data.f32.value_cache.iter().map(to_bf16).collect(),
-            block_table: data.meta.block_table.iter().copied().collect(),
-            sigma: data.f32.sigma.clone(),
-            gamma: data.f32.gamma.clone(),
-            seq_lens: data.meta.seq_lens.clone(),
-            query_start_loc: data.meta.query_start_loc.clone(),
-        };
         Self {
-            batch,
+            data,
+            block_table: data.meta.block_table.iter().copied().collect(),
             gate: GateParams {
                 scale: p.scale,
                 fir_k: p.fir_k,
@@ -126,7 +117,17 @@ impl HostCase {
 
     /// The views [`AttnBuffers::upload`] takes.
     pub fn inputs(&self) -> HostInputs<'_> {
-        self.batch.inputs()
+        let bits = self.data.bf16();
+        HostInputs {
+            q: &bits.q,
+            key_cache: &bits.key_cache,
+            value_cache: &bits.value_cache,
+            block_table: &self.block_table,
+            seq_lens: &self.data.meta.seq_lens,
+            query_start_loc: &self.data.meta.query_start_loc,
+            sigma: &self.data.f32.sigma,
+            gamma: &self.data.f32.gamma,
+        }
     }
 
     /// The gate parameters.

@@ -106,11 +106,11 @@ fn run_fuzz(paths: &[Box<dyn Path>], strategy: &BoxedStrategy<Case>, config: &Fu
     };
     let secs = started.elapsed().as_secs_f64();
     let mut text = format!(
-        "seed {}: {} cases drawn in {secs:.0} s ({:.1} a second) on {} threads\n",
+        "seed {}: {} cases drawn in {secs:.0} s ({:.1} a second), built on {} worker threads\n",
         config.seed,
         outcome.cases,
         outcome.cases as f64 / secs.max(1e-9),
-        rayon::current_num_threads()
+        outcome.workers
     );
     text += &format!(
         "  {:<34} {:>7} {:>7} {:>6} {:>16} {:>15} {:>9}\n",

@@ -44,10 +44,9 @@ fn skip_heaviest_key(data: &CaseData, seq: usize) -> CaseData {
     inp.gate(0).apply(&[], &s, &mut p);
     let t = (0..p.len()).max_by(|&a, &b| p[a].abs().total_cmp(&p[b].abs())).expect("at least one key");
     let (block, offset) = data.meta.slot(seq, t, data.f32.value_cache.dim().1);
-    let mut broken = data.clone();
-    broken.f32.value_cache.slice_mut(ndarray::s![block, offset, 0, ..]).fill(0.0);
-    broken.f64 = broken.f32.cast();
-    broken
+    let mut f32 = data.f32.clone();
+    f32.value_cache.slice_mut(ndarray::s![block, offset, 0, ..]).fill(0.0);
+    CaseData::new(data.meta.clone(), f32)
 }
 
 fn saved_near_threshold_case() -> Case {
@@ -84,10 +83,9 @@ fn a_wrong_path_still_fails_the_near_threshold_case() {
     let shared_sigma = Wrong {
         name: "sigma-per-kv-head",
         broken: |data| {
-            let mut b = data.clone();
-            b.f32.sigma = vec![b.f32.sigma[0]; b.f32.sigma.len()];
-            b.f64 = b.f32.cast();
-            b
+            let mut f32 = data.f32.clone();
+            f32.sigma = vec![f32.sigma[0]; f32.sigma.len()];
+            CaseData::new(data.meta.clone(), f32)
         },
     };
     let f = check(&shared_sigma, &saved_near_threshold_case()).unwrap_err();

@@ -146,7 +146,7 @@ fn with_empty_sequence(data: &CaseData, at: usize) -> CaseData {
     seq_lens.insert(at, meta.seq_lens[at]);
     let mut query_start_loc = meta.query_start_loc.clone();
     query_start_loc.insert(at, meta.query_start_loc[at]);
-    CaseData { meta: AttnMetadata { block_table: table, seq_lens, query_start_loc }, ..data.clone() }
+    CaseData::new(AttnMetadata { block_table: table, seq_lens, query_start_loc }, data.f32.clone())
 }
 
 fn row_metadata_matches(gpu: &Arc<Gpu>) -> Check {
