@@ -3,14 +3,14 @@
 //! runs in well under three minutes (the f64 oracle on the CPU is the slow part, so cases are
 //! materialised and referenced in parallel, then run on the GPU one after another).
 //!
-//! Checks: every GPU path on drawn cases (each path on a quarter of them at least) and on every
-//! saved case of `verify/regressions/` it supports, and on a targeted grid (batch 1 to 256, contexts to
-//! 32K, mixed prefill and decode, GQA 1 to 8, D 64/128/256, blocks of 16 and 32, gate zero
-//! fractions under 10% and over 95%); the row metadata against the oracle's fake-decode
-//! expansion; split-K, decode, G = 8, G = 16 and two heads per CTA giving the same bits; two
-//! runs giving the same bits; a sequence giving the same bits alone and in a batch; an
-//! unsupported head dim refused by name; and a CUDA graph captured on short lengths replaying
-//! long ones (last, because it turns off cudarc's event tracking for the process).
+//! Checks: every GPU path on drawn cases (each path on a quarter of them at least), on every
+//! saved case of `verify/regressions/` it supports, and on a targeted grid (batch 1 to 256,
+//! contexts to 32K, mixed prefill and decode, GQA 1 to 8, D 64/128/256, blocks of 16 and 32, gate
+//! zero fractions under 10% and over 95%), each row within its scale-aware bound; the row
+//! metadata against the oracle's fake-decode expansion; split-K, decode, G = 8, G = 16 and two
+//! heads per CTA giving the same bits; two runs giving the same bits; a sequence giving the same
+//! bits alone and in a batch; an unsupported head dim refused by name; and a CUDA graph captured
+//! on short lengths replaying long ones.
 
 use std::fmt::Display;
 use std::sync::Arc;
