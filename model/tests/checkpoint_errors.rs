@@ -94,6 +94,14 @@ fn non_finite_value() {
     let (err, msg) = load_err(dir.path(), &cfg);
     assert!(matches!(err, Error::NonFinite { index: 2, .. }), "{msg}");
     assert_names(&msg, &[&file_str(dir.path(), SINGLE_FILE), SIGMA, "NaN"]);
+    // The GPU's bf16 load copies bf16 bits without widening them, and still checks them.
+    let (dir, cfg) = write_edited("nan-bf16", |t| {
+        let values = ndarray::arr1(&[0.5f32, f32::INFINITY, 1.0, 2.0]).into_dyn();
+        replace(t, SIGMA, TensorBytes::encode(&values.view(), StoredDtype::Bf16))
+    });
+    let err = load_weights::<half::bf16>(dir.path(), &cfg, &mut |_, _| {}).expect_err("an infinity is refused");
+    assert!(matches!(err, Error::NonFinite { index: 1, .. }), "{err}");
+    assert_names(&err.to_string(), &[SIGMA, "inf"]);
 }
 
 #[test]

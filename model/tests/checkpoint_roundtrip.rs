@@ -1,11 +1,12 @@
 //! Checkpoints load back to exactly the weights written: a generated `asynct-tiny`, an untied
-//! model, f16 and f32 storage, loading into f64, and a hand-written two-shard checkpoint.
+//! model, f16 and f32 storage, loading into f64 and into the GPU's raw bf16, and a hand-written
+//! two-shard checkpoint.
 
 mod common;
 
 use std::collections::BTreeMap;
 
-use half::f16;
+use half::{bf16, f16};
 use model::byte_tokenizer;
 use model::checkpoint::{load_weights, named_tensors, save_checkpoint, StoredDtype, INDEX_FILE};
 use model::config::ModelConfig;
@@ -148,4 +149,22 @@ fn two_shard_checkpoint_loads_through_its_index() {
     std::fs::write(scratch.path().join(INDEX_FILE), index.to_string()).unwrap();
     assert!(!scratch.path().join("model.safetensors").exists());
     assert_eq!(load_f32(scratch.path(), &cfg), weights);
+}
+
+#[test]
+fn bf16_loads_copy_bf16_bits_and_round_other_storage_to_nearest() {
+    let (cfg, weights) = tiny(13);
+    // Values that are not bf16, so the f32 and f16 files test the rounding.
+    let fine = mapped(&weights, |x| x * (1.0 + 1.0 / 1024.0));
+    for (dtype, name) in [(StoredDtype::Bf16, "bf16"), (StoredDtype::F16, "f16"), (StoredDtype::F32, "f32")] {
+        let scratch = Scratch::new(&format!("raw-{name}"));
+        save_checkpoint(scratch.path(), &cfg, &fine, dtype).unwrap();
+        let stored = load_f32(scratch.path(), &cfg);
+        let got = load_weights::<bf16>(scratch.path(), &cfg, &mut |_, _| {}).unwrap();
+        let bits = |w: &ModelWeights<bf16>| mapped(w, |x| x.to_bits());
+        assert_eq!(bits(&got), bits(&mapped(&stored, bf16::from_f32)), "{name}");
+        if dtype != StoredDtype::Bf16 {
+            assert_ne!(mapped(&got, f32::from), stored, "{name}: the stored values are not all bf16");
+        }
+    }
 }

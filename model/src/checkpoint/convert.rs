@@ -1,4 +1,5 @@
-//! Converting tensor bytes between the stored float types (bf16, f16, f32) and the compute type.
+//! Converting tensor bytes between the stored float types (bf16, f16, f32) and the type the
+//! weights are loaded into ([`Element`]: the CPU oracle's f32 or f64, or bf16 for the GPU).
 //!
 //! A 0.5B-parameter checkpoint is a billion bytes, so decoding runs in parallel chunks with the
 //! finiteness check fused into the same pass rather than a second walk over the values.
@@ -7,7 +8,6 @@ use std::borrow::Cow;
 
 use half::{bf16, f16};
 use ndarray::ArrayViewD;
-use oracle::Scalar;
 use rayon::prelude::*;
 use safetensors::{Dtype, View};
 
@@ -64,6 +64,40 @@ impl StoredDtype {
     }
 }
 
+/// A type checkpoint tensors load into. bf16 is the GPU model's storage type: a bf16 checkpoint
+/// fills it by copying bits, with no detour through f32; f16 and f32 checkpoints round to
+/// nearest (even), as PyTorch's `.to(torch.bfloat16)` does.
+pub trait Element: Copy + Default + Send + Sync + 'static {
+    /// The value nearest `x`.
+    fn from_f32(x: f32) -> Self;
+    /// The value of stored bf16 `x` (exact for every type here).
+    fn from_bf16(x: bf16) -> Self {
+        Self::from_f32(x.to_f32())
+    }
+}
+
+impl Element for f32 {
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+
+impl Element for f64 {
+    fn from_f32(x: f32) -> Self {
+        f64::from(x)
+    }
+}
+
+impl Element for bf16 {
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+
+    fn from_bf16(x: bf16) -> Self {
+        x
+    }
+}
+
 /// The first non-finite element met while decoding: its flat index and value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct NonFinite {
@@ -73,9 +107,9 @@ pub(crate) struct NonFinite {
 
 /// Decodes little-endian `bytes` of type `dtype` into `T`, refusing NaN and infinities.
 /// `bytes.len()` must be a multiple of the element size (the safetensors header check ensures it).
-pub(crate) fn decode<T: Scalar>(bytes: &[u8], dtype: StoredDtype) -> Result<Vec<T>, NonFinite> {
+pub(crate) fn decode<T: Element>(bytes: &[u8], dtype: StoredDtype) -> Result<Vec<T>, NonFinite> {
     let size = dtype.size();
-    let mut out = vec![T::zero(); bytes.len() / size];
+    let mut out = vec![T::default(); bytes.len() / size];
     // Every chunk reports its own first bad value and the smallest index wins, so the error
     // does not depend on which thread finished first.
     let first_bad = out
@@ -84,9 +118,9 @@ pub(crate) fn decode<T: Scalar>(bytes: &[u8], dtype: StoredDtype) -> Result<Vec<
         .enumerate()
         .filter_map(|(chunk, (dst, src))| {
             let bad = match dtype {
-                StoredDtype::Bf16 => decode_chunk(dst, src, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32()),
-                StoredDtype::F16 => decode_chunk(dst, src, |b: [u8; 2]| f16::from_le_bytes(b).to_f32()),
-                StoredDtype::F32 => decode_chunk(dst, src, f32::from_le_bytes),
+                StoredDtype::Bf16 => decode_chunk(dst, src, bf16::from_le_bytes, T::from_bf16),
+                StoredDtype::F16 => decode_chunk(dst, src, |b| f16::from_le_bytes(b).to_f32(), T::from_f32),
+                StoredDtype::F32 => decode_chunk(dst, src, f32::from_le_bytes, T::from_f32),
             };
             bad.map(|(i, value)| NonFinite { index: chunk * CHUNK + i, value })
         })
@@ -97,26 +131,30 @@ pub(crate) fn decode<T: Scalar>(bytes: &[u8], dtype: StoredDtype) -> Result<Vec<
     }
 }
 
-/// Decodes one chunk with a conversion monomorphised per stored type (no per-element match),
-/// and only when some value is not finite looks for the first one.
-fn decode_chunk<T: Scalar, const N: usize>(
+/// Decodes one chunk with a read and a conversion monomorphised per stored type (no
+/// per-element match), and only when some value is not finite looks for the first one.
+fn decode_chunk<T, S, const N: usize>(
     dst: &mut [T],
     src: &[u8],
-    to_f32: impl Fn([u8; N]) -> f32,
-) -> Option<(usize, f32)> {
+    read: impl Fn([u8; N]) -> S,
+    convert: impl Fn(S) -> T,
+) -> Option<(usize, f32)>
+where
+    S: Copy + Into<f32>,
+{
     let mut all_finite = true;
     for (d, s) in dst.iter_mut().zip(src.chunks_exact(N)) {
-        let x = to_f32(s.try_into().expect("chunks_exact yields N bytes"));
-        all_finite &= x.is_finite();
-        *d = T::of(x as f64);
+        let x = read(s.try_into().expect("chunks_exact yields N bytes"));
+        all_finite &= x.into().is_finite();
+        *d = convert(x);
     }
     if all_finite {
         return None;
     }
     src.chunks_exact(N)
-        .map(|s| to_f32(s.try_into().expect("chunks_exact yields N bytes")))
+        .map(|s| read(s.try_into().expect("chunks_exact yields N bytes")).into())
         .enumerate()
-        .find(|(_, x)| !x.is_finite())
+        .find(|(_, x): &(usize, f32)| !x.is_finite())
 }
 
 /// Encodes `src` into `dst` with a conversion monomorphised per stored type.

@@ -1,12 +1,14 @@
-//! One safetensors file read into memory, with its header parsed and checked.
+//! One safetensors file, memory-mapped, with its header parsed and checked.
 //!
 //! The safetensors crate validates the header but its errors name neither the file nor, for a
 //! truncated file, the tensor that is cut. When it refuses a file, [`diagnose`] re-reads the
 //! header leniently to say which tensor entry is corrupt or which tensor's bytes are missing.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use memmap2::Mmap;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use serde::Deserialize;
@@ -16,19 +18,24 @@ use crate::error::{Error, Result};
 /// Bytes of the little-endian header length that opens every safetensors file.
 const LEN_PREFIX: usize = 8;
 
-/// A safetensors file held in memory.
+/// A safetensors file, mapped into memory.
 pub(crate) struct SafetensorsFile {
     /// Where it was read from, for error messages.
     pub path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Mmap,
     data_start: usize,
     metadata: Metadata,
 }
 
 impl SafetensorsFile {
-    /// Reads and checks `path`; every failure names the file.
+    /// Maps and checks `path`; every failure names the file.
     pub fn read(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(Error::io(path))?;
+        let file = File::open(path).map_err(Error::io(path))?;
+        // SAFETY: the mapping is read-only and lives as long as this value. A checkpoint is not
+        // written while a model loads from it; if another process truncated it anyway, reading
+        // the lost pages would fault, which is the risk every mmap-based loader (safetensors'
+        // own, PyTorch's) takes for not copying a gigabyte first.
+        let bytes = unsafe { Mmap::map(&file) }.map_err(Error::io(path))?;
         match SafeTensors::read_metadata(&bytes) {
             Ok((header_len, metadata)) => {
                 Ok(SafetensorsFile { path: path.to_path_buf(), data_start: LEN_PREFIX + header_len, bytes, metadata })

@@ -1,7 +1,8 @@
 //! Checkpoint I/O: safetensors files (one, or an index with shards) to and from
 //! [`oracle::model::weights::ModelWeights`], with the tensor names of SPEC section 1.
 //!
-//! [`load_weights`] reads bf16, f16 or f32 tensors into any [`oracle::Scalar`];
+//! [`load_weights`] reads bf16, f16 or f32 tensors, memory-mapped, into any [`Element`] (f32,
+//! f64, or bf16 copied as stored);
 //! [`save_checkpoint`] writes `config.json` and `model.safetensors`. Both take their names from
 //! [`names`], the one table of tensor names and shapes.
 
@@ -11,7 +12,7 @@ pub mod names;
 mod reader;
 mod writer;
 
-pub use convert::{StoredDtype, TensorBytes};
+pub use convert::{Element, StoredDtype, TensorBytes};
 pub use names::{named_tensors, NamedTensor, ShapeRule};
 pub use reader::load_weights;
 pub use writer::save_checkpoint;

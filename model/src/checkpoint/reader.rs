@@ -1,5 +1,7 @@
 //! Loading a checkpoint folder into [`ModelWeights`]: one `model.safetensors`, or a
-//! `model.safetensors.index.json` and its shards; bf16, f16 and f32 tensors converted to `T`.
+//! `model.safetensors.index.json` and its shards, memory-mapped; bf16, f16 and f32 tensors
+//! converted to `T` (an [`Element`]: f32 or f64 for the CPU oracle, bf16 for the GPU, which a
+//! bf16 checkpoint fills by copying bits).
 //!
 //! Every tensor of SPEC section 1 is looked up by the names of [`super::names`] and checked
 //! against the config's shapes before its bytes are decoded. Tensors the model does not use
@@ -12,10 +14,9 @@ use std::path::{Path, PathBuf};
 
 use ndarray::{Array1, Array2, ArrayD, Ix1, Ix2};
 use oracle::model::weights::{AttnWeights, LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
-use oracle::Scalar;
 use serde::Deserialize;
 
-use super::convert::{decode, StoredDtype};
+use super::convert::{decode, Element, StoredDtype};
 use super::file::SafetensorsFile;
 use super::names::{self, Hp1Vector, Matrix, Norm, NormPart, ShapeRule};
 use super::{INDEX_FILE, SINGLE_FILE};
@@ -92,7 +93,7 @@ impl TensorSource {
     }
 
     /// Reads `name`, checking its shape against `rule` and its dtype; `None` if absent.
-    fn read<T: Scalar>(&self, name: &str, rule: &ShapeRule) -> Result<Option<ArrayD<T>>> {
+    fn read<T: Element>(&self, name: &str, rule: &ShapeRule) -> Result<Option<ArrayD<T>>> {
         let Some(file) = self.file_of(name) else { return Ok(None) };
         let Some(info) = file.info(name) else {
             if self.location.is_empty() {
@@ -130,7 +131,7 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn optional<T: Scalar>(&mut self, name: &str, rule: ShapeRule) -> Result<Option<ArrayD<T>>> {
+    fn optional<T: Element>(&mut self, name: &str, rule: ShapeRule) -> Result<Option<ArrayD<T>>> {
         let array = self.source.read(name, &rule)?;
         if array.is_some() {
             self.done += 1;
@@ -139,22 +140,22 @@ impl Loader<'_> {
         Ok(array)
     }
 
-    fn required<T: Scalar>(&mut self, name: &str, rule: ShapeRule) -> Result<ArrayD<T>> {
+    fn required<T: Element>(&mut self, name: &str, rule: ShapeRule) -> Result<ArrayD<T>> {
         self.optional(name, rule)?
             .ok_or_else(|| Error::MissingTensor { file: self.source.origin.clone(), tensor: name.into() })
     }
 
-    fn matrix<T: Scalar>(&mut self, name: &str, shape: [usize; 2]) -> Result<Array2<T>> {
+    fn matrix<T: Element>(&mut self, name: &str, shape: [usize; 2]) -> Result<Array2<T>> {
         let array = self.required(name, ShapeRule::Exact(shape.to_vec()))?;
         Ok(array.into_dimensionality::<Ix2>().expect("the shape rule admitted only 2-d shapes"))
     }
 
-    fn vector<T: Scalar>(&mut self, name: &str, rule: ShapeRule) -> Result<Array1<T>> {
+    fn vector<T: Element>(&mut self, name: &str, rule: ShapeRule) -> Result<Array1<T>> {
         let array = self.required(name, rule)?;
         Ok(array.into_dimensionality::<Ix1>().expect("the shape rule admitted only 1-d shapes"))
     }
 
-    fn norm<T: Scalar>(&mut self, prefix: &str, channels: usize) -> Result<UClipNormWeights<T>> {
+    fn norm<T: Element>(&mut self, prefix: &str, channels: usize) -> Result<UClipNormWeights<T>> {
         let alpha = self.vector(&NormPart::Alpha.name(prefix), NormPart::Alpha.rule(channels))?;
         let weight = self.vector(&NormPart::Weight.name(prefix), NormPart::Weight.rule(channels))?;
         let bias = self
@@ -163,7 +164,7 @@ impl Loader<'_> {
         Ok(UClipNormWeights { alpha, weight, bias })
     }
 
-    fn layer<T: Scalar>(&mut self, i: usize) -> Result<LayerWeights<T>> {
+    fn layer<T: Element>(&mut self, i: usize) -> Result<LayerWeights<T>> {
         let dims = self.dims.clone();
         let heads = || ShapeRule::Exact(vec![dims.num_heads]);
         let m = |s: &mut Self, which: Matrix| s.matrix::<T>(&which.name(i), which.shape(&dims));
@@ -191,13 +192,14 @@ impl Loader<'_> {
     }
 }
 
-/// Loads the checkpoint in `dir` (whose config is `cfg`) into weights of type `T`.
+/// Loads the checkpoint in `dir` (whose config is `cfg`) into weights of type `T`
+/// (`load_weights::<half::bf16>` for the GPU's raw bf16).
 ///
 /// Reads `model.safetensors`, or else `model.safetensors.index.json` and the shards it names.
 /// `progress(done, total)` is called after each tensor. Every failure is an [`Error`] naming the
 /// file and the tensor: no file, a missing tensor or shard, a wrong shape or dtype, a truncated
 /// file or corrupt header, a NaN or infinity.
-pub fn load_weights<T: Scalar>(
+pub fn load_weights<T: Element>(
     dir: &Path,
     cfg: &ModelConfig,
     progress: &mut dyn FnMut(usize, usize),
