@@ -33,6 +33,7 @@ pub mod cpu_backend;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod gpu_backend;
 pub mod presets;
 pub mod scheduler;
 

@@ -1,0 +1,160 @@
+//! The model's weights resident on the GPU, in the layouts its kernels read.
+//!
+//! Linear weights stay bf16 in the checkpoint's `[out, in]` layout (`y = x W^T`), and the GEMMs
+//! that share an input are fused by stacking their rows, so one launch reads the input once:
+//! q, k and v into one `[(Hq + 2 Hkv) D, hidden]` matrix (the row layout `qk_norm_rope_cache`
+//! reads: q heads, then k heads, then v heads), gate and up into one `[2 I, hidden]` matrix (the
+//! row layout `silu_mul` reads: gate, then up). Norm parameters and the HP1 gains go up as f32,
+//! exact for bf16 checkpoints. A tied model uploads its embedding once and uses it as the head.
+//!
+//! The host side ([`stacked_rows`]) is plain and tested without a GPU; [`DeviceWeights::upload`]
+//! only copies.
+
+use half::bf16;
+use ndarray::{Array1, Array2};
+use oracle::model::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
+
+use cudarc::driver::CudaSlice;
+use gpu::ops::UClipNormParams;
+use gpu::Gpu;
+
+/// One decoder layer on the device.
+pub struct DeviceLayer {
+    /// `[(Hq + 2 Hkv) D, hidden]`: q_proj, k_proj, v_proj stacked.
+    pub qkv: CudaSlice<bf16>,
+    /// `[hidden, Hq D]`.
+    pub o: CudaSlice<bf16>,
+    /// `[2 I, hidden]`: gate_proj, up_proj stacked.
+    pub gate_up: CudaSlice<bf16>,
+    /// `[hidden, I]`.
+    pub down: CudaSlice<bf16>,
+    /// Over `D`.
+    pub q_norm: UClipNormParams,
+    /// Over `D`.
+    pub k_norm: UClipNormParams,
+    /// `[Hq]`.
+    pub sigma: CudaSlice<f32>,
+    /// `[Hq]`.
+    pub gamma: CudaSlice<f32>,
+    /// Over `hidden`: before attention.
+    pub input_norm: UClipNormParams,
+    /// Over `hidden`: on the attention output.
+    pub post_attention_norm: UClipNormParams,
+    /// Over `hidden`: before the MLP.
+    pub pre_feedforward_norm: UClipNormParams,
+    /// Over `hidden`: on the MLP output.
+    pub post_feedforward_norm: UClipNormParams,
+}
+
+/// A whole model on the device.
+pub struct DeviceWeights {
+    /// `[vocab, hidden]`.
+    pub embed_tokens: CudaSlice<bf16>,
+    /// The decoder layers in order.
+    pub layers: Vec<DeviceLayer>,
+    /// Final norm before the head.
+    pub norm: UClipNormParams,
+    /// `[vocab, hidden]`, or `None` when the head is `embed_tokens`.
+    pub lm_head: Option<CudaSlice<bf16>>,
+    /// Device bytes the weights take.
+    pub bytes: usize,
+}
+
+impl DeviceWeights {
+    /// The output projection: `lm_head`, or `embed_tokens` when tied.
+    pub fn head(&self) -> &CudaSlice<bf16> {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
+    }
+
+    /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`), calling
+    /// `progress(done, total)` after each layer.
+    pub fn upload(
+        gpu: &Gpu,
+        weights: &ModelWeights<bf16>,
+        dims: &ModelDims,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> gpu::Result<Self> {
+        let mut bytes = 0;
+        let mut matrix = |rows: Vec<bf16>| -> gpu::Result<CudaSlice<bf16>> {
+            bytes += rows.len() * 2;
+            gpu.upload(&rows)
+        };
+        let embed_tokens = matrix(stacked_rows(&[&weights.embed_tokens]))?;
+        let lm_head = weights.lm_head.as_ref().map(|h| matrix(stacked_rows(&[h]))).transpose()?;
+        let total = weights.layers.len();
+        let mut layers = Vec::with_capacity(total);
+        for (i, layer) in weights.layers.iter().enumerate() {
+            layers.push(upload_layer(gpu, i, layer, dims, &mut matrix)?);
+            progress(i + 1, total);
+        }
+        let norm = upload_norm(gpu, "model.norm", dims.hidden_size, &weights.norm)?;
+        Ok(Self { embed_tokens, layers, norm, lm_head, bytes })
+    }
+}
+
+fn upload_layer(
+    gpu: &Gpu,
+    i: usize,
+    l: &LayerWeights<bf16>,
+    dims: &ModelDims,
+    matrix: &mut dyn FnMut(Vec<bf16>) -> gpu::Result<CudaSlice<bf16>>,
+) -> gpu::Result<DeviceLayer> {
+    let a = &l.attn;
+    let prefix = format!("model.layers.{i}");
+    let norm = |name: &str, channels: usize, w: &UClipNormWeights<bf16>| {
+        upload_norm(gpu, &format!("{prefix}.{name}"), channels, w)
+    };
+    let (d, hidden) = (dims.head_dim, dims.hidden_size);
+    Ok(DeviceLayer {
+        qkv: matrix(stacked_rows(&[&a.q_proj, &a.k_proj, &a.v_proj]))?,
+        o: matrix(stacked_rows(&[&a.o_proj]))?,
+        gate_up: matrix(stacked_rows(&[&l.gate_proj, &l.up_proj]))?,
+        down: matrix(stacked_rows(&[&l.down_proj]))?,
+        q_norm: norm("self_attn.q_norm", d, &a.q_norm)?,
+        k_norm: norm("self_attn.k_norm", d, &a.k_norm)?,
+        sigma: gpu.upload(&widen(&a.hp1_sigma))?,
+        gamma: gpu.upload(&widen(&a.hp1_gamma))?,
+        input_norm: norm("input_layernorm", hidden, &l.input_layernorm)?,
+        post_attention_norm: norm("post_attention_layernorm", hidden, &l.post_attention_layernorm)?,
+        pre_feedforward_norm: norm("pre_feedforward_layernorm", hidden, &l.pre_feedforward_layernorm)?,
+        post_feedforward_norm: norm("post_feedforward_layernorm", hidden, &l.post_feedforward_layernorm)?,
+    })
+}
+
+fn upload_norm(gpu: &Gpu, name: &str, channels: usize, w: &UClipNormWeights<bf16>) -> gpu::Result<UClipNormParams> {
+    let bias = w.bias.as_ref().map(widen);
+    UClipNormParams::upload(gpu, name, channels, &widen(&w.alpha), &widen(&w.weight), bias.as_deref())
+}
+
+fn widen(v: &Array1<bf16>) -> Vec<f32> {
+    v.iter().map(|x| x.to_f32()).collect()
+}
+
+/// The rows of `matrices` one after another, row-major: matrices of one input width stacked
+/// into one weight, so the GEMM that reads their shared input runs once.
+pub fn stacked_rows(matrices: &[&Array2<bf16>]) -> Vec<bf16> {
+    let len = matrices.iter().map(|m| m.len()).sum();
+    let mut rows = Vec::with_capacity(len);
+    for m in matrices {
+        debug_assert_eq!(m.ncols(), matrices[0].ncols(), "stacked matrices share their input width");
+        rows.extend(m.iter().copied());
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacking_keeps_each_matrix_row_major_and_in_order() {
+        let b = |x: f32| bf16::from_f32(x);
+        let q = Array2::from_shape_fn((2, 3), |(r, c)| b((r * 3 + c) as f32));
+        let k = Array2::from_shape_fn((1, 3), |(_, c)| b(10.0 + c as f32));
+        // A transposed view iterates in logical order too, so a layout mistake would show.
+        let v_t = Array2::from_shape_fn((3, 2), |(r, c)| b(20.0 + (c * 3 + r) as f32));
+        let v = v_t.t().to_owned();
+        let got: Vec<f32> = stacked_rows(&[&q, &k, &v]).iter().map(|x| x.to_f32()).collect();
+        assert_eq!(got, vec![0., 1., 2., 3., 4., 5., 10., 11., 12., 20., 21., 22., 23., 24., 25.]);
+    }
+}
