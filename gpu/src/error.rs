@@ -9,6 +9,9 @@ pub enum Error {
     /// No NVRTC library could be loaded, so kernels cannot be compiled.
     #[error("no NVRTC library (libnvrtc) on this machine")]
     NoNvrtc,
+    /// No cuBLASLt library could be loaded, so the wide GEMMs cannot run.
+    #[error("no cuBLASLt library (libcublasLt) on this machine")]
+    NoCublasLt,
     /// The driver loaded but reported no usable device.
     #[error("CUDA driver present but no device: {0}")]
     NoDevice(String),
@@ -40,6 +43,16 @@ pub enum Error {
         smem: u32,
         /// The driver's error.
         source: cudarc::driver::DriverError,
+    },
+    /// A cuBLASLt call failed; the GEMM's shape is printed with the library's status.
+    #[error("cuBLASLt {call} for {shape}: {source}")]
+    Blas {
+        /// The cuBLASLt function.
+        call: &'static str,
+        /// The GEMM, e.g. `M 128 x N 2048 x K 1024`.
+        shape: String,
+        /// cuBLASLt's status.
+        source: cudarc::cublaslt::result::CublasError,
     },
     /// A kernel's inputs break a limit the kernel relies on (checked on the host before launch).
     #[error("`{entry}`: {reason}")]

@@ -64,6 +64,17 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
     ),
 };
 
+/// The skinny GEMM of decode-sized batches ([`crate::gemm`]): `ops_common.cuh` (bf16 and its
+/// rounding), `tensor_core.cuh` (the mma wrapper), then the file.
+pub const GEMM_SKINNY: Kernel = Kernel {
+    name: "gemm_skinny.cu",
+    source: concat!(
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/gemm_skinny.cu")
+    ),
+};
+
 /// Every kernel file of the crate.
 pub const ALL: &[Kernel] = &[
     HP1_DECODE,
@@ -75,4 +86,5 @@ pub const ALL: &[Kernel] = &[
     EMBEDDING,
     SAMPLING,
     HP1_PREFILL_WGMMA,
+    GEMM_SKINNY,
 ];

@@ -20,6 +20,7 @@
 pub mod attention;
 pub mod device;
 pub mod error;
+pub mod gemm;
 pub mod kernels;
 pub mod ops;
 pub mod runtime;

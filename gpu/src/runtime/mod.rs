@@ -5,7 +5,8 @@
 //! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
 //! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
 //! Work on other streams must be ordered by hand: cudarc's event tracking is off. [`graph`]
-//! captures the stream's launches into a replayable [`Graph`].
+//! captures the stream's launches into a replayable [`Graph`]. The cuBLASLt handle and its
+//! workspace are opened once per device too ([`Gpu::cublaslt`]).
 
 pub mod graph;
 pub mod kernel_cache;
@@ -20,6 +21,7 @@ use cudarc::nvrtc::Ptx;
 
 use crate::device::{probe, DeviceInfo};
 use crate::error::{Error, Result};
+use crate::gemm::CublasLt;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 
@@ -30,6 +32,7 @@ pub struct Gpu {
     info: DeviceInfo,
     arch: &'static str,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    cublaslt: Mutex<Option<Arc<CublasLt>>>,
 }
 
 impl Gpu {
@@ -43,7 +46,7 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
-        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()), cublaslt: Mutex::new(None) }))
     }
 
     /// What the device is.
@@ -81,6 +84,24 @@ impl Gpu {
             }
         };
         Ok(module.load_function(entry)?)
+    }
+
+    /// The device's cuBLASLt handle and workspace, opened on first use and shared by every
+    /// cuBLASLt GEMM after (one workspace per device, not per weight shape).
+    pub fn cublaslt(&self) -> Result<Arc<CublasLt>> {
+        let mut slot = self.cublaslt.lock().expect("cuBLASLt slot lock is never poisoned by a panic here");
+        if let Some(lt) = slot.as_ref() {
+            return Ok(lt.clone());
+        }
+        let lt = Arc::new(CublasLt::new(self)?);
+        *slot = Some(lt.clone());
+        Ok(lt)
+    }
+
+    /// Streaming multiprocessors on the device (the GEMM plans size their grids from it).
+    pub fn multiprocessors(&self) -> Result<usize> {
+        use cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        Ok(self.ctx.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize)
     }
 
     /// Raises `f`'s dynamic shared-memory limit to `bytes` (needed above 48 KiB).

@@ -1,0 +1,206 @@
+#line 2 "gemm_skinny.cu"
+// gemm_skinny.cu: y[M, N] = x[M, K] W[N, K]^T for decode-sized M (1 to 64), bf16 in, f32
+// accumulation, bf16 out (SPEC section 4). Needs ops_common.cuh (bf16, bf16_bits) and
+// tensor_core.cuh (the mma wrapper) before it; gpu::kernels concatenates them.
+//
+// WHY THIS SHAPE. At M <= 64 the product is bound by reading W once (N K 2 bytes): x and y are
+// tiny. But at M = 8 that is already 8 FMA per weight byte read, 2 x 8 x 4.3e12 = 69 TFLOP/s to
+// keep up with HBM, the whole f32 FMA rate of an H200, so the products go to the tensor cores
+// (mma.sync m16n8k16, bf16 in, f32 accumulate) at every M: one arithmetic for every M is also
+// what keeps a row's bits independent of M (below).
+//
+// ALGORITHM. A CTA owns ROWS consecutive rows of W (n0 = blockIdx.x * ROWS) and all M rows of x,
+// and walks K in steps of 32. Its WARPS = 8 warps split the steps: warp w takes steps
+// s = w, w + 8, w + 16, ... in increasing order. In a step, lane (g = lane >> 2, t = lane & 3)
+// loads 16 bytes (8 consecutive k, k = 32 s + 8 t) of W rows 16 r + g and 16 r + g + 8 of each
+// 16-row tile r, and 16 bytes of x row 8 j + g of each 8-row tile j of x, straight into
+// registers: W is the mma's A operand (rows of W), x its B operand (columns = rows of x). The
+// 16-byte loads fit the fragments with no shuffle because k may be permuted inside an mma as
+// long as A and B agree: fragment slots (2t, 2t+1, 2t+8, 2t+9) of the first mma hold k offsets
+// 8t + (0, 1, 2, 3) and those of the second 8t + (4, 5, 6, 7), the same for A and B. Each warp
+// issues the loads of U steps before their mmas, so U steps of W are in flight per lane. W is
+// read with ld.global.nc.L1::no_allocate (streamed once: L1 is left to x, which every CTA
+// reads); rows of W past N and rows of x past M are not read (their registers are 0), nor is
+// k past K (the last step of a K that is not a multiple of 32 is zero-padded).
+// Reduction: each warp's f32 accumulators go to shared memory, then each output is the sum of the
+// 8 warps' partials in warp order ((p0 + p1) + p2) + ..., rounded once to bf16 and stored.
+//
+// BATCH INVARIANCE AND DETERMINISM. The additions that make y[m][n] are: the warp's steps in
+// order (each mma adds its 16 products into the accumulator in the hardware's fixed order), then
+// the warps in order. Which steps a warp takes depends on K alone (not on M, ROWS or U), a step
+// past the last one runs no mma at all, and an output element of an mma depends only on its own
+// row of A and column of B. So y[m] has the same bits at every M, with any neighbours in x (NaN
+// included), under every (MT, ROWS) instantiation, and on every run. No atomics.
+//
+// TEMPLATE PARAMETERS (one extern "C" entry per pair, gemm_skinny_m{8 MT}_r{ROWS}, below):
+//   MT    8-row tiles of x: the launch serves 1 <= M <= 8 MT. 1, 2, 4 or 8.
+//   ROWS  rows of W per CTA: 8, 16, 32 or 64. ROWS = 8 fills the upper half of the mma's 16-row
+//         tile with zeros (half the tensor work wasted, no bytes): it doubles the CTAs of a small
+//         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
+//         registers.
+//   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
+//         registers of loads in flight and at least 128 bytes of W per lane.
+//
+// LAUNCH. Grid (ceil(N / ROWS), 1, 1), block THREADS = 256, static shared memory
+// WARPS * 8 MT * (ROWS + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores free of
+// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread): 512 threads with
+// 128 to 192 bytes of W each in flight, 64 KB or more per SM, beyond the ~30 KB that Little's law
+// asks of an H200 (4.3 TB/s x ~0.9 us / 132 SMs).
+//
+// BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
+//   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)    y  [M, N] out
+// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 8 below
+// 2^31 - 64 (a 16-byte load stays inside a row); 1 <= N < 2^31; x and w 16-byte aligned.
+
+namespace gemm_skinny {
+
+constexpr int WARPS = 8;
+constexpr int THREADS = WARPS * 32;
+constexpr int STEP_K = 32;
+
+__device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// 16 bytes of W, read once per launch: not kept in L1.
+__device__ __forceinline__ uint4 load_stream(const bf16* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// 16 bytes of x, which every CTA reads: through L1.
+__device__ __forceinline__ uint4 load_shared_input(const bf16* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+template <int MT, int ROWS>
+struct Config {
+  static constexpr int R = ROWS >= 16 ? ROWS / 16 : 1;  // 16-row mma tiles per CTA
+  static constexpr bool HI = ROWS >= 16;                // rows g + 8 of each tile are real
+  static constexpr int WV = ROWS / 8;                   // W vectors per lane per step
+  static constexpr int U = 16 / (WV + MT) > 0 ? 16 / (WV + MT) : 1;
+  static constexpr int PAD = ROWS + 4;                  // floats per partial row in shared memory
+  static_assert(R * MT <= 8, "accumulators past 32 registers");
+};
+
+template <int MT, int ROWS>
+__device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
+                                     int m, int n, int k) {
+  using C = Config<MT, ROWS>;
+  __shared__ float part[WARPS * MT * 8 * C::PAD];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = blockIdx.x * ROWS;
+  const int steps = (k + STEP_K - 1) / STEP_K;
+
+  // This lane's W rows (vector v = 2 r + h is row 16 r + g + 8 h) and x rows (tile j: row 8 j + g).
+  const bf16* w_row[C::WV];
+  bool w_ok[C::WV];
+#pragma unroll
+  for (int v = 0; v < C::WV; ++v) {
+    const int row = n0 + (C::HI ? 16 * (v >> 1) + 8 * (v & 1) : 0) + g;
+    w_ok[v] = row < n;
+    w_row[v] = w + (long long)row * k + 8 * t;
+  }
+  const bf16* x_row[MT];
+  bool x_ok[MT];
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    x_ok[j] = 8 * j + g < m;
+    x_row[j] = x + (long long)(8 * j + g) * k + 8 * t;
+  }
+
+  float acc[C::R][MT][4];
+#pragma unroll
+  for (int r = 0; r < C::R; ++r)
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][j][c] = 0.0f;
+
+  for (int s0 = warp; s0 < steps; s0 += WARPS * C::U) {
+    uint4 wv[C::U][C::WV];
+    uint4 xv[C::U][MT];
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      const int kk = (s0 + u * WARPS) * STEP_K;  // + 8 t is in the row pointers
+      const bool k_ok = kk + 8 * t < k;          // false for every step past the last
+#pragma unroll
+      for (int v = 0; v < C::WV; ++v) wv[u][v] = k_ok && w_ok[v] ? load_stream(w_row[v] + kk) : zero4();
+#pragma unroll
+      for (int j = 0; j < MT; ++j) xv[u][j] = k_ok && x_ok[j] ? load_shared_input(x_row[j] + kk) : zero4();
+    }
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      // Warp-uniform: a step past the last adds nothing, not even zeros, so the additions into an
+      // accumulator are the same for every U.
+      if (s0 + u * WARPS < steps) {
+#pragma unroll
+        for (int r = 0; r < C::R; ++r) {
+          const uint4 lo = wv[u][C::HI ? 2 * r : r];
+          const uint4 hi = C::HI ? wv[u][2 * r + 1] : zero4();
+          const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y};
+          const unsigned a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+          for (int j = 0; j < MT; ++j) {
+            tc::mma_bf16_16816(acc[r][j], a0, xv[u][j].x, xv[u][j].y);
+            tc::mma_bf16_16816(acc[r][j], a1, xv[u][j].z, xv[u][j].w);
+          }
+        }
+      }
+    }
+  }
+
+  // Partials to shared memory: part[warp][x row][W row]. Fragment c0, c1 are W row 16 r + g and
+  // x rows 8 j + 2 t, 8 j + 2 t + 1; c2, c3 the same x rows of W row 16 r + g + 8.
+  float* mine = part + warp * MT * 8 * C::PAD;
+#pragma unroll
+  for (int r = 0; r < C::R; ++r) {
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const int xr = 8 * j + 2 * t, wr = 16 * r + g;
+      mine[xr * C::PAD + wr] = acc[r][j][0];
+      mine[(xr + 1) * C::PAD + wr] = acc[r][j][1];
+      if (C::HI) {
+        mine[xr * C::PAD + wr + 8] = acc[r][j][2];
+        mine[(xr + 1) * C::PAD + wr + 8] = acc[r][j][3];
+      }
+    }
+  }
+  __syncthreads();
+
+  // Consecutive threads take consecutive W rows of one x row: the bf16 stores coalesce.
+  for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
+    const int xr = e / ROWS, wr = e % ROWS;
+    if (xr < m && n0 + wr < n) {
+      float sum = part[xr * C::PAD + wr];
+#pragma unroll
+      for (int q = 1; q < WARPS; ++q) sum += part[(q * MT * 8 + xr) * C::PAD + wr];
+      y[(long long)xr * n + n0 + wr] = (bf16)bf16_bits(sum);
+    }
+  }
+}
+
+}  // namespace gemm_skinny
+
+#define GEMM_SKINNY_ENTRY(MT, ROWS)                                                                   \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS( \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y, int m, int n, int k) { \
+    gemm_skinny::gemm<MT / 8, ROWS>(x, w, y, m, n, k);                                                \
+  }
+
+GEMM_SKINNY_ENTRY(8, 8)
+GEMM_SKINNY_ENTRY(8, 16)
+GEMM_SKINNY_ENTRY(8, 32)
+GEMM_SKINNY_ENTRY(8, 64)
+GEMM_SKINNY_ENTRY(16, 8)
+GEMM_SKINNY_ENTRY(16, 16)
+GEMM_SKINNY_ENTRY(16, 32)
+GEMM_SKINNY_ENTRY(16, 64)
+GEMM_SKINNY_ENTRY(32, 8)
+GEMM_SKINNY_ENTRY(32, 16)
+GEMM_SKINNY_ENTRY(32, 32)
+GEMM_SKINNY_ENTRY(64, 8)
+GEMM_SKINNY_ENTRY(64, 16)

@@ -1,0 +1,141 @@
+//! The GEMMs of the GPU model's linear layers: `y[M, N] = x[M, K] W[N, K]^T`, W as safetensors
+//! stores `*_proj.weight` (row-major `[N, K]`), bf16 x and W, f32 accumulation, y rounded once
+//! to bf16 (SPEC section 4).
+//!
+//! A brief overview:
+//! - [`GemmPlan`] (in [`plan`]) is pure host code: from static facts ([`GemmShape`]: the rows the
+//!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
+//!   count) it picks the path. [`GemmPlan::auto`] is the dispatcher: decode-sized `M <= 64` to
+//!   the skinny kernel, wider `M` (prefill steps) to cuBLASLt. [`GemmPlan::skinny_rows`] and
+//!   [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
+//! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
+//!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
+//!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
+//! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
+//!   one workspace of the device ([`Gpu::cublaslt`]). Its bits may change with `M`.
+//! - [`Gemm`] loads a plan once; [`Gemm::run`] checks the buffers and only launches, so a CUDA
+//!   graph captures it and a benchmark times it alone.
+//!
+//! ```no_run
+//! use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+//!
+//! # fn main() -> gpu::Result<()> {
+//! let gpu = gpu::Gpu::new()?;
+//! // o_proj of asynct-0.5b for a decode step of 8 sequences.
+//! let shape = GemmShape { m: 8, n: 1024, k: 1024 };
+//! let o_proj = Gemm::new(&gpu, GemmPlan::auto(shape, gpu.multiprocessors()?)?)?;
+//! let x = gpu.zeros::<half::bf16>(8 * 1024)?;
+//! let w = gpu.zeros::<half::bf16>(1024 * 1024)?;
+//! let mut y = gpu.zeros::<half::bf16>(8 * 1024)?;
+//! o_proj.run(&x.as_view(), &w.as_view(), &mut y.as_view_mut())?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod cublaslt;
+pub mod plan;
+pub mod skinny;
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
+use half::bf16;
+
+pub use cublaslt::{CublasLt, LtAlgo};
+pub use plan::{
+    rows_fit, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES,
+    SKINNY_ROWS, SKINNY_THREADS,
+};
+
+use crate::error::{unsupported, Result};
+use crate::runtime::{check_aligned, Gpu};
+use cublaslt::LtMatmul;
+use skinny::SkinnyGemm;
+
+/// A plan's GEMM, loaded: the skinny kernel's entry point or cuBLASLt's pinned algorithm.
+pub struct Gemm {
+    plan: GemmPlan,
+    stream: Arc<CudaStream>,
+    exec: Exec,
+}
+
+enum Exec {
+    Skinny(SkinnyGemm),
+    CublasLt(LtMatmul),
+}
+
+impl Gemm {
+    /// Loads `plan`: compiles and loads the skinny kernel on first use, or describes the shape to
+    /// cuBLASLt and asks its heuristic for the algorithm (opening cuBLASLt on first use).
+    pub fn new(gpu: &Gpu, plan: GemmPlan) -> Result<Self> {
+        plan.shape.validate()?;
+        let exec = match &plan.path {
+            GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
+            GemmPath::CublasLt => Exec::CublasLt(LtMatmul::new(gpu.cublaslt()?, plan.shape)?),
+        };
+        Ok(Self { plan, stream: gpu.stream().clone(), exec })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &GemmPlan {
+        &self.plan
+    }
+
+    /// cuBLASLt's pinned algorithm, for a cuBLASLt plan.
+    pub fn algorithm(&self) -> Option<LtAlgo> {
+        match &self.exec {
+            Exec::Skinny(_) => None,
+            Exec::CublasLt(lt) => Some(lt.algo()),
+        }
+    }
+
+    /// `y = x W^T` on the GPU's stream: `x` is `[M, K]`, `w` `[N, K]`, `y` `[M, N]`, each exactly
+    /// that long and starting on a 16-byte boundary. Launch only.
+    pub fn run(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, y: &mut CudaViewMut<'_, bf16>) -> Result<()> {
+        let entry = self.plan.name();
+        let s = self.plan.shape;
+        for (what, got, want, dims) in [
+            ("x", x.len(), s.m * s.k, "[M, K]"),
+            ("w", w.len(), s.n * s.k, "[N, K]"),
+            ("y", y.len(), s.m * s.n, "[M, N]"),
+        ] {
+            if got != want {
+                return Err(unsupported(&entry, format!("`{what}` has {got} elements, {dims} of {s} is {want}")));
+            }
+        }
+        check_aligned(&self.stream, &entry, "x", x)?;
+        check_aligned(&self.stream, &entry, "w", w)?;
+        check_aligned(&self.stream, &entry, "y", y)?;
+        match &self.exec {
+            Exec::Skinny(k) => k.launch(&self.stream, x, w, y),
+            Exec::CublasLt(lt) => lt.launch(&self.stream, x, w, y),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::GEMM_SKINNY;
+    use crate::runtime::kernel_cache::compile;
+    use crate::runtime::nvrtc_available;
+
+    #[test]
+    fn every_entry_a_plan_can_name_is_in_the_compiled_kernel() {
+        if !nvrtc_available() {
+            println!("SKIPPED: no NVRTC library here (scripts/local-nvrtc.sh installs one)");
+            return;
+        }
+        let ptx = compile(&GEMM_SKINNY, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        for m in 1..=SKINNY_MAX_M {
+            for rows in SKINNY_ROWS {
+                let Ok(plan) = GemmPlan::skinny_rows(GemmShape { m, n: 100, k: 64 }, rows) else {
+                    assert!(!rows_fit(m.next_power_of_two().max(8), rows), "M {m} rows {rows} refused");
+                    continue;
+                };
+                let GemmPath::Skinny(tile) = &plan.path else { unreachable!("a skinny plan") };
+                assert!(ptx.contains(&format!(".entry {}(", tile.entry)), "{} missing", tile.entry);
+            }
+        }
+    }
+}

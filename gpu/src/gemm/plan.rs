@@ -1,0 +1,265 @@
+//! The plan of a GEMM: which path and, for the skinny kernel, which instantiation and grid, all
+//! from static facts (the rows the launch covers, N, K, the SM count). Pure host code, tested on
+//! the CPU.
+//!
+//! The dispatcher ([`GemmPlan::auto`]) sends `M <= SKINNY_MAX_M` to the skinny kernel and wider
+//! `M` to cuBLASLt. The skinny kernel's bits for a row of x do not depend on `M`, on the other
+//! rows or on the instantiation (`gemm_skinny.cu`'s header says why), so every decode step, at
+//! every batch bucket, computes a request's rows the same way. cuBLASLt's algorithm is chosen
+//! per `M` by its heuristic and may split K differently at different `M`: a prefill row's bits
+//! may change with the number of rows beside it. Decode rows never take that path.
+//!
+//! For the skinny kernel the plan picks the x tile (`m_tile`, the smallest of 8, 16, 32, 64
+//! holding `M`: fewer accumulators and loads for small batches) and the rows of W per CTA: the
+//! most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight bytes,
+//! while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per SM); a
+//! W too small for that gets 8 rows per CTA, the most CTAs there can be.
+
+use crate::error::{unsupported, Result};
+
+/// The widest `M` the skinny kernel serves, and the dispatcher's crossover to cuBLASLt.
+pub const SKINNY_MAX_M: usize = 64;
+/// Rows of W per CTA the skinny kernel is instantiated for.
+pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
+/// The x tiles (rows of x per instantiation) of the skinny kernel.
+pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
+/// Threads per skinny CTA (the kernel's `THREADS`: 8 warps).
+pub const SKINNY_THREADS: u32 = 256;
+/// Skinny CTAs resident per SM (the kernel's launch bounds).
+pub const SKINNY_CTAS_PER_SM: usize = 2;
+/// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
+pub const MAX_K: usize = 1 << 30;
+
+/// The entry point's name in errors about a shape, before a path is chosen.
+const ENTRY: &str = "gemm";
+
+/// `y[m, n] = x[m, k] W[n, k]^T`: the shape of one GEMM launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemmShape {
+    /// Rows of x and y the launch covers (under a CUDA graph, the captured batch bucket).
+    pub m: usize,
+    /// Rows of W (output features).
+    pub n: usize,
+    /// Columns of x and W (input features), a positive multiple of 8.
+    pub k: usize,
+}
+
+impl GemmShape {
+    /// Checks what every path relies on; the error names the argument and its value.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(unsupported(ENTRY, reason));
+        let int_max = i32::MAX as usize;
+        if self.m == 0 || self.m > int_max {
+            return bad(format!("`m` must be 1 to {int_max}, got {}", self.m));
+        }
+        if self.n == 0 || self.n > int_max {
+            return bad(format!("`n` must be 1 to {int_max}, got {}", self.n));
+        }
+        if self.k == 0 || !self.k.is_multiple_of(8) || self.k > MAX_K {
+            return bad(format!("`k` must be a positive multiple of 8 up to {MAX_K}, got {}", self.k));
+        }
+        if self.m.checked_mul(self.n).is_none() || self.n.checked_mul(self.k).is_none() {
+            return bad(format!("{self} overflows an element count"));
+        }
+        Ok(())
+    }
+
+    /// The fewest bytes the GEMM moves: W, x and y once each, bf16.
+    pub fn min_bytes(&self) -> usize {
+        2 * (self.n * self.k + self.m * self.k + self.m * self.n)
+    }
+}
+
+impl std::fmt::Display for GemmShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "M {} x N {} x K {}", self.m, self.n, self.k)
+    }
+}
+
+/// The skinny kernel's instantiation and grid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SkinnyTile {
+    /// The entry point, `gemm_skinny_m{m_tile}_r{rows}`.
+    pub entry: String,
+    /// Rows of x the instantiation holds (one of [`SKINNY_M_TILES`], at least `M`).
+    pub m_tile: usize,
+    /// Rows of W per CTA (one of [`SKINNY_ROWS`]).
+    pub rows: usize,
+    /// CTAs: `ceil(N / rows)`.
+    pub grid: u32,
+}
+
+/// Which implementation computes the GEMM.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GemmPath {
+    /// `gemm_skinny.cu` (`M <= SKINNY_MAX_M`).
+    Skinny(SkinnyTile),
+    /// cuBLASLt with the algorithm its heuristic picks for this shape, chosen once.
+    CublasLt,
+}
+
+/// A GEMM's shape and path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct GemmPlan {
+    /// The shape every launch of the plan has.
+    pub shape: GemmShape,
+    /// The implementation.
+    pub path: GemmPath,
+}
+
+impl GemmPlan {
+    /// The dispatcher: the skinny kernel up to [`SKINNY_MAX_M`] rows, cuBLASLt beyond; `sms` is
+    /// the device's SM count.
+    pub fn auto(shape: GemmShape, sms: usize) -> Result<Self> {
+        if shape.m <= SKINNY_MAX_M {
+            Self::skinny(shape, sms)
+        } else {
+            Self::cublaslt(shape)
+        }
+    }
+
+    /// The skinny kernel with the rows per CTA the dispatcher picks on `sms` SMs (module docs).
+    pub fn skinny(shape: GemmShape, sms: usize) -> Result<Self> {
+        let m_tile = m_tile(shape)?;
+        let fill = SKINNY_CTAS_PER_SM * sms.max(1);
+        let rows = SKINNY_ROWS
+            .into_iter()
+            .rev()
+            .find(|&rows| rows_fit(m_tile, rows) && shape.n.div_ceil(rows) >= fill)
+            .unwrap_or(SKINNY_ROWS[0]);
+        Self::skinny_rows(shape, rows)
+    }
+
+    /// The skinny kernel with `rows` rows of W per CTA (for benchmarks and the bitwise checks
+    /// across instantiations).
+    pub fn skinny_rows(shape: GemmShape, rows: usize) -> Result<Self> {
+        let m_tile = m_tile(shape)?;
+        if !SKINNY_ROWS.contains(&rows) || !rows_fit(m_tile, rows) {
+            let allowed: Vec<usize> = SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)).collect();
+            return Err(unsupported(
+                "gemm skinny",
+                format!("`rows` must be one of {allowed:?} for M = {} (x tile {m_tile}), got {rows}", shape.m),
+            ));
+        }
+        let grid = u32::try_from(shape.n.div_ceil(rows)).expect("validate keeps N below 2^31");
+        let entry = format!("gemm_skinny_m{m_tile}_r{rows}");
+        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, grid }) })
+    }
+
+    /// cuBLASLt, at any `M`.
+    pub fn cublaslt(shape: GemmShape) -> Result<Self> {
+        shape.validate()?;
+        Ok(Self { shape, path: GemmPath::CublasLt })
+    }
+
+    /// A short stable name: `skinny-m8-r64` or `cublaslt`.
+    pub fn name(&self) -> String {
+        match &self.path {
+            GemmPath::Skinny(t) => format!("skinny-m{}-r{}", t.m_tile, t.rows),
+            GemmPath::CublasLt => "cublaslt".to_string(),
+        }
+    }
+}
+
+/// The smallest x tile holding `shape.m`, after checking the shape.
+fn m_tile(shape: GemmShape) -> Result<usize> {
+    shape.validate()?;
+    SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).ok_or_else(|| {
+        unsupported("gemm skinny", format!("`m` must be 1 to {SKINNY_MAX_M} for the skinny kernel, got {}", shape.m))
+    })
+}
+
+/// Whether the kernel is instantiated for (`m_tile`, `rows`): its accumulators,
+/// `max(1, rows / 16) * m_tile / 8` tiles of 4 registers, stay within 8 tiles.
+pub fn rows_fit(m_tile: usize, rows: usize) -> bool {
+    (rows / 16).max(1) * (m_tile / 8) <= 8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    const H200_SMS: usize = 132;
+
+    fn shape(m: usize, n: usize, k: usize) -> GemmShape {
+        GemmShape { m, n, k }
+    }
+
+    fn skinny(plan: &GemmPlan) -> &SkinnyTile {
+        match &plan.path {
+            GemmPath::Skinny(t) => t,
+            GemmPath::CublasLt => panic!("{} is not skinny", plan.name()),
+        }
+    }
+
+    #[test]
+    fn the_dispatcher_sends_up_to_64_rows_to_the_skinny_kernel() {
+        for m in [1, 2, 3, 8, 9, 17, 32, 33, 64] {
+            let plan = GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap();
+            let tile = skinny(&plan);
+            assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
+        }
+        for m in [65, 128, 512, 100_000] {
+            assert_eq!(GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap().path, GemmPath::CublasLt);
+        }
+    }
+
+    #[test]
+    fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
+        let rows = |m, n| skinny(&GemmPlan::auto(shape(m, n, 1024), H200_SMS).unwrap()).rows;
+        // asynct-0.5b's weights: O and down (N 1024), QKV (2048), gate/up (6144), LM head (151936).
+        assert_eq!([rows(1, 1024), rows(1, 2048), rows(1, 6144), rows(1, 151_936)], [8, 8, 16, 64]);
+        // Wider x tiles cap the rows (accumulators), never below what the grid allows.
+        assert_eq!([rows(32, 151_936), rows(64, 151_936), rows(64, 6144)], [32, 16, 16]);
+        for m_tile in SKINNY_M_TILES {
+            for n in [1, 7, 1000, 6144, 151_936] {
+                let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
+                assert!(rows_fit(t.m_tile, t.rows));
+                assert_eq!(t.grid as usize, n.div_ceil(t.rows));
+                assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
+                assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
+            }
+        }
+    }
+
+    #[test]
+    fn the_instantiations_are_the_kernels_list() {
+        let src = crate::kernels::GEMM_SKINNY.source;
+        let mut count = 0;
+        for m_tile in SKINNY_M_TILES {
+            for rows in SKINNY_ROWS {
+                let listed = src.contains(&format!("GEMM_SKINNY_ENTRY({m_tile}, {rows})"));
+                assert_eq!(listed, rows_fit(m_tile, rows), "m{m_tile} r{rows}");
+                count += usize::from(listed);
+            }
+        }
+        assert_eq!(count, 13);
+    }
+
+    #[test]
+    fn bad_shapes_are_refused_by_name() {
+        let refused = |plan: Result<GemmPlan>, needle: &str| {
+            let err = plan.unwrap_err();
+            assert!(matches!(err, Error::Unsupported { .. }));
+            let err = err.to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+        };
+        refused(GemmPlan::auto(shape(0, 64, 64), H200_SMS), "`m` must be 1 to");
+        refused(GemmPlan::auto(shape(1, 0, 64), H200_SMS), "`n` must be 1 to");
+        refused(GemmPlan::auto(shape(1, 64, 12), H200_SMS), "`k` must be a positive multiple of 8");
+        refused(GemmPlan::auto(shape(1, 64, 0), H200_SMS), "got 0");
+        refused(GemmPlan::cublaslt(shape(1, 64, MAX_K + 8)), "got 1073741832");
+        refused(GemmPlan::skinny(shape(65, 64, 64), H200_SMS), "`m` must be 1 to 64 for the skinny kernel, got 65");
+        refused(GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows` must be one of [8, 16] for M = 64");
+        refused(GemmPlan::skinny_rows(shape(1, 64, 64), 24), "got 24");
+        GemmPlan::skinny_rows(shape(1, 64, 8), 64).unwrap();
+        GemmPlan::cublaslt(shape(1_000_000, 151_936, 1024)).unwrap();
+    }
+
+    #[test]
+    fn min_bytes_counts_w_x_and_y_once() {
+        assert_eq!(shape(1, 2048, 1024).min_bytes(), 2 * (2048 * 1024 + 1024 + 2048));
+        assert_eq!(shape(3, 5, 8).to_string(), "M 3 x N 5 x K 8");
+    }
+}

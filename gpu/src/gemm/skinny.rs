@@ -1,0 +1,54 @@
+//! Launching `gemm_skinny.cu`: one entry point, loaded once, and its launch shape from the plan.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::plan::{GemmShape, SkinnyTile, SKINNY_THREADS};
+use crate::error::Result;
+use crate::kernels::GEMM_SKINNY;
+use crate::runtime::{launch_error, Gpu};
+
+/// The skinny kernel of one plan, loaded.
+pub(super) struct SkinnyGemm {
+    func: CudaFunction,
+    entry: String,
+    cfg: LaunchConfig,
+    m: i32,
+    n: i32,
+    k: i32,
+}
+
+impl SkinnyGemm {
+    /// Loads `tile`'s entry point (compiling `gemm_skinny.cu` on first use).
+    pub(super) fn new(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
+        let cfg = LaunchConfig { grid_dim: (tile.grid, 1, 1), block_dim: (SKINNY_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // GemmShape::validate keeps all three below 2^31.
+        let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
+        Ok(Self {
+            func: gpu.function(&GEMM_SKINNY, &tile.entry)?,
+            entry: tile.entry.clone(),
+            cfg,
+            m: int(shape.m),
+            n: int(shape.n),
+            k: int(shape.k),
+        })
+    }
+
+    /// Launches on `stream`; the buffers were checked by `Gemm::run`.
+    pub(super) fn launch(
+        &self,
+        stream: &Arc<CudaStream>,
+        x: &CudaView<'_, bf16>,
+        w: &CudaView<'_, bf16>,
+        y: &mut CudaViewMut<'_, bf16>,
+    ) -> Result<()> {
+        let mut b = stream.launch_builder(&self.func);
+        b.arg(x).arg(w).arg(y).arg(&self.m).arg(&self.n).arg(&self.k);
+        // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu; Gemm::run checked the
+        // sizes (x [m, k], w [n, k], y [m, n]) and the 16-byte alignment the kernel's loads need.
+        unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
+        Ok(())
+    }
+}
