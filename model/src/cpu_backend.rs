@@ -1,19 +1,20 @@
-//! The CPU backend: the oracle's forward pass as a [`StepExecutor`].
+//! The CPU backend: the oracle's forward pass and sampler as a [`StepExecutor`].
 //!
 //! The same code is the reference and the backend: `f32` for speed, `f64` for the exact
 //! reference, and `bf16` for the bf16-faithful mode (f64 arithmetic rounded to bf16 at the
-//! points the GPU model rounds, SPEC section 4).
+//! points the GPU model rounds, SPEC section 4). Tokens are drawn with the oracle's [`sample`]
+//! from the f32 logits, the same f32 values the GPU sampler reads.
 
 use std::str::FromStr;
 
-use ndarray::Array2;
+use oracle::decode::sampler::sample;
 use oracle::model::forward::{LogitRows, Model, StepInput};
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
 use oracle::Scalar;
 
 use crate::error::{Error, Result};
-use crate::executor::{LogitsWanted, StepExecutor};
+use crate::executor::{sampling_seqs, KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use crate::scheduler::StepPlan;
 
 /// The oracle mode a CPU backend computes in.
@@ -55,14 +56,32 @@ impl<T: Scalar> CpuExecutor<T> {
 }
 
 impl<T: Scalar> StepExecutor for CpuExecutor<T> {
-    fn execute(&mut self, plan: &StepPlan, wanted: LogitsWanted) -> Result<Array2<f32>> {
-        let logits = match wanted {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], wanted: LogitsWanted) -> Result<StepOutput> {
+        let seqs = sampling_seqs(plan, sampling)?;
+        let rows = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::LastPerSeq => LogitRows::LastPerSeq,
+            LogitsWanted::Discard => LogitRows::LastPerSeq,
         };
-        let step = StepInput { token_ids: &plan.token_ids, meta: &plan.meta, slot_mapping: &plan.slot_mapping, logits };
-        let out = self.model.forward(&step, &mut self.cache)?;
-        Ok(out.mapv(|x| x.f64() as f32))
+        let step =
+            StepInput { token_ids: &plan.token_ids, meta: &plan.meta, slot_mapping: &plan.slot_mapping, logits: rows };
+        let logits = self.model.forward(&step, &mut self.cache)?.mapv(|x| x.f64() as f32);
+        let sampled = seqs
+            .iter()
+            .zip(sampling)
+            .map(|(&i, row)| {
+                let last = match wanted {
+                    LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
+                    LogitsWanted::Discard => i,
+                };
+                let r = logits.row(last);
+                Ok(sample(r.as_slice().expect("logits rows are contiguous"), &row.params, row.step)?)
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        Ok(StepOutput { sampled, logits: (wanted == LogitsWanted::AllRows).then_some(logits) })
+    }
+
+    fn kv_capacity(&self) -> KvCapacity {
+        KvCapacity { num_blocks: self.cache.num_blocks(), block_size: self.cache.block_size() }
     }
 
     fn vocab_size(&self) -> usize {

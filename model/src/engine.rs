@@ -1,23 +1,28 @@
-//! The engine loop shared by every backend: admit requests, plan a step, run it, sample, detokenise,
-//! stop, free.
+//! The engine loop shared by every backend: admit requests, plan a step, run and sample it on the
+//! executor, detokenise, stop, free.
 //!
 //! Determinism: a request's tokens depend only on its prompt, its parameters and the model, never
-//! on its batch neighbours. The scheduler cuts prompts at fixed chunk boundaries, each row of the
-//! forward is computed independently of the others, and the sampler's randomness is keyed by
-//! (seed, step, token id) with `step` the request's own count of generated tokens.
+//! on its batch neighbours or on preemptions. The scheduler cuts every sequence at fixed chunk
+//! boundaries from its start, each row of the forward is computed independently of the others,
+//! and the sampler's randomness is keyed by (seed, step, token id) with `step` the request's own
+//! count of generated tokens, which a preemption keeps (only the KV cache is recomputed, and the
+//! recomputation samples nothing until it reaches the last known token).
+//!
+//! The scheduler's block pool is sized from [`StepExecutor::kv_capacity`], so the executor's cache
+//! and the scheduler's pool always agree. The request types are re-exported here so that callers need not reach into `oracle`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ndarray::{Array2, Axis};
+use ndarray::Array2;
 use oracle::decode::request::RequestDecoder;
-use oracle::decode::sampler::{sample, SamplingParams};
-use oracle::decode::stop::{FinishReason, StopConditions};
+pub use oracle::decode::sampler::SamplingParams;
+pub use oracle::decode::stop::{FinishReason, StopConditions};
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
-use crate::executor::{LogitsWanted, StepExecutor};
-use crate::scheduler::{Scheduler, SchedulerConfig};
+use crate::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 
 /// What a caller asks of the engine.
 #[derive(Clone, Debug)]
@@ -65,18 +70,35 @@ pub struct Completion {
     /// Why it ended.
     pub finish: FinishReason,
     /// `[prompt + generated - 1, vocab]` logits when recording was on: one row per prompt
-    /// position, then one per generated token but the last.
+    /// position, then one per generated token but the last. A row is kept as first computed: a
+    /// preempted request's recomputation does not record its rows again.
     pub logits: Option<Array2<f32>>,
+}
+
+/// What a server reports about the engine's load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests admitted and unfinished.
+    pub num_running: usize,
+    /// Requests queued, preempted ones included.
+    pub num_waiting: usize,
+    /// KV-cache blocks held by running requests.
+    pub num_blocks_used: usize,
+    /// KV-cache blocks in all.
+    pub num_blocks: usize,
+    /// Requests sent back to wait for blocks since the engine started.
+    pub num_preemptions: u64,
 }
 
 struct Active {
     prompt_tokens: usize,
     sampling: SamplingParams,
     decoder: RequestDecoder,
+    /// Recorded logits rows, `[positions, vocab]` flattened.
     logits: Vec<f32>,
 }
 
-/// Scheduler plus sampler plus detokeniser over a [`StepExecutor`].
+/// Scheduler, detokeniser and stop rules over a [`StepExecutor`], which runs and samples each step.
 pub struct Engine {
     executor: Box<dyn StepExecutor>,
     tokenizer: Arc<Tokenizer>,
@@ -88,17 +110,19 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An idle engine. With `record_logits`, every computed logits row is kept per request.
+    /// An idle engine whose scheduler manages the executor's KV cache. With `record_logits`, every
+    /// computed logits row is kept per request.
     pub fn new(
         executor: Box<dyn StepExecutor>,
         tokenizer: Arc<Tokenizer>,
         scheduler: SchedulerConfig,
         record_logits: bool,
     ) -> Result<Self> {
+        let kv = executor.kv_capacity();
         Ok(Self {
             executor,
             tokenizer,
-            scheduler: Scheduler::new(scheduler)?,
+            scheduler: Scheduler::new(scheduler, kv)?,
             active: BTreeMap::new(),
             finished: Vec::new(),
             next_id: 0,
@@ -136,30 +160,34 @@ impl Engine {
             }
             return Ok(Vec::new());
         };
-        let wanted = if self.record_logits { LogitsWanted::AllRows } else { LogitsWanted::LastPerSeq };
-        let logits = self.executor.execute(&plan, wanted)?;
+        let rows: Vec<SamplingRow> = plan
+            .seqs
+            .iter()
+            .filter(|p| p.samples)
+            .map(|p| {
+                let a = &self.active[&p.id];
+                SamplingRow { params: a.sampling, step: a.decoder.token_ids().len() as u64 }
+            })
+            .collect();
+        let wanted = if self.record_logits { LogitsWanted::AllRows } else { LogitsWanted::Discard };
+        let out = self.executor.execute(&plan, &rows, wanted)?;
+        if out.sampled.len() != rows.len() {
+            return Err(Error::Executor(format!("asked for {} tokens, got {}", rows.len(), out.sampled.len())));
+        }
+        if self.record_logits {
+            self.record(&plan, out.logits.as_ref())?;
+        }
         let mut events = Vec::new();
         let mut sampled = Vec::with_capacity(plan.seqs.len());
         let mut done = Vec::new();
-        for (i, p) in plan.seqs.iter().enumerate() {
-            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
-            let last_row = match wanted {
-                LogitsWanted::AllRows => {
-                    let start = plan.meta.query_start_loc[i] as usize;
-                    for r in start..start + p.len {
-                        active.logits.extend(logits.row(r).iter());
-                    }
-                    start + p.len - 1
-                }
-                LogitsWanted::LastPerSeq => i,
-            };
+        let mut tokens = out.sampled.iter();
+        for p in &plan.seqs {
             if !p.samples {
                 sampled.push(None);
                 continue;
             }
-            let row = logits.index_axis(Axis(0), last_row);
-            let step = active.decoder.token_ids().len() as u64;
-            let token = sample(row.as_slice().expect("logits rows are contiguous"), &active.sampling, step)?;
+            let token = *tokens.next().expect("one token per sampling sequence, checked above");
+            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
             let emitted = active.decoder.push(token)?;
             events.push(EngineEvent::Token { request: p.id, token, text: emitted.text });
             sampled.push(Some(token));
@@ -174,6 +202,24 @@ impl Engine {
             self.retire(id);
         }
         Ok(events)
+    }
+
+    /// Keeps each sequence's rows of `logits` that it has not recorded yet (a recomputation after a
+    /// preemption starts again at position 0).
+    fn record(&mut self, plan: &StepPlan, logits: Option<&Array2<f32>>) -> Result<()> {
+        let vocab = self.executor.vocab_size();
+        let logits = logits
+            .filter(|l| l.dim() == (plan.token_ids.len(), vocab))
+            .ok_or_else(|| Error::Executor(format!("expected [{}, {vocab}] logits", plan.token_ids.len())))?;
+        for (i, p) in plan.seqs.iter().enumerate() {
+            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
+            let recorded = active.logits.len() / vocab;
+            let first_row = plan.meta.query_start_loc[i] as usize;
+            for pos in recorded.max(p.start)..p.start + p.len {
+                active.logits.extend(logits.row(first_row + pos - p.start).iter());
+            }
+        }
+        Ok(())
     }
 
     fn retire(&mut self, id: u64) {
@@ -201,6 +247,23 @@ impl Engine {
         let mut done = std::mem::take(&mut self.finished);
         done.sort_by_key(|c| c.id);
         Ok(done)
+    }
+
+    /// Requests, blocks and preemptions now.
+    pub fn stats(&self) -> EngineStats {
+        let pool = self.scheduler.pool();
+        EngineStats {
+            num_running: self.scheduler.num_running(),
+            num_waiting: self.scheduler.num_waiting(),
+            num_blocks_used: pool.num_used(),
+            num_blocks: pool.num_blocks(),
+            num_preemptions: self.scheduler.num_preemptions(),
+        }
+    }
+
+    /// The scheduler, for its limits and its pool's invariant checks.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
     }
 
     /// The executor's description.

@@ -160,6 +160,16 @@ pub enum Error {
     /// The scheduler's bookkeeping was handed something inconsistent.
     #[error("scheduler: {0}")]
     Scheduler(String),
+    /// An executor was handed a step it cannot run as given, or returned one the engine cannot
+    /// use (sampling rows or tokens that do not match the plan's sampling sequences).
+    #[error("executor: {0}")]
+    Executor(String),
+    /// A request id the engine does not hold: never added, already finished, or aborted.
+    #[error("request {id} is not running or waiting")]
+    UnknownRequest {
+        /// The id given.
+        id: u64,
+    },
     /// The oracle refused a value (for example the HP1 parameters a config resolves to).
     #[error(transparent)]
     Oracle(#[from] oracle::Error),

@@ -1,30 +1,86 @@
-//! The boundary between the engine (scheduling, sampling, text) and the hardware that runs the
-//! model: an executor takes a planned step and returns its logits.
+//! The boundary between the engine (scheduling, text, stop rules) and the hardware that runs the
+//! model: an executor takes a planned step, runs the forward, samples, and returns the tokens.
 //!
-//! The CPU backend implements it with the oracle's forward pass; the GPU backend will implement
-//! it with kernels and CUDA graphs. Everything above this trait is shared, so both backends
-//! schedule, sample and stop identically.
+//! Sampling sits below the seam so that a GPU backend never copies `[rows, vocab]` logits to the
+//! host: it hands back one id per sampling sequence. Logits come back only when the engine records
+//! them (`--dump-logits`). Every backend samples with SPEC section 5's Gumbel-max draw keyed by
+//! (seed, step, token id): the CPU backend calls the oracle's [`sample`](oracle::decode::sample),
+//! the GPU backend a kernel that draws the same token from the same logits.
+//!
+//! The executor also owns the KV cache, so it is the one source of its size: the engine sizes
+//! the scheduler's block pool from [`StepExecutor::kv_capacity`], and the two cannot disagree.
+//!
+//! The CPU backend is [`CpuExecutor`](crate::cpu_backend::CpuExecutor); the GPU backend will be
+//! the second implementation. Everything above this trait is shared, so both backends schedule,
+//! preempt and stop identically.
 
 use ndarray::Array2;
+use oracle::decode::sampler::SamplingParams;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::scheduler::StepPlan;
 
-/// Which logits rows a step returns.
+/// Whether a step hands its logits back to the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogitsWanted {
-    /// Every query row of the step (for `--dump-logits`).
+    /// None: only the sampled tokens come back.
+    Discard,
+    /// Every query row of the step (for `--dump-logits`), `[num_tokens, vocab]` in plan order.
     AllRows,
-    /// Each sequence's last row only.
-    LastPerSeq,
 }
 
-/// Runs the model over one planned step, writing the step's K/V into its cache.
+/// How one sampling sequence draws its next token.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingRow {
+    /// The request's parameters (temperature, top-k, top-p, seed).
+    pub params: SamplingParams,
+    /// The request's count of generated tokens: the Philox counter of this draw (SPEC section 5),
+    /// so a request draws the same tokens alone, batched, or recomputed after a preemption.
+    pub step: u64,
+}
+
+/// What one step returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepOutput {
+    /// One token per sampling sequence (`plan.seqs[i].samples`), in plan order.
+    pub sampled: Vec<u32>,
+    /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked, else `None`.
+    pub logits: Option<Array2<f32>>,
+}
+
+/// Tokens the KV cache holds: `num_blocks` blocks of `block_size` token slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvCapacity {
+    /// Blocks in the cache.
+    pub num_blocks: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+}
+
+/// Runs the model over one planned step, writing the step's K/V into its cache, and samples.
 pub trait StepExecutor: Send {
-    /// `[rows, vocab]` f32 logits, rows as `wanted` says, in the plan's query order.
-    fn execute(&mut self, plan: &StepPlan, wanted: LogitsWanted) -> Result<Array2<f32>>;
+    /// Runs `plan`, then draws a token for each sequence with `samples` set, from the logits of
+    /// its last query row, with `sampling[j]` for the `j`-th such sequence. Refuses (changing
+    /// nothing) a `sampling` whose length is not the number of sampling sequences.
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], logits: LogitsWanted) -> Result<StepOutput>;
+    /// The KV cache's size, which the scheduler's block pool mirrors.
+    fn kv_capacity(&self) -> KvCapacity;
     /// Vocabulary size of the logits rows.
     fn vocab_size(&self) -> usize;
     /// A short description for logs ("cpu f32").
     fn describe(&self) -> String;
+}
+
+/// The index in `plan.seqs` of each sampling sequence, after checking that `sampling` has one row
+/// for each: what every backend does before it runs a step.
+pub fn sampling_seqs(plan: &StepPlan, sampling: &[SamplingRow]) -> Result<Vec<usize>> {
+    let seqs: Vec<usize> = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).map(|(i, _)| i).collect();
+    if seqs.len() != sampling.len() {
+        return Err(Error::Executor(format!(
+            "the plan has {} sampling sequences, got {} sampling rows",
+            seqs.len(),
+            sampling.len()
+        )));
+    }
+    Ok(seqs)
 }

@@ -1,4 +1,5 @@
-//! The AsyncT model around the oracle: its config, checkpoint I/O and the shipped presets.
+//! The AsyncT model around the oracle: its config, checkpoint I/O, the shipped presets, and the
+//! engine that serves it.
 //!
 //! - [`config::ModelConfig`] parses and validates `config.json` (SPEC section 1) and gives the
 //!   oracle's [`oracle::model::weights::ModelDims`].
@@ -6,8 +7,11 @@
 //!   f32) into [`oracle::model::weights::ModelWeights`]; [`checkpoint::save_checkpoint`] writes one.
 //! - [`presets`] generates the `asynct-tiny`, `asynct-small` and `asynct-0.5b` checkpoints with
 //!   seeded random weights and their tokenizers ([`byte_tokenizer`] for tiny, Qwen3's otherwise).
-//!
-//! Later modules of this crate add the paged KV cache, the scheduler and the CPU and GPU backends.
+//! - [`engine::Engine`] serves generation requests over any [`executor::StepExecutor`]: the
+//!   [`scheduler`] plans each step over the [`block_pool`] (chunked prefill, blocks allocated as
+//!   sequences grow, preemption by recompute), the executor runs the forward and samples, and the
+//!   engine streams text and applies the stop rules. [`cpu_backend`] is the oracle's executor;
+//!   [`gpu_backend`] is being built as the second.
 //!
 //! ```
 //! use model::config::ModelConfig;

@@ -1,17 +1,32 @@
 //! Continuous batching over the paged KV cache: which tokens of which sequences run in the
-//! next step, and the metadata the attention needs for them.
+//! next step, which blocks they get, and the metadata the attention needs for them.
 //!
 //! This is host-side planning only (no model, no tensors), so it is tested on its own.
 //!
-//! Policy, chosen so that a request's output never depends on its batch neighbours:
-//! - A request is admitted (FIFO) only when blocks for its whole life, prompt plus
-//!   `max_tokens` capped at the model length, are free; they are reserved at once, so a running
-//!   sequence never runs out of cache and nothing is ever preempted.
-//! - Each step, every running sequence asks for its next chunk: the one sampled token when
-//!   decoding, or the next `prefill_chunk` prompt tokens (fewer at the end of the prompt). Chunk
-//!   boundaries are thus multiples of `prefill_chunk` from the sequence's start whatever else is
-//!   running, and a chunk that does not fit the step's token budget waits whole for the next step.
-//! - Sequences are served oldest first, and the oldest always runs, so none starves.
+//! Policy, chosen so that a request's output never depends on its batch neighbours or on the
+//! cache's pressure:
+//! - Blocks are allocated as sequences grow, as vLLM does: before a sequence's chunk is
+//!   scheduled it gets the blocks its cache needs once the chunk is written, so a sequence holds
+//!   `ceil(computed tokens / block_size)` blocks and gains one each time a block fills.
+//! - Each step serves the running sequences first, in admission order: each asks for its next
+//!   chunk, the one sampled token when decoding, or the next `prefill_chunk` tokens still to
+//!   compute (fewer at the end). Chunk boundaries are thus multiples of `prefill_chunk` from the
+//!   sequence's start whatever else is running, and a chunk that does not fit the step's token
+//!   budget waits whole for the next step.
+//! - Then waiting requests are admitted, FIFO, while the budget, `max_num_seqs` and the free
+//!   blocks allow; admission needs only the blocks of the first chunk, not of the whole life.
+//!   Nothing is admitted in a step that preempted: the blocks just freed are for the running.
+//! - Preemption by recompute: when a running sequence cannot get its blocks, the most recently
+//!   admitted running sequence (possibly itself) gives all of its blocks back and goes to the
+//!   front of the waiting queue with its tokens (prompt plus those generated so far) and nothing
+//!   computed; repeated until the blocks are free. Readmitted, it recomputes its tokens in chunks
+//!   at the same fixed boundaries, and only the chunk ending at its last token samples, so no
+//!   token is drawn twice; the engine keeps its count of generated tokens (the sampling step)
+//!   and its stop state, so it goes on exactly where it was.
+//! - The oldest running sequence is never preempted. [`Scheduler::add`] refuses a request whose
+//!   whole life (prompt plus `max_tokens`, capped at the model length) needs more blocks than the
+//!   cache has, so the oldest always fits once everything admitted after it is preempted; it also
+//!   always fits the token budget, so every step makes progress and nothing starves.
 
 use std::collections::VecDeque;
 
@@ -20,19 +35,17 @@ use oracle::hp1::AttnMetadata;
 
 use crate::block_pool::{blocks_for, BlockPool};
 use crate::error::{Error, Result};
+use crate::executor::KvCapacity;
 
-/// Limits of one engine's steps.
+/// Limits of one engine's steps. The cache's size is not here: it is the executor's
+/// ([`crate::executor::StepExecutor::kv_capacity`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
-    /// Tokens per cache block.
-    pub block_size: usize,
-    /// Blocks in the cache.
-    pub num_blocks: usize,
     /// Sequences in one step, at most.
     pub max_num_seqs: usize,
     /// Query tokens in one step, at most (at least `prefill_chunk`).
     pub max_batched_tokens: usize,
-    /// Prompt tokens a sequence computes per step, at most.
+    /// Tokens a sequence computes per step, at most, while it prefills or recomputes.
     pub prefill_chunk: usize,
     /// Longest sequence (prompt plus output) the model accepts.
     pub max_model_len: usize,
@@ -49,6 +62,23 @@ struct SeqState {
     /// Tokens this sequence may reach, prompt included.
     max_len: usize,
     blocks: Vec<u32>,
+}
+
+impl SeqState {
+    /// Tokens the next step computes for this sequence.
+    fn next_chunk(&self, prefill_chunk: usize) -> usize {
+        (self.tokens.len() - self.num_computed).min(prefill_chunk)
+    }
+
+    /// Blocks to add so that `len` more tokens fit.
+    fn blocks_short(&self, len: usize, block_size: usize) -> usize {
+        blocks_for(self.num_computed + len, block_size).saturating_sub(self.blocks.len())
+    }
+
+    fn scheduled(&self, len: usize) -> ScheduledSeq {
+        let samples = self.num_computed + len == self.tokens.len();
+        ScheduledSeq { id: self.id, start: self.num_computed, len, samples }
+    }
 }
 
 /// One sequence's share of a step: tokens `start..start + len` of it are computed.
@@ -77,20 +107,25 @@ pub struct StepPlan {
     pub slot_mapping: Vec<i64>,
 }
 
-/// FIFO admission plus chunked prefill over a [`BlockPool`].
+/// FIFO admission, chunked prefill, growing allocation and preemption over a [`BlockPool`].
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
+    block_size: usize,
     pool: BlockPool,
     waiting: VecDeque<SeqState>,
+    /// In admission order: the last is the first to be preempted.
     running: Vec<SeqState>,
+    num_preemptions: u64,
 }
 
 impl Scheduler {
-    /// An empty scheduler over a fresh pool of `cfg.num_blocks` blocks.
-    pub fn new(cfg: SchedulerConfig) -> Result<Self> {
-        if cfg.block_size == 0 || cfg.max_num_seqs == 0 || cfg.prefill_chunk == 0 {
-            return Err(Error::Scheduler(format!("block_size, max_num_seqs and prefill_chunk must be positive: {cfg:?}")));
+    /// An empty scheduler over a fresh pool mirroring a cache of `kv` blocks.
+    pub fn new(cfg: SchedulerConfig, kv: KvCapacity) -> Result<Self> {
+        if kv.block_size == 0 || cfg.max_num_seqs == 0 || cfg.prefill_chunk == 0 {
+            return Err(Error::Scheduler(format!(
+                "block_size, max_num_seqs and prefill_chunk must be positive: {cfg:?}, {kv:?}"
+            )));
         }
         if cfg.max_batched_tokens < cfg.prefill_chunk {
             return Err(Error::Scheduler(format!(
@@ -98,7 +133,14 @@ impl Scheduler {
                 cfg.max_batched_tokens, cfg.prefill_chunk
             )));
         }
-        Ok(Self { pool: BlockPool::new(cfg.num_blocks), cfg, waiting: VecDeque::new(), running: Vec::new() })
+        Ok(Self {
+            pool: BlockPool::new(kv.num_blocks),
+            block_size: kv.block_size,
+            cfg,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            num_preemptions: 0,
+        })
     }
 
     /// The limits in force.
@@ -107,7 +149,7 @@ impl Scheduler {
     }
 
     /// Queues a request. Refuses one that could never run: empty, too long for the model, or
-    /// needing more blocks than the whole cache has.
+    /// needing more blocks than the whole cache has once it reaches its longest.
     pub fn add(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
         if prompt.is_empty() {
             return Err(Error::Request("the prompt has no tokens".into()));
@@ -123,9 +165,13 @@ impl Scheduler {
             return Err(Error::Request(format!("request id {id} is already scheduled")));
         }
         let max_len = (prompt.len() + max_tokens).min(self.cfg.max_model_len);
-        let need = blocks_for(max_len, self.cfg.block_size);
+        let need = blocks_for(max_len, self.block_size);
         if need > self.pool.num_blocks() {
-            return Err(Error::OutOfBlocks { requested: need, free: self.pool.num_free(), total: self.pool.num_blocks() });
+            return Err(Error::OutOfBlocks {
+                requested: need,
+                free: self.pool.num_free(),
+                total: self.pool.num_blocks(),
+            });
         }
         self.waiting.push_back(SeqState { id, tokens: prompt, num_computed: 0, max_len, blocks: Vec::new() });
         Ok(())
@@ -136,24 +182,43 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
-    /// Sequences running and waiting.
+    /// Sequences admitted and not finished (they may hold blocks).
     pub fn num_running(&self) -> usize {
         self.running.len()
     }
 
-    /// Admits what fits and plans the next step; `None` when nothing is left.
+    /// Sequences queued for admission, preempted ones included (they hold no blocks).
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Preemptions since the scheduler was made: each one is a sequence sent back to wait.
+    pub fn num_preemptions(&self) -> u64 {
+        self.num_preemptions
+    }
+
+    /// Plans the next step: grows (preempting where it must) and serves the running sequences,
+    /// then admits what fits; `None` when nothing is left.
     pub fn schedule(&mut self) -> Result<Option<StepPlan>> {
-        self.admit()?;
+        let preemptions_before = self.num_preemptions;
         let mut budget = self.cfg.max_batched_tokens;
         let mut seqs = Vec::new();
-        for s in &self.running {
-            let remaining = s.tokens.len() - s.num_computed;
-            let len = remaining.min(self.cfg.prefill_chunk);
+        let mut i = 0;
+        while i < self.running.len() {
+            let len = self.running[i].next_chunk(self.cfg.prefill_chunk);
             if len > budget {
+                i += 1;
                 continue;
             }
+            if !self.grow(i, len)? {
+                break;
+            }
             budget -= len;
-            seqs.push(ScheduledSeq { id: s.id, start: s.num_computed, len, samples: len == remaining });
+            seqs.push(self.running[i].scheduled(len));
+            i += 1;
+        }
+        if self.num_preemptions == preemptions_before {
+            self.admit(&mut budget, &mut seqs)?;
         }
         if seqs.is_empty() {
             return Ok(None);
@@ -161,22 +226,59 @@ impl Scheduler {
         Ok(Some(self.build_plan(seqs)))
     }
 
-    fn admit(&mut self) -> Result<()> {
+    /// Gives `running[i]` the blocks for `len` more tokens, preempting from the newest end until
+    /// they are free; false when `running[i]` was itself the newest and was preempted.
+    fn grow(&mut self, i: usize, len: usize) -> Result<bool> {
+        let need = self.running[i].blocks_short(len, self.block_size);
+        while need > self.pool.num_free() {
+            let newest = self.running.len() - 1;
+            if newest == 0 {
+                // Unreachable while `add` refuses what the whole cache cannot hold.
+                return Err(Error::OutOfBlocks {
+                    requested: need,
+                    free: self.pool.num_free(),
+                    total: self.pool.num_blocks(),
+                });
+            }
+            self.preempt(newest)?;
+            if newest == i {
+                return Ok(false);
+            }
+        }
+        let new = self.pool.get_new_blocks(need)?;
+        self.running[i].blocks.extend(new);
+        Ok(true)
+    }
+
+    fn preempt(&mut self, i: usize) -> Result<()> {
+        let mut s = self.running.remove(i);
+        self.pool.free_blocks(&s.blocks)?;
+        s.blocks.clear();
+        s.num_computed = 0;
+        self.waiting.push_front(s);
+        self.num_preemptions += 1;
+        Ok(())
+    }
+
+    fn admit(&mut self, budget: &mut usize, seqs: &mut Vec<ScheduledSeq>) -> Result<()> {
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(front) = self.waiting.front() else { break };
-            let need = blocks_for(front.max_len, self.cfg.block_size);
-            if need > self.pool.num_free() {
+            let len = front.next_chunk(self.cfg.prefill_chunk);
+            let need = front.blocks_short(len, self.block_size);
+            if len > *budget || need > self.pool.num_free() {
                 break;
             }
             let mut seq = self.waiting.pop_front().expect("front exists");
             seq.blocks = self.pool.get_new_blocks(need)?;
+            *budget -= len;
+            seqs.push(seq.scheduled(len));
             self.running.push(seq);
         }
         Ok(())
     }
 
     fn build_plan(&self, seqs: Vec<ScheduledSeq>) -> StepPlan {
-        let bs = self.cfg.block_size;
+        let bs = self.block_size;
         let states: Vec<&SeqState> =
             seqs.iter().map(|p| self.running.iter().find(|s| s.id == p.id).expect("scheduled seq runs")).collect();
         let width = states.iter().map(|s| s.blocks.len()).max().unwrap_or(0);
@@ -211,7 +313,7 @@ impl Scheduler {
             s.num_computed = p.start + p.len;
             if let Some(t) = tok {
                 if s.tokens.len() >= s.max_len {
-                    return Err(Error::Scheduler(format!("request {} is past its reserved length {}", p.id, s.max_len)));
+                    return Err(Error::Scheduler(format!("request {} is past its longest length {}", p.id, s.max_len)));
                 }
                 s.tokens.push(*t);
             }
@@ -219,7 +321,7 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Removes a request, running or waiting, and frees its blocks.
+    /// Removes a request, running or waiting, and frees its blocks at once.
     pub fn finish(&mut self, id: u64) -> Result<()> {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             let s = self.running.remove(i);
@@ -229,10 +331,10 @@ impl Scheduler {
             self.waiting.remove(i);
             return Ok(());
         }
-        Err(Error::Scheduler(format!("request {id} is unknown")))
+        Err(Error::UnknownRequest { id })
     }
 
-    /// The pool, for invariant checks.
+    /// The pool, for its counts and invariant checks.
     pub fn pool(&self) -> &BlockPool {
         &self.pool
     }
@@ -240,53 +342,58 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
     use super::*;
 
     fn cfg() -> SchedulerConfig {
-        SchedulerConfig {
-            block_size: 4,
-            num_blocks: 16,
-            max_num_seqs: 4,
-            max_batched_tokens: 8,
-            prefill_chunk: 5,
-            max_model_len: 32,
-        }
+        SchedulerConfig { max_num_seqs: 4, max_batched_tokens: 8, prefill_chunk: 5, max_model_len: 32 }
+    }
+
+    fn scheduler(num_blocks: usize) -> Scheduler {
+        Scheduler::new(cfg(), KvCapacity { num_blocks, block_size: 4 }).unwrap()
+    }
+
+    /// Plans and commits one step, every sampling sequence drawing `token`; returns the plan.
+    fn step(s: &mut Scheduler, token: u32) -> StepPlan {
+        let plan = s.schedule().unwrap().expect("work is left");
+        let sampled: Vec<_> = plan.seqs.iter().map(|p| p.samples.then_some(token)).collect();
+        s.commit(&plan, &sampled).unwrap();
+        s.pool().check_invariants();
+        plan
+    }
+
+    fn chunks(plan: &StepPlan) -> Vec<(u64, usize, usize, bool)> {
+        plan.seqs.iter().map(|p| (p.id, p.start, p.len, p.samples)).collect()
     }
 
     #[test]
     fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
-        let mut s = Scheduler::new(cfg()).unwrap();
+        let mut s = scheduler(16);
         s.add(7, (0..12).collect(), 3).unwrap();
-        let mut chunks = Vec::new();
-        while let Some(plan) = s.schedule().unwrap() {
-            let p = plan.seqs[0];
-            chunks.push((p.start, p.len, p.samples));
-            let sampled = vec![p.samples.then_some(100)];
-            s.commit(&plan, &sampled).unwrap();
-            if chunks.len() == 5 {
-                break;
-            }
-        }
-        assert_eq!(chunks, vec![(0, 5, false), (5, 5, false), (10, 2, true), (12, 1, true), (13, 1, true)]);
+        let got: Vec<_> = (0..5).flat_map(|_| chunks(&step(&mut s, 100))).collect();
+        assert_eq!(got, vec![(7, 0, 5, false), (7, 5, 5, false), (7, 10, 2, true), (7, 12, 1, true), (7, 13, 1, true)]);
     }
 
     #[test]
-    fn plan_metadata_matches_the_blocks_reserved() {
-        let mut s = Scheduler::new(cfg()).unwrap();
+    fn plan_metadata_matches_the_blocks_held() {
+        let mut s = scheduler(16);
         s.add(1, vec![1, 2, 3], 2).unwrap();
         s.add(2, vec![4, 5], 9).unwrap();
         let plan = s.schedule().unwrap().unwrap();
         assert_eq!(plan.token_ids, vec![1, 2, 3, 4, 5]);
         assert_eq!(plan.meta.query_start_loc, vec![0, 3, 5]);
         assert_eq!(plan.meta.seq_lens, vec![3, 2]);
-        // Request 1 reserves blocks 0-1 (5 tokens), request 2 blocks 2-4 (11 tokens).
-        assert_eq!(plan.slot_mapping, vec![0, 1, 2, 8, 9]);
+        // Each holds one block for what it computes now: request 1 block 0, request 2 block 1.
+        assert_eq!(plan.slot_mapping, vec![0, 1, 2, 4, 5]);
         plan.meta.validate(16, 4, 5).unwrap();
     }
 
     #[test]
     fn a_chunk_that_does_not_fit_waits_whole() {
-        let mut s = Scheduler::new(cfg()).unwrap();
+        let mut s = scheduler(16);
         s.add(1, (0..5).collect(), 1).unwrap();
         s.add(2, (0..5).collect(), 1).unwrap();
         let plan = s.schedule().unwrap().unwrap();
@@ -295,26 +402,164 @@ mod tests {
     }
 
     #[test]
-    fn admission_waits_for_blocks_and_finish_frees_them() {
-        let mut s = Scheduler::new(SchedulerConfig { num_blocks: 4, ..cfg() }).unwrap();
-        s.add(1, (0..8).collect(), 8).unwrap();
-        s.add(2, (0..3).collect(), 1).unwrap();
-        let plan = s.schedule().unwrap().unwrap();
-        assert_eq!(plan.seqs.iter().map(|p| p.id).collect::<Vec<_>>(), vec![1]);
+    fn admission_takes_the_first_chunks_blocks_and_decoding_adds_one_per_block() {
+        let mut s = scheduler(16);
+        s.add(1, (0..12).collect(), 12).unwrap();
+        step(&mut s, 100);
+        assert_eq!(s.pool().num_used(), 2, "5 of 24 tokens computed: 2 blocks, not the 6 of its whole life");
+        step(&mut s, 100);
+        step(&mut s, 100);
+        let mut used = vec![s.pool().num_used()];
+        for _ in 0..9 {
+            step(&mut s, 100);
+            used.push(s.pool().num_used());
+        }
+        // 12 prompt tokens computed, then one more per decode step.
+        assert_eq!(used, vec![3, 4, 4, 4, 4, 5, 5, 5, 5, 6]);
         s.finish(1).unwrap();
-        s.pool().check_invariants();
-        let plan = s.schedule().unwrap().unwrap();
-        assert_eq!(plan.seqs[0].id, 2);
+        assert_eq!(s.pool().num_used(), 0);
+    }
+
+    #[test]
+    fn admission_waits_for_blocks_and_finish_frees_them_at_once() {
+        let mut s = scheduler(2);
+        s.add(1, (0..7).collect(), 1).unwrap();
+        s.add(2, (0..3).collect(), 1).unwrap();
+        let plan = step(&mut s, 100);
+        assert_eq!(chunks(&plan), vec![(1, 0, 5, false)], "request 2 fits the budget but not the free blocks");
+        assert_eq!((s.num_running(), s.num_waiting()), (1, 1));
+        s.finish(1).unwrap();
+        assert_eq!(s.pool().num_used(), 0);
+        assert_eq!(chunks(&step(&mut s, 100)), vec![(2, 0, 3, true)]);
+        s.add(3, vec![1], 1).unwrap();
+        s.finish(3).unwrap();
+        assert_eq!(s.num_waiting(), 0);
+        assert!(matches!(s.finish(3), Err(Error::UnknownRequest { id: 3 })));
+    }
+
+    #[test]
+    fn the_newest_is_preempted_and_recomputes_its_tokens_at_the_same_boundaries() {
+        let mut s = scheduler(4);
+        s.add(1, vec![1, 2, 3, 4], 8).unwrap();
+        s.add(2, vec![5, 6, 7, 8], 8).unwrap();
+        // Five steps fill both sequences' two blocks: 8 tokens each, 5 of them generated.
+        for t in 0..5 {
+            assert_eq!(step(&mut s, 100 + t).seqs.len(), 2);
+        }
+        assert_eq!(s.pool().num_free(), 0);
+        let plan = step(&mut s, 105);
+        assert_eq!(chunks(&plan), vec![(1, 8, 1, true)], "request 1 grows, request 2 goes back to wait");
+        assert_eq!((s.num_preemptions(), s.num_running(), s.num_waiting()), (1, 1, 1));
+        assert_eq!(s.pool().num_used(), 3);
+        for t in 6..8 {
+            assert_eq!(chunks(&step(&mut s, 100 + t)).len(), 1, "request 2's first chunk needs 2 blocks, 1 is free");
+        }
+        s.finish(1).unwrap();
+        let first = step(&mut s, 0);
+        let second = step(&mut s, 105);
+        assert_eq!(chunks(&first), vec![(2, 0, 5, false)]);
+        assert_eq!(chunks(&second), vec![(2, 5, 4, true)], "only the chunk ending at its last token samples");
+        let recomputed: Vec<u32> = first.token_ids.iter().chain(&second.token_ids).copied().collect();
+        assert_eq!(recomputed, vec![5, 6, 7, 8, 100, 101, 102, 103, 104]);
+        assert_eq!(chunks(&step(&mut s, 106)), vec![(2, 9, 1, true)]);
+    }
+
+    #[test]
+    fn the_newest_preempts_itself_and_frees_nothing_for_newcomers_that_step() {
+        let mut s = scheduler(3);
+        s.add(1, vec![1, 2, 3, 4], 4).unwrap();
+        s.add(2, vec![5, 6, 7], 5).unwrap();
+        step(&mut s, 100);
+        step(&mut s, 101);
+        s.add(3, vec![9], 1).unwrap();
+        // Request 2 needs its second block, and the only sequence newer than it is itself.
+        let plan = step(&mut s, 102);
+        assert_eq!(chunks(&plan), vec![(1, 5, 1, true)]);
+        assert_eq!((s.num_preemptions(), s.num_waiting(), s.pool().num_free()), (1, 2, 1));
+        // Request 3 fits the freed block, but request 2 is ahead of it and needs two.
+        assert_eq!(chunks(&step(&mut s, 103)), vec![(1, 6, 1, true)]);
     }
 
     #[test]
     fn impossible_requests_are_refused_with_reasons() {
-        let mut s = Scheduler::new(cfg()).unwrap();
+        let mut s = scheduler(16);
         assert!(s.add(1, vec![], 4).unwrap_err().to_string().contains("no tokens"));
         assert!(s.add(1, (0..40).collect(), 4).unwrap_err().to_string().contains("at most 32"));
-        let mut small = Scheduler::new(SchedulerConfig { num_blocks: 2, ..cfg() }).unwrap();
+        let mut small = scheduler(2);
         assert!(matches!(small.add(1, (0..10).collect(), 5), Err(Error::OutOfBlocks { .. })));
+        small.add(2, (0..4).collect(), 4).unwrap();
         s.add(3, vec![1], 1).unwrap();
         assert!(s.add(3, vec![1], 1).is_err());
+        let zero = KvCapacity { num_blocks: 4, block_size: 0 };
+        assert!(Scheduler::new(cfg(), zero).unwrap_err().to_string().contains("block_size"));
+    }
+
+    proptest! {
+        /// Any workload on any cache that fits its longest request runs to the end, every
+        /// request drawing exactly its tokens in order whatever was preempted, each chunk
+        /// embedding the request's own tokens, and each running sequence holding exactly the
+        /// blocks its computed tokens need.
+        #[test]
+        fn every_request_finishes_with_its_own_tokens_under_any_pressure(
+            reqs in prop::collection::vec((1usize..20, 1usize..12), 1..8),
+            spare_blocks in 0usize..6,
+            prefill_chunk in 1usize..8,
+            extra_budget in 0usize..6,
+            max_num_seqs in 1usize..6,
+        ) {
+            let cfg = SchedulerConfig {
+                max_num_seqs,
+                max_batched_tokens: prefill_chunk + extra_budget,
+                prefill_chunk,
+                max_model_len: 28,
+            };
+            let longest = reqs.iter().map(|&(p, m)| blocks_for((p + m).min(28), 4)).max().unwrap();
+            let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
+            let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
+            let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
+            let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+            for (id, &(p, m)) in reqs.iter().enumerate() {
+                s.add(id as u64, prompt(id, p), m).unwrap();
+                generated.insert(id as u64, Vec::new());
+            }
+            let mut steps = 0;
+            while s.has_work() {
+                steps += 1;
+                prop_assert!(steps < 2000, "no progress");
+                let plan = s.schedule().unwrap().expect("work left means a step");
+                let mut sampled = Vec::new();
+                let mut done = Vec::new();
+                for (i, p) in plan.seqs.iter().enumerate() {
+                    let (pl, max_tokens) = reqs[p.id as usize];
+                    let gen = &generated[&p.id];
+                    let mut want = prompt(p.id as usize, pl);
+                    want.extend(gen);
+                    let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+                    prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
+                    prop_assert_eq!(p.samples, p.start + p.len == want.len());
+                    sampled.push(p.samples.then(|| draw(p.id, gen.len())));
+                    if let Some(t) = sampled[i] {
+                        let gen = generated.get_mut(&p.id).unwrap();
+                        gen.push(t);
+                        if gen.len() == max_tokens || pl + gen.len() == 28 {
+                            done.push(p.id);
+                        }
+                    }
+                }
+                s.commit(&plan, &sampled).unwrap();
+                for id in done {
+                    s.finish(id).unwrap();
+                }
+                s.pool().check_invariants();
+                let held: usize = s.running.iter().map(|q| blocks_for(q.num_computed, 4)).sum();
+                prop_assert_eq!(held, s.pool().num_used());
+                prop_assert!(s.running.iter().all(|q| q.blocks.len() == blocks_for(q.num_computed, 4)));
+            }
+            for (id, &(p, m)) in reqs.iter().enumerate() {
+                let want: Vec<u32> = (0..m.min(28 - p)).map(|n| draw(id as u64, n)).collect();
+                prop_assert_eq!(&generated[&(id as u64)], &want);
+            }
+            prop_assert_eq!(s.pool().num_used(), 0);
+        }
     }
 }

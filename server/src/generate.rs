@@ -8,10 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::{load_cpu_executor, Precision};
-use model::engine::{Engine, GenerationRequest};
+use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::scheduler::SchedulerConfig;
-use oracle::decode::sampler::SamplingParams;
-use oracle::decode::stop::StopConditions;
 use tokenizers::Tokenizer;
 
 use crate::cli::GenerateArgs;
@@ -34,9 +32,15 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
     let prompt = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
-        (Some(text), None) => tokenizer.encode(text.as_str(), false).map_err(|e| format!("tokenizing the prompt: {e}"))?.get_ids().to_vec(),
+        (Some(text), None) => tokenizer
+            .encode(text.as_str(), false)
+            .map_err(|e| format!("tokenizing the prompt: {e}"))?
+            .get_ids()
+            .to_vec(),
         (None, None) => return Err("give --prompt or --prompt-ids".into()),
     };
+    // Room for every request's whole life at once, so this batch never preempts; the engine
+    // sizes its scheduler from the executor's cache.
     let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
     let num_blocks = blocks_for(max_len, BLOCK_SIZE) * args.batch;
 
@@ -50,18 +54,22 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     bar.finish_and_clear();
 
     let sched = SchedulerConfig {
-        block_size: BLOCK_SIZE,
-        num_blocks,
         max_num_seqs: args.batch,
         max_batched_tokens: PREFILL_CHUNK.max(args.batch),
         prefill_chunk: PREFILL_CHUNK,
         max_model_len: cfg.max_position_embeddings,
     };
-    let mut engine = Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
+    let mut engine =
+        Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
     for i in 0..args.batch {
         let request = GenerationRequest {
             prompt: prompt.clone(),
-            sampling: SamplingParams { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p, seed: args.seed + i as u64 },
+            sampling: SamplingParams {
+                temperature: args.temperature,
+                top_k: args.top_k,
+                top_p: args.top_p,
+                seed: args.seed + i as u64,
+            },
             stop: StopConditions {
                 eos_token_ids: cfg.eos_token_id.clone(),
                 stop: args.stop.clone(),
