@@ -1,5 +1,5 @@
 //! The engine loop shared by every backend: admit requests, plan a step, run and sample it on the
-//! executor, detokenise, stop, free.
+//! executor, detokenise, stop, free; and abort a request on demand.
 //!
 //! Determinism: a request's tokens depend only on its prompt, its parameters and the model, never
 //! on its batch neighbours or on preemptions. The scheduler cuts every sequence at fixed chunk
@@ -9,7 +9,9 @@
 //! recomputation samples nothing until it reaches the last known token).
 //!
 //! The scheduler's block pool is sized from [`StepExecutor::kv_capacity`], so the executor's cache
-//! and the scheduler's pool always agree. The request types are re-exported here so that callers need not reach into `oracle`.
+//! and the scheduler's pool always agree. [`Engine::abort`] drops a request (a client that went
+//! away) with no completion, since [`FinishReason`] names only the ways a request ends by itself.
+//! The request types are re-exported here so that callers need not reach into `oracle`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -220,6 +222,15 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Removes a running or waiting request at once, freeing its KV-cache blocks; it produces no
+    /// further events and no [`Completion`]. Refuses an id that is not running or waiting.
+    pub fn abort(&mut self, id: u64) -> Result<()> {
+        if self.active.remove(&id).is_none() {
+            return Err(Error::UnknownRequest { id });
+        }
+        self.scheduler.finish(id)
     }
 
     fn retire(&mut self, id: u64) {

@@ -1,7 +1,7 @@
 //! The engine on asynct-tiny, every case written once and run on every backend: batch
 //! invariance, seed reproducibility, recorded logits against a plain prefill, the stop rules, the
 //! executor seam (sampling below it, logits only when recording), blocks allocated as sequences
-//! grow, preemption by recompute under a small cache.
+//! grow, preemption by recompute under a small cache, and abort.
 
 mod common;
 
@@ -69,6 +69,7 @@ backend_tests!(
     the_executor_samples_and_returns_logits_only_when_recording,
     blocks_are_taken_as_tokens_are_computed_and_all_come_back,
     preempted_requests_get_the_tokens_and_logits_they_get_alone,
+    abort_frees_blocks_at_once_and_leaves_the_others_alone,
 );
 
 #[derive(Clone, Copy)]
@@ -393,4 +394,31 @@ fn preempted_requests_get_the_tokens_and_logits_they_get_alone(b: Backend) {
         assert_eq!((&c.token_ids, &c.finish), (&one.token_ids, &one.finish), "request {}", c.id);
         assert!(c.logits == one.logits, "request {}: logits differ bitwise from its run alone", c.id);
     }
+}
+
+/// Aborting a running or a waiting request frees its blocks before the next step, removes it
+/// from the completions, and changes nothing for the others.
+fn abort_frees_blocks_at_once_and_leaves_the_others_alone(b: Backend) {
+    let o = Opts { record: true, max_num_seqs: 2, ..Opts::default() };
+    let mut e = engine(b, o);
+    let reqs = mixed(4, 8);
+    let ids: Vec<u64> = reqs[1..].iter().map(|r| e.add_request(r.clone()).unwrap()).collect();
+    e.step().unwrap();
+    // Prompts of 12 and 21 tokens: 12 and 16 computed, in 3 and 4 blocks; the third waits.
+    let s = e.stats();
+    assert_eq!((s.num_running, s.num_waiting, s.num_blocks_used), (2, 1, 7));
+    e.abort(ids[0]).unwrap();
+    assert_eq!((e.stats().num_running, e.stats().num_blocks_used), (1, 4));
+    e.abort(ids[2]).unwrap();
+    assert_eq!((e.stats().num_waiting, e.stats().num_blocks_used), (0, 4));
+    e.scheduler().pool().check_invariants();
+    for id in [ids[0], ids[2], 99] {
+        assert!(matches!(e.abort(id), Err(Error::UnknownRequest { id: got }) if got == id));
+    }
+    let done = e.run_to_completion().unwrap();
+    assert_eq!(done.iter().map(|c| c.id).collect::<Vec<_>>(), vec![ids[1]]);
+    assert_eq!(e.stats().num_blocks_used, 0);
+    let one = alone(b, o, reqs[2].clone());
+    assert_eq!((&done[0].token_ids, &done[0].logits), (&one.token_ids, &one.logits));
+    assert!(matches!(e.abort(ids[1]), Err(Error::UnknownRequest { .. })), "a finished request is gone");
 }
