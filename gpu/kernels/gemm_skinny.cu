@@ -60,15 +60,6 @@ constexpr int STEP_K = 32;
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
-// 16 bytes of W, read once per launch: not kept in L1.
-__device__ __forceinline__ uint4 load_stream(const bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // 16 bytes of x, which every CTA reads: through L1.
 __device__ __forceinline__ uint4 load_shared_input(const bf16* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
@@ -128,7 +119,7 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
       const int kk = (s0 + u * WARPS) * STEP_K;  // + 8 t is in the row pointers
       const bool k_ok = kk + 8 * t < k;          // false for every step past the last
 #pragma unroll
-      for (int v = 0; v < C::WV; ++v) wv[u][v] = k_ok && w_ok[v] ? load_stream(w_row[v] + kk) : zero4();
+      for (int v = 0; v < C::WV; ++v) wv[u][v] = k_ok && w_ok[v] ? tc::ld_stream_16(w_row[v] + kk) : zero4();
 #pragma unroll
       for (int j = 0; j < MT; ++j) xv[u][j] = k_ok && x_ok[j] ? load_shared_input(x_row[j] + kk) : zero4();
     }

@@ -1,9 +1,9 @@
 #line 2 "tensor_core.cuh"
-// tensor_core.cuh: thin inline-PTX wrappers for the tensor-core prefill kernels (sm_80 and newer):
-// the bf16 mma.sync m16n8k16, ldmatrix, cp.async with its commit/wait groups, the bf16x2 pack, and
-// the dynamic shared memory base. Every inline asm of the prefill kernels lives here and nowhere
-// else, so a CPU emulator can replace this one file with C++ versions and run the kernels as
-// written.
+// tensor_core.cuh: thin inline-PTX wrappers for the tensor-core kernels (the prefills and the
+// skinny GEMM; sm_80 and newer): the bf16 mma.sync m16n8k16, ldmatrix, cp.async with its
+// commit/wait groups, a streaming 16-byte load, the bf16x2 pack, and the dynamic shared memory
+// base. Every inline asm of those kernels lives here and nowhere else, so a CPU emulator can
+// replace this one file with C++ versions and run the kernels as written.
 //
 // Shared memory is addressed by 32-bit shared-window addresses (smem_addr), as ldmatrix and
 // cp.async take them; a kernel computes them once from dynamic_smem() and adds offsets.
@@ -61,6 +61,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned add
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
   const int src_size = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_size) : "memory");
+}
+
+// 16 bytes from global memory that this kernel reads once: through the non-coherent path (the
+// data must not change while the kernel runs) and not kept in L1 (L1::no_allocate).
+__device__ __forceinline__ uint4 ld_stream_16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 
 // Closes the group of this thread's cp.async issued since the last commit.
