@@ -173,6 +173,9 @@ pub enum Error {
     /// The oracle refused a value (for example the HP1 parameters a config resolves to).
     #[error(transparent)]
     Oracle(#[from] oracle::Error),
+    /// The GPU backend: a launch refused, a device fault, memory.
+    #[error("GPU: {0}")]
+    Gpu(#[from] gpu::Error),
 }
 
 /// The `model` crate's result type.

@@ -1,22 +1,37 @@
-//! The GPU model (`model::gpu_backend`) on the device. So far: a checkpoint loaded as raw bf16
-//! lands on the device in the stacked layouts the kernels read, bit for bit. The forward's
-//! checks against the oracle's bf16-faithful mode come with the forward. Without a GPU every
-//! check prints that it was skipped (`verify::gpu_harness`).
+//! The GPU model (`model::gpu_backend`) on the device: a checkpoint loaded as raw bf16 lands on
+//! the device in the stacked layouts the kernels read, bit for bit; the forward of an
+//! asynct-small-shaped model (random weights) agrees with the oracle's bf16-faithful f64 forward
+//! on every logits row of prefill, mixed and decode steps (prompts crossing block boundaries, a
+//! chunk long enough for the tensor-core prefill and a wide GEMM); and a decode row gives the
+//! same bits alone and beside a prefill chunk, and twice. Without a GPU every check prints that
+//! it was skipped (`verify::gpu_harness`).
 
 use std::sync::Arc;
 
 use gpu::Gpu;
 use half::bf16;
 use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
+use model::config::ModelConfig;
+use model::gpu_backend::forward::GpuModel;
+use model::gpu_backend::step_buffers::Capacity;
 use model::gpu_backend::weights::{stacked_rows, DeviceWeights};
 use model::presets::Preset;
 use ndarray::Array2;
+use oracle::hp1::AttnMetadata;
+use oracle::model::forward::{LogitRows, Model, StepInput};
 use oracle::model::init::random_weights;
+use oracle::model::kv_cache::KvCache;
+use oracle::model::precision::Rounding;
+use oracle::model::weights::ModelWeights;
 
 fn main() {
     verify::gpu_harness::run(
         "gpu_model",
-        &[("weights_land_in_the_stacked_layouts_bit_for_bit", weights_land_in_the_stacked_layouts_bit_for_bit)],
+        &[
+            ("weights_land_in_the_stacked_layouts_bit_for_bit", weights_land_in_the_stacked_layouts_bit_for_bit),
+            ("the_forward_agrees_with_the_oracles_bf16_mode", the_forward_agrees_with_the_oracles_bf16_mode),
+            ("a_decode_row_has_the_same_bits_alone_beside_a_chunk_and_twice", decode_row_bits),
+        ],
     )
 }
 
@@ -83,6 +98,145 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
         if layers_done != (1..=dims.num_layers).map(|d| (d, dims.num_layers)).collect::<Vec<_>>() {
             return Err(format!("progress reported {layers_done:?}"));
         }
+    }
+    Ok(())
+}
+
+const BLOCK: usize = 16;
+const BLOCKS: usize = 96;
+
+/// A sequence of a scenario: its token ids and the cache blocks it owns.
+struct Seq {
+    tokens: Vec<u32>,
+    blocks: Vec<i32>,
+}
+
+/// One step: `(sequence, first position, query tokens)` per sequence, decodes first.
+type Step = Vec<(usize, usize, usize)>;
+
+/// The step's ids, metadata and slots over `seqs`.
+fn step_input(seqs: &[Seq], step: &Step) -> (Vec<u32>, AttnMetadata, Vec<i64>) {
+    let width = step.iter().map(|&(s, _, _)| seqs[s].blocks.len()).max().unwrap_or(1);
+    let mut table = Array2::<i32>::zeros((step.len(), width));
+    let (mut ids, mut slots, mut seq_lens, mut qsl) = (Vec::new(), Vec::new(), Vec::new(), vec![0i32]);
+    for (i, &(s, start, len)) in step.iter().enumerate() {
+        for (j, &b) in seqs[s].blocks.iter().enumerate() {
+            table[[i, j]] = b;
+        }
+        for t in start..start + len {
+            ids.push(seqs[s].tokens[t]);
+            slots.push((seqs[s].blocks[t / BLOCK] as usize * BLOCK + t % BLOCK) as i64);
+        }
+        seq_lens.push((start + len) as i32);
+        qsl.push(qsl[i] + len as i32);
+    }
+    (ids, AttnMetadata { block_table: table, seq_lens, query_start_loc: qsl }, slots)
+}
+
+/// Sequences of these lengths with seeded token ids and disjoint, shuffled blocks.
+fn sequences(lens: &[usize], vocab: usize, seed: u64) -> Vec<Seq> {
+    let mut order: Vec<i32> = (0..BLOCKS as i32).collect();
+    let mut x = seed;
+    for i in (1..order.len()).rev() {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let mut next = order.into_iter();
+    lens.iter()
+        .map(|&len| {
+            let tokens =
+                (0..len).map(|t| ((t as u64 * 7919 + seed * 104_729 + len as u64) % vocab as u64) as u32).collect();
+            Seq { tokens, blocks: next.by_ref().take(len.div_ceil(BLOCK)).collect() }
+        })
+        .collect()
+}
+
+/// The asynct-small shape with random weights, as the GPU loads it (raw bf16 from a checkpoint)
+/// and as the oracle reads it.
+fn small_model(seed: u64) -> Result<(ModelConfig, ModelWeights<f32>, ModelWeights<bf16>), String> {
+    let cfg = Preset::Small.config();
+    let weights = random_weights(&cfg.dims(), seed);
+    let dir = std::env::temp_dir().join(format!("asynct-gpu-model-small-{}-{seed}", std::process::id()));
+    save_checkpoint(&dir, &cfg, &weights, StoredDtype::Bf16).map_err(|e| e.to_string())?;
+    let host = load_weights::<bf16>(&dir, &cfg, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    std::fs::remove_dir_all(&dir).map_err(|e| e.to_string())?;
+    Ok((cfg, weights, host))
+}
+
+fn gpu_model(gpu: &Arc<Gpu>, cfg: &ModelConfig, host: &ModelWeights<bf16>) -> Result<GpuModel, String> {
+    let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: 32 };
+    GpuModel::new(gpu, cfg.dims(), host, BLOCKS, BLOCK, cap, &mut |_, _| {}).map_err(|e| e.to_string())
+}
+
+fn the_forward_agrees_with_the_oracles_bf16_mode(gpu: &Arc<Gpu>) -> Result<(), String> {
+    let (cfg, weights, host) = small_model(31)?;
+    let dims = cfg.dims();
+    let oracle = Model::new(dims.clone(), weights.cast::<f64>(), Rounding::Bf16).map_err(|e| e.to_string())?;
+    let mut cache = KvCache::<f64>::new(&dims, BLOCKS, BLOCK);
+    let mut model = gpu_model(gpu, &cfg, &host)?;
+    // A, B, C prefill (C long enough for the tensor-core prefill, 213 rows for a wide GEMM);
+    // then A and B decode beside D's 20-token chunk; then all four decode.
+    let seqs = sequences(&[45, 28, 152, 33], dims.vocab_size, 5);
+    let steps: Vec<Step> = vec![
+        vec![(0, 0, 40), (1, 0, 23), (2, 0, 150)],
+        vec![(0, 40, 1), (1, 23, 1), (3, 0, 20)],
+        vec![(0, 41, 1), (1, 24, 1), (2, 150, 1), (3, 20, 1)],
+        vec![(0, 42, 1), (1, 25, 1), (2, 151, 1), (3, 21, 1)],
+    ];
+    let mut report = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let (ids, meta, slots) = step_input(&seqs, step);
+        let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
+        let want = oracle.forward(&input, &mut cache).map_err(|e| e.to_string())?;
+        let got = model.forward(&input).map_err(|e| e.to_string())?;
+        let (mut diff2, mut ref2, mut worst_row) = (0.0f64, 0.0f64, 0.0f64);
+        for (g, w) in got.rows().into_iter().zip(want.rows()) {
+            let (mut d2, mut r2) = (0.0, 0.0);
+            for (&g, &w) in g.iter().zip(w.iter()) {
+                if !g.is_finite() {
+                    return Err(format!("step {i}: a logit is {g}"));
+                }
+                d2 += (f64::from(g) - w).powi(2);
+                r2 += w * w;
+            }
+            worst_row = worst_row.max((d2 / r2).sqrt());
+            diff2 += d2;
+            ref2 += r2;
+        }
+        let error = (diff2 / ref2).sqrt();
+        report.push(format!("step {i} ({} rows): relative L2 {error:.2e}, worst row {worst_row:.2e}", ids.len()));
+        if error > 1e-2 || worst_row > 2e-2 {
+            return Err(format!("{}\nlogits differ from the oracle's bf16 mode beyond 1e-2", report.join("\n")));
+        }
+    }
+    println!("  {}", report.join("\n  "));
+    Ok(())
+}
+
+fn decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
+    let (cfg, _, host) = small_model(37)?;
+    let seqs = sequences(&[41, 20], cfg.dims().vocab_size, 9);
+    let run = |steps: &[Step]| -> Result<Vec<Array2<f32>>, String> {
+        let mut model = gpu_model(gpu, &cfg, &host)?;
+        steps
+            .iter()
+            .map(|step| {
+                let (ids, meta, slots) = step_input(&seqs, step);
+                let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
+                model.forward(&input).map_err(|e| e.to_string())
+            })
+            .collect()
+    };
+    let prefill: Step = vec![(0, 0, 40)];
+    let alone = run(&[prefill.clone(), vec![(0, 40, 1)]])?;
+    let beside = run(&[prefill.clone(), vec![(0, 40, 1), (1, 0, 20)]])?;
+    let again = run(&[prefill, vec![(0, 40, 1), (1, 0, 20)]])?;
+    let bits = |a: ndarray::ArrayView1<'_, f32>| a.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if bits(alone[1].row(0)) != bits(beside[1].row(0)) {
+        return Err("the decode row's logits differ alone and beside a 20-token prefill chunk".into());
+    }
+    if beside.iter().zip(&again).any(|(a, b)| a.iter().zip(b).any(|(x, y)| x.to_bits() != y.to_bits())) {
+        return Err("two runs of the same steps differ".into());
     }
     Ok(())
 }

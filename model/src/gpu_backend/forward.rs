@@ -1,0 +1,399 @@
+//! The AsyncT forward on the GPU: one step (any mix of prefill chunks and decodes) through every
+//! layer, all of it on the device, rounding to bf16 at the points of
+//! `oracle::model::precision::RoundPoint` (each kernel rounds what it stores).
+//!
+//! Per layer, with `x` the residual stream and `h` the normed input:
+//!
+//! ```text
+//! qkv  = h Wqkv^T                       one GEMM for q, k and v (stacked weights)
+//! q, K, V cache <- qk_norm_rope_cache(qkv)
+//! attn = HP1(q, cache)                  decode kernels for decode rows, the step dispatcher
+//!                                       (fake decode or a tensor-core prefill) for the chunks
+//! x', h = peri_ln(attn Wo^T, x)         post-attention norm + residual + pre-FFN norm
+//! m    = silu_mul(h Wgu^T)              one GEMM for gate and up
+//! x, h = peri_ln(m Wd^T, x')            post-FFN norm + residual + next input norm (final
+//!                                       norm after the last layer)
+//! ```
+//!
+//! then the rows that get logits are gathered (the embedding kernel, over `h`) and go through the
+//! head GEMM. Decode rows never share a launch with a tensor-core prefill chunk, so a decode
+//! row's bits do not depend on its neighbours (the decode kernels' own invariance covers mixing
+//! decode rows with fake-decode rows). Dispatch takes static facts of the step only.
+//!
+//! This is the eager forward: plans are made per step. Whole-step CUDA graphs come next.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaViewMut};
+use half::bf16;
+use ndarray::Array2;
+use oracle::model::forward::StepInput;
+use oracle::model::weights::{ModelDims, ModelWeights};
+
+use gpu::attention::{
+    plan_step, GateParams, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan, PrefillOperands,
+    RowOperands, StepGeometry, StepPlan,
+};
+use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
+use gpu::Gpu;
+
+use super::step_buffers::{Capacity, Split, StepBuffers};
+use super::weights::{DeviceLayer, DeviceWeights};
+use crate::error::Result;
+
+/// The paged KV cache of every layer on the device.
+pub struct DeviceCache {
+    /// Per layer, `[num_blocks, block_size, Hkv, D]` keys.
+    pub key: Vec<CudaSlice<bf16>>,
+    /// Per layer, `[num_blocks, block_size, Hkv, D]` values.
+    pub value: Vec<CudaSlice<bf16>>,
+    /// Blocks per layer.
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+}
+
+impl DeviceCache {
+    /// A zeroed cache of `num_blocks` blocks for every layer of `dims`.
+    pub fn new(gpu: &Gpu, dims: &ModelDims, num_blocks: usize, block_size: usize) -> gpu::Result<Self> {
+        let len = num_blocks * block_size * dims.num_kv_heads * dims.head_dim;
+        let layer = || gpu.zeros::<bf16>(len);
+        Ok(Self {
+            key: (0..dims.num_layers).map(|_| layer()).collect::<gpu::Result<_>>()?,
+            value: (0..dims.num_layers).map(|_| layer()).collect::<gpu::Result<_>>()?,
+            num_blocks,
+            block_size,
+        })
+    }
+}
+
+/// The kernels a forward launches, loaded once.
+struct Kernels {
+    embedding: Embedding,
+    peri_ln: PeriLn,
+    qk: QkNormRopeCache,
+    silu: SiluMul,
+    faults: Faults,
+}
+
+/// A model on the GPU: weights, cache, step buffers and loaded kernels.
+pub struct GpuModel {
+    gpu: Arc<Gpu>,
+    dims: ModelDims,
+    weights: DeviceWeights,
+    cache: DeviceCache,
+    bufs: StepBuffers,
+    kernels: Kernels,
+    gemms: HashMap<GemmShape, Gemm>,
+    gate: GateParams,
+    sms: usize,
+}
+
+/// How a step's attention runs, decided once per step from its static facts.
+enum AttnPlan {
+    /// Every row through the decode-path kernels (decodes, fake-decode rows or both).
+    Decode(Hp1Attention),
+    /// The leading decode rows (if any) through the decode kernels, the chunks through a
+    /// tensor-core prefill.
+    Split { decodes: Option<Hp1Attention>, prefill: Hp1Prefill, rows: usize },
+}
+
+impl GpuModel {
+    /// Uploads `weights` and allocates a cache of `num_blocks` blocks of `block_size` tokens and
+    /// step buffers for `cap`.
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        dims: ModelDims,
+        weights: &ModelWeights<bf16>,
+        num_blocks: usize,
+        block_size: usize,
+        cap: Capacity,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+        let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
+        let kernels = Kernels {
+            embedding: Embedding::new(gpu)?,
+            peri_ln: PeriLn::new(gpu)?,
+            qk: QkNormRopeCache::new(gpu, heads, rope)?,
+            silu: SiluMul::new(gpu)?,
+            faults: Faults::new(gpu)?,
+        };
+        let p = dims.hp1;
+        let gate = GateParams {
+            scale: p.scale as f32,
+            fir_k: p.fir_k,
+            relu_pre: p.relu_pre,
+            clip_min: p.clip_min as f32,
+            clip_max: p.clip_max as f32,
+        };
+        gate.validate()?;
+        Ok(Self {
+            weights: DeviceWeights::upload(gpu, weights, &dims, progress)?,
+            cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
+            bufs: StepBuffers::new(gpu, &dims, cap, 0)?,
+            sms: gpu.multiprocessors()?,
+            gpu: gpu.clone(),
+            dims,
+            kernels,
+            gemms: HashMap::new(),
+            gate,
+        })
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &ModelDims {
+        &self.dims
+    }
+
+    /// The cache.
+    pub fn cache(&self) -> &DeviceCache {
+        &self.cache
+    }
+
+    /// Device bytes of the weights.
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes
+    }
+
+    /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its logit
+    /// rows widened to f32, `[rows, vocab]` (waits for the device).
+    pub fn forward(&mut self, step: &StepInput<'_>) -> Result<Array2<f32>> {
+        let rows = self.launch(step)?;
+        self.kernels.faults.check()?;
+        let vocab = self.dims.vocab_size;
+        let logits = self.gpu.download(&self.bufs.logits)?;
+        let widened = logits[..rows * vocab].iter().map(|x| x.to_f32()).collect();
+        Ok(Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements were taken"))
+    }
+
+    /// Enqueues the whole step; returns the number of logit rows.
+    fn launch(&mut self, step: &StepInput<'_>) -> Result<usize> {
+        let (split, picked) = self.bufs.upload(&self.gpu, step)?;
+        let t = step.token_ids.len();
+        let width = step.meta.block_table.ncols();
+        let attn = self.plan_attention(split, t, width)?;
+        let d = self.dims.clone();
+        let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
+        let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
+        let q_width = d.num_heads * d.head_dim;
+        let shapes = [(t, qkv_width, hidden), (t, hidden, q_width), (t, 2 * inter, hidden), (t, hidden, inter)];
+        for (m, n, k) in shapes.into_iter().chain([(picked, vocab, hidden)]) {
+            self.gemm(GemmShape { m, n, k })?;
+        }
+        let Self { weights: w, cache, bufs: b, kernels: k, gemms, gate, .. } = self;
+        let gemm = |m: usize, n: usize, kk: usize| &gemms[&GemmShape { m, n, k: kk }];
+        let (th, ti) = (t * hidden, t * inter);
+        k.embedding.run(
+            &w.embed_tokens.as_view(),
+            vocab,
+            &b.ids.slice(..t),
+            &mut b.x.slice_mut(..th),
+            &mut k.faults,
+        )?;
+        k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?;
+        let decode_rows = match &attn {
+            AttnPlan::Decode(a) => Some((a, split.seqs)),
+            AttnPlan::Split { decodes, .. } => decodes.as_ref().map(|a| (a, split.decodes)),
+        };
+        if let Some((a, seqs)) = decode_rows {
+            let rows = a.plan().geometry.rows;
+            a.build_rows(RowOperands {
+                query_start_loc: b.meta.query_start_loc.slice(..seqs + 1),
+                seq_lens: b.meta.seq_lens.slice(..seqs),
+                num_seqs: seqs,
+                row_seq: b.row_seq.slice_mut(..rows),
+                row_len: b.row_len.slice_mut(..rows),
+            })?;
+        }
+        for (l, lw) in w.layers.iter().enumerate() {
+            gemm(t, qkv_width, hidden).run(
+                &b.h.slice(..th),
+                &lw.qkv.as_view(),
+                &mut b.qkv.slice_mut(..t * qkv_width),
+            )?;
+            let inputs = QkvInputs {
+                qkv: b.qkv.slice(..t * qkv_width),
+                positions: b.positions.slice(..t),
+                slot_mapping: b.slots.slice(..t),
+            };
+            let mut outputs = QkvOutputs {
+                q: b.q.slice_mut(..t * q_width),
+                key_cache: cache.key[l].as_view_mut(),
+                value_cache: cache.value[l].as_view_mut(),
+            };
+            k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
+            let layer = LayerRef { key: &cache.key[l], value: &cache.value[l], weights: lw, gate, q_width, width };
+            attention_layer(&attn, layer, b, split)?;
+            gemm(t, hidden, q_width).run(&b.attn.slice(..t * q_width), &lw.o.as_view(), &mut b.proj.slice_mut(..th))?;
+            k.peri_ln.residual(
+                &b.proj.slice(..th),
+                &b.x.slice(..th),
+                &lw.post_attention_norm,
+                &lw.pre_feedforward_norm,
+                &mut b.x_next.slice_mut(..th),
+                &mut b.h.slice_mut(..th),
+            )?;
+            gemm(t, 2 * inter, hidden).run(
+                &b.h.slice(..th),
+                &lw.gate_up.as_view(),
+                &mut b.gate_up.slice_mut(..2 * ti),
+            )?;
+            k.silu.run(&b.gate_up.slice(..2 * ti), inter, &mut b.mlp.slice_mut(..ti))?;
+            gemm(t, hidden, inter).run(&b.mlp.slice(..ti), &lw.down.as_view(), &mut b.proj.slice_mut(..th))?;
+            let next = w.layers.get(l + 1).map_or(&w.norm, |n| &n.input_norm);
+            k.peri_ln.residual(
+                &b.proj.slice(..th),
+                &b.x_next.slice(..th),
+                &lw.post_feedforward_norm,
+                next,
+                &mut b.x.slice_mut(..th),
+                &mut b.h.slice_mut(..th),
+            )?;
+        }
+        // `h` holds the final norm of every row now; the rows that get logits are gathered.
+        let (ph, pv) = (picked * hidden, picked * vocab);
+        k.embedding.run(
+            &b.h.slice(..th),
+            t,
+            &b.logit_rows.slice(..picked),
+            &mut b.picked.slice_mut(..ph),
+            &mut k.faults,
+        )?;
+        gemm(picked, vocab, hidden).run(&b.picked.slice(..ph), &w.head().as_view(), &mut b.logits.slice_mut(..pv))?;
+        Ok(picked)
+    }
+
+    /// Loads the GEMM of `shape` on first use.
+    fn gemm(&mut self, shape: GemmShape) -> Result<()> {
+        if !self.gemms.contains_key(&shape) {
+            let g = Gemm::new(&self.gpu, GemmPlan::auto(shape, self.sms)?)?;
+            self.gemms.insert(shape, g);
+        }
+        Ok(())
+    }
+
+    fn geometry(&self, rows: usize, width: usize) -> Geometry {
+        let d = &self.dims;
+        Geometry {
+            rows,
+            num_heads: d.num_heads,
+            num_kv_heads: d.num_kv_heads,
+            head_dim: d.head_dim,
+            block_size: self.cache.block_size,
+            max_blocks_per_seq: width,
+        }
+    }
+
+    /// The step's attention launches, from its static facts.
+    fn plan_attention(&mut self, split: Split, tokens: usize, width: usize) -> Result<AttnPlan> {
+        let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
+            let plan = Plan::auto(model.geometry(rows, width))?;
+            model.reserve_workspace(&plan)?;
+            Ok(Hp1Attention::new(&model.gpu, plan)?)
+        };
+        if split.decodes == split.seqs {
+            return Ok(AttnPlan::Decode(decode(self, tokens)?));
+        }
+        let prefill_rows = tokens - split.decodes;
+        let geometry = StepGeometry {
+            base: self.geometry(prefill_rows, width),
+            max_seqs: split.seqs - split.decodes,
+            max_query_len: split.max_query_len,
+        };
+        match plan_step(geometry, self.gpu.info().compute_capability)? {
+            // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
+            // one launch serves decodes and chunks alike.
+            StepPlan::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
+            StepPlan::Prefill(plan) => {
+                let decodes = if split.decodes > 0 { Some(decode(self, split.decodes)?) } else { None };
+                Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
+            }
+        }
+    }
+
+    /// Grows the split-K workspace and its counters (zeroed once; the kernel resets each counter
+    /// it uses) to what `plan` needs.
+    fn reserve_workspace(&mut self, plan: &Plan) -> Result<()> {
+        if self.bufs.workspace.len() < plan.workspace_len {
+            self.bufs.workspace = self.gpu.zeros(plan.workspace_len)?;
+        }
+        if self.bufs.counters.len() < plan.counter_len {
+            self.bufs.counters = self.gpu.zeros(plan.counter_len)?;
+        }
+        Ok(())
+    }
+}
+
+/// One layer's cache and weights, as its attention reads them.
+struct LayerRef<'a> {
+    key: &'a CudaSlice<bf16>,
+    value: &'a CudaSlice<bf16>,
+    weights: &'a DeviceLayer,
+    gate: &'a GateParams,
+    q_width: usize,
+    width: usize,
+}
+
+impl<'a> LayerRef<'a> {
+    /// The launch buffers over query rows `rows`, table rows `seqs` of `table`, into `out`.
+    fn buffers(
+        &self,
+        q: &'a CudaSlice<bf16>,
+        rows: std::ops::Range<usize>,
+        table: &'a CudaSlice<i32>,
+        seqs: usize,
+        out: CudaViewMut<'a, bf16>,
+    ) -> LayerBuffers<'a> {
+        LayerBuffers {
+            q: q.slice(rows.start * self.q_width..rows.end * self.q_width),
+            q_row_stride: self.q_width,
+            key_cache: self.key.as_view(),
+            value_cache: self.value.as_view(),
+            block_table: table.slice(..seqs * self.width),
+            sigma: self.weights.sigma.as_view(),
+            gamma: self.weights.gamma.as_view(),
+            out,
+        }
+    }
+}
+
+/// One layer's attention over `b.q` into `b.attn`, as the step's plan says.
+fn attention_layer(attn: &AttnPlan, layer: LayerRef<'_>, b: &mut StepBuffers, split: Split) -> Result<()> {
+    let qw = layer.q_width;
+    let decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
+        let plan = a.plan();
+        let rows = plan.geometry.rows;
+        let (ws, counters) = match plan.workspace_len {
+            0 => (None, None),
+            len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
+        };
+        let ops = Operands {
+            layer: layer.buffers(&b.q, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
+            row_seq: b.row_seq.slice(..rows),
+            row_len: b.row_len.slice(..rows),
+            workspace: ws,
+            counters,
+        };
+        Ok(a.run(ops, layer.gate)?)
+    };
+    match attn {
+        AttnPlan::Decode(a) => decode(a, b, split.seqs),
+        AttnPlan::Split { decodes, prefill, rows } => {
+            if let Some(a) = decodes {
+                decode(a, b, split.decodes)?;
+            }
+            let (start, seqs) = (split.decodes, split.seqs - split.decodes);
+            let out = b.attn.slice_mut(start * qw..(start + rows) * qw);
+            let ops = PrefillOperands {
+                layer: layer.buffers(&b.q, start..start + rows, &b.prefill_meta.block_table, seqs, out),
+                seq_lens: b.prefill_meta.seq_lens.slice(..seqs),
+                query_start_loc: b.prefill_meta.query_start_loc.slice(..seqs + 1),
+                num_seqs: seqs,
+            };
+            Ok(prefill.run(ops, layer.gate)?)
+        }
+    }
+}

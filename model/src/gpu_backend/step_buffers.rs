@@ -1,0 +1,233 @@
+//! The device buffers of one forward step, allocated once at the model's capacity (the most
+//! query rows, sequences and block-table columns a step may bring), and the step's host-side
+//! metadata: positions, the split of its sequences into decode rows and prefill chunks, and the
+//! rows that get logits.
+//!
+//! Every activation is bf16 `[rows, width]`; each layer reads and writes the same buffers, so the
+//! step's memory does not grow with the layer count. The residual stream ping-pongs between
+//! `x` and `x_next` because the fused Peri-LN kernel reads one while writing the other.
+
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use oracle::hp1::AttnMetadata;
+use oracle::model::forward::{LogitRows, StepInput};
+use oracle::model::weights::ModelDims;
+
+use crate::error::{Error, Result};
+use gpu::Gpu;
+
+/// The most a step may bring; buffers are sized for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Query rows (tokens) in one step.
+    pub max_tokens: usize,
+    /// Sequences in one step.
+    pub max_seqs: usize,
+    /// Columns of the block table: the longest sequence, in blocks.
+    pub max_blocks_per_seq: usize,
+}
+
+/// One metadata set on the device: what an attention launch over some of the step's sequences
+/// reads (`seq_lens`, `query_start_loc` from 0, the block table's rows).
+pub(crate) struct DeviceMeta {
+    pub block_table: CudaSlice<i32>,
+    pub seq_lens: CudaSlice<i32>,
+    pub query_start_loc: CudaSlice<i32>,
+}
+
+impl DeviceMeta {
+    fn new(gpu: &Gpu, cap: &Capacity) -> gpu::Result<Self> {
+        Ok(Self {
+            block_table: gpu.zeros(cap.max_seqs * cap.max_blocks_per_seq)?,
+            seq_lens: gpu.zeros(cap.max_seqs)?,
+            query_start_loc: gpu.zeros(cap.max_seqs + 1)?,
+        })
+    }
+
+    /// Writes sequences `seqs` of `meta` (their table rows, lengths, and query offsets re-based
+    /// to start at 0).
+    fn write(&mut self, gpu: &Gpu, meta: &AttnMetadata, seqs: std::ops::Range<usize>) -> gpu::Result<()> {
+        let stream = gpu.stream();
+        let table: Vec<i32> =
+            meta.block_table.rows().into_iter().skip(seqs.start).take(seqs.len()).flatten().copied().collect();
+        let base = meta.query_start_loc[seqs.start];
+        let qsl: Vec<i32> = meta.query_start_loc[seqs.start..=seqs.end].iter().map(|&q| q - base).collect();
+        if !table.is_empty() {
+            stream.memcpy_htod(&table, &mut self.block_table.slice_mut(..table.len()))?;
+        }
+        stream.memcpy_htod(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
+        stream.memcpy_htod(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
+        Ok(())
+    }
+}
+
+/// How a step's sequences split between the decode kernels and a prefill launch: the first
+/// `decodes` sequences bring one query row each, the rest longer chunks. Decode rows always run
+/// on the decode kernels, so their bits never depend on a neighbour's chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Leading one-row sequences.
+    pub decodes: usize,
+    /// Sequences in the step.
+    pub seqs: usize,
+    /// Longest query of the prefill sequences (0 when there are none).
+    pub max_query_len: usize,
+}
+
+impl Split {
+    /// The split of `meta`. The scheduler puts decode rows first; a step that mixes them
+    /// otherwise is refused rather than run with bits that depend on the mix.
+    pub fn of(meta: &AttnMetadata) -> Result<Self> {
+        let lens: Vec<usize> = meta.query_start_loc.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
+        let decodes = lens.iter().take_while(|&&l| l == 1).count();
+        if let Some(late) = lens[decodes..].iter().position(|&l| l == 1) {
+            return Err(Error::Scheduler(format!(
+                "sequence {} of the step is a one-row query after a prefill chunk: the GPU backend needs decode rows first",
+                decodes + late
+            )));
+        }
+        Ok(Self { decodes, seqs: lens.len(), max_query_len: lens[decodes..].iter().copied().max().unwrap_or(0) })
+    }
+}
+
+/// Activations, step inputs and attention metadata on the device.
+pub(crate) struct StepBuffers {
+    pub cap: Capacity,
+    pub ids: CudaSlice<u32>,
+    pub positions: CudaSlice<i32>,
+    pub slots: CudaSlice<i64>,
+    pub logit_rows: CudaSlice<u32>,
+    /// The whole step's metadata; its leading sequences are the decode rows.
+    pub meta: DeviceMeta,
+    /// The prefill sequences' metadata (query offsets from 0), for a tensor-core launch over
+    /// them alone.
+    pub prefill_meta: DeviceMeta,
+    pub row_seq: CudaSlice<i32>,
+    pub row_len: CudaSlice<i32>,
+    pub workspace: CudaSlice<f32>,
+    pub counters: CudaSlice<i32>,
+    pub x: CudaSlice<bf16>,
+    pub x_next: CudaSlice<bf16>,
+    pub h: CudaSlice<bf16>,
+    pub qkv: CudaSlice<bf16>,
+    pub q: CudaSlice<bf16>,
+    pub attn: CudaSlice<bf16>,
+    pub proj: CudaSlice<bf16>,
+    pub gate_up: CudaSlice<bf16>,
+    pub mlp: CudaSlice<bf16>,
+    pub picked: CudaSlice<bf16>,
+    pub logits: CudaSlice<bf16>,
+}
+
+impl StepBuffers {
+    /// Allocates every buffer for `cap`; `workspace_len` f32 for split-K partials.
+    pub fn new(gpu: &Gpu, dims: &ModelDims, cap: Capacity, workspace_len: usize) -> gpu::Result<Self> {
+        let t = cap.max_tokens;
+        let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
+        let q_width = dims.num_heads * dims.head_dim;
+        let qkv_width = (dims.num_heads + 2 * dims.num_kv_heads) * dims.head_dim;
+        Ok(Self {
+            cap,
+            ids: gpu.zeros(t)?,
+            positions: gpu.zeros(t)?,
+            slots: gpu.zeros(t)?,
+            logit_rows: gpu.zeros(t)?,
+            meta: DeviceMeta::new(gpu, &cap)?,
+            prefill_meta: DeviceMeta::new(gpu, &cap)?,
+            row_seq: gpu.zeros(t)?,
+            row_len: gpu.zeros(t)?,
+            workspace: gpu.zeros(workspace_len.max(1))?,
+            counters: gpu.zeros(t * dims.num_heads)?,
+            x: gpu.zeros(t * hidden)?,
+            x_next: gpu.zeros(t * hidden)?,
+            h: gpu.zeros(t * hidden)?,
+            qkv: gpu.zeros(t * qkv_width)?,
+            q: gpu.zeros(t * q_width)?,
+            attn: gpu.zeros(t * q_width)?,
+            proj: gpu.zeros(t * hidden)?,
+            gate_up: gpu.zeros(t * 2 * inter)?,
+            mlp: gpu.zeros(t * inter)?,
+            picked: gpu.zeros(t * hidden)?,
+            logits: gpu.zeros(t * dims.vocab_size)?,
+        })
+    }
+
+    /// Checks `step` against the capacity and uploads its ids, positions, slots, logit rows and
+    /// metadata; returns the split and the number of logit rows.
+    pub fn upload(&mut self, gpu: &Gpu, step: &StepInput<'_>) -> Result<(Split, usize)> {
+        let meta = step.meta;
+        let tokens = step.token_ids.len();
+        let seqs = meta.seq_lens.len();
+        let width = meta.block_table.ncols();
+        let cap = self.cap;
+        if tokens == 0 || tokens > cap.max_tokens || seqs > cap.max_seqs || width > cap.max_blocks_per_seq {
+            return Err(Error::Request(format!(
+                "a step of {tokens} tokens, {seqs} sequences and {width} table columns is outside the GPU buffers' \
+                 capacity ({} tokens, {} sequences, {} columns)",
+                cap.max_tokens, cap.max_seqs, cap.max_blocks_per_seq
+            )));
+        }
+        let split = Split::of(meta)?;
+        let positions = positions(meta);
+        let picked: Vec<u32> = match step.logits {
+            LogitRows::All => (0..tokens as u32).collect(),
+            LogitRows::LastPerSeq => meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
+        };
+        let stream = gpu.stream();
+        let copy = |e: cudarc::driver::DriverError| Error::Gpu(e.into());
+        stream.memcpy_htod(step.token_ids, &mut self.ids.slice_mut(..tokens)).map_err(copy)?;
+        stream.memcpy_htod(&positions, &mut self.positions.slice_mut(..tokens)).map_err(copy)?;
+        stream.memcpy_htod(step.slot_mapping, &mut self.slots.slice_mut(..tokens)).map_err(copy)?;
+        stream.memcpy_htod(&picked, &mut self.logit_rows.slice_mut(..picked.len())).map_err(copy)?;
+        self.meta.write(gpu, meta, 0..seqs)?;
+        if split.decodes < seqs {
+            self.prefill_meta.write(gpu, meta, split.decodes..seqs)?;
+        }
+        Ok((split, picked.len()))
+    }
+}
+
+/// Each query row's absolute position: row `j` of sequence `s` sits at `prefix_len + j`.
+pub fn positions(meta: &AttnMetadata) -> Vec<i32> {
+    let mut out = Vec::with_capacity(meta.num_tokens());
+    for (s, w) in meta.query_start_loc.windows(2).enumerate() {
+        let prefix = meta.seq_lens[s] - (w[1] - w[0]);
+        out.extend((0..w[1] - w[0]).map(|j| prefix + j));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::Array2;
+
+    use super::*;
+
+    fn meta(lens: &[(i32, i32)]) -> AttnMetadata {
+        let mut qsl = vec![0];
+        for &(_, q) in lens {
+            qsl.push(qsl.last().unwrap() + q);
+        }
+        AttnMetadata {
+            block_table: Array2::zeros((lens.len(), 4)),
+            seq_lens: lens.iter().map(|&(len, _)| len).collect(),
+            query_start_loc: qsl,
+        }
+    }
+
+    #[test]
+    fn positions_continue_each_sequences_prefix() {
+        assert_eq!(positions(&meta(&[(5, 1), (7, 3), (2, 2)])), vec![4, 4, 5, 6, 0, 1]);
+    }
+
+    #[test]
+    fn decodes_must_come_first() {
+        assert_eq!(
+            Split::of(&meta(&[(5, 1), (9, 1), (7, 3), (4, 2)])).unwrap(),
+            Split { decodes: 2, seqs: 4, max_query_len: 3 }
+        );
+        assert_eq!(Split::of(&meta(&[(5, 1)])).unwrap(), Split { decodes: 1, seqs: 1, max_query_len: 0 });
+        let err = Split::of(&meta(&[(7, 3), (5, 1)])).unwrap_err().to_string();
+        assert!(err.contains("sequence 1") && err.contains("decode rows first"), "{err}");
+    }
+}
