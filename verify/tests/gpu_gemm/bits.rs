@@ -1,0 +1,149 @@
+//! The bitwise properties: a skinny row's bits at every M and beside any rows, two runs alike, a
+//! CUDA graph's replays alike the eager run; and the refusals of bad shapes and buffers.
+
+use std::sync::Arc;
+
+use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::Gpu;
+use half::bf16;
+
+use super::device::{auto, g, label, plans, run, Check, MODEL_SHAPES};
+use super::reference::{draw_w, draw_x, same_bits, POISON};
+
+/// An x of `m` rows holding `row` at `at`; the other rows are drawn from `seed` with larger
+/// values, one all NaN and one all +inf where there are rows enough.
+fn beside(row: &[bf16], m: usize, at: usize, seed: u64) -> Vec<bf16> {
+    let k = row.len();
+    let mut x = draw_x(seed, m, k);
+    for (i, r) in x.chunks_mut(k).enumerate() {
+        let gap = (i + m - at) % m;
+        if gap == 1 {
+            r.fill(bf16::NAN);
+        } else if gap == 2 {
+            r.fill(bf16::INFINITY);
+        }
+    }
+    x[at * k..][..k].copy_from_slice(row);
+    x
+}
+
+/// For N x K of the QKV, down and LM-head weights and an odd 1000 x 1000: one row of x, run
+/// alone (M = 1) by the dispatcher's plan, then placed at a different position in x of every M
+/// from 2 to 64 beside drawn, NaN and infinite rows, under every skinny instantiation of that M:
+/// its output row has the same bits every time.
+pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
+    let shapes = [MODEL_SHAPES[0], MODEL_SHAPES[3], ("odd", 1000, 1000), MODEL_SHAPES[4]];
+    for (s, &(name, n, k)) in shapes.iter().enumerate() {
+        let seed = 3000 + 100 * s as u64;
+        let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
+        let row = draw_x(seed + 1, 1, k);
+        let solo_shape = GemmShape { m: 1, n, k };
+        let solo_gemm = g(Gemm::new(gpu, auto(gpu, solo_shape)?))?;
+        let solo = run(gpu, &solo_gemm, &g(gpu.upload(&row))?, &w_d)?;
+        if solo.iter().any(|v| !v.is_finite()) {
+            return Err(format!("{name}: the row alone gave a non-finite output"));
+        }
+        let mut runs = 0;
+        for m in 1..=64usize {
+            let at = (m * 5 + 3) % m;
+            let x_d = g(gpu.upload(&beside(&row, m, at, seed + 2 + m as u64)))?;
+            for plan in plans(GemmShape { m, n, k })?.into_iter().filter(|p| p.name().starts_with("skinny")) {
+                let gemm = g(Gemm::new(gpu, plan))?;
+                let y = run(gpu, &gemm, &x_d, &w_d)?;
+                let what = format!("{name}: row {at} of {}, against the row alone", label(&gemm));
+                same_bits(&what, &y[at * n..][..n], &solo)?;
+                runs += 1;
+            }
+        }
+        println!("  {name} N {n} K {k}: {runs} runs at M 1..=64 give the row's bits");
+    }
+    Ok(())
+}
+
+/// The skinny kernel (LM head at M = 1, gate/up at 64, an odd shape at 17 under every
+/// instantiation) and cuBLASLt (QKV at 128, down at 512, LM head at 512) run twice on the same
+/// inputs, each time into a poisoned output: the same bits.
+pub fn two_runs(gpu: &Arc<Gpu>) -> Check {
+    let cases = [(151_936, 1024, 1, false), (6144, 1024, 64, false), (777, 1032, 17, false)].into_iter().chain([
+        (2048, 1024, 128, true),
+        (1024, 3072, 512, true),
+        (151_936, 1024, 512, true),
+    ]);
+    for (i, (n, k, m, wide)) in cases.enumerate() {
+        let shape = GemmShape { m, n, k };
+        let seed = 4000 + i as u64;
+        let (x_d, w_d) = (g(gpu.upload(&draw_x(seed, m, k)))?, g(gpu.upload(&draw_w(seed, n, k)))?);
+        let chosen = if wide { vec![g(GemmPlan::cublaslt(shape))?] } else { plans(shape)? };
+        for plan in chosen.into_iter().filter(|p| wide || p.name().starts_with("skinny")) {
+            let gemm = g(Gemm::new(gpu, plan))?;
+            let first = run(gpu, &gemm, &x_d, &w_d)?;
+            let second = run(gpu, &gemm, &x_d, &w_d)?;
+            same_bits(&format!("second run of {}", label(&gemm)), &second, &first)?;
+        }
+    }
+    Ok(())
+}
+
+/// Fails unless `result` is `gpu::Error::Unsupported` whose message holds `needle`.
+fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> Check {
+    match result {
+        Err(e @ gpu::Error::Unsupported { .. }) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, but the message lacks `{needle}`: {e}")),
+        Ok(_) => Err(format!("{what}: accepted, should be refused naming `{needle}`")),
+    }
+}
+
+/// Bad shapes are refused by the plans, and buffers of the wrong size or alignment by
+/// `Gemm::run` before anything is launched (the output stays poisoned), on both paths.
+pub fn refusals(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let shape = |m, n, k| GemmShape { m, n, k };
+    refused("M = 0", GemmPlan::auto(shape(0, 64, 64), sms), "`m`")?;
+    refused("N = 0", GemmPlan::auto(shape(4, 0, 64), sms), "`n`")?;
+    refused("K = 12", GemmPlan::auto(shape(4, 64, 12), sms), "`k` must be a positive multiple of 8")?;
+    refused("K = 0", GemmPlan::cublaslt(shape(200, 64, 0)), "`k`")?;
+    refused("skinny M = 65", GemmPlan::skinny(shape(65, 64, 64), sms), "`m` must be 1 to 64")?;
+    refused("skinny rows 32 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows`")?;
+    for m in [4usize, 65] {
+        let s = shape(m, 64, 64);
+        let gemm = g(Gemm::new(gpu, auto(gpu, s)?))?;
+        let x = g(gpu.upload(&draw_x(5000, m, 64)))?;
+        let w = g(gpu.upload(&draw_w(5000, 64, 64)))?;
+        let mut y = g(gpu.upload(&vec![POISON; m * 64]))?;
+        let name = gemm.plan().name();
+        let short = x.slice(..m * 64 - 8);
+        refused(&name, gemm.run(&short, &w.as_view(), &mut y.as_view_mut()), "`x` has")?;
+        refused(&name, gemm.run(&x.as_view(), &w.slice(8..), &mut y.as_view_mut()), "`w` has")?;
+        refused(&name, gemm.run(&x.as_view(), &w.as_view(), &mut y.slice_mut(1..)), "`y` has")?;
+        let padded = g(gpu.upload(&draw_x(5001, m * 64 + 1, 1)))?;
+        let odd = padded.slice(1..);
+        refused(&name, gemm.run(&odd, &w.as_view(), &mut y.as_view_mut()), "`x` must start on a 16-byte boundary")?;
+        if !g(gpu.download(&y))?.iter().all(|v| v.to_bits() == POISON.to_bits()) {
+            return Err(format!("{name}: a refused run wrote the output"));
+        }
+    }
+    Ok(())
+}
+
+/// A skinny GEMM (QKV, M = 8) and a cuBLASLt one (QKV, M = 128) captured into CUDA graphs with
+/// `Gpu::capture`: two replays, each into a re-poisoned output, give the eager run's bits.
+pub fn graph_replay(gpu: &Arc<Gpu>) -> Check {
+    let (_, n, k) = MODEL_SHAPES[0];
+    for (i, m) in [8usize, 128].into_iter().enumerate() {
+        let shape = GemmShape { m, n, k };
+        let gemm = g(Gemm::new(gpu, auto(gpu, shape)?))?;
+        let seed = 6000 + i as u64;
+        let (x, w) = (g(gpu.upload(&draw_x(seed, m, k)))?, g(gpu.upload(&draw_w(seed, n, k)))?);
+        let eager = run(gpu, &gemm, &x, &w)?;
+        let poison = vec![POISON; m * n];
+        let mut y = g(gpu.upload(&poison))?;
+        let graph = g(gpu.capture(|| gemm.run(&x.as_view(), &w.as_view(), &mut y.as_view_mut())))?;
+        for replay in 0..2 {
+            g(gpu.stream().memcpy_htod(&poison, &mut y).map_err(gpu::Error::from))?;
+            g(graph.launch())?;
+            let got = g(gpu.download(&y))?;
+            same_bits(&format!("replay {replay} of {}", label(&gemm)), &got, &eager)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! What the GEMM checks share on the device: the plans that serve a shape, and one run into a
+//! poisoned output.
+
+use cudarc::driver::CudaSlice;
+use gpu::gemm::{rows_fit, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS};
+use gpu::Gpu;
+use half::bf16;
+
+use super::reference::POISON;
+
+/// A check's outcome, as `verify::gpu_harness` runs it.
+pub type Check = Result<(), String>;
+
+/// A GPU result as a check's error.
+pub fn g<T>(r: gpu::Result<T>) -> Result<T, String> {
+    r.map_err(|e| e.to_string())
+}
+
+/// asynct-0.5b's weight shapes `(name, N, K)`: q/k/v fused, o, gate/up fused, down, the LM head.
+pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
+    ("qkv", 2048, 1024),
+    ("o_proj", 1024, 1024),
+    ("gate_up", 6144, 1024),
+    ("down", 1024, 3072),
+    ("lm_head", 151_936, 1024),
+];
+
+/// Every plan that serves `shape`: each skinny instantiation for its `M` (the dispatcher's among
+/// them) up to `SKINNY_MAX_M` rows, and cuBLASLt.
+pub fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
+    let mut plans = Vec::new();
+    if shape.m <= SKINNY_MAX_M {
+        let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).expect("M <= 64 has a tile");
+        for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
+            plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
+        }
+    }
+    plans.push(g(GemmPlan::cublaslt(shape))?);
+    Ok(plans)
+}
+
+/// The dispatcher's plan on this device.
+pub fn auto(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
+    g(GemmPlan::auto(shape, g(gpu.multiprocessors())?))
+}
+
+/// Runs `gemm` on `x` and `w` into a new output poisoned with NaN, and returns the output.
+pub fn run(gpu: &Gpu, gemm: &Gemm, x: &CudaSlice<bf16>, w: &CudaSlice<bf16>) -> Result<Vec<bf16>, String> {
+    let s = gemm.plan().shape;
+    let mut y = g(gpu.upload(&vec![POISON; s.m * s.n]))?;
+    g(gemm.run(&x.as_view(), &w.as_view(), &mut y.as_view_mut()))?;
+    g(gpu.download(&y))
+}
+
+/// A plan's name with cuBLASLt's pinned algorithm, for messages.
+pub fn label(gemm: &Gemm) -> String {
+    match gemm.algorithm() {
+        Some(algo) => format!("{} ({algo}) {}", gemm.plan().name(), gemm.plan().shape),
+        None => format!("{} {}", gemm.plan().name(), gemm.plan().shape),
+    }
+}
