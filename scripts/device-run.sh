@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
-#   device tool: command "scripts/device-run.sh tests sanitize fuzz bench", carry ["device-bin", ".whl"]
+#   device tool: command "scripts/device-run.sh tests sanitize fuzz bench gemm", carry ["device-bin", ".whl"]
 # (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
 # the anchor times SDPA alone.)
 # Stages (any subset, in this order):
@@ -13,6 +13,8 @@
 #             and asynct-bench in the same call, ratios printed last; with BENCH_PREFILL=1 also the
 #             anchor's prefill points and asynct-bench --prefill --prefill-crossover
 #             (bench-prefill.json/log)
+#   gemm      asynct-bench --gemm: asynct-0.5b's GEMM shapes at M 1 to 128, every skinny instantiation
+#             and cuBLASLt, graph-timed in effective TB/s against issue 9's goal (bench-gemm.json/log)
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 # Logs and JSON go to $OUT (the device tool brings them back).
@@ -63,6 +65,8 @@ for stage in "$@"; do
         $B/asynct-bench --prefill --prefill-crossover --anchor "$OUT/anchor.json" --out "$OUT/bench-prefill.json" 2>&1 \
           | tee "$OUT/bench-prefill.log" || status=1
       fi ;;
+    gemm)
+      $B/asynct-bench --gemm --out "$OUT/bench-gemm.json" 2>&1 | tee "$OUT/bench-gemm.log" || status=1 ;;
     ncu)
       NCU_POINT=${NCU_POINT:-B128_L4096}
       for path in ${NCU_PATHS:-split-k-sparse-g8 decode-sparse-g8}; do

@@ -20,9 +20,14 @@
 //! fake decode and the tensor-core kernels on chunks after a long prefix.
 //!
 //! [`report`] prints the tables against the anchor JSON.
+//!
+//! GEMMs ([`gemm`], `asynct-bench --gemm`): asynct-0.5b's weight shapes at M of 1 to 128 through
+//! every skinny instantiation and cuBLASLt, timed the same way with the weight cycled past twice
+//! the L2, in effective TB/s against issue 9's goal; it prints its own table.
 
 pub mod data;
 pub mod decode;
+pub mod gemm;
 pub mod prefill;
 pub mod report;
 pub mod timing;

@@ -12,9 +12,14 @@
 //! as the anchor's `ms`), and back-to-back, `--reps` launches from the host per trial, beside it.
 //! `--no-graph` leaves the graph out, so that under ncu the profiled launches are eager ones
 //! (`scripts/device-run.sh ncu`).
+//!
+//! `--gemm` times the GEMMs of asynct-0.5b instead (`verify::bench::gemm`): every weight shape at
+//! M of 1, 8, 32, 64, 128 through each skinny instantiation and cuBLASLt, with `--point` (e.g.
+//! `qkv_M8`) and `--path` (e.g. `cublaslt`) selecting, and `--quick` only M 1 and 32.
 
 use clap::Parser;
 use verify::bench::decode::{measure, DecodePoint};
+use verify::bench::gemm::{self, GemmPoint};
 use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, StepShape};
 use verify::bench::report::{crossover_table, prefill_table, table};
 use verify::bench::timing::Timing;
@@ -67,6 +72,9 @@ struct Args {
     /// prefix (8 sequences), to place FAKE_DECODE_MAX_QUERY; instead of decode.
     #[arg(long)]
     prefill_crossover: bool,
+    /// Time the GEMMs of asynct-0.5b's weight shapes (skinny kernel, cuBLASLt) instead of attention.
+    #[arg(long)]
+    gemm: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -82,6 +90,9 @@ fn main() -> std::process::ExitCode {
 
 fn run(args: &Args) -> Result<(), String> {
     let gpu = gpu::Gpu::new().map_err(|e| format!("asynct-bench needs a GPU: {e}"))?;
+    if args.gemm {
+        return run_gemm(args, &gpu);
+    }
     let anchor = match &args.anchor {
         Some(p) => Some(
             serde_json::from_str::<serde_json::Value>(
@@ -231,6 +242,52 @@ fn measure_points(
         points.push(point);
     }
     points
+}
+
+/// The GEMM grid; fails at the end (after the JSON and the table) when any plan failed.
+fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
+    let timing = args.timing(50, 40);
+    println!("asynct-bench gemm on {} ({})", gpu.info().name, method(&timing));
+    let ms: &[usize] = if args.quick { &[1, 32] } else { &gemm::M_GRID };
+    let mut points: Vec<GemmPoint> = Vec::new();
+    let mut failures = Vec::new();
+    for weight in gemm::WEIGHTS {
+        let selected: Vec<usize> = ms
+            .iter()
+            .copied()
+            .filter(|&m| args.point.as_ref().is_none_or(|p| *p == GemmPoint::key(weight.0, m)))
+            .collect();
+        if selected.is_empty() {
+            continue;
+        }
+        for point in gemm::measure(gpu, weight, &selected, &timing, args.path.as_deref())? {
+            for t in &point.paths {
+                let us = |ms: Option<f64>| ms.map_or(f64::NAN, |ms| ms * 1e3);
+                let mark = if t.dispatcher { "*" } else { " " };
+                let error = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
+                let algo = t.algo.as_ref().map_or(String::new(), |a| format!("  [{a}]"));
+                println!(
+                    "{:<12} {mark}{:<14} graph {:>9.2} us {:>5.2} TB/s  back-to-back {:>9.2} us{algo}{error}",
+                    GemmPoint::key(&point.weight, point.m),
+                    t.name,
+                    us(t.graph_ms),
+                    t.graph_tbps.unwrap_or(f64::NAN),
+                    us(t.eager_ms)
+                );
+                if let Some(e) = &t.error {
+                    failures.push(format!("{} {}: {e}", GemmPoint::key(&point.weight, point.m), t.name));
+                }
+            }
+            points.push(point);
+        }
+    }
+    let sms = gpu.multiprocessors().map_err(|e| e.to_string())?;
+    write_json(args, serde_json::json!({ "device": gpu.info().name, "sms": sms, "timing": timing, "gemm": points }))?;
+    println!("\n(* the dispatcher's plan)\n{}", gemm::table(&points));
+    match failures.len() {
+        0 => Ok(()),
+        n => Err(format!("{n} GEMM failure(s): {}", failures.join("; "))),
+    }
 }
 
 fn write_json(args: &Args, json: serde_json::Value) -> Result<(), String> {

@@ -1,0 +1,273 @@
+//! Timing the GEMMs of asynct-0.5b (`asynct-bench --gemm`): each weight shape at M of 1, 8, 32,
+//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked) and cuBLASLt.
+//!
+//! Method ([`super::timing`]): one CUDA graph of `calls` GEMMs replayed `trials` times, the
+//! median per call reported, with back-to-back launches beside it. The weight is cycled through
+//! enough device copies to exceed twice the L2 (one copy of the 311 MB LM head, 61 of the 2 MB
+//! o_proj), so every call reads its W from HBM as a decode step does; x and y stay one buffer each
+//! (in a model they are the previous and next kernels' activations, in L2). The figure of merit is
+//! the effective bandwidth: the fewest bytes the GEMM moves (W, x and y once each,
+//! `GemmShape::min_bytes`) over the graph time. Issue 9's goal is 3.3 TB/s at M = 1 to 32, about
+//! 77% of the 4.27 TB/s an H200 copies at; [`table`] says where the dispatcher meets it.
+
+use std::sync::Arc;
+
+use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::Gpu;
+use half::bf16;
+
+use super::timing::{copies, Figures, Timing};
+use crate::rng::Counter;
+
+/// asynct-0.5b's weights `(name, N, K)`: q/k/v fused, o, gate/up fused, down, the LM head.
+pub const WEIGHTS: [(&str, usize, usize); 5] = [
+    ("qkv", 2048, 1024),
+    ("o_proj", 1024, 1024),
+    ("gate_up", 6144, 1024),
+    ("down", 1024, 3072),
+    ("lm_head", 151_936, 1024),
+];
+/// The batch sizes timed.
+pub const M_GRID: [usize; 5] = [1, 8, 32, 64, 128];
+/// Issue 9's goal for the dispatcher at M up to [`GOAL_MAX_M`], effective TB/s.
+pub const GOAL_TBPS: f64 = 3.3;
+/// The widest M the goal applies to.
+pub const GOAL_MAX_M: usize = 32;
+
+/// One plan's time at one point.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GemmTime {
+    /// The plan, e.g. `skinny-m8-r64` or `cublaslt`.
+    pub name: String,
+    /// Whether the dispatcher picks this plan at this shape.
+    pub dispatcher: bool,
+    /// cuBLASLt's pinned algorithm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub algo: Option<String>,
+    /// Back-to-back ms per call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eager_ms: Option<f64>,
+    /// Graph-timed ms per call, the figure reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_ms: Option<f64>,
+    /// `min_bytes` over `graph_ms`, TB/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_tbps: Option<f64>,
+    /// Why a figure is missing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Every plan at one weight shape and M.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct GemmPoint {
+    /// The weight, e.g. `qkv`.
+    pub weight: String,
+    /// Rows of x.
+    pub m: usize,
+    /// Rows of W.
+    pub n: usize,
+    /// Columns of x and W.
+    pub k: usize,
+    /// The fewest bytes the GEMM moves.
+    pub bytes: usize,
+    /// Weight copies cycled through.
+    pub copies: usize,
+    /// Each plan's time.
+    pub paths: Vec<GemmTime>,
+}
+
+impl GemmPoint {
+    /// The key `--point` selects it by, e.g. `qkv_M8`.
+    pub fn key(weight: &str, m: usize) -> String {
+        format!("{weight}_M{m}")
+    }
+
+    /// The dispatcher's plan's time.
+    pub fn dispatcher(&self) -> Option<&GemmTime> {
+        self.paths.iter().find(|t| t.dispatcher)
+    }
+
+    /// The fastest skinny instantiation (graph-timed).
+    pub fn best_skinny(&self) -> Option<&GemmTime> {
+        self.paths
+            .iter()
+            .filter(|t| t.name.starts_with("skinny") && t.graph_ms.is_some())
+            .min_by(|a, b| a.graph_ms.unwrap_or(f64::NAN).total_cmp(&b.graph_ms.unwrap_or(f64::NAN)))
+    }
+
+    /// cuBLASLt's time.
+    pub fn cublaslt(&self) -> Option<&GemmTime> {
+        self.paths.iter().find(|t| t.name == "cublaslt")
+    }
+}
+
+/// Every plan timed at `shape`: each skinny instantiation for its M (up to 64) and cuBLASLt.
+fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
+    let mut plans: Vec<GemmPlan> =
+        gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect();
+    plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);
+    Ok(plans)
+}
+
+/// `n` bf16 values uniform in `[-scale, scale)` (never zeros: they can run faster than data).
+fn uniform(seed: u64, n: usize, scale: f64) -> Vec<bf16> {
+    use rayon::prelude::*;
+    let c = Counter::new(seed, 0);
+    (0..n).into_par_iter().map(|i| bf16::from_f64(scale * c.uniform(&[i as u64]))).collect()
+}
+
+/// Times every plan of weight `name` (`n` x `k`) at each M of `ms`, keeping the plans whose name
+/// contains `only`. A plan that cannot be loaded or launched keeps its error in its
+/// [`GemmTime`]; only a failed allocation or upload fails the whole weight.
+pub fn measure(
+    gpu: &Arc<Gpu>,
+    (name, n, k): (&str, usize, usize),
+    ms: &[usize],
+    timing: &Timing,
+    only: Option<&str>,
+) -> Result<Vec<GemmPoint>, String> {
+    let e = |x: gpu::Error| x.to_string();
+    let sms = gpu.multiprocessors().map_err(e)?;
+    let w_host = uniform(0x9e77 + n as u64 * 7 + k as u64, n * k, 1.0 / 16.0);
+    let copies = copies(n * k * 2);
+    let weights = (0..copies).map(|_| gpu.upload(&w_host).map_err(e)).collect::<Result<Vec<_>, _>>()?;
+    drop(w_host);
+    let mut points = Vec::new();
+    for &m in ms {
+        let shape = GemmShape { m, n, k };
+        let chosen = GemmPlan::auto(shape, sms).map_err(e)?;
+        let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
+        let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
+        let mut paths = Vec::new();
+        for plan in plans(shape)? {
+            let plan_name = plan.name();
+            if only.is_some_and(|o| !plan_name.contains(o)) {
+                continue;
+            }
+            let dispatcher = plan == chosen;
+            let (algo, figures) = match Gemm::new(gpu, plan) {
+                Ok(gemm) => (
+                    gemm.algorithm().map(|a| a.to_string()),
+                    timing
+                        .measure(gpu, |i| gemm.run(&x.as_view(), &weights[i % copies].as_view(), &mut y.as_view_mut())),
+                ),
+                Err(err) => (None, Figures::failed(err.to_string())),
+            };
+            let bytes = shape.min_bytes() as f64;
+            paths.push(GemmTime {
+                name: plan_name,
+                dispatcher,
+                algo,
+                eager_ms: figures.eager_ms,
+                graph_ms: figures.graph_ms,
+                graph_tbps: figures.graph_ms.map(|ms| bytes / ms / 1e9),
+                error: figures.error,
+            });
+        }
+        points.push(GemmPoint { weight: name.to_string(), m, n, k, bytes: shape.min_bytes(), copies, paths });
+    }
+    Ok(points)
+}
+
+/// Microseconds and TB/s of a time, `-` where there is none.
+fn figure(t: Option<&GemmTime>) -> (String, String, String) {
+    let Some(t) = t else { return ("-".into(), "-".into(), "-".into()) };
+    let us = t.graph_ms.map_or("-".into(), |ms| format!("{:.2}", ms * 1e3));
+    let tbps = t.graph_tbps.map_or("-".into(), |v| format!("{v:.2}"));
+    (t.name.clone(), us, tbps)
+}
+
+/// The table of every point: the dispatcher's plan, the best skinny instantiation and cuBLASLt,
+/// graph-timed, and whether the dispatcher meets the goal where it applies; then a closing line
+/// that counts the points meeting it.
+pub fn table(points: &[GemmPoint]) -> String {
+    let mut s = format!(
+        "GEMM, us per call in a CUDA graph, effective TB/s = (N K + M K + M N) * 2 bytes / time; \
+         goal: dispatcher >= {GOAL_TBPS} TB/s at M <= {GOAL_MAX_M}\n"
+    );
+    s += &format!(
+        "{:<8} {:>6} {:>5} {:>4}  {:<14} {:>9} {:>5}  {:<14} {:>9} {:>5}  {:>9} {:>5}  {}\n",
+        "weight", "N", "K", "M", "dispatcher", "us", "TB/s", "best skinny", "us", "TB/s", "cuBLASLt", "TB/s", "goal"
+    );
+    let (mut met, mut judged) = (0, 0);
+    for p in points {
+        let (d_name, d_us, d_tbps) = figure(p.dispatcher());
+        let (b_name, b_us, b_tbps) = figure(p.best_skinny());
+        let (_, c_us, c_tbps) = figure(p.cublaslt());
+        let goal = match p.dispatcher().and_then(|t| t.graph_tbps) {
+            _ if p.m > GOAL_MAX_M => "",
+            Some(v) if v >= GOAL_TBPS => {
+                judged += 1;
+                met += 1;
+                "met"
+            }
+            _ => {
+                judged += 1;
+                "MISSED"
+            }
+        };
+        s += &format!(
+            "{:<8} {:>6} {:>5} {:>4}  {d_name:<14} {d_us:>9} {d_tbps:>5}  {b_name:<14} {b_us:>9} {b_tbps:>5}  \
+             {c_us:>9} {c_tbps:>5}  {goal}\n",
+            p.weight, p.n, p.k, p.m
+        );
+    }
+    s += &format!("goal {GOAL_TBPS} TB/s at M <= {GOAL_MAX_M}: met at {met} of {judged} points");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time(name: &str, dispatcher: bool, graph_ms: Option<f64>, bytes: usize) -> GemmTime {
+        GemmTime {
+            name: name.into(),
+            dispatcher,
+            algo: None,
+            eager_ms: graph_ms,
+            graph_ms,
+            graph_tbps: graph_ms.map(|ms| bytes as f64 / ms / 1e9),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_table_judges_the_dispatcher_at_small_m_only() {
+        let point = |m: usize, ms: f64| {
+            let bytes = GemmShape { m, n: 2048, k: 1024 }.min_bytes();
+            GemmPoint {
+                weight: "qkv".into(),
+                m,
+                n: 2048,
+                k: 1024,
+                bytes,
+                copies: 29,
+                paths: vec![
+                    time("skinny-m8-r8", true, Some(ms), bytes),
+                    time("skinny-m8-r16", false, Some(ms / 2.0), bytes),
+                    time("cublaslt", false, None, bytes),
+                ],
+            }
+        };
+        // 4.2 MB in 1 us is 4.2 TB/s (met); in 2 us 2.1 TB/s (missed); M = 64 is not judged.
+        let t = table(&[point(1, 1e-3), point(8, 2e-3), point(64, 1e-3)]);
+        assert!(t.ends_with("met at 1 of 2 points"), "{t}");
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[2].contains("skinny-m8-r8") && lines[2].ends_with("met"), "{}", lines[2]);
+        assert!(lines[3].ends_with("MISSED") && lines[3].contains("skinny-m8-r16"), "{}", lines[3]);
+        assert!(lines[4].trim_end().ends_with('-'), "{}", lines[4]);
+        assert_eq!(point(1, 1e-3).best_skinny().unwrap().name, "skinny-m8-r16");
+    }
+
+    #[test]
+    fn every_m_of_the_grid_gets_skinny_plans_up_to_64_and_cublaslt() {
+        for m in M_GRID {
+            let names: Vec<String> =
+                plans(GemmShape { m, n: 1024, k: 1024 }).unwrap().iter().map(GemmPlan::name).collect();
+            assert_eq!(names.last().map(String::as_str), Some("cublaslt"));
+            assert_eq!(names.len() > 1, m <= 64, "{m}: {names:?}");
+        }
+    }
+}
