@@ -10,7 +10,10 @@ pub enum Error {
     #[error("no NVRTC library (libnvrtc) on this machine")]
     NoNvrtc,
     /// No cuBLASLt library could be loaded, so the wide GEMMs cannot run.
-    #[error("no cuBLASLt library (libcublasLt) on this machine")]
+    #[error(
+        "no cuBLASLt library: the dynamic loader finds no libcublasLt.so.13 (a pip install keeps it in \
+         site-packages/nvidia/cu13/lib: add that folder to LD_LIBRARY_PATH)"
+    )]
     NoCublasLt,
     /// The driver loaded but reported no usable device.
     #[error("CUDA driver present but no device: {0}")]

@@ -1,5 +1,6 @@
-//! The CUDA side of asynct: device discovery now; the HP1 kernels (CUDA C++ compiled at run
-//! time by NVRTC), CUDA graphs ([`Gpu::capture`]) and cuBLASLt GEMMs as the GPU issues land.
+//! The CUDA side of asynct: device discovery, the HP1 attention kernels and the model's small ops
+//! (CUDA C++ compiled at run time by NVRTC), the linear layers' GEMMs ([`gemm`]: a skinny
+//! tensor-core kernel for decode batches, cuBLASLt for prefill), and CUDA graphs ([`Gpu::capture`]).
 //!
 //! cudarc is built with dynamic loading, so this crate compiles and its users run on machines
 //! without CUDA: [`probe`] says whether a driver and a device are there, and every GPU test
