@@ -39,18 +39,26 @@
 //         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
 //         registers.
 //   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
-//         registers of loads in flight and at least 128 bytes of W per lane.
+//         registers of loads in flight. Bytes of W in flight per lane, 16 U ROWS / 8:
+//                 ROWS 8   16   32   64
+//           MT 1     128  160  192  128
+//           MT 2      80  128  128  128
+//           MT 4      48   64  128    -
+//           MT 8      16   32    -    -
+//         At MT 8 the x vectors take the registers: those loads hit L2, not HBM.
 //
 // LAUNCH. Grid (ceil(N / ROWS), 1, 1), block THREADS = 256, static shared memory
 // WARPS * 8 MT * (ROWS + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores free of
-// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread): 512 threads with
-// 128 to 192 bytes of W each in flight, 64 KB or more per SM, beyond the ~30 KB that Little's law
-// asks of an H200 (4.3 TB/s x ~0.9 us / 132 SMs).
+// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 84 to
+// 124 on sm_90a, no spills): 512 threads, so 64 to 96 KB of W in flight per SM where a lane holds
+// 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200 (4.3 TB/s x ~0.9 us /
+// 132 SMs), and under it where the table says less.
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)    y  [M, N] out
-// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 8 below
-// 2^31 - 64 (a 16-byte load stays inside a row); 1 <= N < 2^31; x and w 16-byte aligned.
+// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 8 (a
+// 16-byte load stays inside a row) up to 2^30 (k indices of steps past the end stay in an int);
+// 1 <= N < 2^31; x and w 16-byte aligned.
 
 namespace gemm_skinny {
 
