@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf device-bin && mkdir -p device-bin
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release -p verify --bins
-cp "$target/release/asynct-verify" "$target/release/asynct-bench" device-bin/
+cargo build --release -p verify --bins -p server
+cp "$target/release/asynct-verify" "$target/release/asynct-bench" "$target/release/asynct" device-bin/
 # The GPU test binaries are cargo test targets; ask cargo where it put them.
 cargo test --release -p verify --no-run --message-format=json 2>/dev/null \
   | python3 -c '

@@ -16,7 +16,7 @@ pub struct Cli {
 pub enum Command {
     /// Write a checkpoint with seeded random weights for a preset.
     Init(InitArgs),
-    /// Generate a completion on the CPU backend.
+    /// Generate a completion (on the GPU when there is one, else the CPU).
     Generate(GenerateArgs),
 }
 
@@ -68,9 +68,15 @@ pub struct GenerateArgs {
     /// Run this many copies of the prompt as one batch.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
-    /// Oracle mode: f32, f64, or bf16 (bf16-faithful).
+    /// auto (the GPU when one is there), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// The CPU backend's mode: f32, f64, or bf16 (bf16-faithful). The GPU runs bf16.
     #[arg(long, default_value = "f32")]
     pub precision: String,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
     /// Write the logits (f32 [positions, vocab]) of the first request to this safetensors file.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,

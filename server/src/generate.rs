@@ -1,5 +1,6 @@
-//! `asynct generate`: load a checkpoint, run one batch of requests to completion on the CPU
-//! backend, print the output and a one-line summary.
+//! `asynct generate`: load a checkpoint, run one batch of requests to completion on the GPU
+//! backend (`--device cuda`, or `auto` on a machine with a GPU) or the CPU backend, print the
+//! output and a one-line summary.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +10,8 @@ use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::{load_cpu_executor, Precision};
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
+use model::executor::StepExecutor;
+use model::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
 use model::scheduler::SchedulerConfig;
 use tokenizers::Tokenizer;
 
@@ -39,19 +42,37 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
             .to_vec(),
         (None, None) => return Err("give --prompt or --prompt-ids".into()),
     };
-    // Room for every request's whole life at once, so this batch never preempts; the engine
-    // sizes its scheduler from the executor's cache.
-    let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
-    let num_blocks = blocks_for(max_len, BLOCK_SIZE) * args.batch;
-
     let bar = ProgressBar::new(0).with_message(format!("loading {}", args.model.display()));
-    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors").expect("valid template"));
-    let executor = load_cpu_executor(&args.model, &cfg, precision, num_blocks, BLOCK_SIZE, &mut |done, total| {
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
+    let mut progress = |done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let executor: Box<dyn StepExecutor> = match Device::parse(&args.device)? {
+        Device::Cuda(gpu) => {
+            if args.gpu_memory_utilization <= 0.0 || args.gpu_memory_utilization > 1.0 {
+                return Err(format!("--gpu-memory-utilization must be in (0, 1], got {}", args.gpu_memory_utilization));
+            }
+            let options = GpuOptions {
+                max_num_seqs: args.batch,
+                max_batched_tokens: PREFILL_CHUNK.max(args.batch),
+                max_model_len: cfg.max_position_embeddings,
+                block_size: BLOCK_SIZE,
+                memory_utilization: args.gpu_memory_utilization,
+            };
+            Box::new(GpuExecutor::load(&gpu, &args.model, &cfg, options, &mut progress).map_err(|e| e.to_string())?)
+        }
+        Device::Cpu => {
+            // Room for every request's whole life at once, so this batch never preempts; the
+            // engine sizes its scheduler from the executor's cache.
+            let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
+            let num_blocks = blocks_for(max_len, BLOCK_SIZE) * args.batch;
+            load_cpu_executor(&args.model, &cfg, precision, num_blocks, BLOCK_SIZE, &mut progress)
+                .map_err(|e| e.to_string())?
+        }
+    };
     bar.finish_and_clear();
+    eprintln!("running on {}", executor.describe());
 
     let sched = SchedulerConfig {
         max_num_seqs: args.batch,
@@ -109,4 +130,22 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         engine.describe()
     );
     Ok(())
+}
+
+/// Where `--device` runs the model.
+enum Device {
+    Cpu,
+    Cuda(std::sync::Arc<gpu::Gpu>),
+}
+
+impl Device {
+    /// `auto` takes the GPU when one opens; `cuda` without one is an error before any work.
+    fn parse(device: &str) -> Result<Self, String> {
+        match device {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => open_gpu().map(Self::Cuda).map_err(|e| e.to_string()),
+            "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
+            other => Err(format!("--device must be auto, cpu or cuda, got `{other}`")),
+        }
+    }
 }

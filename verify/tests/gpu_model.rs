@@ -12,7 +12,7 @@ use gpu::Gpu;
 use half::bf16;
 use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
-use model::gpu_backend::forward::GpuModel;
+use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::Capacity;
 use model::gpu_backend::weights::{stacked_rows, DeviceWeights};
 use model::presets::Preset;
@@ -31,6 +31,7 @@ fn main() {
             ("weights_land_in_the_stacked_layouts_bit_for_bit", weights_land_in_the_stacked_layouts_bit_for_bit),
             ("the_forward_agrees_with_the_oracles_bf16_mode", the_forward_agrees_with_the_oracles_bf16_mode),
             ("a_decode_row_has_the_same_bits_alone_beside_a_chunk_and_twice", decode_row_bits),
+            ("the_engine_on_the_gpu_draws_the_oracles_tokens_every_time", engine_on_the_gpu),
         ],
     )
 }
@@ -165,7 +166,7 @@ fn small_model(seed: u64) -> Result<(ModelConfig, ModelWeights<f32>, ModelWeight
 
 fn gpu_model(gpu: &Arc<Gpu>, cfg: &ModelConfig, host: &ModelWeights<bf16>) -> Result<GpuModel, String> {
     let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: 32 };
-    GpuModel::new(gpu, cfg.dims(), host, BLOCKS, BLOCK, cap, &mut |_, _| {}).map_err(|e| e.to_string())
+    GpuModel::new(gpu, cfg.dims(), host, KvSize::Blocks(BLOCKS), BLOCK, cap, &mut |_, _| {}).map_err(|e| e.to_string())
 }
 
 /// Relative L2 of `got` against `want` (f64), and the worst row's; any non-finite value fails.
@@ -297,5 +298,85 @@ fn decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
     if beside.iter().zip(&again).any(|(a, b)| a.iter().zip(b).any(|(x, y)| x.to_bits() != y.to_bits())) {
         return Err("two runs of the same steps differ".into());
     }
+    Ok(())
+}
+
+/// A tiny-vocabulary model with the GPU's head dim, written with the byte tokenizer.
+fn byte_model(dir: &std::path::Path) -> Result<ModelConfig, String> {
+    let mut cfg = Preset::Tiny.config();
+    (cfg.head_dim, cfg.hidden_size, cfg.intermediate_size) = (128, 256, 512);
+    let weights = random_weights(&cfg.dims(), 41);
+    save_checkpoint(dir, &cfg, &weights, StoredDtype::Bf16).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("tokenizer.json"), model::byte_tokenizer::tokenizer_json().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+/// Every request's tokens from the GPU engine: eight requests (greedy and seeded temperature,
+/// prompts from 3 to 150 tokens, so chunks take the tensor-core prefill beside decode rows).
+fn gpu_engine_tokens(
+    gpu: &Arc<Gpu>,
+    dir: &std::path::Path,
+    cfg: &ModelConfig,
+    record: bool,
+) -> Result<Vec<Vec<u32>>, String> {
+    use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
+    use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
+    use model::scheduler::SchedulerConfig;
+    let e = |x: model::Error| x.to_string();
+    let options = GpuOptions {
+        max_num_seqs: 8,
+        max_batched_tokens: 256,
+        max_model_len: cfg.max_position_embeddings,
+        block_size: BLOCK,
+        memory_utilization: 0.3,
+    };
+    let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(e)?;
+    let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|x| x.to_string())?;
+    let sched = SchedulerConfig {
+        max_num_seqs: 8,
+        max_batched_tokens: 256,
+        prefill_chunk: 64,
+        max_model_len: cfg.max_position_embeddings,
+    };
+    let mut engine = Engine::new(Box::new(executor), Arc::new(tokenizer), sched, record).map_err(e)?;
+    for i in 0..8u32 {
+        let len = [3, 17, 150, 40, 64, 65, 9, 100][i as usize];
+        let sampling = match i % 2 {
+            0 => SamplingParams::greedy(),
+            _ => SamplingParams { temperature: 0.8, top_k: 0, top_p: 0.95, seed: u64::from(i) },
+        };
+        let stop = StopConditions {
+            eos_token_ids: vec![],
+            stop: vec![],
+            max_tokens: 24,
+            max_model_len: cfg.max_position_embeddings,
+            ignore_eos: true,
+        };
+        let prompt = (0..len).map(|t| (t * 37 + i * 11) % 500).collect();
+        engine.add_request(GenerationRequest { prompt, sampling, stop }).map_err(e)?;
+    }
+    Ok(engine.run_to_completion().map_err(e)?.into_iter().map(|c| c.token_ids).collect())
+}
+
+fn engine_on_the_gpu(gpu: &Arc<Gpu>) -> Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("asynct-gpu-engine-{}", std::process::id()));
+    let cfg = byte_model(&dir)?;
+    // Recording draws on the host with the oracle's sampler from the downloaded logits; not
+    // recording draws on the device. Same steps, same logits: the tokens must agree.
+    let on_device = gpu_engine_tokens(gpu, &dir, &cfg, false)?;
+    let on_host = gpu_engine_tokens(gpu, &dir, &cfg, true)?;
+    let again = gpu_engine_tokens(gpu, &dir, &cfg, false)?;
+    std::fs::remove_dir_all(&dir).map_err(|e| e.to_string())?;
+    if on_device.iter().any(|t| t.len() != 24) {
+        return Err(format!("every request should generate 24 tokens: {on_device:?}"));
+    }
+    if on_device != on_host {
+        return Err(format!("the device sampler drew {on_device:?}, the oracle's sampler {on_host:?}"));
+    }
+    if on_device != again {
+        return Err("two runs of the engine differ".into());
+    }
+    println!("  8 requests x 24 tokens, device and host samplers agree; first: {:?}", &on_device[0][..8]);
     Ok(())
 }

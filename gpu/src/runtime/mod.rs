@@ -104,6 +104,13 @@ impl Gpu {
         Ok(self.ctx.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(1) as usize)
     }
 
+    /// `(free, total)` bytes of device memory now (after the stream's pending frees).
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.stream.synchronize()?;
+        self.ctx.bind_to_thread()?;
+        Ok(cudarc::driver::result::mem_get_info()?)
+    }
+
     /// Raises `f`'s dynamic shared-memory limit to `bytes` (needed above 48 KiB).
     pub fn set_max_dynamic_smem(&self, f: &CudaFunction, bytes: u32) -> Result<()> {
         use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;

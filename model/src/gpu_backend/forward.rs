@@ -39,9 +39,23 @@ use gpu::gemm::{Gemm, GemmPlan, GemmShape};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
 use gpu::Gpu;
 
-use super::step_buffers::{Capacity, Split, StepBuffers};
+use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
 use super::weights::{DeviceLayer, DeviceWeights};
-use crate::error::Result;
+use crate::error::{Error, Result};
+
+fn gib(bytes: usize) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// How large the KV cache is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KvSize {
+    /// This many blocks.
+    Blocks(usize),
+    /// As many blocks as fit once the weights and step buffers are in, keeping the device's use
+    /// at or under this fraction of its memory (vLLM's `--gpu-memory-utilization`).
+    MemoryFraction(f64),
+}
 
 /// The paged KV cache of every layer on the device.
 pub struct DeviceCache {
@@ -56,6 +70,11 @@ pub struct DeviceCache {
 }
 
 impl DeviceCache {
+    /// Bytes one block takes over every layer, keys and values.
+    pub fn block_bytes(dims: &ModelDims, block_size: usize) -> usize {
+        2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * std::mem::size_of::<bf16>()
+    }
+
     /// A zeroed cache of `num_blocks` blocks for every layer of `dims`.
     pub fn new(gpu: &Gpu, dims: &ModelDims, num_blocks: usize, block_size: usize) -> gpu::Result<Self> {
         let len = num_blocks * block_size * dims.num_kv_heads * dims.head_dim;
@@ -101,17 +120,28 @@ enum AttnPlan {
 }
 
 impl GpuModel {
-    /// Uploads `weights` and allocates a cache of `num_blocks` blocks of `block_size` tokens and
-    /// step buffers for `cap`.
+    /// Uploads `weights`, allocates step buffers for `cap`, then a cache of `block_size`-token
+    /// blocks sized by `kv`. Refuses, before uploading, a checkpoint that does not fit the free
+    /// memory, and a cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
     pub fn new(
         gpu: &Arc<Gpu>,
         dims: ModelDims,
         weights: &ModelWeights<bf16>,
-        num_blocks: usize,
+        kv: KvSize,
         block_size: usize,
         cap: Capacity,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
+        let need = DeviceWeights::bytes_of(weights);
+        let (free, total) = gpu.memory()?;
+        if need > free {
+            return Err(Error::Executor(format!(
+                "the checkpoint's weights take {:.2} GiB, the GPU has {:.2} GiB free of {:.2} GiB",
+                gib(need),
+                gib(free),
+                gib(total)
+            )));
+        }
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
@@ -130,10 +160,29 @@ impl GpuModel {
             clip_max: p.clip_max as f32,
         };
         gate.validate()?;
+        let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
+        let bufs = StepBuffers::new(gpu, &dims, cap, 0)?;
+        let block_bytes = DeviceCache::block_bytes(&dims, block_size);
+        let num_blocks = match kv {
+            KvSize::Blocks(n) => n,
+            KvSize::MemoryFraction(f) => {
+                let (free, total) = gpu.memory()?;
+                let keep = ((1.0 - f.clamp(0.0, 1.0)) * total as f64) as usize;
+                free.saturating_sub(keep) / block_bytes
+            }
+        };
+        if num_blocks < cap.max_blocks_per_seq {
+            return Err(Error::Executor(format!(
+                "a KV cache of {num_blocks} blocks ({} tokens, {:.2} GiB) cannot hold one sequence of {} tokens",
+                num_blocks * block_size,
+                gib(num_blocks * block_bytes),
+                cap.max_blocks_per_seq * block_size
+            )));
+        }
         Ok(Self {
-            weights: DeviceWeights::upload(gpu, weights, &dims, progress)?,
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
-            bufs: StepBuffers::new(gpu, &dims, cap, 0)?,
+            weights,
+            bufs,
             sms: gpu.multiprocessors()?,
             gpu: gpu.clone(),
             dims,
@@ -161,17 +210,35 @@ impl GpuModel {
     /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its logit
     /// rows widened to f32, `[rows, vocab]` (waits for the device).
     pub fn forward(&mut self, step: &StepInput<'_>) -> Result<Array2<f32>> {
-        let rows = self.launch(step)?;
+        let picked = logit_rows(step);
+        self.launch(step, &picked)?;
         self.kernels.faults.check()?;
-        let vocab = self.dims.vocab_size;
-        let logits = self.gpu.download(&self.bufs.logits)?;
-        let widened = logits[..rows * vocab].iter().map(|x| x.to_f32()).collect();
-        Ok(Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements were taken"))
+        self.download_logits(picked.len())
     }
 
-    /// Enqueues the whole step; returns the number of logit rows.
-    fn launch(&mut self, step: &StepInput<'_>) -> Result<usize> {
-        let (split, picked) = self.bufs.upload(&self.gpu, step)?;
+    /// The first `rows` rows of the last step's logits, widened to f32 (waits for the device).
+    pub fn download_logits(&self, rows: usize) -> Result<Array2<f32>> {
+        let vocab = self.dims.vocab_size;
+        let bits = self.gpu.stream().clone_dtoh(&self.bufs.logits.slice(..rows * vocab)).map_err(gpu::Error::from)?;
+        let widened = bits.iter().map(|x| x.to_f32()).collect();
+        Ok(Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements were copied"))
+    }
+
+    /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device.
+    pub fn logits(&self, rows: usize) -> cudarc::driver::CudaView<'_, bf16> {
+        self.bufs.logits.slice(..rows * self.dims.vocab_size)
+    }
+
+    /// The fault word every kernel of a step records into: checking it waits for the device.
+    pub fn faults(&mut self) -> &mut Faults {
+        &mut self.kernels.faults
+    }
+
+    /// Enqueues the whole step, the logits of query rows `picked` (in that order) last. Launch
+    /// only: the caller checks [`GpuModel::faults`] once the results are read.
+    pub fn launch(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<()> {
+        let split = self.bufs.upload(&self.gpu, step, picked)?;
+        let picked = picked.len();
         let t = step.token_ids.len();
         let width = step.meta.block_table.ncols();
         let attn = self.plan_attention(split, t, width)?;
@@ -180,7 +247,8 @@ impl GpuModel {
         let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
         let q_width = d.num_heads * d.head_dim;
         let shapes = [(t, qkv_width, hidden), (t, hidden, q_width), (t, 2 * inter, hidden), (t, hidden, inter)];
-        for (m, n, k) in shapes.into_iter().chain([(picked, vocab, hidden)]) {
+        let head = (picked > 0).then_some((picked, vocab, hidden));
+        for (m, n, k) in shapes.into_iter().chain(head) {
             self.gemm(GemmShape { m, n, k })?;
         }
         let Self { weights: w, cache, bufs: b, kernels: k, gemms, gate, .. } = self;
@@ -253,6 +321,9 @@ impl GpuModel {
                 &mut b.h.slice_mut(..th),
             )?;
         }
+        if picked == 0 {
+            return Ok(());
+        }
         // `h` holds the final norm of every row now; the rows that get logits are gathered.
         let (ph, pv) = (picked * hidden, picked * vocab);
         k.embedding.run(
@@ -263,7 +334,7 @@ impl GpuModel {
             &mut k.faults,
         )?;
         gemm(picked, vocab, hidden).run(&b.picked.slice(..ph), &w.head().as_view(), &mut b.logits.slice_mut(..pv))?;
-        Ok(picked)
+        Ok(())
     }
 
     /// Loads the GEMM of `shape` on first use.

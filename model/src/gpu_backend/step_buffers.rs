@@ -11,6 +11,14 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, StepInput};
+
+/// The query rows of `step` its `logits` setting picks: every row, or each sequence's last.
+pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
+    match step.logits {
+        LogitRows::All => (0..step.token_ids.len() as u32).collect(),
+        LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
+    }
+}
 use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
@@ -152,9 +160,10 @@ impl StepBuffers {
         })
     }
 
-    /// Checks `step` against the capacity and uploads its ids, positions, slots, logit rows and
-    /// metadata; returns the split and the number of logit rows.
-    pub fn upload(&mut self, gpu: &Gpu, step: &StepInput<'_>) -> Result<(Split, usize)> {
+    /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
+    /// `picked`, the query rows that get logits (in the order their logits rows come out);
+    /// returns the split.
+    pub fn upload(&mut self, gpu: &Gpu, step: &StepInput<'_>, picked: &[u32]) -> Result<Split> {
         let meta = step.meta;
         let tokens = step.token_ids.len();
         let seqs = meta.seq_lens.len();
@@ -167,23 +176,22 @@ impl StepBuffers {
                 cap.max_tokens, cap.max_seqs, cap.max_blocks_per_seq
             )));
         }
+        if picked.len() > tokens || picked.iter().any(|&r| r as usize >= tokens) {
+            return Err(Error::Executor(format!("logit rows {picked:?} are not rows of a {tokens}-row step")));
+        }
         let split = Split::of(meta)?;
         let positions = positions(meta);
-        let picked: Vec<u32> = match step.logits {
-            LogitRows::All => (0..tokens as u32).collect(),
-            LogitRows::LastPerSeq => meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
-        };
         let stream = gpu.stream();
         let copy = |e: cudarc::driver::DriverError| Error::Gpu(e.into());
         stream.memcpy_htod(step.token_ids, &mut self.ids.slice_mut(..tokens)).map_err(copy)?;
         stream.memcpy_htod(&positions, &mut self.positions.slice_mut(..tokens)).map_err(copy)?;
         stream.memcpy_htod(step.slot_mapping, &mut self.slots.slice_mut(..tokens)).map_err(copy)?;
-        stream.memcpy_htod(&picked, &mut self.logit_rows.slice_mut(..picked.len())).map_err(copy)?;
+        stream.memcpy_htod(picked, &mut self.logit_rows.slice_mut(..picked.len())).map_err(copy)?;
         self.meta.write(gpu, meta, 0..seqs)?;
         if split.decodes < seqs {
             self.prefill_meta.write(gpu, meta, split.decodes..seqs)?;
         }
-        Ok((split, picked.len()))
+        Ok(split)
     }
 }
 

@@ -66,6 +66,23 @@ impl DeviceWeights {
         self.lm_head.as_ref().unwrap_or(&self.embed_tokens)
     }
 
+    /// Device bytes `weights`' matrices will take (the norms and gains are a rounding error).
+    pub fn bytes_of(weights: &ModelWeights<bf16>) -> usize {
+        let layer = |l: &LayerWeights<bf16>| {
+            let a = &l.attn;
+            a.q_proj.len()
+                + a.k_proj.len()
+                + a.v_proj.len()
+                + a.o_proj.len()
+                + l.gate_proj.len()
+                + l.up_proj.len()
+                + l.down_proj.len()
+        };
+        2 * (weights.embed_tokens.len()
+            + weights.lm_head.as_ref().map_or(0, |h| h.len())
+            + weights.layers.iter().map(layer).sum::<usize>())
+    }
+
     /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`), calling
     /// `progress(done, total)` after each layer.
     pub fn upload(

@@ -1,0 +1,245 @@
+//! The GPU backend as a [`StepExecutor`]: a planned step through [`GpuModel`], then the tokens
+//! drawn on the device by the sampler kernel, which draws the oracle's token from the same logits
+//! (SPEC section 5), so only one id per sampling sequence comes back to the host.
+//!
+//! The forward wants a step's decode rows first (they run on the decode kernels, never in a
+//! tensor-core launch with a neighbour's chunk); the scheduler orders sequences by age, so the
+//! executor runs the step in that order, decode sequences first, and maps the logits back. A
+//! row's result does not depend on where it sits in the step, so the order changes no bit.
+//!
+//! With `--dump-logits` every row's logits come back and the tokens are drawn from them on the
+//! host with the oracle's sampler, the same function the kernel matches token for token.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use half::bf16;
+use ndarray::{Array2, Axis};
+use oracle::decode::sampler::sample;
+use oracle::hp1::AttnMetadata;
+use oracle::model::forward::{LogitRows, StepInput};
+
+use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, Widen};
+use gpu::Gpu;
+
+use super::forward::{GpuModel, KvSize};
+use super::step_buffers::Capacity;
+use crate::block_pool::blocks_for;
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::executor::{sampling_seqs, KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use crate::scheduler::StepPlan;
+
+/// What a GPU executor is built for: its step limits and how much memory its cache may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GpuOptions {
+    /// Sequences in one step, at most.
+    pub max_num_seqs: usize,
+    /// Query tokens in one step, at most.
+    pub max_batched_tokens: usize,
+    /// Longest sequence, prompt and output.
+    pub max_model_len: usize,
+    /// Tokens per cache block.
+    pub block_size: usize,
+    /// The fraction of device memory the weights, buffers and cache may use together.
+    pub memory_utilization: f64,
+}
+
+/// The model on the GPU, its sampler and the buffers the sampler reads and writes.
+pub struct GpuExecutor {
+    model: GpuModel,
+    sampler: Sampler,
+    widen: Widen,
+    logits_f32: CudaSlice<f32>,
+    params: CudaSlice<DeviceSamplingRow>,
+    tokens: CudaSlice<u32>,
+    survivors: CudaSlice<u32>,
+    gpu: Arc<Gpu>,
+    label: String,
+}
+
+impl GpuExecutor {
+    /// Loads the checkpoint in `dir` as raw bf16 onto `gpu` and sizes its cache from the memory
+    /// left (`progress(done, total)` follows the tensors, then the layers' upload).
+    pub fn load(
+        gpu: &Arc<Gpu>,
+        dir: &Path,
+        cfg: &ModelConfig,
+        options: GpuOptions,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let weights = crate::checkpoint::load_weights::<bf16>(dir, cfg, progress)?;
+        let cap = Capacity {
+            max_tokens: options.max_batched_tokens,
+            max_seqs: options.max_num_seqs,
+            max_blocks_per_seq: blocks_for(options.max_model_len, options.block_size),
+        };
+        let kv = KvSize::MemoryFraction(options.memory_utilization);
+        let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress)?;
+        let vocab = cfg.dims().vocab_size;
+        let rows = options.max_num_seqs;
+        let info = gpu.info();
+        let cache = model.cache();
+        let label = format!(
+            "cuda {} ({:.2} GiB of weights, KV cache {} blocks = {} tokens)",
+            info.name,
+            model.weight_bytes() as f64 / (1u64 << 30) as f64,
+            cache.num_blocks,
+            cache.num_blocks * cache.block_size
+        );
+        Ok(Self {
+            sampler: Sampler::new(gpu)?,
+            widen: Widen::new(gpu)?,
+            logits_f32: gpu.zeros(rows * vocab)?,
+            params: gpu.upload(&vec![DeviceSamplingRow::new(0.0, 0, 1.0, 0, 0)?; rows])?,
+            tokens: gpu.zeros(rows)?,
+            survivors: gpu.zeros(rows)?,
+            model,
+            gpu: gpu.clone(),
+            label,
+        })
+    }
+
+    /// Draws `sampling[j]`'s token from row `j` of the model's last logits, on the device.
+    fn sample_on_device(&mut self, sampling: &[SamplingRow]) -> Result<Vec<u32>> {
+        let (rows, vocab) = (sampling.len(), self.model.dims().vocab_size);
+        let params = sampling
+            .iter()
+            .map(|r| {
+                let p = &r.params;
+                Ok(DeviceSamplingRow::new(p.temperature, p.top_k, p.top_p, p.seed, r.step)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let stream = self.gpu.stream();
+        stream.memcpy_htod(&params, &mut self.params.slice_mut(..rows)).map_err(gpu::Error::from)?;
+        self.widen.run(&self.model.logits(rows), &mut self.logits_f32.slice_mut(..rows * vocab))?;
+        self.sampler.sample(
+            &self.logits_f32.slice(..rows * vocab),
+            vocab,
+            &self.params.slice(..rows),
+            &mut self.tokens.slice_mut(..rows),
+            &mut self.survivors.slice_mut(..rows),
+            self.model.faults(),
+        )?;
+        self.model.faults().check()?;
+        Ok(stream.clone_dtoh(&self.tokens.slice(..rows)).map_err(gpu::Error::from)?)
+    }
+}
+
+/// `plan` with its sequences in `order`: ids, metadata and slots rebuilt, rows moved with their
+/// sequences. Returns the step and, for each plan row, its row in the reordered step.
+fn reordered(plan: &StepPlan, order: &[usize]) -> (Vec<u32>, AttnMetadata, Vec<i64>, Vec<usize>) {
+    let meta = &plan.meta;
+    let qsl = &meta.query_start_loc;
+    let mut table = Array2::<i32>::zeros(meta.block_table.dim());
+    let (mut ids, mut slots, mut seq_lens, mut starts) = (Vec::new(), Vec::new(), Vec::new(), vec![0i32]);
+    let mut row_of = vec![0usize; plan.token_ids.len()];
+    for (i, &s) in order.iter().enumerate() {
+        table.row_mut(i).assign(&meta.block_table.row(s));
+        let (a, b) = (qsl[s] as usize, qsl[s + 1] as usize);
+        for (k, r) in (a..b).enumerate() {
+            row_of[r] = ids.len() + k;
+        }
+        ids.extend_from_slice(&plan.token_ids[a..b]);
+        slots.extend_from_slice(&plan.slot_mapping[a..b]);
+        seq_lens.push(meta.seq_lens[s]);
+        starts.push(starts[i] + (b - a) as i32);
+    }
+    (ids, AttnMetadata { block_table: table, seq_lens, query_start_loc: starts }, slots, row_of)
+}
+
+impl StepExecutor for GpuExecutor {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], wanted: LogitsWanted) -> Result<StepOutput> {
+        let seqs = sampling_seqs(plan, sampling)?;
+        let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
+        let order: Vec<usize> =
+            (0..lens.len()).filter(|&s| lens[s] == 1).chain((0..lens.len()).filter(|&s| lens[s] != 1)).collect();
+        let (ids, meta, slots, row_of) = reordered(plan, &order);
+        let logits = match wanted {
+            LogitsWanted::AllRows => LogitRows::All,
+            LogitsWanted::Discard => LogitRows::LastPerSeq,
+        };
+        let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits };
+        let last_row = |s: usize| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32;
+        match wanted {
+            LogitsWanted::Discard => {
+                let picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
+                self.model.launch(&step, &picked)?;
+                let sampled = match picked.is_empty() {
+                    true => {
+                        self.model.faults().check()?;
+                        Vec::new()
+                    }
+                    false => self.sample_on_device(sampling)?,
+                };
+                Ok(StepOutput { sampled, logits: None })
+            }
+            LogitsWanted::AllRows => {
+                let all: Vec<u32> = (0..ids.len() as u32).collect();
+                self.model.launch(&step, &all)?;
+                self.model.faults().check()?;
+                let moved = self.model.download_logits(ids.len())?;
+                let logits = moved.select(Axis(0), &row_of);
+                let sampled = seqs
+                    .iter()
+                    .zip(sampling)
+                    .map(|(&s, row)| {
+                        let r = logits.row(plan.meta.query_start_loc[s + 1] as usize - 1);
+                        Ok(sample(r.as_slice().expect("logits rows are contiguous"), &row.params, row.step)?)
+                    })
+                    .collect::<Result<Vec<u32>>>()?;
+                Ok(StepOutput { sampled, logits: Some(logits) })
+            }
+        }
+    }
+
+    fn kv_capacity(&self) -> KvCapacity {
+        let cache = self.model.cache();
+        KvCapacity { num_blocks: cache.num_blocks, block_size: cache.block_size }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.dims().vocab_size
+    }
+
+    fn describe(&self) -> String {
+        self.label.clone()
+    }
+}
+
+/// Whether this machine has a GPU the backend can open, and the error saying why not.
+pub fn open_gpu() -> Result<Arc<Gpu>> {
+    Gpu::new().map_err(|e| Error::Executor(format!("--device cuda: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::ScheduledSeq;
+
+    #[test]
+    fn reordering_moves_rows_with_their_sequences() {
+        let seq = |id, len| ScheduledSeq { id, start: 0, len, samples: true };
+        let plan = StepPlan {
+            seqs: vec![seq(0, 3), seq(1, 1), seq(2, 2), seq(3, 1)],
+            token_ids: vec![10, 11, 12, 20, 30, 31, 40],
+            meta: AttnMetadata {
+                block_table: Array2::from_shape_fn((4, 2), |(s, j)| (s * 2 + j) as i32),
+                seq_lens: vec![3, 9, 2, 5],
+                query_start_loc: vec![0, 3, 4, 6, 7],
+            },
+            slot_mapping: vec![100, 101, 102, 200, 300, 301, 400],
+        };
+        let (ids, meta, slots, row_of) = reordered(&plan, &[1, 3, 0, 2]);
+        assert_eq!(ids, vec![20, 40, 10, 11, 12, 30, 31]);
+        assert_eq!(slots, vec![200, 400, 100, 101, 102, 300, 301]);
+        assert_eq!(meta.seq_lens, vec![9, 5, 3, 2]);
+        assert_eq!(meta.query_start_loc, vec![0, 1, 2, 5, 7]);
+        assert_eq!(meta.block_table.row(0).to_vec(), vec![2, 3]);
+        assert_eq!(row_of, vec![2, 3, 4, 0, 5, 6, 1]);
+        for (r, &moved) in row_of.iter().enumerate() {
+            assert_eq!(plan.token_ids[r], ids[moved]);
+        }
+    }
+}
