@@ -369,6 +369,35 @@ mod tests {
         plan.seqs.iter().map(|p| (p.id, p.start, p.len, p.samples)).collect()
     }
 
+    /// Steps until done for four 10-token prompts generating 6 tokens each under `budget`.
+    fn steps_to_finish(budget: usize) -> usize {
+        let cfg = SchedulerConfig { max_batched_tokens: budget, ..cfg() };
+        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: 64, block_size: 4 }).unwrap();
+        for id in 0..4 {
+            s.add(id, (0..10).collect(), 6).unwrap();
+        }
+        let mut steps = 0;
+        while s.has_work() {
+            let plan = step(&mut s, 1);
+            // Prompt (10) plus 6 sampled tokens: done once the sixth is drawn.
+            for p in plan.seqs.iter().filter(|p| p.samples && p.start + p.len + 1 >= 16) {
+                s.finish(p.id).unwrap();
+            }
+            steps += 1;
+        }
+        steps
+    }
+
+    #[test]
+    fn a_budget_of_one_chunk_runs_a_batch_one_request_at_a_time() {
+        // A decoding sequence takes one token of a chunk-sized budget, and the next request's
+        // chunk (never cut) no longer fits: each request prefills (2 steps) and decodes (5) alone.
+        // With a row for every sequence beside the chunk they overlap.
+        assert_eq!(steps_to_finish(5), 4 * 7);
+        let overlapped = steps_to_finish(5 + 4);
+        assert!(overlapped < 14, "{overlapped} steps");
+    }
+
     #[test]
     fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
         let mut s = scheduler(16);

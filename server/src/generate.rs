@@ -21,6 +21,13 @@ use crate::logits_dump;
 const BLOCK_SIZE: usize = 16;
 const PREFILL_CHUNK: usize = 512;
 
+/// A step's token budget: one whole prefill chunk beside a decode row of every sequence. With only
+/// a chunk's worth, a decoding sequence leaves too little room for any other's next chunk (chunks
+/// are never cut, for batch invariance), and the batch runs one request at a time.
+fn step_budget(batch: usize) -> usize {
+    PREFILL_CHUNK + batch
+}
+
 /// Runs the command; the error is the message to print.
 pub fn run(args: &GenerateArgs) -> Result<(), String> {
     if args.batch == 0 {
@@ -55,7 +62,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
             }
             let options = GpuOptions {
                 max_num_seqs: args.batch,
-                max_batched_tokens: PREFILL_CHUNK.max(args.batch),
+                max_batched_tokens: step_budget(args.batch),
                 max_model_len: cfg.max_position_embeddings,
                 block_size: BLOCK_SIZE,
                 memory_utilization: args.gpu_memory_utilization,
@@ -76,7 +83,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
 
     let sched = SchedulerConfig {
         max_num_seqs: args.batch,
-        max_batched_tokens: PREFILL_CHUNK.max(args.batch),
+        max_batched_tokens: step_budget(args.batch),
         prefill_chunk: PREFILL_CHUNK,
         max_model_len: cfg.max_position_embeddings,
     };
