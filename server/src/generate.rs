@@ -55,7 +55,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     };
-    let executor: Box<dyn StepExecutor> = match Device::parse(&args.device)? {
+    let executor: Box<dyn StepExecutor> = match Device::parse(&args.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
             if args.gpu_memory_utilization <= 0.0 || args.gpu_memory_utilization > 1.0 {
                 return Err(format!("--gpu-memory-utilization must be in (0, 1], got {}", args.gpu_memory_utilization));
@@ -146,11 +146,18 @@ enum Device {
 }
 
 impl Device {
-    /// `auto` takes the GPU when one opens; `cuda` without one is an error before any work.
-    fn parse(device: &str) -> Result<Self, String> {
+    /// `auto` takes the GPU when one opens and its kernels take the model's head dim; `cuda`
+    /// without a GPU, or for a head dim the kernels do not take, is an error before any work.
+    fn parse(device: &str, head_dim: usize) -> Result<Self, String> {
+        let kernels_take = gpu::attention::HEAD_DIMS.contains(&head_dim);
         match device {
             "cpu" => Ok(Self::Cpu),
+            "cuda" if !kernels_take => Err(format!(
+                "--device cuda: the GPU kernels take head dims {:?}, the model's is {head_dim}",
+                gpu::attention::HEAD_DIMS
+            )),
             "cuda" => open_gpu().map(Self::Cuda).map_err(|e| e.to_string()),
+            "auto" if !kernels_take => Ok(Self::Cpu),
             "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
             other => Err(format!("--device must be auto, cpu or cuda, got `{other}`")),
         }
