@@ -19,6 +19,13 @@ for line in sys.stdin:
         print("test binary:", m["target"]["name"])
 '
 strip device-bin/*
+# The large presets' tokenizer, for `asynct init --preset asynct-small|asynct-0.5b` on the device
+# (carry ".qwen3" and set ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 there); ignored by git like device-bin.
+if [ -d ../shared/tokenizers/qwen3 ]; then
+  mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
+  exclude=$(git rev-parse --git-path info/exclude)
+  grep -qx '/.qwen3/' "$exclude" 2>/dev/null || echo '/.qwen3/' >> "$exclude"
+fi
 git rev-parse HEAD > device-bin/COMMIT
 git status --porcelain | grep -q . && echo "dirty" >> device-bin/COMMIT || true
 du -sh device-bin; ls device-bin
