@@ -283,6 +283,9 @@ fn events_stream_every_token_and_one_finish(b: Backend) {
         }
     }
     assert_eq!((tokens, finishes), (5, 1));
+    let taken = e.take_finished();
+    assert_eq!((taken.len(), taken[0].id, taken[0].token_ids.len()), (1, id, 5));
+    assert!(e.take_finished().is_empty(), "a completion is handed out once");
 }
 
 fn bad_requests_are_refused_and_leave_the_engine_usable(b: Backend) {
