@@ -1,0 +1,12 @@
+//! The OpenAI-compatible request and response shapes of `asynct serve`, kept free of HTTP and of
+//! the engine so that every rule can be unit-tested on bytes.
+//!
+//! - [`validate`] alone turns a request body into a [`types::CompletionRequest`] or
+//!   [`types::ChatRequest`]; whatever it returns is in range, so handlers never re-check fields.
+//! - [`types`] holds those validated requests and the response bodies and stream chunks.
+//! - [`error::ApiError`] is the one error of the HTTP layer and the one place a failure becomes a
+//!   status code and an OpenAI error body.
+
+pub mod error;
+pub mod types;
+pub mod validate;

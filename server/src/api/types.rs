@@ -1,0 +1,402 @@
+//! Validated requests (built only by [`super::validate`]) and the bodies and stream chunks that
+//! answer them, shaped as OpenAI's `/v1/completions` and `/v1/chat/completions` define them.
+//!
+//! Response fields OpenAI always sends are always serialised, `null` included (`logprobs`,
+//! `finish_reason`), because strict clients deserialise into types that require them.
+
+use serde::Serialize;
+
+/// What a request may ask for, from the served model and the server's flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Prompt plus generated tokens may not exceed this.
+    pub max_model_len: usize,
+    /// Token ids must be below this.
+    pub vocab_size: usize,
+    /// The most choices (`n`) one request may ask for.
+    pub max_n: usize,
+    /// `max_tokens` when the request gives none.
+    pub default_max_tokens: usize,
+}
+
+/// `/v1/completions`' `prompt`, in each of the four forms OpenAI takes; never empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prompt {
+    /// One string.
+    Text(String),
+    /// A batch of strings, one prompt each.
+    Texts(Vec<String>),
+    /// One prompt as token ids.
+    Ids(Vec<u32>),
+    /// A batch of prompts as token ids.
+    IdLists(Vec<Vec<u32>>),
+}
+
+/// One chat message, its content flattened to text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text; an array of text parts is joined.
+    pub content: String,
+}
+
+/// Sampling and output options common to both routes, all in range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sampling {
+    /// `max_tokens` or `max_completion_tokens`; at least 1, at most the model's length.
+    pub max_tokens: usize,
+    /// In `[0, 2]`; 0 is greedy.
+    pub temperature: f32,
+    /// In `(0, 1]`.
+    pub top_p: f32,
+    /// 0 keeps every token (the request's -1 or 0).
+    pub top_k: usize,
+    /// Repeats a sampled run when given.
+    pub seed: Option<u64>,
+    /// Up to four non-empty stop strings.
+    pub stop: Vec<String>,
+    /// Choices per prompt, in `1..=max_n`.
+    pub n: usize,
+    /// Keep generating past the end-of-sequence token.
+    pub ignore_eos: bool,
+    /// How many alternatives per token the request wants logprobs for (0 = only the chosen one).
+    pub logprobs: Option<usize>,
+    /// Answer as server-sent events.
+    pub stream: bool,
+    /// `stream_options.include_usage`: a usage chunk before `[DONE]`.
+    pub include_usage: bool,
+}
+
+/// A validated `/v1/completions` request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompletionRequest {
+    /// The model the client names (checked against the served one by the route).
+    pub model: String,
+    /// The prompt or prompts.
+    pub prompt: Prompt,
+    /// Sampling and output options.
+    pub sampling: Sampling,
+}
+
+/// A validated `/v1/chat/completions` request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChatRequest {
+    /// The model the client names.
+    pub model: String,
+    /// At least one message.
+    pub messages: Vec<ChatMessage>,
+    /// Sampling and output options.
+    pub sampling: Sampling,
+}
+
+/// Token counts of a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Prompt tokens (of one prompt's worth for each prompt, as OpenAI counts them).
+    pub prompt_tokens: usize,
+    /// Generated tokens over all choices.
+    pub completion_tokens: usize,
+    /// Their sum.
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// The counts, with their total.
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Self {
+        Self { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+    }
+}
+
+/// One choice of a non-streamed completion.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionChoice {
+    /// Position among the choices (prompt-major).
+    pub index: usize,
+    /// The generated text.
+    pub text: String,
+    /// Always `null`: the engine gives no logprobs yet.
+    pub logprobs: Option<()>,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+}
+
+impl CompletionChoice {
+    /// A finished choice.
+    pub fn new(index: usize, text: String, finish_reason: &str) -> Self {
+        Self { index, text, logprobs: None, finish_reason: finish_reason.to_string() }
+    }
+}
+
+/// `/v1/completions`' answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionResponse {
+    /// `cmpl-...`.
+    pub id: String,
+    /// `text_completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// One per prompt and `n`.
+    pub choices: Vec<CompletionChoice>,
+    /// Token counts.
+    pub usage: Usage,
+}
+
+impl CompletionResponse {
+    /// The body for `choices`.
+    pub fn new(id: String, created: u64, model: String, choices: Vec<CompletionChoice>, usage: Usage) -> Self {
+        Self { id, object: "text_completion", created, model, choices, usage }
+    }
+}
+
+/// The assistant's reply in a chat choice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AssistantMessage {
+    /// `assistant`.
+    pub role: &'static str,
+    /// The generated text.
+    pub content: String,
+}
+
+/// One choice of a non-streamed chat completion.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChoice {
+    /// Position among the choices.
+    pub index: usize,
+    /// The reply.
+    pub message: AssistantMessage,
+    /// Always `null`.
+    pub logprobs: Option<()>,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+}
+
+impl ChatChoice {
+    /// A finished choice.
+    pub fn new(index: usize, content: String, finish_reason: &str) -> Self {
+        let message = AssistantMessage { role: "assistant", content };
+        Self { index, message, logprobs: None, finish_reason: finish_reason.to_string() }
+    }
+}
+
+/// `/v1/chat/completions`' answer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatResponse {
+    /// `chatcmpl-...`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// One per `n`.
+    pub choices: Vec<ChatChoice>,
+    /// Token counts.
+    pub usage: Usage,
+}
+
+impl ChatResponse {
+    /// The body for `choices`.
+    pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChoice>, usage: Usage) -> Self {
+        Self { id, object: "chat.completion", created, model, choices, usage }
+    }
+}
+
+/// A streamed completion choice: new text, or its end with empty text.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionChunkChoice {
+    /// Which choice.
+    pub index: usize,
+    /// The text released since the last chunk.
+    pub text: String,
+    /// Always `null`.
+    pub logprobs: Option<()>,
+    /// Set on the choice's last chunk only.
+    pub finish_reason: Option<String>,
+}
+
+/// One `data:` event of a streamed completion; `usage` only on the final usage chunk, whose
+/// `choices` is empty.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompletionChunk {
+    /// The response's id, repeated on every chunk.
+    pub id: String,
+    /// `text_completion`, as OpenAI streams it.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// Zero or one choice.
+    pub choices: Vec<CompletionChunkChoice>,
+    /// Only on the usage chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl CompletionChunk {
+    fn with(id: &str, created: u64, model: &str, choices: Vec<CompletionChunkChoice>, usage: Option<Usage>) -> Self {
+        let (id, model) = (id.to_string(), model.to_string());
+        Self { id, object: "text_completion", created, model, choices, usage }
+    }
+
+    /// Choice `index` released `text`.
+    pub fn text(id: &str, created: u64, model: &str, index: usize, text: &str) -> Self {
+        let choice = CompletionChunkChoice { index, text: text.to_string(), logprobs: None, finish_reason: None };
+        Self::with(id, created, model, vec![choice], None)
+    }
+
+    /// Choice `index` ended for `reason`.
+    pub fn finish(id: &str, created: u64, model: &str, index: usize, reason: &str) -> Self {
+        let finish_reason = Some(reason.to_string());
+        let choice = CompletionChunkChoice { index, text: String::new(), logprobs: None, finish_reason };
+        Self::with(id, created, model, vec![choice], None)
+    }
+
+    /// The usage chunk sent before `[DONE]` when the request asked for it.
+    pub fn usage(id: &str, created: u64, model: &str, usage: Usage) -> Self {
+        Self::with(id, created, model, Vec::new(), Some(usage))
+    }
+}
+
+/// A chat delta: the role on a choice's first chunk, then content.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Delta {
+    /// `assistant`, first chunk only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// Text released since the last chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// A streamed chat choice.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChunkChoice {
+    /// Which choice.
+    pub index: usize,
+    /// What changed.
+    pub delta: Delta,
+    /// Always `null`.
+    pub logprobs: Option<()>,
+    /// Set on the choice's last chunk only.
+    pub finish_reason: Option<String>,
+}
+
+/// One `data:` event of a streamed chat completion.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChatChunk {
+    /// The response's id, repeated on every chunk.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The served model's name.
+    pub model: String,
+    /// Zero or one choice.
+    pub choices: Vec<ChatChunkChoice>,
+    /// Only on the usage chunk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+impl ChatChunk {
+    fn with(id: &str, created: u64, model: &str, choice: Option<ChatChunkChoice>, usage: Option<Usage>) -> Self {
+        let (id, model) = (id.to_string(), model.to_string());
+        Self { id, object: "chat.completion.chunk", created, model, choices: choice.into_iter().collect(), usage }
+    }
+
+    fn choice(index: usize, delta: Delta, finish_reason: Option<String>) -> Option<ChatChunkChoice> {
+        Some(ChatChunkChoice { index, delta, logprobs: None, finish_reason })
+    }
+
+    /// Opens choice `index`: OpenAI sends the role, with empty content, before any text.
+    pub fn role(id: &str, created: u64, model: &str, index: usize) -> Self {
+        let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+        Self::with(id, created, model, Self::choice(index, delta, None), None)
+    }
+
+    /// Choice `index` released `text`.
+    pub fn content(id: &str, created: u64, model: &str, index: usize, text: &str) -> Self {
+        let delta = Delta { role: None, content: Some(text.to_string()) };
+        Self::with(id, created, model, Self::choice(index, delta, None), None)
+    }
+
+    /// Choice `index` ended for `reason`, with an empty delta.
+    pub fn finish(id: &str, created: u64, model: &str, index: usize, reason: &str) -> Self {
+        let choice = Self::choice(index, Delta::default(), Some(reason.to_string()));
+        Self::with(id, created, model, choice, None)
+    }
+
+    /// The usage chunk sent before `[DONE]` when the request asked for it.
+    pub fn usage(id: &str, created: u64, model: &str, usage: Usage) -> Self {
+        Self::with(id, created, model, None, Some(usage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, to_value};
+
+    #[test]
+    fn completion_response_serialises_as_openai() {
+        let choices = vec![CompletionChoice::new(0, "hi".into(), "length")];
+        let body = CompletionResponse::new("cmpl-1".into(), 7, "tiny".into(), choices, Usage::new(3, 2));
+        assert_eq!(
+            to_value(&body).unwrap(),
+            json!({
+                "id": "cmpl-1", "object": "text_completion", "created": 7, "model": "tiny",
+                "choices": [{"index": 0, "text": "hi", "logprobs": null, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+            })
+        );
+    }
+
+    #[test]
+    fn chat_response_serialises_as_openai() {
+        let choices = vec![ChatChoice::new(0, "yo".into(), "stop")];
+        let body = ChatResponse::new("chatcmpl-1".into(), 7, "tiny".into(), choices, Usage::new(4, 1));
+        let v = to_value(&body).unwrap();
+        assert_eq!(v["object"], "chat.completion");
+        assert_eq!(
+            v["choices"][0],
+            json!({"index": 0, "message": {"role": "assistant", "content": "yo"}, "logprobs": null, "finish_reason": "stop"})
+        );
+        assert_eq!(v["usage"]["total_tokens"], 5);
+    }
+
+    #[test]
+    fn completion_chunks_carry_text_then_finish_then_usage() {
+        let text = to_value(CompletionChunk::text("c", 1, "m", 2, "ab")).unwrap();
+        assert_eq!(text["choices"], json!([{"index": 2, "text": "ab", "logprobs": null, "finish_reason": null}]));
+        assert!(text.get("usage").is_none());
+        let finish = to_value(CompletionChunk::finish("c", 1, "m", 2, "stop")).unwrap();
+        assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+        assert_eq!(finish["choices"][0]["text"], "");
+        let usage = to_value(CompletionChunk::usage("c", 1, "m", Usage::new(1, 2))).unwrap();
+        assert_eq!(usage["choices"], json!([]));
+        assert_eq!(usage["usage"]["completion_tokens"], 2);
+        assert_eq!(usage["object"], "text_completion");
+    }
+
+    #[test]
+    fn chat_chunks_open_with_the_role() {
+        let role = to_value(ChatChunk::role("c", 1, "m", 0)).unwrap();
+        assert_eq!(role["object"], "chat.completion.chunk");
+        assert_eq!(role["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+        let content = to_value(ChatChunk::content("c", 1, "m", 0, "é")).unwrap();
+        assert_eq!(content["choices"][0]["delta"], json!({"content": "é"}));
+        assert_eq!(content["choices"][0]["finish_reason"], json!(null));
+        let finish = to_value(ChatChunk::finish("c", 1, "m", 0, "length")).unwrap();
+        assert_eq!(finish["choices"][0]["delta"], json!({}));
+        assert_eq!(finish["choices"][0]["finish_reason"], "length");
+        let usage = to_value(ChatChunk::usage("c", 1, "m", Usage::new(5, 0))).unwrap();
+        assert_eq!((usage["choices"].clone(), usage["usage"]["total_tokens"].clone()), (json!([]), json!(5)));
+    }
+}

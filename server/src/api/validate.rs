@@ -1,0 +1,336 @@
+//! The only way to build a [`CompletionRequest`] or [`ChatRequest`]: parse the body's JSON and
+//! check every field, turning each fault into [`ApiError::invalid`] naming the field, the limit
+//! and the value given (`` `temperature` must be in [0, 2]. Given: 3.5 ``).
+//!
+//! Fields are read from a `serde_json::Value` by hand rather than through `#[derive(Deserialize)]`
+//! because serde's messages name neither the limit nor (for type errors) the field's path as a
+//! client sees it. As OpenAI does, unknown fields are ignored and `null` means "not given".
+//! What needs the tokenizer (the prompt's length against the model's) is checked by the route.
+
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::types::{ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling};
+
+/// At most this many stop strings, as OpenAI allows.
+pub const MAX_STOP: usize = 4;
+/// The largest `logprobs` / `top_logprobs`, as OpenAI allows.
+pub const MAX_LOGPROBS: usize = 20;
+/// Roles a chat message may have.
+pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// Parses and validates a `/v1/completions` body.
+pub fn parse_completion(body: &[u8], limits: &Limits) -> Result<CompletionRequest, ApiError> {
+    let obj = object(body)?;
+    let model = model(&obj)?;
+    let prompt = prompt(obj.get("prompt"), limits)?;
+    let logprobs = int_in(&obj, "logprobs", 0, MAX_LOGPROBS as i64)?.map(|v| v as usize);
+    let sampling = sampling(&obj, limits, logprobs)?;
+    Ok(CompletionRequest { model, prompt, sampling })
+}
+
+/// Parses and validates a `/v1/chat/completions` body.
+pub fn parse_chat(body: &[u8], limits: &Limits) -> Result<ChatRequest, ApiError> {
+    let obj = object(body)?;
+    let model = model(&obj)?;
+    let messages = messages(obj.get("messages"))?;
+    let wants = boolean(&obj, "logprobs")?.unwrap_or(false);
+    let top = int_in(&obj, "top_logprobs", 0, MAX_LOGPROBS as i64)?;
+    if top.is_some() && !wants {
+        return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs` set to true."));
+    }
+    let logprobs = wants.then(|| top.unwrap_or(0) as usize);
+    let sampling = sampling(&obj, limits, logprobs)?;
+    Ok(ChatRequest { model, messages, sampling })
+}
+
+fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(other) => Err(ApiError::invalid(
+            "body",
+            format!("The body must be a JSON object. Given: {} {}", type_name(&other), show(&other)),
+        )),
+        Err(e) => Err(ApiError::invalid("body", format!("The body is not valid JSON: {e}"))),
+    }
+}
+
+fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    match obj.get("model") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) => Err(ApiError::invalid("model", "`model` is required.")),
+        Some(v) => Err(wrong_type("model", "a string", v)),
+    }
+}
+
+fn sampling(obj: &Map<String, Value>, limits: &Limits, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
+    // `max_completion_tokens` is OpenAI's newer name; when both are given it is the one obeyed.
+    let max_field = match obj.get("max_completion_tokens") {
+        Some(v) if !v.is_null() => "max_completion_tokens",
+        _ => "max_tokens",
+    };
+    let max_tokens = int_in(obj, max_field, 1, limits.max_model_len as i64)?
+        .map_or(limits.default_max_tokens.min(limits.max_model_len), |v| v as usize);
+    let temperature = float_in(obj, "temperature", 0.0, 2.0, true)?.unwrap_or(1.0);
+    let top_p = float_in(obj, "top_p", 0.0, 1.0, false)?.unwrap_or(1.0);
+    let top_k = match integer(obj, "top_k")? {
+        None | Some(-1) => 0,
+        Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX),
+        Some(k) => return Err(ApiError::invalid("top_k", format!("`top_k` must be -1 (all) or >= 0. Given: {k}"))),
+    };
+    let seed = match obj.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            ApiError::invalid("seed", format!("`seed` must be an integer in [0, {}]. Given: {}", u64::MAX, show(v)))
+        })?),
+    };
+    let n = int_in(obj, "n", 1, limits.max_n as i64)?.map_or(1, |v| v as usize);
+    let stream = boolean(obj, "stream")?.unwrap_or(false);
+    let include_usage = match obj.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(opts)) => match opts.get("include_usage") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => return Err(wrong_type("stream_options.include_usage", "a boolean", v)),
+        },
+        Some(v) => return Err(wrong_type("stream_options", "an object", v)),
+    };
+    Ok(Sampling {
+        max_tokens,
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        top_k,
+        seed,
+        stop: stop(obj.get("stop"))?,
+        n,
+        ignore_eos: boolean(obj, "ignore_eos")?.unwrap_or(false),
+        logprobs,
+        stream,
+        include_usage,
+    })
+}
+
+fn stop(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let list = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => {
+            if items.len() > MAX_STOP {
+                return Err(ApiError::invalid(
+                    "stop",
+                    format!("`stop` may hold at most {MAX_STOP} strings. Given: {}", items.len()),
+                ));
+            }
+            let strings = items.iter().enumerate().map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(wrong_type(&format!("stop[{i}]"), "a string", other)),
+            });
+            strings.collect::<Result<_, _>>()?
+        }
+        Some(v) => return Err(wrong_type("stop", "a string or a list of strings", v)),
+    };
+    if list.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "`stop` strings must not be empty. Given: \"\""));
+    }
+    Ok(list)
+}
+
+fn prompt(value: Option<&Value>, limits: &Limits) -> Result<Prompt, ApiError> {
+    let empty = || ApiError::invalid("prompt", "`prompt` must not be empty.");
+    let items = match value {
+        None | Some(Value::Null) => return Err(ApiError::invalid("prompt", "`prompt` is required.")),
+        Some(Value::String(s)) if s.is_empty() => return Err(empty()),
+        Some(Value::String(s)) => return Ok(Prompt::Text(s.clone())),
+        Some(Value::Array(items)) if items.is_empty() => return Err(empty()),
+        Some(Value::Array(items)) => items,
+        Some(v) => return Err(wrong_type("prompt", "a string, a list of strings or a list of token ids", v)),
+    };
+    // The first element decides the form; every other must match it.
+    match &items[0] {
+        Value::String(_) => {
+            let texts = items.iter().enumerate().map(|(i, v)| match v {
+                Value::String(s) if s.is_empty() => {
+                    Err(ApiError::invalid("prompt", format!("`prompt[{i}]` must not be empty.")))
+                }
+                Value::String(s) => Ok(s.clone()),
+                other => Err(wrong_type(&format!("prompt[{i}]"), "a string like prompt[0]", other)),
+            });
+            Ok(Prompt::Texts(texts.collect::<Result<_, _>>()?))
+        }
+        Value::Number(_) => Ok(Prompt::Ids(token_ids(items, "prompt", limits)?)),
+        Value::Array(_) => {
+            let lists = items.iter().enumerate().map(|(i, v)| {
+                let path = format!("prompt[{i}]");
+                match v {
+                    Value::Array(ids) if ids.is_empty() => {
+                        Err(ApiError::invalid("prompt", format!("`{path}` must not be empty.")))
+                    }
+                    Value::Array(ids) => token_ids(ids, &path, limits),
+                    other => Err(wrong_type(&path, "a list of token ids like prompt[0]", other)),
+                }
+            });
+            Ok(Prompt::IdLists(lists.collect::<Result<_, _>>()?))
+        }
+        other => Err(wrong_type("prompt[0]", "a string, a token id or a list of token ids", other)),
+    }
+}
+
+fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, ApiError> {
+    let vocab = limits.vocab_size;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v.as_u64() {
+            Some(id) if id < vocab as u64 => Ok(id as u32),
+            _ => Err(ApiError::invalid(
+                "prompt",
+                format!("`{path}[{i}]` must be a token id in [0, {vocab}). Given: {}", show(v)),
+            )),
+        })
+        .collect()
+}
+
+fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
+    let items = match value {
+        None | Some(Value::Null) => return Err(ApiError::invalid("messages", "`messages` is required.")),
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(ApiError::invalid("messages", "`messages` must hold at least one message. Given: []"))
+        }
+        Some(Value::Array(items)) => items,
+        Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
+    };
+    items.iter().enumerate().map(|(i, v)| message(i, v)).collect()
+}
+
+fn message(i: usize, value: &Value) -> Result<ChatMessage, ApiError> {
+    let Value::Object(msg) = value else {
+        return Err(wrong_type(&format!("messages[{i}]"), "an object", value));
+    };
+    let role = match msg.get("role") {
+        Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+        Some(v @ Value::String(_)) => {
+            let message = format!("`messages[{i}].role` must be one of {}. Given: {}", ROLES.join(", "), show(v));
+            return Err(ApiError::invalid("messages", message));
+        }
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid("messages", format!("`messages[{i}].role` is required.")))
+        }
+        Some(v) => return Err(wrong_type(&format!("messages[{i}].role"), "a string", v)),
+    };
+    let path = format!("messages[{i}].content");
+    let content = match msg.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => text_parts(parts, &path)?,
+        // An assistant turn that only called tools has no content.
+        None | Some(Value::Null) if role == "assistant" => String::new(),
+        None | Some(Value::Null) => return Err(ApiError::invalid("messages", format!("`{path}` is required."))),
+        Some(v) => return Err(wrong_type(&path, "a string or a list of text parts", v)),
+    };
+    Ok(ChatMessage { role, content })
+}
+
+/// Joins `{"type": "text", "text": ...}` parts with newlines, as vLLM does; other kinds of part
+/// (images, audio) are refused rather than silently dropped.
+fn text_parts(parts: &[Value], path: &str) -> Result<String, ApiError> {
+    let texts = parts.iter().enumerate().map(|(j, part)| {
+        let here = format!("{path}[{j}]");
+        let kind = part.get("type").and_then(Value::as_str);
+        match (kind, part.get("text")) {
+            (Some("text"), Some(Value::String(t))) => Ok(t.as_str()),
+            (Some("text"), other) => {
+                Err(wrong_type(&format!("{here}.text"), "a string", other.unwrap_or(&Value::Null)))
+            }
+            _ => Err(ApiError::invalid(
+                "messages",
+                format!("`{here}` must be a part of type \"text\" (only text is supported). Given: {}", show(part)),
+            )),
+        }
+    });
+    Ok(texts.collect::<Result<Vec<_>, _>>()?.join("\n"))
+}
+
+fn integer(obj: &Map<String, Value>, field: &str) -> Result<Option<i64>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(i) => Ok(Some(i)),
+            None if v.as_u64().is_some() => Ok(Some(i64::MAX)),
+            None => Err(wrong_type(field, "an integer", v)),
+        },
+    }
+}
+
+fn int_in(obj: &Map<String, Value>, field: &str, lo: i64, hi: i64) -> Result<Option<i64>, ApiError> {
+    match integer(obj, field)? {
+        Some(i) if i < lo => Err(ApiError::invalid(field, format!("`{field}` must be >= {lo}. Given: {i}"))),
+        Some(i) if i > hi => {
+            Err(ApiError::invalid(field, format!("`{field}` must be <= {hi}. Given: {}", shown(obj, field))))
+        }
+        other => Ok(other),
+    }
+}
+
+/// A number in `[lo, hi]`, or `(lo, hi]` when `lo_inclusive` is false.
+fn float_in(
+    obj: &Map<String, Value>,
+    field: &str,
+    lo: f64,
+    hi: f64,
+    lo_inclusive: bool,
+) -> Result<Option<f64>, ApiError> {
+    let v = match obj.get(field) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v.as_f64().ok_or_else(|| wrong_type(field, "a number", v))?,
+    };
+    let above_lo = if lo_inclusive { v >= lo } else { v > lo };
+    if above_lo && v <= hi {
+        Ok(Some(v))
+    } else {
+        let open = if lo_inclusive { '[' } else { '(' };
+        let message = format!("`{field}` must be in {open}{lo}, {hi}]. Given: {}", shown(obj, field));
+        Err(ApiError::invalid(field, message))
+    }
+}
+
+fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(wrong_type(field, "a boolean", v)),
+    }
+}
+
+fn wrong_type(path: &str, expected: &str, given: &Value) -> ApiError {
+    let param = path.split(['[', '.']).next().unwrap_or(path);
+    let message = format!("`{path}` must be {expected}. Given: {} {}", type_name(given), show(given));
+    ApiError::invalid(param, message)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn shown(obj: &Map<String, Value>, field: &str) -> String {
+    obj.get(field).map_or_else(String::new, show)
+}
+
+/// The value as JSON, cut short: a hostile body must not be echoed back whole.
+fn show(v: &Value) -> String {
+    const MAX_CHARS: usize = 80;
+    let text = v.to_string();
+    match text.char_indices().nth(MAX_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

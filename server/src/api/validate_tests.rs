@@ -1,0 +1,292 @@
+//! Tests of [`super`]: each rule once with a passing and a failing value, then generated hostile
+//! bodies that must all come back as 400s naming a field, never as a panic.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+const LIMITS: Limits = Limits { max_model_len: 512, vocab_size: 1000, max_n: 4, default_max_tokens: 16 };
+
+fn completion(extra: Value) -> Result<CompletionRequest, ApiError> {
+    let mut body = json!({"model": "tiny", "prompt": "hello"});
+    merge(&mut body, extra);
+    parse_completion(body.to_string().as_bytes(), &LIMITS)
+}
+
+fn chat(extra: Value) -> Result<ChatRequest, ApiError> {
+    let mut body = json!({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]});
+    merge(&mut body, extra);
+    parse_chat(body.to_string().as_bytes(), &LIMITS)
+}
+
+fn merge(body: &mut Value, extra: Value) {
+    for (k, v) in extra.as_object().expect("extra fields are an object") {
+        body[k] = v.clone();
+    }
+}
+
+/// Asserts a 400 on `param` whose message contains each of `needles`.
+fn assert_invalid<T: std::fmt::Debug>(got: Result<T, ApiError>, param: &str, needles: &[&str]) {
+    let e = got.expect_err("should be refused");
+    assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{e}");
+    for needle in needles {
+        assert!(e.message.contains(needle), "{:?} lacks {needle:?}", e.message);
+    }
+}
+
+#[test]
+fn defaults_follow_openai() {
+    let s = completion(json!({})).unwrap().sampling;
+    let expected = Sampling {
+        max_tokens: 16,
+        temperature: 1.0,
+        top_p: 1.0,
+        top_k: 0,
+        seed: None,
+        stop: vec![],
+        n: 1,
+        ignore_eos: false,
+        logprobs: None,
+        stream: false,
+        include_usage: false,
+    };
+    assert_eq!(s, expected);
+}
+
+#[test]
+fn every_field_is_read() {
+    let req = completion(json!({
+        "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40, "seed": u64::MAX,
+        "stop": ["a", "bc"], "n": 3, "ignore_eos": true, "logprobs": 2, "stream": true,
+        "stream_options": {"include_usage": true}, "unknown_field": {"ignored": 1},
+    }))
+    .unwrap();
+    assert_eq!(req.model, "tiny");
+    assert_eq!(req.prompt, Prompt::Text("hello".into()));
+    let s = req.sampling;
+    assert_eq!((s.max_tokens, s.temperature, s.top_p, s.top_k), (7, 0.0, 0.5, 40));
+    assert_eq!((s.seed, s.n, s.ignore_eos, s.logprobs), (Some(u64::MAX), 3, true, Some(2)));
+    assert_eq!(s.stop, ["a", "bc"]);
+    assert!(s.stream && s.include_usage);
+}
+
+#[test]
+fn max_completion_tokens_is_obeyed_over_max_tokens() {
+    assert_eq!(chat(json!({"max_completion_tokens": 9})).unwrap().sampling.max_tokens, 9);
+    assert_eq!(chat(json!({"max_tokens": 3, "max_completion_tokens": 9})).unwrap().sampling.max_tokens, 9);
+    assert_invalid(
+        chat(json!({"max_completion_tokens": 0})),
+        "max_completion_tokens",
+        &["max_completion_tokens", ">= 1", "0"],
+    );
+}
+
+#[test]
+fn top_k_minus_one_means_all() {
+    assert_eq!(completion(json!({"top_k": -1})).unwrap().sampling.top_k, 0);
+    assert_invalid(completion(json!({"top_k": -2})), "top_k", &["top_k", "-1", "Given: -2"]);
+}
+
+#[test]
+fn stop_takes_a_string_or_up_to_four() {
+    assert_eq!(completion(json!({"stop": "\n"})).unwrap().sampling.stop, ["\n"]);
+    assert_eq!(completion(json!({"stop": null})).unwrap().sampling.stop, Vec::<String>::new());
+    assert_invalid(completion(json!({"stop": ["a", "b", "c", "d", "e"]})), "stop", &["at most 4", "Given: 5"]);
+    assert_invalid(completion(json!({"stop": ""})), "stop", &["empty"]);
+    assert_invalid(completion(json!({"stop": ["a", 3]})), "stop", &["stop[1]", "string", "3"]);
+}
+
+#[test]
+fn ranges_name_field_limit_and_value() {
+    let cases = [
+        (json!({"max_tokens": 0}), "max_tokens", vec![">= 1", "Given: 0"]),
+        (json!({"max_tokens": -5}), "max_tokens", vec![">= 1", "Given: -5"]),
+        (json!({"max_tokens": 513}), "max_tokens", vec!["<= 512", "Given: 513"]),
+        (json!({"max_tokens": u64::MAX}), "max_tokens", vec!["<= 512", "18446744073709551615"]),
+        (json!({"temperature": 2.5}), "temperature", vec!["[0, 2]", "2.5"]),
+        (json!({"temperature": -0.1}), "temperature", vec!["[0, 2]", "-0.1"]),
+        (json!({"top_p": 0}), "top_p", vec!["(0, 1]", "Given: 0"]),
+        (json!({"top_p": 1.01}), "top_p", vec!["(0, 1]", "1.01"]),
+        (json!({"n": 0}), "n", vec![">= 1", "0"]),
+        (json!({"n": 5}), "n", vec!["<= 4", "5"]),
+        (json!({"seed": -1}), "seed", vec!["seed", "-1"]),
+        (json!({"seed": 1.5}), "seed", vec!["seed", "1.5"]),
+        (json!({"logprobs": 21}), "logprobs", vec!["<= 20", "21"]),
+        (json!({"logprobs": -1}), "logprobs", vec![">= 0", "-1"]),
+    ];
+    for (extra, param, needles) in cases {
+        assert_invalid(completion(extra), param, &needles);
+    }
+}
+
+#[test]
+fn wrong_types_name_the_type_given() {
+    let cases = [
+        (json!({"model": 3}), "model", vec!["`model` must be a string", "number 3"]),
+        (json!({"max_tokens": "10"}), "max_tokens", vec!["integer", "string \"10\""]),
+        (json!({"max_tokens": 1.5}), "max_tokens", vec!["integer", "1.5"]),
+        (json!({"temperature": "hot"}), "temperature", vec!["number", "\"hot\""]),
+        (json!({"stream": "yes"}), "stream", vec!["boolean", "\"yes\""]),
+        (json!({"ignore_eos": 1}), "ignore_eos", vec!["boolean"]),
+        (json!({"stream_options": true}), "stream_options", vec!["object"]),
+        (json!({"stream_options": {"include_usage": "y"}}), "stream_options", vec!["include_usage", "boolean"]),
+        (json!({"prompt": {"text": "x"}}), "prompt", vec!["prompt", "object"]),
+    ];
+    for (extra, param, needles) in cases {
+        assert_invalid(completion(extra), param, &needles);
+    }
+}
+
+#[test]
+fn bad_json_and_non_objects_blame_the_body() {
+    for body in [&b"{"[..], b"", b"nul", b"\xff\xfe", b"{\"model\": \"tiny\",}"] {
+        assert_invalid(parse_completion(body, &LIMITS), "body", &["not valid JSON"]);
+    }
+    assert_invalid(parse_chat(b"[1, 2]", &LIMITS), "body", &["JSON object", "array [1,2]"]);
+    assert_invalid(parse_completion(br#"{"prompt": "x"}"#, &LIMITS), "model", &["required"]);
+}
+
+#[test]
+fn prompts_take_all_four_forms() {
+    let form = |p: Value| completion(json!({ "prompt": p })).map(|r| r.prompt);
+    assert_eq!(form(json!(["a", "b"])).unwrap(), Prompt::Texts(vec!["a".into(), "b".into()]));
+    assert_eq!(form(json!([1, 999])).unwrap(), Prompt::Ids(vec![1, 999]));
+    assert_eq!(form(json!([[1], [2, 3]])).unwrap(), Prompt::IdLists(vec![vec![1], vec![2, 3]]));
+}
+
+#[test]
+fn prompts_refuse_empty_mixed_and_out_of_vocabulary() {
+    let form = |p: Value| completion(json!({ "prompt": p }));
+    assert_invalid(form(json!("")), "prompt", &["empty"]);
+    assert_invalid(form(json!([])), "prompt", &["empty"]);
+    assert_invalid(form(json!(["a", ""])), "prompt", &["prompt[1]", "empty"]);
+    assert_invalid(form(json!([[1], []])), "prompt", &["prompt[1]", "empty"]);
+    assert_invalid(form(json!(["a", 1])), "prompt", &["prompt[1]", "string"]);
+    assert_invalid(form(json!([1, "a"])), "prompt", &["prompt[1]", "token id", "\"a\""]);
+    assert_invalid(form(json!([1, 1000])), "prompt", &["prompt[1]", "[0, 1000)", "Given: 1000"]);
+    assert_invalid(form(json!([[1], [2, -3]])), "prompt", &["prompt[1][1]", "-3"]);
+    assert_invalid(form(json!([1.5])), "prompt", &["prompt[0]", "1.5"]);
+    assert_invalid(form(json!([null])), "prompt", &["prompt[0]"]);
+    assert_invalid(form(json!(null)), "prompt", &["required"]);
+}
+
+#[test]
+fn chat_messages_are_checked() {
+    let with = |m: Value| chat(json!({ "messages": m }));
+    let ok = with(json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {"role": "assistant", "content": null, "tool_calls": []},
+        {"role": "tool", "content": "42", "tool_call_id": "x"},
+    ]))
+    .unwrap();
+    let got: Vec<(&str, &str)> = ok.messages.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect();
+    assert_eq!(got, [("system", "be brief"), ("user", "a\nb"), ("assistant", ""), ("tool", "42")]);
+
+    assert_invalid(with(json!([])), "messages", &["at least one", "[]"]);
+    assert_invalid(with(json!("hi")), "messages", &["list", "\"hi\""]);
+    assert_invalid(
+        with(json!([{"role": "wizard", "content": "x"}])),
+        "messages",
+        &["messages[0].role", "user", "\"wizard\""],
+    );
+    assert_invalid(with(json!([{"content": "x"}])), "messages", &["messages[0].role", "required"]);
+    assert_invalid(with(json!([{"role": "user"}])), "messages", &["messages[0].content", "required"]);
+    assert_invalid(with(json!([{"role": "user", "content": 5}])), "messages", &["messages[0].content", "5"]);
+    assert_invalid(with(json!([7])), "messages", &["messages[0]", "object"]);
+    let image = json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]);
+    assert_invalid(with(image), "messages", &["messages[0].content[0]", "text"]);
+}
+
+#[test]
+fn chat_logprobs_are_a_flag_and_a_count() {
+    assert_eq!(chat(json!({"logprobs": true})).unwrap().sampling.logprobs, Some(0));
+    assert_eq!(chat(json!({"logprobs": true, "top_logprobs": 5})).unwrap().sampling.logprobs, Some(5));
+    assert_eq!(chat(json!({"logprobs": false})).unwrap().sampling.logprobs, None);
+    assert_invalid(chat(json!({"top_logprobs": 5})), "top_logprobs", &["logprobs"]);
+    assert_invalid(chat(json!({"logprobs": true, "top_logprobs": 21})), "top_logprobs", &["<= 20", "21"]);
+    assert_invalid(chat(json!({"logprobs": 3})), "logprobs", &["boolean"]);
+}
+
+#[test]
+fn long_values_are_cut_in_messages() {
+    let e = completion(json!({"temperature": "x".repeat(10_000)})).unwrap_err();
+    assert!(e.message.len() < 300, "{} bytes", e.message.len());
+    assert!(e.message.ends_with("..."), "{}", e.message);
+}
+
+/// A small deterministic generator, so a failure names a reproducible case.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, below: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % below as u64) as usize
+    }
+}
+
+fn hostile_value(rng: &mut Lcg) -> Value {
+    match rng.next(12) {
+        0 => Value::Null,
+        1 => json!(true),
+        2 => json!(-1),
+        3 => json!(0),
+        4 => json!(1e30),
+        5 => json!(u64::MAX),
+        6 => json!(""),
+        7 => json!("x".repeat(rng.next(300))),
+        8 => json!([]),
+        9 => json!([[], [1, -1], "a"]),
+        10 => json!({"include_usage": 3}),
+        _ => json!(i64::MIN),
+    }
+}
+
+const FIELDS: [&str; 19] = [
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "n",
+    "ignore_eos",
+    "logprobs",
+    "top_logprobs",
+    "stream",
+    "stream_options",
+    "echo",
+    "user",
+    "",
+];
+
+#[test]
+fn generated_hostile_bodies_are_refused_by_field_never_by_panic() {
+    let mut rng = Lcg(10);
+    let mut refused = 0;
+    for case in 0..2_000 {
+        let mut body = json!({
+            "model": "tiny", "prompt": [1, 2], "messages": [{"role": "user", "content": "x"}], "max_tokens": 4,
+        });
+        for _ in 0..1 + rng.next(3) {
+            body[FIELDS[rng.next(FIELDS.len())]] = hostile_value(&mut rng);
+        }
+        let mut bytes = body.to_string().into_bytes();
+        if rng.next(4) == 0 {
+            let cut = rng.next(bytes.len());
+            bytes.truncate(cut);
+        }
+        for result in [parse_completion(&bytes, &LIMITS).err(), parse_chat(&bytes, &LIMITS).err()] {
+            let Some(e) = result else { continue };
+            refused += 1;
+            assert_eq!(e.status, 400, "case {case}: {e}");
+            let param = e.param.as_deref().unwrap_or_else(|| panic!("case {case}: no param in {e}"));
+            assert!(param == "body" || e.message.contains(param), "case {case}: {param} not in {}", e.message);
+        }
+    }
+    assert!(refused > 1_000, "only {refused} of 4000 parses were refused");
+}
