@@ -18,6 +18,8 @@ pub enum Command {
     Init(InitArgs),
     /// Generate a completion (on the GPU when there is one, else the CPU).
     Generate(GenerateArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -80,4 +82,38 @@ pub struct GenerateArgs {
     /// Write the logits (f32 [positions, vocab]) of the first request to this safetensors file.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Checkpoint folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the log line names it).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// auto (the GPU when one is there), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// The model name clients send; the model folder's name by default.
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Requests that run in one step, at most.
+    #[arg(long, default_value_t = 64)]
+    pub max_num_seqs: usize,
+    /// Requests that may wait for a slot; past it the server answers 429.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queue: usize,
+    /// Require `Authorization: Bearer KEY` on /v1 routes.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Longest sequence (prompt plus output) to accept; the model's own limit by default.
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
 }

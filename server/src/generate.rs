@@ -8,25 +8,14 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use model::block_pool::blocks_for;
 use model::config::ModelConfig;
-use model::cpu_backend::{load_cpu_executor, Precision};
+use model::cpu_backend::Precision;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
-use model::executor::StepExecutor;
-use model::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
 use model::scheduler::SchedulerConfig;
 use tokenizers::Tokenizer;
 
+use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::cli::GenerateArgs;
 use crate::logits_dump;
-
-const BLOCK_SIZE: usize = 16;
-const PREFILL_CHUNK: usize = 512;
-
-/// A step's token budget: one whole prefill chunk beside a decode row of every sequence. With only
-/// a chunk's worth, a decoding sequence leaves too little room for any other's next chunk (chunks
-/// are never cut, for batch invariance), and the batch runs one request at a time.
-fn step_budget(batch: usize) -> usize {
-    PREFILL_CHUNK + batch
-}
 
 /// Runs the command; the error is the message to print.
 pub fn run(args: &GenerateArgs) -> Result<(), String> {
@@ -55,29 +44,18 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     };
-    let executor: Box<dyn StepExecutor> = match Device::parse(&args.device, cfg.head_dim)? {
-        Device::Cuda(gpu) => {
-            if args.gpu_memory_utilization <= 0.0 || args.gpu_memory_utilization > 1.0 {
-                return Err(format!("--gpu-memory-utilization must be in (0, 1], got {}", args.gpu_memory_utilization));
-            }
-            let options = GpuOptions {
-                max_num_seqs: args.batch,
-                max_batched_tokens: step_budget(args.batch),
-                max_model_len: cfg.max_position_embeddings,
-                block_size: BLOCK_SIZE,
-                memory_utilization: args.gpu_memory_utilization,
-            };
-            Box::new(GpuExecutor::load(&gpu, &args.model, &cfg, options, &mut progress).map_err(|e| e.to_string())?)
-        }
-        Device::Cpu => {
-            // Room for every request's whole life at once, so this batch never preempts; the
-            // engine sizes its scheduler from the executor's cache.
-            let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
-            let num_blocks = blocks_for(max_len, BLOCK_SIZE) * args.batch;
-            load_cpu_executor(&args.model, &cfg, precision, num_blocks, BLOCK_SIZE, &mut progress)
-                .map_err(|e| e.to_string())?
-        }
+    // On the CPU, room for every request's whole life at once, so this batch never preempts; the
+    // engine sizes its scheduler from the executor's cache.
+    let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
+    let opts = ExecutorOptions {
+        device: &args.device,
+        precision,
+        max_num_seqs: args.batch,
+        max_model_len: cfg.max_position_embeddings,
+        cpu_blocks: blocks_for(max_len, BLOCK_SIZE) * args.batch,
+        gpu_memory_utilization: args.gpu_memory_utilization,
     };
+    let executor = load_executor(&args.model, &cfg, &opts, &mut progress)?;
     bar.finish_and_clear();
     eprintln!("running on {}", executor.describe());
 
@@ -137,29 +115,4 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         engine.describe()
     );
     Ok(())
-}
-
-/// Where `--device` runs the model.
-enum Device {
-    Cpu,
-    Cuda(std::sync::Arc<gpu::Gpu>),
-}
-
-impl Device {
-    /// `auto` takes the GPU when one opens and its kernels take the model's head dim; `cuda`
-    /// without a GPU, or for a head dim the kernels do not take, is an error before any work.
-    fn parse(device: &str, head_dim: usize) -> Result<Self, String> {
-        let kernels_take = gpu::attention::HEAD_DIMS.contains(&head_dim);
-        match device {
-            "cpu" => Ok(Self::Cpu),
-            "cuda" if !kernels_take => Err(format!(
-                "--device cuda: the GPU kernels take head dims {:?}, the model's is {head_dim}",
-                gpu::attention::HEAD_DIMS
-            )),
-            "cuda" => open_gpu().map(Self::Cuda).map_err(|e| e.to_string()),
-            "auto" if !kernels_take => Ok(Self::Cpu),
-            "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
-            other => Err(format!("--device must be auto, cpu or cuda, got `{other}`")),
-        }
-    }
 }

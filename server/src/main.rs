@@ -3,21 +3,25 @@
 //! - `asynct init --preset NAME --out DIR [--seed N]` writes a generated checkpoint.
 //! - `asynct generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) ...` generates on the CPU
 //!   backend and prints the completion, then a one-line summary on stderr.
+//! - `asynct serve --model DIR [--port 8000] ...` serves the model over an OpenAI-compatible HTTP
+//!   API until SIGINT or SIGTERM.
 //!
-//! This crate only parses arguments and prints; the engine lives in `model`, the numerics in `oracle`.
+//! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
+//! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
+//! [`http`] and [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine),
+//! [`metrics`], and [`backend`] (the executor for `--device`, shared with `generate`).
 
-// used by the serve module (issue 10), in progress
-#[cfg_attr(not(test), allow(dead_code))]
 mod api;
-// used by the serve module (issue 10), in progress
-#[cfg_attr(not(test), allow(dead_code))]
+mod backend;
 mod chat_template;
 mod cli;
+mod engine_thread;
 mod generate;
+mod http;
 mod logits_dump;
-// used by the serve module (issue 10), in progress
-#[cfg_attr(not(test), allow(dead_code))]
 mod metrics;
+mod respond;
+mod serve;
 
 use clap::Parser;
 
@@ -31,6 +35,7 @@ fn main() -> std::process::ExitCode {
             .map(|()| eprintln!("wrote {} to {}", args.preset, args.out.display()))
             .map_err(|e| e.to_string()),
         cli::Command::Generate(args) => generate::run(&args),
+        cli::Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

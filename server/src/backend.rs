@@ -1,0 +1,93 @@
+//! Building a [`StepExecutor`] from a checkpoint folder for `--device auto|cpu|cuda`: the one place
+//! that `asynct generate` and `asynct serve` share, so both pick devices and size caches alike.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use model::config::ModelConfig;
+use model::cpu_backend::{load_cpu_executor, Precision};
+use model::executor::StepExecutor;
+use model::gpu_backend::executor::GpuExecutor;
+use model::gpu_backend::executor::{open_gpu, GpuOptions};
+
+/// Tokens per KV-cache block, on both backends.
+pub const BLOCK_SIZE: usize = 16;
+/// Tokens a prefilling sequence computes per step, at most.
+pub const PREFILL_CHUNK: usize = 512;
+
+/// A step's token budget: one whole prefill chunk beside a decode row of every sequence. With only
+/// a chunk's worth, a decoding sequence leaves too little room for any other's next chunk (chunks
+/// are never cut, for batch invariance), and the batch runs one request at a time.
+pub fn step_budget(max_num_seqs: usize) -> usize {
+    PREFILL_CHUNK + max_num_seqs
+}
+
+/// What the executor is sized for.
+pub struct ExecutorOptions<'a> {
+    /// `--device`: auto, cpu or cuda.
+    pub device: &'a str,
+    /// The CPU backend's arithmetic.
+    pub precision: Precision,
+    /// Sequences in one step, at most.
+    pub max_num_seqs: usize,
+    /// Longest sequence, prompt and output.
+    pub max_model_len: usize,
+    /// The CPU cache in blocks; the GPU sizes its own from free memory.
+    pub cpu_blocks: usize,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    pub gpu_memory_utilization: f64,
+}
+
+/// Loads the checkpoint in `dir` onto the device `opts.device` names; `progress(done, total)`
+/// follows the tensors.
+pub fn load_executor(
+    dir: &Path,
+    cfg: &ModelConfig,
+    opts: &ExecutorOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn StepExecutor>, String> {
+    match Device::parse(opts.device, cfg.head_dim)? {
+        Device::Cuda(gpu) => {
+            let utilization = opts.gpu_memory_utilization;
+            if utilization <= 0.0 || utilization > 1.0 {
+                return Err(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}"));
+            }
+            let options = GpuOptions {
+                max_num_seqs: opts.max_num_seqs,
+                max_batched_tokens: step_budget(opts.max_num_seqs),
+                max_model_len: opts.max_model_len,
+                block_size: BLOCK_SIZE,
+                memory_utilization: utilization,
+            };
+            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress).map_err(|e| e.to_string())?;
+            Ok(Box::new(executor))
+        }
+        Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// Where `--device` runs the model.
+enum Device {
+    Cpu,
+    Cuda(Arc<gpu::Gpu>),
+}
+
+impl Device {
+    /// `auto` takes the GPU when one opens and its kernels take the model's head dim; `cuda`
+    /// without a GPU, or for a head dim the kernels do not take, is an error before any work.
+    fn parse(device: &str, head_dim: usize) -> Result<Self, String> {
+        let kernels_take = gpu::attention::HEAD_DIMS.contains(&head_dim);
+        match device {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" if !kernels_take => Err(format!(
+                "--device cuda: the GPU kernels take head dims {:?}, the model's is {head_dim}",
+                gpu::attention::HEAD_DIMS
+            )),
+            "cuda" => open_gpu().map(Self::Cuda).map_err(|e| e.to_string()),
+            "auto" if !kernels_take => Ok(Self::Cpu),
+            "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
+            other => Err(format!("--device must be auto, cpu or cuda, got `{other}`")),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The HTTP face of `asynct serve`: axum routes that authorise, read and validate a request,
+//! tokenise it, hand it to the engine thread and turn its events into OpenAI's JSON or SSE.
+//!
+//! Every failure is an [`ApiError`], so each one reaches the client as a status and an OpenAI
+//! error body; nothing here unwraps client input. Bodies are read here with a limit rather than
+//! through axum's extractor, whose rejections are plain text.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use model::engine::{GenerationRequest, SamplingParams, StopConditions};
+use tokenizers::Tokenizer;
+
+use crate::api::error::ApiError;
+use crate::api::types::{Limits, Prompt, Sampling};
+use crate::api::validate::{parse_chat, parse_completion};
+use crate::chat_template::ChatTemplate;
+use crate::engine_thread::EngineHandle;
+use crate::metrics::Metrics;
+use crate::respond::{collect, sse, Kind, Meta};
+
+/// Request bodies longer than this get 413.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The engine thread.
+    pub engine: EngineHandle,
+    /// The model's tokenizer.
+    pub tokenizer: Arc<Tokenizer>,
+    /// Renders chat messages into the prompt.
+    pub template: Arc<ChatTemplate>,
+    /// What a request may ask for.
+    pub limits: Limits,
+    /// The one model name this server answers to.
+    pub served_name: Arc<str>,
+    /// The bearer token /v1 routes require, when set.
+    pub api_key: Option<Arc<str>>,
+    /// The model's end-of-sequence ids.
+    pub eos_token_ids: Arc<[u32]>,
+    /// What /metrics shows.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The routes of `asynct serve`.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async { method_not_allowed() })
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+/// 405 with an OpenAI body rather than axum's empty one, so clients read every refusal alike.
+fn method_not_allowed() -> ApiError {
+    let message = "This route does not take that method: POST the /v1 completion routes, GET the others.";
+    ApiError { status: 405, code: Some("method_not_allowed".to_string()), ..ApiError::invalid("method", message) }
+}
+
+async fn health() -> StatusCode {
+    // The router is built only after the model loaded, so answering at all means ready.
+    StatusCode::OK
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4");
+    ([(header::CONTENT_TYPE, content_type)], state.metrics.render()).into_response()
+}
+
+async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    match authorize(&state, &headers) {
+        Ok(()) => Json(ModelList::of(&state.served_name)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    serve_completion(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    serve_chat(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let bytes = read_body(&headers, body).await?;
+    let req = parse_completion(&bytes, &state.limits)?;
+    check_model(&state, &req.model)?;
+    let mut prompts = Vec::new();
+    match req.prompt {
+        Prompt::Text(text) => prompts.push(encode(&state.tokenizer, &text)?),
+        Prompt::Texts(texts) => {
+            for text in texts {
+                prompts.push(encode(&state.tokenizer, &text)?);
+            }
+        }
+        Prompt::Ids(ids) => prompts.push(ids),
+        Prompt::IdLists(lists) => prompts.extend(lists),
+    }
+    run(&state, Kind::Completion, &req.model, &prompts, &req.sampling).await
+}
+
+async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    authorize(&state, &headers)?;
+    let bytes = read_body(&headers, body).await?;
+    let req = parse_chat(&bytes, &state.limits)?;
+    check_model(&state, &req.model)?;
+    let text = state.template.render(&req.messages)?;
+    let prompt = encode(&state.tokenizer, &text)?;
+    run(&state, Kind::Chat, &req.model, &[prompt], &req.sampling).await
+}
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &state.api_key else { return Ok(()) };
+    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    match given.and_then(|v| v.strip_prefix("Bearer ")) {
+        Some(token) if token == &**key => Ok(()),
+        _ => Err(ApiError::unauthorized()),
+    }
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    // Past the declared length check, a failure is a chunked body over the limit or a client gone.
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
+}
+
+fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
+    if model == &*state.served_name {
+        Ok(())
+    } else {
+        Err(ApiError::unknown_model(model, &state.served_name))
+    }
+}
+
+fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
+    let encoding = tokenizer.encode(text, false);
+    let encoding = encoding.map_err(|e| ApiError::invalid("prompt", format!("cannot tokenise the prompt: {e}")))?;
+    Ok(encoding.get_ids().to_vec())
+}
+
+/// The engine requests for `prompts`, `n` per prompt in OpenAI's choice order (prompt-major), with
+/// seed `seed + j` for the `j`-th of a prompt's choices so that they differ yet repeat.
+fn engine_requests(
+    state: &AppState,
+    prompts: &[Vec<u32>],
+    sampling: &Sampling,
+) -> Result<Vec<GenerationRequest>, ApiError> {
+    let max_len = state.limits.max_model_len;
+    let mut out = Vec::with_capacity(prompts.len() * sampling.n);
+    for prompt in prompts {
+        if prompt.is_empty() {
+            return Err(ApiError::invalid("prompt", "the prompt has no tokens".to_string()));
+        }
+        if prompt.len().saturating_add(sampling.max_tokens) > max_len {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                format!(
+                    "the prompt has {} tokens and max_tokens is {}: together they exceed the model's length of {max_len}",
+                    prompt.len(),
+                    sampling.max_tokens,
+                ),
+            ));
+        }
+        for j in 0..sampling.n {
+            out.push(GenerationRequest {
+                prompt: prompt.clone(),
+                sampling: SamplingParams {
+                    temperature: sampling.temperature,
+                    top_k: sampling.top_k,
+                    top_p: sampling.top_p,
+                    seed: sampling.seed.unwrap_or_else(rand_seed).wrapping_add(j as u64),
+                },
+                stop: StopConditions {
+                    eos_token_ids: state.eos_token_ids.to_vec(),
+                    stop: sampling.stop.clone(),
+                    max_tokens: sampling.max_tokens,
+                    max_model_len: max_len,
+                    ignore_eos: sampling.ignore_eos,
+                },
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A seed for a request that gave none: OpenAI samples differently on each call without one.
+fn rand_seed() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+async fn run(
+    state: &AppState,
+    kind: Kind,
+    model: &str,
+    prompts: &[Vec<u32>],
+    sampling: &Sampling,
+) -> Result<Response, ApiError> {
+    if sampling.logprobs.is_some() {
+        let message = "this server does not return logprobs yet; leave `logprobs` out";
+        return Err(ApiError::invalid("logprobs", message));
+    }
+    let requests = engine_requests(state, prompts, sampling)?;
+    let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum::<usize>() / sampling.n;
+    let choices = requests.len();
+    let events = state.engine.submit(requests).await?;
+    let meta = Meta::new(kind, model);
+    if sampling.stream {
+        let usage = sampling.include_usage.then_some(prompt_tokens);
+        Ok(sse(meta, events, choices, usage))
+    } else {
+        collect(meta, events, choices, prompt_tokens).await
+    }
+}
+
+/// `GET /v1/models`'s body: the one served model.
+#[derive(serde::Serialize)]
+struct ModelList {
+    object: &'static str,
+    data: Vec<ModelCard>,
+}
+
+#[derive(serde::Serialize)]
+struct ModelCard {
+    id: String,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+}
+
+impl ModelList {
+    fn of(name: &str) -> Self {
+        let card = ModelCard { id: name.to_string(), object: "model", created: 0, owned_by: "asynct" };
+        Self { object: "list", data: vec![card] }
+    }
+}

@@ -1,0 +1,132 @@
+//! `asynct serve`: load the model, start the engine thread, serve HTTP until SIGINT or SIGTERM,
+//! then drain and exit.
+//!
+//! The order of shutdown matters: the signal first tells the engine thread to stop admitting and
+//! to finish (or, after the grace period, abort) what runs, while axum stops accepting and waits
+//! for open responses; those end because every stream gets a finish reason. Only then does the
+//! engine thread get joined, so the process exits 0 with no stream cut short.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use model::block_pool::blocks_for;
+use model::config::ModelConfig;
+use model::cpu_backend::Precision;
+use model::engine::Engine;
+use model::scheduler::SchedulerConfig;
+use tokenizers::Tokenizer;
+
+use crate::api::types::Limits;
+use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use crate::chat_template::ChatTemplate;
+use crate::cli::ServeArgs;
+use crate::engine_thread::{self, EngineHandle, LoopConfig};
+use crate::http::{self, AppState};
+use crate::metrics::Metrics;
+
+/// How long running requests may take to finish after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// `max_tokens` when a request gives none.
+const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Runs the command; the error is the message to print.
+pub fn run(args: &ServeArgs) -> Result<(), String> {
+    if args.max_num_seqs == 0 {
+        return Err("--max-num-seqs must be at least 1".into());
+    }
+    let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
+    let max_model_len = match args.max_model_len {
+        Some(n) if n < 2 || n > cfg.max_position_embeddings => {
+            return Err(format!("--max-model-len must be in [2, {}], got {n}", cfg.max_position_embeddings))
+        }
+        Some(n) => n,
+        None => cfg.max_position_embeddings,
+    };
+    let tok_path = args.model.join("tokenizer.json");
+    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let template = ChatTemplate::from_model_dir(&args.model)?;
+    let served_name = match &args.served_model_name {
+        Some(name) => name.clone(),
+        None => model_folder_name(&args.model)?,
+    };
+
+    // The CPU cache holds every running sequence at its longest, so a full batch never preempts.
+    let opts = ExecutorOptions {
+        device: &args.device,
+        precision: Precision::F32,
+        max_num_seqs: args.max_num_seqs,
+        max_model_len,
+        cpu_blocks: blocks_for(max_model_len, BLOCK_SIZE) * args.max_num_seqs,
+        gpu_memory_utilization: args.gpu_memory_utilization,
+    };
+    eprintln!("loading {}", args.model.display());
+    let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {})?;
+    eprintln!("running on {}", executor.describe());
+    let sched = SchedulerConfig {
+        max_num_seqs: args.max_num_seqs,
+        max_batched_tokens: step_budget(args.max_num_seqs),
+        prefill_chunk: PREFILL_CHUNK,
+        max_model_len,
+    };
+    let tokenizer = Arc::new(tokenizer);
+    let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
+
+    let metrics = Arc::new(Metrics::new());
+    let loop_config = LoopConfig { max_queue: args.max_queue, grace: SHUTDOWN_GRACE };
+    let (handle, engine_thread) = engine_thread::spawn(engine, loop_config, metrics.clone());
+    let state = AppState {
+        engine: handle.clone(),
+        tokenizer,
+        template: Arc::new(template),
+        limits: Limits { max_model_len, vocab_size: cfg.vocab_size, max_n: 16, default_max_tokens: DEFAULT_MAX_TOKENS },
+        served_name: served_name.into(),
+        api_key: args.api_key.clone().map(Into::into),
+        eos_token_ids: cfg.eos_token_id.clone().into(),
+        metrics,
+    };
+
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
+    let served = runtime.block_on(serve(args, state, handle));
+    // The engine thread exits once it has drained; after a failed bind it was never asked to, so
+    // dropping the runtime (and with it every handle) is what lets it see the end of its channel.
+    drop(runtime);
+    engine_thread.join().map_err(|_| "the engine thread panicked".to_string())?;
+    served
+}
+
+async fn serve(args: &ServeArgs, state: AppState, handle: EngineHandle) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
+    let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+    eprintln!("listening on http://{addr}");
+    let router = http::router(state);
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            eprintln!("shutting down: finishing running requests");
+            handle.shutdown();
+        })
+        .await
+        .map_err(|e| format!("serving: {e}"))
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// The last component of the model folder, as clients name the model by default.
+fn model_folder_name(dir: &std::path::Path) -> Result<String, String> {
+    let canonical = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
+    canonical
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{}: cannot name the model after this folder; give --served-model-name", dir.display()))
+}
