@@ -161,7 +161,7 @@ impl GpuModel {
         };
         gate.validate()?;
         let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
-        let bufs = StepBuffers::new(gpu, &dims, cap, 0)?;
+        let bufs = StepBuffers::new(gpu, &dims, cap)?;
         let block_bytes = DeviceCache::block_bytes(&dims, block_size);
         let num_blocks = match kv {
             KvSize::Blocks(n) => n,

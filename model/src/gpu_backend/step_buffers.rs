@@ -128,8 +128,9 @@ pub(crate) struct StepBuffers {
 }
 
 impl StepBuffers {
-    /// Allocates every buffer for `cap`; `workspace_len` f32 for split-K partials.
-    pub fn new(gpu: &Gpu, dims: &ModelDims, cap: Capacity, workspace_len: usize) -> gpu::Result<Self> {
+    /// Allocates every buffer for `cap`. The split-K workspace and counters start at one element:
+    /// their size depends on each step's plan, so the forward grows them as plans need.
+    pub fn new(gpu: &Gpu, dims: &ModelDims, cap: Capacity) -> gpu::Result<Self> {
         let t = cap.max_tokens;
         let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
         let q_width = dims.num_heads * dims.head_dim;
@@ -144,8 +145,8 @@ impl StepBuffers {
             prefill_meta: DeviceMeta::new(gpu, &cap)?,
             row_seq: gpu.zeros(t)?,
             row_len: gpu.zeros(t)?,
-            workspace: gpu.zeros(workspace_len.max(1))?,
-            counters: gpu.zeros(t * dims.num_heads)?,
+            workspace: gpu.zeros(1)?,
+            counters: gpu.zeros(1)?,
             x: gpu.zeros(t * hidden)?,
             x_next: gpu.zeros(t * hidden)?,
             h: gpu.zeros(t * hidden)?,
