@@ -208,12 +208,9 @@ impl Loop {
     }
 
     /// Aborts every request whose client has gone, freeing its blocks before the next step.
-    fn abandoned(&self) -> Vec<u64> {
-        self.tracked.iter().filter(|(_, t)| t.events.is_closed()).map(|(&id, _)| id).collect()
-    }
-
     fn abort_abandoned(&mut self) {
-        for id in self.abandoned() {
+        let gone: Vec<u64> = self.tracked.iter().filter(|(_, t)| t.events.is_closed()).map(|(&id, _)| id).collect();
+        for id in gone {
             self.abort(id, Some(ABORTED));
         }
     }
