@@ -36,6 +36,8 @@ pub struct ExecutorOptions<'a> {
     pub cpu_blocks: usize,
     /// The fraction of GPU memory the weights, buffers and KV cache may take together.
     pub gpu_memory_utilization: f64,
+    /// No whole-step CUDA graphs on the GPU: every step runs eagerly.
+    pub enforce_eager: bool,
 }
 
 /// Loads the checkpoint in `dir` onto the device `opts.device` names; `progress(done, total)`
@@ -58,6 +60,8 @@ pub fn load_executor(
                 max_model_len: opts.max_model_len,
                 block_size: BLOCK_SIZE,
                 memory_utilization: utilization,
+                cuda_graphs: !opts.enforce_eager,
+                kv_blocks: None,
             };
             let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress).map_err(|e| e.to_string())?;
             Ok(Box::new(executor))

@@ -82,6 +82,9 @@ pub struct GenerateArgs {
     /// Write the logits (f32 [positions, vocab]) of the first request to this safetensors file.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
+    /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
+    #[arg(long)]
+    pub enforce_eager: bool,
 }
 
 #[derive(Args, Debug)]
@@ -116,4 +119,7 @@ pub struct ServeArgs {
     /// Longest sequence (prompt plus output) to accept; the model's own limit by default.
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
+    #[arg(long)]
+    pub enforce_eager: bool,
 }

@@ -54,6 +54,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         max_model_len: cfg.max_position_embeddings,
         cpu_blocks: blocks_for(max_len, BLOCK_SIZE) * args.batch,
         gpu_memory_utilization: args.gpu_memory_utilization,
+        enforce_eager: args.enforce_eager,
     };
     let executor = load_executor(&args.model, &cfg, &opts, &mut progress)?;
     bar.finish_and_clear();

@@ -59,6 +59,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         max_model_len,
         cpu_blocks: blocks_for(max_model_len, BLOCK_SIZE) * args.max_num_seqs,
         gpu_memory_utilization: args.gpu_memory_utilization,
+        enforce_eager: args.enforce_eager,
     };
     eprintln!("loading {}", args.model.display());
     let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {})?;

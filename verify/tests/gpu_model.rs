@@ -330,6 +330,8 @@ fn gpu_engine_tokens(
         max_model_len: cfg.max_position_embeddings,
         block_size: BLOCK,
         memory_utilization: 0.3,
+        cuda_graphs: false,
+        kv_blocks: None,
     };
     let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(e)?;
     let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|x| x.to_string())?;

@@ -44,6 +44,11 @@ pub struct GpuOptions {
     pub block_size: usize,
     /// The fraction of device memory the weights, buffers and cache may use together.
     pub memory_utilization: f64,
+    /// Capture a whole-step CUDA graph of the pure decode step for each batch bucket at load.
+    pub cuda_graphs: bool,
+    /// The KV cache in blocks instead of from `memory_utilization` (tests force preemption
+    /// with a small one).
+    pub kv_blocks: Option<usize>,
 }
 
 /// The model on the GPU, its sampler and the buffers the sampler reads and writes.
@@ -75,7 +80,10 @@ impl GpuExecutor {
             max_seqs: options.max_num_seqs,
             max_blocks_per_seq: blocks_for(options.max_model_len, options.block_size),
         };
-        let kv = KvSize::MemoryFraction(options.memory_utilization);
+        let kv = match options.kv_blocks {
+            Some(blocks) => KvSize::Blocks(blocks),
+            None => KvSize::MemoryFraction(options.memory_utilization),
+        };
         let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress)?;
         let vocab = cfg.dims().vocab_size;
         let rows = options.max_num_seqs;
