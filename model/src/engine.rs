@@ -77,6 +77,26 @@ pub struct Completion {
     pub logits: Option<Array2<f32>>,
 }
 
+/// The shape of one step: how many sequences it carried and how many of them were decode rows.
+/// A decode row is a sequence's one query token, sampled; a prefill (or recompute) chunk of a
+/// single token is one too, since the forward runs it on the decode kernels alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepShape {
+    /// Sequences in the step.
+    pub num_seqs: usize,
+    /// Query tokens in the step.
+    pub num_tokens: usize,
+    /// Sequences that brought exactly one query token.
+    pub num_decodes: usize,
+}
+
+impl StepShape {
+    /// Whether every row of the step was a decode row (the step a whole-step CUDA graph serves).
+    pub fn is_decode_only(&self) -> bool {
+        self.num_seqs > 0 && self.num_decodes == self.num_seqs
+    }
+}
+
 /// What a server reports about the engine's load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineStats {
@@ -109,6 +129,7 @@ pub struct Engine {
     finished: Vec<Completion>,
     next_id: u64,
     record_logits: bool,
+    last_step: StepShape,
 }
 
 impl Engine {
@@ -129,6 +150,7 @@ impl Engine {
             finished: Vec::new(),
             next_id: 0,
             record_logits,
+            last_step: StepShape::default(),
         })
     }
 
@@ -156,6 +178,7 @@ impl Engine {
 
     /// Runs one step; returns what happened, in query order.
     pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
+        self.last_step = StepShape::default();
         let Some(plan) = self.scheduler.schedule()? else {
             if self.scheduler.has_work() {
                 return Err(Error::Scheduler("requests are waiting but none can be scheduled".into()));
@@ -171,6 +194,11 @@ impl Engine {
                 SamplingRow { params: a.sampling, step: a.decoder.token_ids().len() as u64 }
             })
             .collect();
+        self.last_step = StepShape {
+            num_seqs: plan.seqs.len(),
+            num_tokens: plan.token_ids.len(),
+            num_decodes: plan.seqs.iter().filter(|p| p.len == 1).count(),
+        };
         let wanted = if self.record_logits { LogitsWanted::AllRows } else { LogitsWanted::Discard };
         let out = self.executor.execute(&plan, &rows, wanted)?;
         if out.sampled.len() != rows.len() {
@@ -277,6 +305,12 @@ impl Engine {
             num_blocks: pool.num_blocks(),
             num_preemptions: self.scheduler.num_preemptions(),
         }
+    }
+
+    /// The shape of the last [`Engine::step`] (all zero when it ran nothing), for a benchmark
+    /// that times decode steps apart from prefill and mixed ones.
+    pub fn last_step(&self) -> StepShape {
+        self.last_step
     }
 
     /// The scheduler, for its limits and its pool's invariant checks.

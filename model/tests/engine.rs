@@ -1,7 +1,7 @@
 //! The engine on asynct-tiny, every case written once and run on every backend: batch
 //! invariance, seed reproducibility, recorded logits against a plain prefill, the stop rules, the
 //! executor seam (sampling below it, logits only when recording), blocks allocated as sequences
-//! grow, preemption by recompute under a small cache, and abort.
+//! grow, preemption by recompute under a small cache, abort, and the shape of each step.
 
 mod common;
 
@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use model::block_pool::blocks_for;
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
-use model::engine::{Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StopConditions};
+use model::engine::{
+    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepShape, StopConditions,
+};
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
 use model::Error;
@@ -70,6 +72,7 @@ backend_tests!(
     blocks_are_taken_as_tokens_are_computed_and_all_come_back,
     preempted_requests_get_the_tokens_and_logits_they_get_alone,
     abort_frees_blocks_at_once_and_leaves_the_others_alone,
+    last_step_tells_decode_steps_from_prefill_and_mixed_ones,
 );
 
 #[derive(Clone, Copy)]
@@ -360,6 +363,27 @@ fn blocks_are_taken_as_tokens_are_computed_and_all_come_back(b: Backend) {
     }
     // Chunks of 4, 4 and 2 prompt tokens, then one token per step until the 12th is drawn.
     assert_eq!(used, vec![1, 2, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0]);
+}
+
+/// [`Engine::last_step`] gives each step's sequences, query tokens and decode rows, so a benchmark
+/// can time the decode-only steps apart from the prefill and mixed ones.
+fn last_step_tells_decode_steps_from_prefill_and_mixed_ones(b: Backend) {
+    let mut e = engine(b, Opts { prefill_chunk: 4, ..Opts::default() });
+    e.add_request(greedy((0..6).collect(), 3)).unwrap();
+    let mut shapes = Vec::new();
+    while e.has_work() {
+        e.step().unwrap();
+        let s = e.last_step();
+        shapes.push((s.num_seqs, s.num_tokens, s.num_decodes, s.is_decode_only()));
+        if shapes.len() == 1 {
+            e.add_request(greedy((10..16).collect(), 2)).unwrap();
+        }
+    }
+    // A first chunk alone; the first's last chunk beside the second's first; a decode row beside
+    // the second's last chunk; then both decoding, until both have their tokens.
+    assert_eq!(shapes, vec![(1, 4, 0, false), (2, 6, 0, false), (2, 3, 1, false), (2, 2, 2, true)]);
+    e.step().unwrap();
+    assert_eq!(e.last_step(), StepShape::default(), "a step with nothing to run");
 }
 
 /// Six requests on a cache that holds about one of them preempt each other, yet each gets the
