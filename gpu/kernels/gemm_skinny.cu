@@ -1,5 +1,5 @@
 #line 2 "gemm_skinny.cu"
-// gemm_skinny.cu: y[M, N] = x[M, K] W[N, K]^T for decode-sized M (1 to 64), bf16 in, f32
+// gemm_skinny.cu: y[M, N] = x[M, K] W[N, K]^T for decode-sized M, bf16 in, f32
 // accumulation, bf16 out (SPEC section 4). Needs ops_common.cuh (bf16, bf16_bits) and
 // tensor_core.cuh (the mma wrapper) before it; gpu::kernels concatenates them.
 //
@@ -9,8 +9,9 @@
 // (mma.sync m16n8k16, bf16 in, f32 accumulate) at every M: one arithmetic for every M is also
 // what keeps a row's bits independent of M (below).
 //
-// ALGORITHM. A CTA owns ROWS consecutive rows of W (n0 = blockIdx.x * ROWS) and all M rows of x,
-// and walks K in steps of 32. Its WARPS = 8 warps split the steps: warp w takes steps
+// ALGORITHM. A CTA owns ROWS consecutive rows of W and one slab of 8 MT rows of x (all of x when
+// M <= 8 MT; a batch wider than 64 rows runs in slabs of 64, the CTAs of one W block adjacent in
+// the grid), and walks K in steps of 32. Its WARPS = 8 warps split the steps: warp w takes steps
 // s = w, w + 8, w + 16, ... in increasing order. In a step, lane (g = lane >> 2, t = lane & 3)
 // loads 16 bytes (8 consecutive k, k = 32 s + 8 t) of W rows 16 r + g and 16 r + g + 8 of each
 // 16-row tile r, and 16 bytes of x row 8 j + g of each 8-row tile j of x, straight into
@@ -47,7 +48,8 @@
 //           MT 8      16   32    -    -
 //         At MT 8 the x vectors take the registers: those loads hit L2, not HBM.
 //
-// LAUNCH. Grid (ceil(N / ROWS), 1, 1), block THREADS = 256, static shared memory
+// LAUNCH. Grid (ceil(N / ROWS) * ceil(M / (8 MT)), 1, 1): CTA b takes W block b / slabs and slab
+// b % slabs. Block THREADS = 256, static shared memory
 // WARPS * 8 MT * (ROWS + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores free of
 // bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 84 to
 // 124 on sm_90a, no spills): 512 threads, so 64 to 96 KB of W in flight per SM where a lane holds
@@ -56,9 +58,9 @@
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)    y  [M, N] out
-// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 8 (a
-// 16-byte load stays inside a row) up to 2^30 (k indices of steps past the end stay in an int);
-// 1 <= N < 2^31; x and w 16-byte aligned.
+// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M (past 8 MT in slabs), M N < 2^63; K a
+// positive multiple of 8 (a 16-byte load stays inside a row) up to 2^30 (k indices of steps past
+// the end stay in an int); 1 <= N < 2^31; the grid under 2^31 CTAs; x and w 16-byte aligned.
 
 namespace gemm_skinny {
 
@@ -91,7 +93,14 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = blockIdx.x * ROWS;
+  // Slabs of 8 MT rows of x; the slabs of one W block are adjacent CTAs, so W is read from HBM
+  // about once and from L2 by the other slabs.
+  const int slabs = (m + 8 * MT - 1) / (8 * MT);
+  const int n0 = (blockIdx.x / slabs) * ROWS;
+  const int slab = blockIdx.x % slabs;
+  x += (long long)slab * 8 * MT * k;
+  y += (long long)slab * 8 * MT * n;
+  m = min(m - slab * 8 * MT, 8 * MT);
   const int steps = (k + STEP_K - 1) / STEP_K;
 
   // This lane's W rows (vector v = 2 r + h is row 16 r + g + 8 h) and x rows (tile j: row 8 j + g).

@@ -1,4 +1,4 @@
-//! The GEMMs of the GPU model (`gpu::gemm`: the skinny kernel for M <= 64 and cuBLASLt) held
+//! The GEMMs of the GPU model (`gpu::gemm`: the skinny kernel and cuBLASLt) held
 //! against an f64 reference on bf16 inputs (issue 9). Without a GPU every check says it skipped
 //! (`verify::gpu_harness`).
 //!
@@ -7,7 +7,8 @@
 //! 8, 32, 64, 128, 512 on every path that serves them, fresh inputs, outputs poisoned with NaN,
 //! every element, every row and the whole output within the bounds of `gpu_gemm/reference.rs`;
 //! a skinny row with the same bits alone and at every M up to 64 beside any rows (NaN and inf
-//! included) under every instantiation; two runs with the same bits on both paths; bad shapes
+//! included) under every instantiation; the same past 64 rows (skinny slabs) and through cuBLASLt
+//! pinned at one reference M; two runs with the same bits on both paths; bad shapes
 //! and buffers refused by name; and CUDA-graph replays with the eager bits on both paths.
 
 #[path = "gpu_gemm/accuracy.rs"]
@@ -27,6 +28,7 @@ fn main() {
             ("drawn_shapes_agree_with_f64_on_every_path", accuracy::drawn_shapes),
             ("asynct_0_5b_shapes_agree_with_f64_on_every_path", accuracy::model_shapes),
             ("a_skinny_row_has_the_same_bits_at_every_m_beside_any_rows", bits::batch_invariance),
+            ("past_64_rows_and_pinned_cublaslt_rows_keep_their_bits", bits::wide_batch_invariance),
             ("two_runs_give_the_same_bits_on_both_paths", bits::two_runs),
             ("bad_shapes_and_buffers_are_refused_by_name", bits::refusals),
             ("cuda_graph_replays_give_the_eager_bits_on_both_paths", bits::graph_replay),

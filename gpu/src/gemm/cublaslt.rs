@@ -13,8 +13,11 @@
 //! algorithm cuBLASLt's heuristic returned for its exact shape, queried once when the plan is
 //! loaded; every launch then runs that algorithm with the shared workspace, so nothing is
 //! allocated or chosen per call and a CUDA graph can capture it. The heuristic may pick a
-//! different algorithm (another tile, another split of K) for another `M`: that is why rows on
-//! this path are not batch-invariant, and why decode rows never take it.
+//! different algorithm (another tile, another split of K) for another `M`, so plans made per `M`
+//! are not batch-invariant. A pinned plan asks about a reference `M` instead, allowing no
+//! reduction scheme (no split of K), and `cublasLtMatmulAlgoCheck` confirms the algorithm runs
+//! the plan's own `M`: every plan of one N and K then computes an output from its own row and
+//! column in the same order.
 
 use std::sync::Arc;
 
@@ -111,10 +114,12 @@ unsafe impl Send for LtMatmul {}
 unsafe impl Sync for LtMatmul {}
 
 impl LtMatmul {
-    /// Describes `shape` (module docs) and asks the heuristic for its best algorithm once.
-    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape) -> Result<Self> {
+    /// Describes `shape` (module docs) and asks the heuristic once for its best algorithm at
+    /// `heuristic_m` rows (not splitting K unless that is the shape's own `M`).
+    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape, heuristic_m: usize) -> Result<Self> {
         let s = shape.to_string();
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
+        let pinned = heuristic_m != shape.m;
         let bf = sys::cudaDataType_t::CUDA_R_16BF;
         let desc = Desc(
             ltr::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType_t::CUDA_R_32F)
@@ -131,6 +136,10 @@ impl LtMatmul {
         let w_layout = layout(k, n, k)?;
         let x_layout = layout(k, m, k)?;
         let y_layout = layout(n, m, n)?;
+        let (x_asked, y_asked) = match pinned {
+            true => (layout(k, heuristic_m as u64, k)?, layout(n, heuristic_m as u64, n)?),
+            false => (layout(k, m, k)?, layout(n, m, n)?),
+        };
 
         let pref = Pref(ltr::create_matmul_pref().map_err(blas("cublasLtMatmulPreferenceCreate", &s))?);
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
@@ -145,19 +154,34 @@ impl LtMatmul {
         ] {
             pref.set(attr, &16u32, &s)?;
         }
+        if pinned {
+            // CUBLASLT_REDUCTION_SCHEME_NONE alone: algorithms that split K are left out.
+            pref.set(P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &0u32, &s)?;
+        }
         // SAFETY: every descriptor was created above and is alive; C and D share y's layout.
         let best = unsafe {
-            ltr::get_matmul_algo_heuristic(
-                library.handle,
-                desc.0,
-                w_layout.0,
-                x_layout.0,
-                y_layout.0,
-                y_layout.0,
-                pref.0,
-            )
+            ltr::get_matmul_algo_heuristic(library.handle, desc.0, w_layout.0, x_asked.0, y_asked.0, y_asked.0, pref.0)
         }
         .map_err(blas("cublasLtMatmulAlgoGetHeuristic", &s))?;
+        if pinned {
+            let mut checked = std::mem::MaybeUninit::<sys::cublasLtMatmulHeuristicResult_t>::uninit();
+            // SAFETY: the descriptors are alive, `best.algo` came from the heuristic for the same
+            // operation and N, K, and `checked` has room for the result the call writes.
+            unsafe {
+                sys::cublasLtMatmulAlgoCheck(
+                    library.handle,
+                    desc.0,
+                    w_layout.0,
+                    x_layout.0,
+                    y_layout.0,
+                    y_layout.0,
+                    &best.algo,
+                    checked.as_mut_ptr(),
+                )
+            }
+            .result()
+            .map_err(blas("cublasLtMatmulAlgoCheck", &s))?;
+        }
         let config = |attr| algo_config(&best.algo, attr).map_err(blas("cublasLtMatmulAlgoConfigGetAttribute", &s));
         use sys::cublasLtMatmulAlgoConfigAttributes_t as A;
         let info = LtAlgo {

@@ -71,7 +71,9 @@ impl Gemm {
         plan.shape.validate()?;
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
-            GemmPath::CublasLt => Exec::CublasLt(LtMatmul::new(gpu.cublaslt()?, plan.shape)?),
+            GemmPath::CublasLt { heuristic_m } => {
+                Exec::CublasLt(LtMatmul::new(gpu.cublaslt()?, plan.shape, *heuristic_m)?)
+            }
         };
         Ok(Self { plan, stream: gpu.stream().clone(), exec })
     }

@@ -5,19 +5,23 @@
 //! The dispatcher ([`GemmPlan::auto`]) sends `M <= SKINNY_MAX_M` to the skinny kernel and wider
 //! `M` to cuBLASLt. The skinny kernel's bits for a row of x do not depend on `M`, on the other
 //! rows or on the instantiation (`gemm_skinny.cu`'s header says why), so every decode step, at
-//! every batch bucket, computes a request's rows the same way. cuBLASLt's algorithm is chosen
-//! per `M` by its heuristic and may split K differently at different `M`: a prefill row's bits
-//! may change with the number of rows beside it. Decode rows never take that path.
+//! every batch bucket, computes a request's rows the same way; it takes any `M` (past 64 rows in
+//! slabs of 64), which is how the model runs decode rows of batches wider than 64.
+//! [`GemmPlan::cublaslt`] lets cuBLASLt's heuristic choose per `M`, which may split K
+//! differently at different `M`; [`GemmPlan::cublaslt_pinned`] instead asks the heuristic once,
+//! at a reference `M`, for an algorithm that does not split K, and runs it at every `M`, so that
+//! (checked on the H200 by `gpu_gemm`) a row's bits do not depend on the rows beside it.
 //!
 //! For the skinny kernel the plan picks the x tile (`m_tile`, the smallest of 8, 16, 32, 64
-//! holding `M`: fewer accumulators and loads for small batches) and the rows of W per CTA: the
-//! most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight bytes,
-//! while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per SM); a
-//! W too small for that gets 8 rows per CTA, the most CTAs there can be.
+//! holding `M`, 64 past it: fewer accumulators and loads for small batches) and the rows of W per
+//! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
+//! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
+//! SM); a W too small for that gets 8 rows per CTA, the most CTAs there can be.
 
 use crate::error::{unsupported, Result};
 
-/// The widest `M` the skinny kernel serves, and the dispatcher's crossover to cuBLASLt.
+/// The widest `M` the skinny kernel serves in one slab, and the dispatcher's crossover to
+/// cuBLASLt.
 pub const SKINNY_MAX_M: usize = 64;
 /// Rows of W per CTA the skinny kernel is instantiated for.
 pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
@@ -85,17 +89,24 @@ pub struct SkinnyTile {
     pub m_tile: usize,
     /// Rows of W per CTA (one of [`SKINNY_ROWS`]).
     pub rows: usize,
-    /// CTAs: `ceil(N / rows)`.
+    /// Slabs of `m_tile` rows of x: `ceil(M / m_tile)`.
+    pub slabs: usize,
+    /// CTAs: `ceil(N / rows) * slabs`.
     pub grid: u32,
 }
 
 /// Which implementation computes the GEMM.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum GemmPath {
-    /// `gemm_skinny.cu` (`M <= SKINNY_MAX_M`).
+    /// `gemm_skinny.cu`.
     Skinny(SkinnyTile),
-    /// cuBLASLt with the algorithm its heuristic picks for this shape, chosen once.
-    CublasLt,
+    /// cuBLASLt with the algorithm its heuristic picks for this shape at `heuristic_m` rows,
+    /// chosen once; when `heuristic_m` is not the shape's own `M`, only algorithms that do not
+    /// split K are considered (a pinned plan).
+    CublasLt {
+        /// The `M` the heuristic is asked about.
+        heuristic_m: usize,
+    },
 }
 
 /// A GEMM's shape and path.
@@ -122,10 +133,11 @@ impl GemmPlan {
     pub fn skinny(shape: GemmShape, sms: usize) -> Result<Self> {
         let m_tile = m_tile(shape)?;
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);
+        let slabs = shape.m.div_ceil(m_tile);
         let rows = SKINNY_ROWS
             .into_iter()
             .rev()
-            .find(|&rows| rows_fit(m_tile, rows) && shape.n.div_ceil(rows) >= fill)
+            .find(|&rows| rows_fit(m_tile, rows) && shape.n.div_ceil(rows) * slabs >= fill)
             .unwrap_or(SKINNY_ROWS[0]);
         Self::skinny_rows(shape, rows)
     }
@@ -141,32 +153,47 @@ impl GemmPlan {
                 format!("`rows` must be one of {allowed:?} for M = {} (x tile {m_tile}), got {rows}", shape.m),
             ));
         }
-        let grid = u32::try_from(shape.n.div_ceil(rows)).expect("validate keeps N below 2^31");
+        let slabs = shape.m.div_ceil(m_tile);
+        let grid = shape
+            .n
+            .div_ceil(rows)
+            .checked_mul(slabs)
+            .and_then(|g| u32::try_from(g).ok())
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or_else(|| unsupported("gemm skinny", format!("{shape} needs more than 2^31 CTAs")))?;
         let entry = format!("gemm_skinny_m{m_tile}_r{rows}");
-        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, grid }) })
+        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, slabs, grid }) })
     }
 
-    /// cuBLASLt, at any `M`.
+    /// cuBLASLt with the heuristic's algorithm for this very shape.
     pub fn cublaslt(shape: GemmShape) -> Result<Self> {
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt })
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m: shape.m } })
     }
 
-    /// A short stable name: `skinny-m8-r64` or `cublaslt`.
+    /// cuBLASLt with the algorithm, not splitting K, that the heuristic picks for this N and K at
+    /// `heuristic_m` rows: every plan of one (N, K, `heuristic_m`) runs the same algorithm,
+    /// whatever its own `M`.
+    pub fn cublaslt_pinned(shape: GemmShape, heuristic_m: usize) -> Result<Self> {
+        GemmShape { m: heuristic_m, ..shape }.validate()?;
+        shape.validate()?;
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m } })
+    }
+
+    /// A short stable name: `skinny-m8-r64`, `cublaslt`, or `cublaslt-at-m512` when pinned.
     pub fn name(&self) -> String {
         match &self.path {
             GemmPath::Skinny(t) => format!("skinny-m{}-r{}", t.m_tile, t.rows),
-            GemmPath::CublasLt => "cublaslt".to_string(),
+            GemmPath::CublasLt { heuristic_m } if *heuristic_m == self.shape.m => "cublaslt".to_string(),
+            GemmPath::CublasLt { heuristic_m } => format!("cublaslt-at-m{heuristic_m}"),
         }
     }
 }
 
-/// The smallest x tile holding `shape.m`, after checking the shape.
+/// The smallest x tile holding `shape.m` (the widest past it), after checking the shape.
 fn m_tile(shape: GemmShape) -> Result<usize> {
     shape.validate()?;
-    SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).ok_or_else(|| {
-        unsupported("gemm skinny", format!("`m` must be 1 to {SKINNY_MAX_M} for the skinny kernel, got {}", shape.m))
-    })
+    Ok(SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M))
 }
 
 /// Whether the kernel is instantiated for (`m_tile`, `rows`): its accumulators,
@@ -189,7 +216,7 @@ mod tests {
     fn skinny(plan: &GemmPlan) -> &SkinnyTile {
         match &plan.path {
             GemmPath::Skinny(t) => t,
-            GemmPath::CublasLt => panic!("{} is not skinny", plan.name()),
+            GemmPath::CublasLt { .. } => panic!("{} is not skinny", plan.name()),
         }
     }
 
@@ -201,7 +228,9 @@ mod tests {
             assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
         }
         for m in [65, 128, 512, 100_000] {
-            assert_eq!(GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap().path, GemmPath::CublasLt);
+            let plan = GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap();
+            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m });
+            assert_eq!(plan.name(), "cublaslt");
         }
     }
 
@@ -216,7 +245,7 @@ mod tests {
             for n in [1, 7, 1000, 6144, 151_936] {
                 let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
                 assert!(rows_fit(t.m_tile, t.rows));
-                assert_eq!(t.grid as usize, n.div_ceil(t.rows));
+                assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
                 assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
                 assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
             }
@@ -250,11 +279,29 @@ mod tests {
         refused(GemmPlan::auto(shape(1, 64, 12), H200_SMS), "`k` must be a positive multiple of 8");
         refused(GemmPlan::auto(shape(1, 64, 0), H200_SMS), "got 0");
         refused(GemmPlan::cublaslt(shape(1, 64, MAX_K + 8)), "got 1073741832");
-        refused(GemmPlan::skinny(shape(65, 64, 64), H200_SMS), "`m` must be 1 to 64 for the skinny kernel, got 65");
         refused(GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows` must be one of [8, 16] for M = 64");
         refused(GemmPlan::skinny_rows(shape(1, 64, 64), 24), "got 24");
         GemmPlan::skinny_rows(shape(1, 64, 8), 64).unwrap();
         GemmPlan::cublaslt(shape(1_000_000, 151_936, 1024)).unwrap();
+        refused(GemmPlan::cublaslt_pinned(shape(1, 64, 64), 0), "`m` must be 1 to");
+        refused(GemmPlan::skinny(shape(1 << 30, 1 << 30, 64), H200_SMS), "more than 2^31 CTAs");
+    }
+
+    #[test]
+    fn batches_past_64_rows_run_in_slabs_of_64_with_each_w_block_adjacent() {
+        for (m, slabs) in [(65, 2), (128, 2), (129, 3), (256, 4)] {
+            let plan = GemmPlan::skinny(shape(m, 151_936, 1024), H200_SMS).unwrap();
+            let t = skinny(&plan);
+            assert_eq!((t.m_tile, t.slabs), (64, slabs), "M {m}");
+            assert_eq!(t.grid as usize, 151_936usize.div_ceil(t.rows) * slabs);
+        }
+        // The slabs count toward filling the SMs: 2048 / 16 = 128 blocks of W, x 4 slabs >= 264.
+        assert_eq!(skinny(&GemmPlan::skinny(shape(256, 2048, 1024), H200_SMS).unwrap()).rows, 16);
+        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 8);
+        assert_eq!(GemmPlan::auto(shape(65, 1024, 1024), H200_SMS).unwrap().name(), "cublaslt");
+        let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
+        assert_eq!(pinned.name(), "cublaslt-at-m512");
+        assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512 });
     }
 
     #[test]

@@ -26,18 +26,24 @@ pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
 ];
 
 /// Every plan that serves `shape`: each skinny instantiation for its `M` (the dispatcher's among
-/// them) up to `SKINNY_MAX_M` rows, and cuBLASLt.
+/// them; past `SKINNY_MAX_M` rows in slabs of 64), cuBLASLt's own choice, and cuBLASLt pinned at
+/// the reference `M` of `PINNED_AT`.
 pub fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
-    if shape.m <= SKINNY_MAX_M {
-        let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).expect("M <= 64 has a tile");
-        for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
-            plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
-        }
+    let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
+    for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
+        plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
     }
     plans.push(g(GemmPlan::cublaslt(shape))?);
+    if shape.m != PINNED_AT {
+        plans.push(g(GemmPlan::cublaslt_pinned(shape, PINNED_AT))?);
+    }
     Ok(plans)
 }
+
+/// The reference `M` of the pinned cuBLASLt plans under test (the GPU model pins at its step's
+/// token capacity, a few hundred rows).
+pub const PINNED_AT: usize = 768;
 
 /// The dispatcher's plan on this device.
 pub fn auto(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
