@@ -252,6 +252,21 @@ impl Engine {
         Ok(())
     }
 
+    /// Turns the recording of logits rows (as `record_logits` in [`Engine::new`]) on or off, so a
+    /// caller that wants logits for some batches only (the Python bindings' logprobs) does not
+    /// pay for them on every other. Refused while any request is unfinished, since its rows
+    /// would be half recorded.
+    pub fn set_record_logits(&mut self, record: bool) -> Result<()> {
+        if !self.active.is_empty() {
+            return Err(Error::Request(format!(
+                "logits recording can change only while the engine is idle, but {} requests are unfinished",
+                self.active.len()
+            )));
+        }
+        self.record_logits = record;
+        Ok(())
+    }
+
     /// Removes a running or waiting request at once, freeing its KV-cache blocks; it produces no
     /// further events and no [`Completion`]. Refuses an id that is not running or waiting.
     pub fn abort(&mut self, id: u64) -> Result<()> {

@@ -449,3 +449,20 @@ fn abort_frees_blocks_at_once_and_leaves_the_others_alone(b: Backend) {
     assert_eq!((&done[0].token_ids, &done[0].logits), (&one.token_ids, &one.logits));
     assert!(matches!(e.abort(ids[1]), Err(Error::UnknownRequest { .. })), "a finished request is gone");
 }
+
+/// Logits recording turns on and off between batches (the Python bindings record only for a
+/// generate that asks for logprobs), and is refused while a request is unfinished.
+#[test]
+fn logits_recording_changes_only_while_the_engine_is_idle() {
+    let mut e = engine(cpu_f32(), Opts::default());
+    assert!(run(&mut e, vec![greedy(vec![1, 2, 3], 3)])[0].logits.is_none());
+    e.set_record_logits(true).unwrap();
+    let recorded = run(&mut e, vec![greedy(vec![1, 2, 3], 3)]).remove(0);
+    assert_eq!(recorded.logits.as_ref().map(|l| l.nrows()), Some(3 + 3 - 1));
+    e.add_request(greedy(vec![4, 5], 2)).unwrap();
+    let err = e.set_record_logits(false).unwrap_err().to_string();
+    assert!(err.contains("1 requests are unfinished"), "{err}");
+    assert!(e.run_to_completion().unwrap()[0].logits.is_some(), "the refused change changed nothing");
+    e.set_record_logits(false).unwrap();
+    assert!(run(&mut e, vec![greedy(vec![1, 2, 3], 3)])[0].logits.is_none());
+}
