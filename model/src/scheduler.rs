@@ -19,10 +19,14 @@
 //! - Preemption by recompute: when a running sequence cannot get its blocks, the most recently
 //!   admitted running sequence (possibly itself) gives all of its blocks back and goes to the
 //!   front of the waiting queue with its tokens (prompt plus those generated so far) and nothing
-//!   computed; repeated until the blocks are free. Readmitted, it recomputes its tokens in chunks
-//!   at the same fixed boundaries, and only the chunk ending at its last token samples, so no
-//!   token is drawn twice; the engine keeps its count of generated tokens (the sampling step)
-//!   and its stop state, so it goes on exactly where it was.
+//!   computed; repeated until the blocks are free. Readmitted, it recomputes its tokens the way
+//!   they were first computed: the prompt in chunks at the same fixed boundaries, then each
+//!   generated token as a one-row step of its own, and only the step ending at its last token
+//!   samples, so no token is drawn twice; the engine keeps its count of generated tokens (the
+//!   sampling step) and its stop state, so it goes on exactly where it was. Recomputing the
+//!   generated tokens one per step is slower than one chunk, but on the GPU a decode row and a
+//!   chunk row are computed by different kernels (each invariant to its batch, not to the
+//!   other), so only this gives the cache, and every later logit, the bits they had.
 //! - The oldest running sequence is never preempted. [`Scheduler::add`] refuses a request whose
 //!   whole life (prompt plus `max_tokens`, capped at the model length) needs more blocks than the
 //!   cache has, so the oldest always fits once everything admitted after it is preempted; it also
@@ -57,6 +61,8 @@ struct SeqState {
     id: u64,
     /// Prompt then generated tokens.
     tokens: Vec<u32>,
+    /// Tokens of the prompt (computed in chunks; the rest one per step).
+    prompt_len: usize,
     /// Leading tokens whose K/V is in the cache.
     num_computed: usize,
     /// Tokens this sequence may reach, prompt included.
@@ -65,9 +71,12 @@ struct SeqState {
 }
 
 impl SeqState {
-    /// Tokens the next step computes for this sequence.
+    /// Tokens the next step computes for this sequence: the prompt's next chunk, else one.
     fn next_chunk(&self, prefill_chunk: usize) -> usize {
-        (self.tokens.len() - self.num_computed).min(prefill_chunk)
+        match self.prompt_len.checked_sub(self.num_computed) {
+            Some(left) if left > 0 => left.min(prefill_chunk),
+            _ => 1,
+        }
     }
 
     /// Blocks to add so that `len` more tokens fit.
@@ -173,7 +182,15 @@ impl Scheduler {
                 total: self.pool.num_blocks(),
             });
         }
-        self.waiting.push_back(SeqState { id, tokens: prompt, num_computed: 0, max_len, blocks: Vec::new() });
+        let prompt_len = prompt.len();
+        self.waiting.push_back(SeqState {
+            id,
+            tokens: prompt,
+            prompt_len,
+            num_computed: 0,
+            max_len,
+            blocks: Vec::new(),
+        });
         Ok(())
     }
 
@@ -480,15 +497,30 @@ mod tests {
         assert_eq!(chunks(&plan), vec![(1, 8, 1, true)], "request 1 grows, request 2 goes back to wait");
         assert_eq!((s.num_preemptions(), s.num_running(), s.num_waiting()), (1, 1, 1));
         assert_eq!(s.pool().num_used(), 3);
-        for t in 6..8 {
-            assert_eq!(chunks(&step(&mut s, 100 + t)).len(), 1, "request 2's first chunk needs 2 blocks, 1 is free");
-        }
         s.finish(1).unwrap();
-        let first = step(&mut s, 0);
-        let second = step(&mut s, 105);
-        assert_eq!(chunks(&first), vec![(2, 0, 5, false)]);
-        assert_eq!(chunks(&second), vec![(2, 5, 4, true)], "only the chunk ending at its last token samples");
-        let recomputed: Vec<u32> = first.token_ids.iter().chain(&second.token_ids).copied().collect();
+        // The prompt as one chunk, then each generated token as a row of its own, as they were
+        // first computed; only the step ending at its last token samples.
+        let mut recomputed = Vec::new();
+        let mut seen = Vec::new();
+        for t in 0..6 {
+            let plan = step(&mut s, 105 + t);
+            seen.extend(chunks(&plan));
+            recomputed.extend(plan.token_ids);
+            if t == 5 {
+                break;
+            }
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (2, 0, 4, false),
+                (2, 4, 1, false),
+                (2, 5, 1, false),
+                (2, 6, 1, false),
+                (2, 7, 1, false),
+                (2, 8, 1, true)
+            ]
+        );
         assert_eq!(recomputed, vec![5, 6, 7, 8, 100, 101, 102, 103, 104]);
         assert_eq!(chunks(&step(&mut s, 106)), vec![(2, 9, 1, true)]);
     }
@@ -505,8 +537,10 @@ mod tests {
         let plan = step(&mut s, 102);
         assert_eq!(chunks(&plan), vec![(1, 5, 1, true)]);
         assert_eq!((s.num_preemptions(), s.num_waiting(), s.pool().num_free()), (1, 2, 1));
-        // Request 3 fits the freed block, but request 2 is ahead of it and needs two.
-        assert_eq!(chunks(&step(&mut s, 103)), vec![(1, 6, 1, true)]);
+        // Request 3 fits the freed block, but request 2 is ahead of it: its prompt (one block)
+        // is recomputed there first, without sampling.
+        assert_eq!(chunks(&step(&mut s, 103)), vec![(1, 6, 1, true), (2, 0, 3, false)]);
+        assert_eq!((s.num_waiting(), s.pool().num_free()), (1, 0));
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub struct Graph {
     graph: CudaGraph,
 }
 
+// SAFETY: CUDA asks that calls on one graph be serialised, not that they come from the thread
+// that made it; a Graph moved to another thread is used from there alone (it is not Sync), and
+// each call binds the stream's context first.
+unsafe impl Send for Graph {}
+
 impl Graph {
     /// Replays every recorded launch, in order, on the stream the graph was captured on
     /// (asynchronous, like a launch).
@@ -44,15 +49,24 @@ impl Gpu {
     /// is launched), following the rules in this module's docs. Capture ends even when `record`
     /// fails or panics, so the stream is usable afterwards; `record`'s error is returned first.
     /// Work already queued on the stream is not part of the graph.
-    pub fn capture(&self, record: impl FnOnce() -> Result<()>) -> Result<Graph> {
+    /// `record` may fail with its caller's error type (a model's, say), which comes back as it is.
+    pub fn capture<E: From<Error>>(
+        &self,
+        record: impl FnOnce() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Graph, E> {
         // Thread-local mode refuses unsafe calls (a synchronisation, an allocation) made by this
         // thread while it captures, rather than by any thread of the process.
-        self.stream().begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        self.stream()
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| E::from(e.into()))?;
         let capturing = Capturing { stream: Some(self.stream()) };
         let recorded = record();
         let ended = capturing.end();
         recorded?;
-        Ok(Graph { graph: ended?.ok_or(Error::EmptyGraph)? })
+        let graph = ended.map_err(|e| E::from(e.into()))?.ok_or(E::from(Error::EmptyGraph))?;
+        // Uploading now keeps the graph's set-up out of its first replay.
+        graph.upload().map_err(|e| E::from(e.into()))?;
+        Ok(Graph { graph })
     }
 }
 

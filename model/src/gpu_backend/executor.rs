@@ -9,6 +9,10 @@
 //!
 //! With `--dump-logits` every row's logits come back and the tokens are drawn from them on the
 //! host with the oracle's sampler, the same function the kernel matches token for token.
+//!
+//! With `cuda_graphs`, a step of decode rows only (the steady state of generation) replays the
+//! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
+//! runs eagerly.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use oracle::model::forward::{LogitRows, StepInput};
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, Widen};
 use gpu::Gpu;
 
+use super::decode_graphs::{pad_decode_step, DecodeGraphs};
 use super::forward::{GpuModel, KvSize};
 use super::step_buffers::Capacity;
 use crate::block_pool::blocks_for;
@@ -60,8 +65,39 @@ pub struct GpuExecutor {
     params: CudaSlice<DeviceSamplingRow>,
     tokens: CudaSlice<u32>,
     survivors: CudaSlice<u32>,
+    graphs: Option<DecodeGraphs>,
+    replay: bool,
     gpu: Arc<Gpu>,
     label: String,
+}
+
+/// The sampler and the buffers it reads and writes, apart from the model so that a graph can
+/// record the forward and then the sampler.
+struct SamplerParts<'a> {
+    sampler: &'a Sampler,
+    widen: &'a Widen,
+    logits_f32: &'a mut CudaSlice<f32>,
+    params: &'a CudaSlice<DeviceSamplingRow>,
+    tokens: &'a mut CudaSlice<u32>,
+    survivors: &'a mut CudaSlice<u32>,
+}
+
+impl SamplerParts<'_> {
+    /// Enqueues the draw of row `j`'s token with `params[j]`, for the first `rows` rows of the
+    /// model's last logits.
+    fn enqueue(&mut self, model: &mut GpuModel, rows: usize) -> Result<()> {
+        let vocab = model.dims().vocab_size;
+        self.widen.run(&model.logits(rows), &mut self.logits_f32.slice_mut(..rows * vocab))?;
+        self.sampler.sample(
+            &self.logits_f32.slice(..rows * vocab),
+            vocab,
+            &self.params.slice(..rows),
+            &mut self.tokens.slice_mut(..rows),
+            &mut self.survivors.slice_mut(..rows),
+            model.faults(),
+        )?;
+        Ok(())
+    }
 }
 
 impl GpuExecutor {
@@ -87,52 +123,129 @@ impl GpuExecutor {
         let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress)?;
         let vocab = cfg.dims().vocab_size;
         let rows = options.max_num_seqs;
-        let info = gpu.info();
-        let cache = model.cache();
-        let label = format!(
-            "cuda {} ({:.2} GiB of weights, KV cache {} blocks = {} tokens)",
-            info.name,
-            model.weight_bytes() as f64 / (1u64 << 30) as f64,
-            cache.num_blocks,
-            cache.num_blocks * cache.block_size
-        );
-        Ok(Self {
+        let mut executor = Self {
             sampler: Sampler::new(gpu)?,
             widen: Widen::new(gpu)?,
             logits_f32: gpu.zeros(rows * vocab)?,
-            params: gpu.upload(&vec![DeviceSamplingRow::new(0.0, 0, 1.0, 0, 0)?; rows])?,
+            params: gpu.upload(&vec![greedy(); rows])?,
             tokens: gpu.zeros(rows)?,
             survivors: gpu.zeros(rows)?,
             model,
+            graphs: None,
+            replay: true,
             gpu: gpu.clone(),
-            label,
-        })
+            label: String::new(),
+        };
+        if options.cuda_graphs {
+            let (mut parts, model) = executor.parts();
+            let graphs = DecodeGraphs::capture(
+                model,
+                rows,
+                cap.max_blocks_per_seq,
+                options.block_size,
+                |m, r| parts.enqueue(m, r),
+                progress,
+            )?;
+            executor.graphs = Some(graphs);
+        }
+        let info = gpu.info();
+        let cache = executor.model.cache();
+        executor.label = format!(
+            "cuda {} ({:.2} GiB of weights, KV cache {} blocks = {} tokens, {})",
+            info.name,
+            executor.model.weight_bytes() as f64 / (1u64 << 30) as f64,
+            cache.num_blocks,
+            cache.num_blocks * cache.block_size,
+            match &executor.graphs {
+                Some(g) => format!("{} decode-step CUDA graphs", g.len()),
+                None => "eager".to_string(),
+            }
+        );
+        Ok(executor)
     }
 
-    /// Draws `sampling[j]`'s token from row `j` of the model's last logits, on the device.
-    fn sample_on_device(&mut self, sampling: &[SamplingRow]) -> Result<Vec<u32>> {
-        let (rows, vocab) = (sampling.len(), self.model.dims().vocab_size);
-        let params = sampling
+    /// The sampler's parts and the model, borrowed apart.
+    fn parts(&mut self) -> (SamplerParts<'_>, &mut GpuModel) {
+        let parts = SamplerParts {
+            sampler: &self.sampler,
+            widen: &self.widen,
+            logits_f32: &mut self.logits_f32,
+            params: &self.params,
+            tokens: &mut self.tokens,
+            survivors: &mut self.survivors,
+        };
+        (parts, &mut self.model)
+    }
+
+    /// Copies each row's sampling settings to the device, then greedy settings for the padding
+    /// rows up to `rows`.
+    fn upload_params(&mut self, sampling: &[SamplingRow], rows: usize) -> Result<()> {
+        let mut params = sampling
             .iter()
             .map(|r| {
                 let p = &r.params;
                 Ok(DeviceSamplingRow::new(p.temperature, p.top_k, p.top_p, p.seed, r.step)?)
             })
             .collect::<Result<Vec<_>>>()?;
+        params.resize(rows.max(params.len()), greedy());
         let stream = self.gpu.stream();
-        stream.memcpy_htod(&params, &mut self.params.slice_mut(..rows)).map_err(gpu::Error::from)?;
-        self.widen.run(&self.model.logits(rows), &mut self.logits_f32.slice_mut(..rows * vocab))?;
-        self.sampler.sample(
-            &self.logits_f32.slice(..rows * vocab),
-            vocab,
-            &self.params.slice(..rows),
-            &mut self.tokens.slice_mut(..rows),
-            &mut self.survivors.slice_mut(..rows),
-            self.model.faults(),
-        )?;
-        self.model.faults().check()?;
-        Ok(stream.clone_dtoh(&self.tokens.slice(..rows)).map_err(gpu::Error::from)?)
+        stream.memcpy_htod(&params, &mut self.params.slice_mut(..params.len())).map_err(gpu::Error::from)?;
+        Ok(())
     }
+
+    /// Whether pure decode steps replay their bucket's graph (when graphs were captured); off,
+    /// every step runs eagerly. The bits are the same either way (`gpu_engine` checks it).
+    pub fn set_graph_replay(&mut self, on: bool) {
+        self.replay = on;
+    }
+
+    /// The bf16 logits of the last step's first `rows` sampled rows (in sampling order), widened
+    /// to f32 (waits for the device).
+    pub fn last_logits(&self, rows: usize) -> Result<Array2<f32>> {
+        self.model.download_logits(rows)
+    }
+
+    /// The device's free memory in bytes.
+    pub fn free_memory(&self) -> Result<usize> {
+        Ok(self.gpu.memory()?.0)
+    }
+
+    /// Waits for the step, checks its fault word and returns the first `n` sampled tokens.
+    fn finish(&mut self, n: usize) -> Result<Vec<u32>> {
+        self.model.faults().check()?;
+        Ok(self.gpu.stream().clone_dtoh(&self.tokens.slice(..n)).map_err(gpu::Error::from)?)
+    }
+
+    /// Runs a step of decode rows only (in sampling order) by replaying its bucket's graph; `None`
+    /// when no bucket holds it.
+    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow]) -> Result<Option<Vec<u32>>> {
+        let graphs = self.graphs.as_ref().filter(|_| self.replay);
+        let Some(graph) = graphs.and_then(|g| g.find(step.token_ids.len(), step.meta.block_table.ncols())) else {
+            return Ok(None);
+        };
+        let shape = graph.shape();
+        let cache = self.model.cache();
+        let padded = pad_decode_step(step, shape, cache.pad_block(), cache.block_size);
+        let uploaded = self.model.upload(&padded.step(), &padded.picked)?;
+        debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
+        self.upload_params(sampling, shape.tokens)?;
+        let graph = self.graphs.as_ref().and_then(|g| g.find(step.token_ids.len(), step.meta.block_table.ncols()));
+        graph.expect("found above").launch()?;
+        Ok(Some(self.finish(sampling.len())?))
+    }
+
+    /// Draws `sampling[j]`'s token from row `j` of the model's last logits, on the device.
+    fn sample_on_device(&mut self, sampling: &[SamplingRow]) -> Result<Vec<u32>> {
+        self.upload_params(sampling, sampling.len())?;
+        let (mut parts, model) = self.parts();
+        parts.enqueue(model, sampling.len())?;
+        self.finish(sampling.len())
+    }
+}
+
+/// Settings for a row whose token is dropped: the cheapest draw.
+fn greedy() -> DeviceSamplingRow {
+    DeviceSamplingRow::new(0.0, 0, 1.0, 0, 0).expect("greedy settings are valid")
 }
 
 /// `plan` with its sequences in `order`: ids, metadata and slots rebuilt, rows moved with their
@@ -172,6 +285,12 @@ impl StepExecutor for GpuExecutor {
         let last_row = |s: usize| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32;
         match wanted {
             LogitsWanted::Discard => {
+                let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
+                if all_decode {
+                    if let Some(sampled) = self.replay_decode(&step, sampling)? {
+                        return Ok(StepOutput { sampled, logits: None });
+                    }
+                }
                 let picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
                 self.model.launch(&step, &picked)?;
                 let sampled = match picked.is_empty() {

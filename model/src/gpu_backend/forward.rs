@@ -18,11 +18,14 @@
 //! then the rows that get logits are gathered (the embedding kernel, over `h`) and go through the
 //! head GEMM. Decode rows never share a launch with a tensor-core prefill chunk, so a decode
 //! row's bits do not depend on its neighbours (the decode kernels' own invariance covers mixing
-//! decode rows with fake-decode rows). Dispatch takes static facts of the step only.
+//! decode rows with fake-decode rows); the GEMMs follow the same rule ([`super::linear`]).
 //!
-//! This is the eager forward: plans are made per step. Whole-step CUDA graphs come next.
+//! A step runs in three parts: [`GpuModel::upload`] copies its inputs and returns its
+//! [`StepShape`], the static facts that alone pick kernels and size grids; [`GpuModel::plan`]
+//! makes (and loads) the launches of a shape; [`GpuModel::enqueue`] puts them on the stream. The
+//! eager path does all three per step. A CUDA graph ([`GpuModel::capture`]) records `enqueue` once
+//! per shape and replays it after each `upload` of a step of that shape.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
@@ -35,10 +38,10 @@ use gpu::attention::{
     plan_step, GateParams, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan, PrefillOperands,
     RowOperands, StepGeometry, StepPlan,
 };
-use gpu::gemm::{Gemm, GemmPlan, GemmShape};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
-use gpu::Gpu;
+use gpu::{Gpu, Graph};
 
+use super::linear::{Linears, RowSplit};
 use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
@@ -57,13 +60,15 @@ pub enum KvSize {
     MemoryFraction(f64),
 }
 
-/// The paged KV cache of every layer on the device.
+/// The paged KV cache of every layer on the device: `num_blocks` blocks the scheduler hands
+/// out, and one more, [`DeviceCache::pad_block`], that the padding rows of a graph's batch bucket
+/// read and write so that they touch no request's keys.
 pub struct DeviceCache {
-    /// Per layer, `[num_blocks, block_size, Hkv, D]` keys.
+    /// Per layer, `[num_blocks + 1, block_size, Hkv, D]` keys.
     pub key: Vec<CudaSlice<bf16>>,
-    /// Per layer, `[num_blocks, block_size, Hkv, D]` values.
+    /// Per layer, `[num_blocks + 1, block_size, Hkv, D]` values.
     pub value: Vec<CudaSlice<bf16>>,
-    /// Blocks per layer.
+    /// Blocks per layer the scheduler may use.
     pub num_blocks: usize,
     /// Tokens per block.
     pub block_size: usize,
@@ -75,9 +80,9 @@ impl DeviceCache {
         2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * std::mem::size_of::<bf16>()
     }
 
-    /// A zeroed cache of `num_blocks` blocks for every layer of `dims`.
+    /// A zeroed cache of `num_blocks` blocks (and the pad block) for every layer of `dims`.
     pub fn new(gpu: &Gpu, dims: &ModelDims, num_blocks: usize, block_size: usize) -> gpu::Result<Self> {
-        let len = num_blocks * block_size * dims.num_kv_heads * dims.head_dim;
+        let len = (num_blocks + 1) * block_size * dims.num_kv_heads * dims.head_dim;
         let layer = || gpu.zeros::<bf16>(len);
         Ok(Self {
             key: (0..dims.num_layers).map(|_| layer()).collect::<gpu::Result<_>>()?,
@@ -85,6 +90,11 @@ impl DeviceCache {
             num_blocks,
             block_size,
         })
+    }
+
+    /// The block no sequence owns: padding rows' table entries and slots point here.
+    pub fn pad_block(&self) -> usize {
+        self.num_blocks
     }
 }
 
@@ -105,9 +115,46 @@ pub struct GpuModel {
     cache: DeviceCache,
     bufs: StepBuffers,
     kernels: Kernels,
-    gemms: HashMap<GemmShape, Gemm>,
+    linears: Linears,
     gate: GateParams,
-    sms: usize,
+    /// The split-K workspace and counters that captured graphs use, apart from the eager ones so
+    /// that growing those never moves memory a graph points at.
+    graph_workspace: Option<(CudaSlice<f32>, CudaSlice<i32>)>,
+}
+
+/// A step's static facts: all that picks its kernels and sizes its launches (SPEC section 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StepShape {
+    /// Query rows.
+    pub tokens: usize,
+    /// How its sequences split between decode rows and prefill chunks.
+    pub split: Split,
+    /// Rows that get logits.
+    pub picked: usize,
+    /// Columns its block tables were uploaded with.
+    pub width: usize,
+}
+
+/// The planned launches of one [`StepShape`]; a graph recorded from them keeps them alive.
+pub struct StepLaunch {
+    shape: StepShape,
+    attn: AttnPlan,
+}
+
+impl StepLaunch {
+    /// The shape planned for.
+    pub fn shape(&self) -> StepShape {
+        self.shape
+    }
+
+    /// Split-K workspace and counter elements the launches use.
+    fn workspace(&self) -> (usize, usize) {
+        let decode = |a: &Hp1Attention| (a.plan().workspace_len, a.plan().counter_len);
+        match &self.attn {
+            AttnPlan::Decode(a) => decode(a),
+            AttnPlan::Split { decodes, .. } => decodes.as_ref().map_or((0, 0), decode),
+        }
+    }
 }
 
 /// How a step's attention runs, decided once per step from its static facts.
@@ -168,7 +215,8 @@ impl GpuModel {
             KvSize::MemoryFraction(f) => {
                 let (free, total) = gpu.memory()?;
                 let keep = ((1.0 - f.clamp(0.0, 1.0)) * total as f64) as usize;
-                free.saturating_sub(keep) / block_bytes
+                // One block of what fits is the pad block.
+                (free.saturating_sub(keep) / block_bytes).saturating_sub(1)
             }
         };
         if num_blocks < cap.max_blocks_per_seq {
@@ -179,17 +227,22 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
-        Ok(Self {
+        let mut model = Self {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
-            sms: gpu.multiprocessors()?,
+            linears: Linears::new(gpu, cap.max_tokens)?,
             gpu: gpu.clone(),
             dims,
             kernels,
-            gemms: HashMap::new(),
             gate,
-        })
+            graph_workspace: None,
+        };
+        // The widest step's split-K workspace now, so that the device memory in use stays the
+        // same from the first step on (no step grows it later).
+        let widest = Plan::auto(model.geometry(cap.max_tokens, cap.max_blocks_per_seq))?;
+        model.reserve_workspace(widest.workspace_len, widest.counter_len)?;
+        Ok(model)
     }
 
     /// The dimensions.
@@ -234,25 +287,96 @@ impl GpuModel {
         &mut self.kernels.faults
     }
 
-    /// Enqueues the whole step, the logits of query rows `picked` (in that order) last. Launch
-    /// only: the caller checks [`GpuModel::faults`] once the results are read.
+    /// Enqueues the whole step, the logits of query rows `picked` (in that order) last, planned
+    /// for this step alone (the eager path). Launch only: the caller checks
+    /// [`GpuModel::faults`] once the results are read.
     pub fn launch(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<()> {
+        let shape = self.upload(step, picked)?;
+        let launch = self.plan(shape)?;
+        self.enqueue(&launch)
+    }
+
+    /// Checks `step` against the buffers' capacity, copies its inputs and `picked` (the rows
+    /// that get logits, in their order) to the device, and returns its shape.
+    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepShape> {
         let split = self.bufs.upload(&self.gpu, step, picked)?;
-        let picked = picked.len();
-        let t = step.token_ids.len();
-        let width = step.meta.block_table.ncols();
-        let attn = self.plan_attention(split, t, width)?;
+        Ok(StepShape {
+            tokens: step.token_ids.len(),
+            split,
+            picked: picked.len(),
+            width: step.meta.block_table.ncols(),
+        })
+    }
+
+    /// Plans the launches of `shape`, loading kernels and GEMMs and growing the eager split-K
+    /// workspace as they need.
+    pub fn plan(&mut self, shape: StepShape) -> Result<StepLaunch> {
+        let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
+        let d = self.dims.clone();
+        let rows = row_split(shape);
+        let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
+        let q_width = d.num_heads * d.head_dim;
+        let (hidden, inter) = (d.hidden_size, d.intermediate_size);
+        for (n, k) in [(qkv_width, hidden), (hidden, q_width), (2 * inter, hidden), (hidden, inter)] {
+            self.linears.prepare(rows, n, k)?;
+        }
+        if shape.picked > 0 {
+            self.linears.prepare(RowSplit { decodes: shape.picked, chunks: 0 }, d.vocab_size, hidden)?;
+        }
+        let launch = StepLaunch { shape, attn };
+        let (ws, counters) = launch.workspace();
+        self.reserve_workspace(ws, counters)?;
+        Ok(launch)
+    }
+
+    /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
+    /// what `after` enqueues, into a CUDA graph. Every graph shares one split-K workspace of its
+    /// own, sized by `workspace_for`: the launches of every graph that will be captured, so that
+    /// the workspace is allocated once, before the first capture, and never moves.
+    pub fn capture(
+        &mut self,
+        launch: &StepLaunch,
+        workspace_for: &[&StepLaunch],
+        after: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<Graph> {
+        let (ws, counters) = workspace_for
+            .iter()
+            .chain([&launch])
+            .map(|l| l.workspace())
+            .fold((1, 1), |(a, b), (c, d)| (a.max(c), b.max(d)));
+        let big_enough = |(w, c): &(CudaSlice<f32>, CudaSlice<i32>)| w.len() >= ws && c.len() >= counters;
+        let mut graph_ws = match self.graph_workspace.take() {
+            Some(pair) if big_enough(&pair) => pair,
+            Some(_) => {
+                return Err(Error::Executor(
+                    "a graph needs more split-K workspace than the graphs captured before it were given".into(),
+                ))
+            }
+            None => (self.gpu.zeros(ws)?, self.gpu.zeros(counters)?),
+        };
+        std::mem::swap(&mut graph_ws.0, &mut self.bufs.workspace);
+        std::mem::swap(&mut graph_ws.1, &mut self.bufs.counters);
+        let gpu = self.gpu.clone();
+        let graph = gpu.capture(|| {
+            self.enqueue(launch)?;
+            after(self)
+        });
+        std::mem::swap(&mut graph_ws.0, &mut self.bufs.workspace);
+        std::mem::swap(&mut graph_ws.1, &mut self.bufs.counters);
+        self.graph_workspace = Some(graph_ws);
+        graph
+    }
+
+    /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape).
+    pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
+        let StepShape { tokens: t, split, picked, width } = launch.shape;
+        let attn = &launch.attn;
+        let rows = row_split(launch.shape);
         let d = self.dims.clone();
         let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
         let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
         let q_width = d.num_heads * d.head_dim;
-        let shapes = [(t, qkv_width, hidden), (t, hidden, q_width), (t, 2 * inter, hidden), (t, hidden, inter)];
-        let head = (picked > 0).then_some((picked, vocab, hidden));
-        for (m, n, k) in shapes.into_iter().chain(head) {
-            self.gemm(GemmShape { m, n, k })?;
-        }
-        let Self { weights: w, cache, bufs: b, kernels: k, gemms, gate, .. } = self;
-        let gemm = |m: usize, n: usize, kk: usize| &gemms[&GemmShape { m, n, k: kk }];
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, .. } = self;
         let (th, ti) = (t * hidden, t * inter);
         k.embedding.run(
             &w.embed_tokens.as_view(),
@@ -262,7 +386,7 @@ impl GpuModel {
             &mut k.faults,
         )?;
         k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?;
-        let decode_rows = match &attn {
+        let decode_rows = match attn {
             AttnPlan::Decode(a) => Some((a, split.seqs)),
             AttnPlan::Split { decodes, .. } => decodes.as_ref().map(|a| (a, split.decodes)),
         };
@@ -277,10 +401,13 @@ impl GpuModel {
             })?;
         }
         for (l, lw) in w.layers.iter().enumerate() {
-            gemm(t, qkv_width, hidden).run(
-                &b.h.slice(..th),
-                &lw.qkv.as_view(),
-                &mut b.qkv.slice_mut(..t * qkv_width),
+            linears.run(
+                rows,
+                b.h.slice(..th),
+                lw.qkv.as_view(),
+                b.qkv.slice_mut(..t * qkv_width),
+                qkv_width,
+                hidden,
             )?;
             let inputs = QkvInputs {
                 qkv: b.qkv.slice(..t * qkv_width),
@@ -294,8 +421,8 @@ impl GpuModel {
             };
             k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
             let layer = LayerRef { key: &cache.key[l], value: &cache.value[l], weights: lw, gate, q_width, width };
-            attention_layer(&attn, layer, b, split)?;
-            gemm(t, hidden, q_width).run(&b.attn.slice(..t * q_width), &lw.o.as_view(), &mut b.proj.slice_mut(..th))?;
+            attention_layer(attn, layer, b, split)?;
+            linears.run(rows, b.attn.slice(..t * q_width), lw.o.as_view(), b.proj.slice_mut(..th), hidden, q_width)?;
             k.peri_ln.residual(
                 &b.proj.slice(..th),
                 &b.x.slice(..th),
@@ -304,13 +431,16 @@ impl GpuModel {
                 &mut b.x_next.slice_mut(..th),
                 &mut b.h.slice_mut(..th),
             )?;
-            gemm(t, 2 * inter, hidden).run(
-                &b.h.slice(..th),
-                &lw.gate_up.as_view(),
-                &mut b.gate_up.slice_mut(..2 * ti),
+            linears.run(
+                rows,
+                b.h.slice(..th),
+                lw.gate_up.as_view(),
+                b.gate_up.slice_mut(..2 * ti),
+                2 * inter,
+                hidden,
             )?;
             k.silu.run(&b.gate_up.slice(..2 * ti), inter, &mut b.mlp.slice_mut(..ti))?;
-            gemm(t, hidden, inter).run(&b.mlp.slice(..ti), &lw.down.as_view(), &mut b.proj.slice_mut(..th))?;
+            linears.run(rows, b.mlp.slice(..ti), lw.down.as_view(), b.proj.slice_mut(..th), hidden, inter)?;
             let next = w.layers.get(l + 1).map_or(&w.norm, |n| &n.input_norm);
             k.peri_ln.residual(
                 &b.proj.slice(..th),
@@ -333,16 +463,8 @@ impl GpuModel {
             &mut b.picked.slice_mut(..ph),
             &mut k.faults,
         )?;
-        gemm(picked, vocab, hidden).run(&b.picked.slice(..ph), &w.head().as_view(), &mut b.logits.slice_mut(..pv))?;
-        Ok(())
-    }
-
-    /// Loads the GEMM of `shape` on first use.
-    fn gemm(&mut self, shape: GemmShape) -> Result<()> {
-        if !self.gemms.contains_key(&shape) {
-            let g = Gemm::new(&self.gpu, GemmPlan::auto(shape, self.sms)?)?;
-            self.gemms.insert(shape, g);
-        }
+        let head = RowSplit { decodes: picked, chunks: 0 };
+        linears.run(head, b.picked.slice(..ph), w.head().as_view(), b.logits.slice_mut(..pv), vocab, hidden)?;
         Ok(())
     }
 
@@ -362,7 +484,6 @@ impl GpuModel {
     fn plan_attention(&mut self, split: Split, tokens: usize, width: usize) -> Result<AttnPlan> {
         let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
             let plan = Plan::auto(model.geometry(rows, width))?;
-            model.reserve_workspace(&plan)?;
             Ok(Hp1Attention::new(&model.gpu, plan)?)
         };
         if split.decodes == split.seqs {
@@ -385,17 +506,22 @@ impl GpuModel {
         }
     }
 
-    /// Grows the split-K workspace and its counters (zeroed once; the kernel resets each counter
-    /// it uses) to what `plan` needs.
-    fn reserve_workspace(&mut self, plan: &Plan) -> Result<()> {
-        if self.bufs.workspace.len() < plan.workspace_len {
-            self.bufs.workspace = self.gpu.zeros(plan.workspace_len)?;
+    /// Grows the eager split-K workspace and its counters (zeroed once; the kernel resets each
+    /// counter it uses) to `workspace` and `counters` elements.
+    fn reserve_workspace(&mut self, workspace: usize, counters: usize) -> Result<()> {
+        if self.bufs.workspace.len() < workspace {
+            self.bufs.workspace = self.gpu.zeros(workspace)?;
         }
-        if self.bufs.counters.len() < plan.counter_len {
-            self.bufs.counters = self.gpu.zeros(plan.counter_len)?;
+        if self.bufs.counters.len() < counters {
+            self.bufs.counters = self.gpu.zeros(counters)?;
         }
         Ok(())
     }
+}
+
+/// The linear layers' row split of a step: its decode rows, then its chunk rows.
+fn row_split(shape: StepShape) -> RowSplit {
+    RowSplit { decodes: shape.split.decodes, chunks: shape.tokens - shape.split.decodes }
 }
 
 /// One layer's cache and weights, as its attention reads them.

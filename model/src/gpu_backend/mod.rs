@@ -4,7 +4,9 @@
 //! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device. Steps run
 //! eagerly; whole-step CUDA graphs are next.
 
+pub mod decode_graphs;
 pub mod executor;
 pub mod forward;
+pub mod linear;
 pub mod step_buffers;
 pub mod weights;

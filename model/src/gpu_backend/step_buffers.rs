@@ -72,7 +72,7 @@ impl DeviceMeta {
 /// How a step's sequences split between the decode kernels and a prefill launch: the first
 /// `decodes` sequences bring one query row each, the rest longer chunks. Decode rows always run
 /// on the decode kernels, so their bits never depend on a neighbour's chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Split {
     /// Leading one-row sequences.
     pub decodes: usize,

@@ -1,0 +1,208 @@
+//! Whole-step CUDA graphs of the pure decode step: every layer, the final norm, the LM head and
+//! the sampler recorded once per bucket at load, then replayed with one launch per step (issue 9;
+//! SPEC section 6). A step of `n` decode rows whose block tables are `w` columns wide runs the
+//! graph of the smallest bucket `(rows >= n, width >= w)`: its inputs are padded to the bucket
+//! on the host ([`pad_decode_step`]) and uploaded, then the graph replays.
+//!
+//! Buckets: rows 1, 2, 4, ... up to the executor's `max_num_seqs` (itself the last bucket when it
+//! is not a power of two), and table widths of 1K, 4K, 16K, ... tokens up to the longest
+//! sequence. A graph's attention grid covers its width's capacity and its CTAs past a sequence's
+//! length exit at once; the width buckets keep a 1K-context step from launching the empty CTAs
+//! of a 32K capacity.
+//!
+//! Padding rows decode token 0 at position 0 of a one-token sequence whose table and slot point
+//! at the cache's pad block, which no request owns, and sample greedily; their tokens are
+//! dropped. None of this changes a real row's bits: every kernel of the step computes a row from
+//! that row alone, the same way at every batch and table width (the decode kernels' and the
+//! skinny GEMM's invariance), which `gpu_model` checks by comparing replays with eager steps.
+
+use std::collections::BTreeMap;
+
+use ndarray::Array2;
+use oracle::hp1::AttnMetadata;
+use oracle::model::forward::{LogitRows, StepInput};
+
+use gpu::Graph;
+
+use super::forward::{GpuModel, StepLaunch, StepShape};
+use super::step_buffers::Split;
+use crate::error::Result;
+
+/// The context of the narrowest width bucket, in tokens; each next bucket is 4x wider.
+const FIRST_WIDTH_TOKENS: usize = 1024;
+
+/// A recorded decode step and the launches it replays (which must outlive it).
+pub struct DecodeGraph {
+    launch: StepLaunch,
+    graph: Graph,
+}
+
+impl DecodeGraph {
+    /// The bucket's shape: the rows and table width its inputs must be padded to.
+    pub fn shape(&self) -> StepShape {
+        self.launch.shape()
+    }
+
+    /// Replays the step on the inputs last uploaded (asynchronous).
+    pub fn launch(&self) -> Result<()> {
+        Ok(self.graph.launch()?)
+    }
+}
+
+/// Every bucket's graph.
+pub struct DecodeGraphs {
+    rows: Vec<usize>,
+    widths: Vec<usize>,
+    graphs: BTreeMap<(usize, usize), DecodeGraph>,
+}
+
+impl DecodeGraphs {
+    /// Plans and records the graph of every bucket for `max_seqs` rows and `max_width` table
+    /// columns of `block_size` tokens; `sample(model, rows)` enqueues what follows the forward
+    /// (the sampler over the first `rows` logits rows). `progress(done, total)` follows the
+    /// captures.
+    pub fn capture(
+        model: &mut GpuModel,
+        max_seqs: usize,
+        max_width: usize,
+        block_size: usize,
+        mut sample: impl FnMut(&mut GpuModel, usize) -> Result<()>,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Self> {
+        let rows = row_buckets(max_seqs);
+        let widths = width_buckets(max_width, block_size);
+        let mut launches = Vec::new();
+        for &r in &rows {
+            for &w in &widths {
+                let split = Split { decodes: r, seqs: r, max_query_len: 0 };
+                launches.push(model.plan(StepShape { tokens: r, split, picked: r, width: w })?);
+            }
+        }
+        let total = launches.len();
+        progress(0, total);
+        let mut recorded = Vec::with_capacity(total);
+        for (i, launch) in launches.iter().enumerate() {
+            let all: Vec<&StepLaunch> = launches.iter().collect();
+            recorded.push(model.capture(launch, &all, |m| sample(m, launch.shape().tokens))?);
+            progress(i + 1, total);
+        }
+        let graphs = launches
+            .into_iter()
+            .zip(recorded)
+            .map(|(launch, graph)| ((launch.shape().tokens, launch.shape().width), DecodeGraph { launch, graph }))
+            .collect();
+        Ok(Self { rows, widths, graphs })
+    }
+
+    /// The graph for a decode step of `rows` rows with `width`-column tables, if a bucket holds
+    /// it.
+    pub fn find(&self, rows: usize, width: usize) -> Option<&DecodeGraph> {
+        let r = *self.rows.iter().find(|&&b| b >= rows)?;
+        let w = *self.widths.iter().find(|&&b| b >= width)?;
+        self.graphs.get(&(r, w))
+    }
+
+    /// How many graphs there are.
+    pub fn len(&self) -> usize {
+        self.graphs.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.graphs.is_empty()
+    }
+}
+
+/// Row buckets: powers of two below `max_seqs`, then `max_seqs`.
+pub fn row_buckets(max_seqs: usize) -> Vec<usize> {
+    let mut out: Vec<usize> =
+        std::iter::successors(Some(1usize), |&r| Some(r * 2)).take_while(|&r| r < max_seqs).collect();
+    out.push(max_seqs.max(1));
+    out
+}
+
+/// Width buckets in blocks of `block_size` tokens: 1K tokens, 4x wider each, below `max_width`,
+/// then `max_width`.
+pub fn width_buckets(max_width: usize, block_size: usize) -> Vec<usize> {
+    let first = FIRST_WIDTH_TOKENS.div_ceil(block_size.max(1));
+    let mut out: Vec<usize> =
+        std::iter::successors(Some(first), |&w| Some(w * 4)).take_while(|&w| w < max_width).collect();
+    out.push(max_width.max(1));
+    out
+}
+
+/// A decode step padded to a bucket, on the host.
+pub struct PaddedStep {
+    ids: Vec<u32>,
+    meta: AttnMetadata,
+    slots: Vec<i64>,
+    /// Every row: each gets logits and a sampled token.
+    pub picked: Vec<u32>,
+}
+
+impl PaddedStep {
+    /// The step to upload.
+    pub fn step(&self) -> StepInput<'_> {
+        StepInput { token_ids: &self.ids, meta: &self.meta, slot_mapping: &self.slots, logits: LogitRows::LastPerSeq }
+    }
+}
+
+/// `step` (every sequence one decode row) padded to `shape`'s rows and table width with rows of
+/// the pad block (module docs).
+pub fn pad_decode_step(step: &StepInput<'_>, shape: StepShape, pad_block: usize, block_size: usize) -> PaddedStep {
+    let (rows, width) = (shape.tokens, shape.width);
+    let real = step.token_ids.len();
+    let table = &step.meta.block_table;
+    let pad = pad_block as i32;
+    let block_table =
+        Array2::from_shape_fn((rows, width), |(s, j)| if s < real && j < table.ncols() { table[[s, j]] } else { pad });
+    let mut ids = step.token_ids.to_vec();
+    ids.resize(rows, 0);
+    let mut slots = step.slot_mapping.to_vec();
+    slots.resize(rows, (pad_block * block_size) as i64);
+    let mut seq_lens = step.meta.seq_lens.clone();
+    seq_lens.resize(rows, 1);
+    PaddedStep {
+        ids,
+        meta: AttnMetadata { block_table, seq_lens, query_start_loc: (0..=rows as i32).collect() },
+        slots,
+        picked: (0..rows as u32).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_double_rows_and_quadruple_widths_up_to_the_capacity() {
+        assert_eq!(row_buckets(256), vec![1, 2, 4, 8, 16, 32, 64, 128, 256]);
+        assert_eq!(row_buckets(100), vec![1, 2, 4, 8, 16, 32, 64, 100]);
+        assert_eq!(row_buckets(1), vec![1]);
+        assert_eq!(width_buckets(2048, 16), vec![64, 256, 1024, 2048]);
+        assert_eq!(width_buckets(64, 16), vec![64]);
+        assert_eq!(width_buckets(10, 16), vec![10]);
+    }
+
+    #[test]
+    fn padding_rows_point_at_the_pad_block_and_real_rows_keep_their_tables() {
+        let meta = AttnMetadata {
+            block_table: Array2::from_shape_vec((2, 2), vec![3, 4, 5, 0]).unwrap(),
+            seq_lens: vec![20, 7],
+            query_start_loc: vec![0, 1, 2],
+        };
+        let step =
+            StepInput { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], logits: LogitRows::LastPerSeq };
+        let split = Split { decodes: 4, seqs: 4, max_query_len: 0 };
+        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, width: 3 }, 9, 16);
+        let s = padded.step();
+        assert_eq!(s.token_ids, &[11, 12, 0, 0]);
+        assert_eq!(s.slot_mapping, &[67, 86, 144, 144]);
+        assert_eq!(s.meta.seq_lens, vec![20, 7, 1, 1]);
+        assert_eq!(s.meta.query_start_loc, vec![0, 1, 2, 3, 4]);
+        assert_eq!(s.meta.block_table.row(0).to_vec(), vec![3, 4, 9]);
+        assert_eq!(s.meta.block_table.row(1).to_vec(), vec![5, 0, 9]);
+        assert_eq!(s.meta.block_table.row(3).to_vec(), vec![9, 9, 9]);
+        assert_eq!(padded.picked, vec![0, 1, 2, 3]);
+    }
+}
