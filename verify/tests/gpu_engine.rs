@@ -1,0 +1,267 @@
+//! The GPU executor's determinism and memory on the device (issue 9), driven step by step through
+//! the real scheduler so that each step's logits can be read back:
+//! - a request gives the same tokens and the same logits bits alone, in a batch of 64 others
+//!   (some of them prefilling beside its decode rows), after a preemption, and with every decode
+//!   step run eagerly instead of replaying its whole-step CUDA graph;
+//! - device memory after 1,000 requests through the engine equals device memory after the first.
+//!
+//! The model is small (two layers, hidden 256, the GPU's head dim 128, the byte tokenizer's
+//! vocabulary) with random weights. Without a GPU every check prints that it was skipped
+//! (`verify::gpu_harness`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gpu::Gpu;
+use model::checkpoint::{save_checkpoint, StoredDtype};
+use model::config::ModelConfig;
+use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
+use model::presets::Preset;
+use model::scheduler::{Scheduler, SchedulerConfig};
+use oracle::model::init::random_weights;
+
+fn main() {
+    verify::gpu_harness::run(
+        "gpu_engine",
+        &[
+            ("a_request_has_the_same_bits_alone_batched_preempted_and_eager", same_bits_everywhere),
+            ("device_memory_after_1000_requests_equals_after_the_first", no_leak),
+        ],
+    )
+}
+
+const BLOCK: usize = 16;
+const MAX_SEQS: usize = 80;
+const CHUNK: usize = 128;
+const GENERATED: usize = 12;
+/// The request under watch.
+const WATCHED: u64 = 1000;
+
+type Check = Result<(), String>;
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+/// A two-layer model with the GPU's head dim and the byte tokenizer, written to a fresh folder.
+fn write_model(tag: &str) -> Result<(PathBuf, ModelConfig), String> {
+    let dir = std::env::temp_dir().join(format!("asynct-gpu-engine-{tag}-{}", std::process::id()));
+    let mut cfg = Preset::Tiny.config();
+    (cfg.head_dim, cfg.hidden_size, cfg.intermediate_size) = (128, 256, 512);
+    save_checkpoint(&dir, &cfg, &random_weights(&cfg.dims(), 77), StoredDtype::Bf16).map_err(err)?;
+    std::fs::write(dir.join("tokenizer.json"), model::byte_tokenizer::tokenizer_json().map_err(err)?).map_err(err)?;
+    Ok((dir, cfg))
+}
+
+/// An executor with graphs; `kv_blocks` forces a small cache (with a short `max_model_len`, so
+/// that one sequence still fits).
+fn executor(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, kv_blocks: Option<usize>) -> Result<GpuExecutor, String> {
+    let options = GpuOptions {
+        max_num_seqs: MAX_SEQS,
+        max_batched_tokens: CHUNK + MAX_SEQS,
+        max_model_len: max_model_len(cfg, kv_blocks),
+        block_size: BLOCK,
+        memory_utilization: 0.3,
+        cuda_graphs: true,
+        kv_blocks,
+    };
+    GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)
+}
+
+fn max_model_len(cfg: &ModelConfig, kv_blocks: Option<usize>) -> usize {
+    kv_blocks.map_or(cfg.max_position_embeddings, |_| SMALL_MODEL_LEN)
+}
+
+/// The longest sequence beside a forced small cache.
+const SMALL_MODEL_LEN: usize = 256;
+
+fn scheduler(exec: &GpuExecutor, cfg: &ModelConfig) -> Result<Scheduler, String> {
+    let kv = exec.kv_capacity();
+    let small = (kv.num_blocks * kv.block_size < cfg.max_position_embeddings).then_some(kv.num_blocks);
+    let sched = SchedulerConfig {
+        max_num_seqs: MAX_SEQS,
+        max_batched_tokens: CHUNK + MAX_SEQS,
+        prefill_chunk: CHUNK,
+        max_model_len: max_model_len(cfg, small),
+    };
+    Scheduler::new(sched, exec.kv_capacity()).map_err(err)
+}
+
+/// A request: its prompt and how it samples.
+struct Request {
+    id: u64,
+    prompt: Vec<u32>,
+    params: SamplingParams,
+}
+
+fn request(id: u64, len: usize) -> Request {
+    let prompt = (0..len as u64).map(|t| ((t * 37 + id * 11) % 250) as u32 + 3).collect();
+    let params = match id % 2 {
+        0 => SamplingParams::greedy(),
+        _ => SamplingParams { temperature: 0.9, top_k: 0, top_p: 0.95, seed: id },
+    };
+    Request { id, prompt, params }
+}
+
+/// What the watched request produced: its tokens and, per token, the bits of the logits row it
+/// was drawn from.
+#[derive(PartialEq)]
+struct Watched {
+    tokens: Vec<u32>,
+    logits: Vec<Vec<u32>>,
+}
+
+/// Runs `requests` (added in order, each generating `GENERATED` tokens) to the end through `exec`
+/// and a fresh scheduler; returns what `WATCHED` produced, the preemption count, and the steps
+/// that replayed (decode only) and ran eagerly with the watched request in them.
+fn drive(exec: &mut GpuExecutor, cfg: &ModelConfig, requests: &[Request]) -> Result<(Watched, u64, usize), String> {
+    let mut sched = scheduler(exec, cfg)?;
+    let params: HashMap<u64, SamplingParams> = requests.iter().map(|r| (r.id, r.params)).collect();
+    let mut generated: HashMap<u64, usize> = HashMap::new();
+    for r in requests {
+        sched.add(r.id, r.prompt.clone(), GENERATED).map_err(err)?;
+    }
+    let mut watched = Watched { tokens: Vec::new(), logits: Vec::new() };
+    let mut mixed_with_watched = 0;
+    while let Some(plan) = sched.schedule().map_err(err)? {
+        let sampling: Vec<SamplingRow> = plan
+            .seqs
+            .iter()
+            .filter(|s| s.samples)
+            .map(|s| SamplingRow { params: params[&s.id], step: generated.get(&s.id).copied().unwrap_or(0) as u64 })
+            .collect();
+        let out = exec.execute(&plan, &sampling, LogitsWanted::Discard).map_err(err)?;
+        let sampling_ids: Vec<u64> = plan.seqs.iter().filter(|s| s.samples).map(|s| s.id).collect();
+        if plan.seqs.iter().any(|s| s.id == WATCHED) && plan.seqs.iter().any(|s| s.len > 1) {
+            mixed_with_watched += 1;
+        }
+        if let Some(j) = sampling_ids.iter().position(|&id| id == WATCHED) {
+            let logits = exec.last_logits(sampling_ids.len()).map_err(err)?;
+            watched.logits.push(logits.row(j).iter().map(|x| x.to_bits()).collect());
+            watched.tokens.push(out.sampled[j]);
+        }
+        let mut tokens = out.sampled.iter();
+        let committed: Vec<Option<u32>> =
+            plan.seqs.iter().map(|s| if s.samples { tokens.next().copied() } else { None }).collect();
+        sched.commit(&plan, &committed).map_err(err)?;
+        for id in sampling_ids {
+            let n = generated.entry(id).or_insert(0);
+            *n += 1;
+            if *n == GENERATED {
+                sched.finish(id).map_err(err)?;
+            }
+        }
+    }
+    Ok((watched, sched.num_preemptions(), mixed_with_watched))
+}
+
+fn compare(what: &str, got: &Watched, want: &Watched) -> Check {
+    if got.tokens != want.tokens {
+        return Err(format!("{what}: tokens {:?}, alone {:?}", got.tokens, want.tokens));
+    }
+    for (i, (g, w)) in got.logits.iter().zip(&want.logits).enumerate() {
+        if let Some(v) = g.iter().zip(w).position(|(a, b)| a != b) {
+            return Err(format!(
+                "{what}: the logits of token {i} differ from alone's at vocab {v}: {} vs {}",
+                f32::from_bits(g[v]),
+                f32::from_bits(w[v])
+            ));
+        }
+    }
+    if got.logits.len() != GENERATED {
+        return Err(format!("{what}: {} logits rows for {GENERATED} tokens", got.logits.len()));
+    }
+    Ok(())
+}
+
+fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
+    let (dir, cfg) = write_model("bits")?;
+    let mut exec = executor(gpu, &dir, &cfg, None)?;
+    println!("  {}", exec.describe());
+    let watched = || request(WATCHED, 40);
+    let (alone, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+
+    // 64 others: some admitted before it with long prompts still prefilling while it decodes.
+    let mut batch = vec![watched()];
+    batch.extend((0..64).map(|i| request(i, [5, 33, 300, 17, 520, 64][i as usize % 6])));
+    let (batched, _, mixed) = drive(&mut exec, &cfg, &batch)?;
+    compare("in a batch of 64 others", &batched, &alone)?;
+    if mixed == 0 {
+        return Err("no step mixed the watched request with a prefill chunk".into());
+    }
+
+    exec.set_graph_replay(false);
+    let (eager, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+    compare("eager (no graph replay)", &eager, &alone)?;
+    exec.set_graph_replay(true);
+    let (again, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+    compare("a second run", &again, &alone)?;
+    drop(exec);
+
+    // A cache of 24 blocks: three 100-token requests ahead of it fill it, and the watched
+    // request, the newest, is preempted and recomputed.
+    let mut small = executor(gpu, &dir, &cfg, Some(24))?;
+    let crowd: Vec<Request> = (0..3).map(|i| request(2000 + i, 100)).chain([watched()]).collect();
+    let (preempted, preemptions, _) = drive(&mut small, &cfg, &crowd)?;
+    if preemptions == 0 {
+        return Err("the small cache preempted nothing".into());
+    }
+    compare(&format!("after {preemptions} preemptions"), &preempted, &alone)?;
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    println!(
+        "  {GENERATED} tokens: the same tokens and logits bits alone, beside 64 others ({mixed} mixed steps), \
+         eager, twice, and after {preemptions} preemptions; tokens {:?}",
+        alone.tokens
+    );
+    Ok(())
+}
+
+fn no_leak(gpu: &Arc<Gpu>) -> Check {
+    let (dir, cfg) = write_model("leak")?;
+    let exec = executor(gpu, &dir, &cfg, None)?;
+    let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?;
+    let sched = SchedulerConfig {
+        max_num_seqs: MAX_SEQS,
+        max_batched_tokens: CHUNK + MAX_SEQS,
+        prefill_chunk: CHUNK,
+        max_model_len: cfg.max_position_embeddings,
+    };
+    let mut engine = Engine::new(Box::new(exec), Arc::new(tokenizer), sched, false).map_err(err)?;
+    let free = || gpu.memory().map(|m| m.0).map_err(err);
+    let add = |engine: &mut Engine, i: u64| {
+        let r = request(i, 1 + (i as usize * 53) % 300);
+        let stop = StopConditions {
+            eos_token_ids: vec![],
+            stop: vec![],
+            max_tokens: 1 + (i as usize % 7),
+            max_model_len: cfg.max_position_embeddings,
+            ignore_eos: true,
+        };
+        engine.add_request(GenerationRequest { prompt: r.prompt, sampling: r.params, stop }).map_err(err)
+    };
+    add(&mut engine, 0)?;
+    engine.run_to_completion().map_err(err)?;
+    let after_first = free()?;
+    let mut done = 1;
+    for wave in 0..9u64 {
+        for i in 0..111 {
+            add(&mut engine, 1 + wave * 111 + i)?;
+        }
+        done += engine.run_to_completion().map_err(err)?.len();
+    }
+    let after_all = free()?;
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    if done != 1000 {
+        return Err(format!("{done} requests completed, 1000 were added"));
+    }
+    if after_all != after_first {
+        return Err(format!(
+            "free device memory was {after_first} B after the first request, {after_all} B after 1000"
+        ));
+    }
+    println!("  1000 requests: free device memory {after_first} B after the first and after the last");
+    Ok(())
+}
