@@ -20,6 +20,8 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(ServeArgs),
+    /// Time the engine: SPEC section 7's end-to-end scenarios and pure decode steps.
+    Bench(BenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -122,4 +124,61 @@ pub struct ServeArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Checkpoint folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// An end-to-end scenario of SPEC section 7 (repeatable): prefill_heavy_b16, balanced_b32,
+    /// decode_heavy_b32, long_decode_b32, or all.
+    #[arg(long)]
+    pub scenario: Vec<String>,
+    /// Override every scenario's number of requests (small runs and tests).
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// Override every scenario's prompt length in tokens.
+    #[arg(long)]
+    pub prompt_len: Option<usize>,
+    /// Override every scenario's output length in tokens.
+    #[arg(long)]
+    pub output_len: Option<usize>,
+    /// Time pure decode steps at these batch sizes (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub decode_batch: Vec<usize>,
+    /// Context of the timed decode steps (their contexts are centred on it).
+    #[arg(long, default_value_t = 1024)]
+    pub context: usize,
+    /// Decode steps run before the timed ones.
+    #[arg(long, default_value_t = 5)]
+    pub warmup_steps: usize,
+    /// Decode steps timed per batch size.
+    #[arg(long, default_value_t = 50)]
+    pub steps: usize,
+    /// Run the warm-up, then exactly this many decode steps between cuProfilerStart and
+    /// cuProfilerStop (for `ncu --profile-from-start off`); one --decode-batch only.
+    #[arg(long)]
+    pub profile_steps: Option<usize>,
+    /// decode_anchor.py's JSON: the decode table gets each batch's ratio to its best variant.
+    #[arg(long)]
+    pub anchor: Option<PathBuf>,
+    /// Requests that run in one step, at most; by default the largest batch the run needs.
+    #[arg(long)]
+    pub max_num_seqs: Option<usize>,
+    /// auto (the GPU when one is there), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// Run every GPU step eagerly: no whole-step CUDA graphs.
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Seed of the random prompts.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
 }

@@ -5,14 +5,17 @@
 //!   backend and prints the completion, then a one-line summary on stderr.
 //! - `asynct serve --model DIR [--port 8000] ...` serves the model over an OpenAI-compatible HTTP
 //!   API until SIGINT or SIGTERM.
+//! - `asynct bench --model DIR (--scenario NAME | --decode-batch 1,32,128) ...` times the engine.
 //!
 //! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
 //! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
 //! [`http`] and [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine),
-//! [`metrics`], and [`backend`] (the executor for `--device`, shared with `generate`).
+//! [`metrics`], and [`backend`] (the executor for `--device`, shared with `generate` and
+//! [`bench`]).
 
 mod api;
 mod backend;
+mod bench;
 mod chat_template;
 mod cli;
 mod engine_thread;
@@ -36,6 +39,7 @@ fn main() -> std::process::ExitCode {
             .map_err(|e| e.to_string()),
         cli::Command::Generate(args) => generate::run(&args),
         cli::Command::Serve(args) => serve::run(&args),
+        cli::Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

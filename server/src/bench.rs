@@ -1,0 +1,368 @@
+//! `asynct bench`: the engine timed as users run it, on either backend (issue 9's "How fast").
+//!
+//! ```sh
+//! asynct bench --model DIR --scenario all --out e2e.json
+//! asynct bench --model DIR --decode-batch 1,32,128 --context 1024 --anchor anchor.json --out decode.json
+//! ```
+//!
+//! Both modes drive [`Engine::step`] on the executor [`load_executor`] builds for `--device`, with
+//! greedy requests of seeded random token ids, `ignore_eos` and exact output lengths. A step is
+//! timed by the host's wall clock around `Engine::step`, which returns only once the step's
+//! tokens are on the host, so its GPU work has finished. One run may do both modes: the checkpoint
+//! loads (and the GPU captures its graphs) once.
+//!
+//! - `--scenario NAME` (repeatable, or `all`): SPEC section 7's end-to-end scenarios, every request
+//!   submitted at once ([`DEFINITIONS`] says what each figure means; the output repeats them).
+//! - `--decode-batch B,...`: per batch B, B requests are prefilled through the engine, then
+//!   `--warmup-steps` decode steps run and `--steps` are timed; the median is the figure, beside
+//!   the anchor's best variant at B (`--anchor`, from `scripts/decode_anchor.py`) and the weight
+//!   floor (every weight read once at [`HBM_BYTES_PER_S`]). The scheduler lets sequences that
+//!   finished their prefill decode while others still prefill, so each prompt is shortened by the
+//!   tokens its sequence will have drawn by then (found by running the engine's own scheduler on
+//!   the same limits, [`staggered_prompts`]): every timed step carries B sequences of one length,
+//!   and the timed steps' lengths are centred on `--context`, as in the anchor's static cache.
+//! - `--profile-steps N`: after the warm-up, exactly N decode steps between `cuProfilerStart` and
+//!   `cuProfilerStop`, so `ncu --profile-from-start off` sees those steps' kernels alone
+//!   (`scripts/step_profile.py` turns its CSV into each kernel family's share).
+//!
+//! A random model draws ids that a tokenizer may lack (Qwen3's rows past its 151,669 ids are
+//! padding), which the detokeniser refuses; the bench never reads the text, so [`cover_vocab`]
+//! adds the missing ids as special tokens that decode to nothing.
+
+mod decode;
+mod scenario;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use model::block_pool::blocks_for;
+use model::config::ModelConfig;
+use model::cpu_backend::Precision;
+use model::engine::{Engine, GenerationRequest, SamplingParams, StepShape, StopConditions};
+use model::scheduler::SchedulerConfig;
+use serde::Serialize;
+use tokenizers::{AddedToken, Tokenizer};
+
+use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use crate::cli::BenchArgs;
+use decode::{best_anchor, print_decode, read_anchor, run_decode, DecodeResult, GOAL_CONTEXT};
+use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
+
+/// The H200's HBM bandwidth, which issue 9's weight floor (about 0.28 ms for asynct-0.5b) uses.
+pub const HBM_BYTES_PER_S: f64 = 4.3e12;
+
+/// What each reported figure means; printed before the results and kept in the JSON.
+pub const DEFINITIONS: [(&str, &str); 6] = [
+    ("wall_s", "seconds from the first step to the last, every request submitted before the first"),
+    ("prefill_tok_s", "prompt tokens / seconds until every request has its first token"),
+    ("decode_tok_s", "tokens after each request's first / (wall_s - those seconds)"),
+    ("decode_step_ms", "wall time of the steps whose every row was a decode row (mean, median)"),
+    ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),
+    ("ratio", "ours / theirs: below 1 is faster than the anchor or nearer the floor"),
+];
+
+/// Mean, median and least of some milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Middle value (the mean of the two middle ones for an even count).
+    pub median: f64,
+    /// Least value.
+    pub min: f64,
+}
+
+impl Summary {
+    /// `None` for no values.
+    pub fn of(values: &[f64]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+        Some(Self { mean: v.iter().sum::<f64>() / n as f64, median, min: v[0] })
+    }
+}
+
+/// Steps by kind (see [`DEFINITIONS`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepCounts {
+    /// Only decode rows.
+    pub decode: usize,
+    /// Decode rows beside prefill chunks.
+    pub mixed: usize,
+    /// Prefill chunks only.
+    pub prefill: usize,
+}
+
+impl StepCounts {
+    fn add(&mut self, shape: StepShape) {
+        match shape.num_decodes {
+            _ if shape.is_decode_only() => self.decode += 1,
+            0 => self.prefill += 1,
+            _ => self.mixed += 1,
+        }
+    }
+}
+
+/// The JSON `--out` writes.
+#[derive(Serialize)]
+struct Report {
+    model: String,
+    device: String,
+    enforce_eager: bool,
+    max_num_seqs: usize,
+    seed: u64,
+    weight_bytes: u64,
+    weight_floor_ms: f64,
+    definitions: BTreeMap<&'static str, &'static str>,
+    scenarios: Vec<ScenarioResult>,
+    decode: Vec<DecodeResult>,
+}
+
+/// Runs the command; the error is the message to print.
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let picked = scenarios(&args.scenario, args.requests, args.prompt_len, args.output_len)?;
+    let timed = check_decode_args(args, !picked.is_empty())?;
+    let anchor = args.anchor.as_deref().map(read_anchor).transpose()?;
+    let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
+    let model_len = cfg.max_position_embeddings;
+    for s in &picked {
+        if s.prompt_len + s.output_len > model_len {
+            return Err(format!(
+                "scenario {}: {} prompt + {} output tokens exceed the model's {model_len}",
+                s.name, s.prompt_len, s.output_len
+            ));
+        }
+    }
+    // The longest a decode sequence gets: its timed steps are centred on the context.
+    let decode_len = args.context + timed - timed / 2;
+    if !args.decode_batch.is_empty() && decode_len > model_len {
+        return Err(format!(
+            "--context {}: decode requests reach {decode_len} tokens, the model takes {model_len}",
+            args.context
+        ));
+    }
+    let needed = picked.iter().map(|s| s.requests).chain(args.decode_batch.iter().copied()).max().unwrap_or(1);
+    let max_num_seqs = args.max_num_seqs.unwrap_or(needed);
+    if let Some(&b) = args.decode_batch.iter().find(|&&b| b > max_num_seqs) {
+        return Err(format!("--decode-batch {b} needs --max-num-seqs of at least {b}, got {max_num_seqs}"));
+    }
+    // On the CPU, room for the largest run's whole life at once, so nothing is preempted.
+    let cpu_blocks = picked
+        .iter()
+        .map(|s| s.requests * blocks_for(s.prompt_len + s.output_len, BLOCK_SIZE))
+        .chain(args.decode_batch.iter().map(|&b| b * blocks_for(decode_len, BLOCK_SIZE)))
+        .max()
+        .unwrap_or(1);
+
+    let mut engine = load_engine(args, &cfg, max_num_seqs, cpu_blocks)?;
+    let bytes = weight_bytes(&cfg);
+    let floor_ms = bytes as f64 / HBM_BYTES_PER_S * 1e3;
+    println!(
+        "weights {:.3} GB in bf16: a decode step reading each once at {} TB/s takes at least {floor_ms:.3} ms",
+        bytes as f64 / 1e9,
+        HBM_BYTES_PER_S / 1e12
+    );
+    for (name, meaning) in DEFINITIONS {
+        println!("  {name}: {meaning}");
+    }
+
+    let mut report = Report {
+        model: args.model.display().to_string(),
+        device: engine.describe(),
+        enforce_eager: args.enforce_eager,
+        max_num_seqs,
+        seed: args.seed,
+        weight_bytes: bytes,
+        weight_floor_ms: floor_ms,
+        definitions: DEFINITIONS.into_iter().collect(),
+        scenarios: Vec::new(),
+        decode: Vec::new(),
+    };
+    let prompts = PromptSource { seed: args.seed, vocab: cfg.vocab_size, eos: cfg.eos_token_id.clone(), model_len };
+    // The JSON is rewritten after every result, so a failure later in a long run keeps what came before.
+    for s in &picked {
+        let r = run_scenario(&mut engine, s, &prompts)?;
+        print_scenario(&r);
+        report.scenarios.push(r);
+        report.save(args.out.as_deref())?;
+    }
+    let goals = cfg == model::presets::Preset::HalfBillion.config() && args.context == GOAL_CONTEXT;
+    for &batch in &args.decode_batch {
+        let point = anchor.as_ref().and_then(|a| best_anchor(a, batch));
+        let r = run_decode(&mut engine, batch, args, timed, &prompts, point, floor_ms)?;
+        print_decode(&r, floor_ms, goals);
+        report.decode.push(r);
+        report.save(args.out.as_deref())?;
+    }
+    Ok(())
+}
+
+impl Report {
+    fn save(&self, path: Option<&Path>) -> Result<(), String> {
+        let Some(path) = path else { return Ok(()) };
+        let text = serde_json::to_string_pretty(self).expect("the report serialises");
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The engine over the executor `--device` names, with the tokenizer covering every model id.
+fn load_engine(args: &BenchArgs, cfg: &ModelConfig, max_num_seqs: usize, cpu_blocks: usize) -> Result<Engine, String> {
+    let tok_path = args.model.join("tokenizer.json");
+    let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let added = cover_vocab(&mut tokenizer, cfg.vocab_size)?;
+    if added > 0 {
+        eprintln!("the tokenizer lacks {added} of the model's {} ids; added as special tokens", cfg.vocab_size);
+    }
+    let opts = ExecutorOptions {
+        device: &args.device,
+        precision: Precision::F32,
+        max_num_seqs,
+        max_model_len: cfg.max_position_embeddings,
+        cpu_blocks,
+        gpu_memory_utilization: args.gpu_memory_utilization,
+        enforce_eager: args.enforce_eager,
+    };
+    let bar = ProgressBar::new(0).with_message(format!("loading {}", args.model.display()));
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
+    let load_start = Instant::now();
+    let executor = load_executor(&args.model, cfg, &opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    println!("running on {} (loaded in {:.1} s)", executor.describe(), load_start.elapsed().as_secs_f64());
+    let sched = SchedulerConfig {
+        max_num_seqs,
+        max_batched_tokens: step_budget(max_num_seqs),
+        prefill_chunk: PREFILL_CHUNK,
+        max_model_len: cfg.max_position_embeddings,
+    };
+    Engine::new(executor, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())
+}
+
+/// Checks the decode flags; returns the number of decode steps to time per batch.
+fn check_decode_args(args: &BenchArgs, any_scenario: bool) -> Result<usize, String> {
+    if !any_scenario && args.decode_batch.is_empty() {
+        return Err("give --scenario NAME (or all), --decode-batch B,..., or both".into());
+    }
+    if let Some(n) = args.profile_steps {
+        if n == 0 || args.decode_batch.len() != 1 || any_scenario {
+            return Err(format!(
+                "--profile-steps takes a positive count, one --decode-batch and no --scenario, so the profile holds \
+                 one batch's steps alone; got {n}, batches {:?}, {} scenarios",
+                args.decode_batch,
+                args.scenario.len()
+            ));
+        }
+    }
+    let timed = args.profile_steps.unwrap_or(args.steps);
+    if args.decode_batch.contains(&0) || timed == 0 {
+        return Err(format!("--decode-batch and --steps must be positive, got {:?} and {timed}", args.decode_batch));
+    }
+    if !args.decode_batch.is_empty() && args.context <= args.warmup_steps + timed / 2 + 1 {
+        return Err(format!(
+            "--context {} leaves no prompt before {} warm-up and {timed} timed steps centred on it",
+            args.context, args.warmup_steps
+        ));
+    }
+    Ok(timed)
+}
+
+/// The bf16 bytes of the matrices a decode step reads once each: every layer's, then the LM head
+/// (the embedding when tied; the gather reads a row per sequence). The norms' few kilobytes are
+/// left out, as `scripts/decode_anchor.py` leaves them out, so both print the same floor.
+pub fn weight_bytes(cfg: &ModelConfig) -> u64 {
+    let (h, d, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+    let attention = (2 * cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * d * h;
+    let head = cfg.vocab_size * h * if cfg.tie_word_embeddings { 1 } else { 2 };
+    2 * (cfg.num_hidden_layers * (attention + 3 * i * h) + head) as u64
+}
+
+/// Adds every id below `vocab` that `tokenizer` lacks as a special token (empty when decoded);
+/// returns how many it added.
+pub fn cover_vocab(tokenizer: &mut Tokenizer, vocab: usize) -> Result<usize, String> {
+    let missing: Vec<u32> = (0..vocab as u32).filter(|&id| tokenizer.id_to_token(id).is_none()).collect();
+    let tokens: Vec<AddedToken> =
+        missing.iter().map(|id| AddedToken::from(format!("<|asynct_bench_pad_{id}|>"), true)).collect();
+    tokenizer.add_special_tokens(&tokens);
+    match (0..vocab as u32).find(|&id| tokenizer.id_to_token(id).is_none()) {
+        // Added tokens take the ids after the highest known one, so only a gap below it stays.
+        Some(id) => Err(format!("the tokenizer lacks id {id} of the model's {vocab} and it could not be added")),
+        None => Ok(missing.len()),
+    }
+}
+
+/// Seeded random prompts and the requests around them.
+struct PromptSource {
+    seed: u64,
+    vocab: usize,
+    eos: Vec<u32>,
+    model_len: usize,
+}
+
+impl PromptSource {
+    /// Prompt `index` of `len` ids, the same for the same seed on every run.
+    fn prompt(&self, index: usize, len: usize) -> Vec<u32> {
+        let mut state = self.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (0..len).map(|_| (splitmix64(&mut state) % self.vocab as u64) as u32).collect()
+    }
+
+    fn request(&self, prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+        GenerationRequest {
+            prompt,
+            sampling: SamplingParams::greedy(),
+            stop: StopConditions {
+                eos_token_ids: self.eos.clone(),
+                stop: Vec::new(),
+                max_tokens,
+                max_model_len: self.model_len,
+                ignore_eos: true,
+            },
+        }
+    }
+}
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_takes_the_middle_and_the_mean() {
+        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(Summary::of(&[3.0, 1.0, 2.0]), Some(Summary { mean: 2.0, median: 2.0, min: 1.0 }));
+        assert_eq!(Summary::of(&[4.0, 1.0, 2.0, 9.0]).unwrap().median, 3.0);
+    }
+
+    #[test]
+    fn the_floor_of_asynct_0_5b_is_issue_9s() {
+        let cfg = model::presets::Preset::HalfBillion.config();
+        assert_eq!(weight_bytes(&cfg), 1_191_968_768, "decode_anchor.py's figure");
+        let floor_ms = weight_bytes(&cfg) as f64 / HBM_BYTES_PER_S * 1e3;
+        assert!((0.27..0.28).contains(&floor_ms), "{floor_ms}");
+    }
+
+    #[test]
+    fn a_short_tokenizer_is_padded_to_the_model_vocabulary() {
+        let mut tok = model::byte_tokenizer::build().unwrap();
+        let known = tok.get_vocab_size(true);
+        assert_eq!(cover_vocab(&mut tok, known).unwrap(), 0);
+        assert_eq!(cover_vocab(&mut tok, known + 7).unwrap(), 7);
+        assert!(tok.id_to_token(known as u32 + 6).is_some());
+        assert_eq!(tok.decode(&[known as u32 + 6], true).unwrap(), "", "the padding decodes to nothing");
+    }
+}

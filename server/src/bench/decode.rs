@@ -1,0 +1,269 @@
+//! Pure decode steps at a batch size: B requests prefilled through the engine with prompts
+//! staggered so that every timed step carries B sequences of one length, then timed (or
+//! profiled) step by step, beside the PyTorch anchor and the weight floor.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use model::block_pool::blocks_for;
+use model::engine::{Engine, EngineEvent};
+use model::executor::KvCapacity;
+use model::scheduler::{Scheduler, SchedulerConfig};
+use serde::Serialize;
+
+use super::{PromptSource, Summary};
+use crate::backend::BLOCK_SIZE;
+use crate::cli::BenchArgs;
+
+/// Issue 9's goals for a decode step of asynct-0.5b at 1K context: (batch, ms).
+pub const DECODE_GOALS: [(usize, f64); 2] = [(1, 0.40), (32, 0.70)];
+/// The context [`DECODE_GOALS`] are set at.
+pub const GOAL_CONTEXT: usize = 1024;
+
+/// The anchor's best variant at one batch size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AnchorPoint {
+    /// Its label in the anchor's JSON.
+    pub variant: String,
+    /// Its milliseconds per step.
+    pub ms: f64,
+}
+
+/// One decode batch's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct DecodeResult {
+    batch: usize,
+    context: usize,
+    /// Tokens each timed step attends over, least and most over its sequences and steps.
+    attended: (usize, usize),
+    prefill_steps: usize,
+    warmup_steps: usize,
+    timed_steps: usize,
+    /// Whether the timed steps ran between cuProfilerStart and cuProfilerStop.
+    profiled: bool,
+    step_ms: Summary,
+    anchor: Option<AnchorPoint>,
+    ratio_to_anchor: Option<f64>,
+    ratio_to_floor: f64,
+}
+
+/// Prompt lengths for `batch` requests submitted at once such that, when the last of them gets its
+/// first token, every sequence holds `start_len` tokens: sequence i's prompt is `start_len` less
+/// the tokens it has drawn by then. Those counts come from running the scheduler itself (pure host
+/// planning with the engine's limits, nothing computed) over a cache too large to preempt, as the
+/// engine's is for this plan (the CPU's is sized for it, the GPU's from memory); they depend on the
+/// prompts only through their chunk counts, so a few rounds reach a fixed point. `max_tokens`
+/// bounds each request's drawing. Returns the prompt lengths and the tokens each will have drawn.
+pub fn staggered_prompts(
+    cfg: &SchedulerConfig,
+    batch: usize,
+    start_len: usize,
+    max_tokens: usize,
+) -> Result<(Vec<usize>, Vec<usize>), String> {
+    let blocks = batch * blocks_for(start_len + max_tokens, BLOCK_SIZE);
+    let kv = KvCapacity { num_blocks: blocks, block_size: BLOCK_SIZE };
+    let mut lens = vec![start_len.saturating_sub(1).max(1); batch];
+    for _ in 0..8 {
+        let drawn = drawn_at_last_first_token(cfg, kv, &lens, max_tokens)?;
+        let next: Vec<usize> = drawn.iter().map(|&g| start_len.saturating_sub(g).max(1)).collect();
+        if next == lens {
+            return Ok((lens, drawn));
+        }
+        lens = next;
+    }
+    let drawn = drawn_at_last_first_token(cfg, kv, &lens, max_tokens)?;
+    Ok((lens, drawn))
+}
+
+/// Tokens each request has drawn when the last of them draws its first, by the scheduler alone.
+fn drawn_at_last_first_token(
+    cfg: &SchedulerConfig,
+    kv: KvCapacity,
+    lens: &[usize],
+    max_tokens: usize,
+) -> Result<Vec<usize>, String> {
+    let err = |e: model::Error| format!("planning the decode batch's prompts: {e}");
+    let mut sched = Scheduler::new(cfg.clone(), kv).map_err(err)?;
+    for (id, &len) in lens.iter().enumerate() {
+        sched.add(id as u64, vec![0; len], max_tokens).map_err(err)?;
+    }
+    let mut drawn = vec![0; lens.len()];
+    while drawn.contains(&0) {
+        let plan = sched.schedule().map_err(err)?.ok_or("planning the decode batch's prompts: nothing to schedule")?;
+        let sampled: Vec<Option<u32>> = plan.seqs.iter().map(|p| p.samples.then_some(0)).collect();
+        for p in plan.seqs.iter().filter(|p| p.samples) {
+            drawn[p.id as usize] += 1;
+        }
+        sched.commit(&plan, &sampled).map_err(err)?;
+    }
+    Ok(drawn)
+}
+
+/// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps.
+pub fn run_decode(
+    engine: &mut Engine,
+    batch: usize,
+    args: &BenchArgs,
+    timed: usize,
+    prompts: &PromptSource,
+    anchor: Option<AnchorPoint>,
+    floor_ms: f64,
+) -> Result<DecodeResult, String> {
+    let start_len = args.context - args.warmup_steps - timed / 2;
+    // Each request ends at the last timed step, at this length.
+    let end_len = start_len + args.warmup_steps + timed;
+    let (lens, drawn) = staggered_prompts(engine.scheduler().config(), batch, start_len, end_len)?;
+    let mut ids = Vec::with_capacity(batch);
+    for (i, &len) in lens.iter().enumerate() {
+        let request = prompts.request(prompts.prompt(i, len), end_len - len);
+        ids.push(engine.add_request(request).map_err(|e| e.to_string())?);
+    }
+    let mut generated: BTreeMap<u64, usize> = ids.iter().map(|&id| (id, 0)).collect();
+    let mut prefill_steps = 0;
+    while generated.values().any(|&g| g == 0) {
+        for ev in engine.step().map_err(|e| e.to_string())? {
+            if let EngineEvent::Token { request, .. } = ev {
+                *generated.get_mut(&request).expect("only this batch runs") += 1;
+            }
+        }
+        prefill_steps += 1;
+    }
+    // The first decode step attends over each sequence's prompt and drawn tokens.
+    let first: Vec<usize> = ids.iter().zip(&lens).map(|(id, len)| len + generated[id]).collect();
+    let expected: Vec<usize> = lens.iter().zip(&drawn).map(|(l, g)| l + g).collect();
+    if first != expected {
+        eprintln!("decode B{batch}: the engine's prefill differed from the plan; sequence lengths {first:?}");
+    }
+    let step = |engine: &mut Engine, what: &str| -> Result<f64, String> {
+        let t = Instant::now();
+        engine.step().map_err(|e| e.to_string())?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let shape = engine.last_step();
+        if !shape.is_decode_only() || shape.num_seqs != batch {
+            return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
+        }
+        Ok(ms)
+    };
+    for _ in 0..args.warmup_steps {
+        step(engine, "warm-up")?;
+    }
+    let profiled = args.profile_steps.is_some();
+    if profiled {
+        profiler(true);
+    }
+    let times = (0..timed).map(|_| step(engine, "timed")).collect::<Result<Vec<f64>, String>>();
+    if profiled {
+        profiler(false);
+    }
+    let times = times?;
+    // Had the engine's prefill strayed from the plan, a request would still run: end it.
+    let finished: Vec<u64> = engine.take_finished().iter().map(|c| c.id).collect();
+    for id in ids.into_iter().filter(|id| !finished.contains(id)) {
+        engine.abort(id).map_err(|e| e.to_string())?;
+    }
+    let step_ms = Summary::of(&times).expect("at least one timed step");
+    let (lo, hi) = (first.iter().min().copied().unwrap_or(0), first.iter().max().copied().unwrap_or(0));
+    let skip = args.warmup_steps;
+    Ok(DecodeResult {
+        batch,
+        context: args.context,
+        attended: (lo + skip, hi + skip + timed - 1),
+        prefill_steps,
+        warmup_steps: args.warmup_steps,
+        timed_steps: timed,
+        profiled,
+        ratio_to_anchor: anchor.as_ref().map(|a| step_ms.median / a.ms),
+        anchor,
+        ratio_to_floor: step_ms.median / floor_ms,
+        step_ms,
+    })
+}
+
+/// Starts or stops the profiler's collection on the current CUDA context (a no-op without a
+/// profiler attached); a failure is reported and the run goes on, since the timing stands alone.
+fn profiler(start: bool) {
+    use cudarc::driver::sys;
+    // SAFETY: both calls take no arguments and act on the thread's current context, the one the
+    // engine's steps ran on; `is_culib_present` first, so a machine without the driver never
+    // reaches the loader's panic.
+    let result = unsafe {
+        if !sys::is_culib_present() {
+            eprintln!("--profile-steps: no CUDA driver here, so nothing is profiled");
+            return;
+        }
+        if start {
+            sys::cuProfilerStart()
+        } else {
+            sys::cuProfilerStop()
+        }
+    };
+    if result != sys::CUresult::CUDA_SUCCESS {
+        eprintln!("--profile-steps: cuProfiler{} returned {result:?}", if start { "Start" } else { "Stop" });
+    }
+}
+
+/// One line per batch; `goals` adds issue 9's verdict (for asynct-0.5b at its context only).
+pub fn print_decode(r: &DecodeResult, floor_ms: f64, goals: bool) {
+    let anchor = match (&r.anchor, r.ratio_to_anchor) {
+        (Some(a), Some(ratio)) => format!("; {ratio:.2}x the anchor ({}, {:.3} ms)", a.variant, a.ms),
+        _ => String::new(),
+    };
+    let goal = DECODE_GOALS.iter().find(|g| goals && g.0 == r.batch).map_or(String::new(), |&(_, ms)| {
+        let verdict = if r.step_ms.median <= ms { "met" } else { "missed" };
+        format!("; issue 9's goal {ms:.2} ms {verdict}")
+    });
+    println!(
+        "decode B{}: median {:.3} ms, mean {:.3}, min {:.3} over {} {}steps attending over {}..{} tokens (context {}); \
+         {:.2}x the floor ({floor_ms:.3} ms){anchor}{goal}",
+        r.batch, r.step_ms.median, r.step_ms.mean, r.step_ms.min, r.timed_steps,
+        if r.profiled { "profiled " } else { "" }, r.attended.0, r.attended.1, r.context, r.ratio_to_floor
+    );
+}
+
+/// Reads decode_anchor.py's JSON.
+pub fn read_anchor(path: &Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--anchor {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("--anchor {}: {e}", path.display()))
+}
+
+/// The fastest variant at `batch` in an anchor JSON's `ms_per_step` (`{variant: {"B<batch>": ms}}`).
+pub fn best_anchor(anchor: &serde_json::Value, batch: usize) -> Option<AnchorPoint> {
+    let key = format!("B{batch}");
+    anchor["ms_per_step"]
+        .as_object()?
+        .iter()
+        .filter_map(|(variant, points)| Some(AnchorPoint { variant: variant.clone(), ms: points[&key].as_f64()? }))
+        .min_by(|a, b| a.ms.total_cmp(&b.ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_best_anchor_variant_is_taken_per_batch() {
+        let anchor = serde_json::json!({"ms_per_step": {
+            "eager": {"B1": 2.8, "B32": 3.7}, "compiled": {"B1": 1.7, "B32": 2.3}, "autotuned": {"B1": 1.4}}});
+        assert_eq!(best_anchor(&anchor, 1), Some(AnchorPoint { variant: "autotuned".into(), ms: 1.4 }));
+        assert_eq!(best_anchor(&anchor, 32).unwrap().variant, "compiled");
+        assert_eq!(best_anchor(&anchor, 128), None);
+        assert_eq!(best_anchor(&serde_json::json!({}), 1), None);
+    }
+
+    #[test]
+    fn staggered_prompts_bring_every_sequence_to_one_length() {
+        // Chunks of 512 with room for one per step (the bench's budget is a chunk and a row per
+        // sequence): sequence i finishes its prefill after sequence i - 1 and decodes meanwhile.
+        let cfg =
+            SchedulerConfig { max_num_seqs: 32, max_batched_tokens: 544, prefill_chunk: 512, max_model_len: 4096 };
+        // Two chunks each; and lengths where the first sequences' prompts drop to one chunk.
+        for start_len in [1000, 530, 40] {
+            let (lens, drawn) = staggered_prompts(&cfg, 32, start_len, start_len + 10).unwrap();
+            assert!(lens.iter().zip(&drawn).all(|(l, g)| l + g == start_len), "{start_len}: {lens:?} {drawn:?}");
+            assert!(drawn[0] >= drawn[31] && drawn[31] == 1, "the first drew the most: {drawn:?}");
+            let kv = KvCapacity { num_blocks: 32 * 128, block_size: BLOCK_SIZE };
+            assert_eq!(drawn_at_last_first_token(&cfg, kv, &lens, start_len + 10).unwrap(), drawn);
+        }
+    }
+}

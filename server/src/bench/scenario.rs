@@ -1,0 +1,188 @@
+//! SPEC section 7's end-to-end scenarios through the engine: every request submitted at once,
+//! stepped to completion, each step classified by its shape and timed.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use model::engine::{Engine, EngineEvent};
+use serde::Serialize;
+
+use super::{PromptSource, StepCounts, Summary};
+
+/// An end-to-end scenario of SPEC section 7.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Scenario {
+    /// Its name in SPEC section 7.
+    pub name: String,
+    /// Requests, all submitted at once.
+    pub requests: usize,
+    /// Prompt tokens of each.
+    pub prompt_len: usize,
+    /// Tokens each generates.
+    pub output_len: usize,
+}
+
+/// SPEC section 7's table: (name, requests, prompt, output).
+const SCENARIOS: [(&str, usize, usize, usize); 4] = [
+    ("prefill_heavy_b16", 16, 2048, 16),
+    ("balanced_b32", 32, 512, 512),
+    ("decode_heavy_b32", 32, 128, 1024),
+    ("long_decode_b32", 32, 4096, 512),
+];
+
+/// The scenarios `names` picks (`all` is every one), each with the overrides applied.
+pub fn scenarios(
+    names: &[String],
+    requests: Option<usize>,
+    prompt_len: Option<usize>,
+    output_len: Option<usize>,
+) -> Result<Vec<Scenario>, String> {
+    let mut picked = Vec::new();
+    for name in names {
+        let rows: Vec<_> = SCENARIOS.iter().filter(|s| name == "all" || s.0 == name).collect();
+        if rows.is_empty() {
+            let known: Vec<_> = SCENARIOS.iter().map(|s| s.0).collect();
+            return Err(format!("--scenario must be all or one of {}, got `{name}`", known.join(", ")));
+        }
+        for &&(name, r, p, o) in &rows {
+            let s = Scenario {
+                name: name.into(),
+                requests: requests.unwrap_or(r),
+                prompt_len: prompt_len.unwrap_or(p),
+                output_len: output_len.unwrap_or(o),
+            };
+            if s.requests == 0 || s.prompt_len == 0 || s.output_len == 0 {
+                return Err(format!(
+                    "scenario {}: requests, prompt and output lengths must be positive: {s:?}",
+                    s.name
+                ));
+            }
+            if !picked.contains(&s) {
+                picked.push(s);
+            }
+        }
+    }
+    Ok(picked)
+}
+
+/// One scenario's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScenarioResult {
+    #[serde(flatten)]
+    scenario: Scenario,
+    prompt_tokens: usize,
+    generated_tokens: usize,
+    wall_s: f64,
+    prefill_s: f64,
+    prefill_tok_s: f64,
+    /// `None` when no token follows the first (an output length of 1).
+    decode_tok_s: Option<f64>,
+    decode_step_ms: Option<Summary>,
+    steps: StepCounts,
+    preemptions: u64,
+}
+
+/// Runs one scenario to completion and checks every request got exactly its output length.
+pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -> Result<ScenarioResult, String> {
+    let preempted_before = engine.stats().num_preemptions;
+    let mut waiting_first = BTreeSet::new();
+    for i in 0..s.requests {
+        let request = prompts.request(prompts.prompt(i, s.prompt_len), s.output_len);
+        waiting_first.insert(engine.add_request(request).map_err(|e| e.to_string())?);
+    }
+    let (mut steps, mut decode_ms, mut generated, mut prefill_s) = (StepCounts::default(), Vec::new(), 0, None);
+    let start = Instant::now();
+    while engine.has_work() {
+        let t = Instant::now();
+        let events = engine.step().map_err(|e| format!("scenario {}: {e}", s.name))?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        steps.add(engine.last_step());
+        if engine.last_step().is_decode_only() {
+            decode_ms.push(ms);
+        }
+        for ev in &events {
+            if let EngineEvent::Token { request, .. } = ev {
+                generated += 1;
+                waiting_first.remove(request);
+            }
+        }
+        if prefill_s.is_none() && waiting_first.is_empty() {
+            prefill_s = Some(start.elapsed().as_secs_f64());
+        }
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let prefill_s = prefill_s.ok_or_else(|| format!("scenario {}: a request never got a token", s.name))?;
+    let done = engine.take_finished();
+    if done.len() != s.requests {
+        return Err(format!("scenario {}: {} of {} requests finished", s.name, done.len(), s.requests));
+    }
+    for c in done {
+        if c.token_ids.len() != s.output_len {
+            return Err(format!(
+                "scenario {}: request {} generated {} tokens, expected {}",
+                s.name,
+                c.id,
+                c.token_ids.len(),
+                s.output_len
+            ));
+        }
+    }
+    let prompt_tokens = s.requests * s.prompt_len;
+    let after_first = generated - s.requests;
+    let decode_s = wall_s - prefill_s;
+    Ok(ScenarioResult {
+        scenario: s.clone(),
+        prompt_tokens,
+        generated_tokens: generated,
+        wall_s,
+        prefill_s,
+        prefill_tok_s: prompt_tokens as f64 / prefill_s,
+        decode_tok_s: (after_first > 0 && decode_s > 0.0).then(|| after_first as f64 / decode_s),
+        decode_step_ms: Summary::of(&decode_ms),
+        steps,
+        preemptions: engine.stats().num_preemptions - preempted_before,
+    })
+}
+
+/// One line per scenario, every figure of [`super::DEFINITIONS`] in it.
+pub fn print_scenario(r: &ScenarioResult) {
+    let s = &r.scenario;
+    let decode = r.decode_tok_s.map_or("no decode tokens".into(), |t| format!("{t:.0} tok/s"));
+    let step = r
+        .decode_step_ms
+        .map_or("no decode-only step".into(), |m| format!("mean {:.3} ms, median {:.3} ms", m.mean, m.median));
+    println!(
+        "scenario {}: {} x {} -> {}: wall {:.3} s; prefill {:.0} tok/s ({} tokens by {:.3} s); decode {decode} \
+         ({} tokens); decode step {step}; steps {} decode, {} mixed, {} prefill; {} preemptions",
+        s.name,
+        s.requests,
+        s.prompt_len,
+        s.output_len,
+        r.wall_s,
+        r.prefill_tok_s,
+        r.prompt_tokens,
+        r.prefill_s,
+        r.generated_tokens - s.requests,
+        r.steps.decode,
+        r.steps.mixed,
+        r.steps.prefill,
+        r.preemptions
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_follow_spec_section_7_and_take_overrides() {
+        let all = scenarios(&["all".into()], None, None, None).unwrap();
+        let table: Vec<_> = all.iter().map(|s| (s.name.as_str(), s.requests, s.prompt_len, s.output_len)).collect();
+        assert_eq!(table, SCENARIOS.to_vec());
+        let small = scenarios(&["balanced_b32".into(), "balanced_b32".into()], Some(3), None, Some(4)).unwrap();
+        assert_eq!(small, vec![Scenario { name: "balanced_b32".into(), requests: 3, prompt_len: 512, output_len: 4 }]);
+        let err = scenarios(&["huge".into()], None, None, None).unwrap_err();
+        assert!(err.contains("huge") && err.contains("long_decode_b32"), "{err}");
+        assert!(scenarios(&["all".into()], Some(0), None, None).is_err());
+    }
+}
