@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
 #   device tool: command "scripts/device-run.sh tests sanitize fuzz bench gemm", carry ["device-bin", ".whl"]
+#   (the step stage also needs ".qwen3")
 # (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
 # the anchor times SDPA alone.)
 # Stages (any subset, in this order):
@@ -17,6 +18,16 @@
 #             and cuBLASLt, graph-timed in effective TB/s against issue 9's goal (bench-gemm.json/log)
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
+#   step      issue 9's "How fast" on asynct-0.5b (generated into /tmp/m05; carry ".qwen3" for its
+#             tokenizer): the PyTorch decode anchor (scripts/decode_anchor.py, variants
+#             STEP_ANCHOR_VARIANTS, default compile-default at B1/B32/B128 and max-autotune at
+#             B1/B32), `asynct bench --decode-batch 1,32,128` with whole-step graphs and with
+#             --enforce-eager beside it, SPEC section 7's scenarios (STEP_SCENARIOS, default all),
+#             and ncu of one B1 and one B32 decode step through scripts/step_profile.py (each kernel
+#             family's share); STEP_PARTS picks among "anchor graph eager scenarios ncu" (default
+#             all), STEP_BATCHES the decode batches (default 1,32,128), STEP_NCU_BATCHES the
+#             profiled ones (default "1 32"). Seconds per part go to step-times.txt; the whole
+#             stage aims at under 8 minutes
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -78,6 +89,57 @@ for stage in "$@"; do
           | grep -v "^==PROF==" > "$OUT/ncu-$path.txt" || status=1
         tail -n 80 "$OUT/ncu-$path.txt"
       done ;;
+    step)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 PYTHONUNBUFFERED=1
+      export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-decode-anchor TRITON_CACHE_DIR=/tmp/triton-decode-anchor
+      M=/tmp/m05
+      stage_start=$SECONDS
+      took() { echo "step: $1 took $((SECONDS - part_start)) s ($((SECONDS - stage_start)) s into the stage)" | tee -a "$OUT/step-times.txt"; }
+      part_start=$SECONDS
+      if [ ! -f $M/model.safetensors ]; then
+        $B/asynct init --preset asynct-0.5b --out $M 2>&1 | tee "$OUT/step-init.log" || status=1
+      fi
+      took init
+      parts=" ${STEP_PARTS:-anchor graph eager scenarios ncu} "
+      anchor=()
+      if [[ $parts == *" anchor "* ]]; then
+        part_start=$SECONDS
+        python3 scripts/decode_anchor.py "$OUT/decode-anchor.json" --config $M/config.json \
+          --variants "${STEP_ANCHOR_VARIANTS:-compile-default,max-autotune@1/32}" 2>&1 \
+          | tee "$OUT/decode-anchor.log" || status=1
+        took anchor
+      fi
+      [ -f "$OUT/decode-anchor.json" ] && anchor=(--anchor "$OUT/decode-anchor.json")
+      for mode in graph eager; do
+        [[ $parts == *" $mode "* ]] || continue
+        part_start=$SECONDS
+        eager=(); [ $mode = eager ] && eager=(--enforce-eager)
+        $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" --context 1024 "${eager[@]}" "${anchor[@]}" \
+          --out "$OUT/bench-decode-$mode.json" 2>&1 | tee "$OUT/bench-decode-$mode.log" || status=1
+        took "decode $mode"
+      done
+      if [[ $parts == *" scenarios "* ]]; then
+        part_start=$SECONDS
+        scenarios=(); for s in ${STEP_SCENARIOS:-all}; do scenarios+=(--scenario "$s"); done
+        $B/asynct bench --model $M "${scenarios[@]}" --out "$OUT/bench-e2e.json" 2>&1 \
+          | tee "$OUT/bench-e2e.log" || status=1
+        took scenarios
+      fi
+      if [[ $parts == *" ncu "* ]]; then
+        for b in ${STEP_NCU_BATCHES:-1 32}; do
+          part_start=$SECONDS
+          # Only the steps between cuProfilerStart and cuProfilerStop (--profile-steps) are
+          # profiled; each kernel of a graph replay is its own result (--graph-profiling node).
+          ncu --csv --log-file "$OUT/ncu-step-b$b.csv" --profile-from-start off --graph-profiling node \
+            --metrics gpu__time_duration.sum --print-units base --clock-control none --cache-control none \
+            $B/asynct bench --model $M --decode-batch $b --context 1024 --profile-steps 1 \
+            > "$OUT/ncu-step-b$b.log" 2>&1 || status=1
+          wall=(); [ -f "$OUT/bench-decode-graph.json" ] && wall=(--bench "$OUT/bench-decode-graph.json" --batch $b)
+          python3 scripts/step_profile.py "$OUT/ncu-step-b$b.csv" --steps 1 "${wall[@]}" \
+            --json "$OUT/step-profile-b$b.json" 2>&1 | tee "$OUT/step-profile-b$b.txt" || status=1
+          took "ncu B$b"
+        done
+      fi ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
