@@ -1,0 +1,188 @@
+//! One `generate` call's requests on the engine: queued together, stepped with the GIL released,
+//! and stoppable from outside.
+//!
+//! The engine steps with the GIL released for up to [`SLICE`] at a time (one step at least);
+//! then the GIL is taken back just long enough to run Python's signal handlers
+//! ([`Python::check_signals`]), so Ctrl-C raises `KeyboardInterrupt` within a slice and a step.
+//! `LLM.abort()` from another thread sets a flag that is read after every step. Whichever stops
+//! the batch, its unfinished requests are aborted in the engine, freeing their KV blocks, so the
+//! next generate starts on an idle engine.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use model::engine::{Completion, Engine, EngineEvent, GenerationRequest};
+use pyo3::prelude::*;
+
+use crate::errors::{from_model, runtime_error, value_error};
+use crate::outputs::Done;
+use crate::prompts::Prompt;
+use crate::sampling::SamplingParams;
+
+/// The longest the engine steps between two looks at Python's signals.
+pub const SLICE: Duration = Duration::from_millis(20);
+
+/// A request of the batch and what it has produced so far.
+struct Tracked {
+    id: u64,
+    prompt: Prompt,
+    logprobs: Option<usize>,
+    /// Generated ids and released text from the step events, for a request aborted before it
+    /// finished (a finished one has its [`Completion`]).
+    token_ids: Vec<u32>,
+    text: String,
+    completion: Option<Completion>,
+}
+
+/// The requests of one generate call, in prompt order.
+pub struct Batch {
+    requests: Vec<Tracked>,
+    /// Engine id to index in `requests`.
+    by_id: BTreeMap<u64, usize>,
+}
+
+/// How a batch stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every request finished by itself.
+    Finished,
+    /// `LLM.abort()` stopped it; the unfinished requests were aborted.
+    Aborted,
+}
+
+impl Batch {
+    /// Queues one request per prompt. If the engine refuses one, those already queued are
+    /// aborted and the error names the prompt.
+    pub fn submit(
+        engine: &mut Engine,
+        prompts: Vec<Prompt>,
+        params: &[SamplingParams],
+        eos_token_ids: &[u32],
+        max_model_len: usize,
+    ) -> PyResult<Self> {
+        let mut batch = Self { requests: Vec::with_capacity(prompts.len()), by_id: BTreeMap::new() };
+        for (i, (prompt, p)) in prompts.into_iter().zip(params).enumerate() {
+            let request = GenerationRequest {
+                prompt: prompt.ids.clone(),
+                sampling: p.engine_sampling(),
+                stop: p.stop_conditions(eos_token_ids, max_model_len),
+            };
+            let id = match engine.add_request(request) {
+                Ok(id) => id,
+                Err(e) => {
+                    batch.abort_unfinished(engine);
+                    // What the engine refuses at admission is this prompt's to fix: too long for
+                    // the KV cache, or for the model with these stop rules.
+                    return Err(match e {
+                        model::Error::Request(_) | model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
+                            value_error(&format!("prompts[{i}]"), e)
+                        }
+                        other => from_model(other),
+                    });
+                }
+            };
+            batch.by_id.insert(id, batch.requests.len());
+            let tracked = Tracked {
+                id,
+                prompt,
+                logprobs: p.logprobs,
+                token_ids: Vec::new(),
+                text: String::new(),
+                completion: None,
+            };
+            batch.requests.push(tracked);
+        }
+        Ok(batch)
+    }
+
+    /// Steps the engine until every request has finished, `cancel` is set, Python has a pending
+    /// signal (its exception is returned, `KeyboardInterrupt` for Ctrl-C) or the engine fails
+    /// (a `RuntimeError`). Only the first way leaves no request aborted.
+    pub fn run(&mut self, py: Python<'_>, engine: &mut Engine, cancel: &AtomicBool) -> PyResult<Ended> {
+        loop {
+            let more = py.detach(|| self.steps(engine, cancel));
+            let more = match more {
+                Ok(more) => more,
+                Err(e) => {
+                    self.abort_unfinished(engine);
+                    return Err(runtime_error(format!("the engine failed: {e}")));
+                }
+            };
+            if let Err(e) = py.check_signals() {
+                self.abort_unfinished(engine);
+                return Err(e);
+            }
+            if !more {
+                return Ok(Ended::Finished);
+            }
+            if cancel.load(Ordering::Acquire) {
+                self.abort_unfinished(engine);
+                return Ok(Ended::Aborted);
+            }
+        }
+    }
+
+    /// Steps for one [`SLICE`] at most; returns whether work is left.
+    fn steps(&mut self, engine: &mut Engine, cancel: &AtomicBool) -> model::Result<bool> {
+        let start = Instant::now();
+        while engine.has_work() {
+            for event in engine.step()? {
+                if let EngineEvent::Token { request, token, text } = event {
+                    if let Some(&i) = self.by_id.get(&request) {
+                        self.requests[i].token_ids.push(token);
+                        self.requests[i].text.push_str(&text);
+                    }
+                }
+            }
+            self.collect(engine);
+            if cancel.load(Ordering::Acquire) || start.elapsed() >= SLICE {
+                break;
+            }
+        }
+        Ok(engine.has_work())
+    }
+
+    /// Takes the engine's completions of this batch's requests.
+    fn collect(&mut self, engine: &mut Engine) {
+        for c in engine.take_finished() {
+            if let Some(&i) = self.by_id.get(&c.id) {
+                self.requests[i].completion = Some(c);
+            }
+        }
+    }
+
+    /// Aborts every request that has not finished, freeing its blocks, and drops the engine's
+    /// completions so none is left for the next batch.
+    fn abort_unfinished(&mut self, engine: &mut Engine) {
+        self.collect(engine);
+        for r in self.requests.iter().filter(|r| r.completion.is_none()) {
+            // The only refusal is an id the engine no longer holds, which is what we want.
+            let _ = engine.abort(r.id);
+        }
+        engine.take_finished();
+    }
+
+    /// One [`Done`] per prompt, in prompt order.
+    pub fn into_done(self) -> Vec<Done> {
+        self.requests
+            .into_iter()
+            .map(|r| {
+                let (token_ids, text, finish, logits) = match r.completion {
+                    Some(c) => (c.token_ids, c.text, Some(c.finish), c.logits),
+                    None => (r.token_ids, r.text, None, None),
+                };
+                Done {
+                    id: r.id,
+                    prompt: r.prompt.text,
+                    prompt_token_ids: r.prompt.ids,
+                    token_ids,
+                    text,
+                    finish,
+                    logits,
+                    logprobs: r.logprobs,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,273 @@
+//! `asynct.LLM`: a checkpoint loaded onto the GPU or the CPU behind one engine, for offline
+//! generation from Python in the spirit of vLLM's `LLM` class.
+//!
+//! The executor comes from the loader `asynct generate` and `asynct serve` use (`backend`), so
+//! the device choice, the GPU's memory sizing and the scheduler's step budget are the CLI's.
+//! One generate runs at a time on an LLM; its prompts are one batch of the engine (continuous
+//! batching: a request that finishes frees its slot for the next waiting one). [`Llm::abort`]
+//! is the one method meant to be called while another thread's generate runs.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+
+use model::block_pool::blocks_for;
+use model::config::ModelConfig;
+use model::cpu_backend::Precision;
+use model::engine::Engine;
+use model::scheduler::SchedulerConfig;
+use pyo3::prelude::*;
+use tokenizers::Tokenizer;
+
+use crate::args::scalar;
+use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use crate::batch::{Batch, Ended};
+use crate::errors::{from_model, runtime_error, value_error};
+use crate::outputs::RequestOutput;
+use crate::prompts::{parse_prompts, parse_sampling, Limits};
+
+/// The CPU KV cache by default: room for `max_num_seqs` whole sequences, but no more than this
+/// (asynct-0.5b's 32K context at 64 sequences would otherwise ask for hundreds of GiB).
+const DEFAULT_CPU_CACHE_BYTES: usize = 2 << 30;
+
+/// A model loaded for generation.
+#[pyclass(module = "asynct", name = "LLM", frozen)]
+pub struct Llm {
+    engine: Mutex<Engine>,
+    tokenizer: Arc<Tokenizer>,
+    eos_token_ids: Vec<u32>,
+    vocab_size: usize,
+    /// Prompt plus output, at most.
+    #[pyo3(get)]
+    max_model_len: usize,
+    /// Where and how the model runs, e.g. "cpu f32".
+    #[pyo3(get)]
+    device: String,
+    model_dir: PathBuf,
+    /// Set by `abort()`, read by the running generate after each step.
+    cancel: AtomicBool,
+    /// Whether a generate is running.
+    busy: AtomicBool,
+}
+
+#[pymethods]
+impl Llm {
+    /// Loads `model` (a folder with config.json, model.safetensors, tokenizer.json). Bad options
+    /// raise `ValueError` naming the option; a missing folder `FileNotFoundError`.
+    #[new]
+    #[pyo3(
+        signature = (
+            model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
+            gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None
+        ),
+        text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
+                          gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None)"
+    )]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        model: &Bound<'_, PyAny>,
+        device: Option<&Bound<'_, PyAny>>,
+        precision: Option<&Bound<'_, PyAny>>,
+        max_num_seqs: Option<&Bound<'_, PyAny>>,
+        max_model_len: Option<&Bound<'_, PyAny>>,
+        gpu_memory_utilization: Option<&Bound<'_, PyAny>>,
+        enforce_eager: Option<&Bound<'_, PyAny>>,
+        cpu_kv_cache_gib: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
+        let device: String = scalar(device, "auto".into(), "device", "a string")?;
+        let device = device.as_str();
+        let precision: String = scalar(precision, "f32".into(), "precision", "a string")?;
+        let max_num_seqs: i64 = scalar(max_num_seqs, 64, "max_num_seqs", "an integer")?;
+        let max_model_len: Option<i64> = scalar(max_model_len, None, "max_model_len", "an integer or None")?;
+        let gpu_memory_utilization: f64 = scalar(gpu_memory_utilization, 0.9, "gpu_memory_utilization", "a float")?;
+        let enforce_eager: bool = scalar(enforce_eager, false, "enforce_eager", "a bool")?;
+        let cpu_kv_cache_gib: Option<f64> = scalar(cpu_kv_cache_gib, None, "cpu_kv_cache_gib", "a float or None")?;
+        // Checked here so that the errors name the Python options, not the CLI flags the shared
+        // loader would name.
+        if !["auto", "cpu", "cuda"].contains(&device) {
+            return Err(value_error("device", format!("expected \"auto\", \"cpu\" or \"cuda\", got {device:?}")));
+        }
+        let precision: Precision = precision.parse().map_err(|_| {
+            value_error("precision", format!("expected \"f32\", \"f64\" or \"bf16\", got {precision:?}"))
+        })?;
+        if max_num_seqs < 1 {
+            return Err(value_error("max_num_seqs", format!("must be >= 1, got {max_num_seqs}")));
+        }
+        if !(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0) {
+            return Err(value_error(
+                "gpu_memory_utilization",
+                format!("must be in (0, 1], got {gpu_memory_utilization}"),
+            ));
+        }
+        let cfg = ModelConfig::load(&model).map_err(from_model)?;
+        let limit = cfg.max_position_embeddings;
+        let max_model_len = match max_model_len {
+            None => limit,
+            Some(n) if n >= 2 && n as usize <= limit => n as usize,
+            Some(n) => {
+                return Err(value_error("max_model_len", format!("must be in [2, {limit}] for this model, got {n}")))
+            }
+        };
+        let max_num_seqs = max_num_seqs as usize;
+        let tok_path = model.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(pyo3::exceptions::PyFileNotFoundError::new_err(format!(
+                "{}: no such file",
+                tok_path.display()
+            )));
+        }
+        let tokenizer = Tokenizer::from_file(&tok_path)
+            .map_err(|e| value_error("model", format!("{}: {e}", tok_path.display())))?;
+        let opts = ExecutorOptions {
+            device,
+            precision,
+            max_num_seqs,
+            max_model_len,
+            cpu_blocks: cpu_cache_blocks(&cfg, precision, max_num_seqs, max_model_len, cpu_kv_cache_gib)?,
+            gpu_memory_utilization,
+            enforce_eager,
+        };
+        let executor = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(runtime_error)?;
+        let sched = SchedulerConfig {
+            max_num_seqs,
+            max_batched_tokens: step_budget(max_num_seqs),
+            prefill_chunk: PREFILL_CHUNK,
+            max_model_len,
+        };
+        let tokenizer = Arc::new(tokenizer);
+        let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(from_model)?;
+        Ok(Self {
+            device: engine.describe(),
+            engine: Mutex::new(engine),
+            tokenizer,
+            eos_token_ids: cfg.eos_token_id.clone(),
+            vocab_size: cfg.vocab_size,
+            max_model_len,
+            model_dir: model,
+            cancel: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+        })
+    }
+
+    /// Generates a completion for each prompt; returns one `RequestOutput` per prompt, in order.
+    /// The GIL is released while the engine runs. Ctrl-C raises `KeyboardInterrupt` within a
+    /// step or two; `abort()` from another thread makes this return at once with the
+    /// unfinished outputs cut short (finish_reason "abort").
+    #[pyo3(signature = (prompts, sampling_params=None))]
+    fn generate(
+        &self,
+        py: Python<'_>,
+        prompts: &Bound<'_, PyAny>,
+        sampling_params: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Py<RequestOutput>>> {
+        let limits =
+            Limits { tokenizer: &self.tokenizer, vocab_size: self.vocab_size, max_model_len: self.max_model_len };
+        let prompts = parse_prompts(prompts, &limits)?;
+        let params = parse_sampling(sampling_params, prompts.len())?;
+        if prompts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut engine = match self.engine.try_lock() {
+            Ok(engine) => engine,
+            Err(TryLockError::WouldBlock) => {
+                return Err(runtime_error(
+                    "another thread's generate is running on this LLM; one runs at a time (abort() stops it)",
+                ))
+            }
+            Err(TryLockError::Poisoned(_)) => {
+                return Err(runtime_error("this LLM's engine failed with a panic in an earlier call; load a new LLM"))
+            }
+        };
+        // The flag is cleared before `busy` is raised, so an abort() that sees this generate
+        // running cannot be lost.
+        self.cancel.store(false, Ordering::Release);
+        let _busy = Busy::raise(&self.busy);
+        engine.set_record_logits(params.iter().any(|p| p.logprobs.is_some())).map_err(from_model)?;
+        let mut batch = Batch::submit(&mut engine, prompts, &params, &self.eos_token_ids, self.max_model_len)?;
+        // Finished or aborted alike, every request is accounted for in the batch.
+        let _ended: Ended = batch.run(py, &mut engine, &self.cancel)?;
+        drop(engine);
+        batch.into_done().into_iter().map(|d| d.into_py(py)).collect()
+    }
+
+    /// Stops the generate running in another thread: it returns what it has, unfinished
+    /// outputs with finish_reason "abort". Returns whether a generate was running.
+    fn abort(&self) -> bool {
+        let running = self.busy.load(Ordering::Acquire);
+        if running {
+            self.cancel.store(true, Ordering::Release);
+        }
+        running
+    }
+
+    /// The checkpoint tokenizer's ids for `text` (no special tokens added, as generate does).
+    fn encode(&self, text: &str) -> PyResult<Vec<u32>> {
+        let enc = self.tokenizer.encode(text, false).map_err(|e| value_error("text", e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// The text of `token_ids`, special tokens left out.
+    fn decode(&self, token_ids: Vec<u32>) -> PyResult<String> {
+        self.tokenizer.decode(&token_ids, true).map_err(|e| value_error("token_ids", e))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "LLM({:?}, device={:?}, max_model_len={})",
+            self.model_dir.display().to_string(),
+            self.device,
+            self.max_model_len
+        )
+    }
+}
+
+/// Marks a generate as running for as long as it lives.
+struct Busy<'a>(&'a AtomicBool);
+
+impl<'a> Busy<'a> {
+    fn raise(flag: &'a AtomicBool) -> Self {
+        flag.store(true, Ordering::Release);
+        Self(flag)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The CPU KV cache in blocks: `cpu_kv_cache_gib` worth, or by default room for every sequence's
+/// whole length up to [`DEFAULT_CPU_CACHE_BYTES`]; always room for one sequence of
+/// `max_model_len`, which the scheduler needs to admit one.
+fn cpu_cache_blocks(
+    cfg: &ModelConfig,
+    precision: Precision,
+    max_num_seqs: usize,
+    max_model_len: usize,
+    gib: Option<f64>,
+) -> PyResult<usize> {
+    // The CPU backend keeps its cache in its arithmetic's type: f64 for f64 and bf16-faithful.
+    let elem = if precision == Precision::F32 { 4 } else { 8 };
+    let block_bytes = cfg.num_hidden_layers * 2 * BLOCK_SIZE * cfg.num_key_value_heads * cfg.head_dim * elem;
+    let one_seq = blocks_for(max_model_len, BLOCK_SIZE);
+    match gib {
+        None => Ok((one_seq * max_num_seqs).min((DEFAULT_CPU_CACHE_BYTES / block_bytes).max(one_seq))),
+        Some(g) if !(g.is_finite() && g > 0.0) => Err(value_error("cpu_kv_cache_gib", format!("must be > 0, got {g}"))),
+        Some(g) => {
+            let blocks = (g * (1u64 << 30) as f64 / block_bytes as f64) as usize;
+            if blocks < one_seq {
+                return Err(value_error(
+                    "cpu_kv_cache_gib",
+                    format!(
+                        "{g} GiB holds {blocks} blocks of {BLOCK_SIZE} tokens; one sequence of max_model_len \
+                         {max_model_len} needs {one_seq}"
+                    ),
+                ));
+            }
+            Ok(blocks)
+        }
+    }
+}
