@@ -1,0 +1,261 @@
+"""Type stubs of the extension module ``asynct._asynct`` (the Rust crate ``python/``).
+
+``asynct`` re-exports the classes; ``asynct.oracle`` the three functions.
+"""
+
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+_Floats = Union[float, Sequence[float], npt.NDArray[np.floating]]
+_FloatArray = Union[npt.NDArray[np.float32], npt.NDArray[np.float64]]
+_TokenIds = Union[Sequence[int], npt.NDArray[np.integer]]
+_Prompt = Union[str, _TokenIds, Mapping[str, Union[str, _TokenIds]]]
+
+class SamplingParams:
+    """How one prompt is sampled and when it stops (vLLM's names and defaults).
+
+    Sampling is SPEC section 5's Gumbel-max draw keyed by (seed, step, token id): the same seed
+    gives the same output whatever the batch, on the CPU and the GPU alike.
+
+    Args:
+        temperature: softmax temperature, finite and >= 0; 0 is greedy.
+        top_p: keep the smallest most-probable set reaching this probability, in (0, 1].
+        top_k: keep the k likeliest tokens; 0 or -1 keeps all.
+        seed: the sampling seed in [0, 2**64); None draws a fresh one per request.
+        max_tokens: tokens to generate at most, >= 1.
+        stop: a string or strings that end the output (which stops just before the first found).
+        ignore_eos: keep generating through end-of-sequence tokens.
+        logprobs: with n >= 0, return each generated token's log-probability and those of the n
+            likeliest tokens (see ``CompletionOutput.logprobs``).
+
+    Raises:
+        ValueError: a value out of range, naming the parameter.
+        TypeError: a value of the wrong kind, naming the parameter.
+    """
+
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: Optional[int]
+    max_tokens: int
+    stop: List[str]
+    ignore_eos: bool
+    logprobs: Optional[int]
+
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: Optional[int] = None,
+        max_tokens: int = 16,
+        stop: Union[str, Sequence[str], None] = None,
+        ignore_eos: bool = False,
+        logprobs: Optional[int] = None,
+    ) -> None: ...
+
+class CompletionOutput:
+    """One generated sequence of a prompt."""
+
+    index: int
+    """Its index among the prompt's completions (always 0)."""
+    text: str
+    """The generated text, the stop string excluded."""
+    token_ids: List[int]
+    """The generated token ids, an eos id included."""
+    finish_reason: str
+    """"stop" (eos or a stop string), "length" (max_tokens or the model's length), or "abort"
+    (``LLM.abort()`` stopped it first)."""
+    stop_reason: Union[str, int, None]
+    """The stop string that ended it, the eos token id that did, or None."""
+    logprobs: Optional[List[Dict[int, float]]]
+    """With ``SamplingParams(logprobs=n)``: per generated token, a dict from token id to
+    log-probability holding that token and the n likeliest. Each is the log-softmax, in float64,
+    of the raw float32 logits row the token was sampled from (before temperature, top-k and
+    top-p). None otherwise, and for an aborted output."""
+    cumulative_logprob: Optional[float]
+    """The sum of the generated tokens' log-probabilities, when logprobs were asked for."""
+
+class RequestOutput:
+    """The result for one prompt; ``text``, ``token_ids``, ``finish_reason`` and ``logprobs``
+    are those of ``outputs[0]``."""
+
+    request_id: str
+    prompt: Optional[str]
+    """The prompt text, or None for a token-id prompt."""
+    prompt_token_ids: List[int]
+    finished: bool
+    """Whether the request ended by itself (False when aborted)."""
+    outputs: List[CompletionOutput]
+    """The completions: a list of one."""
+    text: str
+    token_ids: List[int]
+    finish_reason: str
+    logprobs: Optional[List[Dict[int, float]]]
+
+class LLM:
+    """A checkpoint loaded for generation, in the spirit of vLLM's offline ``LLM``.
+
+    The executor is built by the same loader as ``asynct generate`` and ``asynct serve``: with
+    ``device="auto"`` the GPU when one opens and its kernels take the model's head dim (64, 128
+    or 256), else the CPU. Prompts of one ``generate`` run as one continuously batched set on
+    the engine.
+
+    Args:
+        model: a folder holding config.json, model.safetensors (or a sharded index) and
+            tokenizer.json, as ``asynct init`` writes.
+        device: "auto", "cpu" or "cuda".
+        precision: the CPU backend's arithmetic: "f32", "f64" (the exact reference) or "bf16"
+            (bf16-faithful). The GPU runs bf16.
+        max_num_seqs: sequences in one engine step, at most.
+        max_model_len: prompt plus output, at most; the model's max_position_embeddings by default.
+        gpu_memory_utilization: the fraction of GPU memory weights, buffers and KV cache may take.
+        enforce_eager: on the GPU, no whole-step CUDA graphs.
+        cpu_kv_cache_gib: the CPU KV cache's size; by default room for max_num_seqs sequences of
+            max_model_len, at most 2 GiB.
+
+    Raises:
+        ValueError: a bad option (named) or a bad checkpoint.
+        FileNotFoundError: no config.json or tokenizer.json in ``model``.
+        RuntimeError: the device could not load the model (``device="cuda"`` without a GPU).
+    """
+
+    device: str
+    """Where and how the model runs, e.g. "cpu f32"."""
+    max_model_len: int
+
+    def __init__(
+        self,
+        model: Union[str, "os.PathLike[str]"],
+        device: str = "auto",
+        *,
+        precision: str = "f32",
+        max_num_seqs: int = 64,
+        max_model_len: Optional[int] = None,
+        gpu_memory_utilization: float = 0.9,
+        enforce_eager: bool = False,
+        cpu_kv_cache_gib: Optional[float] = None,
+    ) -> None: ...
+    def generate(
+        self,
+        prompts: Union[_Prompt, Sequence[_Prompt]],
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+    ) -> List[RequestOutput]:
+        """Generates a completion for each prompt; returns one ``RequestOutput`` per prompt, in order.
+
+        ``prompts`` is a string, a list of token ids, or a list of strings, token-id lists and
+        vLLM's ``{"prompt": ...}`` / ``{"prompt_token_ids": ...}`` dicts. Text is tokenised as
+        ``asynct generate --prompt`` does. ``sampling_params`` is one ``SamplingParams`` for all
+        (``SamplingParams()`` when None) or one per prompt.
+
+        The GIL is released while the engine runs. Ctrl-C (or any signal whose handler raises)
+        stops the batch within a step or two and raises ``KeyboardInterrupt``; ``abort()`` from
+        another thread makes this return at once, unfinished outputs with finish_reason "abort".
+        Either way the engine is left idle for the next call.
+
+        Raises:
+            ValueError: a bad prompt (named as ``prompts[i]``) or ``sampling_params`` length.
+            TypeError: a prompt or ``sampling_params`` of the wrong kind.
+            RuntimeError: another thread's generate is running on this LLM, or the engine failed.
+            KeyboardInterrupt: Ctrl-C while the engine ran.
+        """
+    def abort(self) -> bool:
+        """Stops the generate running in another thread (it returns what it has); returns
+        whether one was running."""
+    def encode(self, text: str) -> List[int]:
+        """The checkpoint tokenizer's ids for ``text`` (no special tokens added, as generate does)."""
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """The text of ``token_ids``, special tokens left out."""
+
+def hp1_attention(
+    q: _FloatArray,
+    k: _FloatArray,
+    v: _FloatArray,
+    lengths: Optional[_TokenIds],
+    sigma: _Floats,
+    gamma: _Floats,
+    fir_k: int = 3,
+    relu_pre: bool = True,
+    clip: Tuple[float, float] = (0.0, 1.0),
+    *,
+    positions: Optional[_TokenIds] = None,
+    scale: Optional[float] = None,
+    return_weights: bool = False,
+) -> Union[_FloatArray, Tuple[_FloatArray, _FloatArray]]:
+    """Exact HP1 attention (SPEC section 2) of packed causal sequences.
+
+    For query token i of a sequence, head h and its kv head g = h // (Hq // Hkv), over that
+    sequence's keys t <= i::
+
+        s_t = scale * q_i,h . k_t,g
+        r_t = max(s_t, 0) if relu_pre else s_t        (0 for t < 0)
+        m_t = (r_t + ... + r_{t-fir_k+1}) / fir_k
+        p_t = gamma_h * clip(s_t - sigma_h * m_t, clip[0], clip[1])
+        out_i,h = sum_t p_t v_t,g
+
+    Args:
+        q: ``[tokens, Hq, D]``, float32 or float64, the sequences packed one after another.
+        k, v: ``[tokens, Hkv, D]`` of q's dtype; Hkv divides Hq.
+        lengths: each sequence's token count, summing to ``tokens``; None with ``positions``
+            None is one sequence of every token.
+        sigma, gamma: per query head, a float or ``Hq`` values (cast to q's dtype).
+        fir_k: FIR taps along the keys, >= 1.
+        relu_pre: rectify the scores before the FIR.
+        clip: (min, max), finite, min < max.
+        positions: instead of lengths, each token's position in its sequence (0, 1, 2, ..., a
+            new sequence starting at each 0).
+        scale: multiplies q . k; 1/sqrt(D) by default.
+        return_weights: also return the gate weights.
+
+    Returns:
+        The output ``[tokens, Hq, D]`` in q's dtype, computed in that dtype by the oracle over a
+        paged cache holding k and v; with ``return_weights``, also ``p`` as ``[tokens, Hq, L]``
+        (L the longest sequence), ``p[i, h, t]`` the weight of key t of i's own sequence, zero
+        past i's position.
+
+    Raises:
+        TypeError: an array that is not a float32/float64 ``numpy.ndarray``, or of another dtype
+            than q, naming the argument.
+        ValueError: shapes, lengths, positions or parameters that do not fit, naming the argument.
+    """
+
+def uclip_norm(x: _FloatArray, alpha: _Floats, weight: _Floats, bias: Optional[_Floats] = None) -> _FloatArray:
+    """UClipNorm (SPEC section 3): ``weight * clip(alpha * x, -1, 1) + bias`` per channel, no reduction.
+
+    Args:
+        x: float32 or float64, any leading shape, channels last (C).
+        alpha, weight: a float, or 1 or C values.
+        bias: C values, or None for zero.
+
+    Returns:
+        An array of x's shape and dtype (the parameters are cast to it). NaN stays NaN.
+
+    Raises:
+        TypeError: x not a float32/float64 ``numpy.ndarray``, or a parameter not floats.
+        ValueError: a parameter of the wrong length, naming it.
+    """
+
+def forward_logits(
+    model_dir: Union[str, "os.PathLike[str]"], token_ids: _TokenIds, precision: str = "f64"
+) -> _FloatArray:
+    """Every position's logits of a checkpoint over one sequence (SPEC section 1).
+
+    Args:
+        model_dir: a checkpoint folder, as ``LLM`` takes.
+        token_ids: the sequence, from position 0; at most max_position_embeddings ids.
+        precision: "f64" (the exact reference), "f32" (the CPU backend), or "bf16"
+            (f64 rounded to bf16 where the GPU model rounds).
+
+    Returns:
+        ``[len(token_ids), vocab]`` logits, float64 for "f64" and "bf16", float32 for "f32";
+        row i predicts the token after position i.
+
+    Raises:
+        ValueError: an empty sequence, an id outside the vocabulary, a bad precision or checkpoint.
+        FileNotFoundError: no config.json in ``model_dir``.
+    """

@@ -1,0 +1,140 @@
+"""LLM.generate against the `asynct generate` CLI, token for token, and its outputs' contract."""
+
+import numpy as np
+import pytest
+
+import asynct
+from conftest import run_cli
+
+PROMPTS = ["Hello, world", "The river runs past the old mill", "x"]
+
+
+def cli_ids(asynct_bin, model, prompt_ids, *flags):
+    out = run_cli(
+        asynct_bin, "generate", "--model", str(model), "--device", "cpu",
+        "--prompt-ids", ",".join(map(str, prompt_ids)), *flags,
+    )
+    return [int(t) for t in out.strip().split(",")]
+
+
+def test_readme_command_matches_the_cli_text(asynct_bin, tiny_model, llm):
+    # The README's first command: --prompt "Hello, world" --max-tokens 32, greedy.
+    cli = run_cli(asynct_bin, "generate", "--model", str(tiny_model), "--device", "cpu",
+                  "--prompt", "Hello, world", "--max-tokens", "32")
+    [out] = llm.generate("Hello, world", asynct.SamplingParams(temperature=0, max_tokens=32))
+    assert cli == out.text + "\n"
+    assert out.prompt == "Hello, world"
+    assert out.prompt_token_ids == llm.encode("Hello, world")
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_tokens_match_the_cli(asynct_bin, tiny_model, llm, prompt):
+    ids = llm.encode(prompt)
+    cli = cli_ids(asynct_bin, tiny_model, ids, "--max-tokens", "40", "--ignore-eos")
+    [out] = llm.generate([ids], asynct.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    assert out.token_ids == cli
+    assert len(cli) == 40 and out.finish_reason == "length"
+
+
+def test_seeded_sampling_matches_the_cli(asynct_bin, tiny_model, llm):
+    ids = llm.encode(PROMPTS[1])
+    # The tiny model's random weights are peaked: a high temperature makes the draw matter.
+    flags = ["--temperature", "3.0", "--top-k", "40", "--top-p", "0.95", "--seed", "7"]
+    cli = cli_ids(asynct_bin, tiny_model, ids, "--max-tokens", "24", "--ignore-eos", *flags)
+    params = dict(temperature=3.0, top_k=40, top_p=0.95, max_tokens=24, ignore_eos=True)
+    [out] = llm.generate(ids, asynct.SamplingParams(seed=7, **params))
+    assert out.token_ids == cli
+    [other] = llm.generate(ids, asynct.SamplingParams(seed=8, **params))
+    assert other.token_ids != cli, "another seed draws other tokens"
+    [greedy] = llm.generate(ids, asynct.SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))
+    assert greedy.token_ids != cli, "the sampled run is not the greedy one"
+    unseeded = [llm.generate(ids, asynct.SamplingParams(**params))[0].token_ids for _ in range(2)]
+    assert unseeded[0] != unseeded[1], "seed=None draws a fresh seed per request"
+
+
+def test_a_batch_gives_each_prompt_what_it_gets_alone(llm):
+    params = [asynct.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True),
+              asynct.SamplingParams(temperature=1.0, seed=3, max_tokens=20, ignore_eos=True),
+              asynct.SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)]
+    batch = llm.generate(PROMPTS, params)
+    assert [o.prompt for o in batch] == PROMPTS
+    for prompt, p, out in zip(PROMPTS, params, batch):
+        [alone] = llm.generate(prompt, p)
+        assert out.token_ids == alone.token_ids and out.text == alone.text
+        assert len(out.token_ids) == p.max_tokens
+
+
+def test_prompt_forms_are_equivalent(llm):
+    p = asynct.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    ids = llm.encode("The river")
+    forms = ["The river", [ids], ids, np.array(ids, dtype=np.int64), [{"prompt": "The river"}],
+             [{"prompt_token_ids": ids}], ("The river",)]
+    outs = [llm.generate(f, p) for f in forms]
+    for o in outs:
+        assert len(o) == 1 and o[0].token_ids == outs[0][0].token_ids
+    assert outs[1][0].prompt is None and outs[1][0].prompt_token_ids == ids
+    assert llm.generate([], p) == []
+
+
+def test_outputs_have_vllms_shape(llm):
+    [out] = llm.generate("Hello", asynct.SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    [c] = out.outputs
+    assert out.outputs[0] is c
+    assert (c.index, c.text, c.token_ids, c.finish_reason) == (0, out.text, out.token_ids, "length")
+    assert c.stop_reason is None and c.logprobs is None and out.logprobs is None and c.cumulative_logprob is None
+    assert out.finished and isinstance(out.request_id, str)
+    assert llm.decode(out.token_ids) == out.text
+
+
+def test_stop_strings_cut_the_text_and_are_reported(llm):
+    p = asynct.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    [full] = llm.generate("The river", p)
+    stop = full.text[5:8]
+    assert len(stop) == 3, full.text
+    [cut] = llm.generate("The river", asynct.SamplingParams(temperature=0, max_tokens=40, ignore_eos=True,
+                                                            stop=[stop]))
+    assert cut.finish_reason == "stop" and cut.outputs[0].stop_reason == stop
+    assert cut.text == full.text[: full.text.index(stop)]
+
+
+def test_eos_ends_the_output_unless_ignored(llm):
+    # At temperature 5 the tiny model draws its eos (510) as the 60th token with seed 1.
+    hot = dict(seed=1, temperature=5.0, max_tokens=300)
+    [out] = llm.generate("The", asynct.SamplingParams(**hot))
+    assert out.finish_reason == "stop" and out.outputs[0].stop_reason == 510
+    assert out.token_ids[-1] == 510 and 510 not in out.token_ids[:-1]
+    assert "<|endoftext|>" not in out.text
+    [through] = llm.generate("The", asynct.SamplingParams(ignore_eos=True, **hot))
+    assert through.finish_reason == "length" and len(through.token_ids) == 300
+    assert through.token_ids[: len(out.token_ids)] == out.token_ids
+
+
+def test_logprobs_are_the_log_softmax_of_the_sampling_rows(tiny_model, llm):
+    ids = llm.encode("The river runs")
+    p = asynct.SamplingParams(temperature=0.8, seed=11, max_tokens=8, ignore_eos=True, logprobs=3)
+    [out] = llm.generate(ids, p)
+    logits = asynct.oracle.forward_logits(tiny_model, ids + out.token_ids[:-1], precision="f32").astype(np.float64)
+    rows = logits[len(ids) - 1:]
+    ref = rows - np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True)) - rows.max(1, keepdims=True)
+    assert len(out.logprobs) == 8
+    for i, (token, lp) in enumerate(zip(out.token_ids, out.logprobs)):
+        top3 = np.argsort(-ref[i], kind="stable")[:3]
+        assert set(lp) == set(top3.tolist()) | {token}
+        for t, v in lp.items():
+            assert v == pytest.approx(ref[i, t], abs=1e-5)
+    assert out.outputs[0].cumulative_logprob == pytest.approx(sum(lp[t] for t, lp in zip(out.token_ids, out.logprobs)))
+    # The same request without logprobs draws the same tokens.
+    [plain] = llm.generate(ids, asynct.SamplingParams(temperature=0.8, seed=11, max_tokens=8, ignore_eos=True))
+    assert plain.token_ids == out.token_ids and plain.logprobs is None
+
+
+def test_forward_logits_matches_the_clis_dumped_logits(asynct_bin, tiny_model, llm, tmp_path):
+    ids = llm.encode("The river runs past")
+    dump = tmp_path / "logits.safetensors"
+    run_cli(asynct_bin, "generate", "--model", str(tiny_model), "--device", "cpu", "--prompt-ids",
+            ",".join(map(str, ids)), "--max-tokens", "1", "--dump-logits", str(dump))
+    from test_oracle import read_safetensors
+    dumped = read_safetensors(dump)["logits"]
+    ours = asynct.oracle.forward_logits(tiny_model, ids, precision="f32")
+    assert ours.dtype == np.float32 and dumped.shape == ours.shape == (len(ids), 512)
+    np.testing.assert_allclose(ours, dumped, rtol=0, atol=1e-5 * np.abs(dumped).max())
