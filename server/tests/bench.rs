@@ -75,7 +75,9 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         // steps follow the first token.
         assert!(total >= 5, "{s}");
         assert!(s["wall_s"].as_f64().unwrap() >= s["prefill_s"].as_f64().unwrap(), "{s}");
-        assert!(s["decode_tok_s"].as_f64().unwrap() > 0.0 && s["decode_step_ms"]["median"].as_f64().unwrap() > 0.0);
+        let step = s["decode_step_ms"]["median"].as_f64().unwrap();
+        assert!(s["decode_tok_s"].as_f64().unwrap() > 0.0 && step > 0.0, "{s}");
+        assert!(s["decode_step_executor_ms"]["median"].as_f64().unwrap() <= step, "{s}");
     }
 
     let decode = report["decode"].as_array().unwrap();
@@ -87,6 +89,8 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         assert_eq!(d["attended"], serde_json::json!([46, 49]), "every sequence at one length: {d}");
         let median = d["step_ms"]["median"].as_f64().unwrap();
         assert!(median > 0.0 && d["step_ms"]["min"].as_f64().unwrap() <= median, "{d}");
+        let executor = d["executor_ms"]["median"].as_f64().unwrap();
+        assert!(executor > 0.0 && executor <= median, "the executor's part of each step: {d}");
         let floor = report["weight_floor_ms"].as_f64().unwrap();
         assert!((d["ratio_to_floor"].as_f64().unwrap() - median / floor).abs() < 1e-9 * median / floor);
     }

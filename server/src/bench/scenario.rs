@@ -7,7 +7,7 @@ use std::time::Instant;
 use model::engine::{Engine, EngineEvent};
 use serde::Serialize;
 
-use super::{PromptSource, StepCounts, Summary};
+use super::{ExecuteClock, PromptSource, StepCounts, Summary};
 
 /// An end-to-end scenario of SPEC section 7.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -78,19 +78,27 @@ pub struct ScenarioResult {
     /// `None` when no token follows the first (an output length of 1).
     decode_tok_s: Option<f64>,
     decode_step_ms: Option<Summary>,
+    /// The executor's part of those steps.
+    decode_step_executor_ms: Option<Summary>,
     steps: StepCounts,
     preemptions: u64,
 }
 
 /// Runs one scenario to completion and checks every request got exactly its output length.
-pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -> Result<ScenarioResult, String> {
+pub fn run_scenario(
+    engine: &mut Engine,
+    clock: &ExecuteClock,
+    s: &Scenario,
+    prompts: &PromptSource,
+) -> Result<ScenarioResult, String> {
     let preempted_before = engine.stats().num_preemptions;
     let mut waiting_first = BTreeSet::new();
     for i in 0..s.requests {
         let request = prompts.request(prompts.prompt(i, s.prompt_len), s.output_len);
         waiting_first.insert(engine.add_request(request).map_err(|e| e.to_string())?);
     }
-    let (mut steps, mut decode_ms, mut generated, mut prefill_s) = (StepCounts::default(), Vec::new(), 0, None);
+    let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
+    let (mut decode_ms, mut executor_ms) = (Vec::new(), Vec::new());
     let start = Instant::now();
     while engine.has_work() {
         let t = Instant::now();
@@ -99,6 +107,7 @@ pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -
         steps.add(engine.last_step());
         if engine.last_step().is_decode_only() {
             decode_ms.push(ms);
+            executor_ms.push(clock.last_ms());
         }
         for ev in &events {
             if let EngineEvent::Token { request, .. } = ev {
@@ -139,6 +148,7 @@ pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -
         prefill_tok_s: prompt_tokens as f64 / prefill_s,
         decode_tok_s: (after_first > 0 && decode_s > 0.0).then(|| after_first as f64 / decode_s),
         decode_step_ms: Summary::of(&decode_ms),
+        decode_step_executor_ms: Summary::of(&executor_ms),
         steps,
         preemptions: engine.stats().num_preemptions - preempted_before,
     })
@@ -148,9 +158,10 @@ pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -
 pub fn print_scenario(r: &ScenarioResult) {
     let s = &r.scenario;
     let decode = r.decode_tok_s.map_or("no decode tokens".into(), |t| format!("{t:.0} tok/s"));
-    let step = r
-        .decode_step_ms
-        .map_or("no decode-only step".into(), |m| format!("mean {:.3} ms, median {:.3} ms", m.mean, m.median));
+    let step = match (r.decode_step_ms, r.decode_step_executor_ms) {
+        (Some(m), Some(e)) => format!("mean {:.3} ms, median {:.3} ms (executor {:.3})", m.mean, m.median, e.median),
+        _ => "no decode-only step".into(),
+    };
     println!(
         "scenario {}: {} x {} -> {}: wall {:.3} s; prefill {:.0} tok/s ({} tokens by {:.3} s); decode {decode} \
          ({} tokens); decode step {step}; steps {} decode, {} mixed, {} prefill; {} preemptions",
