@@ -27,7 +27,8 @@
 #             family's share); STEP_PARTS picks among "anchor graph eager scenarios ncu" (default
 #             all), STEP_BATCHES the decode batches (default 1,32,128), STEP_NCU_BATCHES the
 #             profiled ones (default "1 32"). Seconds per part go to step-times.txt; the whole
-#             stage aims at under 8 minutes
+#             stage aims at under 8 minutes. The anchor's and the graph run's JSON are also kept in
+#             /tmp/asynct-step, where a later call on the same warm machine finds them
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +94,11 @@ for stage in "$@"; do
       export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 PYTHONUNBUFFERED=1
       export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-decode-anchor TRITON_CACHE_DIR=/tmp/triton-decode-anchor
       M=/tmp/m05
+      # The anchor's and the graph run's JSON are kept here too, so that a later call on the same
+      # (still warm) machine running only some parts finds them: each call gets a fresh $OUT.
+      keep=/tmp/asynct-step
+      mkdir -p $keep
+      found() { for f in "$OUT/$1" "$keep/$1"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
       stage_start=$SECONDS
       took() { echo "step: $1 took $((SECONDS - part_start)) s ($((SECONDS - stage_start)) s into the stage)" | tee -a "$OUT/step-times.txt"; }
       part_start=$SECONDS
@@ -107,15 +113,17 @@ for stage in "$@"; do
         python3 scripts/decode_anchor.py "$OUT/decode-anchor.json" --config $M/config.json \
           --variants "${STEP_ANCHOR_VARIANTS:-compile-default,max-autotune@1/32}" 2>&1 \
           | tee "$OUT/decode-anchor.log" || status=1
+        cp "$OUT/decode-anchor.json" $keep/ 2>/dev/null
         took anchor
       fi
-      [ -f "$OUT/decode-anchor.json" ] && anchor=(--anchor "$OUT/decode-anchor.json")
+      f=$(found decode-anchor.json); [ -n "$f" ] && anchor=(--anchor "$f")
       for mode in graph eager; do
         [[ $parts == *" $mode "* ]] || continue
         part_start=$SECONDS
         eager=(); [ $mode = eager ] && eager=(--enforce-eager)
         $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" --context 1024 "${eager[@]}" "${anchor[@]}" \
           --out "$OUT/bench-decode-$mode.json" 2>&1 | tee "$OUT/bench-decode-$mode.log" || status=1
+        cp "$OUT/bench-decode-$mode.json" $keep/ 2>/dev/null
         took "decode $mode"
       done
       if [[ $parts == *" scenarios "* ]]; then
@@ -134,7 +142,7 @@ for stage in "$@"; do
             --metrics gpu__time_duration.sum --print-units base --clock-control none --cache-control none \
             $B/asynct bench --model $M --decode-batch $b --context 1024 --profile-steps 1 \
             > "$OUT/ncu-step-b$b.log" 2>&1 || status=1
-          wall=(); [ -f "$OUT/bench-decode-graph.json" ] && wall=(--bench "$OUT/bench-decode-graph.json" --batch $b)
+          wall=(); f=$(found bench-decode-graph.json); [ -n "$f" ] && wall=(--bench "$f" --batch $b)
           python3 scripts/step_profile.py "$OUT/ncu-step-b$b.csv" --steps 1 "${wall[@]}" \
             --json "$OUT/step-profile-b$b.json" 2>&1 | tee "$OUT/step-profile-b$b.txt" || status=1
           took "ncu B$b"
