@@ -201,7 +201,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let goals = cfg == model::presets::Preset::HalfBillion.config() && args.context == GOAL_CONTEXT;
     for &batch in &args.decode_batch {
         let point = anchor.as_ref().and_then(|a| best_anchor(a, batch));
-        let r = run_decode(&mut engine, &clock, batch, args, timed, &prompts, point, floor_ms)?;
+        let mut r = run_decode(&mut engine, &clock, batch, args, timed, &prompts)?;
+        r.compare(point, floor_ms);
         print_decode(&r, floor_ms, goals);
         report.decode.push(r);
         report.save(args.out.as_deref())?;

@@ -110,8 +110,6 @@ pub fn run_decode(
     args: &BenchArgs,
     timed: usize,
     prompts: &PromptSource,
-    anchor: Option<AnchorPoint>,
-    floor_ms: f64,
 ) -> Result<DecodeResult, String> {
     let start_len = args.context - args.warmup_steps - timed / 2;
     // Each request ends at the last timed step, at this length.
@@ -177,12 +175,21 @@ pub fn run_decode(
         warmup_steps: args.warmup_steps,
         timed_steps: timed,
         profiled,
-        ratio_to_anchor: anchor.as_ref().map(|a| step_ms.median / a.ms),
-        anchor,
-        ratio_to_floor: step_ms.median / floor_ms,
         step_ms,
         executor_ms: Summary::of(&executor).expect("at least one timed step"),
+        anchor: None,
+        ratio_to_anchor: None,
+        ratio_to_floor: f64::NAN,
     })
+}
+
+impl DecodeResult {
+    /// Sets the median step beside the anchor's best variant and the weight floor.
+    pub fn compare(&mut self, anchor: Option<AnchorPoint>, floor_ms: f64) {
+        self.ratio_to_anchor = anchor.as_ref().map(|a| self.step_ms.median / a.ms);
+        self.anchor = anchor;
+        self.ratio_to_floor = self.step_ms.median / floor_ms;
+    }
 }
 
 /// Starts or stops the profiler's collection on the current CUDA context (a no-op without a
