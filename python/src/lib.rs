@@ -26,6 +26,8 @@
 //! The Python package around the module (`asynct/__init__.py`, `asynct/oracle.py`, the stubs in
 //! `asynct/_asynct.pyi`) and its tests (`tests/`, pytest) sit beside this crate.
 
+#![deny(missing_docs)]
+
 mod args;
 mod batch;
 mod errors;

@@ -33,9 +33,8 @@ pub struct Limits<'a> {
 
 /// Every prompt of `prompts`, tokenised and checked.
 pub fn parse_prompts(prompts: &Bound<'_, PyAny>, limits: &Limits<'_>) -> PyResult<Vec<Prompt>> {
-    let items: Vec<Bound<'_, PyAny>> = if prompts.is_instance_of::<PyString>() || prompts.is_instance_of::<PyDict>() {
-        vec![prompts.clone()]
-    } else if is_token_list(prompts) {
+    let one = prompts.is_instance_of::<PyString>() || prompts.is_instance_of::<PyDict>() || is_token_list(prompts);
+    let items: Vec<Bound<'_, PyAny>> = if one {
         vec![prompts.clone()]
     } else {
         let iter = prompts.try_iter().map_err(|_| {
