@@ -26,10 +26,6 @@
 //! - `--profile-steps N`: after the warm-up, exactly N decode steps between `cuProfilerStart` and
 //!   `cuProfilerStop`, so `ncu --profile-from-start off` sees those steps' kernels alone
 //!   (`scripts/step_profile.py` turns its CSV into each kernel family's share).
-//!
-//! A random model draws ids that a tokenizer may lack (Qwen3's rows past its 151,669 ids are
-//! padding), which the detokeniser refuses; the bench never reads the text, so [`cover_vocab`]
-//! adds the missing ids as special tokens that decode to nothing.
 
 mod decode;
 mod scenario;
@@ -48,7 +44,7 @@ use model::engine::{Engine, GenerationRequest, SamplingParams, StepShape, StopCo
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
 use serde::Serialize;
-use tokenizers::{AddedToken, Tokenizer};
+use tokenizers::Tokenizer;
 
 use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::cli::BenchArgs;
@@ -227,11 +223,7 @@ fn load_engine(
     cpu_blocks: usize,
 ) -> Result<(Engine, ExecuteClock), String> {
     let tok_path = args.model.join("tokenizer.json");
-    let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
-    let added = cover_vocab(&mut tokenizer, cfg.vocab_size)?;
-    if added > 0 {
-        eprintln!("the tokenizer lacks {added} of the model's {} ids; added as special tokens", cfg.vocab_size);
-    }
+    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
     let opts = ExecutorOptions {
         device: &args.device,
         precision: Precision::F32,
@@ -345,20 +337,6 @@ pub fn weight_bytes(cfg: &ModelConfig) -> u64 {
     2 * (cfg.num_hidden_layers * (attention + 3 * i * h) + head) as u64
 }
 
-/// Adds every id below `vocab` that `tokenizer` lacks as a special token (empty when decoded);
-/// returns how many it added.
-pub fn cover_vocab(tokenizer: &mut Tokenizer, vocab: usize) -> Result<usize, String> {
-    let missing: Vec<u32> = (0..vocab as u32).filter(|&id| tokenizer.id_to_token(id).is_none()).collect();
-    let tokens: Vec<AddedToken> =
-        missing.iter().map(|id| AddedToken::from(format!("<|asynct_bench_pad_{id}|>"), true)).collect();
-    tokenizer.add_special_tokens(&tokens);
-    match (0..vocab as u32).find(|&id| tokenizer.id_to_token(id).is_none()) {
-        // Added tokens take the ids after the highest known one, so only a gap below it stays.
-        Some(id) => Err(format!("the tokenizer lacks id {id} of the model's {vocab} and it could not be added")),
-        None => Ok(missing.len()),
-    }
-}
-
 /// Seeded random prompts and the requests around them.
 struct PromptSource {
     seed: u64,
@@ -414,15 +392,5 @@ mod tests {
         assert_eq!(weight_bytes(&cfg), 1_191_968_768, "decode_anchor.py's figure");
         let floor_ms = weight_bytes(&cfg) as f64 / HBM_BYTES_PER_S * 1e3;
         assert!((0.27..0.28).contains(&floor_ms), "{floor_ms}");
-    }
-
-    #[test]
-    fn a_short_tokenizer_is_padded_to_the_model_vocabulary() {
-        let mut tok = model::byte_tokenizer::build().unwrap();
-        let known = tok.get_vocab_size(true);
-        assert_eq!(cover_vocab(&mut tok, known).unwrap(), 0);
-        assert_eq!(cover_vocab(&mut tok, known + 7).unwrap(), 7);
-        assert!(tok.id_to_token(known as u32 + 6).is_some());
-        assert_eq!(tok.decode(&[known as u32 + 6], true).unwrap(), "", "the padding decodes to nothing");
     }
 }

@@ -27,7 +27,7 @@ pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
 
 /// Every plan that serves `shape`: each skinny instantiation for its `M` (the dispatcher's among
 /// them; past `SKINNY_MAX_M` rows in slabs of 64), cuBLASLt's own choice, and cuBLASLt pinned at
-/// the reference `M` of `PINNED_AT`.
+/// the reference `M` of `PINNED_AT` where N and K are at least 64.
 pub fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
@@ -35,7 +35,9 @@ pub fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
         plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
     }
     plans.push(g(GemmPlan::cublaslt(shape))?);
-    if shape.m != PINNED_AT {
+    // The model pins its weight shapes only (N and K of 64 and more); for a degenerate N such as
+    // 1, cuBLASLt refuses the reference M's algorithm (CUBLAS_STATUS_NOT_SUPPORTED, by name).
+    if shape.m != PINNED_AT && shape.n >= 64 && shape.k >= 64 {
         plans.push(g(GemmPlan::cublaslt_pinned(shape, PINNED_AT))?);
     }
     Ok(plans)
