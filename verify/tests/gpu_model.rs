@@ -282,7 +282,7 @@ fn compare_preset_steps(
                 let f32_logits = f32_model.forward(&input, f32_cache).map_err(|e| e.to_string())?;
                 let (s, _) = errors(&f32_logits, &want)?;
                 (
-                    b.max(s),
+                    b.max(SENSITIVITY_FACTOR * s),
                     format!("; the oracle's f32 mode is {s:.2e} from its bf16 mode, GPU / that {:.2}", error / s),
                 )
             }
