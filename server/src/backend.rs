@@ -15,11 +15,18 @@ pub const BLOCK_SIZE: usize = 16;
 /// Tokens a prefilling sequence computes per step, at most.
 pub const PREFILL_CHUNK: usize = 512;
 
-/// A step's token budget: one whole prefill chunk beside a decode row of every sequence. With only
-/// a chunk's worth, a decoding sequence leaves too little room for any other's next chunk (chunks
-/// are never cut, for batch invariance), and the batch runs one request at a time.
+/// Prefill chunks a step may carry beside its decode rows. One chunk per step left the GPU's
+/// prefill bound by the eager step's ~320 launches (62K prompt tokens/s in prefill_heavy_b16,
+/// RESULTS run 33); four give each launch four times the rows, while a decoding request waits at
+/// most one such step.
+pub const CHUNKS_PER_STEP: usize = 4;
+
+/// A step's token budget: `CHUNKS_PER_STEP` whole prefill chunks beside a decode row of every
+/// sequence. With only a chunk's worth, a decoding request leaves too little room for any
+/// other's next chunk (chunks are never cut, for batch invariance), and the batch runs one
+/// request at a time.
 pub fn step_budget(max_num_seqs: usize) -> usize {
-    PREFILL_CHUNK + max_num_seqs
+    CHUNKS_PER_STEP * PREFILL_CHUNK + max_num_seqs
 }
 
 /// What the executor is sized for.
