@@ -157,6 +157,10 @@ pub enum Error {
     /// A generation request can never be served as given.
     #[error("invalid request: {0}")]
     Request(String),
+    /// An engine option that cannot be used as given (`--device`, `--gpu-memory-utilization`);
+    /// the message names the option.
+    #[error("{0}")]
+    Options(String),
     /// The scheduler's bookkeeping was handed something inconsistent.
     #[error("scheduler: {0}")]
     Scheduler(String),

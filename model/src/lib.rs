@@ -37,6 +37,7 @@ pub mod cpu_backend;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod executor_loader;
 pub mod gpu_backend;
 pub mod presets;
 pub mod scheduler;

@@ -39,13 +39,6 @@ mod outputs;
 mod prompts;
 mod sampling;
 
-// The loader `asynct generate` and `asynct serve` build their executor with: compiled in here
-// from the server's source rather than copied, so `LLM` picks devices and sizes caches exactly
-// as the CLI does. (It belongs in `model`; moving it is a change to `server` left to its owner.)
-#[path = "../../server/src/backend.rs"]
-#[allow(dead_code)]
-mod backend;
-
 use pyo3::prelude::*;
 
 /// The extension module `asynct._asynct`; `asynct/__init__.py` and `asynct/oracle.py` re-export it.

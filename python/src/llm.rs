@@ -20,11 +20,11 @@ use pyo3::prelude::*;
 use tokenizers::Tokenizer;
 
 use crate::args::scalar;
-use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::batch::{Batch, Ended};
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{parse_prompts, parse_sampling, Limits};
+use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 
 /// The CPU KV cache by default: room for `max_num_seqs` whole sequences, but no more than this
 /// (asynct-0.5b's 32K context at 64 sequences would otherwise ask for hundreds of GiB).

@@ -46,9 +46,9 @@ use model::scheduler::{SchedulerConfig, StepPlan};
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
-use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::cli::BenchArgs;
 use decode::{best_anchor, print_decode, read_anchor, run_decode, DecodeResult, GOAL_CONTEXT};
+use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 
 /// The H200's HBM bandwidth, which issue 9's weight floor (about 0.28 ms for asynct-0.5b) uses.
@@ -239,7 +239,8 @@ fn load_engine(
     let executor = load_executor(&args.model, cfg, &opts, &mut |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     bar.finish_and_clear();
     println!("running on {} (loaded in {:.1} s)", executor.describe(), load_start.elapsed().as_secs_f64());
     let sched = SchedulerConfig {

@@ -13,9 +13,9 @@ use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::scheduler::SchedulerConfig;
 use tokenizers::Tokenizer;
 
-use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::cli::GenerateArgs;
 use crate::logits_dump;
+use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 
 /// Runs the command; the error is the message to print.
 pub fn run(args: &GenerateArgs) -> Result<(), String> {
@@ -56,7 +56,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
     };
-    let executor = load_executor(&args.model, &cfg, &opts, &mut progress)?;
+    let executor = load_executor(&args.model, &cfg, &opts, &mut progress).map_err(|e| e.to_string())?;
     bar.finish_and_clear();
     eprintln!("running on {}", executor.describe());
 

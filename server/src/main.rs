@@ -14,7 +14,6 @@
 //! [`bench`]).
 
 mod api;
-mod backend;
 mod bench;
 mod chat_template;
 mod cli;

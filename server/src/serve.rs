@@ -18,12 +18,12 @@ use model::scheduler::SchedulerConfig;
 use tokenizers::Tokenizer;
 
 use crate::api::types::Limits;
-use crate::backend::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 use crate::chat_template::ChatTemplate;
 use crate::cli::ServeArgs;
 use crate::engine_thread::{self, EngineHandle, LoopConfig};
 use crate::http::{self, AppState};
 use crate::metrics::Metrics;
+use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
 
 /// How long running requests may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -62,7 +62,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         enforce_eager: args.enforce_eager,
     };
     eprintln!("loading {}", args.model.display());
-    let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {})?;
+    let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
     eprintln!("running on {}", executor.describe());
     let sched = SchedulerConfig {
         max_num_seqs: args.max_num_seqs,

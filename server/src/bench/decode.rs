@@ -13,8 +13,8 @@ use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
 use super::{ExecuteClock, PromptSource, Summary};
-use crate::backend::BLOCK_SIZE;
 use crate::cli::BenchArgs;
+use model::executor_loader::BLOCK_SIZE;
 
 /// Issue 9's goals for a decode step of asynct-0.5b at 1K context: (batch, ms).
 pub const DECODE_GOALS: [(usize, f64); 2] = [(1, 0.40), (32, 0.70)];

@@ -60,6 +60,9 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
+/// A plan for a shape, by one path.
+type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
+
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
 /// kernel, beside drawn, NaN and infinite rows, has the same bits; and through cuBLASLt pinned at
 /// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
@@ -71,7 +74,7 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, fn(GemmShape) -> gpu::Result<GemmPlan>, &[usize]); 2] = [
+        let paths: [(&str, PlanAt, &[usize]); 2] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
         ];

@@ -1,14 +1,15 @@
 //! Building a [`StepExecutor`] from a checkpoint folder for `--device auto|cpu|cuda`: the one place
-//! that `asynct generate` and `asynct serve` share, so both pick devices and size caches alike.
+//! that `asynct generate`, `asynct serve`, `asynct bench` and the Python `LLM` share, so all pick
+//! devices, size caches and budget steps alike.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use model::config::ModelConfig;
-use model::cpu_backend::{load_cpu_executor, Precision};
-use model::executor::StepExecutor;
-use model::gpu_backend::executor::GpuExecutor;
-use model::gpu_backend::executor::{open_gpu, GpuOptions};
+use crate::config::ModelConfig;
+use crate::cpu_backend::{load_cpu_executor, Precision};
+use crate::error::{Error, Result};
+use crate::executor::StepExecutor;
+use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
 
 /// Tokens per KV-cache block, on both backends.
 pub const BLOCK_SIZE: usize = 16;
@@ -54,12 +55,12 @@ pub fn load_executor(
     cfg: &ModelConfig,
     opts: &ExecutorOptions,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<Box<dyn StepExecutor>, String> {
+) -> Result<Box<dyn StepExecutor>> {
     match Device::parse(opts.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
             let utilization = opts.gpu_memory_utilization;
             if utilization <= 0.0 || utilization > 1.0 {
-                return Err(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}"));
+                return Err(Error::Options(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
             }
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
@@ -70,11 +71,10 @@ pub fn load_executor(
                 cuda_graphs: !opts.enforce_eager,
                 kv_blocks: None,
             };
-            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress).map_err(|e| e.to_string())?;
+            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress)?;
             Ok(Box::new(executor))
         }
-        Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)
-            .map_err(|e| e.to_string()),
+        Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress),
     }
 }
 
@@ -87,18 +87,18 @@ enum Device {
 impl Device {
     /// `auto` takes the GPU when one opens and its kernels take the model's head dim; `cuda`
     /// without a GPU, or for a head dim the kernels do not take, is an error before any work.
-    fn parse(device: &str, head_dim: usize) -> Result<Self, String> {
+    fn parse(device: &str, head_dim: usize) -> Result<Self> {
         let kernels_take = gpu::attention::HEAD_DIMS.contains(&head_dim);
         match device {
             "cpu" => Ok(Self::Cpu),
-            "cuda" if !kernels_take => Err(format!(
+            "cuda" if !kernels_take => Err(Error::Options(format!(
                 "--device cuda: the GPU kernels take head dims {:?}, the model's is {head_dim}",
                 gpu::attention::HEAD_DIMS
-            )),
-            "cuda" => open_gpu().map(Self::Cuda).map_err(|e| e.to_string()),
+            ))),
+            "cuda" => open_gpu().map(Self::Cuda),
             "auto" if !kernels_take => Ok(Self::Cpu),
             "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
-            other => Err(format!("--device must be auto, cpu or cuda, got `{other}`")),
+            other => Err(Error::Options(format!("--device must be auto, cpu or cuda, got `{other}`"))),
         }
     }
 }
