@@ -5,7 +5,7 @@
 //! asynct bench --model DIR --decode-batch 1,32,128 --context 1024 --anchor anchor.json --out decode.json
 //! ```
 //!
-//! Both modes drive [`Engine::step`] on the executor [`load_executor`] builds for `--device`, with
+//! Both modes drive [`Engine::step`] on the executor [`model::executor_loader::load_executor`] builds for `--device`, with
 //! greedy requests of seeded random token ids, `ignore_eos` and exact output lengths. A step is
 //! timed by the host's wall clock around `Engine::step`, which returns only once the step's
 //! tokens are on the host, so its GPU work has finished; the part of it inside the executor's
@@ -36,19 +36,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StepShape, StopConditions};
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
-use model::scheduler::{SchedulerConfig, StepPlan};
+use model::scheduler::StepPlan;
 use serde::Serialize;
-use tokenizers::Tokenizer;
 
 use crate::cli::BenchArgs;
+use crate::load;
 use decode::{best_anchor, print_decode, read_anchor, run_decode, DecodeResult, GOAL_CONTEXT};
-use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
 use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 
 /// The H200's HBM bandwidth, which issue 9's weight floor (about 0.28 ms for asynct-0.5b) uses.
@@ -230,8 +229,7 @@ fn load_engine(
     max_num_seqs: usize,
     cpu_blocks: usize,
 ) -> Result<(Engine, ExecuteClock), String> {
-    let tok_path = args.model.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let tokenizer = load::tokenizer(&args.model)?;
     let opts = ExecutorOptions {
         device: &args.device,
         precision: Precision::F32,
@@ -241,22 +239,10 @@ fn load_engine(
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
     };
-    let bar = ProgressBar::new(0).with_message(format!("loading {}", args.model.display()));
-    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
     let load_start = Instant::now();
-    let executor = load_executor(&args.model, cfg, &opts, &mut |done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-    })
-    .map_err(|e| e.to_string())?;
-    bar.finish_and_clear();
+    let executor = load::executor_with_progress(&args.model, cfg, &opts)?;
     println!("running on {} (loaded in {:.1} s)", executor.describe(), load_start.elapsed().as_secs_f64());
-    let sched = SchedulerConfig {
-        max_num_seqs,
-        max_batched_tokens: step_budget(max_num_seqs),
-        prefill_chunk: PREFILL_CHUNK,
-        max_model_len: cfg.max_position_embeddings,
-    };
+    let sched = load::scheduler_config(max_num_seqs, cfg.max_position_embeddings);
     let clock = ExecuteClock::default();
     let timed = Box::new(TimedExecutor { inner: executor, clock: clock.clone() });
     let engine = Engine::new(timed, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;

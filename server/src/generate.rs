@@ -5,17 +5,14 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
-use model::scheduler::SchedulerConfig;
-use tokenizers::Tokenizer;
 
 use crate::cli::GenerateArgs;
-use crate::logits_dump;
-use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use crate::{load, logits_dump};
+use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
 
 /// Runs the command; the error is the message to print.
 pub fn run(args: &GenerateArgs) -> Result<(), String> {
@@ -27,8 +24,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     }
     let precision: Precision = args.precision.parse().map_err(|e: model::Error| e.to_string())?;
     let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
-    let tok_path = args.model.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let tokenizer = load::tokenizer(&args.model)?;
     let prompt = match (&args.prompt, &args.prompt_ids) {
         (_, Some(ids)) => ids.clone(),
         (Some(text), None) => tokenizer
@@ -37,12 +33,6 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
             .get_ids()
             .to_vec(),
         (None, None) => return Err("give --prompt or --prompt-ids".into()),
-    };
-    let bar = ProgressBar::new(0).with_message(format!("loading {}", args.model.display()));
-    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
-    let mut progress = |done: usize, total: usize| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
     };
     // On the CPU, room for every request's whole life at once, so this batch never preempts; the
     // engine sizes its scheduler from the executor's cache.
@@ -56,16 +46,10 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
     };
-    let executor = load_executor(&args.model, &cfg, &opts, &mut progress).map_err(|e| e.to_string())?;
-    bar.finish_and_clear();
+    let executor = load::executor_with_progress(&args.model, &cfg, &opts)?;
     eprintln!("running on {}", executor.describe());
 
-    let sched = SchedulerConfig {
-        max_num_seqs: args.batch,
-        max_batched_tokens: step_budget(args.batch),
-        prefill_chunk: PREFILL_CHUNK,
-        max_model_len: cfg.max_position_embeddings,
-    };
+    let sched = load::scheduler_config(args.batch, cfg.max_position_embeddings);
     let mut engine =
         Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
     for i in 0..args.batch {

@@ -10,8 +10,8 @@
 //! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
 //! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
 //! [`http`] and [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine),
-//! [`metrics`], and [`backend`] (the executor for `--device`, shared with `generate` and
-//! [`bench`]).
+//! [`metrics`], and [`load`] (the tokenizer, the executor for `--device` and the scheduler's
+//! limits, shared by `generate`, `serve` and [`bench`]).
 
 mod api;
 mod bench;
@@ -20,6 +20,7 @@ mod cli;
 mod engine_thread;
 mod generate;
 mod http;
+mod load;
 mod logits_dump;
 mod metrics;
 mod respond;

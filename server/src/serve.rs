@@ -14,16 +14,15 @@ use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
-use model::scheduler::SchedulerConfig;
-use tokenizers::Tokenizer;
 
 use crate::api::types::Limits;
 use crate::chat_template::ChatTemplate;
 use crate::cli::ServeArgs;
 use crate::engine_thread::{self, EngineHandle, LoopConfig};
 use crate::http::{self, AppState};
+use crate::load;
 use crate::metrics::Metrics;
-use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
+use model::executor_loader::{load_executor, ExecutorOptions, BLOCK_SIZE};
 
 /// How long running requests may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -43,8 +42,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         Some(n) => n,
         None => cfg.max_position_embeddings,
     };
-    let tok_path = args.model.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| format!("{}: {e}", tok_path.display()))?;
+    let tokenizer = load::tokenizer(&args.model)?;
     let template = ChatTemplate::from_model_dir(&args.model)?;
     let served_name = match &args.served_model_name {
         Some(name) => name.clone(),
@@ -64,12 +62,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     eprintln!("loading {}", args.model.display());
     let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
     eprintln!("running on {}", executor.describe());
-    let sched = SchedulerConfig {
-        max_num_seqs: args.max_num_seqs,
-        max_batched_tokens: step_budget(args.max_num_seqs),
-        prefill_chunk: PREFILL_CHUNK,
-        max_model_len,
-    };
+    let sched = load::scheduler_config(args.max_num_seqs, max_model_len);
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
 

@@ -1,0 +1,45 @@
+//! What `generate`, `serve` and `bench` each load from a checkpoint folder: its tokenizer, the
+//! executor for `--device` (behind a progress bar), and the scheduler's limits.
+
+use std::path::Path;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use model::config::ModelConfig;
+use model::executor::StepExecutor;
+use model::executor_loader::{load_executor, step_budget, ExecutorOptions, PREFILL_CHUNK};
+use model::scheduler::SchedulerConfig;
+use tokenizers::Tokenizer;
+
+/// The checkpoint's `tokenizer.json`; the error names the file.
+pub fn tokenizer(model: &Path) -> Result<Tokenizer, String> {
+    let path = model.join("tokenizer.json");
+    Tokenizer::from_file(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`load_executor`] with a progress bar over the tensors, cleared once loaded.
+pub fn executor_with_progress(
+    model: &Path,
+    cfg: &ModelConfig,
+    opts: &ExecutorOptions,
+) -> Result<Box<dyn StepExecutor>, String> {
+    let bar = ProgressBar::new(0).with_message(format!("loading {}", model.display()));
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
+    let executor = load_executor(model, cfg, opts, &mut |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    Ok(executor)
+}
+
+/// The scheduler's limits for `max_num_seqs` sequences of at most `max_model_len` tokens, with the
+/// executor loader's chunk and step budget.
+pub fn scheduler_config(max_num_seqs: usize, max_model_len: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_seqs,
+        max_batched_tokens: step_budget(max_num_seqs),
+        prefill_chunk: PREFILL_CHUNK,
+        max_model_len,
+    }
+}
