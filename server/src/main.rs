@@ -1,8 +1,9 @@
 //! `asynct`: the command-line front of the engine.
 //!
 //! - `asynct init --preset NAME --out DIR [--seed N]` writes a generated checkpoint.
-//! - `asynct generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) ...` generates on the CPU
-//!   backend and prints the completion, then a one-line summary on stderr.
+//! - `asynct generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) ...` generates on the
+//!   `--device` (the GPU when there is one, else the CPU) and prints the completion, then a
+//!   one-line summary on stderr.
 //! - `asynct serve --model DIR [--port 8000] ...` serves the model over an OpenAI-compatible HTTP
 //!   API until SIGINT or SIGTERM.
 //! - `asynct bench --model DIR (--scenario NAME | --decode-batch 1,32,128) ...` times the engine.

@@ -423,7 +423,7 @@ fn sigterm_mid_stream_finishes_the_stream_and_exits_zero() {
 /// 256 concurrent streams for 60 seconds: every stream completes with exactly its `max_tokens`
 /// tokens' worth of chunks and the same text as its first run, and the server's memory stays flat.
 #[test]
-#[ignore]
+#[ignore = "a 60 s soak of 256 streams: run with `cargo test -p server --test serve -- --ignored soak`"]
 fn soak() {
     let server = Server::start("soak", &["--max-num-seqs", "256", "--max-model-len", "256"]);
     let rss = |server: &Server| {
