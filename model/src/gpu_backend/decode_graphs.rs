@@ -10,9 +10,9 @@
 //! length exit at once; the width buckets keep a 1K-context step from launching the empty CTAs
 //! of a 32K capacity.
 //!
-//! Padding rows decode token 0 at position 0 of a one-token sequence whose table and slot point
-//! at the cache's pad block, which no request owns, and sample greedily; their tokens are
-//! dropped. None of this changes a real row's bits: every kernel of the step computes a row from
+//! Padding rows decode token 0 at position 0 of a one-token sequence and sample greedily; their
+//! tokens are dropped. Their slot is negative, which the cache-writing kernel reads as padding
+//! (nothing is written), and their table points at block 0, which their attention only reads. None of this changes a real row's bits: every kernel of the step computes a row from
 //! that row alone, the same way at every batch and table width (the decode kernels' and the
 //! skinny GEMM's invariance), which `gpu_model` checks by comparing replays with eager steps.
 
@@ -32,21 +32,9 @@ use crate::error::Result;
 const FIRST_WIDTH_TOKENS: usize = 1024;
 
 /// A recorded decode step and the launches it replays (which must outlive it).
-pub struct DecodeGraph {
+struct DecodeGraph {
     launch: StepLaunch,
     graph: Graph,
-}
-
-impl DecodeGraph {
-    /// The bucket's shape: the rows and table width its inputs must be padded to.
-    pub fn shape(&self) -> StepShape {
-        self.launch.shape()
-    }
-
-    /// Replays the step on the inputs last uploaded (asynchronous).
-    pub fn launch(&self) -> Result<()> {
-        Ok(self.graph.launch()?)
-    }
 }
 
 /// Every bucket's graph.
@@ -82,8 +70,7 @@ impl DecodeGraphs {
         progress(0, total);
         let mut recorded = Vec::with_capacity(total);
         for (i, launch) in launches.iter().enumerate() {
-            let all: Vec<&StepLaunch> = launches.iter().collect();
-            recorded.push(model.capture(launch, &all, |m| sample(m, launch.shape().tokens))?);
+            recorded.push(model.capture(launch, |m| sample(m, launch.shape().tokens))?);
             progress(i + 1, total);
         }
         let graphs = launches
@@ -94,12 +81,21 @@ impl DecodeGraphs {
         Ok(Self { rows, widths, graphs })
     }
 
-    /// The graph for a decode step of `rows` rows with `width`-column tables, if a bucket holds
-    /// it.
-    pub fn find(&self, rows: usize, width: usize) -> Option<&DecodeGraph> {
+    /// The bucket of a decode step of `rows` rows with `width`-column tables, if one holds it:
+    /// the shape its inputs are padded to before [`DecodeGraphs::replay`].
+    pub fn bucket(&self, rows: usize, width: usize) -> Option<StepShape> {
         let r = *self.rows.iter().find(|&&b| b >= rows)?;
         let w = *self.widths.iter().find(|&&b| b >= width)?;
-        self.graphs.get(&(r, w))
+        self.graphs.get(&(r, w)).map(|g| g.launch.shape())
+    }
+
+    /// Replays the graph of bucket `shape` on the inputs last uploaded (asynchronous).
+    pub fn replay(&self, shape: StepShape) -> Result<()> {
+        let graph = self
+            .graphs
+            .get(&(shape.tokens, shape.width))
+            .ok_or_else(|| crate::error::Error::Executor(format!("no decode-step graph was captured for {shape:?}")))?;
+        Ok(graph.graph.launch()?)
     }
 
     /// How many graphs there are.
@@ -147,19 +143,18 @@ impl PaddedStep {
     }
 }
 
-/// `step` (every sequence one decode row) padded to `shape`'s rows and table width with rows of
-/// the pad block (module docs).
-pub fn pad_decode_step(step: &StepInput<'_>, shape: StepShape, pad_block: usize, block_size: usize) -> PaddedStep {
+/// `step` (every sequence one decode row) padded to `shape`'s rows and table width with padding
+/// rows (module docs).
+pub fn pad_decode_step(step: &StepInput<'_>, shape: StepShape) -> PaddedStep {
     let (rows, width) = (shape.tokens, shape.width);
     let real = step.token_ids.len();
     let table = &step.meta.block_table;
-    let pad = pad_block as i32;
     let block_table =
-        Array2::from_shape_fn((rows, width), |(s, j)| if s < real && j < table.ncols() { table[[s, j]] } else { pad });
+        Array2::from_shape_fn((rows, width), |(s, j)| if s < real && j < table.ncols() { table[[s, j]] } else { 0 });
     let mut ids = step.token_ids.to_vec();
     ids.resize(rows, 0);
     let mut slots = step.slot_mapping.to_vec();
-    slots.resize(rows, (pad_block * block_size) as i64);
+    slots.resize(rows, -1);
     let mut seq_lens = step.meta.seq_lens.clone();
     seq_lens.resize(rows, 1);
     PaddedStep {
@@ -185,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn padding_rows_point_at_the_pad_block_and_real_rows_keep_their_tables() {
+    fn padding_rows_write_nothing_read_block_0_and_real_rows_keep_their_tables() {
         let meta = AttnMetadata {
             block_table: Array2::from_shape_vec((2, 2), vec![3, 4, 5, 0]).unwrap(),
             seq_lens: vec![20, 7],
@@ -194,15 +189,15 @@ mod tests {
         let step =
             StepInput { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], logits: LogitRows::LastPerSeq };
         let split = Split { decodes: 4, seqs: 4, max_query_len: 0 };
-        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, width: 3 }, 9, 16);
+        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, width: 3 });
         let s = padded.step();
         assert_eq!(s.token_ids, &[11, 12, 0, 0]);
-        assert_eq!(s.slot_mapping, &[67, 86, 144, 144]);
+        assert_eq!(s.slot_mapping, &[67, 86, -1, -1]);
         assert_eq!(s.meta.seq_lens, vec![20, 7, 1, 1]);
         assert_eq!(s.meta.query_start_loc, vec![0, 1, 2, 3, 4]);
-        assert_eq!(s.meta.block_table.row(0).to_vec(), vec![3, 4, 9]);
-        assert_eq!(s.meta.block_table.row(1).to_vec(), vec![5, 0, 9]);
-        assert_eq!(s.meta.block_table.row(3).to_vec(), vec![9, 9, 9]);
+        assert_eq!(s.meta.block_table.row(0).to_vec(), vec![3, 4, 0]);
+        assert_eq!(s.meta.block_table.row(1).to_vec(), vec![5, 0, 0]);
+        assert_eq!(s.meta.block_table.row(3).to_vec(), vec![0, 0, 0]);
         assert_eq!(padded.picked, vec![0, 1, 2, 3]);
     }
 }

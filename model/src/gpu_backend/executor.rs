@@ -205,11 +205,6 @@ impl GpuExecutor {
         self.model.download_logits(rows)
     }
 
-    /// The device's free memory in bytes.
-    pub fn free_memory(&self) -> Result<usize> {
-        Ok(self.gpu.memory()?.0)
-    }
-
     /// Waits for the step, checks its fault word and returns the first `n` sampled tokens.
     fn finish(&mut self, n: usize) -> Result<Vec<u32>> {
         self.model.faults().check()?;
@@ -220,17 +215,14 @@ impl GpuExecutor {
     /// when no bucket holds it.
     fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow]) -> Result<Option<Vec<u32>>> {
         let graphs = self.graphs.as_ref().filter(|_| self.replay);
-        let Some(graph) = graphs.and_then(|g| g.find(step.token_ids.len(), step.meta.block_table.ncols())) else {
+        let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
             return Ok(None);
         };
-        let shape = graph.shape();
-        let cache = self.model.cache();
-        let padded = pad_decode_step(step, shape, cache.pad_block(), cache.block_size);
+        let padded = pad_decode_step(step, shape);
         let uploaded = self.model.upload(&padded.step(), &padded.picked)?;
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
         self.upload_params(sampling, shape.tokens)?;
-        let graph = self.graphs.as_ref().and_then(|g| g.find(step.token_ids.len(), step.meta.block_table.ncols()));
-        graph.expect("found above").launch()?;
+        self.graphs.as_ref().expect("a bucket was found").replay(shape)?;
         Ok(Some(self.finish(sampling.len())?))
     }
 

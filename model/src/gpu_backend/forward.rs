@@ -60,13 +60,11 @@ pub enum KvSize {
     MemoryFraction(f64),
 }
 
-/// The paged KV cache of every layer on the device: `num_blocks` blocks the scheduler hands
-/// out, and one more, [`DeviceCache::pad_block`], that the padding rows of a graph's batch bucket
-/// read and write so that they touch no request's keys.
+/// The paged KV cache of every layer on the device.
 pub struct DeviceCache {
-    /// Per layer, `[num_blocks + 1, block_size, Hkv, D]` keys.
+    /// Per layer, `[num_blocks, block_size, Hkv, D]` keys.
     pub key: Vec<CudaSlice<bf16>>,
-    /// Per layer, `[num_blocks + 1, block_size, Hkv, D]` values.
+    /// Per layer, `[num_blocks, block_size, Hkv, D]` values.
     pub value: Vec<CudaSlice<bf16>>,
     /// Blocks per layer the scheduler may use.
     pub num_blocks: usize,
@@ -80,9 +78,9 @@ impl DeviceCache {
         2 * dims.num_layers * block_size * dims.num_kv_heads * dims.head_dim * std::mem::size_of::<bf16>()
     }
 
-    /// A zeroed cache of `num_blocks` blocks (and the pad block) for every layer of `dims`.
+    /// A zeroed cache of `num_blocks` blocks for every layer of `dims`.
     pub fn new(gpu: &Gpu, dims: &ModelDims, num_blocks: usize, block_size: usize) -> gpu::Result<Self> {
-        let len = (num_blocks + 1) * block_size * dims.num_kv_heads * dims.head_dim;
+        let len = num_blocks * block_size * dims.num_kv_heads * dims.head_dim;
         let layer = || gpu.zeros::<bf16>(len);
         Ok(Self {
             key: (0..dims.num_layers).map(|_| layer()).collect::<gpu::Result<_>>()?,
@@ -90,11 +88,6 @@ impl DeviceCache {
             num_blocks,
             block_size,
         })
-    }
-
-    /// The block no sequence owns: padding rows' table entries and slots point here.
-    pub fn pad_block(&self) -> usize {
-        self.num_blocks
     }
 }
 
@@ -117,9 +110,7 @@ pub struct GpuModel {
     kernels: Kernels,
     linears: Linears,
     gate: GateParams,
-    /// The split-K workspace and counters that captured graphs use, apart from the eager ones so
-    /// that growing those never moves memory a graph points at.
-    graph_workspace: Option<(CudaSlice<f32>, CudaSlice<i32>)>,
+    heads: HeadShape,
 }
 
 /// A step's static facts: all that picks its kernels and sizes its launches (SPEC section 6).
@@ -215,8 +206,7 @@ impl GpuModel {
             KvSize::MemoryFraction(f) => {
                 let (free, total) = gpu.memory()?;
                 let keep = ((1.0 - f.clamp(0.0, 1.0)) * total as f64) as usize;
-                // One block of what fits is the pad block.
-                (free.saturating_sub(keep) / block_bytes).saturating_sub(1)
+                free.saturating_sub(keep) / block_bytes
             }
         };
         if num_blocks < cap.max_blocks_per_seq {
@@ -236,12 +226,13 @@ impl GpuModel {
             dims,
             kernels,
             gate,
-            graph_workspace: None,
+            heads,
         };
-        // The widest step's split-K workspace now, so that the device memory in use stays the
-        // same from the first step on (no step grows it later).
+        // The widest step's split-K workspace, once: no plan needs more, so the device memory in
+        // use is the same from the first step on, and no step moves memory a graph points at.
         let widest = Plan::auto(model.geometry(cap.max_tokens, cap.max_blocks_per_seq))?;
-        model.reserve_workspace(widest.workspace_len, widest.counter_len)?;
+        model.bufs.workspace = gpu.zeros(widest.workspace_len.max(1))?;
+        model.bufs.counters = gpu.zeros(widest.counter_len.max(1))?;
         Ok(model)
     }
 
@@ -314,8 +305,7 @@ impl GpuModel {
         let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
         let d = self.dims.clone();
         let rows = row_split(shape);
-        let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
-        let q_width = d.num_heads * d.head_dim;
+        let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let (hidden, inter) = (d.hidden_size, d.intermediate_size);
         for (n, k) in [(qkv_width, hidden), (hidden, q_width), (2 * inter, hidden), (hidden, inter)] {
             self.linears.prepare(rows, n, k)?;
@@ -325,46 +315,26 @@ impl GpuModel {
         }
         let launch = StepLaunch { shape, attn };
         let (ws, counters) = launch.workspace();
-        self.reserve_workspace(ws, counters)?;
+        if ws > self.bufs.workspace.len() || counters > self.bufs.counters.len() {
+            return Err(Error::Executor(format!(
+                "{shape:?} needs {ws} split-K workspace and {counters} counter elements, more than the {} and {} \
+                 reserved for the widest step",
+                self.bufs.workspace.len(),
+                self.bufs.counters.len()
+            )));
+        }
         Ok(launch)
     }
 
     /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
-    /// what `after` enqueues, into a CUDA graph. Every graph shares one split-K workspace of its
-    /// own, sized by `workspace_for`: the launches of every graph that will be captured, so that
-    /// the workspace is allocated once, before the first capture, and never moves.
-    pub fn capture(
-        &mut self,
-        launch: &StepLaunch,
-        workspace_for: &[&StepLaunch],
-        after: impl FnOnce(&mut Self) -> Result<()>,
-    ) -> Result<Graph> {
-        let (ws, counters) = workspace_for
-            .iter()
-            .chain([&launch])
-            .map(|l| l.workspace())
-            .fold((1, 1), |(a, b), (c, d)| (a.max(c), b.max(d)));
-        let big_enough = |(w, c): &(CudaSlice<f32>, CudaSlice<i32>)| w.len() >= ws && c.len() >= counters;
-        let mut graph_ws = match self.graph_workspace.take() {
-            Some(pair) if big_enough(&pair) => pair,
-            Some(_) => {
-                return Err(Error::Executor(
-                    "a graph needs more split-K workspace than the graphs captured before it were given".into(),
-                ))
-            }
-            None => (self.gpu.zeros(ws)?, self.gpu.zeros(counters)?),
-        };
-        std::mem::swap(&mut graph_ws.0, &mut self.bufs.workspace);
-        std::mem::swap(&mut graph_ws.1, &mut self.bufs.counters);
+    /// what `after` enqueues, into a CUDA graph. Graphs and eager steps share the step buffers and
+    /// the split-K workspace: they run one after another on one stream, and none of it moves.
+    pub fn capture(&mut self, launch: &StepLaunch, after: impl FnOnce(&mut Self) -> Result<()>) -> Result<Graph> {
         let gpu = self.gpu.clone();
-        let graph = gpu.capture(|| {
+        gpu.capture(|| {
             self.enqueue(launch)?;
             after(self)
-        });
-        std::mem::swap(&mut graph_ws.0, &mut self.bufs.workspace);
-        std::mem::swap(&mut graph_ws.1, &mut self.bufs.counters);
-        self.graph_workspace = Some(graph_ws);
-        graph
+        })
     }
 
     /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape).
@@ -374,8 +344,7 @@ impl GpuModel {
         let rows = row_split(launch.shape);
         let d = self.dims.clone();
         let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
-        let qkv_width = (d.num_heads + 2 * d.num_kv_heads) * d.head_dim;
-        let q_width = d.num_heads * d.head_dim;
+        let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, .. } = self;
         let (th, ti) = (t * hidden, t * inter);
         k.embedding.run(
@@ -504,18 +473,6 @@ impl GpuModel {
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
         }
-    }
-
-    /// Grows the eager split-K workspace and its counters (zeroed once; the kernel resets each
-    /// counter it uses) to `workspace` and `counters` elements.
-    fn reserve_workspace(&mut self, workspace: usize, counters: usize) -> Result<()> {
-        if self.bufs.workspace.len() < workspace {
-            self.bufs.workspace = self.gpu.zeros(workspace)?;
-        }
-        if self.bufs.counters.len() < counters {
-            self.bufs.counters = self.gpu.zeros(counters)?;
-        }
-        Ok(())
     }
 }
 
