@@ -32,6 +32,11 @@ impl HeadShape {
     pub fn qkv_width(&self) -> usize {
         (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
     }
+
+    /// Elements in one token's row of q (and of the attention output): `Hq * D`.
+    pub fn q_width(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
 }
 
 /// One step's inputs.

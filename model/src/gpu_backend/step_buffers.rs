@@ -22,6 +22,7 @@ pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
 use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
+use gpu::ops::HeadShape;
 use gpu::Gpu;
 
 /// The most a step may bring; buffers are sized for it.
@@ -129,12 +130,13 @@ pub(crate) struct StepBuffers {
 
 impl StepBuffers {
     /// Allocates every buffer for `cap`. The split-K workspace and counters start at one element:
-    /// their size depends on each step's plan, so the forward grows them as plans need.
+    /// their size depends on the attention plan of the widest step, which the forward sizes them
+    /// for once.
     pub fn new(gpu: &Gpu, dims: &ModelDims, cap: Capacity) -> gpu::Result<Self> {
         let t = cap.max_tokens;
         let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
-        let q_width = dims.num_heads * dims.head_dim;
-        let qkv_width = (dims.num_heads + 2 * dims.num_kv_heads) * dims.head_dim;
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+        let (q_width, qkv_width) = (heads.q_width(), heads.qkv_width());
         Ok(Self {
             cap,
             ids: gpu.zeros(t)?,
