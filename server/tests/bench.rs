@@ -2,21 +2,13 @@
 //! (every token generated, every step counted), the anchor's best variant is read, and bad
 //! flags get a message and exit code 1.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod asynct_bin;
 
+use asynct_bin::asynct;
 use serde_json::Value;
 
-fn asynct(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_asynct")).args(args).output().expect("the binary runs")
-}
-
-fn tiny(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("asynct-bench-{}-{label}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = asynct(&["init", "--preset", "asynct-tiny", "--out", dir.to_str().unwrap(), "--seed", "2"]);
-    assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
-    dir
+fn tiny(label: &str) -> std::path::PathBuf {
+    asynct_bin::tiny(label, 2)
 }
 
 fn count(v: &Value) -> u64 {

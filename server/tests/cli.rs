@@ -1,24 +1,14 @@
 //! The `asynct` binary as a user runs it: init a tiny checkpoint, generate from it, and get clear
 //! errors (exit code 1, a message, no panic) for bad input.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod asynct_bin;
 
-fn asynct(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_asynct")).args(args).output().expect("the binary runs")
-}
+use std::process::Output;
 
-fn scratch(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("asynct-cli-{}-{label}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
+use asynct_bin::asynct;
 
-fn tiny(label: &str) -> PathBuf {
-    let dir = scratch(label);
-    let out = asynct(&["init", "--preset", "asynct-tiny", "--out", dir.to_str().unwrap(), "--seed", "4"]);
-    assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
-    dir
+fn tiny(label: &str) -> std::path::PathBuf {
+    asynct_bin::tiny(label, 4)
 }
 
 fn stderr(out: &Output) -> String {
