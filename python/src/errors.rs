@@ -31,6 +31,15 @@ pub fn from_oracle(e: oracle::Error) -> PyErr {
     }
 }
 
+/// An oracle refusal of a parameter as a `ValueError` naming it, for a Python argument of the
+/// same name: `` `top_p` is invalid: ... `` becomes `top_p: ...`.
+pub fn oracle_arg_error(e: oracle::Error) -> PyErr {
+    match e {
+        oracle::Error::Invalid { name, reason } => value_error(name, reason),
+        other => from_oracle(other),
+    }
+}
+
 /// `model`'s errors: files, checkpoints and requests are the caller's to fix; the scheduler, the
 /// executor and the GPU failing mid-run are not.
 pub fn from_model(e: model::Error) -> PyErr {

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 use crate::args::scalar;
-use crate::errors::{type_error, value_error};
+use crate::errors::{oracle_arg_error, type_error, value_error};
 
 /// Sampling and stopping parameters for `LLM.generate`.
 #[pyclass(module = "asynct", frozen, from_py_object)]
@@ -75,12 +75,8 @@ impl SamplingParams {
         let max_tokens: i64 = scalar(max_tokens, 16, "max_tokens", "an integer")?;
         let ignore_eos: bool = scalar(ignore_eos, false, "ignore_eos", "a bool")?;
         let logprobs: Option<i64> = scalar(logprobs, None, "logprobs", "an integer or None")?;
-        if !temperature.is_finite() || temperature < 0.0 {
-            return Err(value_error("temperature", format!("must be finite and >= 0, got {temperature}")));
-        }
-        if !(top_p > 0.0 && top_p <= 1.0) {
-            return Err(value_error("top_p", format!("must be in (0, 1], got {top_p}")));
-        }
+        // The engine's own rules for temperature and top_p, named as the Python arguments.
+        EngineSampling { temperature, top_k: 0, top_p, seed: 0 }.validate().map_err(oracle_arg_error)?;
         if top_k < -1 {
             return Err(value_error("top_k", format!("must be >= 0, or -1 for no limit, got {top_k}")));
         }
