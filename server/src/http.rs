@@ -163,6 +163,7 @@ fn engine_requests(
     sampling: &Sampling,
 ) -> Result<Vec<GenerationRequest>, ApiError> {
     let max_len = state.limits.max_model_len;
+    let seed = sampling.seed.unwrap_or_else(rand_seed);
     let mut out = Vec::with_capacity(prompts.len() * sampling.n);
     for prompt in prompts {
         if prompt.is_empty() {
@@ -185,7 +186,7 @@ fn engine_requests(
                     temperature: sampling.temperature,
                     top_k: sampling.top_k,
                     top_p: sampling.top_p,
-                    seed: sampling.seed.unwrap_or_else(rand_seed).wrapping_add(j as u64),
+                    seed: seed.wrapping_add(j as u64),
                 },
                 stop: StopConditions {
                     eos_token_ids: state.eos_token_ids.to_vec(),
@@ -217,7 +218,7 @@ async fn run(
         return Err(ApiError::invalid("logprobs", message));
     }
     let requests = engine_requests(state, prompts, sampling)?;
-    let prompt_tokens: usize = requests.iter().map(|r| r.prompt.len()).sum::<usize>() / sampling.n;
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
     let choices = requests.len();
     let events = state.engine.submit(requests).await?;
     let meta = Meta::new(kind, model);
