@@ -136,10 +136,12 @@ impl LtMatmul {
         let w_layout = layout(k, n, k)?;
         let x_layout = layout(k, m, k)?;
         let y_layout = layout(n, m, n)?;
-        let (x_asked, y_asked) = match pinned {
-            true => (layout(k, heuristic_m as u64, k)?, layout(n, heuristic_m as u64, n)?),
-            false => (layout(k, m, k)?, layout(n, m, n)?),
+        // A pinned plan asks the heuristic about layouts of `heuristic_m` rows; others about their own.
+        let reference = match pinned {
+            true => Some((layout(k, heuristic_m as u64, k)?, layout(n, heuristic_m as u64, n)?)),
+            false => None,
         };
+        let (x_asked, y_asked) = reference.as_ref().map_or((&x_layout, &y_layout), |(x, y)| (x, y));
 
         let pref = Pref(ltr::create_matmul_pref().map_err(blas("cublasLtMatmulPreferenceCreate", &s))?);
         use sys::cublasLtMatmulPreferenceAttributes_t as P;
