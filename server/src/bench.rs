@@ -46,7 +46,7 @@ use serde::Serialize;
 
 use crate::cli::BenchArgs;
 use crate::load;
-use decode::{best_anchor, print_decode, read_anchor, run_decode, DecodeResult, GOAL_CONTEXT};
+use decode::{best_anchor, decode_lengths, print_decode, read_anchor, run_decode, DecodeResult, GOAL_CONTEXT};
 use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
 use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 
@@ -140,8 +140,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    // The longest a decode sequence gets: its timed steps are centred on the context.
-    let decode_len = args.context + timed - timed / 2;
+    // The longest a decode sequence gets: its timed steps are centred on the context (the context
+    // was checked to leave room only when there are decode batches).
+    let decode_len =
+        if args.decode_batch.is_empty() { 0 } else { decode_lengths(args.context, args.warmup_steps, timed).1 };
     if !args.decode_batch.is_empty() && decode_len > model_len {
         return Err(format!(
             "--context {}: decode requests reach {decode_len} tokens, the model takes {model_len}",

@@ -102,6 +102,13 @@ fn drawn_at_last_first_token(
     Ok(drawn)
 }
 
+/// The length every sequence of a decode batch has at its first warm-up step, and at its last
+/// timed step, where it ends: the `timed` steps are centred on `context`.
+pub fn decode_lengths(context: usize, warmup_steps: usize, timed: usize) -> (usize, usize) {
+    let start_len = context - warmup_steps - timed / 2;
+    (start_len, start_len + warmup_steps + timed)
+}
+
 /// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps.
 pub fn run_decode(
     engine: &mut Engine,
@@ -111,9 +118,7 @@ pub fn run_decode(
     timed: usize,
     prompts: &PromptSource,
 ) -> Result<DecodeResult, String> {
-    let start_len = args.context - args.warmup_steps - timed / 2;
-    // Each request ends at the last timed step, at this length.
-    let end_len = start_len + args.warmup_steps + timed;
+    let (start_len, end_len) = decode_lengths(args.context, args.warmup_steps, timed);
     let (lens, drawn) = staggered_prompts(engine.scheduler().config(), batch, start_len, end_len)?;
     let mut ids = Vec::with_capacity(batch);
     for (i, &len) in lens.iter().enumerate() {
