@@ -42,15 +42,6 @@ pub struct Batch {
     by_id: BTreeMap<u64, usize>,
 }
 
-/// How a batch stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ended {
-    /// Every request finished by itself.
-    Finished,
-    /// `LLM.abort()` stopped it; the unfinished requests were aborted.
-    Aborted,
-}
-
 impl Batch {
     /// Queues one request per prompt. If the engine refuses one, those already queued are
     /// aborted and the error names the prompt.
@@ -96,10 +87,11 @@ impl Batch {
         Ok(batch)
     }
 
-    /// Steps the engine until every request has finished, `cancel` is set, Python has a pending
-    /// signal (its exception is returned, `KeyboardInterrupt` for Ctrl-C) or the engine fails
-    /// (a `RuntimeError`). Only the first way leaves no request aborted.
-    pub fn run(&mut self, py: Python<'_>, engine: &mut Engine, cancel: &AtomicBool) -> PyResult<Ended> {
+    /// Steps the engine until every request has finished or `cancel` is set (`LLM.abort()`; the
+    /// unfinished requests are aborted), both `Ok`, or until Python has a pending signal (its
+    /// exception is returned, `KeyboardInterrupt` for Ctrl-C) or the engine fails (a
+    /// `RuntimeError`). Only the first way leaves no request aborted.
+    pub fn run(&mut self, py: Python<'_>, engine: &mut Engine, cancel: &AtomicBool) -> PyResult<()> {
         loop {
             let more = py.detach(|| self.steps(engine, cancel));
             let more = match more {
@@ -114,11 +106,11 @@ impl Batch {
                 return Err(e);
             }
             if !more {
-                return Ok(Ended::Finished);
+                return Ok(());
             }
             if cancel.load(Ordering::Acquire) {
                 self.abort_unfinished(engine);
-                return Ok(Ended::Aborted);
+                return Ok(());
             }
         }
     }

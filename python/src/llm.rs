@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use tokenizers::Tokenizer;
 
 use crate::args::scalar;
-use crate::batch::{Batch, Ended};
+use crate::batch::Batch;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{parse_prompts, parse_sampling, Limits};
@@ -187,7 +187,7 @@ impl Llm {
         engine.set_record_logits(params.iter().any(|p| p.logprobs.is_some())).map_err(from_model)?;
         let mut batch = Batch::submit(&mut engine, prompts, &params, &self.eos_token_ids, self.max_model_len)?;
         // Finished or aborted alike, every request is accounted for in the batch.
-        let _ended: Ended = batch.run(py, &mut engine, &self.cancel)?;
+        batch.run(py, &mut engine, &self.cancel)?;
         drop(engine);
         batch.into_done().into_iter().map(|d| d.into_py(py)).collect()
     }
