@@ -6,6 +6,7 @@
 //! argument conversion because pyo3 names the argument only in an exception note, which Python
 //! before 3.11 does not show.
 
+use model::cpu_backend::Precision;
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
@@ -31,6 +32,11 @@ pub fn scalar<'py, T: FromPyObjectOwned<'py>>(
         None => Ok(default),
         Some(o) => o.extract::<T>().map_err(|_| type_error(arg, format!("expected {what}, got {}", describe(o)))),
     }
+}
+
+/// The `precision` argument's value as the CPU backend's precision: "f32", "f64" or "bf16".
+pub fn parse_precision(name: &str) -> PyResult<Precision> {
+    name.parse().map_err(|_| value_error("precision", format!("expected \"f32\", \"f64\" or \"bf16\", got {name:?}")))
 }
 
 /// The dtype of the array `obj`, refusing anything but a float32 or float64 `numpy.ndarray`.

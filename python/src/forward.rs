@@ -19,7 +19,7 @@ use oracle::model::kv_cache::KvCache;
 use oracle::Scalar;
 use pyo3::prelude::*;
 
-use crate::args::{ints, scalar};
+use crate::args::{ints, parse_precision, scalar};
 use crate::errors::{from_model, value_error};
 
 /// Cache block size of the one-step forward; the logits do not depend on it.
@@ -38,9 +38,7 @@ pub fn forward_logits<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let model_dir: PathBuf = scalar(Some(model_dir), PathBuf::new(), "model_dir", "a path")?;
     let precision: String = scalar(precision, "f64".to_string(), "precision", "a string")?;
-    let precision: Precision = precision
-        .parse()
-        .map_err(|_| value_error("precision", format!("expected \"f32\", \"f64\" or \"bf16\", got {precision:?}")))?;
+    let precision = parse_precision(&precision)?;
     let cfg = ModelConfig::load(&model_dir).map_err(from_model)?;
     let ids = ints(token_ids, "token_ids")?;
     if ids.is_empty() {

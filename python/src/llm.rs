@@ -19,7 +19,7 @@ use model::scheduler::SchedulerConfig;
 use pyo3::prelude::*;
 use tokenizers::Tokenizer;
 
-use crate::args::scalar;
+use crate::args::{parse_precision, scalar};
 use crate::batch::Batch;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
@@ -89,9 +89,7 @@ impl Llm {
         if !["auto", "cpu", "cuda"].contains(&device) {
             return Err(value_error("device", format!("expected \"auto\", \"cpu\" or \"cuda\", got {device:?}")));
         }
-        let precision: Precision = precision.parse().map_err(|_| {
-            value_error("precision", format!("expected \"f32\", \"f64\" or \"bf16\", got {precision:?}"))
-        })?;
+        let precision = parse_precision(&precision)?;
         if max_num_seqs < 1 {
             return Err(value_error("max_num_seqs", format!("must be >= 1, got {max_num_seqs}")));
         }
