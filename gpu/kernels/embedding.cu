@@ -18,6 +18,7 @@ extern "C" __global__ void embedding(
     unsigned vocab,
     unsigned* fault)
 {
+    pdl_begin();
     const int chunks = hidden / 8;
     const long long total = (long long)tokens * chunks;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;

@@ -103,6 +103,14 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   m = min(m - slab * 8 * MT, 8 * MT);
   const int steps = (k + STEP_K - 1) / STEP_K;
 
+  // This W block is constant: its first slab's CTA asks for it in L2 before waiting on the
+  // kernel that writes x (pdl.cuh), so under PDL the block streams in during that kernel's tail.
+  if (threadIdx.x == 0 && slab == 0) {
+    const long long bytes = (long long)min(ROWS, n - n0) * k * 2;
+    prefetch_l2(w + (long long)n0 * k, (unsigned)min(bytes, 1LL << 30));
+  }
+  pdl_begin();
+
   // This lane's W rows (vector v = 2 r + h is row 16 r + g + 8 h) and x rows (tile j: row 8 j + g).
   const bf16* w_row[C::WV];
   bool w_ok[C::WV];

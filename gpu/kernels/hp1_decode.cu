@@ -605,11 +605,13 @@ __device__ __forceinline__ void attention(const Args& a, unsigned short* __restr
 #define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
       hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {            \
+    pdl_begin();                                                                                   \
     hp1::attention<D, G, HP, SPARSE, false>(HP1_ATTENTION_ARGS, out, nullptr, nullptr);                       \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
       hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters,     \
                                            unsigned short* out) {                                   \
+    pdl_begin();                                                                                   \
     hp1::attention<D, G, HP, SPARSE, true>(HP1_ATTENTION_ARGS, out, partial, counters);              \
   }
 

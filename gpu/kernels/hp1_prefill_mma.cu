@@ -327,6 +327,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
 #define HP1_PREFILL_ENTRY(D)                                                                          \
   extern "C" __global__ void __launch_bounds__(hp1_prefill::THREADS, hp1_prefill::min_ctas(D))           \
       hp1_prefill_mma_d##D(HP1_PREFILL_PARAMS) {                                                        \
+    pdl_begin();                                                                                      \
     hp1_prefill::prefill<D>(hp1_prefill::Args{q, q_row_stride, key_cache, value_cache, block_table,     \
                                               max_blocks, seq_lens, query_start_loc, num_seqs, sigma,  \
                                               gamma, heads, kv_heads, log2_block, scale, fir_k,        \

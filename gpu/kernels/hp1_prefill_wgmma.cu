@@ -227,6 +227,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                        \
       const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
       float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                 \
+    pdl_begin();                                                                                                      \
     hp1_wgmma::prefill<D, FIR, RELU, HPC>(q, q_row_stride, key_cache, value_cache, block_table, max_blocks, seq_lens, \
                                           query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block,       \
                                           scale, fir_k, relu_pre, clip_min, clip_max, out);                           \

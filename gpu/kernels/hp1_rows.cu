@@ -29,6 +29,7 @@ extern "C" __global__ void __launch_bounds__(128) hp1_rows(const int* __restrict
                                                            const int* __restrict__ seq_lens, int num_seqs,
                                                            int num_rows, int capacity, int* __restrict__ row_seq,
                                                            int* __restrict__ row_len) {
+  pdl_begin();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= num_rows) return;
   // Invariant: query_start_loc[lo] <= r (true for lo = 0), and the answer lies in [lo, hi].

@@ -33,6 +33,7 @@ extern "C" __global__ void peri_ln_residual(
     long long num_vecs,
     int hidden)
 {
+    pdl_begin();
     const UClip after = {after_alpha, after_weight, after_bias,
                          after_alpha_stride, after_weight_stride, after_bias_stride};
     const UClip before = {before_alpha, before_weight, before_bias,
@@ -64,6 +65,7 @@ extern "C" __global__ void uclipnorm(
     long long num_vecs,
     int hidden)
 {
+    pdl_begin();
     const UClip norm = {alpha, weight, bias, alpha_stride, weight_stride, bias_stride};
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
          v += (long long)gridDim.x * blockDim.x) {

@@ -52,6 +52,7 @@ extern "C" __global__ void qk_norm_rope_cache(
     int head_dim,
     unsigned* fault)
 {
+    pdl_begin();
     const UClip q_norm = {q_norm_alpha, q_norm_weight, q_norm_bias,
                           q_norm_alpha_stride, q_norm_weight_stride, q_norm_bias_stride};
     const UClip k_norm = {k_norm_alpha, k_norm_weight, k_norm_bias,

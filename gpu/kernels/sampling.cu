@@ -450,6 +450,7 @@ __device__ bool argmax_and_check(const float* l, unsigned n, double& best, unsig
 extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
     const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
+    pdl_begin();
     __shared__ Scratch sh;
     const unsigned row = blockIdx.x;
     double best;
@@ -469,6 +470,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
     unsigned* __restrict__ survivors,
     unsigned* fault)
 {
+    pdl_begin();
     __shared__ Scratch sh;
     const unsigned row = blockIdx.x;
     const unsigned n = vocab;

@@ -15,6 +15,7 @@ extern "C" __global__ void silu_mul(
     long long num_vecs,
     int inter)
 {
+    pdl_begin();
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
          v += (long long)gridDim.x * blockDim.x) {
         const long long e = v * 8;

@@ -11,6 +11,7 @@ extern "C" __global__ void widen_bf16(
     float* __restrict__ out,
     long long num_vecs)
 {
+    pdl_begin();
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
          v += (long long)gridDim.x * blockDim.x) {
         float x[8];

@@ -7,10 +7,10 @@
 use crate::runtime::Kernel;
 
 /// HP1 attention, decode and split-K (dense or sparse-index PV); see the file's header.
-pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: include_str!("../kernels/hp1_decode.cu") };
+pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_decode.cu")) };
 
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
-pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!("../kernels/hp1_rows.cu") };
+pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_rows.cu")) };
 
 /// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the inline-PTX
 /// wrappers, the register-fragment FIR gate, the query-tile lookup, then the kernel; see
@@ -18,6 +18,7 @@ pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: include_str!(
 pub const HP1_PREFILL_MMA: Kernel = Kernel {
     name: "hp1_prefill_mma.cu",
     source: concat!(
+        include_str!("../kernels/pdl.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/hp1_prefill_gate.cuh"),
         include_str!("../kernels/hp1_prefill_tiles.cuh"),
@@ -30,7 +31,11 @@ macro_rules! with_ops_common {
     ($file:literal) => {
         Kernel {
             name: $file,
-            source: concat!(include_str!("../kernels/ops_common.cuh"), include_str!(concat!("../kernels/", $file))),
+            source: concat!(
+                include_str!("../kernels/pdl.cuh"),
+                include_str!("../kernels/ops_common.cuh"),
+                include_str!(concat!("../kernels/", $file))
+            ),
         }
     };
 }
@@ -57,6 +62,7 @@ pub const WIDEN_BF16: Kernel = with_ops_common!("widen_bf16.cu");
 pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
     name: "hp1_prefill_wgmma.cu",
     source: concat!(
+        include_str!("../kernels/pdl.cuh"),
         include_str!("../kernels/ops_common.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/hp1_prefill_gate.cuh"),
@@ -71,6 +77,7 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
 pub const GEMM_SKINNY: Kernel = Kernel {
     name: "gemm_skinny.cu",
     source: concat!(
+        include_str!("../kernels/pdl.cuh"),
         include_str!("../kernels/ops_common.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/gemm_skinny.cu")

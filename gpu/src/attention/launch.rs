@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 use half::bf16;
 
 use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
 use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
-use crate::runtime::{check_aligned, launch_error, Gpu};
+use crate::runtime::{check_aligned, launch_error, Gpu, Launch};
 
 /// The gate parameters shared by all heads of a layer (SPEC section 2).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -159,7 +159,7 @@ impl Hp1Attention {
         let (log2_block, max_chunks) = (g.block_size.trailing_zeros() as i32, g.max_chunks() as i32);
         let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
         let cfg = launch_config(self.plan.attention.grid, self.plan.attention.block);
-        let mut launch = self.stream.launch_builder(&self.attention);
+        let mut launch = Launch::new(&self.stream, &self.attention);
         launch
             .arg(&q)
             .arg(&q_row_stride)

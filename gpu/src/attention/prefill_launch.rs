@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 
 use super::launch::{check_len, GateParams, LayerBuffers};
 use super::prefill_plan::{PrefillKernel, PrefillPlan};
 use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_PREFILL_MMA, HP1_PREFILL_WGMMA};
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// The device buffers of one prefill call: the layer's buffers and the batch metadata the
 /// prefill kernels read directly (no row metadata; shapes in the header of `hp1_prefill_mma.cu`).
@@ -98,7 +98,7 @@ impl Hp1Prefill {
             block_dim: (self.plan.block, 1, 1),
             shared_mem_bytes: self.plan.shared_bytes,
         };
-        let mut launch = self.stream.launch_builder(function);
+        let mut launch = Launch::new(&self.stream, function);
         launch
             .arg(&q)
             .arg(&q_row_stride)

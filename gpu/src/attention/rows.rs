@@ -7,11 +7,11 @@
 //! (and zeros out of the attention), and lengths are clamped to the block table's capacity.
 //! [`row_metadata`] is the same computation on the host, by the same binary search, for tests.
 
-use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaView, CudaViewMut, LaunchConfig};
 
 use super::launch::{check_len, Hp1Attention};
 use crate::error::Result;
-use crate::runtime::launch_error;
+use crate::runtime::{launch_error, Launch};
 
 /// The device buffers of one `hp1_rows` launch.
 pub struct RowOperands<'a> {
@@ -42,7 +42,7 @@ impl Hp1Attention {
         let (num_seqs, rows_i, capacity) = (num_seqs as i32, rows as i32, plan.geometry.capacity() as i32);
         let cfg =
             LaunchConfig { grid_dim: (plan.rows.grid, 1, 1), block_dim: (plan.rows.block, 1, 1), shared_mem_bytes: 0 };
-        let mut launch = self.stream().launch_builder(self.rows_function());
+        let mut launch = Launch::new(self.stream(), self.rows_function());
         launch
             .arg(&query_start_loc)
             .arg(&seq_lens)

@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 use half::bf16;
 
 use super::plan::{GemmShape, SkinnyTile, SKINNY_THREADS};
 use crate::error::Result;
 use crate::kernels::GEMM_SKINNY;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// The skinny kernel of one plan, loaded.
 pub(super) struct SkinnyGemm {
@@ -44,7 +44,7 @@ impl SkinnyGemm {
         w: &CudaView<'_, bf16>,
         y: &mut CudaViewMut<'_, bf16>,
     ) -> Result<()> {
-        let mut b = stream.launch_builder(&self.func);
+        let mut b = Launch::new(&stream, &self.func);
         b.arg(x).arg(w).arg(y).arg(&self.m).arg(&self.n).arg(&self.k);
         // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu; Gemm::run checked the
         // sizes (x [m, k], w [n, k], y [m, n]) and the 16-byte alignment the kernel's loads need.

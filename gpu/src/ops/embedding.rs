@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults};
 use crate::error::{Error, Result};
 use crate::kernels::EMBEDDING;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// Refuses the first id at or past `vocab`, naming it and its position: the engine calls this on
 /// the host ids before copying them to the device (the kernel's fault word is the backstop).
@@ -63,7 +63,7 @@ impl Embedding {
         let (tokens_i, hidden_i) = (as_i32(ENTRY, "tokens", tokens)?, as_i32(ENTRY, "hidden", hidden)?);
         let vocab_u = vocab as u32;
         let cfg = elementwise_config((tokens * hidden / 8) as u64);
-        let mut b = self.stream.launch_builder(&self.func);
+        let mut b = Launch::new(&self.stream, &self.func);
         b.arg(ids).arg(table).arg(out).arg(&tokens_i).arg(&hidden_i).arg(&vocab_u).arg(faults.word());
         // SAFETY: the arguments match `embedding` in embedding.cu; sizes and alignment checked
         // above, and the kernel never reads a row at or past `vocab`.

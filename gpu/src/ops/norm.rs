@@ -9,13 +9,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchArgs, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
 use crate::kernels::PERI_LN_RESIDUAL;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// One UClipNorm's parameters on the device, as f32 (exact for bf16 checkpoints): `alpha` and
 /// `weight` each `[1]` or `[C]`, `bias` `[C]` or absent (uploaded as a single 0, which adds what
@@ -56,7 +56,7 @@ impl UClipNormParams {
     }
 
     /// Pushes the six kernel arguments `alpha, alpha_stride, weight, weight_stride, bias, bias_stride`.
-    pub(crate) fn push<'a>(&'a self, builder: &mut LaunchArgs<'a>) {
+    pub(crate) fn push<'a>(&'a self, builder: &mut Launch<'_>) {
         builder
             .arg(&self.alpha)
             .arg(&self.strides[0])
@@ -144,7 +144,7 @@ impl PeriLn {
         }
         let hidden = as_i32(ENTRY, "hidden", hidden)?;
         let cfg = elementwise_config(num_vecs as u64);
-        let mut b = self.stream.launch_builder(&self.fused);
+        let mut b = Launch::new(&self.stream, &self.fused);
         b.arg(a).arg(x);
         after.push(&mut b);
         before.push(&mut b);
@@ -169,7 +169,7 @@ impl PeriLn {
         }
         let hidden = as_i32(ENTRY, "hidden", hidden)?;
         let cfg = elementwise_config(num_vecs as u64);
-        let mut b = self.stream.launch_builder(&self.plain);
+        let mut b = Launch::new(&self.stream, &self.plain);
         b.arg(x);
         norm.push(&mut b);
         b.arg(y).arg(&num_vecs).arg(&hidden);

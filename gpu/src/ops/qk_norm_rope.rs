@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults, RopeTable, UClipNormParams};
 use crate::error::Result;
 use crate::kernels::QK_NORM_ROPE_CACHE;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// Heads and channels of a model's attention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,7 +151,7 @@ impl QkNormRopeCache {
         ];
         let [max_pos, tokens_i, heads_i, kv_heads_i, head_dim_i] = ints;
         let cfg = elementwise_config((tokens * per_token) as u64);
-        let mut b = self.stream.launch_builder(&self.func);
+        let mut b = Launch::new(&self.stream, &self.func);
         b.arg(&inputs.qkv).arg(&inputs.positions).arg(&inputs.slot_mapping).arg(self.rope.table()).arg(&max_pos);
         q_norm.push(&mut b);
         k_norm.push(&mut b);

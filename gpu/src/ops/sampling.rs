@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
 
 use super::{check_len, unsupported, Faults};
 use crate::error::{Error, Result};
 use crate::kernels::SAMPLING;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// Threads per row: `THREADS` in sampling.cu (512 keeps the 16 f64 mass bins of the top-p
 /// search in registers without spills).
@@ -87,7 +87,7 @@ impl Sampler {
             return Ok(());
         }
         let cfg = row_config(rows);
-        let mut b = self.stream.launch_builder(&self.argmax);
+        let mut b = Launch::new(&self.stream, &self.argmax);
         b.arg(logits).arg(&vocab_u).arg(tokens).arg(faults.word());
         // SAFETY: the arguments match `argmax_rows` in sampling.cu; one CTA per row of `vocab`
         // logits, sizes checked above.
@@ -116,7 +116,7 @@ impl Sampler {
             return Ok(());
         }
         let cfg = row_config(rows);
-        let mut b = self.stream.launch_builder(&self.sample);
+        let mut b = Launch::new(&self.stream, &self.sample);
         b.arg(logits).arg(&vocab_u).arg(params).arg(tokens).arg(survivors).arg(faults.word());
         // SAFETY: the arguments match `sample_rows` in sampling.cu; one CTA per row of `vocab`
         // logits, sizes checked above.

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
 use crate::kernels::SILU_MUL;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// `silu_mul.cu`, loaded.
 pub struct SiluMul {
@@ -55,7 +55,7 @@ impl SiluMul {
         let inter = as_i32(ENTRY, "intermediate", intermediate)?;
         let num_vecs = (out.len() / 8) as i64;
         let cfg = elementwise_config(num_vecs as u64);
-        let mut b = self.stream.launch_builder(&self.func);
+        let mut b = Launch::new(&self.stream, &self.func);
         b.arg(gate_up).arg(out).arg(&num_vecs).arg(&inter);
         // SAFETY: the arguments match `silu_mul` in silu_mul.cu; sizes and alignment checked above.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 use super::{check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
 use crate::kernels::WIDEN_BF16;
-use crate::runtime::{launch_error, Gpu};
+use crate::runtime::{launch_error, Gpu, Launch};
 
 /// `widen_bf16.cu`, loaded.
 pub struct Widen {
@@ -37,7 +37,7 @@ impl Widen {
         }
         let num_vecs = (x.len() / 8) as i64;
         let cfg = elementwise_config(num_vecs as u64);
-        let mut b = self.stream.launch_builder(&self.func);
+        let mut b = Launch::new(&self.stream, &self.func);
         b.arg(x).arg(out).arg(&num_vecs);
         // SAFETY: the arguments match `widen_bf16` in widen_bf16.cu; lengths and alignment
         // checked above.

@@ -10,6 +10,7 @@
 
 pub mod graph;
 pub mod kernel_cache;
+pub mod launch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +25,7 @@ use crate::error::{Error, Result};
 use crate::gemm::CublasLt;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
+pub use launch::{programmatic, KernelArg, Launch};
 
 /// Device 0 with one stream and a module table.
 pub struct Gpu {
@@ -45,6 +47,7 @@ impl Gpu {
         // streams) buy nothing; they would cost host time on every launch and break graph capture.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
+        launch::configure(info.compute_capability);
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
         Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()), cublaslt: Mutex::new(None) }))
     }

@@ -1,0 +1,119 @@
+//! Every kernel launch of the crate, through `cuLaunchKernelEx`, with programmatic dependent
+//! launch (PDL) where the device has it.
+//!
+//! Why: a decode step is hundreds of short dependent kernels, and each pays a launch gap, a ramp
+//! and a tail on top of its bytes. With the programmatic-serialisation attribute a kernel may be
+//! scheduled while its predecessor on the stream still runs; it does whatever does not depend on
+//! that predecessor (a GEMM prefetches its weights into L2), then waits in `griddepcontrol.wait`
+//! (`pdl.cuh`) until the predecessor has finished and its writes are visible. Every kernel of the
+//! crate calls `pdl_wait()` before it touches a buffer another kernel writes, so the attribute is
+//! safe on all of them; kernels launched by others (cuBLASLt) are ordered as usual. Stream capture
+//! keeps the attribute as a programmatic edge of the graph.
+//!
+//! PDL needs compute capability 9.0; it is on by default there and off below (the device code's
+//! `griddepcontrol` is compiled out before sm_90). `ASYNCT_PDL=0` turns it off, to measure what it
+//! buys. [`Launch`] mirrors cudarc's launch builder (`arg` then `launch`), which cannot pass launch
+//! attributes.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DriverError, LaunchConfig};
+
+static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
+
+/// Whether launches carry the programmatic-serialisation attribute.
+pub fn programmatic() -> bool {
+    PROGRAMMATIC.load(Ordering::Relaxed)
+}
+
+/// Sets PDL for the device of compute capability `(major, minor)`: on from 9.0 unless the
+/// environment says `ASYNCT_PDL=0`. Called when a [`crate::Gpu`] opens.
+pub(crate) fn configure(compute_capability: (i32, i32)) {
+    let off = std::env::var("ASYNCT_PDL").is_ok_and(|v| v == "0");
+    PROGRAMMATIC.store(compute_capability.0 >= 9 && !off, Ordering::Relaxed);
+}
+
+/// One kernel argument: a device buffer (its address) or a scalar (its bytes, at most 8).
+pub trait KernelArg {
+    /// The argument's value as the 8-byte slot `cuLaunchKernelEx` reads its bytes from.
+    fn slot(self, stream: &CudaStream) -> u64;
+}
+
+macro_rules! scalar_arg {
+    ($($t:ty),*) => {$(
+        impl KernelArg for &$t {
+            fn slot(self, _: &CudaStream) -> u64 {
+                let mut slot = [0u8; 8];
+                let bytes = self.to_ne_bytes();
+                slot[..bytes.len()].copy_from_slice(&bytes);
+                u64::from_ne_bytes(slot)
+            }
+        }
+    )*};
+}
+scalar_arg!(i32, u32, i64, u64, f32);
+
+macro_rules! buffer_arg {
+    ($($t:ty),*) => {$(
+        impl<T> KernelArg for $t {
+            fn slot(self, stream: &CudaStream) -> u64 {
+                // Event tracking is off on the crate's context, so the record guard does nothing.
+                let (ptr, _record) = self.device_ptr(stream);
+                ptr
+            }
+        }
+    )*};
+}
+buffer_arg!(&CudaSlice<T>, &mut CudaSlice<T>, &CudaView<'_, T>, &mut CudaViewMut<'_, T>);
+
+/// A kernel launch being built: its function, stream and argument slots.
+pub struct Launch<'a> {
+    func: &'a CudaFunction,
+    stream: &'a CudaStream,
+    slots: Vec<u64>,
+}
+
+impl<'a> Launch<'a> {
+    /// A launch of `func` on `stream`, no arguments yet.
+    pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
+        Self { func, stream, slots: Vec::with_capacity(32) }
+    }
+
+    /// Appends the next argument.
+    pub fn arg(&mut self, a: impl KernelArg) -> &mut Self {
+        self.slots.push(a.slot(self.stream));
+        self
+    }
+
+    /// Launches with `cfg`, with the PDL attribute when [`programmatic`].
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's parameters in number, order and size, and every
+    /// buffer must hold what the kernel reads and writes at this launch shape.
+    pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
+        self.stream.context().bind_to_thread()?;
+        let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        // SAFETY: zero is a valid bit pattern of this plain C union; the one field set below is
+        // the one the attribute's id names.
+        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: u32::from(programmatic()),
+        };
+        // SAFETY: `params` points at one live slot per argument (the caller vouches for their
+        // meaning); `config` and `attr` outlive the call, which copies them.
+        sys::cuLaunchKernelEx(&config, self.func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result()
+    }
+}
