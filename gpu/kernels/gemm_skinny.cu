@@ -1,7 +1,9 @@
 #line 2 "gemm_skinny.cu"
 // gemm_skinny.cu: y[M, N] = x[M, K] W[N, K]^T for decode-sized M, bf16 in, f32
-// accumulation, bf16 out (SPEC section 4). Needs ops_common.cuh (bf16, bf16_bits) and
-// tensor_core.cuh (the mma wrapper) before it; gpu::kernels concatenates them.
+// accumulation, bf16 out (SPEC section 4), and the same product with the elementwise op after it
+// fused into its epilogue (EPILOGUES below). Needs pdl.cuh, ops_common.cuh (bf16, bf16_bits,
+// round_bf16, UClip, the fault word) and tensor_core.cuh (the mma wrapper) before it;
+// gpu::kernels concatenates them.
 //
 // WHY THIS SHAPE. At M <= 64 the product is bound by reading W once (N K 2 bytes): x and y are
 // tiny. But at M = 8 that is already 8 FMA per weight byte read, 2 x 8 x 4.3e12 = 69 TFLOP/s to
@@ -24,21 +26,35 @@
 // reads); rows of W past N and rows of x past M are not read (their registers are 0), nor is
 // k past K (the last step of a K that is not a multiple of 32 is zero-padded).
 // Reduction: each warp's f32 accumulators go to shared memory, then each output is the sum of the
-// 8 warps' partials in warp order ((p0 + p1) + p2) + ..., rounded once to bf16 and stored.
+// 8 warps' partials in warp order ((p0 + p1) + p2) + ..., and the epilogue takes that sum.
 //
 // BATCH INVARIANCE AND DETERMINISM. The additions that make y[m][n] are: the warp's steps in
 // order (each mma adds its 16 products into the accumulator in the hardware's fixed order), then
 // the warps in order. Which steps a warp takes depends on K alone (not on M, ROWS or U), a step
 // past the last one runs no mma at all, and an output element of an mma depends only on its own
 // row of A and column of B. So y[m] has the same bits at every M, with any neighbours in x (NaN
-// included), under every (MT, ROWS) instantiation, and on every run. No atomics.
+// included), under every (MT, ROWS) instantiation, and on every run. No atomics. An epilogue
+// only decides what becomes of each finished sum, so every epilogue keeps all of this.
 //
-// TEMPLATE PARAMETERS (one extern "C" entry per pair, gemm_skinny_m{8 MT}_r{ROWS}, below):
+// EPILOGUES (a template parameter; each output's sum s of x row r and W row c, a = round_bf16(s)
+// the GEMM's own round point, then exactly the arithmetic of the standalone kernel that would
+// read a from memory, so the bits equal the GEMM followed by that kernel):
+//   Store            y[r, c] = bf16(s).
+//   PeriLn           peri_ln_residual.cu after o_proj and down_proj, with N = hidden:
+//                    x_out[r, c] = bf16(x[r, c] + round_bf16(after(c, a))),
+//                    h_out[r, c] = bf16(before(c, x_out[r, c])); there is no y.
+// The epilogue works on the sums in shared memory with every thread of the CTA, one output per
+// thread and pass, consecutive threads on consecutive outputs of one x row. Every buffer the
+// epilogue touches (the residual, the outputs) is touched only after pdl_begin().
+//
+// TEMPLATE PARAMETERS (one extern "C" entry per triple, gemm_skinny_m{8 MT}_r{ROWS}{suffix},
+// suffix "" for Store or _periln, listed at the end):
 //   MT    8-row tiles of x: the launch serves 1 <= M <= 8 MT. 1, 2, 4 or 8.
 //   ROWS  rows of W per CTA: 8, 16, 32 or 64. ROWS = 8 fills the upper half of the mma's 16-row
 //         tile with zeros (half the tensor work wasted, no bytes): it doubles the CTAs of a small
 //         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
 //         registers.
+//   Epi   the epilogue: Store or PeriLn (its buffers as its fields).
 //   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
 //         registers of loads in flight. Bytes of W in flight per lane, 16 U ROWS / 8:
 //                 ROWS 8   16   32   64
@@ -57,10 +73,14 @@
 // 132 SMs), and under it where the table says less.
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
-//   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)    y  [M, N] out
+//   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)
+//   Store            y [M, N] out
+//   PeriLn           x_res [M, N] (the residual stream, read), x_out, h_out [M, N] out; after,
+//                    before: UClipNorm parameters over N (ops_common.cuh)
 // ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M (past 8 MT in slabs), M N < 2^63; K a
 // positive multiple of 8 (a 16-byte load stays inside a row) up to 2^30 (k indices of steps past
-// the end stay in an int); 1 <= N < 2^31; the grid under 2^31 CTAs; x and w 16-byte aligned.
+// the end stay in an int); 1 <= N < 2^31; the grid under 2^31 CTAs; x and w 16-byte aligned. No
+// output overlaps x (other CTAs still read it): distinct buffers, as Rust's borrows make them.
 
 namespace gemm_skinny {
 
@@ -85,9 +105,64 @@ struct Config {
   static_assert(R * MT <= 8, "accumulators past 32 registers");
 };
 
+// The CTA's finished tile: the 8 warps' partials in shared memory, and where the tile sits.
 template <int MT, int ROWS>
-__device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y,
-                                     int m, int n, int k) {
+struct Tile {
+  const float* part;  // [WARPS][8 MT][PAD]
+  int m;              // rows of x in this slab, at most 8 MT
+  long long row0;     // the slab's first row of x
+  int n0;             // the CTA's first row of W
+  int n;
+
+  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
+
+  // The output of x row row0 + xr and W row n0 + wr: the warps' partials added in warp order.
+  __device__ __forceinline__ float sum(int xr, int wr) const {
+    constexpr int PAD = Config<MT, ROWS>::PAD;
+    float s = part[xr * PAD + wr];
+#pragma unroll
+    for (int q = 1; q < WARPS; ++q) s += part[(q * MT * 8 + xr) * PAD + wr];
+    return s;
+  }
+};
+
+struct Store {
+  bf16* y;
+
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
+    for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
+      const int xr = e / ROWS, wr = e % ROWS;
+      if (t.has(xr, wr)) y[(t.row0 + xr) * t.n + t.n0 + wr] = (bf16)bf16_bits(t.sum(xr, wr));
+    }
+  }
+};
+
+struct PeriLn {
+  const bf16* x_res;
+  UClip after, before;
+  bf16* x_out;
+  bf16* h_out;
+
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
+    for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
+      const int xr = e / ROWS, wr = e % ROWS;
+      if (!t.has(xr, wr)) continue;
+      const int c = t.n0 + wr;
+      const long long i = (t.row0 + xr) * t.n + c;
+      const float a = round_bf16(t.sum(xr, wr));
+      const float normed = round_bf16(uclip(after, c, a));
+      const float x = round_bf16(__uint_as_float((unsigned)x_res[i] << 16) + normed);
+      x_out[i] = (bf16)bf16_bits(x);
+      h_out[i] = (bf16)bf16_bits(uclip(before, c, x));
+    }
+  }
+};
+
+template <int MT, int ROWS, class Epi>
+__device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k,
+                                     const Epi& epi) {
   using C = Config<MT, ROWS>;
   __shared__ float part[WARPS * MT * 8 * C::PAD];
 
@@ -98,9 +173,9 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   const int slabs = (m + 8 * MT - 1) / (8 * MT);
   const int n0 = (blockIdx.x / slabs) * ROWS;
   const int slab = blockIdx.x % slabs;
-  x += (long long)slab * 8 * MT * k;
-  y += (long long)slab * 8 * MT * n;
-  m = min(m - slab * 8 * MT, 8 * MT);
+  const long long row0 = (long long)slab * 8 * MT;
+  x += row0 * k;
+  m = min(m - (int)row0, 8 * MT);
   const int steps = (k + STEP_K - 1) / STEP_K;
 
   // This W block is constant: its first slab's CTA asks for it in L2 before waiting on the
@@ -187,36 +262,56 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   }
   __syncthreads();
 
-  // Consecutive threads take consecutive W rows of one x row: the bf16 stores coalesce.
-  for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
-    const int xr = e / ROWS, wr = e % ROWS;
-    if (xr < m && n0 + wr < n) {
-      float sum = part[xr * C::PAD + wr];
-#pragma unroll
-      for (int q = 1; q < WARPS; ++q) sum += part[(q * MT * 8 + xr) * C::PAD + wr];
-      y[(long long)xr * n + n0 + wr] = (bf16)bf16_bits(sum);
-    }
-  }
+  epi(Tile<MT, ROWS>{part, m, row0, n0, n});
 }
 
 }  // namespace gemm_skinny
 
-#define GEMM_SKINNY_ENTRY(MT, ROWS)                                                                   \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS( \
-      const bf16* __restrict__ x, const bf16* __restrict__ w, bf16* __restrict__ y, int m, int n, int k) { \
-    gemm_skinny::gemm<MT / 8, ROWS>(x, w, y, m, n, k);                                                \
+// The epilogues' kernel parameters after (x, w, m, n, k), and the epilogue built from them.
+#define GEMM_SKINNY_UCLIP_PARAMS(p)                                                                  \
+  const float *p##_alpha, int p##_alpha_stride, const float *p##_weight, int p##_weight_stride, \
+      const float *p##_bias, int p##_bias_stride
+#define GEMM_SKINNY_UCLIP(p) UClip{p##_alpha, p##_weight, p##_bias, p##_alpha_stride, p##_weight_stride, p##_bias_stride}
+
+#define STORE_PARAMS bf16* __restrict__ y
+#define STORE_EPILOGUE gemm_skinny::Store{y}
+#define PERILN_PARAMS                                                                                 \
+  const bf16* __restrict__ x_res, GEMM_SKINNY_UCLIP_PARAMS(after), GEMM_SKINNY_UCLIP_PARAMS(before), \
+      bf16* __restrict__ x_out, bf16* __restrict__ h_out
+#define PERILN_EPILOGUE \
+  gemm_skinny::PeriLn{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
+// gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
+#define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS##SUFFIX( \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {           \
+    gemm_skinny::gemm<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                          \
   }
 
-GEMM_SKINNY_ENTRY(8, 8)
-GEMM_SKINNY_ENTRY(8, 16)
-GEMM_SKINNY_ENTRY(8, 32)
-GEMM_SKINNY_ENTRY(8, 64)
-GEMM_SKINNY_ENTRY(16, 8)
-GEMM_SKINNY_ENTRY(16, 16)
-GEMM_SKINNY_ENTRY(16, 32)
-GEMM_SKINNY_ENTRY(16, 64)
-GEMM_SKINNY_ENTRY(32, 8)
-GEMM_SKINNY_ENTRY(32, 16)
-GEMM_SKINNY_ENTRY(32, 32)
-GEMM_SKINNY_ENTRY(64, 8)
-GEMM_SKINNY_ENTRY(64, 16)
+// Every (MT, ROWS) with R * MT <= 8, for each epilogue (gpu::gemm::plan lists the same).
+GEMM_SKINNY_ENTRY(8, 8, STORE, )
+GEMM_SKINNY_ENTRY(8, 16, STORE, )
+GEMM_SKINNY_ENTRY(8, 32, STORE, )
+GEMM_SKINNY_ENTRY(8, 64, STORE, )
+GEMM_SKINNY_ENTRY(16, 8, STORE, )
+GEMM_SKINNY_ENTRY(16, 16, STORE, )
+GEMM_SKINNY_ENTRY(16, 32, STORE, )
+GEMM_SKINNY_ENTRY(16, 64, STORE, )
+GEMM_SKINNY_ENTRY(32, 8, STORE, )
+GEMM_SKINNY_ENTRY(32, 16, STORE, )
+GEMM_SKINNY_ENTRY(32, 32, STORE, )
+GEMM_SKINNY_ENTRY(64, 8, STORE, )
+GEMM_SKINNY_ENTRY(64, 16, STORE, )
+
+GEMM_SKINNY_ENTRY(8, 8, PERILN, _periln)
+GEMM_SKINNY_ENTRY(8, 16, PERILN, _periln)
+GEMM_SKINNY_ENTRY(8, 32, PERILN, _periln)
+GEMM_SKINNY_ENTRY(8, 64, PERILN, _periln)
+GEMM_SKINNY_ENTRY(16, 8, PERILN, _periln)
+GEMM_SKINNY_ENTRY(16, 16, PERILN, _periln)
+GEMM_SKINNY_ENTRY(16, 32, PERILN, _periln)
+GEMM_SKINNY_ENTRY(16, 64, PERILN, _periln)
+GEMM_SKINNY_ENTRY(32, 8, PERILN, _periln)
+GEMM_SKINNY_ENTRY(32, 16, PERILN, _periln)
+GEMM_SKINNY_ENTRY(32, 32, PERILN, _periln)
+GEMM_SKINNY_ENTRY(64, 8, PERILN, _periln)
+GEMM_SKINNY_ENTRY(64, 16, PERILN, _periln)

@@ -9,7 +9,9 @@
 //! a skinny row with the same bits alone and at every M up to 64 beside any rows (NaN and inf
 //! included) under every instantiation; the same past 64 rows (skinny slabs) and through cuBLASLt
 //! pinned at one reference M; two runs with the same bits on both paths; bad shapes
-//! and buffers refused by name; and CUDA-graph replays with the eager bits on both paths.
+//! and buffers refused by name; CUDA-graph replays with the eager bits on both paths; and each
+//! fused epilogue of the skinny kernel with the bits of the plain GEMM followed by the op it
+//! replaces (`gpu_gemm/epilogue.rs`).
 
 #[path = "gpu_gemm/accuracy.rs"]
 mod accuracy;
@@ -17,6 +19,8 @@ mod accuracy;
 mod bits;
 #[path = "gpu_gemm/device.rs"]
 mod device;
+#[path = "gpu_gemm/epilogue.rs"]
+mod epilogue;
 #[path = "gpu_gemm/reference.rs"]
 mod reference;
 
@@ -32,6 +36,8 @@ fn main() {
             ("two_runs_give_the_same_bits_on_both_paths", bits::two_runs),
             ("bad_shapes_and_buffers_are_refused_by_name", bits::refusals),
             ("cuda_graph_replays_give_the_eager_bits_on_both_paths", bits::graph_replay),
+            ("the_periln_epilogue_gives_the_gemm_then_peri_ln_residual_bits", epilogue::periln),
+            ("run_with_refuses_a_mismatched_epilogue_and_bad_buffers_by_name", epilogue::refusals),
         ],
     )
 }

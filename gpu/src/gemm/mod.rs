@@ -13,8 +13,13 @@
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
 //! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
 //!   one workspace of the device ([`Gpu::cublaslt`]). Its bits may change with `M`.
-//! - [`Gemm`] loads a plan once; [`Gemm::run`] checks the buffers and only launches, so a CUDA
-//!   graph captures it and a benchmark times it alone.
+//! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
+//!   model into the GEMM: a plan fixes its [`EpilogueKind`] ([`GemmPlan::skinny_epilogue`]) and
+//!   [`Gemm::run_with`] takes the op's buffers as an [`Epilogue`]. [`EpilogueKind::PeriLn`] after
+//!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product, with the same bits
+//!   and one launch fewer. cuBLASLt plans only store.
+//! - [`Gemm`] loads a plan once; [`Gemm::run`] and [`Gemm::run_with`] check the buffers and only
+//!   launch, so a CUDA graph captures them and a benchmark times them alone.
 //!
 //! ```no_run
 //! use gpu::gemm::{Gemm, GemmPlan, GemmShape};
@@ -33,6 +38,7 @@
 //! ```
 
 pub mod cublaslt;
+pub mod epilogue;
 pub mod plan;
 pub mod skinny;
 
@@ -42,9 +48,10 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
 pub use cublaslt::{CublasLt, LtAlgo};
+pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES,
-    SKINNY_ROWS, SKINNY_THREADS,
+    rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_CTAS_PER_SM, SKINNY_MAX_M,
+    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS,
 };
 
 use crate::error::{unsupported, Result};
@@ -92,27 +99,42 @@ impl Gemm {
     }
 
     /// `y = x W^T` on the GPU's stream: `x` is `[M, K]`, `w` `[N, K]`, `y` `[M, N]`, each exactly
-    /// that long and starting on a 16-byte boundary. Launch only.
+    /// that long and starting on a 16-byte boundary. A plan with the [`EpilogueKind::Store`]
+    /// epilogue. Launch only.
     pub fn run(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, y: &mut CudaViewMut<'_, bf16>) -> Result<()> {
+        self.run_with(x, w, Epilogue::Store { y: y.slice_mut(..) })
+    }
+
+    /// `x W^T` on the GPU's stream, each output through `epilogue`, which must be of the plan's
+    /// [`EpilogueKind`]: `x` is `[M, K]`, `w` `[N, K]`, the epilogue's buffers as [`Epilogue`]
+    /// documents, each exactly that long and starting on a 16-byte boundary. Launch only.
+    pub fn run_with(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, mut epilogue: Epilogue<'_>) -> Result<()> {
         let entry = self.plan.name();
         let s = self.plan.shape;
-        for (what, got, want, dims) in [
-            ("x", x.len(), s.m * s.k, "[M, K]"),
-            ("w", w.len(), s.n * s.k, "[N, K]"),
-            ("y", y.len(), s.m * s.n, "[M, N]"),
-        ] {
+        if epilogue.kind() != self.plan.epilogue {
+            return Err(mismatch(&entry, &self.plan, &epilogue));
+        }
+        for (what, got, want, dims) in [("x", x.len(), s.m * s.k, "[M, K]"), ("w", w.len(), s.n * s.k, "[N, K]")] {
             if got != want {
                 return Err(unsupported(&entry, format!("`{what}` has {got} elements, {dims} of {s} is {want}")));
             }
         }
         check_aligned(&self.stream, &entry, "x", x)?;
         check_aligned(&self.stream, &entry, "w", w)?;
-        check_aligned(&self.stream, &entry, "y", y)?;
+        epilogue.check(&entry, &self.stream, s)?;
         match &self.exec {
-            Exec::Skinny(k) => k.launch(&self.stream, x, w, y),
-            Exec::CublasLt(lt) => lt.launch(&self.stream, x, w, y),
+            Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
+            Exec::CublasLt(lt) => match epilogue {
+                Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
+                other => Err(mismatch(&entry, &self.plan, &other)),
+            },
         }
     }
+}
+
+/// The refusal of an epilogue the plan was not made for.
+fn mismatch(entry: &str, plan: &GemmPlan, epilogue: &Epilogue<'_>) -> crate::Error {
+    unsupported(entry, format!("the plan's epilogue is {:?}, the launch's {:?}", plan.epilogue, epilogue.kind()))
 }
 
 #[cfg(test)]
@@ -129,14 +151,17 @@ mod tests {
             return;
         }
         let ptx = compile(&GEMM_SKINNY, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-        for m in 1..=SKINNY_MAX_M {
-            for rows in SKINNY_ROWS {
-                let Ok(plan) = GemmPlan::skinny_rows(GemmShape { m, n: 100, k: 64 }, rows) else {
-                    assert!(!rows_fit(m.next_power_of_two().max(8), rows), "M {m} rows {rows} refused");
-                    continue;
-                };
-                let GemmPath::Skinny(tile) = &plan.path else { unreachable!("a skinny plan") };
-                assert!(ptx.contains(&format!(".entry {}(", tile.entry)), "{} missing", tile.entry);
+        for kind in EpilogueKind::ALL {
+            for m in 1..=SKINNY_MAX_M {
+                for rows in SKINNY_ROWS {
+                    let Ok(plan) = GemmPlan::skinny_rows_epilogue(GemmShape { m, n: 128, k: 64 }, rows, kind) else {
+                        let fits = rows_fit(m.next_power_of_two().max(8), rows) && rows >= kind.min_rows();
+                        assert!(!fits, "M {m} rows {rows} {kind:?} refused");
+                        continue;
+                    };
+                    let GemmPath::Skinny(tile) = &plan.path else { unreachable!("a skinny plan") };
+                    assert!(ptx.contains(&format!(".entry {}(", tile.entry)), "{} missing", tile.entry);
+                }
             }
         }
     }

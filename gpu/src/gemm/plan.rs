@@ -16,7 +16,10 @@
 //! holding `M`, 64 past it: fewer accumulators and loads for small batches) and the rows of W per
 //! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
 //! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
-//! SM); a W too small for that gets 8 rows per CTA, the most CTAs there can be.
+//! SM); a W too small for that gets the fewest rows its epilogue takes, the most CTAs there can
+//! be. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
+//! finished output: store it, or run the elementwise op that follows the GEMM in the model on it
+//! ([`GemmPlan::skinny_epilogue`]).
 
 use crate::error::{unsupported, Result};
 
@@ -80,10 +83,42 @@ impl std::fmt::Display for GemmShape {
     }
 }
 
+/// What the skinny kernel does with each finished output (the EPILOGUES of `gemm_skinny.cu`,
+/// whose bits equal the GEMM followed by the standalone kernel named).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EpilogueKind {
+    /// `y = bf16(x W^T)`: the plain GEMM, and the only epilogue of cuBLASLt.
+    Store,
+    /// The Peri-LN residual step of [`crate::ops::PeriLn::residual`] on the product (after o_proj
+    /// and down_proj): the residual stream and the next sublayer's input, no `y`.
+    PeriLn,
+}
+
+impl EpilogueKind {
+    /// Every kind.
+    pub const ALL: [EpilogueKind; 2] = [EpilogueKind::Store, EpilogueKind::PeriLn];
+
+    /// The fewest rows of W per CTA the kind takes.
+    pub fn min_rows(self) -> usize {
+        match self {
+            EpilogueKind::Store | EpilogueKind::PeriLn => SKINNY_ROWS[0],
+        }
+    }
+
+    /// The entry point's suffix after `gemm_skinny_m{m_tile}_r{rows}`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            EpilogueKind::Store => "",
+            EpilogueKind::PeriLn => "_periln",
+        }
+    }
+}
+
 /// The skinny kernel's instantiation and grid.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SkinnyTile {
-    /// The entry point, `gemm_skinny_m{m_tile}_r{rows}`.
+    /// The entry point, `gemm_skinny_m{m_tile}_r{rows}{suffix}` (the epilogue's
+    /// [`EpilogueKind::suffix`]).
     pub entry: String,
     /// Rows of x the instantiation holds (one of [`SKINNY_M_TILES`], at least `M`).
     pub m_tile: usize,
@@ -116,6 +151,9 @@ pub struct GemmPlan {
     pub shape: GemmShape,
     /// The implementation.
     pub path: GemmPath,
+    /// What becomes of each output: [`EpilogueKind::Store`] but for a skinny plan made by
+    /// [`GemmPlan::skinny_epilogue`] or [`GemmPlan::skinny_rows_epilogue`].
+    pub epilogue: EpilogueKind,
 }
 
 impl GemmPlan {
@@ -131,26 +169,43 @@ impl GemmPlan {
 
     /// The skinny kernel with the rows per CTA the dispatcher picks on `sms` SMs (module docs).
     pub fn skinny(shape: GemmShape, sms: usize) -> Result<Self> {
+        Self::skinny_epilogue(shape, sms, EpilogueKind::Store)
+    }
+
+    /// The skinny kernel with `epilogue` and the rows per CTA the dispatcher would pick (module
+    /// docs) among those the epilogue takes.
+    pub fn skinny_epilogue(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);
         let slabs = shape.m.div_ceil(m_tile);
+        let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
         let rows = SKINNY_ROWS
             .into_iter()
             .rev()
-            .find(|&rows| rows_fit(m_tile, rows) && shape.n.div_ceil(rows) * slabs >= fill)
-            .unwrap_or(SKINNY_ROWS[0]);
-        Self::skinny_rows(shape, rows)
+            .find(|&rows| takes(rows) && shape.n.div_ceil(rows) * slabs >= fill)
+            .or_else(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows)))
+            .expect("every x tile takes 16 rows of W, and every epilogue 16");
+        Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
     /// The skinny kernel with `rows` rows of W per CTA (for benchmarks and the bitwise checks
     /// across instantiations).
     pub fn skinny_rows(shape: GemmShape, rows: usize) -> Result<Self> {
+        Self::skinny_rows_epilogue(shape, rows, EpilogueKind::Store)
+    }
+
+    /// The skinny kernel with `rows` rows of W per CTA and `epilogue`.
+    pub fn skinny_rows_epilogue(shape: GemmShape, rows: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
-        if !SKINNY_ROWS.contains(&rows) || !rows_fit(m_tile, rows) {
-            let allowed: Vec<usize> = SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)).collect();
+        let takes = |rows: usize| SKINNY_ROWS.contains(&rows) && rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
+        if !takes(rows) {
+            let allowed: Vec<usize> = SKINNY_ROWS.into_iter().filter(|&r| takes(r)).collect();
             return Err(unsupported(
                 "gemm skinny",
-                format!("`rows` must be one of {allowed:?} for M = {} (x tile {m_tile}), got {rows}", shape.m),
+                format!(
+                    "`rows` must be one of {allowed:?} for M = {} (x tile {m_tile}) and the {epilogue:?} epilogue, got {rows}",
+                    shape.m
+                ),
             ));
         }
         let slabs = shape.m.div_ceil(m_tile);
@@ -161,14 +216,14 @@ impl GemmPlan {
             .and_then(|g| u32::try_from(g).ok())
             .filter(|&g| g <= i32::MAX as u32)
             .ok_or_else(|| unsupported("gemm skinny", format!("{shape} needs more than 2^31 CTAs")))?;
-        let entry = format!("gemm_skinny_m{m_tile}_r{rows}");
-        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, slabs, grid }) })
+        let entry = format!("gemm_skinny_m{m_tile}_r{rows}{}", epilogue.suffix());
+        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, slabs, grid }), epilogue })
     }
 
     /// cuBLASLt with the heuristic's algorithm for this very shape.
     pub fn cublaslt(shape: GemmShape) -> Result<Self> {
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m: shape.m } })
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m: shape.m }, epilogue: EpilogueKind::Store })
     }
 
     /// cuBLASLt with the algorithm, not splitting K, that the heuristic picks for this N and K at
@@ -177,13 +232,16 @@ impl GemmPlan {
     pub fn cublaslt_pinned(shape: GemmShape, heuristic_m: usize) -> Result<Self> {
         GemmShape { m: heuristic_m, ..shape }.validate()?;
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m } })
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m }, epilogue: EpilogueKind::Store })
     }
 
-    /// A short stable name: `skinny-m8-r64`, `cublaslt`, or `cublaslt-at-m512` when pinned.
+    /// A short stable name: `skinny-m8-r64`, `skinny-m8-r16-periln` with an epilogue,
+    /// `cublaslt`, or `cublaslt-at-m512` when pinned.
     pub fn name(&self) -> String {
         match &self.path {
-            GemmPath::Skinny(t) => format!("skinny-m{}-r{}", t.m_tile, t.rows),
+            GemmPath::Skinny(t) => {
+                format!("skinny-m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
+            }
             GemmPath::CublasLt { heuristic_m } if *heuristic_m == self.shape.m => "cublaslt".to_string(),
             GemmPath::CublasLt { heuristic_m } => format!("cublaslt-at-m{heuristic_m}"),
         }
@@ -252,18 +310,54 @@ mod tests {
         }
     }
 
+    /// The kernel's macro token of each epilogue in its entry list.
+    fn macro_name(kind: EpilogueKind) -> &'static str {
+        match kind {
+            EpilogueKind::Store => "STORE",
+            EpilogueKind::PeriLn => "PERILN",
+        }
+    }
+
     #[test]
     fn the_instantiations_are_the_kernels_list() {
         let src = crate::kernels::GEMM_SKINNY.source;
         let mut count = 0;
-        for m_tile in SKINNY_M_TILES {
-            for rows in SKINNY_ROWS {
-                let listed = src.contains(&format!("GEMM_SKINNY_ENTRY({m_tile}, {rows})"));
-                assert_eq!(listed, rows_fit(m_tile, rows), "m{m_tile} r{rows}");
-                count += usize::from(listed);
+        for kind in EpilogueKind::ALL {
+            for m_tile in SKINNY_M_TILES {
+                for rows in SKINNY_ROWS {
+                    let line = format!("GEMM_SKINNY_ENTRY({m_tile}, {rows}, {}, {})", macro_name(kind), kind.suffix());
+                    let planned = GemmPlan::skinny_rows_epilogue(shape(m_tile, 64, 64), rows, kind).is_ok();
+                    assert_eq!(src.contains(&line), planned, "{line}");
+                    assert_eq!(planned, rows_fit(m_tile, rows) && rows >= kind.min_rows(), "{line}");
+                    count += usize::from(planned);
+                }
             }
         }
-        assert_eq!(count, 13);
+        assert_eq!(count, src.matches("\nGEMM_SKINNY_ENTRY(").count());
+    }
+
+    #[test]
+    fn an_epilogue_plan_picks_rows_as_the_dispatcher_among_those_it_takes() {
+        for kind in EpilogueKind::ALL {
+            for m in [1, 3, 8, 17, 32, 64, 65, 128] {
+                for n in [1024, 2048, 6144] {
+                    let s = shape(m, n, 1024);
+                    let plan = GemmPlan::skinny_epilogue(s, H200_SMS, kind).unwrap();
+                    let t = skinny(&plan);
+                    let store = skinny(&GemmPlan::skinny(s, H200_SMS).unwrap()).clone();
+                    assert_eq!(plan.epilogue, kind);
+                    assert_eq!((t.m_tile, t.slabs), (store.m_tile, store.slabs));
+                    assert_eq!(t.rows, store.rows.max(kind.min_rows()), "{kind:?} {s}");
+                    assert_eq!(t.entry, format!("{}{}", store.entry, kind.suffix()));
+                }
+            }
+        }
+        let periln = GemmPlan::skinny_epilogue(shape(1, 1024, 1024), H200_SMS, EpilogueKind::PeriLn).unwrap();
+        assert_eq!(periln.name(), "skinny-m8-r8-periln");
+        assert_eq!(skinny(&periln).entry, "gemm_skinny_m8_r8_periln");
+        for plan in [GemmPlan::cublaslt(shape(3, 64, 64)).unwrap(), GemmPlan::auto(shape(3, 64, 64), 132).unwrap()] {
+            assert_eq!(plan.epilogue, EpilogueKind::Store);
+        }
     }
 
     #[test]

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
+use super::epilogue::Epilogue;
 use super::plan::{GemmShape, SkinnyTile, SKINNY_THREADS};
 use crate::error::Result;
 use crate::kernels::GEMM_SKINNY;
@@ -36,18 +37,21 @@ impl SkinnyGemm {
         })
     }
 
-    /// Launches on `stream`; the buffers were checked by `Gemm::run`.
+    /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the
+    /// entry's.
     pub(super) fn launch(
         &self,
         stream: &Arc<CudaStream>,
         x: &CudaView<'_, bf16>,
         w: &CudaView<'_, bf16>,
-        y: &mut CudaViewMut<'_, bf16>,
+        epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
-        let mut b = Launch::new(&stream, &self.func);
-        b.arg(x).arg(w).arg(y).arg(&self.m).arg(&self.n).arg(&self.k);
-        // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu; Gemm::run checked the
-        // sizes (x [m, k], w [n, k], y [m, n]) and the 16-byte alignment the kernel's loads need.
+        let mut b = Launch::new(stream, &self.func);
+        b.arg(x).arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
+        epilogue.push(&mut b);
+        // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu with the epilogue's
+        // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
+        // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
     }

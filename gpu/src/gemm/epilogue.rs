@@ -1,0 +1,97 @@
+//! The buffers of a GEMM's epilogue ([`Epilogue`]): what the skinny kernel does with each finished
+//! output, the host-side checks of those buffers, and their kernel arguments.
+//!
+//! Each fused epilogue gives the bits of the GEMM's plain output followed by the standalone op
+//! of [`crate::ops`] that it replaces (`gemm_skinny.cu`'s header says why), in one launch instead
+//! of two.
+
+use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
+use half::bf16;
+
+use super::plan::{EpilogueKind, GemmShape};
+use crate::error::{unsupported, Result};
+use crate::ops::UClipNormParams;
+use crate::runtime::{check_aligned, Launch};
+
+/// Where a GEMM's output goes, and the buffers of the op fused after it; the plan's
+/// [`EpilogueKind`] must match.
+pub enum Epilogue<'a> {
+    /// `y [M, N] = bf16(x W^T)`.
+    Store {
+        /// `[M, N]`, written.
+        y: CudaViewMut<'a, bf16>,
+    },
+    /// [`crate::ops::PeriLn::residual`] on the product `a = bf16(x W^T)` (`[M, N]`, N = hidden):
+    /// `x_out = bf16(x + bf16(after(a)))`, `h_out = bf16(before(x_out))`; `a` is never stored.
+    PeriLn {
+        /// `[M, N]`, the residual stream before the sublayer (read only).
+        x: CudaView<'a, bf16>,
+        /// The norm on the sublayer's output, over N.
+        after: &'a UClipNormParams,
+        /// The next sublayer's input norm, over N.
+        before: &'a UClipNormParams,
+        /// `[M, N]`, the residual stream after the sublayer.
+        x_out: CudaViewMut<'a, bf16>,
+        /// `[M, N]`, the next sublayer's input.
+        h_out: CudaViewMut<'a, bf16>,
+    },
+}
+
+impl Epilogue<'_> {
+    /// The plan kind that launches this epilogue.
+    pub fn kind(&self) -> EpilogueKind {
+        match self {
+            Epilogue::Store { .. } => EpilogueKind::Store,
+            Epilogue::PeriLn { .. } => EpilogueKind::PeriLn,
+        }
+    }
+
+    /// Checks every buffer's length and 16-byte alignment against `shape`; errors name `entry`
+    /// and the buffer.
+    pub(super) fn check(&self, entry: &str, stream: &CudaStream, shape: GemmShape) -> Result<()> {
+        let mn = shape.m * shape.n;
+        let len = |what: &str, got: usize, want: usize| -> Result<()> {
+            if got == want {
+                Ok(())
+            } else {
+                Err(unsupported(entry, format!("`{what}` has {got} elements, {want} for {shape}")))
+            }
+        };
+        let output = |what: &str, buf: &CudaViewMut<'_, bf16>, want: usize| -> Result<()> {
+            len(what, buf.len(), want)?;
+            check_aligned(stream, entry, what, buf)
+        };
+        match self {
+            Epilogue::Store { y } => output("y", y, mn),
+            Epilogue::PeriLn { x, after, before, x_out, h_out } => {
+                for (what, norm) in [("after", after), ("before", before)] {
+                    if norm.channels() != shape.n {
+                        return Err(unsupported(
+                            entry,
+                            format!("the `{what}` norm has {} channels, expected N = {}", norm.channels(), shape.n),
+                        ));
+                    }
+                }
+                len("x (the residual)", x.len(), mn)?;
+                check_aligned(stream, entry, "x (the residual)", x)?;
+                output("x_out", x_out, mn)?;
+                output("h_out", h_out, mn)
+            }
+        }
+    }
+
+    /// Appends the epilogue's kernel arguments, in the order of its `*_PARAMS` in `gemm_skinny.cu`.
+    pub(super) fn push(&mut self, b: &mut Launch<'_>) {
+        match self {
+            Epilogue::Store { y } => {
+                b.arg(y);
+            }
+            Epilogue::PeriLn { x, after, before, x_out, h_out } => {
+                b.arg(&*x);
+                after.push(b);
+                before.push(b);
+                b.arg(x_out).arg(h_out);
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The skinny kernel's fused epilogues held to the unfused sequence they replace, bit for bit: the
+//! plain skinny GEMM (the Store epilogue) into a buffer, then the standalone kernel of
+//! `gpu::ops` on it. Fresh bf16 inputs, every output poisoned with NaN first, every element, at
+//! M = 1, 3, 8, 17, 32, 64, 65, 128 on asynct-0.5b's shapes, under every rows per CTA the
+//! epilogue takes at that M (the dispatcher's among them). Plus the refusals of `run_with`.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaViewMut};
+use gpu::gemm::{Epilogue, EpilogueKind, Gemm, GemmPath, GemmPlan, GemmShape, SKINNY_ROWS};
+use gpu::ops::{PeriLn, UClipNormParams};
+use gpu::Gpu;
+use half::bf16;
+use verify::rng::Counter;
+
+use super::device::{g, Check};
+use super::reference::{draw_w, draw_x, same_bits, uniform_bf16, POISON};
+
+/// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs.
+const MS: [usize; 8] = [1, 3, 8, 17, 32, 64, 65, 128];
+
+/// Every skinny plan of `kind` for `shape`, one per rows of W per CTA the epilogue takes at this
+/// M; the dispatcher's plan (on `sms` SMs) is among them.
+fn epilogue_plans(shape: GemmShape, kind: EpilogueKind, sms: usize) -> Result<Vec<GemmPlan>, String> {
+    let plans: Vec<GemmPlan> =
+        SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok()).collect();
+    let chosen = g(GemmPlan::skinny_epilogue(shape, sms, kind))?;
+    if !plans.contains(&chosen) {
+        return Err(format!("{kind:?} {shape}: the dispatcher's {} is not among {} plans", chosen.name(), plans.len()));
+    }
+    Ok(plans)
+}
+
+/// The rows of W per CTA of a skinny plan, for messages.
+fn rows(plan: &GemmPlan) -> usize {
+    match &plan.path {
+        GemmPath::Skinny(t) => t.rows,
+        GemmPath::CublasLt { .. } => 0,
+    }
+}
+
+/// A buffer of `n` poisoned elements.
+fn poisoned(gpu: &Gpu, n: usize) -> Result<CudaSlice<bf16>, String> {
+    g(gpu.upload(&vec![POISON; n]))
+}
+
+/// Fails if any of `got` is not finite: an output left poisoned (NaN) or never written.
+fn all_finite(what: &str, got: &[bf16]) -> Check {
+    match got.iter().position(|v| !v.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(format!("{what}[{i}] = {} (bits {:#06x})", got[i], got[i].to_bits())),
+    }
+}
+
+/// UClipNorm parameters over `channels`, bf16-exact: alpha of either sign, 0.25 to 1.75 (GEMM
+/// outputs of a few units then clip often), weight of either sign, 0.5 to 1.5, bias within 0.5;
+/// alpha, weight and bias each `[C]` when `per_channel`, else alpha and weight `[1]` and no bias.
+fn norm(gpu: &Gpu, seed: u64, channels: usize, per_channel: bool) -> Result<UClipNormParams, String> {
+    let values = |stream: u64, n: usize, lo: f64, hi: f64| -> Vec<f32> {
+        let c = Counter::new(seed, stream);
+        (0..n)
+            .map(|i| {
+                let u = c.uniform(&[i as u64]);
+                let v = (lo + (hi - lo) * u.abs()).copysign(u);
+                bf16::from_f64(v).to_f32()
+            })
+            .collect()
+    };
+    let len = if per_channel { channels } else { 1 };
+    let (alpha, weight) = (values(1, len, 0.25, 1.75), values(2, len, 0.5, 1.5));
+    let bias = per_channel.then(|| values(3, channels, 0.0, 0.5));
+    g(UClipNormParams::upload(gpu, "drawn", channels, &alpha, &weight, bias.as_deref()))
+}
+
+/// o_proj (N 1024, K 1024) and down_proj (N 1024, K 3072) with the Peri-LN residual step fused,
+/// against the plain skinny GEMM then `PeriLn::residual`: `x_out` and `h_out` have the same
+/// bits, every element written, the residual untouched; the norms per channel (alpha, weight
+/// and bias) after and scalar before, then the other way round.
+pub fn periln(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let op = g(PeriLn::new(gpu))?;
+    for (s, (name, n, k)) in [("o_proj", 1024usize, 1024usize), ("down_proj", 1024, 3072)].into_iter().enumerate() {
+        let seed = 9000 + 100 * s as u64;
+        let w = g(gpu.upload(&draw_w(seed, n, k)))?;
+        let mut runs = 0;
+        for (i, m) in MS.into_iter().enumerate() {
+            let shape = GemmShape { m, n, k };
+            let seed = seed + 10 * i as u64;
+            let x = g(gpu.upload(&draw_x(seed, m, k)))?;
+            let residual_host = uniform_bf16(seed, 3, m * n, 4.0);
+            let residual = g(gpu.upload(&residual_host))?;
+            for per_channel_after in [true, false] {
+                let after = norm(gpu, seed + 1, n, per_channel_after)?;
+                let before = norm(gpu, seed + 2, n, !per_channel_after)?;
+                let label =
+                    format!("{name} M {m}, per-channel norm {}", if per_channel_after { "after" } else { "before" });
+
+                let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
+                let mut a = poisoned(gpu, m * n)?;
+                g(plain.run(&x.as_view(), &w.as_view(), &mut a.as_view_mut()))?;
+                let (mut x_want, mut h_want) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
+                g(op.residual(
+                    &a.as_view(),
+                    &residual.as_view(),
+                    &after,
+                    &before,
+                    &mut x_want.as_view_mut(),
+                    &mut h_want.as_view_mut(),
+                ))?;
+                let (x_want, h_want) = (g(gpu.download(&x_want))?, g(gpu.download(&h_want))?);
+                all_finite(&format!("unfused x_out {label}"), &x_want)?;
+
+                for plan in epilogue_plans(shape, EpilogueKind::PeriLn, sms)? {
+                    let r = rows(&plan);
+                    let fused = g(Gemm::new(gpu, plan))?;
+                    let (mut x_out, mut h_out) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
+                    g(fused.run_with(
+                        &x.as_view(),
+                        &w.as_view(),
+                        Epilogue::PeriLn {
+                            x: residual.as_view(),
+                            after: &after,
+                            before: &before,
+                            x_out: x_out.as_view_mut(),
+                            h_out: h_out.as_view_mut(),
+                        },
+                    ))?;
+                    let (x_got, h_got) = (g(gpu.download(&x_out))?, g(gpu.download(&h_out))?);
+                    all_finite(&format!("x_out {label} rows {r}"), &x_got)?;
+                    all_finite(&format!("h_out {label} rows {r}"), &h_got)?;
+                    same_bits(&format!("x_out {label} rows {r}"), &x_got, &x_want)?;
+                    same_bits(&format!("h_out {label} rows {r}"), &h_got, &h_want)?;
+                    runs += 1;
+                }
+            }
+            same_bits(&format!("{name} M {m}: the residual"), &g(gpu.download(&residual))?, &residual_host)?;
+        }
+        println!("  {name} N {n} K {k}: {runs} fused runs give the unfused bits");
+    }
+    Ok(())
+}
+
+/// The Peri-LN epilogue over `residual`.
+fn periln_over<'a>(
+    residual: &'a CudaSlice<bf16>,
+    x_out: CudaViewMut<'a, bf16>,
+    h_out: CudaViewMut<'a, bf16>,
+    after: &'a UClipNormParams,
+    before: &'a UClipNormParams,
+) -> Epilogue<'a> {
+    Epilogue::PeriLn { x: residual.as_view(), after, before, x_out, h_out }
+}
+
+/// Fails unless `result` is `gpu::Error::Unsupported` whose message holds `needle`.
+fn refused(what: &str, result: gpu::Result<()>, needle: &str) -> Check {
+    match result {
+        Err(e @ gpu::Error::Unsupported { .. }) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, but the message lacks `{needle}`: {e}")),
+        Ok(()) => Err(format!("{what}: accepted, should be refused naming `{needle}`")),
+    }
+}
+
+/// `run_with` refuses, before launching (the outputs stay poisoned): an epilogue the plan was not
+/// made for (both ways, and on a cuBLASLt plan), buffers of the wrong length or alignment, and
+/// norms over the wrong channels.
+pub fn refusals(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let (m, n, k) = (4usize, 64usize, 64usize);
+    let shape = GemmShape { m, n, k };
+    let x = g(gpu.upload(&draw_x(11, m, k)))?;
+    let w = g(gpu.upload(&draw_w(11, n, k)))?;
+    let residual = g(gpu.upload(&draw_x(12, m, n)))?;
+    let (after, before, narrow) = (norm(gpu, 1, n, true)?, norm(gpu, 2, n, false)?, norm(gpu, 3, n / 2, true)?);
+    let store = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
+    let fused = g(Gemm::new(gpu, g(GemmPlan::skinny_epilogue(shape, sms, EpilogueKind::PeriLn))?))?;
+    let lt = g(Gemm::new(gpu, g(GemmPlan::cublaslt(shape))?))?;
+    let (mut y, mut x_out, mut h_out) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
+    let mut big = poisoned(gpu, m * n + 8)?;
+
+    let (xv, wv) = (x.as_view(), w.as_view());
+    refused("Store on a PeriLn plan", fused.run(&xv, &wv, &mut y.as_view_mut()), "epilogue is PeriLn")?;
+    refused(
+        "PeriLn on a Store plan",
+        store.run_with(&xv, &wv, periln_over(&residual, x_out.as_view_mut(), h_out.as_view_mut(), &after, &before)),
+        "epilogue is Store",
+    )?;
+    refused(
+        "PeriLn on a cuBLASLt plan",
+        lt.run_with(&xv, &wv, periln_over(&residual, x_out.as_view_mut(), h_out.as_view_mut(), &after, &before)),
+        "epilogue is Store",
+    )?;
+    refused(
+        "a short x_out",
+        fused.run_with(&xv, &wv, periln_over(&residual, x_out.slice_mut(8..), h_out.as_view_mut(), &after, &before)),
+        "`x_out` has",
+    )?;
+    refused(
+        "a misaligned h_out",
+        fused.run_with(
+            &xv,
+            &wv,
+            periln_over(&residual, x_out.as_view_mut(), big.slice_mut(1..m * n + 1), &after, &before),
+        ),
+        "`h_out` must start on a 16-byte boundary",
+    )?;
+    refused(
+        "an after norm over N / 2",
+        fused.run_with(&xv, &wv, periln_over(&residual, x_out.as_view_mut(), h_out.as_view_mut(), &narrow, &before)),
+        "the `after` norm has 32 channels",
+    )?;
+    let short = Epilogue::PeriLn {
+        x: residual.slice(8..),
+        after: &after,
+        before: &before,
+        x_out: x_out.as_view_mut(),
+        h_out: h_out.as_view_mut(),
+    };
+    refused("a short residual", fused.run_with(&xv, &wv, short), "`x (the residual)` has")?;
+    for (what, got) in [("y", &y), ("x_out", &x_out), ("h_out", &h_out)] {
+        if !g(gpu.download(got))?.iter().all(|v| v.to_bits() == POISON.to_bits()) {
+            return Err(format!("a refused run wrote `{what}`"));
+        }
+    }
+    Ok(())
+}
