@@ -12,6 +12,13 @@ pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: concat!(i
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
 pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_rows.cu")) };
 
+/// Counts of the HP1 gate's exact zeros over a decode step's attention inputs
+/// ([`crate::attention::GateStats`]).
+pub const HP1_GATE_STATS: Kernel = Kernel {
+    name: "hp1_gate_stats.cu",
+    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_gate_stats.cu")),
+};
+
 /// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the inline-PTX
 /// wrappers, the register-fragment FIR gate, the query-tile lookup, then the kernel; see
 /// `hp1_prefill_mma.cu`'s header.
@@ -97,4 +104,5 @@ pub const ALL: &[Kernel] = &[
     WIDEN_BF16,
     HP1_PREFILL_WGMMA,
     GEMM_SKINNY,
+    HP1_GATE_STATS,
 ];

@@ -9,20 +9,24 @@
 //! zero fractions under 10% and over 95%), each row within its scale-aware bound; the row
 //! metadata against the oracle's fake-decode expansion; split-K, decode, G = 8, G = 16 and two
 //! heads per CTA giving the same bits; two runs giving the same bits; a sequence giving the same
-//! bits alone and in a batch; an unsupported head dim refused by name; and a CUDA graph captured
-//! on short lengths replaying long ones.
+//! bits alone and in a batch; an unsupported head dim refused by name; a CUDA graph captured
+//! on short lengths replaying long ones; and the device's count of exact gate zeros (the
+//! benchmark's sparse floor) against a host mirror of its arithmetic and the f64 oracle.
 
 use std::fmt::Display;
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, row_metadata, AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, HostInputs, Hp1Attention, Plan, Pv,
+    bucket, row_metadata, AttentionPath, AttnBuffers, GateCounts, GateStats, GroupSize, HeadsPerCta, HostInputs,
+    Hp1Attention, Plan, Pv,
 };
 use gpu::Gpu;
 use half::bf16;
 use ndarray::{s, Axis};
 use oracle::hp1::fake_decode::expand;
 use oracle::hp1::AttnMetadata;
+use oracle::model::gate_stats::GateStats as OracleGateStats;
+use rayon::prelude::*;
 use verify::gpu_cases::{alone, case, check_cases, decodes, draw, same_bits, spread};
 use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{
@@ -45,6 +49,7 @@ fn main() {
         ("a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
         ("an_unsupported_head_dim_is_refused_by_name", unsupported_head_dim),
         ("a_cuda_graph_captured_on_short_lengths_replays_long_ones", cuda_graph),
+        ("the_gate_zero_count_matches_its_host_mirror_and_the_oracle", gate_zero_counts),
     ];
     run("gpu_attention", checks);
 }
@@ -338,4 +343,151 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
 fn host_len(data: &CaseData) -> usize {
     let (n, h, d) = data.out_shape();
     n * h * d
+}
+
+/// `gpu::attention::GateStats` (the count behind the benchmark's sparse floor) on drawn cases and
+/// a targeted list: the device's zeros must equal, exactly, a host mirror of the kernel's f32
+/// arithmetic (so they are the keys the sparse-index PV skips), and the f64 oracle's zeros up to
+/// 0.5% of the total (keys whose z lies within f32 rounding of the clamp edge may flip); the
+/// totals must equal the oracle's. Then two launches without zeroing add up.
+fn gate_zero_counts(gpu: &Arc<Gpu>) -> Check {
+    let mut cases = draw(small_case(), 40, 0x6b0_0071)?;
+    let bench_shape = case(&decodes(&[1024; 128]), (8, 4), 128, 16, 71);
+    // A head whose gain is zero (all of its weights are zeros), and clip_min above 0 with nonzero
+    // gains (no zeros at all).
+    let zero_gain = Case { gamma: vec![1.0, 0.0, 2.0, 0.5], ..case(&decodes(&[300, 20, 1]), (4, 2), 128, 16, 75) };
+    let no_zeros = Case { clip_min: 0.125, ..case(&decodes(&[1000, 33]), (8, 4), 128, 16, 76) };
+    cases.extend([
+        case(&decodes(&spread(32, 2000, 72)), (8, 4), 128, 16, 72),
+        Case { fir_k: 8, relu_pre: false, ..case(&decodes(&spread(8, 3000, 73)), (8, 1), 64, 32, 73) },
+        Case { fir_k: 1, ..case(&decodes(&[4097, 777, 1]), (8, 2), 256, 16, 74) },
+        zero_gain.clone(),
+        no_zeros.clone(),
+        Case {
+            q_mean: 1.0,
+            sigma: vec![0.25; 8],
+            clip_max: 8.0,
+            ..case(&decodes(&spread(8, 3000, 77)), (8, 4), 128, 16, 77)
+        },
+        Case { q_mean: -0.1875, ..case(&decodes(&spread(8, 3000, 78)), (8, 4), 128, 16, 78) },
+        // Prefill rows next to decode rows (fake decode), padded to the bucket.
+        case(&[(1000, 1), (300, 40), (0, 77)], (8, 4), 128, 16, 79),
+        bench_shape.clone(),
+    ]);
+    let prepared: Vec<_> = cases
+        .par_iter()
+        .map(|c| {
+            let data = c.materialise().map_err(msg)?;
+            let oracle = OracleGateStats::of_inputs(&data.inputs_f64()).map_err(msg)?;
+            let mirror = mirror_counts(&data);
+            Ok::<_, String>((data, oracle, mirror))
+        })
+        .collect();
+    let stats = GateStats::new(gpu).map_err(msg)?;
+    let mut failures = Vec::new();
+    for (c, prepared) in cases.iter().zip(prepared) {
+        let (data, oracle, mirror) = prepared?;
+        let got = device_counts(gpu, &stats, &data, 1).map_err(msg)?;
+        let diff = got.zeros.abs_diff(oracle.zeros);
+        println!(
+            "  zeros {:>9} of {:>9} on the GPU, {:>9} in the host mirror, {:>9} in the f64 oracle (differ by {:.3}%), {} rows, D {}",
+            got.zeros,
+            got.total,
+            mirror.zeros,
+            oracle.zeros,
+            100.0 * diff as f64 / oracle.total.max(1) as f64,
+            data.out_shape().0,
+            c.head_dim
+        );
+        if got != mirror || got.total != oracle.total || diff as f64 > 0.005 * oracle.total as f64 {
+            failures.push(format!(
+                "GPU {got:?}, host mirror {mirror:?}, f64 oracle {oracle:?} (zeros may differ by 0.5%)\ncase JSON: {}",
+                serde_json::to_string(c).unwrap_or_default()
+            ));
+        }
+    }
+    if !failures.is_empty() {
+        return Err(format!("{} of {} cases miscounted:\n{}", failures.len(), cases.len(), failures.join("\n")));
+    }
+    // The edges, by their own rules: head 1 of 4 is a quarter of the weights.
+    let counts = |c: &Case, launches| {
+        let data = c.materialise().map_err(msg)?;
+        device_counts(gpu, &stats, &data, launches).map_err(msg)
+    };
+    let (gain, none) = (counts(&zero_gain, 1)?, counts(&no_zeros, 1)?);
+    if gain.zeros < gain.total / 4 || none.zeros != 0 {
+        return Err(format!("a zero gain counted {gain:?} (a quarter at least), clip_min 0.125 {none:?} (no zeros)"));
+    }
+    let (once, twice) = (counts(&bench_shape, 1)?, counts(&bench_shape, 2)?);
+    if twice != (GateCounts { zeros: 2 * once.zeros, total: 2 * once.total }) {
+        return Err(format!("two launches counted {twice:?}, one {once:?}: the counters must add"));
+    }
+    Ok(())
+}
+
+/// The device's counts for `data` over its batch bucket: the row metadata, then `launches`
+/// launches into counters that start as garbage and are zeroed first.
+fn device_counts(gpu: &Arc<Gpu>, stats: &GateStats, data: &CaseData, launches: usize) -> gpu::Result<GateCounts> {
+    let host = HostCase::new(data);
+    let g = geometry(data, bucket(data.out_shape().0));
+    let attention = Hp1Attention::new(gpu, Plan::auto(g)?)?;
+    let mut bufs = AttnBuffers::upload(gpu, g, &host.inputs())?;
+    attention.build_rows(bufs.row_operands())?;
+    let mut counters = gpu.upload(&[u64::MAX, 12345])?;
+    stats.zero(&mut counters.as_view_mut())?;
+    let ops = bufs.operands();
+    for _ in 0..launches {
+        stats.run(&ops.layer, &ops.row_seq, &ops.row_len, &g, &host.gate(), &mut counters.as_view_mut())?;
+    }
+    stats.read(&counters.as_view())
+}
+
+/// `hp1_gate_stats.cu`'s arithmetic on the host, operation for operation (its header, SAME BITS):
+/// each of 16 D-slices summed from 0 with fma in element order, then c_i + c_{i+8}, + 4, + 2, + 1;
+/// the gate rounded to f32 at every step.
+fn mirror_counts(data: &CaseData) -> GateCounts {
+    let inp = data.inputs_f32();
+    let p = inp.params;
+    let (_, hq, d) = data.out_shape();
+    let group = hq / data.f32.key_cache.dim().2;
+    let inv_f = 1.0f32 / p.fir_k as f32;
+    let mut counts = GateCounts::default();
+    for row in data.meta.rows() {
+        for h in 0..hq {
+            let q = data.f32.q.slice(s![row.token, h, ..]);
+            let scores: Vec<f32> = (0..=row.pos)
+                .map(|t| {
+                    let k = inp.key(row.seq, t, h / group);
+                    let c = d / 16;
+                    let mut part: Vec<f32> =
+                        (0..16).map(|i| (0..c).fold(0.0f32, |a, e| q[i * c + e].mul_add(k[i * c + e], a))).collect();
+                    for m in [8, 4, 2, 1] {
+                        for i in 0..m {
+                            part[i] += part[i + m];
+                        }
+                    }
+                    p.scale * part[0]
+                })
+                .collect();
+            let r = |t: usize, back: usize| match t.checked_sub(back) {
+                None => 0.0f32,
+                Some(u) if p.relu_pre => scores[u].max(0.0),
+                Some(u) => scores[u],
+            };
+            for (t, &s) in scores.iter().enumerate() {
+                let sum = (0..p.fir_k).fold(0.0f32, |acc, back| acc + r(t, back));
+                let z = s - inp.sigma[h] * (sum * inv_f);
+                let clamped = if z < p.clip_min {
+                    p.clip_min
+                } else if z > p.clip_max {
+                    p.clip_max
+                } else {
+                    z
+                };
+                counts.zeros += u64::from(inp.gamma[h] * clamped == 0.0);
+                counts.total += 1;
+            }
+        }
+    }
+    counts
 }

@@ -51,6 +51,7 @@
 //! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(), &gate)?;` per step.
 
 pub mod buffers;
+pub mod gate_stats;
 pub mod launch;
 pub mod plan;
 pub mod prefill_launch;
@@ -58,6 +59,7 @@ pub mod prefill_plan;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostBatch, HostInputs};
+pub use gate_stats::{GateCounts, GateStats};
 pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
