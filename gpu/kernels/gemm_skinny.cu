@@ -34,7 +34,8 @@
 // past the last one runs no mma at all, and an output element of an mma depends only on its own
 // row of A and column of B. So y[m] has the same bits at every M, with any neighbours in x (NaN
 // included), under every (MT, ROWS) instantiation, and on every run. No atomics. An epilogue
-// only decides what becomes of each finished sum, so every epilogue keeps all of this.
+// only decides what becomes of each finished sum (and of the sum 8 rows of W below it, in the
+// same CTA), so every epilogue keeps all of this.
 //
 // EPILOGUES (a template parameter; each output's sum s of x row r and W row c, a = round_bf16(s)
 // the GEMM's own round point, then exactly the arithmetic of the standalone kernel that would
@@ -43,18 +44,25 @@
 //   PeriLn           peri_ln_residual.cu after o_proj and down_proj, with N = hidden:
 //                    x_out[r, c] = bf16(x[r, c] + round_bf16(after(c, a))),
 //                    h_out[r, c] = bf16(before(c, x_out[r, c])); there is no y.
-// The epilogue works on the sums in shared memory with every thread of the CTA, one output per
-// thread and pass, consecutive threads on consecutive outputs of one x row. Every buffer the
-// epilogue touches (the residual, the outputs) is touched only after pdl_begin().
+//   SiluMul          silu_mul.cu after the gate/up GEMM, W in the interleaved gate/up layout of
+//                    gpu::gemm::layout (rows 16 i + j are gate rows 8 i + j, rows 16 i + 8 + j up
+//                    rows 8 i + j, j < 8): output channel c = 8 i + j takes its gate from row
+//                    16 i + j and its up from row 16 i + 8 + j, rows 8 apart in one 16-row mma
+//                    tile of the CTA, so ROWS >= 16 (N = 2 I). out[r, c] = bf16(silu(g) * u),
+//                    g and u the two rounded sums (silu_product, as silu_mul.cu computes it).
+// The epilogue works on the sums in shared memory with every thread of the CTA: Store and PeriLn
+// one output per thread and pass, SiluMul one pair of rows 8 apart, consecutive threads on
+// consecutive outputs of one x row. Every buffer the epilogue touches (the residual, the
+// outputs) is touched only after pdl_begin().
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per triple, gemm_skinny_m{8 MT}_r{ROWS}{suffix},
-// suffix "" for Store or _periln, listed at the end):
+// suffix "" for Store, _periln or _silu_mul, listed at the end):
 //   MT    8-row tiles of x: the launch serves 1 <= M <= 8 MT. 1, 2, 4 or 8.
 //   ROWS  rows of W per CTA: 8, 16, 32 or 64. ROWS = 8 fills the upper half of the mma's 16-row
 //         tile with zeros (half the tensor work wasted, no bytes): it doubles the CTAs of a small
 //         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
-//         registers.
-//   Epi   the epilogue: Store or PeriLn (its buffers as its fields).
+//         registers. The pairing epilogue (SiluMul) takes ROWS >= 16 only.
+//   Epi   the epilogue: Store, PeriLn or SiluMul (its buffers as its fields).
 //   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
 //         registers of loads in flight. Bytes of W in flight per lane, 16 U ROWS / 8:
 //                 ROWS 8   16   32   64
@@ -73,14 +81,16 @@
 // 132 SMs), and under it where the table says less.
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
-//   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight)
+//   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
 //   Store            y [M, N] out
 //   PeriLn           x_res [M, N] (the residual stream, read), x_out, h_out [M, N] out; after,
 //                    before: UClipNorm parameters over N (ops_common.cuh)
+//   SiluMul          out [M, N / 2]
 // ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M (past 8 MT in slabs), M N < 2^63; K a
 // positive multiple of 8 (a 16-byte load stays inside a row) up to 2^30 (k indices of steps past
 // the end stay in an int); 1 <= N < 2^31; the grid under 2^31 CTAs; x and w 16-byte aligned. No
 // output overlaps x (other CTAs still read it): distinct buffers, as Rust's borrows make them.
+// SiluMul: N a multiple of 16 (whole groups of 8 gate and 8 up rows).
 
 namespace gemm_skinny {
 
@@ -126,6 +136,13 @@ struct Tile {
   }
 };
 
+// silu(g) * u as silu_mul.cu computes it. Each operation is rounded on its own (the _rn
+// intrinsics are never contracted), so the two files give the same bits whatever the compiler
+// would fuse around them.
+__device__ __forceinline__ float silu_product(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
 struct Store {
   bf16* y;
 
@@ -157,6 +174,30 @@ struct PeriLn {
       x_out[i] = (bf16)bf16_bits(x);
       h_out[i] = (bf16)bf16_bits(uclip(before, c, x));
     }
+  }
+};
+
+// The pairing epilogues' walk: f(xr, o, wr) for x row xr and the rows wr and wr + 8 of one
+// 16-row tile, o the pair's index within the x row; consecutive threads take consecutive o.
+template <int MT, int ROWS, class F>
+__device__ __forceinline__ void for_each_pair(const Tile<MT, ROWS>& t, F f) {
+  for (int e = threadIdx.x; e < MT * 8 * ROWS / 2; e += THREADS) {
+    const int xr = e / (ROWS / 2), o = e % (ROWS / 2), wr = 16 * (o / 8) + o % 8;
+    if (t.has(xr, wr)) f(xr, o, wr);
+  }
+}
+
+struct SiluMul {
+  bf16* out;
+
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
+    static_assert(ROWS >= 16, "gate and up rows pair inside a 16-row tile");
+    // Output channel n0 / 2 + o: W rows 16 i + j and 16 i + 8 + j hold channel 8 i + j's gate and up.
+    for_each_pair(t, [&](int xr, int o, int wr) {
+      const float g = round_bf16(t.sum(xr, wr)), u = round_bf16(t.sum(xr, wr + 8));
+      out[(t.row0 + xr) * (t.n / 2) + t.n0 / 2 + o] = (bf16)bf16_bits(silu_product(g, u));
+    });
   }
 };
 
@@ -280,6 +321,9 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
       bf16* __restrict__ x_out, bf16* __restrict__ h_out
 #define PERILN_EPILOGUE \
   gemm_skinny::PeriLn{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
+#define SILU_MUL_PARAMS bf16* __restrict__ out
+#define SILU_MUL_EPILOGUE gemm_skinny::SiluMul{out}
+
 // gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
 #define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \
   extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS##SUFFIX( \
@@ -287,7 +331,8 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
     gemm_skinny::gemm<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                          \
   }
 
-// Every (MT, ROWS) with R * MT <= 8, for each epilogue (gpu::gemm::plan lists the same).
+// Every (MT, ROWS) with R * MT <= 8 for Store and PeriLn; those with ROWS >= 16 for the pairing
+// epilogue (gpu::gemm::plan lists the same).
 GEMM_SKINNY_ENTRY(8, 8, STORE, )
 GEMM_SKINNY_ENTRY(8, 16, STORE, )
 GEMM_SKINNY_ENTRY(8, 32, STORE, )
@@ -315,3 +360,13 @@ GEMM_SKINNY_ENTRY(32, 16, PERILN, _periln)
 GEMM_SKINNY_ENTRY(32, 32, PERILN, _periln)
 GEMM_SKINNY_ENTRY(64, 8, PERILN, _periln)
 GEMM_SKINNY_ENTRY(64, 16, PERILN, _periln)
+
+GEMM_SKINNY_ENTRY(8, 16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(8, 32, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(8, 64, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(16, 16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(16, 32, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(16, 64, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(32, 16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(32, 32, SILU_MUL, _silu_mul)
+GEMM_SKINNY_ENTRY(64, 16, SILU_MUL, _silu_mul)

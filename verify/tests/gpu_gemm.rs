@@ -37,6 +37,7 @@ fn main() {
             ("bad_shapes_and_buffers_are_refused_by_name", bits::refusals),
             ("cuda_graph_replays_give_the_eager_bits_on_both_paths", bits::graph_replay),
             ("the_periln_epilogue_gives_the_gemm_then_peri_ln_residual_bits", epilogue::periln),
+            ("the_silu_mul_epilogue_gives_the_gemm_then_silu_mul_bits", epilogue::silu_mul),
             ("run_with_refuses_a_mismatched_epilogue_and_bad_buffers_by_name", epilogue::refusals),
         ],
     )

@@ -35,6 +35,12 @@ pub enum Epilogue<'a> {
         /// `[M, N]`, the next sublayer's input.
         h_out: CudaViewMut<'a, bf16>,
     },
+    /// [`crate::ops::SiluMul::run`] on the product `[M, N = 2 I]` of the gate/up weight in its
+    /// interleaved layout ([`super::layout`]): `out = bf16(silu(gate) * up)`.
+    SiluMul {
+        /// `[M, I]`, the MLP's product.
+        out: CudaViewMut<'a, bf16>,
+    },
 }
 
 impl Epilogue<'_> {
@@ -43,6 +49,7 @@ impl Epilogue<'_> {
         match self {
             Epilogue::Store { .. } => EpilogueKind::Store,
             Epilogue::PeriLn { .. } => EpilogueKind::PeriLn,
+            Epilogue::SiluMul { .. } => EpilogueKind::SiluMul,
         }
     }
 
@@ -77,6 +84,7 @@ impl Epilogue<'_> {
                 output("x_out", x_out, mn)?;
                 output("h_out", h_out, mn)
             }
+            Epilogue::SiluMul { out } => output("out", out, mn / 2),
         }
     }
 
@@ -91,6 +99,9 @@ impl Epilogue<'_> {
                 after.push(b);
                 before.push(b);
                 b.arg(x_out).arg(h_out);
+            }
+            Epilogue::SiluMul { out } => {
+                b.arg(out);
             }
         }
     }

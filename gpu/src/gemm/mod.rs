@@ -16,8 +16,11 @@
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
 //!   model into the GEMM: a plan fixes its [`EpilogueKind`] ([`GemmPlan::skinny_epilogue`]) and
 //!   [`Gemm::run_with`] takes the op's buffers as an [`Epilogue`]. [`EpilogueKind::PeriLn`] after
-//!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product, with the same bits
+//!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product, and
+//!   [`EpilogueKind::SiluMul`] after gate/up [`crate::ops::SiluMul::run`], each with the same bits
 //!   and one launch fewer. cuBLASLt plans only store.
+//! - [`layout`] defines the row orders of the weights whose epilogues pair outputs (gate/up
+//!   interleaved), which the standalone ops read too.
 //! - [`Gemm`] loads a plan once; [`Gemm::run`] and [`Gemm::run_with`] check the buffers and only
 //!   launch, so a CUDA graph captures them and a benchmark times them alone.
 //!
@@ -39,6 +42,7 @@
 
 pub mod cublaslt;
 pub mod epilogue;
+pub mod layout;
 pub mod plan;
 pub mod skinny;
 

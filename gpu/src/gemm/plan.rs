@@ -92,16 +92,21 @@ pub enum EpilogueKind {
     /// The Peri-LN residual step of [`crate::ops::PeriLn::residual`] on the product (after o_proj
     /// and down_proj): the residual stream and the next sublayer's input, no `y`.
     PeriLn,
+    /// [`crate::ops::SiluMul::run`] on the product of the gate/up weight in its interleaved
+    /// layout ([`super::layout`]): N = `2 I`, a multiple of 16, and `I` output columns.
+    SiluMul,
 }
 
 impl EpilogueKind {
     /// Every kind.
-    pub const ALL: [EpilogueKind; 2] = [EpilogueKind::Store, EpilogueKind::PeriLn];
+    pub const ALL: [EpilogueKind; 3] = [EpilogueKind::Store, EpilogueKind::PeriLn, EpilogueKind::SiluMul];
 
-    /// The fewest rows of W per CTA the kind takes.
+    /// The fewest rows of W per CTA the kind takes: 16 where it pairs rows 8 apart in one
+    /// 16-row mma tile.
     pub fn min_rows(self) -> usize {
         match self {
             EpilogueKind::Store | EpilogueKind::PeriLn => SKINNY_ROWS[0],
+            EpilogueKind::SiluMul => 16,
         }
     }
 
@@ -110,6 +115,18 @@ impl EpilogueKind {
         match self {
             EpilogueKind::Store => "",
             EpilogueKind::PeriLn => "_periln",
+            EpilogueKind::SiluMul => "_silu_mul",
+        }
+    }
+
+    /// Checks what the kind needs of the GEMM's shape beyond [`GemmShape::validate`].
+    fn check(self, shape: GemmShape) -> Result<()> {
+        match self {
+            EpilogueKind::SiluMul if !shape.n.is_multiple_of(16) => Err(unsupported(
+                "gemm skinny",
+                format!("the SiluMul epilogue takes whole groups of 8 gate and 8 up rows: N must be a multiple of 16, got {}", shape.n),
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -197,6 +214,7 @@ impl GemmPlan {
     /// The skinny kernel with `rows` rows of W per CTA and `epilogue`.
     pub fn skinny_rows_epilogue(shape: GemmShape, rows: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
+        epilogue.check(shape)?;
         let takes = |rows: usize| SKINNY_ROWS.contains(&rows) && rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
         if !takes(rows) {
             let allowed: Vec<usize> = SKINNY_ROWS.into_iter().filter(|&r| takes(r)).collect();
@@ -315,6 +333,7 @@ mod tests {
         match kind {
             EpilogueKind::Store => "STORE",
             EpilogueKind::PeriLn => "PERILN",
+            EpilogueKind::SiluMul => "SILU_MUL",
         }
     }
 
@@ -348,7 +367,7 @@ mod tests {
                     assert_eq!(plan.epilogue, kind);
                     assert_eq!((t.m_tile, t.slabs), (store.m_tile, store.slabs));
                     assert_eq!(t.rows, store.rows.max(kind.min_rows()), "{kind:?} {s}");
-                    assert_eq!(t.entry, format!("{}{}", store.entry, kind.suffix()));
+                    assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}{}", t.m_tile, t.rows, kind.suffix()));
                 }
             }
         }
@@ -358,6 +377,27 @@ mod tests {
         for plan in [GemmPlan::cublaslt(shape(3, 64, 64)).unwrap(), GemmPlan::auto(shape(3, 64, 64), 132).unwrap()] {
             assert_eq!(plan.epilogue, EpilogueKind::Store);
         }
+        // asynct-0.5b's gate/up at one row: 16 rows per CTA fill the SMs (384 CTAs).
+        let silu = GemmPlan::skinny_epilogue(shape(1, 6144, 1024), H200_SMS, EpilogueKind::SiluMul).unwrap();
+        assert_eq!(skinny(&silu).entry, "gemm_skinny_m8_r16_silu_mul");
+        assert_eq!(silu.name(), "skinny-m8-r16-silu-mul");
+    }
+
+    #[test]
+    fn pairing_epilogues_refuse_8_rows_per_cta_and_partial_groups() {
+        let refused = |plan: Result<GemmPlan>, needle: &str| {
+            let err = plan.unwrap_err().to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+        };
+        refused(
+            GemmPlan::skinny_rows_epilogue(shape(1, 64, 64), 8, EpilogueKind::SiluMul),
+            "`rows` must be one of [16, 32, 64] for M = 1 (x tile 8) and the SiluMul epilogue, got 8",
+        );
+        refused(GemmPlan::skinny_epilogue(shape(1, 72, 64), H200_SMS, EpilogueKind::SiluMul), "multiple of 16, got 72");
+        assert_eq!(
+            skinny(&GemmPlan::skinny_epilogue(shape(64, 64, 64), H200_SMS, EpilogueKind::SiluMul).unwrap()).rows,
+            16
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The MLP's gated product, `silu(gate) * up`, on the output of one fused gate/up GEMM
-//! (`silu_mul.cu`).
+//! (`silu_mul.cu`), whose weight is in the interleaved gate/up layout of [`crate::gemm::layout`].
+//! The skinny GEMM's [`crate::gemm::EpilogueKind::SiluMul`] computes the same bits inside the
+//! GEMM (decode rows); this op serves the rows cuBLASLt computes.
 
 use std::sync::Arc;
 
@@ -23,9 +25,10 @@ impl SiluMul {
         Ok(Self { stream: gpu.stream().clone(), func: gpu.function(&SILU_MUL, "silu_mul")? })
     }
 
-    /// `out[t, c] = bf16(silu(gate_up[t, c]) * gate_up[t, I + c])`: `gate_up` is
-    /// `[tokens, 2 * intermediate]` (each row the gate projection, then the up projection),
-    /// `out` `[tokens, intermediate]`; `intermediate` a multiple of 8. Launch only.
+    /// `out[t, c] = bf16(silu(gate[t, c]) * up[t, c])`: `gate_up` is `[tokens, 2 * intermediate]`
+    /// with each row in the interleaved layout ([`crate::gemm::layout`]: channel `c = 8 i + j`'s
+    /// gate at `16 i + j`, its up at `16 i + 8 + j`), `out` `[tokens, intermediate]`;
+    /// `intermediate` a multiple of 8. Launch only.
     pub fn run(
         &self,
         gate_up: &CudaView<'_, bf16>,

@@ -3,18 +3,21 @@
 //! Linear weights stay bf16 in the checkpoint's `[out, in]` layout (`y = x W^T`), and the GEMMs
 //! that share an input are fused by stacking their rows, so one launch reads the input once:
 //! q, k and v into one `[(Hq + 2 Hkv) D, hidden]` matrix (the row layout `qk_norm_rope_cache`
-//! reads: q heads, then k heads, then v heads), gate and up into one `[2 I, hidden]` matrix (the
-//! row layout `silu_mul` reads: gate, then up). Norm parameters and the HP1 gains go up as f32,
-//! exact for bf16 checkpoints. A tied model uploads its embedding once and uses it as the head.
+//! reads: q heads, then k heads, then v heads), gate and up into one `[2 I, hidden]` matrix with
+//! their rows interleaved in groups of 8 ([`gpu::gemm::layout`] defines it: the layout the skinny
+//! GEMM's SiLU-multiply epilogue pairs and `silu_mul` reads). Norm parameters and the HP1 gains
+//! go up as f32, exact for bf16 checkpoints. A tied model uploads its embedding once and uses it
+//! as the head.
 //!
-//! The host side ([`stacked_rows`]) is plain and tested without a GPU; [`DeviceWeights::upload`]
-//! only copies.
+//! The host side ([`stacked_rows`], [`gate_up_rows`]) is plain and tested without a GPU;
+//! [`DeviceWeights::upload`] only copies.
 
 use half::bf16;
 use ndarray::{Array1, Array2};
 use oracle::model::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
 
 use cudarc::driver::CudaSlice;
+use gpu::gemm::layout;
 use gpu::ops::UClipNormParams;
 use gpu::Gpu;
 
@@ -24,7 +27,7 @@ pub struct DeviceLayer {
     pub qkv: CudaSlice<bf16>,
     /// `[hidden, Hq D]`.
     pub o: CudaSlice<bf16>,
-    /// `[2 I, hidden]`: gate_proj, up_proj stacked.
+    /// `[2 I, hidden]`: gate_proj and up_proj rows interleaved ([`gate_up_rows`]).
     pub gate_up: CudaSlice<bf16>,
     /// `[hidden, I]`.
     pub down: CudaSlice<bf16>,
@@ -125,7 +128,7 @@ fn upload_layer(
     Ok(DeviceLayer {
         qkv: matrix(stacked_rows(&[&a.q_proj, &a.k_proj, &a.v_proj]))?,
         o: matrix(stacked_rows(&[&a.o_proj]))?,
-        gate_up: matrix(stacked_rows(&[&l.gate_proj, &l.up_proj]))?,
+        gate_up: matrix(gate_up_rows(&l.gate_proj, &l.up_proj))?,
         down: matrix(stacked_rows(&[&l.down_proj]))?,
         q_norm: norm("self_attn.q_norm", d, &a.q_norm)?,
         k_norm: norm("self_attn.k_norm", d, &a.k_norm)?,
@@ -159,6 +162,13 @@ pub fn stacked_rows(matrices: &[&Array2<bf16>]) -> Vec<bf16> {
     rows
 }
 
+/// The fused gate/up weight as the device holds it: the rows of `gate` and `up` (each
+/// `[I, hidden]`) interleaved in groups of 8, the layout of [`gpu::gemm::layout`].
+pub fn gate_up_rows(gate: &Array2<bf16>, up: &Array2<bf16>) -> Vec<bf16> {
+    let inter = gate.nrows();
+    layout::permute_rows(&stacked_rows(&[gate, up]), gate.ncols(), |r| layout::gate_up_source(r, inter))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +183,22 @@ mod tests {
         let v = v_t.t().to_owned();
         let got: Vec<f32> = stacked_rows(&[&q, &k, &v]).iter().map(|x| x.to_f32()).collect();
         assert_eq!(got, vec![0., 1., 2., 3., 4., 5., 10., 11., 12., 20., 21., 22., 23., 24., 25.]);
+    }
+
+    #[test]
+    fn gate_and_up_rows_alternate_in_groups_of_eight() {
+        let (inter, hidden) = (24, 2);
+        let b = |x: usize| bf16::from_f32(x as f32);
+        // Distinct integers below 256, exact in bf16.
+        let gate = Array2::from_shape_fn((inter, hidden), |(r, c)| b(2 * r + c));
+        let up = Array2::from_shape_fn((inter, hidden), |(r, c)| b(128 + 2 * r + c));
+        let got: Vec<f32> = gate_up_rows(&gate, &up).iter().map(|x| x.to_f32()).collect();
+        let row = |w: &Array2<bf16>, r: usize| w.row(r).iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+        let mut want = Vec::new();
+        for i in 0..inter / 8 {
+            (0..8).for_each(|j| want.extend(row(&gate, 8 * i + j)));
+            (0..8).for_each(|j| want.extend(row(&up, 8 * i + j)));
+        }
+        assert_eq!(got, want);
     }
 }

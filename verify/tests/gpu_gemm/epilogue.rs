@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
 use gpu::gemm::{Epilogue, EpilogueKind, Gemm, GemmPath, GemmPlan, GemmShape, SKINNY_ROWS};
-use gpu::ops::{PeriLn, UClipNormParams};
+use gpu::ops::{PeriLn, SiluMul, UClipNormParams};
 use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
@@ -140,6 +140,42 @@ pub fn periln(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
+/// gate/up (N 6144 = 2 I, K 1024) with the SiLU-multiply fused, against the plain skinny GEMM
+/// then `SiluMul::run` on its `[M, 2 I]` output (the interleaved layout both read): the same bits,
+/// every element written.
+pub fn silu_mul(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let op = g(SiluMul::new(gpu))?;
+    let (n, k) = (6144usize, 1024usize);
+    let inter = n / 2;
+    let seed = 9500;
+    let w = g(gpu.upload(&draw_w(seed, n, k)))?;
+    let mut runs = 0;
+    for (i, m) in MS.into_iter().enumerate() {
+        let shape = GemmShape { m, n, k };
+        let x = g(gpu.upload(&draw_x(seed + 1 + i as u64, m, k)))?;
+        let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
+        let mut gate_up = poisoned(gpu, m * n)?;
+        g(plain.run(&x.as_view(), &w.as_view(), &mut gate_up.as_view_mut()))?;
+        let mut want = poisoned(gpu, m * inter)?;
+        g(op.run(&gate_up.as_view(), inter, &mut want.as_view_mut()))?;
+        let want = g(gpu.download(&want))?;
+        all_finite(&format!("unfused gate/up M {m}"), &want)?;
+        for plan in epilogue_plans(shape, EpilogueKind::SiluMul, sms)? {
+            let label = format!("gate/up M {m} rows {}", rows(&plan));
+            let fused = g(Gemm::new(gpu, plan))?;
+            let mut out = poisoned(gpu, m * inter)?;
+            g(fused.run_with(&x.as_view(), &w.as_view(), Epilogue::SiluMul { out: out.as_view_mut() }))?;
+            let got = g(gpu.download(&out))?;
+            all_finite(&label, &got)?;
+            same_bits(&label, &got, &want)?;
+            runs += 1;
+        }
+    }
+    println!("  gate/up N {n} K {k}: {runs} fused runs give the unfused bits");
+    Ok(())
+}
+
 /// The Peri-LN epilogue over `residual`.
 fn periln_over<'a>(
     residual: &'a CudaSlice<bf16>,
@@ -161,8 +197,8 @@ fn refused(what: &str, result: gpu::Result<()>, needle: &str) -> Check {
 }
 
 /// `run_with` refuses, before launching (the outputs stay poisoned): an epilogue the plan was not
-/// made for (both ways, and on a cuBLASLt plan), buffers of the wrong length or alignment, and
-/// norms over the wrong channels.
+/// made for (both ways, and on a cuBLASLt plan), buffers of the wrong length or alignment (a
+/// SiluMul output as wide as the GEMM's among them), and norms over the wrong channels.
 pub fn refusals(gpu: &Arc<Gpu>) -> Check {
     let sms = g(gpu.multiprocessors())?;
     let (m, n, k) = (4usize, 64usize, 64usize);
@@ -216,6 +252,12 @@ pub fn refusals(gpu: &Arc<Gpu>) -> Check {
         h_out: h_out.as_view_mut(),
     };
     refused("a short residual", fused.run_with(&xv, &wv, short), "`x (the residual)` has")?;
+    let silu = g(Gemm::new(gpu, g(GemmPlan::skinny_epilogue(shape, sms, EpilogueKind::SiluMul))?))?;
+    refused(
+        "a SiluMul out of N columns, not N / 2",
+        silu.run_with(&xv, &wv, Epilogue::SiluMul { out: y.as_view_mut() }),
+        "`out` has 256 elements, 128",
+    )?;
     for (what, got) in [("y", &y), ("x_out", &x_out), ("h_out", &h_out)] {
         if !g(gpu.download(got))?.iter().all(|v| v.to_bits() == POISON.to_bits()) {
             return Err(format!("a refused run wrote `{what}`"));

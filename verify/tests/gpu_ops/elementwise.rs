@@ -1,8 +1,9 @@
-//! The elementwise ops against the oracle: embedding gather, SiLU-multiply, the fused Peri-LN
-//! residual step and the plain norm.
+//! The elementwise ops against the oracle: embedding gather, SiLU-multiply (on the interleaved
+//! gate/up layout), the fused Peri-LN residual step and the plain norm.
 
 use std::sync::Arc;
 
+use gpu::gemm::layout;
 use gpu::ops::{check_token_ids, Embedding, Faults, PeriLn, SiluMul};
 use gpu::Gpu;
 use half::bf16;
@@ -73,9 +74,19 @@ pub fn embedding_gathers_rows_bit_for_bit(gpu: &Arc<Gpu>) -> Check {
     }
 }
 
+/// The gate/up GEMM's output in the device layout: each token's row of `[gate; up]` (`2 I`)
+/// reordered as the interleaved gate/up weight orders its rows (`gpu::gemm::layout`).
+fn interleaved(gate_up: &[bf16], inter: usize) -> Vec<bf16> {
+    gate_up
+        .chunks(2 * inter)
+        .flat_map(|row| layout::permute_rows(row, 1, |r| layout::gate_up_source(r, inter)))
+        .collect()
+}
+
 pub fn silu_mul_matches_the_oracle(gpu: &Arc<Gpu>) -> Check {
     let op = g(SiluMul::new(gpu))?;
     for (case, &(tokens, inter)) in [(1usize, 64usize), (7, 1024), (300, 192), (300, 1536)].iter().enumerate() {
+        // Each row the gate projection, then the up projection; uploaded interleaved.
         let mut gate_up = random_bf16(&Counter::new(200 + case as u64, 1), tokens * 2 * inter, 6.0);
         // Gates far into both tails, where exp(-g) is huge or tiny (still finite in f32).
         for (k, v) in [30.0, -30.0, -80.0, 80.0, 0.0].into_iter().enumerate() {
@@ -89,7 +100,7 @@ pub fn silu_mul_matches_the_oracle(gpu: &Arc<Gpu>) -> Check {
                 round_bf16(gv / (1.0 + (-gv).exp()) * uv)
             })
             .collect();
-        let gate_up_d = g(gpu.upload(&gate_up))?;
+        let gate_up_d = g(gpu.upload(&interleaved(&gate_up, inter)))?;
         let mut out = g(gpu.upload(&vec![POISON; tokens * inter]))?;
         g(op.run(&gate_up_d.as_view(), inter, &mut out.as_view_mut()))?;
         let got = g(gpu.download(&out))?;
