@@ -63,7 +63,7 @@ impl DecodeGraphs {
         for &r in &rows {
             for &w in &widths {
                 let split = Split { decodes: r, seqs: r, max_query_len: 0 };
-                launches.push(model.plan(StepShape { tokens: r, split, picked: r, width: w })?);
+                launches.push(model.plan(StepShape { tokens: r, split, picked: r, picked_all: true, width: w })?);
             }
         }
         let total = launches.len();
@@ -189,7 +189,7 @@ mod tests {
         let step =
             StepInput { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], logits: LogitRows::LastPerSeq };
         let split = Split { decodes: 4, seqs: 4, max_query_len: 0 };
-        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, width: 3 });
+        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, picked_all: true, width: 3 });
         let s = padded.step();
         assert_eq!(s.token_ids, &[11, 12, 0, 0]);
         assert_eq!(s.slot_mapping, &[67, 86, -1, -1]);

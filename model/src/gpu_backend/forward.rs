@@ -35,13 +35,15 @@ use oracle::model::forward::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    plan_step, GateParams, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan, PrefillOperands,
+    plan_step, GateCounts, GateStats, GateParams, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan, PrefillOperands,
     RowOperands, StepGeometry, StepPlan,
 };
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
+use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::{Gpu, Graph};
 
-use super::linear::{Linears, RowSplit};
+use super::linear::{Lane, Linears, RowSplit};
+use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
@@ -111,6 +113,14 @@ pub struct GpuModel {
     linears: Linears,
     gate: GateParams,
     heads: HeadShape,
+    fusion: Fusion,
+    gates: Option<GateMeter>,
+}
+
+/// The gate-statistics kernel and its two counters, while the gates are being measured.
+struct GateMeter {
+    kernel: GateStats,
+    counters: CudaSlice<u64>,
 }
 
 /// A step's static facts: all that picks its kernels and sizes its launches (SPEC section 6).
@@ -122,6 +132,8 @@ pub struct StepShape {
     pub split: Split,
     /// Rows that get logits.
     pub picked: usize,
+    /// Whether those are every row in order (the LM head then reads `h` with no gather).
+    pub picked_all: bool,
     /// Columns its block tables were uploaded with.
     pub width: usize,
 }
@@ -130,12 +142,18 @@ pub struct StepShape {
 pub struct StepLaunch {
     shape: StepShape,
     attn: AttnPlan,
+    program: StepProgram,
 }
 
 impl StepLaunch {
     /// The shape planned for.
     pub fn shape(&self) -> StepShape {
         self.shape
+    }
+
+    /// The launches, in order.
+    pub fn program(&self) -> &StepProgram {
+        &self.program
     }
 
     /// Split-K workspace and counter elements the launches use.
@@ -227,6 +245,8 @@ impl GpuModel {
             kernels,
             gate,
             heads,
+            fusion: Fusion::from_env(),
+            gates: None,
         };
         // The widest step's split-K workspace, once: no plan needs more, so the device memory in
         // use is the same from the first step on, and no step moves memory a graph points at.
@@ -244,6 +264,27 @@ impl GpuModel {
     /// The cache.
     pub fn cache(&self) -> &DeviceCache {
         &self.cache
+    }
+
+    /// Starts (zeroing the counts) or stops counting the gate's exact zeros in the decode rows'
+    /// attention of every step planned after. Graphs captured before do not count: a caller
+    /// measuring runs its steps eagerly.
+    pub fn measure_gates(&mut self, on: bool) -> Result<()> {
+        self.gates = match on {
+            false => None,
+            true => {
+                let kernel = GateStats::new(&self.gpu)?;
+                let mut counters = self.gpu.zeros::<u64>(2)?;
+                kernel.zero(&mut counters.as_view_mut())?;
+                Some(GateMeter { kernel, counters })
+            }
+        };
+        Ok(())
+    }
+
+    /// The gate counts since [`GpuModel::measure_gates`] began, if it is on (waits for the device).
+    pub fn gate_counts(&self) -> Result<Option<GateCounts>> {
+        self.gates.as_ref().map(|g| Ok(g.kernel.read(&g.counters.as_view())?)).transpose()
     }
 
     /// Device bytes of the weights.
@@ -291,29 +332,45 @@ impl GpuModel {
     /// that get logits, in their order) to the device, and returns its shape.
     pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepShape> {
         let split = self.bufs.upload(&self.gpu, step, picked)?;
+        let tokens = step.token_ids.len();
         Ok(StepShape {
-            tokens: step.token_ids.len(),
+            tokens,
             split,
             picked: picked.len(),
+            picked_all: picked.len() == tokens && picked.iter().zip(0..).all(|(&r, i)| r == i),
             width: step.meta.block_table.ncols(),
         })
     }
 
-    /// Plans the launches of `shape`, loading kernels and GEMMs and growing the eager split-K
-    /// workspace as they need.
+    /// Plans the launches of `shape`: its attention, then its program, loading every kernel and
+    /// GEMM the program names.
     pub fn plan(&mut self, shape: StepShape) -> Result<StepLaunch> {
         let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
-        let d = self.dims.clone();
+        let program = StepProgram::build(ProgramShape {
+            layers: self.dims.num_layers,
+            rows: row_split(shape),
+            attention_on_rows: matches!(attn, AttnPlan::Decode(_)),
+            picked: shape.picked,
+            picked_all: shape.picked_all,
+            fusion: self.fusion,
+            gate_stats: self.gates.is_some(),
+        });
         let rows = row_split(shape);
-        let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
-        let (hidden, inter) = (d.hidden_size, d.intermediate_size);
-        for (n, k) in [(qkv_width, hidden), (hidden, q_width), (2 * inter, hidden), (hidden, inter)] {
-            self.linears.prepare(rows, n, k)?;
+        for op in &program.ops {
+            match *op {
+                Op::Linear { weight, lane, epilogue, .. } => {
+                    let (n, k) = self.gemm_nk(weight);
+                    let m = rows.lane(lane).1;
+                    self.linears.prepare(lane, GemmShape { m, n, k }, epilogue)?;
+                }
+                Op::LmHead { .. } => {
+                    let shape = GemmShape { m: shape.picked, n: self.dims.vocab_size, k: self.dims.hidden_size };
+                    self.linears.prepare(Lane::Rows, shape, EpilogueKind::Store)?;
+                }
+                _ => {}
+            }
         }
-        if shape.picked > 0 {
-            self.linears.prepare(RowSplit { decodes: shape.picked, chunks: 0 }, d.vocab_size, hidden)?;
-        }
-        let launch = StepLaunch { shape, attn };
+        let launch = StepLaunch { shape, attn, program };
         let (ws, counters) = launch.workspace();
         if ws > self.bufs.workspace.len() || counters > self.bufs.counters.len() {
             return Err(Error::Executor(format!(
@@ -324,6 +381,17 @@ impl GpuModel {
             )));
         }
         Ok(launch)
+    }
+
+    /// `(n, k)` of a weight's GEMM.
+    fn gemm_nk(&self, weight: Weight) -> (usize, usize) {
+        let (hidden, inter) = (self.dims.hidden_size, self.dims.intermediate_size);
+        match weight {
+            Weight::Qkv => (self.heads.qkv_width(), hidden),
+            Weight::O => (hidden, self.heads.q_width()),
+            Weight::GateUp => (2 * inter, hidden),
+            Weight::Down => (hidden, inter),
+        }
     }
 
     /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
@@ -337,103 +405,211 @@ impl GpuModel {
         })
     }
 
-    /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape).
+    /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape):
+    /// its program's ops, in order.
     pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
-        let StepShape { tokens: t, split, picked, width } = launch.shape;
-        let attn = &launch.attn;
+        let StepShape { tokens: t, split, picked, width, .. } = launch.shape;
         let rows = row_split(launch.shape);
         let d = self.dims.clone();
         let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, .. } = self;
-        let (th, ti) = (t * hidden, t * inter);
-        k.embedding.run(
-            &w.embed_tokens.as_view(),
-            vocab,
-            &b.ids.slice(..t),
-            &mut b.x.slice_mut(..th),
-            &mut k.faults,
-        )?;
-        k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?;
-        let decode_rows = match attn {
-            AttnPlan::Decode(a) => Some((a, split.seqs)),
-            AttnPlan::Split { decodes, .. } => decodes.as_ref().map(|a| (a, split.decodes)),
+        let nk = |weight| match weight {
+            Weight::Qkv => (qkv_width, hidden),
+            Weight::O => (hidden, q_width),
+            Weight::GateUp => (2 * inter, hidden),
+            Weight::Down => (hidden, inter),
         };
-        if let Some((a, seqs)) = decode_rows {
-            let rows = a.plan().geometry.rows;
-            a.build_rows(RowOperands {
-                query_start_loc: b.meta.query_start_loc.slice(..seqs + 1),
-                seq_lens: b.meta.seq_lens.slice(..seqs),
-                num_seqs: seqs,
-                row_seq: b.row_seq.slice_mut(..rows),
-                row_len: b.row_len.slice_mut(..rows),
-            })?;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, .. } = self;
+        let span = |r: Rows| match r {
+            Rows::Decodes => 0..rows.decodes,
+            Rows::Chunks => rows.decodes..t,
+            Rows::All => 0..t,
+        };
+        // Elements of `width`-wide rows `r`.
+        let el = |r: &std::ops::Range<usize>, width: usize| r.start * width..r.end * width;
+        let (th, all) = (t * hidden, 0..t);
+        for op in &launch.program.ops {
+            match *op {
+                Op::Embed => k.embedding.run(
+                    &w.embed_tokens.as_view(),
+                    vocab,
+                    &b.ids.slice(..t),
+                    &mut b.x.slice_mut(..th),
+                    &mut k.faults,
+                )?,
+                Op::InputNorm => {
+                    k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?
+                }
+                Op::BuildRows => {
+                    let (a, seqs) = match &launch.attn {
+                        AttnPlan::Decode(a) => (a, split.seqs),
+                        AttnPlan::Split { decodes: Some(a), .. } => (a, split.decodes),
+                        AttnPlan::Split { decodes: None, .. } => {
+                            return Err(Error::Executor("per-row metadata for a step without decode rows".into()))
+                        }
+                    };
+                    let n = a.plan().geometry.rows;
+                    a.build_rows(RowOperands {
+                        query_start_loc: b.meta.query_start_loc.slice(..seqs + 1),
+                        seq_lens: b.meta.seq_lens.slice(..seqs),
+                        num_seqs: seqs,
+                        row_seq: b.row_seq.slice_mut(..n),
+                        row_len: b.row_len.slice_mut(..n),
+                    })?;
+                }
+                Op::Linear { layer, weight, lane, epilogue } => {
+                    let (first, m) = rows.lane(lane);
+                    let r = first..first + m;
+                    let (n, kk) = nk(weight);
+                    let gemm = linears.get(lane, GemmShape { m, n, k: kk }, epilogue)?;
+                    let lw = &w.layers[layer];
+                    let next = w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm);
+                    let (hr, attn_r, mlp_r) = (el(&r, hidden), el(&r, q_width), el(&r, inter));
+                    let (x, wv, epi) = match (weight, epilogue) {
+                        (Weight::Qkv, EpilogueKind::Store) => (
+                            b.h.slice(hr),
+                            lw.qkv.as_view(),
+                            Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) },
+                        ),
+                        (Weight::O, EpilogueKind::Store) => {
+                            (b.attn.slice(attn_r), lw.o.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
+                        }
+                        (Weight::O, EpilogueKind::PeriLn) => (
+                            b.attn.slice(attn_r),
+                            lw.o.as_view(),
+                            Epilogue::PeriLn {
+                                x: b.x.slice(hr.clone()),
+                                after: &lw.post_attention_norm,
+                                before: &lw.pre_feedforward_norm,
+                                x_out: b.x_next.slice_mut(hr.clone()),
+                                h_out: b.h.slice_mut(hr),
+                            },
+                        ),
+                        (Weight::GateUp, EpilogueKind::Store) => (
+                            b.h.slice(hr),
+                            lw.gate_up.as_view(),
+                            Epilogue::Store { y: b.gate_up.slice_mut(el(&r, 2 * inter)) },
+                        ),
+                        (Weight::GateUp, EpilogueKind::SiluMul) => {
+                            (b.h.slice(hr), lw.gate_up.as_view(), Epilogue::SiluMul { out: b.mlp.slice_mut(mlp_r) })
+                        }
+                        (Weight::Down, EpilogueKind::Store) => {
+                            (b.mlp.slice(mlp_r), lw.down.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
+                        }
+                        (Weight::Down, EpilogueKind::PeriLn) => (
+                            b.mlp.slice(mlp_r),
+                            lw.down.as_view(),
+                            Epilogue::PeriLn {
+                                x: b.x_next.slice(hr.clone()),
+                                after: &lw.post_feedforward_norm,
+                                before: next,
+                                x_out: b.x.slice_mut(hr.clone()),
+                                h_out: b.h.slice_mut(hr),
+                            },
+                        ),
+                        (weight, epilogue) => {
+                            return Err(Error::Executor(format!("no {epilogue:?} epilogue after the {weight:?} GEMM")))
+                        }
+                    };
+                    gemm.run_with(&x, &wv, epi)?;
+                }
+                Op::QkNormRopeCache { layer, rows: r } => {
+                    let r = span(r);
+                    let lw = &w.layers[layer];
+                    let inputs = QkvInputs {
+                        qkv: b.qkv.slice(el(&r, qkv_width)),
+                        positions: b.positions.slice(r.clone()),
+                        slot_mapping: b.slots.slice(r.clone()),
+                    };
+                    let mut outputs = QkvOutputs {
+                        q: b.q.slice_mut(el(&r, q_width)),
+                        key_cache: cache.key[layer].as_view_mut(),
+                        value_cache: cache.value[layer].as_view_mut(),
+                    };
+                    k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
+                }
+                Op::Attention { layer, part } => {
+                    let l = LayerRef {
+                        key: &cache.key[layer],
+                        value: &cache.value[layer],
+                        weights: &w.layers[layer],
+                        gate,
+                        q_width,
+                        width,
+                    };
+                    attention_part(&launch.attn, part, l, b, split)?;
+                }
+                Op::GateStats { layer, part } => {
+                    let meter = gates.as_mut().ok_or_else(|| {
+                        Error::Executor("a step planned with gate statistics runs after they stopped".into())
+                    })?;
+                    let a = match (&launch.attn, part) {
+                        (AttnPlan::Decode(a), AttnPart::Rows) => a,
+                        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => a,
+                        _ => return Err(Error::Executor(format!("gate statistics of a {part:?} attention"))),
+                    };
+                    let seqs = if part == AttnPart::Rows { split.seqs } else { split.decodes };
+                    let geometry = a.plan().geometry;
+                    let n = geometry.rows;
+                    let l = LayerRef {
+                        key: &cache.key[layer],
+                        value: &cache.value[layer],
+                        weights: &w.layers[layer],
+                        gate,
+                        q_width,
+                        width,
+                    };
+                    let bufs = l.buffers(&b.q, 0..n, &b.meta.block_table, seqs, b.attn.slice_mut(..n * q_width));
+                    meter.kernel.run(
+                        &bufs,
+                        &b.row_seq.slice(..n),
+                        &b.row_len.slice(..n),
+                        &geometry,
+                        gate,
+                        &mut meter.counters.as_view_mut(),
+                    )?;
+                }
+                Op::PeriLn { layer, sublayer, rows: r } => {
+                    let r = el(&span(r), hidden);
+                    let lw = &w.layers[layer];
+                    match sublayer {
+                        Sublayer::Attention => k.peri_ln.residual(
+                            &b.proj.slice(r.clone()),
+                            &b.x.slice(r.clone()),
+                            &lw.post_attention_norm,
+                            &lw.pre_feedforward_norm,
+                            &mut b.x_next.slice_mut(r.clone()),
+                            &mut b.h.slice_mut(r),
+                        )?,
+                        Sublayer::Mlp => k.peri_ln.residual(
+                            &b.proj.slice(r.clone()),
+                            &b.x_next.slice(r.clone()),
+                            &lw.post_feedforward_norm,
+                            w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm),
+                            &mut b.x.slice_mut(r.clone()),
+                            &mut b.h.slice_mut(r),
+                        )?,
+                    }
+                }
+                Op::SiluMul { rows: r, .. } => {
+                    let r = span(r);
+                    k.silu.run(&b.gate_up.slice(el(&r, 2 * inter)), inter, &mut b.mlp.slice_mut(el(&r, inter)))?;
+                }
+                Op::Gather => k.embedding.run(
+                    &b.h.slice(..th),
+                    t,
+                    &b.logit_rows.slice(..picked),
+                    &mut b.picked.slice_mut(..picked * hidden),
+                    &mut k.faults,
+                )?,
+                Op::LmHead { direct } => {
+                    let gemm = linears.get(Lane::Rows, GemmShape { m: picked, n: vocab, k: hidden }, EpilogueKind::Store)?;
+                    let x = if direct { b.h.slice(el(&all, hidden)) } else { b.picked.slice(..picked * hidden) };
+                    let y = b.logits.slice_mut(..picked * vocab);
+                    gemm.run_with(&x, &w.head().as_view(), Epilogue::Store { y })?;
+                }
+            }
         }
-        for (l, lw) in w.layers.iter().enumerate() {
-            linears.run(
-                rows,
-                b.h.slice(..th),
-                lw.qkv.as_view(),
-                b.qkv.slice_mut(..t * qkv_width),
-                qkv_width,
-                hidden,
-            )?;
-            let inputs = QkvInputs {
-                qkv: b.qkv.slice(..t * qkv_width),
-                positions: b.positions.slice(..t),
-                slot_mapping: b.slots.slice(..t),
-            };
-            let mut outputs = QkvOutputs {
-                q: b.q.slice_mut(..t * q_width),
-                key_cache: cache.key[l].as_view_mut(),
-                value_cache: cache.value[l].as_view_mut(),
-            };
-            k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
-            let layer = LayerRef { key: &cache.key[l], value: &cache.value[l], weights: lw, gate, q_width, width };
-            attention_layer(attn, layer, b, split)?;
-            linears.run(rows, b.attn.slice(..t * q_width), lw.o.as_view(), b.proj.slice_mut(..th), hidden, q_width)?;
-            k.peri_ln.residual(
-                &b.proj.slice(..th),
-                &b.x.slice(..th),
-                &lw.post_attention_norm,
-                &lw.pre_feedforward_norm,
-                &mut b.x_next.slice_mut(..th),
-                &mut b.h.slice_mut(..th),
-            )?;
-            linears.run(
-                rows,
-                b.h.slice(..th),
-                lw.gate_up.as_view(),
-                b.gate_up.slice_mut(..2 * ti),
-                2 * inter,
-                hidden,
-            )?;
-            k.silu.run(&b.gate_up.slice(..2 * ti), inter, &mut b.mlp.slice_mut(..ti))?;
-            linears.run(rows, b.mlp.slice(..ti), lw.down.as_view(), b.proj.slice_mut(..th), hidden, inter)?;
-            let next = w.layers.get(l + 1).map_or(&w.norm, |n| &n.input_norm);
-            k.peri_ln.residual(
-                &b.proj.slice(..th),
-                &b.x_next.slice(..th),
-                &lw.post_feedforward_norm,
-                next,
-                &mut b.x.slice_mut(..th),
-                &mut b.h.slice_mut(..th),
-            )?;
-        }
-        if picked == 0 {
-            return Ok(());
-        }
-        // `h` holds the final norm of every row now; the rows that get logits are gathered.
-        let (ph, pv) = (picked * hidden, picked * vocab);
-        k.embedding.run(
-            &b.h.slice(..th),
-            t,
-            &b.logit_rows.slice(..picked),
-            &mut b.picked.slice_mut(..ph),
-            &mut k.faults,
-        )?;
-        let head = RowSplit { decodes: picked, chunks: 0 };
-        linears.run(head, b.picked.slice(..ph), w.head().as_view(), b.logits.slice_mut(..pv), vocab, hidden)?;
         Ok(())
     }
 
@@ -514,8 +690,8 @@ impl<'a> LayerRef<'a> {
     }
 }
 
-/// One layer's attention over `b.q` into `b.attn`, as the step's plan says.
-fn attention_layer(attn: &AttnPlan, layer: LayerRef<'_>, b: &mut StepBuffers, split: Split) -> Result<()> {
+/// One part of a layer's attention over `b.q` into `b.attn`, as the step's plan says.
+fn attention_part(attn: &AttnPlan, part: AttnPart, layer: LayerRef<'_>, b: &mut StepBuffers, split: Split) -> Result<()> {
     let qw = layer.q_width;
     let decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
         let plan = a.plan();
@@ -533,12 +709,11 @@ fn attention_layer(attn: &AttnPlan, layer: LayerRef<'_>, b: &mut StepBuffers, sp
         };
         Ok(a.run(ops, layer.gate)?)
     };
-    match attn {
-        AttnPlan::Decode(a) => decode(a, b, split.seqs),
-        AttnPlan::Split { decodes, prefill, rows } => {
-            if let Some(a) = decodes {
-                decode(a, b, split.decodes)?;
-            }
+    match (attn, part) {
+        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs),
+        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes),
+        (AttnPlan::Split { prefill, rows, .. }, AttnPart::Prefill) => {
+            let rows = *rows;
             let (start, seqs) = (split.decodes, split.seqs - split.decodes);
             let out = b.attn.slice_mut(start * qw..(start + rows) * qw);
             let ops = PrefillOperands {
@@ -549,5 +724,6 @@ fn attention_layer(attn: &AttnPlan, layer: LayerRef<'_>, b: &mut StepBuffers, sp
             };
             Ok(prefill.run(ops, layer.gate)?)
         }
+        _ => Err(Error::Executor(format!("the step's attention plan has no {part:?} part"))),
     }
 }

@@ -12,12 +12,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaView, CudaViewMut};
-use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
-use half::bf16;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Which rows a GEMM launch covers, and so which kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,20 +42,24 @@ impl RowSplit {
         self.decodes + self.chunks
     }
 
-    /// The launches a layer of `n` outputs and `k` inputs makes over these rows.
-    fn launches(&self, n: usize, k: usize) -> impl Iterator<Item = (Lane, GemmShape, usize)> {
-        let decodes = (self.decodes > 0).then_some((Lane::Rows, GemmShape { m: self.decodes, n, k }, 0));
-        let chunks = (self.chunks > 0).then_some((Lane::Chunks, GemmShape { m: self.chunks, n, k }, self.decodes));
-        decodes.into_iter().chain(chunks)
+    /// The rows of `lane`: its first row and how many.
+    pub fn lane(&self, lane: Lane) -> (usize, usize) {
+        match lane {
+            Lane::Rows => (0, self.decodes),
+            Lane::Chunks => (self.decodes, self.chunks),
+        }
     }
 }
 
-/// The loaded GEMMs of every (lane, shape) a step has asked for.
+/// One loaded GEMM's key: the lane, the shape over that lane's rows, and the epilogue.
+type Key = (Lane, GemmShape, EpilogueKind);
+
+/// The loaded GEMMs of every (lane, shape, epilogue) a step has asked for.
 pub struct Linears {
     gpu: Arc<Gpu>,
     sms: usize,
     pin_at: usize,
-    loaded: HashMap<(Lane, GemmShape), Gemm>,
+    loaded: HashMap<Key, Gemm>,
 }
 
 impl Linears {
@@ -66,37 +68,29 @@ impl Linears {
         Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
     }
 
-    /// Loads what a layer of `n` x `k` over `rows` launches (once per lane and shape).
-    pub fn prepare(&mut self, rows: RowSplit, n: usize, k: usize) -> Result<()> {
-        for (lane, shape, _) in rows.launches(n, k) {
-            if !self.loaded.contains_key(&(lane, shape)) {
-                let plan = match lane {
-                    Lane::Rows => GemmPlan::skinny(shape, self.sms)?,
-                    Lane::Chunks => GemmPlan::cublaslt_pinned(shape, self.pin_at.max(shape.m))?,
-                };
-                self.loaded.insert((lane, shape), Gemm::new(&self.gpu, plan)?);
-            }
+    /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key). Only the
+    /// skinny kernel has epilogues: chunk rows take cuBLASLt and a separate op after it.
+    pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
+        if !self.loaded.contains_key(&(lane, shape, epilogue)) {
+            let plan = match lane {
+                Lane::Rows => GemmPlan::skinny_epilogue(shape, self.sms, epilogue)?,
+                Lane::Chunks if epilogue == EpilogueKind::Store => {
+                    GemmPlan::cublaslt_pinned(shape, self.pin_at.max(shape.m))?
+                }
+                Lane::Chunks => {
+                    return Err(Error::Executor(format!("chunk rows have no {epilogue:?} epilogue ({shape})")))
+                }
+            };
+            self.loaded.insert((lane, shape, epilogue), Gemm::new(&self.gpu, plan)?);
         }
         Ok(())
     }
 
-    /// `y = x w^T` over `rows` (`x` `[rows, k]`, `y` `[rows, n]`, both exactly that long), each
-    /// part by its lane's GEMM, which [`Linears::prepare`] loaded. Launch only.
-    pub fn run(
-        &self,
-        rows: RowSplit,
-        x: CudaView<'_, bf16>,
-        w: CudaView<'_, bf16>,
-        mut y: CudaViewMut<'_, bf16>,
-        n: usize,
-        k: usize,
-    ) -> Result<()> {
-        for (lane, shape, first) in rows.launches(n, k) {
-            let gemm = self.loaded.get(&(lane, shape)).expect("Linears::prepare loaded every launch of the step");
-            let (a, b) = (first, first + shape.m);
-            gemm.run(&x.slice(a * k..b * k), &w, &mut y.slice_mut(a * n..b * n))?;
-        }
-        Ok(())
+    /// The GEMM [`Linears::prepare`] loaded for this key.
+    pub fn get(&self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<&Gemm> {
+        self.loaded.get(&(lane, shape, epilogue)).ok_or_else(|| {
+            Error::Executor(format!("no {lane:?} GEMM of {shape} with the {epilogue:?} epilogue was planned"))
+        })
     }
 }
 
@@ -105,18 +99,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_rows_and_chunk_rows_launch_apart_in_step_order() {
-        let all: Vec<_> = RowSplit { decodes: 3, chunks: 100 }.launches(2048, 1024).collect();
-        assert_eq!(
-            all,
-            vec![
-                (Lane::Rows, GemmShape { m: 3, n: 2048, k: 1024 }, 0),
-                (Lane::Chunks, GemmShape { m: 100, n: 2048, k: 1024 }, 3),
-            ]
-        );
-        let decodes: Vec<_> = RowSplit { decodes: 256, chunks: 0 }.launches(8, 8).map(|l| l.0).collect();
-        assert_eq!(decodes, vec![Lane::Rows]);
-        let chunks: Vec<_> = RowSplit { decodes: 0, chunks: 7 }.launches(8, 8).map(|l| (l.0, l.2)).collect();
-        assert_eq!(chunks, vec![(Lane::Chunks, 0)]);
+    fn decode_rows_come_first_and_chunk_rows_after_them() {
+        let rows = RowSplit { decodes: 3, chunks: 100 };
+        assert_eq!((rows.lane(Lane::Rows), rows.lane(Lane::Chunks), rows.total()), ((0, 3), (3, 100), 103));
     }
 }

@@ -9,4 +9,5 @@ pub mod executor;
 pub mod forward;
 pub mod linear;
 pub mod step_buffers;
+pub mod step_program;
 pub mod weights;

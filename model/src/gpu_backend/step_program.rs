@@ -1,0 +1,510 @@
+//! The step program: a step's launches as data, built by pure host code from the step's static
+//! facts, so that planning (which kernels and GEMMs to load), eager execution and graph capture
+//! all walk one list instead of each writing the layer out again (issue 15).
+//!
+//! A step's rows fall in two classes: its leading decode rows and its prefill-chunk rows
+//! ([`RowSplit`]). Decode rows go through the skinny GEMM, whose epilogue can finish the
+//! elementwise op that follows (the Peri-LN residual after o and down, `silu * up` after
+//! gate/up), so a layer of decode rows is six launches: qkv, q/k norm + RoPE + cache write,
+//! attention, o, gate/up, down. (Issue 15's fifth fusion, q/k norm + RoPE + cache write into the
+//! qkv epilogue, is not built yet.) Chunk rows go through cuBLASLt, whose epilogues cannot express UClipNorm, so
+//! their elementwise ops stay separate launches; where no decode row was fused, one separate
+//! launch covers every row. Either way each row meets every SPEC section 4 rounding point once,
+//! in forward order, which [`Op::rounds`] states and the tests check for every shape.
+//!
+//! Fusion changes no bits: an epilogue rounds in registers exactly where the separate kernel
+//! rounds on its store, with the same f32 arithmetic (`gpu_gemm` checks fused against unfused
+//! bit for bit), so a decode row's result does not depend on whether a neighbour's chunk
+//! shares its step.
+
+use oracle::model::precision::RoundPoint;
+
+use super::linear::{Lane, RowSplit};
+use gpu::gemm::EpilogueKind;
+
+/// The weight a linear op multiplies by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Weight {
+    /// q, k and v stacked.
+    Qkv,
+    /// `o_proj`.
+    O,
+    /// `gate_proj` and `up_proj`, row-interleaved (`super::weights`).
+    GateUp,
+    /// `down_proj`.
+    Down,
+}
+
+/// The rows an op covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rows {
+    /// The leading decode rows.
+    Decodes,
+    /// The prefill-chunk rows after them.
+    Chunks,
+    /// Every row of the step.
+    All,
+}
+
+impl Rows {
+    /// The rows of a GEMM lane.
+    fn of_lane(lane: Lane) -> Self {
+        match lane {
+            Lane::Rows => Rows::Decodes,
+            Lane::Chunks => Rows::Chunks,
+        }
+    }
+
+    /// Whether these rows include rows of `class` (`Decodes` or `Chunks`).
+    pub fn covers(self, class: Rows) -> bool {
+        self == Rows::All || self == class
+    }
+}
+
+/// Which sublayer a Peri-LN residual closes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Sublayer {
+    /// After attention: post-attention norm, residual, pre-feedforward norm.
+    Attention,
+    /// After the MLP: post-feedforward norm, residual, the next layer's input norm (the final
+    /// norm after the last layer).
+    Mlp,
+}
+
+/// Which launch computes a layer's attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttnPart {
+    /// The decode kernels over every row (decode rows, or fake-decode rows of chunks too).
+    Rows,
+    /// The decode kernels over the leading decode rows only.
+    Decodes,
+    /// A tensor-core prefill over the chunk rows.
+    Prefill,
+}
+
+/// One launch of the step. `layer` is the decoder layer an op belongs to; `rows` the rows it
+/// covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Op {
+    /// `x = embed_tokens[ids]`, every row.
+    Embed,
+    /// `h = input_layernorm(x)` of layer 0, every row.
+    InputNorm,
+    /// The decode kernels' per-row metadata, once for every layer.
+    BuildRows,
+    /// `x W^T` over `lane`'s rows, and what `epilogue` does with the result.
+    Linear { layer: usize, weight: Weight, lane: Lane, epilogue: EpilogueKind },
+    /// q/k norm + RoPE + cache write over the qkv buffer.
+    QkNormRopeCache { layer: usize, rows: Rows },
+    /// HP1 attention.
+    Attention { layer: usize, part: AttnPart },
+    /// The gate's exact zeros over the decode kernels' rows of a layer, counted (a measurement,
+    /// only in programs that ask for it).
+    GateStats { layer: usize, part: AttnPart },
+    /// The Peri-LN residual closing `sublayer`.
+    PeriLn { layer: usize, sublayer: Sublayer, rows: Rows },
+    /// `silu(gate) * up`.
+    SiluMul { layer: usize, rows: Rows },
+    /// The rows that get logits gathered from `h` (skipped when they are every row in order).
+    Gather,
+    /// The LM head over the picked rows (read from `h` directly when there was no gather).
+    LmHead { direct: bool },
+}
+
+/// A buffer an op reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Buf {
+    /// Token ids (uploaded).
+    Ids,
+    /// Positions and slots (uploaded).
+    PositionsSlots,
+    /// The step's attention metadata (uploaded).
+    Meta,
+    /// The prefill sequences' metadata (uploaded).
+    PrefillMeta,
+    /// The picked rows' indices (uploaded).
+    LogitRows,
+    /// Per-row decode metadata.
+    RowMeta,
+    /// The residual stream, and its other half.
+    X,
+    /// The residual stream after attention.
+    XNext,
+    /// The normed input of the next sublayer.
+    H,
+    /// The qkv GEMM output.
+    Qkv,
+    /// The attention's queries.
+    Q,
+    /// A layer's K and V cache.
+    Cache(usize),
+    /// The attention output.
+    Attn,
+    /// The o or down GEMM output.
+    Proj,
+    /// The gate/up GEMM output.
+    GateUp,
+    /// The MLP product.
+    Mlp,
+    /// The picked rows of `h`.
+    Picked,
+    /// The logits.
+    Logits,
+    /// The gate counters.
+    GateCounts,
+}
+
+/// Which elementwise ops the decode rows' GEMMs finish in their epilogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fusion {
+    /// The Peri-LN residuals after o and down.
+    pub peri_ln: bool,
+    /// `silu * up` after gate/up.
+    pub silu: bool,
+}
+
+impl Fusion {
+    /// Every fusion on.
+    pub const ALL: Fusion = Fusion { peri_ln: true, silu: true };
+    /// None: every elementwise op its own launch.
+    pub const NONE: Fusion = Fusion { peri_ln: false, silu: false };
+
+    /// [`Fusion::ALL`], or what `ASYNCT_FUSION` names to measure a fusion by its absence: `none`,
+    /// or a comma list of the ones to keep, `peri_ln` and `silu`.
+    pub fn from_env() -> Self {
+        match std::env::var("ASYNCT_FUSION") {
+            Err(_) => Fusion::ALL,
+            Ok(v) => {
+                let on = |name: &str| v.split(',').any(|p| p.trim() == name);
+                Fusion { peri_ln: on("peri_ln"), silu: on("silu") }
+            }
+        }
+    }
+}
+
+/// What the program of a step depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProgramShape {
+    /// Decoder layers.
+    pub layers: usize,
+    /// The step's rows by class.
+    pub rows: RowSplit,
+    /// How the attention runs: every row through the decode kernels (`true`), or the decode
+    /// rows through them and the chunks through a tensor-core prefill.
+    pub attention_on_rows: bool,
+    /// Rows that get logits.
+    pub picked: usize,
+    /// Whether the picked rows are every row, in order (no gather needed).
+    pub picked_all: bool,
+    /// The fusions to apply to decode rows.
+    pub fusion: Fusion,
+    /// Whether to count the gate's zeros after each decode attention.
+    pub gate_stats: bool,
+}
+
+/// A step's launches in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepProgram {
+    /// The ops, in launch order.
+    pub ops: Vec<Op>,
+}
+
+impl StepProgram {
+    /// The program of a step of `shape`.
+    pub fn build(shape: ProgramShape) -> Self {
+        let mut ops = vec![Op::Embed, Op::InputNorm];
+        let ProgramShape { layers, rows, attention_on_rows, picked, picked_all, fusion, gate_stats } = shape;
+        let decode_attention = rows.decodes > 0 || attention_on_rows;
+        if decode_attention {
+            ops.push(Op::BuildRows);
+        }
+        for layer in 0..layers {
+            // A GEMM over each lane's rows (decode rows with `epilogue` when `fused`), and the
+            // rows the separate op after it must cover, if any.
+            let sublayer = |weight: Weight, fused: bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
+                let fused = fused && rows.decodes > 0;
+                for lane in [Lane::Rows, Lane::Chunks] {
+                    let count = if lane == Lane::Rows { rows.decodes } else { rows.chunks };
+                    if count > 0 {
+                        let epilogue =
+                            if lane == Lane::Rows && fused { epilogue } else { EpilogueKind::Store };
+                        ops.push(Op::Linear { layer, weight, lane, epilogue });
+                    }
+                }
+                let rest = if fused { Rows::Chunks } else { Rows::All };
+                (rest != Rows::Chunks || rows.chunks > 0).then_some(rest)
+            };
+            sublayer(Weight::Qkv, false, EpilogueKind::Store, &mut ops);
+            ops.push(Op::QkNormRopeCache { layer, rows: Rows::All });
+            let decode_part = if attention_on_rows {
+                Some(AttnPart::Rows)
+            } else {
+                (rows.decodes > 0).then_some(AttnPart::Decodes)
+            };
+            if let Some(part) = decode_part {
+                ops.push(Op::Attention { layer, part });
+                if gate_stats {
+                    ops.push(Op::GateStats { layer, part });
+                }
+            }
+            if !attention_on_rows {
+                ops.push(Op::Attention { layer, part: AttnPart::Prefill });
+            }
+            if let Some(r) = sublayer(Weight::O, fusion.peri_ln, EpilogueKind::PeriLn, &mut ops) {
+                ops.push(Op::PeriLn { layer, sublayer: Sublayer::Attention, rows: r });
+            }
+            if let Some(r) = sublayer(Weight::GateUp, fusion.silu, EpilogueKind::SiluMul, &mut ops) {
+                ops.push(Op::SiluMul { layer, rows: r });
+            }
+            if let Some(r) = sublayer(Weight::Down, fusion.peri_ln, EpilogueKind::PeriLn, &mut ops) {
+                ops.push(Op::PeriLn { layer, sublayer: Sublayer::Mlp, rows: r });
+            }
+        }
+        if picked > 0 {
+            if !picked_all {
+                ops.push(Op::Gather);
+            }
+            ops.push(Op::LmHead { direct: picked_all });
+        }
+        Self { ops }
+    }
+
+    /// The launches the program makes.
+    pub fn launches(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+impl Op {
+    /// The rows the op covers; `None` for the ops over the picked rows.
+    pub fn rows(&self) -> Option<Rows> {
+        match *self {
+            Op::Embed | Op::InputNorm | Op::BuildRows => Some(Rows::All),
+            Op::Gather | Op::LmHead { .. } => None,
+            Op::Linear { lane, .. } => Some(Rows::of_lane(lane)),
+            Op::QkNormRopeCache { rows, .. } | Op::PeriLn { rows, .. } | Op::SiluMul { rows, .. } => Some(rows),
+            Op::Attention { part, .. } | Op::GateStats { part, .. } => Some(match part {
+                AttnPart::Rows => Rows::All,
+                AttnPart::Decodes => Rows::Decodes,
+                AttnPart::Prefill => Rows::Chunks,
+            }),
+        }
+    }
+
+    /// The SPEC section 4 points at which the op rounds its rows to bf16, in order; `layers` is
+    /// the model's layer count (the last layer's Peri-LN ends with the final norm).
+    pub fn rounds(&self, layers: usize) -> Vec<RoundPoint> {
+        use RoundPoint::*;
+        let qk = [QNormRope, KNormRope];
+        let attn_close = [PostAttnNorm, AttnResidual, PreFfnNorm];
+        let mlp_close = |layer: usize| {
+            let next = if layer + 1 == layers { FinalNorm } else { InputNorm };
+            vec![PostFfnNorm, FfnResidual, next]
+        };
+        match *self {
+            Op::Embed | Op::BuildRows | Op::Gather | Op::GateStats { .. } => vec![],
+            Op::InputNorm => vec![InputNorm],
+            Op::Linear { layer, weight, epilogue, .. } => {
+                let mut points = match weight {
+                    Weight::Qkv => vec![QProj, KProj, VProj],
+                    Weight::O => vec![OProj],
+                    Weight::GateUp => vec![GateProj, UpProj],
+                    Weight::Down => vec![DownProj],
+                };
+                match (weight, epilogue) {
+                    (_, EpilogueKind::Store) => {}
+                    (Weight::O, EpilogueKind::PeriLn) => points.extend(attn_close),
+                    (Weight::GateUp, EpilogueKind::SiluMul) => points.push(MlpProduct),
+                    (Weight::Down, EpilogueKind::PeriLn) => points.extend(mlp_close(layer)),
+                    (w, e) => panic!("no {e:?} epilogue after the {w:?} GEMM"),
+                }
+                points
+            }
+            Op::QkNormRopeCache { .. } => qk.to_vec(),
+            Op::Attention { .. } => vec![AttnOutput],
+            Op::PeriLn { sublayer: Sublayer::Attention, .. } => attn_close.to_vec(),
+            Op::PeriLn { layer, sublayer: Sublayer::Mlp, .. } => mlp_close(layer),
+            Op::SiluMul { .. } => vec![MlpProduct],
+            Op::LmHead { .. } => vec![Logits],
+        }
+    }
+
+    /// The buffers the op reads, then those it writes.
+    pub fn access(&self) -> (Vec<Buf>, Vec<Buf>) {
+        use Buf::*;
+        match *self {
+            Op::Embed => (vec![Ids], vec![X]),
+            Op::InputNorm => (vec![X], vec![H]),
+            Op::BuildRows => (vec![Meta], vec![RowMeta]),
+            Op::Linear { weight, epilogue, .. } => match (weight, epilogue) {
+                (Weight::Qkv, _) => (vec![H], vec![Qkv]),
+                (Weight::O, EpilogueKind::PeriLn) => (vec![Attn, X], vec![XNext, H]),
+                (Weight::O, _) => (vec![Attn], vec![Proj]),
+                (Weight::GateUp, EpilogueKind::SiluMul) => (vec![H], vec![Mlp]),
+                (Weight::GateUp, _) => (vec![H], vec![GateUp]),
+                (Weight::Down, EpilogueKind::PeriLn) => (vec![Mlp, XNext], vec![X, H]),
+                (Weight::Down, _) => (vec![Mlp], vec![Proj]),
+            },
+            Op::QkNormRopeCache { layer, .. } => (vec![Qkv, PositionsSlots], vec![Q, Cache(layer)]),
+            Op::Attention { layer, part } => match part {
+                AttnPart::Prefill => (vec![Q, Cache(layer), PrefillMeta], vec![Attn]),
+                _ => (vec![Q, Cache(layer), Meta, RowMeta], vec![Attn]),
+            },
+            Op::GateStats { layer, .. } => (vec![Q, Cache(layer), Meta, RowMeta], vec![GateCounts]),
+            Op::PeriLn { sublayer: Sublayer::Attention, .. } => (vec![Proj, X], vec![XNext, H]),
+            Op::PeriLn { sublayer: Sublayer::Mlp, .. } => (vec![Proj, XNext], vec![X, H]),
+            Op::SiluMul { .. } => (vec![GateUp], vec![Mlp]),
+            Op::Gather => (vec![H, LogitRows], vec![Picked]),
+            Op::LmHead { direct: true } => (vec![H], vec![Logits]),
+            Op::LmHead { direct: false } => (vec![Picked], vec![Logits]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion) -> ProgramShape {
+        let tokens = decodes + chunks;
+        ProgramShape {
+            layers: 3,
+            rows: RowSplit { decodes, chunks },
+            attention_on_rows,
+            picked: tokens.min(decodes + 2),
+            picked_all: chunks == 0,
+            fusion,
+            gate_stats: false,
+        }
+    }
+
+    /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
+    /// with every fusion setting.
+    fn shapes() -> Vec<ProgramShape> {
+        let mut all = Vec::new();
+        for fusion in [Fusion::ALL, Fusion::NONE, Fusion { silu: false, ..Fusion::ALL }] {
+            for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
+                all.push(shape(d, c, c == 0, fusion));
+                all.push(ProgramShape { gate_stats: true, ..shape(d, c, c == 0, fusion) });
+                if c > 0 {
+                    all.push(shape(d, c, true, fusion));
+                }
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn a_fused_decode_layer_is_six_launches() {
+        let p = StepProgram::build(shape(32, 0, true, Fusion::ALL));
+        let layer1: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(1)).collect();
+        assert_eq!(layer1.len(), 6, "{layer1:?}");
+        // embed, input norm, rows, 3 x 6, the head without a gather
+        assert_eq!(p.launches(), 3 + 18 + 1);
+        let unfused = StepProgram::build(shape(32, 0, true, Fusion::NONE));
+        assert_eq!(unfused.launches(), 3 + 3 * 9 + 1);
+    }
+
+    fn layer_of(op: &Op) -> Option<usize> {
+        match *op {
+            Op::Linear { layer, .. }
+            | Op::QkNormRopeCache { layer, .. }
+            | Op::Attention { layer, .. }
+            | Op::GateStats { layer, .. }
+            | Op::PeriLn { layer, .. }
+            | Op::SiluMul { layer, .. } => Some(layer),
+            Op::Embed | Op::InputNorm | Op::BuildRows | Op::Gather | Op::LmHead { .. } => None,
+        }
+    }
+
+    #[test]
+    fn every_row_meets_every_rounding_point_once_in_forward_order() {
+        for s in shapes() {
+            let p = StepProgram::build(s);
+            let mut want = Vec::new();
+            for _ in 0..s.layers {
+                want.extend(RoundPoint::ALL.iter().copied().filter(|r| r.in_layer()));
+            }
+            // Layer 0's input norm is the prologue's, layer l's the close of layer l - 1, and the
+            // last layer's close rounds the final norm.
+            want.push(RoundPoint::FinalNorm);
+            for class in [Rows::Decodes, Rows::Chunks] {
+                let present = if class == Rows::Decodes { s.rows.decodes } else { s.rows.chunks };
+                if present == 0 {
+                    continue;
+                }
+                let got: Vec<_> = p
+                    .ops
+                    .iter()
+                    .filter(|op| op.rows().is_some_and(|r| r.covers(class)))
+                    .flat_map(|op| op.rounds(s.layers))
+                    .collect();
+                assert_eq!(got, want, "{class:?} rows of {s:?}");
+            }
+            let head: Vec<_> = p.ops.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
+            assert_eq!(head, vec![RoundPoint::Logits], "{s:?}");
+        }
+    }
+
+    #[test]
+    fn every_buffer_is_written_before_it_is_read() {
+        let uploaded = [Buf::Ids, Buf::PositionsSlots, Buf::Meta, Buf::PrefillMeta, Buf::LogitRows];
+        for s in shapes() {
+            let p = StepProgram::build(s);
+            for class in [Rows::Decodes, Rows::Chunks] {
+                let present = if class == Rows::Decodes { s.rows.decodes } else { s.rows.chunks };
+                if present == 0 {
+                    continue;
+                }
+                let mut written: HashSet<Buf> = uploaded.into_iter().collect();
+                for op in &p.ops {
+                    // The head's ops read the picked rows, which may be of either class.
+                    if !op.rows().is_none_or(|r| r.covers(class)) {
+                        continue;
+                    }
+                    let (reads, writes) = op.access();
+                    for b in reads {
+                        assert!(written.contains(&b), "{op:?} reads {b:?} of {class:?} rows before any write in {s:?}");
+                    }
+                    written.extend(writes);
+                }
+                assert!(written.contains(&Buf::Logits), "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn gate_statistics_follow_each_decode_attention_and_only_when_asked() {
+        let count = |s: ProgramShape| StepProgram::build(s).ops.iter().filter(|op| matches!(op, Op::GateStats { .. })).count();
+        assert_eq!(count(ProgramShape { gate_stats: true, ..shape(32, 0, true, Fusion::ALL) }), 3);
+        assert_eq!(count(ProgramShape { gate_stats: true, ..shape(0, 512, false, Fusion::ALL) }), 0);
+        assert_eq!(count(shape(32, 0, true, Fusion::ALL)), 0);
+    }
+
+    #[test]
+    fn a_layer_reads_its_residual_from_where_the_last_close_left_it() {
+        // X holds the stream entering a layer and XNext after its attention: the attention close
+        // reads X and writes XNext, the MLP close the reverse, so they never read what they write.
+        for s in shapes() {
+            for op in StepProgram::build(s).ops {
+                let (reads, writes) = op.access();
+                assert!(reads.iter().all(|b| !writes.contains(b)), "{op:?} reads what it writes");
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_rows_keep_their_separate_ops_and_decode_rows_their_epilogues() {
+        let p = StepProgram::build(shape(3, 100, false, Fusion::ALL));
+        let layer0: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(0)).collect();
+        assert!(layer0.contains(&&Op::Linear { layer: 0, weight: Weight::O, lane: Lane::Rows, epilogue: EpilogueKind::PeriLn }));
+        assert!(layer0.contains(&&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::Chunks }));
+        assert!(layer0.contains(&&Op::Attention { layer: 0, part: AttnPart::Prefill }));
+        let none = StepProgram::build(shape(3, 100, false, Fusion::NONE));
+        assert!(none.ops.contains(&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::All }));
+        assert!(none.ops.iter().all(|op| !matches!(op, Op::Linear { epilogue, .. } if *epilogue != EpilogueKind::Store)));
+    }
+}
