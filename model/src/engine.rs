@@ -337,4 +337,9 @@ impl Engine {
     pub fn describe(&self) -> String {
         self.executor.describe()
     }
+
+    /// The executor, for measurements beside the steps (a benchmark's gate statistics).
+    pub fn executor_mut(&mut self) -> &mut dyn StepExecutor {
+        self.executor.as_mut()
+    }
 }

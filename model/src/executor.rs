@@ -69,6 +69,16 @@ pub trait StepExecutor: Send {
     fn vocab_size(&self) -> usize;
     /// A short description for logs ("cpu f32").
     fn describe(&self) -> String;
+    /// Starts (from zero) or stops counting the HP1 gate's exact zeros over the decode rows of
+    /// the steps run meanwhile, which then run eagerly; `false` where the backend cannot count.
+    /// A measurement for benchmarks (SPEC 7's sparse floor), not for serving.
+    fn measure_gates(&mut self, _on: bool) -> Result<bool> {
+        Ok(false)
+    }
+    /// `(zeros, total)` gate weights counted since [`StepExecutor::measure_gates`] began.
+    fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
 }
 
 /// The index in `plan.seqs` of each sampling sequence, after checking that `sampling` has one row

@@ -67,6 +67,8 @@ pub struct GpuExecutor {
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
+    /// Whether the gate's zeros are being counted ([`StepExecutor::measure_gates`]).
+    measuring: bool,
     gpu: Arc<Gpu>,
     label: String,
 }
@@ -133,6 +135,7 @@ impl GpuExecutor {
             model,
             graphs: None,
             replay: true,
+            measuring: false,
             gpu: gpu.clone(),
             label: String::new(),
         };
@@ -214,7 +217,8 @@ impl GpuExecutor {
     /// Runs a step of decode rows only (in sampling order) by replaying its bucket's graph; `None`
     /// when no bucket holds it.
     fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow]) -> Result<Option<Vec<u32>>> {
-        let graphs = self.graphs.as_ref().filter(|_| self.replay);
+        // The graphs were captured without the gate counters: a step being measured runs eagerly.
+        let graphs = self.graphs.as_ref().filter(|_| self.replay && !self.measuring);
         let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
             return Ok(None);
         };
@@ -324,6 +328,16 @@ impl StepExecutor for GpuExecutor {
 
     fn describe(&self) -> String {
         self.label.clone()
+    }
+
+    fn measure_gates(&mut self, on: bool) -> Result<bool> {
+        self.model.measure_gates(on)?;
+        self.measuring = on;
+        Ok(true)
+    }
+
+    fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
+        Ok(self.model.gate_counts()?.map(|c| (c.zeros, c.total)))
     }
 }
 
