@@ -29,6 +29,9 @@
 #             profiled ones (default "1 32"). Seconds per part go to step-times.txt; the whole
 #             stage aims at under 8 minutes. The anchor's and the graph run's JSON are also kept in
 #             /tmp/asynct-step, where a later call on the same warm machine finds them
+#   variants  the decode step (asynct-0.5b, graphs, STEP_BATCHES) once per setting of
+#             VARIANTS (default "pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse"): pdl0 sets
+#             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, each to bench-decode-VARIANT.json/log
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -148,6 +151,17 @@ for stage in "$@"; do
           took "ncu B$b"
         done
       fi ;;
+    variants)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+      M=/tmp/m05
+      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/variants-init.log" 2>&1
+      for v in ${VARIANTS:-pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse}; do
+        pdl=1; [[ $v == pdl0* ]] && pdl=0
+        fuse=(); [[ $v == *nofuse ]] && fuse=(ASYNCT_FUSION=none)
+        env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
+          --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
+        echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"
+      done ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
