@@ -50,19 +50,29 @@
 //                    16 i + j and its up from row 16 i + 8 + j, rows 8 apart in one 16-row mma
 //                    tile of the CTA, so ROWS >= 16 (N = 2 I). out[r, c] = bf16(silu(g) * u),
 //                    g and u the two rounded sums (silu_product, as silu_mul.cu computes it).
+//   QkNormRopeCache  qk_norm_rope_cache.cu after the QKV GEMM, W in the permuted q/k layout of
+//                    gpu::gemm::layout (in each q and k head of D rows, 16-row group p holds
+//                    channels 8 p + j then D/2 + 8 p + j, j < 8; v heads as stored): the two
+//                    channels of a RoPE pair are rows 8 apart of one 16-row tile, so ROWS >= 16.
+//                    For token r at pos = positions[r] (clamped into the table), slot =
+//                    slot_mapping[r]: q heads norm, rotate and round into q_out[r, h, :], k heads
+//                    the same into key_cache[slot, g, :], v rows round into value_cache[slot, g, :];
+//                    a negative slot writes no k or v, and the CTA of W block 0 records a bad
+//                    position or a slot past the cache for each of its tokens (once per token, as
+//                    that kernel does).
 // The epilogue works on the sums in shared memory with every thread of the CTA: Store and PeriLn
-// one output per thread and pass, SiluMul one pair of rows 8 apart, consecutive threads on
-// consecutive outputs of one x row. Every buffer the epilogue touches (the residual, the
-// outputs) is touched only after pdl_begin().
+// one output per thread and pass, SiluMul and QkNormRopeCache one pair of rows 8 apart,
+// consecutive threads on consecutive outputs of one x row. Every buffer the epilogue touches
+// (the residual, the outputs, positions, slots, the caches) is touched only after pdl_begin().
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per triple, gemm_skinny_m{8 MT}_r{ROWS}{suffix},
-// suffix "" for Store, _periln or _silu_mul, listed at the end):
+// suffix "" for Store, _periln, _silu_mul or _qk_norm_rope_cache, listed at the end):
 //   MT    8-row tiles of x: the launch serves 1 <= M <= 8 MT. 1, 2, 4 or 8.
 //   ROWS  rows of W per CTA: 8, 16, 32 or 64. ROWS = 8 fills the upper half of the mma's 16-row
 //         tile with zeros (half the tensor work wasted, no bytes): it doubles the CTAs of a small
 //         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
-//         registers. The pairing epilogue (SiluMul) takes ROWS >= 16 only.
-//   Epi   the epilogue: Store, PeriLn or SiluMul (its buffers as its fields).
+//         registers. The pairing epilogues (SiluMul, QkNormRopeCache) take ROWS >= 16 only.
+//   Epi   the epilogue: Store, PeriLn, SiluMul or QkNormRopeCache (its buffers as its fields).
 //   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
 //         registers of loads in flight. Bytes of W in flight per lane, 16 U ROWS / 8:
 //                 ROWS 8   16   32   64
@@ -75,10 +85,10 @@
 // LAUNCH. Grid (ceil(N / ROWS) * ceil(M / (8 MT)), 1, 1): CTA b takes W block b / slabs and slab
 // b % slabs. Block THREADS = 256, static shared memory
 // WARPS * 8 MT * (ROWS + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores free of
-// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 84 to
-// 124 on sm_90a, no spills): 512 threads, so 64 to 96 KB of W in flight per SM where a lane holds
-// 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200 (4.3 TB/s x ~0.9 us /
-// 132 SMs), and under it where the table says less.
+// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 79 to
+// 128 on sm_90a, every epilogue, no spills): 512 threads, so 64 to 96 KB of W in flight per SM
+// where a lane holds 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200
+// (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less.
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
@@ -86,11 +96,16 @@
 //   PeriLn           x_res [M, N] (the residual stream, read), x_out, h_out [M, N] out; after,
 //                    before: UClipNorm parameters over N (ops_common.cuh)
 //   SiluMul          out [M, N / 2]
+//   QkNormRopeCache  positions int32 [M], slot_mapping int64 [M], rope f32 [max_pos, D] (as
+//                    qk_norm_rope_cache.cu), q_norm, k_norm over D, q_out [M, Hq, D],
+//                    key_cache, value_cache [num_slots, Hkv, D], fault (ops_common.cuh)
 // ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M (past 8 MT in slabs), M N < 2^63; K a
 // positive multiple of 8 (a 16-byte load stays inside a row) up to 2^30 (k indices of steps past
 // the end stay in an int); 1 <= N < 2^31; the grid under 2^31 CTAs; x and w 16-byte aligned. No
 // output overlaps x (other CTAs still read it): distinct buffers, as Rust's borrows make them.
-// SiluMul: N a multiple of 16 (whole groups of 8 gate and 8 up rows).
+// SiluMul: N a multiple of 16 (whole groups of 8 gate and 8 up rows). QkNormRopeCache: N =
+// (Hq + 2 Hkv) D, D a multiple of 16 (a 16-row tile never straddles two heads); the buffers'
+// sizes as above.
 
 namespace gemm_skinny {
 
@@ -141,6 +156,14 @@ struct Tile {
 // would fuse around them.
 __device__ __forceinline__ float silu_product(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
+// s, as qk_norm_rope_cache.cu computes it: products and fused adds written out, not left to
+// contraction, for the same bits in both files.
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& lo, float& hi) {
+  lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  hi = __fmaf_rn(a, s, __fmul_rn(b, c));
 }
 
 struct Store {
@@ -197,6 +220,61 @@ struct SiluMul {
     for_each_pair(t, [&](int xr, int o, int wr) {
       const float g = round_bf16(t.sum(xr, wr)), u = round_bf16(t.sum(xr, wr + 8));
       out[(t.row0 + xr) * (t.n / 2) + t.n0 / 2 + o] = (bf16)bf16_bits(silu_product(g, u));
+    });
+  }
+};
+
+struct QkNormRopeCache {
+  const int* positions;
+  const long long* slot_mapping;
+  const float* rope;
+  int max_pos;
+  UClip q_norm, k_norm;
+  bf16* q_out;
+  bf16* key_cache;
+  bf16* value_cache;
+  long long num_slots;
+  int num_heads, num_kv_heads, head_dim;
+  unsigned* fault;
+
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
+    static_assert(ROWS >= 16, "a RoPE pair's rows pair inside a 16-row tile");
+    const int half = head_dim / 2;
+    for_each_pair(t, [&](int xr, int, int wr) {
+      const long long tok = t.row0 + xr;
+      const int row = t.n0 + wr;  // the pair's first W row: 16 p + j of its head, j < 8
+      const int head = row / head_dim, at = row % head_dim;
+      int pos = positions[tok];
+      const long long slot = slot_mapping[tok];
+      const bool pos_ok = pos >= 0 && pos < max_pos;
+      const bool write_kv = slot >= 0 && slot < num_slots;
+      if (row == 0) {
+        if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+        if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
+      }
+      const float lo_in = round_bf16(t.sum(xr, wr)), hi_in = round_bf16(t.sum(xr, wr + 8));
+      if (head >= num_heads + num_kv_heads) {
+        if (!write_kv) return;
+        bf16* dst = value_cache + (slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
+        dst[0] = (bf16)bf16_bits(lo_in);
+        dst[8] = (bf16)bf16_bits(hi_in);
+        return;
+      }
+      const bool is_q = head < num_heads;
+      if (!is_q && !write_kv) return;
+      pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+      const UClip& norm = is_q ? q_norm : k_norm;
+      const int j = 8 * (at / 16) + at % 16;  // channels j and half + j
+      const float a = uclip(norm, j, lo_in);
+      const float b = uclip(norm, half + j, hi_in);
+      const float* angles = rope + (long long)pos * head_dim;
+      float lo, hi;
+      rope_rotate(a, b, angles[j], angles[half + j], lo, hi);
+      bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
+                       : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+      dst[j] = (bf16)bf16_bits(lo);
+      dst[half + j] = (bf16)bf16_bits(hi);
     });
   }
 };
@@ -323,6 +401,16 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   gemm_skinny::PeriLn{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
 #define SILU_MUL_PARAMS bf16* __restrict__ out
 #define SILU_MUL_EPILOGUE gemm_skinny::SiluMul{out}
+#define QK_PARAMS                                                                                      \
+  const int *__restrict__ positions, const long long *__restrict__ slot_mapping,                      \
+      const float *__restrict__ rope, int max_pos, GEMM_SKINNY_UCLIP_PARAMS(q_norm),                   \
+      GEMM_SKINNY_UCLIP_PARAMS(k_norm), bf16 *__restrict__ q_out, bf16 *__restrict__ key_cache,      \
+      bf16 *__restrict__ value_cache, long long num_slots, int num_heads, int num_kv_heads, int head_dim, \
+      unsigned *fault
+#define QK_EPILOGUE                                                                                  \
+  gemm_skinny::QkNormRopeCache{positions, slot_mapping, rope, max_pos, GEMM_SKINNY_UCLIP(q_norm),     \
+                               GEMM_SKINNY_UCLIP(k_norm), q_out, key_cache, value_cache, num_slots,  \
+                               num_heads, num_kv_heads, head_dim, fault}
 
 // gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
 #define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \
@@ -332,7 +420,7 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   }
 
 // Every (MT, ROWS) with R * MT <= 8 for Store and PeriLn; those with ROWS >= 16 for the pairing
-// epilogue (gpu::gemm::plan lists the same).
+// epilogues (gpu::gemm::plan lists the same).
 GEMM_SKINNY_ENTRY(8, 8, STORE, )
 GEMM_SKINNY_ENTRY(8, 16, STORE, )
 GEMM_SKINNY_ENTRY(8, 32, STORE, )
@@ -370,3 +458,13 @@ GEMM_SKINNY_ENTRY(16, 64, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(32, 16, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(32, 32, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(64, 16, SILU_MUL, _silu_mul)
+
+GEMM_SKINNY_ENTRY(8, 16, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(8, 32, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(8, 64, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(16, 16, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(16, 32, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(16, 64, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(32, 16, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(32, 32, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)

@@ -9,11 +9,18 @@
 // with slot = slot_mapping[t]. The norm and the rotation run in f32 and round once, at the
 // store: the oracle's QNormRope / KNormRope round points. RoPE is the rotate-half form over the
 // whole head: for j < D/2, y[j] = x[j] cos - x[j + D/2] sin, y[j + D/2] = x[j + D/2] cos + x[j] sin,
-// with cos/sin read from a table the host computed in f64 and rounded to f32 once.
+// with cos/sin read from a table the host computed in f64 and rounded to f32 once, and each
+// product and fused add written out (rope_rotate), not left to contraction: the skinny GEMM's
+// QkNormRopeCache epilogue (gemm_skinny.cu) computes the decode rows with the same arithmetic,
+// and both give the same bits.
 //
 // Buffers (bf16 unless said):
 //   qkv          [tokens, (Hq + 2 Hkv) * D]  the fused projection: Hq q heads, then Hkv k heads,
-//                                            then Hkv v heads, each D contiguous channels
+//                                            then Hkv v heads, each D contiguous elements, in
+//                                            the permuted layout of the qkv weight
+//                                            (gpu::gemm::layout): in a q or k head, elements
+//                                            16 p + j hold channel 8 p + j and 16 p + 8 + j
+//                                            channel D/2 + 8 p + j (j < 8); v heads in order
 //   positions    int32 [tokens]
 //   slot_mapping int64 [tokens]   block * block_size + offset; negative = padding, nothing written
 //   rope         f32 [max_pos, D]  row p = cos(p f_0..f_{D/2-1}) then sin(p f_0..f_{D/2-1})
@@ -23,12 +30,21 @@
 //   fault        ops_common.cuh
 //
 // Work: one thread per (token, q or k head, 8-pair chunk) and per (token, v head, 8-channel
-// chunk), in a grid-stride loop; a pair chunk loads 8 channels from each half of the head, so
-// D must be a multiple of 16. Every access is 16 bytes. No shared memory.
+// chunk), in a grid-stride loop; pair chunk p loads its 8 first-half channels and their 8
+// partners, 32 contiguous bytes, and D must be a multiple of 16. Every access is 16 bytes. No
+// shared memory.
 //
 // Assumes (checked by gpu::ops::qk_norm_rope): D % 16 == 0, 16-byte aligned buffers, sizes as
 // above. A position outside [0, max_pos) is clamped into the table and a slot at or past
 // num_slots is skipped; the first item of the token records either in the fault word.
+
+// The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
+// s, as gemm_skinny.cu's copy computes it: the _rn intrinsics are never contracted, so the two
+// files give the same bits whatever the compiler would fuse around them.
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& lo, float& hi) {
+    lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
+    hi = __fmaf_rn(a, s, __fmul_rn(b, c));
+}
 
 extern "C" __global__ void qk_norm_rope_cache(
     const bf16* __restrict__ qkv,
@@ -88,8 +104,8 @@ extern "C" __global__ void qk_norm_rope_cache(
             const UClip norm = is_q ? q_norm : k_norm;
             const bf16* x = src + (long long)head * head_dim;
             float lo[8], hi[8];
-            load8(x + j0, lo);
-            load8(x + half + j0, hi);
+            load8(x + 2 * j0, lo);
+            load8(x + 2 * j0 + 8, hi);
             const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
             const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
             const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
@@ -99,8 +115,7 @@ extern "C" __global__ void qk_norm_rope_cache(
             for (int k = 0; k < 8; ++k) {
                 const float a = uclip(norm, j0 + k, lo[k]);
                 const float b = uclip(norm, half + j0 + k, hi[k]);
-                lo[k] = a * c[k] - b * s[k];
-                hi[k] = b * c[k] + a * s[k];
+                rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
             }
             bf16* dst = is_q
                 ? q_out + ((long long)t * num_heads + head) * head_dim

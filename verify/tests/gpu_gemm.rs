@@ -38,6 +38,10 @@ fn main() {
             ("cuda_graph_replays_give_the_eager_bits_on_both_paths", bits::graph_replay),
             ("the_periln_epilogue_gives_the_gemm_then_peri_ln_residual_bits", epilogue::periln),
             ("the_silu_mul_epilogue_gives_the_gemm_then_silu_mul_bits", epilogue::silu_mul),
+            (
+                "the_qk_norm_rope_cache_epilogue_gives_the_gemm_then_qk_norm_rope_cache_bits",
+                epilogue::qk_norm_rope_cache,
+            ),
             ("run_with_refuses_a_mismatched_epilogue_and_bad_buffers_by_name", epilogue::refusals),
         ],
     )

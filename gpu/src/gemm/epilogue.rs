@@ -10,7 +10,7 @@ use half::bf16;
 
 use super::plan::{EpilogueKind, GemmShape};
 use crate::error::{unsupported, Result};
-use crate::ops::UClipNormParams;
+use crate::ops::{Faults, HeadShape, RopeTable, UClipNormParams};
 use crate::runtime::{check_aligned, Launch};
 
 /// Where a GEMM's output goes, and the buffers of the op fused after it; the plan's
@@ -41,6 +41,33 @@ pub enum Epilogue<'a> {
         /// `[M, I]`, the MLP's product.
         out: CudaViewMut<'a, bf16>,
     },
+    /// [`crate::ops::QkNormRopeCache::run`] on the product `[M, N = (Hq + 2 Hkv) D]` of the qkv
+    /// weight in its permuted layout ([`super::layout`]): the queries normed, rotated and rounded
+    /// into `q`, the keys likewise and the values rounded into the caches at each token's slot (a
+    /// negative slot writes no k or v; a position outside the table is clamped and a slot past
+    /// the cache skipped, each recorded in `faults`).
+    QkNormRopeCache {
+        /// The model's heads: `N` must be their [`HeadShape::qkv_width`].
+        heads: HeadShape,
+        /// The RoPE table over D ([`crate::ops::QkNormRopeCache::rope`]).
+        rope: &'a RopeTable,
+        /// Over D.
+        q_norm: &'a UClipNormParams,
+        /// Over D.
+        k_norm: &'a UClipNormParams,
+        /// `[M]` absolute positions.
+        positions: CudaView<'a, i32>,
+        /// `[M]` cache slots `block * block_size + offset`; negative = padding.
+        slot_mapping: CudaView<'a, i64>,
+        /// `[M, Hq, D]`, the queries.
+        q: CudaViewMut<'a, bf16>,
+        /// `[num_blocks, block_size, Hkv, D]`; the keys land at their slots.
+        key_cache: CudaViewMut<'a, bf16>,
+        /// `[num_blocks, block_size, Hkv, D]`; the values land at their slots.
+        value_cache: CudaViewMut<'a, bf16>,
+        /// The device fault word.
+        faults: &'a mut Faults,
+    },
 }
 
 impl Epilogue<'_> {
@@ -50,6 +77,7 @@ impl Epilogue<'_> {
             Epilogue::Store { .. } => EpilogueKind::Store,
             Epilogue::PeriLn { .. } => EpilogueKind::PeriLn,
             Epilogue::SiluMul { .. } => EpilogueKind::SiluMul,
+            Epilogue::QkNormRopeCache { .. } => EpilogueKind::QkNormRopeCache,
         }
     }
 
@@ -85,11 +113,42 @@ impl Epilogue<'_> {
                 output("h_out", h_out, mn)
             }
             Epilogue::SiluMul { out } => output("out", out, mn / 2),
+            Epilogue::QkNormRopeCache {
+                heads,
+                rope,
+                q_norm,
+                k_norm,
+                positions,
+                slot_mapping,
+                q,
+                key_cache,
+                value_cache,
+                ..
+            } => {
+                heads.check(entry, rope)?;
+                if shape.n != heads.qkv_width() {
+                    return Err(unsupported(
+                        entry,
+                        format!(
+                            "N = {} is not the qkv width (Hq + 2 Hkv) D = {} of {heads:?}",
+                            shape.n,
+                            heads.qkv_width()
+                        ),
+                    ));
+                }
+                heads.check_norms(entry, q_norm, k_norm)?;
+                len("positions", positions.len(), shape.m)?;
+                len("slot_mapping", slot_mapping.len(), shape.m)?;
+                heads.cache_slots(entry, key_cache.len(), value_cache.len())?;
+                output("q", q, shape.m * heads.q_width())?;
+                check_aligned(stream, entry, "key_cache", key_cache)?;
+                check_aligned(stream, entry, "value_cache", value_cache)
+            }
         }
     }
 
     /// Appends the epilogue's kernel arguments, in the order of its `*_PARAMS` in `gemm_skinny.cu`.
-    pub(super) fn push(&mut self, b: &mut Launch<'_>) {
+    pub(super) fn push(&mut self, entry: &str, b: &mut Launch<'_>) -> Result<()> {
         match self {
             Epilogue::Store { y } => {
                 b.arg(y);
@@ -103,6 +162,33 @@ impl Epilogue<'_> {
             Epilogue::SiluMul { out } => {
                 b.arg(out);
             }
+            Epilogue::QkNormRopeCache {
+                heads,
+                rope,
+                q_norm,
+                k_norm,
+                positions,
+                slot_mapping,
+                q,
+                key_cache,
+                value_cache,
+                faults,
+            } => {
+                let [max_pos, num_heads, num_kv_heads, head_dim] = heads.ints(entry, rope)?;
+                let num_slots = heads.cache_slots(entry, key_cache.len(), value_cache.len())?;
+                b.arg(&*positions).arg(&*slot_mapping).arg(rope.table()).arg(&max_pos);
+                q_norm.push(b);
+                k_norm.push(b);
+                b.arg(q)
+                    .arg(key_cache)
+                    .arg(value_cache)
+                    .arg(&num_slots)
+                    .arg(&num_heads)
+                    .arg(&num_kv_heads)
+                    .arg(&head_dim)
+                    .arg(faults.word());
+            }
         }
+        Ok(())
     }
 }

@@ -16,11 +16,13 @@
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
 //!   model into the GEMM: a plan fixes its [`EpilogueKind`] ([`GemmPlan::skinny_epilogue`]) and
 //!   [`Gemm::run_with`] takes the op's buffers as an [`Epilogue`]. [`EpilogueKind::PeriLn`] after
-//!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product, and
-//!   [`EpilogueKind::SiluMul`] after gate/up [`crate::ops::SiluMul::run`], each with the same bits
-//!   and one launch fewer. cuBLASLt plans only store.
+//!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product,
+//!   [`EpilogueKind::SiluMul`] after gate/up [`crate::ops::SiluMul::run`], and
+//!   [`EpilogueKind::QkNormRopeCache`] after qkv [`crate::ops::QkNormRopeCache::run`], each with
+//!   the same bits and one launch fewer. cuBLASLt plans only store.
 //! - [`layout`] defines the row orders of the weights whose epilogues pair outputs (gate/up
-//!   interleaved), which the standalone ops read too.
+//!   interleaved, each q and k head's RoPE pairs 8 rows apart), which the standalone ops read
+//!   too.
 //! - [`Gemm`] loads a plan once; [`Gemm::run`] and [`Gemm::run_with`] check the buffers and only
 //!   launch, so a CUDA graph captures them and a benchmark times them alone.
 //!

@@ -95,18 +95,23 @@ pub enum EpilogueKind {
     /// [`crate::ops::SiluMul::run`] on the product of the gate/up weight in its interleaved
     /// layout ([`super::layout`]): N = `2 I`, a multiple of 16, and `I` output columns.
     SiluMul,
+    /// [`crate::ops::QkNormRopeCache::run`] on the product of the qkv weight in its permuted
+    /// layout ([`super::layout`]): q into its buffer, k and v into the paged caches, N =
+    /// `(Hq + 2 Hkv) D`.
+    QkNormRopeCache,
 }
 
 impl EpilogueKind {
     /// Every kind.
-    pub const ALL: [EpilogueKind; 3] = [EpilogueKind::Store, EpilogueKind::PeriLn, EpilogueKind::SiluMul];
+    pub const ALL: [EpilogueKind; 4] =
+        [EpilogueKind::Store, EpilogueKind::PeriLn, EpilogueKind::SiluMul, EpilogueKind::QkNormRopeCache];
 
     /// The fewest rows of W per CTA the kind takes: 16 where it pairs rows 8 apart in one
     /// 16-row mma tile.
     pub fn min_rows(self) -> usize {
         match self {
             EpilogueKind::Store | EpilogueKind::PeriLn => SKINNY_ROWS[0],
-            EpilogueKind::SiluMul => 16,
+            EpilogueKind::SiluMul | EpilogueKind::QkNormRopeCache => 16,
         }
     }
 
@@ -116,17 +121,25 @@ impl EpilogueKind {
             EpilogueKind::Store => "",
             EpilogueKind::PeriLn => "_periln",
             EpilogueKind::SiluMul => "_silu_mul",
+            EpilogueKind::QkNormRopeCache => "_qk_norm_rope_cache",
         }
     }
 
-    /// Checks what the kind needs of the GEMM's shape beyond [`GemmShape::validate`].
+    /// Checks what the kind needs of the GEMM's shape beyond [`GemmShape::validate`] (the
+    /// QkNormRopeCache epilogue checks N against its heads at the launch).
     fn check(self, shape: GemmShape) -> Result<()> {
-        match self {
-            EpilogueKind::SiluMul if !shape.n.is_multiple_of(16) => Err(unsupported(
+        let pairs = match self {
+            EpilogueKind::SiluMul => "whole groups of 8 gate and 8 up rows",
+            EpilogueKind::QkNormRopeCache => "whole 16-row groups of q, k and v heads",
+            EpilogueKind::Store | EpilogueKind::PeriLn => return Ok(()),
+        };
+        if shape.n.is_multiple_of(16) {
+            Ok(())
+        } else {
+            Err(unsupported(
                 "gemm skinny",
-                format!("the SiluMul epilogue takes whole groups of 8 gate and 8 up rows: N must be a multiple of 16, got {}", shape.n),
-            )),
-            _ => Ok(()),
+                format!("the {self:?} epilogue takes {pairs}: N must be a multiple of 16, got {}", shape.n),
+            ))
         }
     }
 }
@@ -334,6 +347,7 @@ mod tests {
             EpilogueKind::Store => "STORE",
             EpilogueKind::PeriLn => "PERILN",
             EpilogueKind::SiluMul => "SILU_MUL",
+            EpilogueKind::QkNormRopeCache => "QK",
         }
     }
 
@@ -381,6 +395,10 @@ mod tests {
         let silu = GemmPlan::skinny_epilogue(shape(1, 6144, 1024), H200_SMS, EpilogueKind::SiluMul).unwrap();
         assert_eq!(skinny(&silu).entry, "gemm_skinny_m8_r16_silu_mul");
         assert_eq!(silu.name(), "skinny-m8-r16-silu-mul");
+        // QKV at one row: 16 rows per CTA (128 CTAs), where the plain GEMM would take 8 (256).
+        let qk = GemmPlan::skinny_epilogue(shape(1, 2048, 1024), H200_SMS, EpilogueKind::QkNormRopeCache).unwrap();
+        assert_eq!(skinny(&qk).entry, "gemm_skinny_m8_r16_qk_norm_rope_cache");
+        assert_eq!(skinny(&GemmPlan::skinny(shape(1, 2048, 1024), H200_SMS).unwrap()).rows, 8);
     }
 
     #[test]
@@ -394,6 +412,10 @@ mod tests {
             "`rows` must be one of [16, 32, 64] for M = 1 (x tile 8) and the SiluMul epilogue, got 8",
         );
         refused(GemmPlan::skinny_epilogue(shape(1, 72, 64), H200_SMS, EpilogueKind::SiluMul), "multiple of 16, got 72");
+        refused(
+            GemmPlan::skinny_rows_epilogue(shape(9, 40, 64), 16, EpilogueKind::QkNormRopeCache),
+            "the QkNormRopeCache epilogue takes whole 16-row groups",
+        );
         assert_eq!(
             skinny(&GemmPlan::skinny_epilogue(shape(64, 64, 64), H200_SMS, EpilogueKind::SiluMul).unwrap()).rows,
             16

@@ -48,7 +48,7 @@ impl SkinnyGemm {
     ) -> Result<()> {
         let mut b = Launch::new(stream, &self.func);
         b.arg(x).arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
-        epilogue.push(&mut b);
+        epilogue.push(&self.entry, &mut b)?;
         // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu with the epilogue's
         // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
         // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.

@@ -2,9 +2,12 @@
 //! (`qk_norm_rope_cache.cu`).
 //!
 //! One launch per layer reads the fused projection `[tokens, (Hq + 2 Hkv) * D]` (q heads, then
-//! k heads, then v heads), writes the normed, rotated, bf16-rounded queries `[tokens, Hq, D]`
+//! k heads, then v heads, each q and k head's channels in the permuted order of the qkv weight,
+//! [`crate::gemm::layout`]), writes the normed, rotated, bf16-rounded queries `[tokens, Hq, D]`
 //! for attention, and stores the normed, rotated keys and the values into the paged cache at each
-//! token's slot (a negative slot is padding: nothing is written).
+//! token's slot (a negative slot is padding: nothing is written). The skinny GEMM's
+//! [`crate::gemm::EpilogueKind::QkNormRopeCache`] does the same inside the qkv GEMM, with the
+//! same bits (decode rows); this op serves the rows cuBLASLt computes.
 
 use std::sync::Arc;
 
@@ -15,6 +18,9 @@ use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, F
 use crate::error::Result;
 use crate::kernels::QK_NORM_ROPE_CACHE;
 use crate::runtime::{launch_error, Gpu, Launch};
+
+/// The kernel's entry point, and the name its errors carry.
+const ENTRY: &str = "qk_norm_rope_cache";
 
 /// Heads and channels of a model's attention.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,11 +43,73 @@ impl HeadShape {
     pub fn q_width(&self) -> usize {
         self.num_heads * self.head_dim
     }
+
+    /// Checks what the kernels take: Hq a positive multiple of Hkv, D a positive multiple of 16
+    /// matching `rope`, and a qkv row within an `int`; errors name `entry`.
+    pub(crate) fn check(&self, entry: &str, rope: &RopeTable) -> Result<()> {
+        let HeadShape { num_heads, num_kv_heads, head_dim } = *self;
+        if num_kv_heads == 0 || num_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
+            return Err(unsupported(
+                entry,
+                format!("num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"),
+            ));
+        }
+        if head_dim == 0 || !head_dim.is_multiple_of(16) {
+            return Err(unsupported(entry, format!("head_dim must be a positive multiple of 16, got {head_dim}")));
+        }
+        if rope.head_dim() != head_dim {
+            return Err(unsupported(
+                entry,
+                format!("the RoPE table is for head_dim {}, not {head_dim}", rope.head_dim()),
+            ));
+        }
+        as_i32(entry, "qkv row width", self.qkv_width())?;
+        Ok(())
+    }
+
+    /// The kernels' ints `max_pos, num_heads, num_kv_heads, head_dim`, after [`HeadShape::check`].
+    pub(crate) fn ints(&self, entry: &str, rope: &RopeTable) -> Result<[i32; 4]> {
+        Ok([
+            as_i32(entry, "max_pos", rope.max_pos())?,
+            as_i32(entry, "num_heads", self.num_heads)?,
+            as_i32(entry, "num_kv_heads", self.num_kv_heads)?,
+            as_i32(entry, "head_dim", self.head_dim)?,
+        ])
+    }
+
+    /// Checks that `q_norm` and `k_norm` are over D.
+    pub(crate) fn check_norms(&self, entry: &str, q_norm: &UClipNormParams, k_norm: &UClipNormParams) -> Result<()> {
+        for (what, norm) in [("q_norm", q_norm), ("k_norm", k_norm)] {
+            if norm.channels() != self.head_dim {
+                return Err(unsupported(
+                    entry,
+                    format!("{what} has {} channels, expected {}", norm.channels(), self.head_dim),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The slots of a key cache and value cache of `key` and `value` elements, which must be
+    /// equal whole slots of `Hkv * D`.
+    pub(crate) fn cache_slots(&self, entry: &str, key: usize, value: usize) -> Result<i64> {
+        let slot_width = self.num_kv_heads * self.head_dim;
+        if !key.is_multiple_of(slot_width) || value != key {
+            return Err(unsupported(
+                entry,
+                format!(
+                    "key_cache ({key}) and value_cache ({value}) must be equal whole slots of Hkv * D = {slot_width}"
+                ),
+            ));
+        }
+        Ok((key / slot_width) as i64)
+    }
 }
 
 /// One step's inputs.
 pub struct QkvInputs<'a> {
-    /// `[tokens, (Hq + 2 Hkv) * D]` bf16, the fused q/k/v projection (q heads, k heads, v heads).
+    /// `[tokens, (Hq + 2 Hkv) * D]` bf16, the fused q/k/v projection (q heads, k heads, v heads;
+    /// q and k channels in the permuted order of [`crate::gemm::layout`]).
     pub qkv: CudaView<'a, bf16>,
     /// `[tokens]` absolute positions, each below the RoPE table's `max_pos`.
     pub positions: CudaView<'a, i32>,
@@ -71,30 +139,18 @@ impl QkNormRopeCache {
     /// Loads the kernel for `heads` (Hq a positive multiple of Hkv, D a multiple of 16 matching
     /// the table).
     pub fn new(gpu: &Gpu, heads: HeadShape, rope: RopeTable) -> Result<Self> {
-        const ENTRY: &str = "qk_norm_rope_cache";
-        let HeadShape { num_heads, num_kv_heads, head_dim } = heads;
-        if num_kv_heads == 0 || num_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
-            return Err(unsupported(
-                ENTRY,
-                format!("num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({num_kv_heads})"),
-            ));
-        }
-        if head_dim == 0 || !head_dim.is_multiple_of(16) {
-            return Err(unsupported(ENTRY, format!("head_dim must be a positive multiple of 16, got {head_dim}")));
-        }
-        if rope.head_dim() != head_dim {
-            return Err(unsupported(
-                ENTRY,
-                format!("the RoPE table is for head_dim {}, not {head_dim}", rope.head_dim()),
-            ));
-        }
-        as_i32(ENTRY, "qkv row width", heads.qkv_width())?;
+        heads.check(ENTRY, &rope)?;
         Ok(Self { stream: gpu.stream().clone(), func: gpu.function(&QK_NORM_ROPE_CACHE, ENTRY)?, heads, rope })
     }
 
     /// The head shape launched for.
     pub fn heads(&self) -> HeadShape {
         self.heads
+    }
+
+    /// The RoPE table (for the qkv GEMM's fused epilogue, [`crate::gemm::Epilogue::QkNormRopeCache`]).
+    pub fn rope(&self) -> &RopeTable {
+        &self.rope
     }
 
     /// Norms and rotates q and k of every token, writes q to `out.q` and k, v to the caches at
@@ -108,32 +164,13 @@ impl QkNormRopeCache {
         out: &mut QkvOutputs<'_>,
         faults: &mut Faults,
     ) -> Result<()> {
-        const ENTRY: &str = "qk_norm_rope_cache";
         let HeadShape { num_heads, num_kv_heads, head_dim } = self.heads;
-        for (what, norm) in [("q_norm", q_norm), ("k_norm", k_norm)] {
-            if norm.channels() != head_dim {
-                return Err(unsupported(
-                    ENTRY,
-                    format!("{what} has {} channels, expected {head_dim}", norm.channels()),
-                ));
-            }
-        }
+        self.heads.check_norms(ENTRY, q_norm, k_norm)?;
         let tokens = inputs.positions.len();
         check_len(ENTRY, "slot_mapping", inputs.slot_mapping.len(), tokens)?;
         check_len(ENTRY, "qkv", inputs.qkv.len(), tokens * self.heads.qkv_width())?;
-        check_len(ENTRY, "q", out.q.len(), tokens * num_heads * head_dim)?;
-        let slot_width = num_kv_heads * head_dim;
-        if !out.key_cache.len().is_multiple_of(slot_width) || out.value_cache.len() != out.key_cache.len() {
-            return Err(unsupported(
-                ENTRY,
-                format!(
-                    "key_cache ({}) and value_cache ({}) must be equal whole slots of Hkv * D = {slot_width}",
-                    out.key_cache.len(),
-                    out.value_cache.len()
-                ),
-            ));
-        }
-        let num_slots = (out.key_cache.len() / slot_width) as i64;
+        check_len(ENTRY, "q", out.q.len(), tokens * self.heads.q_width())?;
+        let num_slots = self.heads.cache_slots(ENTRY, out.key_cache.len(), out.value_cache.len())?;
         check_aligned(&self.stream, ENTRY, "qkv", &inputs.qkv)?;
         check_aligned(&self.stream, ENTRY, "q", &out.q)?;
         check_aligned(&self.stream, ENTRY, "key_cache", &out.key_cache)?;
@@ -142,14 +179,8 @@ impl QkNormRopeCache {
             return Ok(());
         }
         let per_token = (num_heads + num_kv_heads) * head_dim / 16 + num_kv_heads * head_dim / 8;
-        let ints = [
-            as_i32(ENTRY, "max_pos", self.rope.max_pos())?,
-            as_i32(ENTRY, "tokens", tokens)?,
-            as_i32(ENTRY, "num_heads", num_heads)?,
-            as_i32(ENTRY, "num_kv_heads", num_kv_heads)?,
-            as_i32(ENTRY, "head_dim", head_dim)?,
-        ];
-        let [max_pos, tokens_i, heads_i, kv_heads_i, head_dim_i] = ints;
+        let [max_pos, heads_i, kv_heads_i, head_dim_i] = self.heads.ints(ENTRY, &self.rope)?;
+        let tokens_i = as_i32(ENTRY, "tokens", tokens)?;
         let cfg = elementwise_config((tokens * per_token) as u64);
         let mut b = Launch::new(&self.stream, &self.func);
         b.arg(&inputs.qkv).arg(&inputs.positions).arg(&inputs.slot_mapping).arg(self.rope.table()).arg(&max_pos);

@@ -2,15 +2,16 @@
 //!
 //! Linear weights stay bf16 in the checkpoint's `[out, in]` layout (`y = x W^T`), and the GEMMs
 //! that share an input are fused by stacking their rows, so one launch reads the input once:
-//! q, k and v into one `[(Hq + 2 Hkv) D, hidden]` matrix (the row layout `qk_norm_rope_cache`
-//! reads: q heads, then k heads, then v heads), gate and up into one `[2 I, hidden]` matrix with
-//! their rows interleaved in groups of 8 ([`gpu::gemm::layout`] defines it: the layout the skinny
-//! GEMM's SiLU-multiply epilogue pairs and `silu_mul` reads). Norm parameters and the HP1 gains
-//! go up as f32, exact for bf16 checkpoints. A tied model uploads its embedding once and uses it
-//! as the head.
+//! q, k and v into one `[(Hq + 2 Hkv) D, hidden]` matrix (q heads, then k heads, then v heads,
+//! each q and k head's rows permuted so that its RoPE pairs are 8 rows apart), gate and up into
+//! one `[2 I, hidden]` matrix with their rows interleaved in groups of 8. [`gpu::gemm::layout`]
+//! defines both orders: the skinny GEMM's fused epilogues pair those rows, and
+//! `qk_norm_rope_cache` and `silu_mul` read the GEMMs' outputs in them. Norm parameters and the
+//! HP1 gains go up as f32, exact for bf16 checkpoints. A tied model uploads its embedding once and
+//! uses it as the head.
 //!
-//! The host side ([`stacked_rows`], [`gate_up_rows`]) is plain and tested without a GPU;
-//! [`DeviceWeights::upload`] only copies.
+//! The host side ([`stacked_rows`], [`qkv_rows`], [`gate_up_rows`]) is plain and tested without
+//! a GPU; [`DeviceWeights::upload`] only copies.
 
 use half::bf16;
 use ndarray::{Array1, Array2};
@@ -18,12 +19,13 @@ use oracle::model::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWei
 
 use cudarc::driver::CudaSlice;
 use gpu::gemm::layout;
-use gpu::ops::UClipNormParams;
+use gpu::ops::{HeadShape, UClipNormParams};
 use gpu::Gpu;
 
 /// One decoder layer on the device.
 pub struct DeviceLayer {
-    /// `[(Hq + 2 Hkv) D, hidden]`: q_proj, k_proj, v_proj stacked.
+    /// `[(Hq + 2 Hkv) D, hidden]`: q_proj, k_proj, v_proj stacked, q and k heads permuted
+    /// ([`qkv_rows`]).
     pub qkv: CudaSlice<bf16>,
     /// `[hidden, Hq D]`.
     pub o: CudaSlice<bf16>,
@@ -125,8 +127,9 @@ fn upload_layer(
         upload_norm(gpu, &format!("{prefix}.{name}"), channels, w)
     };
     let (d, hidden) = (dims.head_dim, dims.hidden_size);
+    let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: d };
     Ok(DeviceLayer {
-        qkv: matrix(stacked_rows(&[&a.q_proj, &a.k_proj, &a.v_proj]))?,
+        qkv: matrix(qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads))?,
         o: matrix(stacked_rows(&[&a.o_proj]))?,
         gate_up: matrix(gate_up_rows(&l.gate_proj, &l.up_proj))?,
         down: matrix(stacked_rows(&[&l.down_proj]))?,
@@ -160,6 +163,13 @@ pub fn stacked_rows(matrices: &[&Array2<bf16>]) -> Vec<bf16> {
         rows.extend(m.iter().copied());
     }
     rows
+}
+
+/// The fused qkv weight as the device holds it: the rows of `q` (`[Hq D, hidden]`), `k` and `v`
+/// (`[Hkv D, hidden]`) stacked, each q and k head's rows in the permuted order of
+/// [`gpu::gemm::layout`] (`heads.head_dim` a multiple of 16).
+pub fn qkv_rows(q: &Array2<bf16>, k: &Array2<bf16>, v: &Array2<bf16>, heads: HeadShape) -> Vec<bf16> {
+    layout::permute_rows(&stacked_rows(&[q, k, v]), q.ncols(), |r| layout::qkv_source(r, heads))
 }
 
 /// The fused gate/up weight as the device holds it: the rows of `gate` and `up` (each
@@ -199,6 +209,21 @@ mod tests {
             (0..8).for_each(|j| want.extend(row(&gate, 8 * i + j)));
             (0..8).for_each(|j| want.extend(row(&up, 8 * i + j)));
         }
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn qkv_rows_pair_each_rope_channel_with_its_partner_and_keep_v() {
+        let heads = HeadShape { num_heads: 2, num_kv_heads: 1, head_dim: 32 };
+        let b = |x: usize| bf16::from_f32(x as f32);
+        // One column: row r holds r (q rows 0..64, k rows 64..96, v rows 96..128).
+        let q = Array2::from_shape_fn((64, 1), |(r, _)| b(r));
+        let k = Array2::from_shape_fn((32, 1), |(r, _)| b(64 + r));
+        let v = Array2::from_shape_fn((32, 1), |(r, _)| b(96 + r));
+        let got: Vec<usize> = qkv_rows(&q, &k, &v, heads).iter().map(|x| x.to_f32() as usize).collect();
+        let head =
+            |base: usize| -> Vec<usize> { [0, 16, 8, 24].iter().flat_map(|&s| base + s..base + s + 8).collect() };
+        let want: Vec<usize> = [head(0), head(32), head(64), (96..128).collect()].concat();
         assert_eq!(got, want);
     }
 }

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
 use gpu::gemm::{Epilogue, EpilogueKind, Gemm, GemmPath, GemmPlan, GemmShape, SKINNY_ROWS};
-use gpu::ops::{PeriLn, SiluMul, UClipNormParams};
+use gpu::ops::{
+    Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul, UClipNormParams,
+};
 use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
@@ -173,6 +175,171 @@ pub fn silu_mul(gpu: &Arc<Gpu>) -> Check {
         }
     }
     println!("  gate/up N {n} K {k}: {runs} fused runs give the unfused bits");
+    Ok(())
+}
+
+/// One QKV step's device inputs and poisoned outputs.
+struct QkvStep {
+    positions: CudaSlice<i32>,
+    slot_list: Vec<i64>,
+    slots: CudaSlice<i64>,
+    q: CudaSlice<bf16>,
+    key_cache: CudaSlice<bf16>,
+    value_cache: CudaSlice<bf16>,
+}
+
+impl QkvStep {
+    /// `m` tokens at positions drawn below `max_pos`, each at a distinct shuffled slot of a cache
+    /// of `num_slots`, every fifth token padding (slot -1); `bad` puts token 0 past the table and
+    /// token 1 past the cache.
+    fn new(gpu: &Gpu, seed: u64, m: usize, heads: HeadShape, max_pos: usize, bad: bool) -> Result<Self, String> {
+        let num_slots = qkv_slots(m);
+        let pick = Counter::new(seed, 21);
+        let mut positions: Vec<i32> = (0..m).map(|t| pick.below(max_pos as u64, &[t as u64]) as i32).collect();
+        positions[0] = max_pos as i32 - 1;
+        let perm = Counter::new(seed, 22).permutation(num_slots);
+        let mut slots: Vec<i64> = (0..m).map(|t| if t % 5 == 2 { -1 } else { perm[t] as i64 }).collect();
+        if bad {
+            positions[0] = max_pos as i32 + 3;
+            slots[1] = (num_slots + 7) as i64;
+        }
+        let cache = num_slots * heads.num_kv_heads * heads.head_dim;
+        Ok(Self {
+            positions: g(gpu.upload(&positions))?,
+            slots: g(gpu.upload(&slots))?,
+            slot_list: slots,
+            q: poisoned(gpu, m * heads.q_width())?,
+            key_cache: poisoned(gpu, cache)?,
+            value_cache: poisoned(gpu, cache)?,
+        })
+    }
+
+    /// q, the key cache and the value cache, downloaded.
+    fn written(&self, gpu: &Gpu) -> Result<[Vec<bf16>; 3], String> {
+        Ok([g(gpu.download(&self.q))?, g(gpu.download(&self.key_cache))?, g(gpu.download(&self.value_cache))?])
+    }
+}
+
+/// The cache slots of a QKV step of `m` tokens: three spare blocks of 16.
+fn qkv_slots(m: usize) -> usize {
+    (m / 16 + 3) * 16
+}
+
+/// The fault word's report after a step (`None` when clean), which clears it.
+fn fault_report(faults: &mut Faults) -> Option<String> {
+    faults.check().err().map(|e| e.to_string())
+}
+
+/// QKV (asynct-0.5b: Hq 8, Hkv 4, D 128, so N 2048, K 1024) with the q/k norm + RoPE + cache
+/// write fused, against the plain skinny GEMM then `QkNormRopeCache::run`: q and both whole caches
+/// have the same bits (padding tokens and unmapped slots left poisoned alike, every slot a
+/// token maps to written), and the fault word reports the same; the q norm per channel and the k
+/// norm scalar, then the other way round, and at M = 3 a position past the table and a slot past
+/// the cache.
+pub fn qk_norm_rope_cache(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let heads = HeadShape { num_heads: 8, num_kv_heads: 4, head_dim: 128 };
+    let (n, k, max_pos) = (heads.qkv_width(), 1024usize, 4096usize);
+    let op = g(QkNormRopeCache::new(gpu, heads, g(RopeTable::new(gpu, heads.head_dim, max_pos, 1e6))?))?;
+    let mut faults = g(Faults::new(gpu))?;
+    let seed = 9700;
+    let w = g(gpu.upload(&draw_w(seed, n, k)))?;
+    let mut runs = 0;
+    for (i, m) in MS.into_iter().enumerate() {
+        let shape = GemmShape { m, n, k };
+        let seed = seed + 10 * i as u64;
+        let x = g(gpu.upload(&draw_x(seed, m, k)))?;
+        let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
+        let mut qkv = poisoned(gpu, m * n)?;
+        g(plain.run(&x.as_view(), &w.as_view(), &mut qkv.as_view_mut()))?;
+        for (variant, per_channel_q) in [(0u64, true), (1, false)] {
+            let q_norm = norm(gpu, seed + 1 + variant, heads.head_dim, per_channel_q)?;
+            let k_norm = norm(gpu, seed + 3 + variant, heads.head_dim, !per_channel_q)?;
+            let bad = m == 3 && variant == 0;
+            let label = format!(
+                "qkv M {m}, per-channel {} norm{}",
+                if per_channel_q { "q" } else { "k" },
+                if bad { ", bad inputs" } else { "" }
+            );
+
+            let mut want = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
+            let inputs = QkvInputs {
+                qkv: qkv.as_view(),
+                positions: want.positions.as_view(),
+                slot_mapping: want.slots.as_view(),
+            };
+            let mut outputs = QkvOutputs {
+                q: want.q.as_view_mut(),
+                key_cache: want.key_cache.as_view_mut(),
+                value_cache: want.value_cache.as_view_mut(),
+            };
+            g(op.run(&q_norm, &k_norm, &inputs, &mut outputs, &mut faults))?;
+            let want_faults = fault_report(&mut faults);
+            if want_faults.is_some() != bad {
+                return Err(format!("unfused {label}: fault word {want_faults:?}"));
+            }
+            let slots = want.slot_list.clone();
+            let want = want.written(gpu)?;
+            all_finite(&format!("unfused q {label}"), &want[0])?;
+            check_slots(&label, heads, &slots, &want[1], &want[2])?;
+
+            for plan in epilogue_plans(shape, EpilogueKind::QkNormRopeCache, sms)? {
+                let label = format!("{label} rows {}", rows(&plan));
+                let fused = g(Gemm::new(gpu, plan))?;
+                let mut got = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
+                g(fused.run_with(
+                    &x.as_view(),
+                    &w.as_view(),
+                    Epilogue::QkNormRopeCache {
+                        heads,
+                        rope: op.rope(),
+                        q_norm: &q_norm,
+                        k_norm: &k_norm,
+                        positions: got.positions.as_view(),
+                        slot_mapping: got.slots.as_view(),
+                        q: got.q.as_view_mut(),
+                        key_cache: got.key_cache.as_view_mut(),
+                        value_cache: got.value_cache.as_view_mut(),
+                        faults: &mut faults,
+                    },
+                ))?;
+                let got_faults = fault_report(&mut faults);
+                if got_faults != want_faults {
+                    return Err(format!("{label}: fault word {got_faults:?}, unfused {want_faults:?}"));
+                }
+                let got = got.written(gpu)?;
+                for ((what, got), want) in ["q", "key cache", "value cache"].into_iter().zip(&got).zip(&want) {
+                    same_bits(&format!("{what} {label}"), got, want)?;
+                }
+                runs += 1;
+            }
+        }
+    }
+    println!("  qkv N {n} K {k}: {runs} fused runs give the unfused bits");
+    Ok(())
+}
+
+/// After the unfused write of a step whose tokens map to `slots`: every slot of the caches a
+/// token maps to holds finite keys and values, every other slot is still poisoned, so that the
+/// bitwise comparison with the fused write covers both.
+fn check_slots(label: &str, heads: HeadShape, slots: &[i64], key_cache: &[bf16], value_cache: &[bf16]) -> Check {
+    let width = heads.num_kv_heads * heads.head_dim;
+    for s in 0..key_cache.len() / width {
+        let mapped = slots.contains(&(s as i64));
+        for (what, cache) in [("key", key_cache), ("value", value_cache)] {
+            let slot = &cache[s * width..][..width];
+            let ok = if mapped {
+                slot.iter().all(|v| v.is_finite())
+            } else {
+                slot.iter().all(|v| v.to_bits() == POISON.to_bits())
+            };
+            if !ok {
+                return Err(format!(
+                    "unfused {label}: {what} slot {s} (mapped: {mapped}) is not what the write leaves"
+                ));
+            }
+        }
+    }
     Ok(())
 }
 

@@ -1,9 +1,12 @@
 //! The fused q/k UClipNorm + RoPE + KV-cache write against the oracle's norm, `RopeAngles` and
-//! the QNormRope / KNormRope round points, on shuffled slots with padding.
+//! the QNormRope / KNormRope round points, on shuffled slots with padding. The qkv input is drawn
+//! in the stacked order (q, k, v heads, channels in order) the oracle reads, and uploaded in the
+//! permuted order of the qkv weight (`gpu::gemm::layout`) the kernel reads.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use gpu::gemm::layout;
 use gpu::ops::{Faults, HeadShape, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable};
 use gpu::Gpu;
 use half::bf16;
@@ -23,6 +26,7 @@ const BLOCK_SIZE: usize = 16;
 
 /// One step's host inputs.
 struct Step {
+    /// `[tokens, (Hq + 2 Hkv) D]` in the stacked order.
     qkv: Vec<bf16>,
     positions: Vec<i32>,
     slots: Vec<i64>,
@@ -60,8 +64,13 @@ fn launch(
 ) -> Result<Written, String> {
     let h = op.heads();
     let cache_len = step.num_slots * h.num_kv_heads * h.head_dim;
+    let permuted: Vec<bf16> = step
+        .qkv
+        .chunks(h.qkv_width())
+        .flat_map(|row| layout::permute_rows(row, 1, |r| layout::qkv_source(r, h)))
+        .collect();
     let (qkv, positions, slots) =
-        (g(gpu.upload(&step.qkv))?, g(gpu.upload(&step.positions))?, g(gpu.upload(&step.slots))?);
+        (g(gpu.upload(&permuted))?, g(gpu.upload(&step.positions))?, g(gpu.upload(&step.slots))?);
     let mut q = g(gpu.upload(&vec![POISON; step.positions.len() * h.num_heads * h.head_dim]))?;
     let mut key_cache = g(gpu.upload(&vec![POISON; cache_len]))?;
     let mut value_cache = g(gpu.upload(&vec![POISON; cache_len]))?;
