@@ -1,5 +1,5 @@
 //! The GPU model (`model::gpu_backend`) on the device: a checkpoint loaded as raw bf16 lands on
-//! the device in the stacked layouts the kernels read, bit for bit; the forward of an
+//! the device in the layouts the kernels read (`gpu::gemm::layout`), bit for bit; the forward of an
 //! asynct-small-shaped model (random weights) agrees with the oracle's bf16-faithful f64 forward
 //! on every logits row of prefill, mixed and decode steps (prompts crossing block boundaries, a
 //! chunk long enough for the tensor-core prefill and a wide GEMM); and a decode row gives the
@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
+use gpu::ops::HeadShape;
 use gpu::Gpu;
 use half::bf16;
 use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::Capacity;
-use model::gpu_backend::weights::{stacked_rows, DeviceWeights};
+use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
@@ -62,14 +63,16 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
             let got = gpu.download(got).map_err(|e| msg(&e))?;
             match bits(&got) == bits(&want) {
                 true => Ok(()),
-                false => Err(format!("{what} (tied {tied}): device bits differ from the stacked host rows")),
+                false => Err(format!("{what} (tied {tied}): device bits differ from the host rows in the device layout")),
             }
         };
         let one = |m: &Array2<bf16>| stacked_rows(&[m]);
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         for (i, (d, h)) in dev.layers.iter().zip(&host.layers).enumerate() {
-            same(&format!("layer {i} qkv"), &d.qkv, stacked_rows(&[&h.attn.q_proj, &h.attn.k_proj, &h.attn.v_proj]))?;
+            let a = &h.attn;
+            same(&format!("layer {i} qkv"), &d.qkv, qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads))?;
             same(&format!("layer {i} o"), &d.o, one(&h.attn.o_proj))?;
-            same(&format!("layer {i} gate_up"), &d.gate_up, stacked_rows(&[&h.gate_proj, &h.up_proj]))?;
+            same(&format!("layer {i} gate_up"), &d.gate_up, gate_up_rows(&h.gate_proj, &h.up_proj))?;
             same(&format!("layer {i} down"), &d.down, one(&h.down_proj))?;
             let sigma = gpu.download(&d.sigma).map_err(|e| msg(&e))?;
             if sigma != h.attn.hp1_sigma.iter().map(|x| x.to_f32()).collect::<Vec<_>>() {

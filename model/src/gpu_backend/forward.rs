@@ -419,7 +419,7 @@ impl GpuModel {
             Weight::GateUp => (2 * inter, hidden),
             Weight::Down => (hidden, inter),
         };
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, .. } = self;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
             Rows::Chunks => rows.decodes..t,
@@ -470,6 +470,22 @@ impl GpuModel {
                             b.h.slice(hr),
                             lw.qkv.as_view(),
                             Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) },
+                        ),
+                        (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (
+                            b.h.slice(hr),
+                            lw.qkv.as_view(),
+                            Epilogue::QkNormRopeCache {
+                                heads: *heads,
+                                rope: k.qk.rope(),
+                                q_norm: &lw.q_norm,
+                                k_norm: &lw.k_norm,
+                                positions: b.positions.slice(r.clone()),
+                                slot_mapping: b.slots.slice(r.clone()),
+                                q: b.q.slice_mut(el(&r, q_width)),
+                                key_cache: cache.key[layer].as_view_mut(),
+                                value_cache: cache.value[layer].as_view_mut(),
+                                faults: &mut k.faults,
+                            },
                         ),
                         (Weight::O, EpilogueKind::Store) => {
                             (b.attn.slice(attn_r), lw.o.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })

@@ -4,10 +4,9 @@
 //!
 //! A step's rows fall in two classes: its leading decode rows and its prefill-chunk rows
 //! ([`RowSplit`]). Decode rows go through the skinny GEMM, whose epilogue can finish the
-//! elementwise op that follows (the Peri-LN residual after o and down, `silu * up` after
-//! gate/up), so a layer of decode rows is six launches: qkv, q/k norm + RoPE + cache write,
-//! attention, o, gate/up, down. (Issue 15's fifth fusion, q/k norm + RoPE + cache write into the
-//! qkv epilogue, is not built yet.) Chunk rows go through cuBLASLt, whose epilogues cannot express UClipNorm, so
+//! elementwise op that follows (q/k norm + RoPE + cache write after qkv, the Peri-LN residual
+//! after o and down, `silu * up` after gate/up), so a layer of decode rows is five launches: qkv,
+//! attention, o, gate/up, down. Chunk rows go through cuBLASLt, whose epilogues cannot express UClipNorm, so
 //! their elementwise ops stay separate launches; where no decode row was fused, one separate
 //! launch covers every row. Either way each row meets every SPEC section 4 rounding point once,
 //! in forward order, which [`Op::rounds`] states and the tests check for every shape.
@@ -158,6 +157,8 @@ pub enum Buf {
 /// Which elementwise ops the decode rows' GEMMs finish in their epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fusion {
+    /// q/k norm + RoPE + cache write after the qkv GEMM.
+    pub qkv: bool,
     /// The Peri-LN residuals after o and down.
     pub peri_ln: bool,
     /// `silu * up` after gate/up.
@@ -166,18 +167,18 @@ pub struct Fusion {
 
 impl Fusion {
     /// Every fusion on.
-    pub const ALL: Fusion = Fusion { peri_ln: true, silu: true };
+    pub const ALL: Fusion = Fusion { qkv: true, peri_ln: true, silu: true };
     /// None: every elementwise op its own launch.
-    pub const NONE: Fusion = Fusion { peri_ln: false, silu: false };
+    pub const NONE: Fusion = Fusion { qkv: false, peri_ln: false, silu: false };
 
     /// [`Fusion::ALL`], or what `ASYNCT_FUSION` names to measure a fusion by its absence: `none`,
-    /// or a comma list of the ones to keep, `peri_ln` and `silu`.
+    /// or a comma list of the ones to keep: `qkv`, `peri_ln`, `silu`.
     pub fn from_env() -> Self {
         match std::env::var("ASYNCT_FUSION") {
             Err(_) => Fusion::ALL,
             Ok(v) => {
                 let on = |name: &str| v.split(',').any(|p| p.trim() == name);
-                Fusion { peri_ln: on("peri_ln"), silu: on("silu") }
+                Fusion { qkv: on("qkv"), peri_ln: on("peri_ln"), silu: on("silu") }
             }
         }
     }
@@ -235,8 +236,9 @@ impl StepProgram {
                 let rest = if fused { Rows::Chunks } else { Rows::All };
                 (rest != Rows::Chunks || rows.chunks > 0).then_some(rest)
             };
-            sublayer(Weight::Qkv, false, EpilogueKind::Store, &mut ops);
-            ops.push(Op::QkNormRopeCache { layer, rows: Rows::All });
+            if let Some(r) = sublayer(Weight::Qkv, fusion.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
+                ops.push(Op::QkNormRopeCache { layer, rows: r });
+            }
             let decode_part = if attention_on_rows {
                 Some(AttnPart::Rows)
             } else {
@@ -314,6 +316,7 @@ impl Op {
                 };
                 match (weight, epilogue) {
                     (_, EpilogueKind::Store) => {}
+                    (Weight::Qkv, EpilogueKind::QkNormRopeCache) => points.extend(qk),
                     (Weight::O, EpilogueKind::PeriLn) => points.extend(attn_close),
                     (Weight::GateUp, EpilogueKind::SiluMul) => points.push(MlpProduct),
                     (Weight::Down, EpilogueKind::PeriLn) => points.extend(mlp_close(layer)),
@@ -337,7 +340,8 @@ impl Op {
             Op::Embed => (vec![Ids], vec![X]),
             Op::InputNorm => (vec![X], vec![H]),
             Op::BuildRows => (vec![Meta], vec![RowMeta]),
-            Op::Linear { weight, epilogue, .. } => match (weight, epilogue) {
+            Op::Linear { layer, weight, epilogue, .. } => match (weight, epilogue) {
+                (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (vec![H, PositionsSlots], vec![Q, Cache(layer)]),
                 (Weight::Qkv, _) => (vec![H], vec![Qkv]),
                 (Weight::O, EpilogueKind::PeriLn) => (vec![Attn, X], vec![XNext, H]),
                 (Weight::O, _) => (vec![Attn], vec![Proj]),
@@ -385,7 +389,7 @@ mod tests {
     /// with every fusion setting.
     fn shapes() -> Vec<ProgramShape> {
         let mut all = Vec::new();
-        for fusion in [Fusion::ALL, Fusion::NONE, Fusion { silu: false, ..Fusion::ALL }] {
+        for fusion in [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }] {
             for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
                 all.push(shape(d, c, c == 0, fusion));
                 all.push(ProgramShape { gate_stats: true, ..shape(d, c, c == 0, fusion) });
@@ -398,12 +402,12 @@ mod tests {
     }
 
     #[test]
-    fn a_fused_decode_layer_is_six_launches() {
+    fn a_fused_decode_layer_is_five_launches() {
         let p = StepProgram::build(shape(32, 0, true, Fusion::ALL));
         let layer1: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(1)).collect();
-        assert_eq!(layer1.len(), 6, "{layer1:?}");
-        // embed, input norm, rows, 3 x 6, the head without a gather
-        assert_eq!(p.launches(), 3 + 18 + 1);
+        assert_eq!(layer1.len(), 5, "{layer1:?}");
+        // embed, input norm, rows, 3 x 5, the head without a gather
+        assert_eq!(p.launches(), 3 + 15 + 1);
         let unfused = StepProgram::build(shape(32, 0, true, Fusion::NONE));
         assert_eq!(unfused.launches(), 3 + 3 * 9 + 1);
     }
