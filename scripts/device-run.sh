@@ -31,7 +31,8 @@
 #             /tmp/asynct-step, where a later call on the same warm machine finds them
 #   variants  the decode step (asynct-0.5b, graphs, STEP_BATCHES) once per setting of
 #             VARIANTS (default "pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse"): pdl0 sets
-#             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, each to bench-decode-VARIANT.json/log
+#             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, noqkv ASYNCT_FUSION=peri_ln,silu, each
+#             to bench-decode-VARIANT.json/log
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -157,7 +158,7 @@ for stage in "$@"; do
       [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/variants-init.log" 2>&1
       for v in ${VARIANTS:-pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse}; do
         pdl=1; [[ $v == pdl0* ]] && pdl=0
-        fuse=(); [[ $v == *nofuse ]] && fuse=(ASYNCT_FUSION=none)
+        fuse=(); [[ $v == *nofuse ]] && fuse=(ASYNCT_FUSION=none); [[ $v == *noqkv ]] && fuse=(ASYNCT_FUSION=peri_ln,silu)
         env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"

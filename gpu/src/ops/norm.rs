@@ -56,7 +56,7 @@ impl UClipNormParams {
     }
 
     /// Pushes the six kernel arguments `alpha, alpha_stride, weight, weight_stride, bias, bias_stride`.
-    pub(crate) fn push<'a>(&'a self, builder: &mut Launch<'_>) {
+    pub(crate) fn push(&self, builder: &mut Launch<'_>) {
         builder
             .arg(&self.alpha)
             .arg(&self.strides[0])

@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DriverError, LaunchConfig};
 
+/// Whether the device and the environment allow PDL at all.
+static AVAILABLE: AtomicBool = AtomicBool::new(false);
+/// Whether launches carry the attribute now.
 static PROGRAMMATIC: AtomicBool = AtomicBool::new(false);
 
 /// Whether launches carry the programmatic-serialisation attribute.
@@ -32,7 +35,18 @@ pub fn programmatic() -> bool {
 /// environment says `ASYNCT_PDL=0`. Called when a [`crate::Gpu`] opens.
 pub(crate) fn configure(compute_capability: (i32, i32)) {
     let off = std::env::var("ASYNCT_PDL").is_ok_and(|v| v == "0");
+    AVAILABLE.store(compute_capability.0 >= 9 && !off, Ordering::Relaxed);
     PROGRAMMATIC.store(compute_capability.0 >= 9 && !off, Ordering::Relaxed);
+}
+
+/// Runs `f` with PDL `on` where it is available, then restores the setting. A CUDA graph keeps
+/// each launch's attribute, so a graph captured inside keeps `on` at every replay: this is how
+/// a decode graph gets PDL or not by its batch bucket. The engine launches from one thread.
+pub fn with_programmatic<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    let before = PROGRAMMATIC.swap(on && AVAILABLE.load(Ordering::Relaxed), Ordering::Relaxed);
+    let out = f();
+    PROGRAMMATIC.store(before, Ordering::Relaxed);
+    out
 }
 
 /// One kernel argument: a device buffer (its address) or a scalar (its bytes, at most 8).

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::gemm::CublasLt;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
-pub use launch::{programmatic, KernelArg, Launch};
+pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
 
 /// Device 0 with one stream and a module table.
 pub struct Gpu {

@@ -28,6 +28,12 @@ use super::forward::{GpuModel, StepLaunch, StepShape};
 use super::step_buffers::Split;
 use crate::error::Result;
 
+/// The widest batch bucket whose graph launches with programmatic dependent launch: measured on
+/// the H200 (`verify/RESULTS.md`, run 44), PDL takes 11% off a B1 step, nothing at B32, and
+/// adds 4% at B128 (not yet profiled: an early-launched kernel's waiting CTAs hold SM slots
+/// that a many-CTA attention could use, is the suspicion).
+const PDL_MAX_ROWS: usize = 64;
+
 /// The context of the narrowest width bucket, in tokens; each next bucket is 4x wider.
 const FIRST_WIDTH_TOKENS: usize = 1024;
 
@@ -70,7 +76,11 @@ impl DecodeGraphs {
         progress(0, total);
         let mut recorded = Vec::with_capacity(total);
         for (i, launch) in launches.iter().enumerate() {
-            recorded.push(model.capture(launch, |m| sample(m, launch.shape().tokens))?);
+            let rows = launch.shape().tokens;
+            let graph = gpu::runtime::with_programmatic(rows <= PDL_MAX_ROWS, || {
+                model.capture(launch, |m| sample(m, rows))
+            })?;
+            recorded.push(graph);
             progress(i + 1, total);
         }
         let graphs = launches
