@@ -26,10 +26,7 @@
 // reads); rows of W past N and rows of x past M are not read (their registers are 0), nor is
 // k past K (the last step of a K that is not a multiple of 32 is zero-padded).
 // Reduction: each warp's f32 accumulators go to shared memory, then each output is the sum of the
-// 8 warps' partials in warp order ((p0 + p1) + p2) + ..., and the epilogue takes that sum. Where
-// the partials of all ROWS rows would pass the 48 KB of static shared memory (ROWS 64 at MT 4,
-// ROWS 32 at MT 8), they go in PASSES = 2 passes of ROWS / 2 rows (whole 16-row tiles), each
-// followed by the epilogue on those rows: the same sums in the same order.
+// 8 warps' partials in warp order ((p0 + p1) + p2) + ..., and the epilogue takes that sum.
 //
 // BATCH INVARIANCE AND DETERMINISM. The additions that make y[m][n] are: the warp's steps in
 // order (each mma adds its 16 products into the accumulator in the hardware's fixed order), then
@@ -73,34 +70,25 @@
 //   MT    8-row tiles of x: the launch serves 1 <= M <= 8 MT. 1, 2, 4 or 8.
 //   ROWS  rows of W per CTA: 8, 16, 32 or 64. ROWS = 8 fills the upper half of the mma's 16-row
 //         tile with zeros (half the tensor work wasted, no bytes): it doubles the CTAs of a small
-//         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT accumulator tiles of 4 registers, at
-//         most 16 (64 registers). The pairing epilogues (SiluMul, QkNormRopeCache) take ROWS >= 16
-//         only. Each CTA reads its slab of x (8 MT rows) once per ROWS rows of W, so a wide ROWS
-//         at a wide MT is what keeps the x traffic from L2 down at batches of 32 and more.
+//         N. R = max(1, ROWS / 16) tiles of 16 rows; R * MT <= 8 keeps the accumulators at 32
+//         registers. The pairing epilogues (SiluMul, QkNormRopeCache) take ROWS >= 16 only.
 //   Epi   the epilogue: Store, PeriLn, SiluMul or QkNormRopeCache (its buffers as its fields).
-//   CTAS_PER_SM, derived: 2 where R * MT <= 8 (accumulators within 32 registers, a thread within
-//         128), else 1 (64 registers of accumulators, a thread within 255); the launch bounds.
-//         gpu::gemm::plan::ctas_per_sm is the host's copy of this rule.
-//   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step) at 2 CTAs per
-//         SM, 32 / (...) at 1, so about 64 (128) registers of loads in flight. Bytes of W in
-//         flight per lane, 16 U ROWS / 8 (* at 1 CTA per SM):
+//   U     steps in flight per warp, derived: 16 / (W vectors + x vectors per step), so about 64
+//         registers of loads in flight. Bytes of W in flight per lane, 16 U ROWS / 8:
 //                 ROWS 8   16   32   64
 //           MT 1     128  160  192  128
 //           MT 2      80  128  128  128
-//           MT 4      48   64  128  256*
-//           MT 8      16   32  128*   -
+//           MT 4      48   64  128    -
+//           MT 8      16   32    -    -
 //         At MT 8 the x vectors take the registers: those loads hit L2, not HBM.
 //
 // LAUNCH. Grid (ceil(N / ROWS) * ceil(M / (8 MT)), 1, 1): CTA b takes W block b / slabs and slab
 // b % slabs. Block THREADS = 256, static shared memory
-// WARPS * 8 MT * (ROWS / PASSES + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores
-// free of bank conflicts). Launch bounds CTAS_PER_SM: 2 CTAs per SM (at most 128 registers a
-// thread; ptxas uses 79 to 128 on sm_90a, every epilogue, no spills): 512 threads, so 64 to 96 KB
-// of W in flight per SM where a lane holds 128 to 192 bytes, beyond the ~30 KB that Little's law
-// asks of an H200 (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less. 1 CTA
-// per SM for (MT 4, ROWS 64) and (MT 8, ROWS 32) (at most 255 registers; ptxas uses 186 on
-// sm_90a, every epilogue, no spills; scripts/ptxas-report.sh): 256 threads, 64 (32) KB of W and
-// 32 (64) KB of x in flight per SM.
+// WARPS * 8 MT * (ROWS + 4) * 4 bytes (3 KB to 41 KB; the + 4 keeps the fragment stores free of
+// bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 79 to
+// 128 on sm_90a, every epilogue, no spills): 512 threads, so 64 to 96 KB of W in flight per SM
+// where a lane holds 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200
+// (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less.
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
@@ -137,35 +125,25 @@ struct Config {
   static constexpr int R = ROWS >= 16 ? ROWS / 16 : 1;  // 16-row mma tiles per CTA
   static constexpr bool HI = ROWS >= 16;                // rows g + 8 of each tile are real
   static constexpr int WV = ROWS / 8;                   // W vectors per lane per step
-  static_assert(R * MT <= 16, "accumulators past 64 registers");
-  // The launch bounds; gpu::gemm::plan::ctas_per_sm is the same rule.
-  static constexpr int CTAS_PER_SM = R * MT <= 8 ? 2 : 1;
-  static constexpr int LOAD_VECTORS = CTAS_PER_SM == 2 ? 16 : 32;  // 16-byte loads in flight per lane
-  static constexpr int U = LOAD_VECTORS / (WV + MT) > 0 ? LOAD_VECTORS / (WV + MT) : 1;
-  // The partials of ROWS / PASSES rows at a time, within 48 KB of static shared memory.
-  static constexpr int PASSES = WARPS * 8 * MT * (ROWS + 4) * 4 > 48 * 1024 ? 2 : 1;
-  static constexpr int PASS_ROWS = ROWS / PASSES;
-  static constexpr int PASS_R = R / PASSES;             // 16-row tiles per pass
-  static constexpr int PAD = PASS_ROWS + 4;             // floats per partial row in shared memory
-  static_assert(PASSES == 1 || PASS_ROWS % 16 == 0, "a pass holds whole 16-row tiles");
-  static_assert(WARPS * 8 * MT * PAD * 4 <= 48 * 1024, "static shared memory past 48 KB");
+  static constexpr int U = 16 / (WV + MT) > 0 ? 16 / (WV + MT) : 1;
+  static constexpr int PAD = ROWS + 4;                  // floats per partial row in shared memory
+  static_assert(R * MT <= 8, "accumulators past 32 registers");
 };
 
-// The CTA's finished tile (or, in a CTA of two passes, half of it): the 8 warps' partials of ROWS
-// rows of W in shared memory, and where the tile sits.
+// The CTA's finished tile: the 8 warps' partials in shared memory, and where the tile sits.
 template <int MT, int ROWS>
 struct Tile {
-  static constexpr int PAD = ROWS + 4;  // Config<MT, CTA rows>::PAD
   const float* part;  // [WARPS][8 MT][PAD]
   int m;              // rows of x in this slab, at most 8 MT
   long long row0;     // the slab's first row of x
-  int n0;             // the tile's first row of W
+  int n0;             // the CTA's first row of W
   int n;
 
   __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
 
   // The output of x row row0 + xr and W row n0 + wr: the warps' partials added in warp order.
   __device__ __forceinline__ float sum(int xr, int wr) const {
+    constexpr int PAD = Config<MT, ROWS>::PAD;
     float s = part[xr * PAD + wr];
 #pragma unroll
     for (int q = 1; q < WARPS; ++q) s += part[(q * MT * 8 + xr) * PAD + wr];
@@ -385,31 +363,25 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
     }
   }
 
-  // Partials to shared memory, PASS_ROWS rows of W a pass: part[warp][x row][W row of the pass].
-  // Fragment c0, c1 are W row 16 r + g and x rows 8 j + 2 t, 8 j + 2 t + 1; c2, c3 the same x
-  // rows of W row 16 r + g + 8.
+  // Partials to shared memory: part[warp][x row][W row]. Fragment c0, c1 are W row 16 r + g and
+  // x rows 8 j + 2 t, 8 j + 2 t + 1; c2, c3 the same x rows of W row 16 r + g + 8.
   float* mine = part + warp * MT * 8 * C::PAD;
 #pragma unroll
-  for (int p = 0; p < C::PASSES; ++p) {
-    if (p > 0) __syncthreads();  // the last pass's epilogue has read its partials
+  for (int r = 0; r < C::R; ++r) {
 #pragma unroll
-    for (int q = 0; q < C::PASS_R; ++q) {
-      const int r = p * C::PASS_R + q;
-#pragma unroll
-      for (int j = 0; j < MT; ++j) {
-        const int xr = 8 * j + 2 * t, wr = 16 * q + g;
-        mine[xr * C::PAD + wr] = acc[r][j][0];
-        mine[(xr + 1) * C::PAD + wr] = acc[r][j][1];
-        if (C::HI) {
-          mine[xr * C::PAD + wr + 8] = acc[r][j][2];
-          mine[(xr + 1) * C::PAD + wr + 8] = acc[r][j][3];
-        }
+    for (int j = 0; j < MT; ++j) {
+      const int xr = 8 * j + 2 * t, wr = 16 * r + g;
+      mine[xr * C::PAD + wr] = acc[r][j][0];
+      mine[(xr + 1) * C::PAD + wr] = acc[r][j][1];
+      if (C::HI) {
+        mine[xr * C::PAD + wr + 8] = acc[r][j][2];
+        mine[(xr + 1) * C::PAD + wr + 8] = acc[r][j][3];
       }
     }
-    __syncthreads();
-
-    epi(Tile<MT, C::PASS_ROWS>{part, m, row0, n0 + p * C::PASS_ROWS, n});
   }
+  __syncthreads();
+
+  epi(Tile<MT, ROWS>{part, m, row0, n0, n});
 }
 
 }  // namespace gemm_skinny
@@ -441,15 +413,13 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
                                num_heads, num_kv_heads, head_dim, fault}
 
 // gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
-#define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                          \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS,                                      \
-                                               gemm_skinny::Config<MT / 8, ROWS>::CTAS_PER_SM)            \
-      gemm_skinny_m##MT##_r##ROWS##SUFFIX(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, \
-                                          int k, EPI##_PARAMS) {                                          \
-    gemm_skinny::gemm<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                       \
+#define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS##SUFFIX( \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {           \
+    gemm_skinny::gemm<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                          \
   }
 
-// Every (MT, ROWS) with R * MT <= 16 for Store and PeriLn; those with ROWS >= 16 for the pairing
+// Every (MT, ROWS) with R * MT <= 8 for Store and PeriLn; those with ROWS >= 16 for the pairing
 // epilogues (gpu::gemm::plan lists the same).
 GEMM_SKINNY_ENTRY(8, 8, STORE, )
 GEMM_SKINNY_ENTRY(8, 16, STORE, )
@@ -462,10 +432,8 @@ GEMM_SKINNY_ENTRY(16, 64, STORE, )
 GEMM_SKINNY_ENTRY(32, 8, STORE, )
 GEMM_SKINNY_ENTRY(32, 16, STORE, )
 GEMM_SKINNY_ENTRY(32, 32, STORE, )
-GEMM_SKINNY_ENTRY(32, 64, STORE, )
 GEMM_SKINNY_ENTRY(64, 8, STORE, )
 GEMM_SKINNY_ENTRY(64, 16, STORE, )
-GEMM_SKINNY_ENTRY(64, 32, STORE, )
 
 GEMM_SKINNY_ENTRY(8, 8, PERILN, _periln)
 GEMM_SKINNY_ENTRY(8, 16, PERILN, _periln)
@@ -478,10 +446,8 @@ GEMM_SKINNY_ENTRY(16, 64, PERILN, _periln)
 GEMM_SKINNY_ENTRY(32, 8, PERILN, _periln)
 GEMM_SKINNY_ENTRY(32, 16, PERILN, _periln)
 GEMM_SKINNY_ENTRY(32, 32, PERILN, _periln)
-GEMM_SKINNY_ENTRY(32, 64, PERILN, _periln)
 GEMM_SKINNY_ENTRY(64, 8, PERILN, _periln)
 GEMM_SKINNY_ENTRY(64, 16, PERILN, _periln)
-GEMM_SKINNY_ENTRY(64, 32, PERILN, _periln)
 
 GEMM_SKINNY_ENTRY(8, 16, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(8, 32, SILU_MUL, _silu_mul)
@@ -491,9 +457,7 @@ GEMM_SKINNY_ENTRY(16, 32, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(16, 64, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(32, 16, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(32, 32, SILU_MUL, _silu_mul)
-GEMM_SKINNY_ENTRY(32, 64, SILU_MUL, _silu_mul)
 GEMM_SKINNY_ENTRY(64, 16, SILU_MUL, _silu_mul)
-GEMM_SKINNY_ENTRY(64, 32, SILU_MUL, _silu_mul)
 
 GEMM_SKINNY_ENTRY(8, 16, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(8, 32, QK, _qk_norm_rope_cache)
@@ -503,6 +467,4 @@ GEMM_SKINNY_ENTRY(16, 32, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(16, 64, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(32, 16, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(32, 32, QK, _qk_norm_rope_cache)
-GEMM_SKINNY_ENTRY(32, 64, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)
-GEMM_SKINNY_ENTRY(64, 32, QK, _qk_norm_rope_cache)

@@ -56,8 +56,8 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    ctas_per_sm, l2_cost, rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_MAX_M,
-    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SM_L2_SHARE,
+    rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_CTAS_PER_SM, SKINNY_MAX_M,
+    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS,
 };
 
 use crate::error::{unsupported, Result};
@@ -150,7 +150,6 @@ mod tests {
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
 
-    /// Every entry a plan can name is in the PTX, with the launch bounds [`ctas_per_sm`] says.
     #[test]
     fn every_entry_a_plan_can_name_is_in_the_compiled_kernel() {
         if !nvrtc_available() {
@@ -167,17 +166,7 @@ mod tests {
                         continue;
                     };
                     let GemmPath::Skinny(tile) = &plan.path else { unreachable!("a skinny plan") };
-                    let at = ptx.find(&format!(".entry {}(", tile.entry));
-                    let Some(at) = at else { panic!("{} missing", tile.entry) };
-                    // The launch bounds the kernel compiled with are the host's ctas_per_sm.
-                    let bounds = ptx[at..].split_once(".minnctapersm ").map(|(_, rest)| rest.split_once('\n'));
-                    let ctas = ctas_per_sm(tile.m_tile, tile.rows);
-                    assert_eq!(
-                        bounds.flatten().map(|(n, _)| n.trim()),
-                        Some(ctas.to_string().as_str()),
-                        "{}",
-                        tile.entry
-                    );
+                    assert!(ptx.contains(&format!(".entry {}(", tile.entry)), "{} missing", tile.entry);
                 }
             }
         }

@@ -14,25 +14,11 @@
 //!
 //! For the skinny kernel the plan picks the x tile (`m_tile`, the smallest of 8, 16, 32, 64
 //! holding `M`, 64 past it: fewer accumulators and loads for small batches) and the rows of W per
-//! CTA among those instantiated for that tile ([`rows_fit`]) and the epilogue
-//! ([`EpilogueKind::min_rows`]):
-//! - At `m_tile` 8 (M <= 8, tuned on the H200, bound by reading W from HBM): the most rows while
-//!   the grid still fills every SM with [`ctas_per_sm`] CTAs; a W too small for that gets the
-//!   fewest rows, the most CTAs there can be.
-//! - Wider tiles: the least of a cost model of the traffic from L2 to the SMs ([`l2_cost`]).
-//!   Each CTA reads its W block (rows x K) and its slab of x (up to `m_tile` rows x K), so a
-//!   launch moves `slabs N K 2` bytes of W and `ceil(N / rows) M K 2` bytes of x: at M = 128 and
-//!   8 rows per CTA, x is 16 times W, and the kernel is bound by L2's bandwidth, not HBM's (by this
-//!   count the qkv GEMM there drew about 6.6 TB/s from L2 in ncu on the H200, HBM gives 4.3). More rows per CTA cut the x traffic but
-//!   leave fewer CTAs, and one SM draws only so much from L2, about twice its even share
-//!   ([`SM_L2_SHARE`], an assumption): the model charges the busiest SM's bytes
-//!   (`ceil(CTAs / SMs)` CTAs) at that rate when that is slower than all the bytes at L2's. And W
-//!   still comes from HBM once, at [`HBM_PER_L2`] of L2's rate, with the bytes in flight of only
-//!   the SMs that hold a CTA: at M = 16 to 32 that is what keeps the grid from shrinking below
-//!   the SMs. The cost is the slower of the two; equal costs go to the fewer rows.
-//!
-//! The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each finished
-//! output: store it, or run the elementwise op that follows the GEMM in the model on it
+//! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
+//! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
+//! SM); a W too small for that gets the fewest rows its epilogue takes, the most CTAs there can
+//! be. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
+//! finished output: store it, or run the elementwise op that follows the GEMM in the model on it
 //! ([`GemmPlan::skinny_epilogue`]).
 
 use crate::error::{unsupported, Result};
@@ -46,11 +32,8 @@ pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
 pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
 /// Threads per skinny CTA (the kernel's `THREADS`: 8 warps).
 pub const SKINNY_THREADS: u32 = 256;
-/// How many times its even share of L2's bandwidth (L2's over the SMs) one SM draws at most, in
-/// the planner's cost model ([`l2_cost`]): a grid on half the SMs can still keep L2 busy.
-pub const SM_L2_SHARE: usize = 2;
-/// HBM's bandwidth over L2's, in the planner's cost model: about 4.3 over 6.6 TB/s on the H200.
-pub const HBM_PER_L2: f64 = 0.65;
+/// Skinny CTAs resident per SM (the kernel's launch bounds).
+pub const SKINNY_CTAS_PER_SM: usize = 2;
 /// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
 pub const MAX_K: usize = 1 << 30;
 
@@ -223,22 +206,15 @@ impl GemmPlan {
     /// docs) among those the epilogue takes.
     pub fn skinny_epilogue(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
-        let sms = sms.max(1);
+        let fill = SKINNY_CTAS_PER_SM * sms.max(1);
         let slabs = shape.m.div_ceil(m_tile);
-        let takes: Vec<usize> =
-            SKINNY_ROWS.into_iter().filter(|&rows| rows_fit(m_tile, rows) && rows >= epilogue.min_rows()).collect();
-        let fewest = *takes.first().expect("every x tile takes 16 rows of W, and every epilogue 16");
-        let rows = if m_tile == SKINNY_M_TILES[0] {
-            let fills = |rows: usize| shape.n.div_ceil(rows) * slabs >= ctas_per_sm(m_tile, rows) * sms;
-            takes.iter().rev().copied().find(|&rows| fills(rows)).unwrap_or(fewest)
-        } else {
-            // The first of equal costs: the fewer rows, the more CTAs.
-            takes
-                .iter()
-                .copied()
-                .min_by(|&a, &b| l2_cost(shape, a, sms).total_cmp(&l2_cost(shape, b, sms)))
-                .unwrap_or(fewest)
-        };
+        let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
+        let rows = SKINNY_ROWS
+            .into_iter()
+            .rev()
+            .find(|&rows| takes(rows) && shape.n.div_ceil(rows) * slabs >= fill)
+            .or_else(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows)))
+            .expect("every x tile takes 16 rows of W, and every epilogue 16");
         Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
@@ -309,47 +285,10 @@ fn m_tile(shape: GemmShape) -> Result<usize> {
     Ok(SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M))
 }
 
-/// The skinny kernel's accumulator tiles of 4 registers a thread at (`m_tile`, `rows`): `R * MT`
-/// in `gemm_skinny.cu`, `R = max(1, rows / 16)` and `MT = m_tile / 8`.
-fn accumulator_tiles(m_tile: usize, rows: usize) -> usize {
-    (rows / 16).max(1) * (m_tile / 8)
-}
-
-/// Whether the kernel is instantiated for (`m_tile`, `rows`): its accumulators stay within 16
-/// tiles (64 registers).
+/// Whether the kernel is instantiated for (`m_tile`, `rows`): its accumulators,
+/// `max(1, rows / 16) * m_tile / 8` tiles of 4 registers, stay within 8 tiles.
 pub fn rows_fit(m_tile: usize, rows: usize) -> bool {
-    accumulator_tiles(m_tile, rows) <= 16
-}
-
-/// Skinny CTAs resident per SM at (`m_tile`, `rows`), the launch bounds of the instantiation: 2
-/// where the accumulators stay within 8 tiles (32 registers, a thread within 128), 1 beyond (a
-/// thread within 255). `Config::CTAS_PER_SM` in `gemm_skinny.cu` is the same rule.
-pub fn ctas_per_sm(m_tile: usize, rows: usize) -> usize {
-    if accumulator_tiles(m_tile, rows) <= 8 {
-        2
-    } else {
-        1
-    }
-}
-
-/// The planner's cost of `rows` rows of W per CTA for `shape` on `sms` SMs (module docs), in
-/// bytes at L2's bandwidth, the slower of:
-/// - L2: the bytes the CTAs read (W once per slab of x, x once per block of W), or, where the
-///   grid leaves the busiest SM more than its [`SM_L2_SHARE`] of the bandwidth can carry, that
-///   SM's bytes scaled to the whole GPU;
-/// - HBM: W's bytes over [`HBM_PER_L2`], and over the share of the SMs holding a CTA where the
-///   grid has fewer CTAs than SMs.
-pub fn l2_cost(shape: GemmShape, rows: usize, sms: usize) -> f64 {
-    let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
-    let slabs = shape.m.div_ceil(m_tile);
-    let blocks = shape.n.div_ceil(rows);
-    let ctas = (blocks * slabs) as f64;
-    let (n, m, k) = (shape.n as f64, shape.m as f64, shape.k as f64);
-    let sms = sms.max(1) as f64;
-    let busiest = (ctas / sms).ceil();
-    let l2 = 2.0 * k * (slabs as f64 * n + blocks as f64 * m) * (busiest * sms / (SM_L2_SHARE as f64 * ctas)).max(1.0);
-    let hbm = 2.0 * k * n / HBM_PER_L2 * (sms / ctas).max(1.0);
-    l2.max(hbm)
+    (rows / 16).max(1) * (m_tile / 8) <= 8
 }
 
 #[cfg(test)]
@@ -385,84 +324,21 @@ mod tests {
     }
 
     #[test]
-    fn rows_per_cta_fill_the_sms_at_m_tile_8_and_cost_least_past_it() {
+    fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
         let rows = |m, n| skinny(&GemmPlan::auto(shape(m, n, 1024), H200_SMS).unwrap()).rows;
         // asynct-0.5b's weights: O and down (N 1024), QKV (2048), gate/up (6144), LM head (151936).
         assert_eq!([rows(1, 1024), rows(1, 2048), rows(1, 6144), rows(1, 151_936)], [8, 8, 16, 64]);
-        // Wider x tiles: as many rows as the cost model pays for, within the accumulators.
-        assert_eq!([rows(32, 151_936), rows(64, 151_936), rows(64, 6144)], [64, 32, 32]);
+        // Wider x tiles cap the rows (accumulators), never below what the grid allows.
+        assert_eq!([rows(32, 151_936), rows(64, 151_936), rows(64, 6144)], [32, 16, 16]);
         for m_tile in SKINNY_M_TILES {
             for n in [1, 7, 1000, 6144, 151_936] {
-                let s = shape(m_tile, n, 64);
-                let t = skinny(&GemmPlan::auto(s, H200_SMS).unwrap()).clone();
+                let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
                 assert!(rows_fit(t.m_tile, t.rows));
                 assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
+                assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
                 assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
-                if m_tile == 8 {
-                    let fill = ctas_per_sm(m_tile, t.rows) * H200_SMS;
-                    assert!(t.rows == 8 || t.grid as usize >= fill, "{t:?}");
-                    let more = SKINNY_ROWS.into_iter().filter(|&r| r > t.rows && rows_fit(m_tile, r));
-                    assert!(more.into_iter().all(|r| n.div_ceil(r) < ctas_per_sm(m_tile, r) * H200_SMS), "{t:?}");
-                } else {
-                    let cost = l2_cost(s, t.rows, H200_SMS);
-                    for r in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
-                        let other = l2_cost(s, r, H200_SMS);
-                        assert!(cost < other || (cost == other && t.rows <= r), "{t:?}: {cost} against {other} at {r}");
-                    }
-                }
             }
         }
-    }
-
-    /// asynct-0.5b's decode GEMMs, each with the epilogue the model fuses into it, at the batch
-    /// sizes the model captures: the rows per CTA the planner picks on an H200. At M = 1 the tuned
-    /// fill rule; from M = 32 the cost model, which takes 32 rows and more at M = 128 (the x
-    /// traffic of 8 rows a CTA was 16 times W's).
-    #[test]
-    fn asynct_0_5b_decode_gemms_take_wider_tiles_as_the_batch_grows() {
-        let gemms = [
-            ("qkv", 2048, 1024, EpilogueKind::QkNormRopeCache),
-            ("o_proj", 1024, 1024, EpilogueKind::PeriLn),
-            ("gate_up", 6144, 1024, EpilogueKind::SiluMul),
-            ("down", 1024, 3072, EpilogueKind::PeriLn),
-            ("lm_head", 151_936, 1024, EpilogueKind::Store),
-        ];
-        // (M, rows per CTA of each GEMM above).
-        let expected: [(usize, [usize; 5]); 4] = [
-            (1, [16, 8, 16, 8, 64]),
-            (32, [16, 16, 32, 16, 64]),
-            (64, [32, 16, 32, 16, 32]),
-            (128, [32, 32, 32, 32, 32]),
-        ];
-        for (m, rows) in expected {
-            for (&(name, n, k, kind), rows) in gemms.iter().zip(rows) {
-                let plan = GemmPlan::skinny_epilogue(shape(m, n, k), H200_SMS, kind).unwrap();
-                let t = skinny(&plan);
-                assert_eq!(t.rows, rows, "{name} at M {m}: {}", plan.name());
-                assert_eq!(t.m_tile, m.next_power_of_two().clamp(8, 64), "{name} at M {m}");
-                let store = skinny(&GemmPlan::skinny(shape(m, n, k), H200_SMS).unwrap()).rows;
-                assert_eq!(rows, store.max(kind.min_rows()), "{name} at M {m}");
-            }
-        }
-        // The new tiles at 1 CTA per SM are what M = 128 runs on.
-        let head = GemmPlan::skinny(shape(128, 151_936, 1024), H200_SMS).unwrap();
-        assert_eq!(head.name(), "skinny-m64-r32");
-        assert_eq!((ctas_per_sm(64, 32), ctas_per_sm(32, 64), ctas_per_sm(64, 16), ctas_per_sm(8, 64)), (1, 1, 2, 2));
-    }
-
-    #[test]
-    fn the_cost_model_charges_x_per_w_block_and_idle_sms() {
-        // M = 128, N = 1024, K = 1024: 2 slabs; 64 KB of K a row of W or x.
-        let s = shape(128, 1024, 1024);
-        let row = 2.0 * 1024.0;
-        // 8 rows: 256 CTAs, W twice (2048 rows) and x 128 times (16384 rows); every SM busy.
-        assert_eq!(l2_cost(s, 8, H200_SMS), row * (2048.0 + 128.0 * 128.0));
-        // 32 rows: 64 CTAs, W twice and x 32 times, on 64 of 132 SMs at twice their share.
-        assert_eq!(l2_cost(s, 32, H200_SMS), row * (2048.0 + 32.0 * 128.0) * 132.0 / 128.0);
-        // M = 16, N = 2048: 32 rows leave 68 SMs idle, and W's HBM stream with them.
-        let s = shape(16, 2048, 1024);
-        assert_eq!(l2_cost(s, 32, H200_SMS), row * 2048.0 / HBM_PER_L2 * 132.0 / 64.0);
-        assert!(l2_cost(s, 16, H200_SMS) < l2_cost(s, 32, H200_SMS));
     }
 
     /// The kernel's macro token of each epilogue in its entry list.
@@ -491,28 +367,6 @@ mod tests {
             }
         }
         assert_eq!(count, src.matches("\nGEMM_SKINNY_ENTRY(").count());
-    }
-
-    /// The kernel's copy of [`rows_fit`] and [`ctas_per_sm`], which its launch bounds use (the
-    /// compiled bounds of every entry are checked against `ctas_per_sm` in `gemm::tests`).
-    #[test]
-    fn the_kernel_states_the_same_accumulator_and_occupancy_rules() {
-        let src = crate::kernels::GEMM_SKINNY.source;
-        for line in [
-            "static_assert(R * MT <= 16, \"accumulators past 64 registers\");",
-            "static constexpr int CTAS_PER_SM = R * MT <= 8 ? 2 : 1;",
-            "__launch_bounds__(gemm_skinny::THREADS,",
-            "gemm_skinny::Config<MT / 8, ROWS>::CTAS_PER_SM)",
-        ] {
-            assert!(src.contains(line), "gemm_skinny.cu lacks `{line}`");
-        }
-        for m_tile in SKINNY_M_TILES {
-            for rows in SKINNY_ROWS {
-                let tiles = (rows / 16).max(1) * m_tile / 8;
-                assert_eq!(rows_fit(m_tile, rows), tiles <= 16, "{m_tile} {rows}");
-                assert_eq!(ctas_per_sm(m_tile, rows), if tiles <= 8 { 2 } else { 1 }, "{m_tile} {rows}");
-            }
-        }
     }
 
     #[test]
@@ -581,8 +435,7 @@ mod tests {
         refused(GemmPlan::auto(shape(1, 64, 12), H200_SMS), "`k` must be a positive multiple of 8");
         refused(GemmPlan::auto(shape(1, 64, 0), H200_SMS), "got 0");
         refused(GemmPlan::cublaslt(shape(1, 64, MAX_K + 8)), "got 1073741832");
-        refused(GemmPlan::skinny_rows(shape(64, 64, 64), 64), "`rows` must be one of [8, 16, 32] for M = 64");
-        refused(GemmPlan::skinny_rows(shape(32, 64, 64), 128), "`rows` must be one of [8, 16, 32, 64] for M = 32");
+        refused(GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows` must be one of [8, 16] for M = 64");
         refused(GemmPlan::skinny_rows(shape(1, 64, 64), 24), "got 24");
         GemmPlan::skinny_rows(shape(1, 64, 8), 64).unwrap();
         GemmPlan::cublaslt(shape(1_000_000, 151_936, 1024)).unwrap();
@@ -598,10 +451,9 @@ mod tests {
             assert_eq!((t.m_tile, t.slabs), (64, slabs), "M {m}");
             assert_eq!(t.grid as usize, 151_936usize.div_ceil(t.rows) * slabs);
         }
-        // The slabs count toward filling the SMs: 2048 / 32 = 64 blocks of W, x 4 slabs = 256 CTAs.
-        assert_eq!(skinny(&GemmPlan::skinny(shape(256, 2048, 1024), H200_SMS).unwrap()).rows, 32);
-        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 32);
-        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 1024, 1024), H200_SMS).unwrap()).rows, 16);
+        // The slabs count toward filling the SMs: 2048 / 16 = 128 blocks of W, x 4 slabs >= 264.
+        assert_eq!(skinny(&GemmPlan::skinny(shape(256, 2048, 1024), H200_SMS).unwrap()).rows, 16);
+        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 8);
         assert_eq!(GemmPlan::auto(shape(65, 1024, 1024), H200_SMS).unwrap().name(), "cublaslt");
         let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
         assert_eq!(pinned.name(), "cublaslt-at-m512");

@@ -1,6 +1,5 @@
 //! Timing the GEMMs of asynct-0.5b (`asynct-bench --gemm`): each weight shape at M of 1, 8, 32,
-//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked, and the
-//! skinny planner's, which the model's decode rows run at every M) and cuBLASLt.
+//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked) and cuBLASLt.
 //!
 //! Method ([`super::timing`]): one CUDA graph of `calls` GEMMs replayed `trials` times, the
 //! median per call reported, with back-to-back launches beside it. The weight is cycled through
@@ -42,9 +41,6 @@ pub struct GemmTime {
     pub name: String,
     /// Whether the dispatcher picks this plan at this shape.
     pub dispatcher: bool,
-    /// Whether the skinny planner (`GemmPlan::skinny`, the rows per CTA of its cost model) picks
-    /// this plan at this shape, past 64 rows too.
-    pub skinny_plan: bool,
     /// cuBLASLt's pinned algorithm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub algo: Option<String>,
@@ -142,7 +138,6 @@ pub fn measure(
     for &m in ms {
         let shape = GemmShape { m, n, k };
         let chosen = GemmPlan::auto(shape, sms).map_err(e)?;
-        let skinny_chosen = GemmPlan::skinny(shape, sms).map_err(e)?;
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();
@@ -152,7 +147,6 @@ pub fn measure(
                 continue;
             }
             let dispatcher = plan == chosen;
-            let skinny_plan = plan == skinny_chosen;
             let (algo, figures) = match Gemm::new(gpu, plan) {
                 Ok(gemm) => (
                     gemm.algorithm().map(|a| a.to_string()),
@@ -165,7 +159,6 @@ pub fn measure(
             paths.push(GemmTime {
                 name: plan_name,
                 dispatcher,
-                skinny_plan,
                 algo,
                 eager_ms: figures.eager_ms,
                 graph_ms: figures.graph_ms,
@@ -233,7 +226,6 @@ mod tests {
         GemmTime {
             name: name.into(),
             dispatcher,
-            skinny_plan: false,
             algo: None,
             eager_ms: graph_ms,
             graph_ms,
@@ -278,22 +270,5 @@ mod tests {
             assert_eq!(names.last().map(String::as_str), Some("cublaslt"));
             assert!(names.len() > 1 && names[0].starts_with("skinny-m"), "{m}: {names:?}");
         }
-    }
-
-    #[test]
-    fn every_skinny_instantiation_and_the_planners_choice_is_timed() {
-        for m in M_GRID {
-            let shape = GemmShape { m, n: 6144, k: 1024 };
-            let names: Vec<String> = plans(shape).unwrap().iter().map(GemmPlan::name).collect();
-            let m_tile = m.next_power_of_two().clamp(8, 64);
-            for rows in gpu::gemm::SKINNY_ROWS.into_iter().filter(|&r| gpu::gemm::rows_fit(m_tile, r)) {
-                assert!(names.contains(&format!("skinny-m{m_tile}-r{rows}")), "{m}: {names:?}");
-            }
-            assert!(names.contains(&GemmPlan::skinny(shape, 132).unwrap().name()), "{m}: {names:?}");
-        }
-        // The tiles of 1 CTA per SM.
-        let at = |m| plans(GemmShape { m, n: 1024, k: 1024 }).unwrap().iter().map(GemmPlan::name).collect::<Vec<_>>();
-        assert!(at(32).contains(&"skinny-m32-r64".to_string()));
-        assert!(at(128).contains(&"skinny-m64-r32".to_string()));
     }
 }

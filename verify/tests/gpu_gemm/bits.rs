@@ -138,7 +138,7 @@ pub fn refusals(gpu: &Arc<Gpu>) -> Check {
     refused("N = 0", GemmPlan::auto(shape(4, 0, 64), sms), "`n`")?;
     refused("K = 12", GemmPlan::auto(shape(4, 64, 12), sms), "`k` must be a positive multiple of 8")?;
     refused("K = 0", GemmPlan::cublaslt(shape(200, 64, 0)), "`k`")?;
-    refused("skinny rows 64 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 64), "`rows`")?;
+    refused("skinny rows 32 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows`")?;
     for m in [4usize, 65] {
         let s = shape(m, 64, 64);
         let gemm = g(Gemm::new(gpu, auto(gpu, s)?))?;
