@@ -7,10 +7,16 @@
 use crate::runtime::Kernel;
 
 /// HP1 attention, decode and split-K (dense or sparse-index PV); see the file's header.
-pub const HP1_DECODE: Kernel = Kernel { name: "hp1_decode.cu", source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_decode.cu")) };
+pub const HP1_DECODE: Kernel = Kernel {
+    name: "hp1_decode.cu",
+    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_decode.cu")),
+};
 
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
-pub const HP1_ROWS: Kernel = Kernel { name: "hp1_rows.cu", source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_rows.cu")) };
+pub const HP1_ROWS: Kernel = Kernel {
+    name: "hp1_rows.cu",
+    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_rows.cu")),
+};
 
 /// Counts of the HP1 gate's exact zeros over a decode step's attention inputs
 /// ([`crate::attention::GateStats`]).

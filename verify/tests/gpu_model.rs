@@ -63,7 +63,9 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
             let got = gpu.download(got).map_err(|e| msg(&e))?;
             match bits(&got) == bits(&want) {
                 true => Ok(()),
-                false => Err(format!("{what} (tied {tied}): device bits differ from the host rows in the device layout")),
+                false => {
+                    Err(format!("{what} (tied {tied}): device bits differ from the host rows in the device layout"))
+                }
             }
         };
         let one = |m: &Array2<bf16>| stacked_rows(&[m]);

@@ -19,7 +19,9 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DriverError, LaunchConfig};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DriverError, LaunchConfig,
+};
 
 /// Whether the device and the environment allow PDL at all.
 static AVAILABLE: AtomicBool = AtomicBool::new(false);

@@ -77,9 +77,8 @@ impl DecodeGraphs {
         let mut recorded = Vec::with_capacity(total);
         for (i, launch) in launches.iter().enumerate() {
             let rows = launch.shape().tokens;
-            let graph = gpu::runtime::with_programmatic(rows <= PDL_MAX_ROWS, || {
-                model.capture(launch, |m| sample(m, rows))
-            })?;
+            let graph =
+                gpu::runtime::with_programmatic(rows <= PDL_MAX_ROWS, || model.capture(launch, |m| sample(m, rows)))?;
             recorded.push(graph);
             progress(i + 1, total);
         }

@@ -35,16 +35,16 @@ use oracle::model::forward::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    plan_step, GateCounts, GateStats, GateParams, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan, PrefillOperands,
-    RowOperands, StepGeometry, StepPlan,
+    plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan,
+    PrefillOperands, RowOperands, StepGeometry, StepPlan,
 };
-use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
+use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
 
 use super::linear::{Lane, Linears, RowSplit};
-use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
+use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
 
@@ -437,9 +437,7 @@ impl GpuModel {
                     &mut b.x.slice_mut(..th),
                     &mut k.faults,
                 )?,
-                Op::InputNorm => {
-                    k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?
-                }
+                Op::InputNorm => k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?,
                 Op::BuildRows => {
                     let (a, seqs) = match &launch.attn {
                         AttnPlan::Decode(a) => (a, split.seqs),
@@ -466,11 +464,9 @@ impl GpuModel {
                     let next = w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm);
                     let (hr, attn_r, mlp_r) = (el(&r, hidden), el(&r, q_width), el(&r, inter));
                     let (x, wv, epi) = match (weight, epilogue) {
-                        (Weight::Qkv, EpilogueKind::Store) => (
-                            b.h.slice(hr),
-                            lw.qkv.as_view(),
-                            Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) },
-                        ),
+                        (Weight::Qkv, EpilogueKind::Store) => {
+                            (b.h.slice(hr), lw.qkv.as_view(), Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) })
+                        }
                         (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (
                             b.h.slice(hr),
                             lw.qkv.as_view(),
@@ -619,7 +615,8 @@ impl GpuModel {
                     &mut k.faults,
                 )?,
                 Op::LmHead { direct } => {
-                    let gemm = linears.get(Lane::Rows, GemmShape { m: picked, n: vocab, k: hidden }, EpilogueKind::Store)?;
+                    let gemm =
+                        linears.get(Lane::Rows, GemmShape { m: picked, n: vocab, k: hidden }, EpilogueKind::Store)?;
                     let x = if direct { b.h.slice(el(&all, hidden)) } else { b.picked.slice(..picked * hidden) };
                     let y = b.logits.slice_mut(..picked * vocab);
                     gemm.run_with(&x, &w.head().as_view(), Epilogue::Store { y })?;
@@ -707,7 +704,13 @@ impl<'a> LayerRef<'a> {
 }
 
 /// One part of a layer's attention over `b.q` into `b.attn`, as the step's plan says.
-fn attention_part(attn: &AttnPlan, part: AttnPart, layer: LayerRef<'_>, b: &mut StepBuffers, split: Split) -> Result<()> {
+fn attention_part(
+    attn: &AttnPlan,
+    part: AttnPart,
+    layer: LayerRef<'_>,
+    b: &mut StepBuffers,
+    split: Split,
+) -> Result<()> {
     let qw = layer.q_width;
     let decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
         let plan = a.plan();

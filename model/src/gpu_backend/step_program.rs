@@ -228,8 +228,7 @@ impl StepProgram {
                 for lane in [Lane::Rows, Lane::Chunks] {
                     let count = if lane == Lane::Rows { rows.decodes } else { rows.chunks };
                     if count > 0 {
-                        let epilogue =
-                            if lane == Lane::Rows && fused { epilogue } else { EpilogueKind::Store };
+                        let epilogue = if lane == Lane::Rows && fused { epilogue } else { EpilogueKind::Store };
                         ops.push(Op::Linear { layer, weight, lane, epilogue });
                     }
                 }
@@ -239,11 +238,8 @@ impl StepProgram {
             if let Some(r) = sublayer(Weight::Qkv, fusion.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
                 ops.push(Op::QkNormRopeCache { layer, rows: r });
             }
-            let decode_part = if attention_on_rows {
-                Some(AttnPart::Rows)
-            } else {
-                (rows.decodes > 0).then_some(AttnPart::Decodes)
-            };
+            let decode_part =
+                if attention_on_rows { Some(AttnPart::Rows) } else { (rows.decodes > 0).then_some(AttnPart::Decodes) };
             if let Some(part) = decode_part {
                 ops.push(Op::Attention { layer, part });
                 if gate_stats {
@@ -448,7 +444,8 @@ mod tests {
                     .collect();
                 assert_eq!(got, want, "{class:?} rows of {s:?}");
             }
-            let head: Vec<_> = p.ops.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
+            let head: Vec<_> =
+                p.ops.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
             assert_eq!(head, vec![RoundPoint::Logits], "{s:?}");
         }
     }
@@ -482,7 +479,8 @@ mod tests {
 
     #[test]
     fn gate_statistics_follow_each_decode_attention_and_only_when_asked() {
-        let count = |s: ProgramShape| StepProgram::build(s).ops.iter().filter(|op| matches!(op, Op::GateStats { .. })).count();
+        let count =
+            |s: ProgramShape| StepProgram::build(s).ops.iter().filter(|op| matches!(op, Op::GateStats { .. })).count();
         assert_eq!(count(ProgramShape { gate_stats: true, ..shape(32, 0, true, Fusion::ALL) }), 3);
         assert_eq!(count(ProgramShape { gate_stats: true, ..shape(0, 512, false, Fusion::ALL) }), 0);
         assert_eq!(count(shape(32, 0, true, Fusion::ALL)), 0);
@@ -504,11 +502,19 @@ mod tests {
     fn chunk_rows_keep_their_separate_ops_and_decode_rows_their_epilogues() {
         let p = StepProgram::build(shape(3, 100, false, Fusion::ALL));
         let layer0: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(0)).collect();
-        assert!(layer0.contains(&&Op::Linear { layer: 0, weight: Weight::O, lane: Lane::Rows, epilogue: EpilogueKind::PeriLn }));
+        assert!(layer0.contains(&&Op::Linear {
+            layer: 0,
+            weight: Weight::O,
+            lane: Lane::Rows,
+            epilogue: EpilogueKind::PeriLn
+        }));
         assert!(layer0.contains(&&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::Chunks }));
         assert!(layer0.contains(&&Op::Attention { layer: 0, part: AttnPart::Prefill }));
         let none = StepProgram::build(shape(3, 100, false, Fusion::NONE));
         assert!(none.ops.contains(&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::All }));
-        assert!(none.ops.iter().all(|op| !matches!(op, Op::Linear { epilogue, .. } if *epilogue != EpilogueKind::Store)));
+        assert!(none
+            .ops
+            .iter()
+            .all(|op| !matches!(op, Op::Linear { epilogue, .. } if *epilogue != EpilogueKind::Store)));
     }
 }

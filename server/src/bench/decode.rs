@@ -236,7 +236,13 @@ impl DecodeResult {
     /// Sets the median step beside the anchor's best variant and the floors: the weights alone
     /// (`floor_ms`), with every attended K and V byte of the batch (the attended tokens' middle
     /// value per sequence), and skipping the V rows of zero gates at `zero_fraction`.
-    pub fn compare(&mut self, anchor: Option<AnchorPoint>, floor_ms: f64, bytes: StepBytes, zero_fraction: Option<f64>) {
+    pub fn compare(
+        &mut self,
+        anchor: Option<AnchorPoint>,
+        floor_ms: f64,
+        bytes: StepBytes,
+        zero_fraction: Option<f64>,
+    ) {
         self.ratio_to_anchor = anchor.as_ref().map(|a| self.step_ms.median / a.ms);
         self.anchor = anchor;
         self.ratio_to_floor = self.step_ms.median / floor_ms;
