@@ -28,7 +28,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaViewMut};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 use ndarray::Array2;
 use oracle::model::forward::StepInput;
@@ -39,7 +39,9 @@ use gpu::attention::{
     PrefillOperands, RowOperands, StepGeometry, StepPlan,
 };
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
-use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul};
+use gpu::ops::{
+    Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul, UClipNormParams,
+};
 use gpu::{Gpu, Graph};
 
 use super::linear::{Lane, Linears, RowSplit};
@@ -461,7 +463,6 @@ impl GpuModel {
                     let (n, kk) = nk(weight);
                     let gemm = linears.get(lane, GemmShape { m, n, k: kk }, epilogue)?;
                     let lw = &w.layers[layer];
-                    let next = w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm);
                     let (hr, attn_r, mlp_r) = (el(&r, hidden), el(&r, q_width), el(&r, inter));
                     let (x, wv, epi) = match (weight, epilogue) {
                         (Weight::Qkv, EpilogueKind::Store) => {
@@ -486,17 +487,10 @@ impl GpuModel {
                         (Weight::O, EpilogueKind::Store) => {
                             (b.attn.slice(attn_r), lw.o.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
                         }
-                        (Weight::O, EpilogueKind::PeriLn) => (
-                            b.attn.slice(attn_r),
-                            lw.o.as_view(),
-                            Epilogue::PeriLn {
-                                x: b.x.slice(hr.clone()),
-                                after: &lw.post_attention_norm,
-                                before: &lw.pre_feedforward_norm,
-                                x_out: b.x_next.slice_mut(hr.clone()),
-                                h_out: b.h.slice_mut(hr),
-                            },
-                        ),
+                        (Weight::O, EpilogueKind::PeriLn) => {
+                            let c = Close::of(w, layer, Sublayer::Attention, &mut b.x, &mut b.x_next, &mut b.h, hr);
+                            (b.attn.slice(attn_r), lw.o.as_view(), c.epilogue())
+                        }
                         (Weight::GateUp, EpilogueKind::Store) => (
                             b.h.slice(hr),
                             lw.gate_up.as_view(),
@@ -508,17 +502,10 @@ impl GpuModel {
                         (Weight::Down, EpilogueKind::Store) => {
                             (b.mlp.slice(mlp_r), lw.down.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
                         }
-                        (Weight::Down, EpilogueKind::PeriLn) => (
-                            b.mlp.slice(mlp_r),
-                            lw.down.as_view(),
-                            Epilogue::PeriLn {
-                                x: b.x_next.slice(hr.clone()),
-                                after: &lw.post_feedforward_norm,
-                                before: next,
-                                x_out: b.x.slice_mut(hr.clone()),
-                                h_out: b.h.slice_mut(hr),
-                            },
-                        ),
+                        (Weight::Down, EpilogueKind::PeriLn) => {
+                            let c = Close::of(w, layer, Sublayer::Mlp, &mut b.x, &mut b.x_next, &mut b.h, hr);
+                            (b.mlp.slice(mlp_r), lw.down.as_view(), c.epilogue())
+                        }
                         (weight, epilogue) => {
                             return Err(Error::Executor(format!("no {epilogue:?} epilogue after the {weight:?} GEMM")))
                         }
@@ -583,25 +570,9 @@ impl GpuModel {
                 }
                 Op::PeriLn { layer, sublayer, rows: r } => {
                     let r = el(&span(r), hidden);
-                    let lw = &w.layers[layer];
-                    match sublayer {
-                        Sublayer::Attention => k.peri_ln.residual(
-                            &b.proj.slice(r.clone()),
-                            &b.x.slice(r.clone()),
-                            &lw.post_attention_norm,
-                            &lw.pre_feedforward_norm,
-                            &mut b.x_next.slice_mut(r.clone()),
-                            &mut b.h.slice_mut(r),
-                        )?,
-                        Sublayer::Mlp => k.peri_ln.residual(
-                            &b.proj.slice(r.clone()),
-                            &b.x_next.slice(r.clone()),
-                            &lw.post_feedforward_norm,
-                            w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm),
-                            &mut b.x.slice_mut(r.clone()),
-                            &mut b.h.slice_mut(r),
-                        )?,
-                    }
+                    let proj = b.proj.slice(r.clone());
+                    let mut c = Close::of(w, layer, sublayer, &mut b.x, &mut b.x_next, &mut b.h, r);
+                    k.peri_ln.residual(&proj, &c.x, c.after, c.before, &mut c.x_out, &mut c.h_out)?;
                 }
                 Op::SiluMul { rows: r, .. } => {
                     let r = span(r);
@@ -668,6 +639,50 @@ impl GpuModel {
 /// The linear layers' row split of a step: its decode rows, then its chunk rows.
 fn row_split(shape: StepShape) -> RowSplit {
     RowSplit { decodes: shape.split.decodes, chunks: shape.tokens - shape.split.decodes }
+}
+
+/// What the Peri-LN residual closing a sublayer reads and writes over some elements: the
+/// residual stream before it and after it (attention reads `x` and writes `x_next`, the MLP the
+/// reverse), the norms after the sublayer and before the next one (the next layer's input norm,
+/// or the final norm after the last layer), and the next sublayer's input `h`. The separate op
+/// and the GEMM epilogue both take it, so they cannot disagree.
+struct Close<'a> {
+    x: CudaView<'a, bf16>,
+    after: &'a UClipNormParams,
+    before: &'a UClipNormParams,
+    x_out: CudaViewMut<'a, bf16>,
+    h_out: CudaViewMut<'a, bf16>,
+}
+
+impl<'a> Close<'a> {
+    fn of(
+        w: &'a DeviceWeights,
+        layer: usize,
+        sublayer: Sublayer,
+        x: &'a mut CudaSlice<bf16>,
+        x_next: &'a mut CudaSlice<bf16>,
+        h: &'a mut CudaSlice<bf16>,
+        r: std::ops::Range<usize>,
+    ) -> Self {
+        let lw = &w.layers[layer];
+        let (stream_in, stream_out, after, before) = match sublayer {
+            Sublayer::Attention => (x, x_next, &lw.post_attention_norm, &lw.pre_feedforward_norm),
+            Sublayer::Mlp => {
+                (x_next, x, &lw.post_feedforward_norm, w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm))
+            }
+        };
+        Self {
+            x: stream_in.slice(r.clone()),
+            after,
+            before,
+            x_out: stream_out.slice_mut(r.clone()),
+            h_out: h.slice_mut(r),
+        }
+    }
+
+    fn epilogue(self) -> Epilogue<'a> {
+        Epilogue::PeriLn { x: self.x, after: self.after, before: self.before, x_out: self.x_out, h_out: self.h_out }
+    }
 }
 
 /// One layer's cache and weights, as its attention reads them.
