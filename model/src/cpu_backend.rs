@@ -111,6 +111,7 @@ pub fn load_cpu_executor(
     block_size: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Box<dyn StepExecutor>> {
+    check_cpu_cache(cfg, precision, num_blocks, block_size)?;
     let label = format!("cpu {precision:?}").to_lowercase();
     let rounding = rounding_of(precision);
     Ok(match precision {
@@ -123,4 +124,119 @@ pub fn load_cpu_executor(
             Box::new(CpuExecutor::new(Model::new(cfg.dims(), w, rounding)?, num_blocks, block_size, label))
         }
     })
+}
+
+/// Bytes of one KV-cache block of `block_size` tokens on the CPU (keys and values of every layer,
+/// in the arithmetic's type: f64 for f64 and bf16-faithful); `None` when that overflows.
+pub fn cpu_block_bytes(cfg: &crate::config::ModelConfig, precision: Precision, block_size: usize) -> Option<u64> {
+    let elem: u64 = if precision == Precision::F32 { 4 } else { 8 };
+    [cfg.num_hidden_layers, 2, block_size, cfg.num_key_value_heads, cfg.head_dim]
+        .into_iter()
+        .try_fold(elem, |acc, n| acc.checked_mul(n as u64))
+}
+
+/// Refuses, before any of it is allocated, a CPU cache of `num_blocks` blocks whose size overflows
+/// or passes this machine's memory, and one the allocator cannot reserve.
+fn check_cpu_cache(
+    cfg: &crate::config::ModelConfig,
+    precision: Precision,
+    num_blocks: usize,
+    block_size: usize,
+) -> Result<()> {
+    let bytes = cpu_block_bytes(cfg, precision, block_size).and_then(|b| b.checked_mul(num_blocks as u64));
+    let what = || format!("the CPU KV cache ({num_blocks} blocks of {block_size} tokens)");
+    let hint = "lower max_model_len, max_num_seqs or the CPU KV cache's memory";
+    check_host_bytes(what, bytes, hint)?;
+    // The limit above is the machine's; the allocator (or an overcommit policy) may still refuse
+    // less, and Rust aborts when a plain allocation fails. A reservation probed and given back
+    // turns that into an error; the untouched pages cost nothing.
+    let bytes = bytes.unwrap_or(u64::MAX);
+    let mut probe: Vec<u8> = Vec::new();
+    if usize::try_from(bytes).map_or(true, |n| probe.try_reserve_exact(n).is_err()) {
+        return Err(Error::Memory {
+            what: what(),
+            need: format_bytes(bytes),
+            limit: "what the allocator would reserve".into(),
+            hint: hint.into(),
+        });
+    }
+    Ok(())
+}
+
+/// Bytes of memory this process may use: the machine's `MemTotal`, or its cgroup's `memory.max`
+/// when lower; `None` where neither can be read (then only overflow is checked).
+pub fn host_memory_bytes() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| {
+        let line = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+        line.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?.checked_mul(1024)
+    });
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+    match (total, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Refuses a host buffer of `bytes` (`None`: its size overflowed) that passes this machine's
+/// memory, as an [`Error::Memory`] naming `what` and `hint`.
+pub fn check_host_bytes(what: impl FnOnce() -> String, bytes: Option<u64>, hint: &str) -> Result<()> {
+    let limit = host_memory_bytes();
+    let fits = match (bytes, limit) {
+        (None, _) => false,
+        (Some(b), Some(limit)) => b <= limit,
+        (Some(_), None) => true,
+    };
+    if fits {
+        return Ok(());
+    }
+    Err(Error::Memory {
+        what: what(),
+        need: bytes.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
+        limit: limit.map_or_else(
+            || "what can be addressed".into(),
+            |l| format!("this machine's {} of memory", format_bytes(l)),
+        ),
+        hint: hint.into(),
+    })
+}
+
+/// `bytes` in the largest binary unit that keeps it at least 1 (`1.5 GiB`).
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::Preset;
+
+    #[test]
+    fn format_bytes_picks_the_unit() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(3 << 29), "1.5 GiB");
+        assert_eq!(format_bytes(1 << 40), "1.0 TiB");
+    }
+
+    #[test]
+    fn a_cache_past_memory_or_overflowing_is_an_error_not_an_abort() {
+        let cfg = Preset::Tiny.config();
+        for blocks in [usize::MAX, 1 << 50] {
+            let err = check_cpu_cache(&cfg, Precision::F32, blocks, 16).unwrap_err();
+            assert!(matches!(err, Error::Memory { .. }), "{err}");
+            assert!(err.to_string().contains(&format!("the CPU KV cache ({blocks} blocks of 16 tokens)")), "{err}");
+        }
+        check_cpu_cache(&cfg, Precision::F32, 8, 16).unwrap();
+        assert_eq!(cpu_block_bytes(&cfg, Precision::F64, 16), Some(2 * 2 * 16 * 2 * 16 * 8));
+    }
 }

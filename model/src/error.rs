@@ -174,6 +174,19 @@ pub enum Error {
         /// The id given.
         id: u64,
     },
+    /// A buffer sized by a flag or a config field would not fit: its size overflows, or passes the
+    /// memory it may take. Checked before allocating, so nothing aborts.
+    #[error("{what} needs {need}, more than {limit}; {hint}")]
+    Memory {
+        /// The buffer and what sizes it (`the CPU KV cache (N blocks of 16 tokens)`).
+        what: String,
+        /// Its size in words (`512.0 GiB`, or `more than 2^64 bytes`).
+        need: String,
+        /// The budget in words (`--kv-cache-memory 4 GiB`, `this machine's 62.5 GiB of memory`).
+        limit: String,
+        /// Which option to change.
+        hint: String,
+    },
     /// The oracle refused a value (for example the HP1 parameters a config resolves to).
     #[error(transparent)]
     Oracle(#[from] oracle::Error),

@@ -5,8 +5,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::block_pool::blocks_for;
 use crate::config::ModelConfig;
-use crate::cpu_backend::{load_cpu_executor, Precision};
+use crate::cpu_backend::{check_host_bytes, cpu_block_bytes, format_bytes, load_cpu_executor, Precision};
 use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
@@ -27,7 +28,48 @@ pub const CHUNKS_PER_STEP: usize = 4;
 /// other's next chunk (chunks are never cut, for batch invariance), and the batch runs one
 /// request at a time.
 pub fn step_budget(max_num_seqs: usize) -> usize {
-    CHUNKS_PER_STEP * PREFILL_CHUNK + max_num_seqs
+    (CHUNKS_PER_STEP * PREFILL_CHUNK).saturating_add(max_num_seqs)
+}
+
+/// The CPU KV cache's memory when none is given, in GiB (vLLM's CPU backend also takes 4).
+pub const DEFAULT_CPU_KV_CACHE_GIB: f64 = 4.0;
+
+/// The CPU KV cache in blocks of [`BLOCK_SIZE`] tokens: room for `max_num_seqs` sequences of
+/// `max_model_len` (so a full batch never preempts), but no more than `gib` GiB. `gib` given
+/// (under the name `option`) must hold one sequence of `max_model_len`, which the scheduler needs
+/// to admit one; by default ([`DEFAULT_CPU_KV_CACHE_GIB`]) the cache grows to one such sequence
+/// if it must, and the loader refuses it if that passes the machine's memory.
+pub fn cpu_kv_cache_blocks(
+    cfg: &ModelConfig,
+    precision: Precision,
+    max_num_seqs: usize,
+    max_model_len: usize,
+    gib: Option<f64>,
+    option: &str,
+) -> Result<usize> {
+    let block_bytes = cpu_block_bytes(cfg, precision, BLOCK_SIZE).ok_or_else(|| Error::Memory {
+        what: "one KV-cache block".into(),
+        need: "more than 2^64 bytes".into(),
+        limit: "what can be addressed".into(),
+        hint: "the config's num_hidden_layers, num_key_value_heads or head_dim is wrong".into(),
+    })?;
+    let one_seq = blocks_for(max_model_len, BLOCK_SIZE);
+    let every_seq = one_seq.saturating_mul(max_num_seqs);
+    let budget = gib.unwrap_or(DEFAULT_CPU_KV_CACHE_GIB);
+    if !(budget.is_finite() && budget > 0.0) {
+        return Err(Error::Options(format!("{option}: must be > 0, got {budget}")));
+    }
+    // f64 to usize saturates, so a huge budget is simply every sequence's room.
+    let budget_blocks = (budget * (1u64 << 30) as f64 / block_bytes as f64) as usize;
+    match gib {
+        Some(g) if budget_blocks < one_seq => Err(Error::Options(format!(
+            "{option}: {g} GiB holds {budget_blocks} blocks of {BLOCK_SIZE} tokens; one sequence of max_model_len \
+             {max_model_len} needs {one_seq} ({})",
+            format_bytes((one_seq as u64).saturating_mul(block_bytes))
+        ))),
+        Some(_) => Ok(every_seq.min(budget_blocks)),
+        None => Ok(every_seq.min(budget_blocks.max(one_seq))),
+    }
 }
 
 /// What the executor is sized for.
@@ -62,6 +104,7 @@ pub fn load_executor(
             if utilization <= 0.0 || utilization > 1.0 {
                 return Err(Error::Options(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
             }
+            check_gpu_sizes(&gpu, cfg, opts)?;
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
                 max_batched_tokens: step_budget(opts.max_num_seqs),
@@ -76,6 +119,34 @@ pub fn load_executor(
         }
         Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress),
     }
+}
+
+/// Refuses, before the GPU backend allocates them, the buffers sized by flags and config fields
+/// that could never fit: the RoPE table (built on the host, then uploaded), the block table
+/// (`max_num_seqs` rows of `max_model_len`) and the sampler's logits (`max_num_seqs` rows of the
+/// vocabulary). What remains is sized from the device's memory by the backend itself.
+fn check_gpu_sizes(gpu: &gpu::Gpu, cfg: &ModelConfig, opts: &ExecutorOptions) -> Result<()> {
+    let mul = |a: usize, b: usize, c: usize| (a as u64).checked_mul(b as u64)?.checked_mul(c as u64);
+    let rope = mul(cfg.max_position_embeddings, cfg.head_dim, 4);
+    let hint = "lower the config's max_position_embeddings";
+    check_host_bytes(|| format!("the RoPE table ({} positions)", cfg.max_position_embeddings), rope, hint)?;
+    let rows = opts.max_num_seqs;
+    let table = mul(rows, blocks_for(opts.max_model_len, BLOCK_SIZE), 4);
+    let logits = mul(rows, cfg.vocab_size, 4);
+    let need = [rope, table, logits].into_iter().try_fold(0u64, |acc, b| acc.checked_add(b?));
+    let (_, total) = gpu.memory()?;
+    if need.is_none_or(|n| n > total as u64) {
+        return Err(Error::Memory {
+            what: format!(
+                "the GPU's RoPE table, block table and logits ({} positions, {rows} sequences of {} tokens)",
+                cfg.max_position_embeddings, opts.max_model_len
+            ),
+            need: need.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
+            limit: format!("the device's {}", format_bytes(total as u64)),
+            hint: "lower --max-num-seqs, --max-model-len or the config's max_position_embeddings".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Where `--device` runs the model.
@@ -100,5 +171,46 @@ impl Device {
             "auto" => Ok(open_gpu().map_or(Self::Cpu, Self::Cuda)),
             other => Err(Error::Options(format!("--device must be auto, cpu or cuda, got `{other}`"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::presets::Preset;
+
+    fn blocks(max_num_seqs: usize, max_model_len: usize, gib: Option<f64>) -> Result<usize> {
+        cpu_kv_cache_blocks(
+            &Preset::Tiny.config(),
+            Precision::F32,
+            max_num_seqs,
+            max_model_len,
+            gib,
+            "--kv-cache-memory",
+        )
+    }
+
+    #[test]
+    fn cpu_cache_holds_every_sequence_within_the_budget() {
+        // asynct-tiny's block: 2 layers x (K, V) x 16 tokens x 2 heads x 16 x 4 bytes = 8 KiB.
+        assert_eq!(blocks(4, 2048, None).unwrap(), 4 * 128);
+        assert_eq!(blocks(10_000_000, 2048, None).unwrap(), 4 << 17);
+        assert_eq!(blocks(usize::MAX, usize::MAX, None).unwrap(), usize::MAX / 16 + 1);
+        assert_eq!(blocks(64, 2048, Some(1.0 / 1024.0)).unwrap(), 128);
+    }
+
+    #[test]
+    fn a_cpu_budget_below_one_sequence_or_not_positive_is_refused_by_name() {
+        let msg = blocks(1, 2048, Some(0.0001)).unwrap_err().to_string();
+        assert!(msg.starts_with("--kv-cache-memory: 0.0001 GiB holds 13 blocks") && msg.contains("needs 128"), "{msg}");
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let msg = blocks(1, 64, Some(bad)).unwrap_err().to_string();
+            assert!(msg.starts_with("--kv-cache-memory: must be > 0"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn step_budget_saturates() {
+        assert_eq!(step_budget(usize::MAX), usize::MAX);
     }
 }

@@ -116,13 +116,16 @@ class LLM:
         max_model_len: prompt plus output, at most; the model's max_position_embeddings by default.
         gpu_memory_utilization: the fraction of GPU memory weights, buffers and KV cache may take.
         enforce_eager: on the GPU, no whole-step CUDA graphs.
-        cpu_kv_cache_gib: the CPU KV cache's size; by default room for max_num_seqs sequences of
-            max_model_len, at most 2 GiB.
+        cpu_kv_cache_gib: the CPU KV cache's memory in GiB (``asynct serve --kv-cache-memory``):
+            room for max_num_seqs sequences of max_model_len, at most this much; by default at
+            most 4 GiB, grown to one sequence of max_model_len if need be.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.
         FileNotFoundError: no config.json or tokenizer.json in ``model``.
         RuntimeError: the device could not load the model (``device="cuda"`` without a GPU).
+        MemoryError: the KV cache or another buffer sized by an option or a config field would
+            not fit the machine's memory (checked before anything is allocated).
     """
 
     device: str

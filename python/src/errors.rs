@@ -5,7 +5,7 @@
 //! `ValueError` or `TypeError`; a file that cannot be read is an `OSError` (`FileNotFoundError`
 //! when it is missing); what the engine or the device fails at while running is a `RuntimeError`.
 
-use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::PyErr;
 
 /// A `ValueError` whose message starts with the argument's name.
@@ -62,6 +62,7 @@ pub fn from_model(e: model::Error) -> PyErr {
         | E::MissingShard { .. }
         | E::UnknownPreset { .. }
         | E::Request(_) => PyValueError::new_err(e.to_string()),
+        E::Memory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => PyRuntimeError::new_err(e.to_string()),
     }
 }

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 
-use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
@@ -24,11 +23,7 @@ use crate::batch::Batch;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{parse_prompts, parse_sampling, Limits};
-use model::executor_loader::{load_executor, step_budget, ExecutorOptions, BLOCK_SIZE, PREFILL_CHUNK};
-
-/// The CPU KV cache by default: room for `max_num_seqs` whole sequences, but no more than this
-/// (asynct-0.5b's 32K context at 64 sequences would otherwise ask for hundreds of GiB).
-const DEFAULT_CPU_CACHE_BYTES: usize = 2 << 30;
+use model::executor_loader::{cpu_kv_cache_blocks, load_executor, step_budget, ExecutorOptions, PREFILL_CHUNK};
 
 /// A model loaded for generation.
 #[pyclass(module = "asynct", name = "LLM", frozen)]
@@ -127,7 +122,10 @@ impl Llm {
             gpu_memory_utilization,
             enforce_eager,
         };
-        let executor = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(runtime_error)?;
+        let executor = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(|e| match e {
+            model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
+            other => runtime_error(other),
+        })?;
         let sched = SchedulerConfig {
             max_num_seqs,
             max_batched_tokens: step_budget(max_num_seqs),
@@ -237,9 +235,8 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// The CPU KV cache in blocks: `cpu_kv_cache_gib` worth, or by default room for every sequence's
-/// whole length up to [`DEFAULT_CPU_CACHE_BYTES`]; always room for one sequence of
-/// `max_model_len`, which the scheduler needs to admit one.
+/// The CPU KV cache in blocks, sized as `asynct serve` sizes it (`cpu_kv_cache_gib` for its
+/// `--kv-cache-memory`); refusals name the option.
 fn cpu_cache_blocks(
     cfg: &ModelConfig,
     precision: Precision,
@@ -247,25 +244,8 @@ fn cpu_cache_blocks(
     max_model_len: usize,
     gib: Option<f64>,
 ) -> PyResult<usize> {
-    // The CPU backend keeps its cache in its arithmetic's type: f64 for f64 and bf16-faithful.
-    let elem = if precision == Precision::F32 { 4 } else { 8 };
-    let block_bytes = cfg.num_hidden_layers * 2 * BLOCK_SIZE * cfg.num_key_value_heads * cfg.head_dim * elem;
-    let one_seq = blocks_for(max_model_len, BLOCK_SIZE);
-    match gib {
-        None => Ok((one_seq * max_num_seqs).min((DEFAULT_CPU_CACHE_BYTES / block_bytes).max(one_seq))),
-        Some(g) if !(g.is_finite() && g > 0.0) => Err(value_error("cpu_kv_cache_gib", format!("must be > 0, got {g}"))),
-        Some(g) => {
-            let blocks = (g * (1u64 << 30) as f64 / block_bytes as f64) as usize;
-            if blocks < one_seq {
-                return Err(value_error(
-                    "cpu_kv_cache_gib",
-                    format!(
-                        "{g} GiB holds {blocks} blocks of {BLOCK_SIZE} tokens; one sequence of max_model_len \
-                         {max_model_len} needs {one_seq}"
-                    ),
-                ));
-            }
-            Ok(blocks)
-        }
-    }
+    cpu_kv_cache_blocks(cfg, precision, max_num_seqs, max_model_len, gib, "cpu_kv_cache_gib").map_err(|e| match e {
+        model::Error::Options(msg) => pyo3::exceptions::PyValueError::new_err(msg),
+        other => from_model(other),
+    })
 }

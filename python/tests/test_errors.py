@@ -193,3 +193,18 @@ def test_a_small_cpu_cache_still_serves_the_batch(tiny_model, llm):
     assert [o.token_ids for o in small.generate(prompts, p)] == [o.token_ids for o in llm.generate(prompts, p)]
     with pytest.raises(ValueError, match=r"prompts\[0\]: has 64 tokens"):
         small.generate([[1] * 64], p)
+
+
+def test_llm_refuses_a_cache_past_memory_with_memory_error(tiny_model, tmp_path):
+    # Once an abort that killed the interpreter: a cache of one 2^40-token sequence is checked first.
+    import json
+    import shutil
+    huge = tmp_path / "huge"
+    shutil.copytree(tiny_model, huge)
+    config = json.loads((huge / "config.json").read_text())
+    config["max_position_embeddings"] = 1 << 40
+    (huge / "config.json").write_text(json.dumps(config))
+    with pytest.raises(MemoryError, match=r"the CPU KV cache \(68719476736 blocks of 16 tokens\) needs 512.0 TiB"):
+        asynct.LLM(huge, device="cpu")
+    small = asynct.LLM(huge, device="cpu", max_model_len=64)
+    assert small.max_model_len == 64

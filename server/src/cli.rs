@@ -121,6 +121,10 @@ pub struct ServeArgs {
     /// Longest sequence (prompt plus output) to accept; the model's own limit by default.
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// The CPU KV cache's memory in GiB: room for --max-num-seqs sequences of --max-model-len, at
+    /// most this much [default: 4, grown to one sequence of --max-model-len if need be].
+    #[arg(long, value_name = "GIB")]
+    pub kv_cache_memory: Option<f64>,
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,

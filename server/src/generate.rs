@@ -36,13 +36,13 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     };
     // On the CPU, room for every request's whole life at once, so this batch never preempts; the
     // engine sizes its scheduler from the executor's cache.
-    let max_len = (prompt.len() + args.max_tokens).min(cfg.max_position_embeddings);
+    let max_len = prompt.len().saturating_add(args.max_tokens).min(cfg.max_position_embeddings);
     let opts = ExecutorOptions {
         device: &args.device,
         precision,
         max_num_seqs: args.batch,
         max_model_len: cfg.max_position_embeddings,
-        cpu_blocks: blocks_for(max_len, BLOCK_SIZE) * args.batch,
+        cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(args.batch),
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
     };

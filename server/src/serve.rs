@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
@@ -22,7 +21,7 @@ use crate::engine_thread::{self, EngineHandle, LoopConfig};
 use crate::http::{self, AppState};
 use crate::load;
 use crate::metrics::Metrics;
-use model::executor_loader::{load_executor, ExecutorOptions, BLOCK_SIZE};
+use model::executor_loader::{cpu_kv_cache_blocks, load_executor, ExecutorOptions};
 
 /// How long running requests may take to finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -49,13 +48,25 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         None => model_folder_name(&args.model)?,
     };
 
-    // The CPU cache holds every running sequence at its longest, so a full batch never preempts.
+    // The CPU cache holds every running sequence at its longest within --kv-cache-memory.
+    let cpu_blocks = match args.device.as_str() {
+        "cuda" => 0,
+        _ => cpu_kv_cache_blocks(
+            &cfg,
+            Precision::F32,
+            args.max_num_seqs,
+            max_model_len,
+            args.kv_cache_memory,
+            "--kv-cache-memory",
+        )
+        .map_err(|e| e.to_string())?,
+    };
     let opts = ExecutorOptions {
         device: &args.device,
         precision: Precision::F32,
         max_num_seqs: args.max_num_seqs,
         max_model_len,
-        cpu_blocks: blocks_for(max_model_len, BLOCK_SIZE) * args.max_num_seqs,
+        cpu_blocks,
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
     };

@@ -35,8 +35,17 @@ fn prompt_ids_print_ids_and_dump_logits_has_one_row_per_position() {
     let dir = tiny("ids");
     let dump = dir.join("logits.safetensors");
     let out = asynct(&[
-        "generate", "--model", dir.to_str().unwrap(), "--prompt-ids", "5,6,7,8", "--max-tokens", "3",
-        "--dump-logits", dump.to_str().unwrap(), "--precision", "f64",
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt-ids",
+        "5,6,7,8",
+        "--max-tokens",
+        "3",
+        "--dump-logits",
+        dump.to_str().unwrap(),
+        "--precision",
+        "f64",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let ids: Vec<u32> = String::from_utf8(out.stdout).unwrap().trim().split(',').map(|t| t.parse().unwrap()).collect();
@@ -72,4 +81,55 @@ fn bad_input_gets_a_message_and_exit_code_1() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("model.safetensors"), "{}", stderr(&out));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn sizes_past_memory_are_refused_with_exit_code_1_not_an_abort() {
+    let dir = tiny("sizes");
+    let m = dir.to_str().unwrap();
+    let huge = std::env::temp_dir().join(format!("asynct-cli-{}-huge-positions", std::process::id()));
+    std::fs::create_dir_all(&huge).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(dir.join(f), huge.join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let config = config.replace("\"max_position_embeddings\": 2048", "\"max_position_embeddings\": 1099511627776");
+    std::fs::write(huge.join("config.json"), config).unwrap();
+    let h = huge.to_str().unwrap();
+    let serve = ["serve", "--device", "cpu", "--port", "0", "--model"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        // 10M sequences fit the default 4 GiB cache's budget, but one sequence of 2^40 tokens never does.
+        ([&serve[..], &[h]].concat(), "the CPU KV cache (68719476736 blocks of 16 tokens) needs 512.0 TiB"),
+        ([&serve[..], &[m, "--kv-cache-memory", "0.0001"]].concat(), "--kv-cache-memory: 0.0001 GiB holds 13 blocks"),
+        ([&serve[..], &[m, "--kv-cache-memory=-1"]].concat(), "--kv-cache-memory: must be > 0"),
+        ([&serve[..], &[h, "--kv-cache-memory", "1e30"]].concat(), "more than this machine's"),
+        (
+            vec![
+                "generate",
+                "--model",
+                m,
+                "--prompt",
+                "x",
+                "--batch",
+                "100000000",
+                "--max-tokens",
+                "18446744073709551615",
+            ],
+            "the CPU KV cache (12800000000 blocks of 16 tokens)",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = asynct(&args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked") && !err.contains("memory allocation"),
+            "{args:?}: {err}"
+        );
+    }
+    // The same config generates (its cache is the request's), as before.
+    let out = asynct(&["generate", "--model", h, "--prompt", "x", "--max-tokens", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_dir_all(dir).unwrap();
+    std::fs::remove_dir_all(huge).unwrap();
 }
