@@ -128,6 +128,25 @@ pub struct ServeArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Connections open at once, at most; one more is answered 503 and closed.
+    #[arg(long, default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds from a request's first byte to the end of its headers; past it the connection closes.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_read_timeout: f64,
+    /// Seconds to read a request body; past it the request gets 408 and the connection closes.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub body_read_timeout: f64,
+    /// Seconds a connection may wait for its next request (or its first) before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub keep_alive_timeout: f64,
+    /// Bytes of a request body buffered before it is parsed, at most; a longer body gets 413.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Seconds that SIGINT or SIGTERM lets running requests finish before they are aborted and
+    /// every connection is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
 }
 
 #[derive(Args, Debug)]

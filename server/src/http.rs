@@ -6,7 +6,7 @@
 //! through axum's extractor, whose rejections are plain text.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
@@ -16,6 +16,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use model::engine::{GenerationRequest, SamplingParams, StopConditions};
 use tokenizers::Tokenizer;
+use tokio::sync::watch;
 
 use crate::api::error::ApiError;
 use crate::api::types::{Limits, Prompt, Sampling};
@@ -25,8 +26,14 @@ use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
 use crate::respond::{collect, sse, Kind, Meta};
 
-/// Request bodies longer than this get 413.
-pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408).
+#[derive(Clone, Copy, Debug)]
+pub struct BodyLimits {
+    /// Bytes buffered per request before it is parsed and validated, at most.
+    pub max_bytes: usize,
+    /// From the handler's first read to the body's end.
+    pub timeout: Duration,
+}
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -47,6 +54,10 @@ pub struct AppState {
     pub eos_token_ids: Arc<[u32]>,
     /// What /metrics shows.
     pub metrics: Arc<Metrics>,
+    /// How bodies are read.
+    pub body: BodyLimits,
+    /// Turns true when shutdown begins: a body still arriving then is answered 503 at once.
+    pub stopping: watch::Receiver<bool>,
 }
 
 /// The routes of `asynct serve`.
@@ -96,7 +107,7 @@ async fn chat(State(state): State<AppState>, headers: HeaderMap, body: Body) -> 
 
 async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let bytes = read_body(&headers, body).await?;
+    let bytes = read_body(&state, &headers, body).await?;
     let req = parse_completion(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let mut prompts = Vec::new();
@@ -115,7 +126,7 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
 
 async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     authorize(&state, &headers)?;
-    let bytes = read_body(&headers, body).await?;
+    let bytes = read_body(&state, &headers, body).await?;
     let req = parse_chat(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let text = state.template.render(&req.messages)?;
@@ -132,13 +143,22 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let BodyLimits { max_bytes, timeout } = state.body;
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    if declared.is_some_and(|n| n > max_bytes as u64) {
+        return Err(ApiError::too_large(max_bytes));
     }
-    // Past the declared length check, a failure is a chunked body over the limit or a client gone.
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| ApiError::too_large(MAX_BODY_BYTES))
+    let mut stopping = state.stopping.clone();
+    tokio::select! {
+        read = tokio::time::timeout(timeout, axum::body::to_bytes(body, max_bytes)) => match read {
+            Ok(Ok(bytes)) => Ok(bytes),
+            // Past the declared length check, a failure is a chunked body over the limit or a client gone.
+            Ok(Err(_)) => Err(ApiError::too_large(max_bytes)),
+            Err(_) => Err(ApiError::body_timeout(timeout.as_secs_f64())),
+        },
+        _ = stopping.wait_for(|&s| s) => Err(ApiError::unavailable("the server is shutting down")),
+    }
 }
 
 fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {

@@ -10,7 +10,8 @@
 //!
 //! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
 //! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
-//! [`http`] and [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine),
+//! [`conn`] (the accept loop and each connection's limits), [`http`] and [`respond`] (routes, JSON and
+//! SSE), [`engine_thread`] (the one owner of the engine),
 //! [`metrics`], and [`load`] (the tokenizer, the executor for `--device` and the scheduler's
 //! limits, shared by `generate`, `serve` and [`bench`]).
 
@@ -18,6 +19,7 @@ mod api;
 mod bench;
 mod chat_template;
 mod cli;
+mod conn;
 mod engine_thread;
 mod generate;
 mod http;

@@ -13,18 +13,21 @@ use std::time::Duration;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
+use tokio::sync::watch;
 
 use crate::api::types::Limits;
 use crate::chat_template::ChatTemplate;
 use crate::cli::ServeArgs;
+use crate::conn::{self, ConnLimits};
 use crate::engine_thread::{self, EngineHandle, LoopConfig};
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, BodyLimits};
 use crate::load;
 use crate::metrics::Metrics;
 use model::executor_loader::{cpu_kv_cache_blocks, load_executor, ExecutorOptions};
 
-/// How long running requests may take to finish after a shutdown signal.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How long connections may take to send their last bytes after the engine's grace ends: the
+/// engine has then ended every stream, so only writes of those last events remain.
+const DRAIN_AFTER_GRACE: Duration = Duration::from_secs(1);
 /// `max_tokens` when a request gives none.
 const DEFAULT_MAX_TOKENS: usize = 16;
 
@@ -33,6 +36,18 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     if args.max_num_seqs == 0 {
         return Err("--max-num-seqs must be at least 1".into());
     }
+    if args.max_connections == 0 {
+        return Err("--max-connections must be at least 1".into());
+    }
+    let grace = seconds("--shutdown-timeout", args.shutdown_timeout)?;
+    let limits = ConnLimits {
+        max_connections: args.max_connections,
+        header_timeout: seconds("--header-read-timeout", args.header_read_timeout)?,
+        keep_alive_timeout: seconds("--keep-alive-timeout", args.keep_alive_timeout)?,
+        drain: grace + DRAIN_AFTER_GRACE,
+    };
+    let body =
+        BodyLimits { max_bytes: args.max_body_bytes, timeout: seconds("--body-read-timeout", args.body_read_timeout)? };
     let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
     let max_model_len = match args.max_model_len {
         Some(n) if n < 2 || n > cfg.max_position_embeddings => {
@@ -78,7 +93,8 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
 
     let metrics = Arc::new(Metrics::new());
-    let loop_config = LoopConfig { max_queue: args.max_queue, grace: SHUTDOWN_GRACE };
+    let (stop, stopping) = watch::channel(false);
+    let loop_config = LoopConfig { max_queue: args.max_queue, grace };
     let (handle, engine_thread) = engine_thread::spawn(engine, loop_config, metrics.clone());
     let state = AppState {
         engine: handle.clone(),
@@ -89,10 +105,12 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         api_key: args.api_key.clone().map(Into::into),
         eos_token_ids: cfg.eos_token_id.clone().into(),
         metrics,
+        body,
+        stopping,
     };
 
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
-    let served = runtime.block_on(serve(args, state, handle));
+    let served = runtime.block_on(serve(args, state, limits, handle, stop));
     // The engine thread exits once it has drained; after a failed bind it was never asked to, so
     // dropping the runtime (and with it every handle) is what lets it see the end of its channel.
     drop(runtime);
@@ -100,21 +118,35 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     served
 }
 
-async fn serve(args: &ServeArgs, state: AppState, handle: EngineHandle) -> Result<(), String> {
+async fn serve(
+    args: &ServeArgs,
+    state: AppState,
+    limits: ConnLimits,
+    handle: EngineHandle,
+    stop: watch::Sender<bool>,
+) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
     let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("listening on http://{addr}");
     let router = http::router(state);
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            eprintln!("shutting down: finishing running requests");
-            handle.shutdown();
-        })
-        .await
-        .map_err(|e| format!("serving: {e}"))
+    conn::serve(listener, router, limits, async move {
+        shutdown_signal().await;
+        eprintln!("shutting down: finishing running requests");
+        let _ = stop.send(true);
+        handle.shutdown();
+    })
+    .await;
+    Ok(())
+}
+
+/// A flag's seconds as a duration; the error names the flag.
+fn seconds(flag: &str, secs: f64) -> Result<Duration, String> {
+    match Duration::try_from_secs_f64(secs) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(format!("{flag} must be a positive number of seconds, got {secs}")),
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

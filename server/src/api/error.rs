@@ -51,6 +51,12 @@ impl ApiError {
         Self { code: Some("not_found".to_string()), ..Self::new(404, "invalid_request_error", message) }
     }
 
+    /// 408: the request body did not arrive within `seconds`.
+    pub fn body_timeout(seconds: f64) -> Self {
+        let message = format!("The request body did not arrive within {seconds} s.");
+        Self { code: Some("request_timeout".to_string()), ..Self::new(408, "invalid_request_error", message) }
+    }
+
     /// 401: the API key is missing or wrong.
     pub fn unauthorized() -> Self {
         let message = "Incorrect or missing API key: send `Authorization: Bearer KEY`.";
