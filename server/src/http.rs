@@ -110,17 +110,14 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
     let bytes = read_body(&state, &headers, body).await?;
     let req = parse_completion(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
-    let mut prompts = Vec::new();
-    match req.prompt {
-        Prompt::Text(text) => prompts.push(encode(&state.tokenizer, &text)?),
-        Prompt::Texts(texts) => {
-            for text in texts {
-                prompts.push(encode(&state.tokenizer, &text)?);
-            }
-        }
-        Prompt::Ids(ids) => prompts.push(ids),
-        Prompt::IdLists(lists) => prompts.extend(lists),
-    }
+    let tokenizer = state.tokenizer.clone();
+    let prompts = off_the_runtime(move || match req.prompt {
+        Prompt::Text(text) => Ok(vec![encode(&tokenizer, &text)?]),
+        Prompt::Texts(texts) => texts.iter().map(|text| encode(&tokenizer, text)).collect(),
+        Prompt::Ids(ids) => Ok(vec![ids]),
+        Prompt::IdLists(lists) => Ok(lists),
+    })
+    .await?;
     run(&state, Kind::Completion, &req.model, &prompts, &req.sampling).await
 }
 
@@ -129,8 +126,8 @@ async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<R
     let bytes = read_body(&state, &headers, body).await?;
     let req = parse_chat(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
-    let text = state.template.render(&req.messages)?;
-    let prompt = encode(&state.tokenizer, &text)?;
+    let (template, tokenizer, messages) = (state.template.clone(), state.tokenizer.clone(), req.messages);
+    let prompt = off_the_runtime(move || encode(&tokenizer, &template.render(&messages)?)).await?;
     run(&state, Kind::Chat, &req.model, &[prompt], &req.sampling).await
 }
 
@@ -167,6 +164,14 @@ fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
     } else {
         Err(ApiError::unknown_model(model, &state.served_name))
     }
+}
+
+/// Runs `work` (rendering, tokenising: up to a body's worth of text) on the blocking pool, so
+/// the async workers stay free for `/health`, streams and other requests.
+async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("tokenising the prompt failed"))?
 }
 
 fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {

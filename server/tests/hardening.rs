@@ -210,3 +210,25 @@ fn sigterm_closes_connections_still_sending_within_the_deadline() {
     assert!(took < Duration::from_secs(3), "exit took {took:?}");
     drop(idle);
 }
+
+#[test]
+fn huge_chats_and_stop_strings_are_refused_before_tokenising() {
+    let server = Server::start("cheap-refusals", &[]);
+    let many: Vec<Value> = (0..20_000).map(|_| json!({"role": "user", "content": "hi there"})).collect();
+    let started = Instant::now();
+    let r = server.post("/v1/chat/completions", &json!({"model": "tiny", "messages": many, "max_tokens": 1}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("at most 1024 messages"), "{}", r.text());
+    // asynct-tiny's 2048 tokens allow 65536 prompt characters.
+    let long = json!({"model": "tiny", "messages": [{"role": "user", "content": "x".repeat(70_000)}]});
+    let r = server.post("/v1/chat/completions", &long);
+    assert!(r.status == 400 && r.text().contains("65536 characters"), "{}", r.text());
+    let r = server.post("/v1/completions", &json!({"model": "tiny", "prompt": "y".repeat(70_000)}));
+    assert!(r.status == 400 && r.text().contains("65536 characters"), "{}", r.text());
+    let mut stop = completion("The river", 4);
+    stop["stop"] = json!(["s".repeat(500_000)]);
+    let r = server.post("/v1/completions", &stop);
+    assert!(r.status == 400 && r.text().contains("1024 bytes"), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    answers(&server);
+}

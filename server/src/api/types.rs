@@ -17,6 +17,21 @@ pub struct Limits {
     pub max_n: usize,
     /// `max_tokens` when the request gives none.
     pub default_max_tokens: usize,
+    /// Characters of one prompt (a chat's message contents together) read before tokenising, at
+    /// most: [`Limits::prompt_chars_for`].
+    pub max_prompt_chars: usize,
+}
+
+impl Limits {
+    /// A token of the shipped tokenizers spans at most a few dozen characters, so a prompt of more
+    /// than this many characters per token of `max_model_len` could not fit; refusing it by its
+    /// length costs nothing, tokenising it first could cost a whole core.
+    pub const CHARS_PER_TOKEN: usize = 32;
+
+    /// The prompt characters a model length of `max_model_len` tokens allows.
+    pub fn prompt_chars_for(max_model_len: usize) -> usize {
+        max_model_len.saturating_mul(Self::CHARS_PER_TOKEN)
+    }
 }
 
 /// `/v1/completions`' `prompt`, in each of the four forms OpenAI takes; never empty.

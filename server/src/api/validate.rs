@@ -14,6 +14,11 @@ use super::types::{ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, 
 
 /// At most this many stop strings, as OpenAI allows.
 pub const MAX_STOP: usize = 4;
+/// At most this many bytes in one stop string: matching costs each token about the stop strings'
+/// length, so this bounds it to microseconds on the engine thread.
+pub const MAX_STOP_BYTES: usize = 1024;
+/// At most this many chat messages, refused before the template renders them.
+pub const MAX_MESSAGES: usize = 1024;
 /// The largest `logprobs` / `top_logprobs`, as OpenAI allows.
 pub const MAX_LOGPROBS: usize = 20;
 /// Roles a chat message may have.
@@ -33,7 +38,7 @@ pub fn parse_completion(body: &[u8], limits: &Limits) -> Result<CompletionReques
 pub fn parse_chat(body: &[u8], limits: &Limits) -> Result<ChatRequest, ApiError> {
     let obj = object(body)?;
     let model = model(&obj)?;
-    let messages = messages(obj.get("messages"))?;
+    let messages = messages(obj.get("messages"), limits)?;
     let wants = boolean(&obj, "logprobs")?.unwrap_or(false);
     let top = int_in(&obj, "top_logprobs", 0, MAX_LOGPROBS as i64)?;
     if top.is_some() && !wants {
@@ -132,6 +137,12 @@ fn stop(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
     if list.iter().any(String::is_empty) {
         return Err(ApiError::invalid("stop", "`stop` strings must not be empty. Given: \"\""));
     }
+    if let Some((i, s)) = list.iter().enumerate().find(|(_, s)| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("`stop[{i}]` may be at most {MAX_STOP_BYTES} bytes long. Given: {} bytes", s.len()),
+        ));
+    }
     Ok(list)
 }
 
@@ -140,7 +151,7 @@ fn prompt(value: Option<&Value>, limits: &Limits) -> Result<Prompt, ApiError> {
     let items = match value {
         None | Some(Value::Null) => return Err(ApiError::invalid("prompt", "`prompt` is required.")),
         Some(Value::String(s)) if s.is_empty() => return Err(empty()),
-        Some(Value::String(s)) => return Ok(Prompt::Text(s.clone())),
+        Some(Value::String(s)) => return Ok(Prompt::Text(prompt_text(s, "prompt", limits)?)),
         Some(Value::Array(items)) if items.is_empty() => return Err(empty()),
         Some(Value::Array(items)) => items,
         Some(v) => return Err(wrong_type("prompt", "a string, a list of strings or a list of token ids", v)),
@@ -152,7 +163,7 @@ fn prompt(value: Option<&Value>, limits: &Limits) -> Result<Prompt, ApiError> {
                 Value::String(s) if s.is_empty() => {
                     Err(ApiError::invalid("prompt", format!("`prompt[{i}]` must not be empty.")))
                 }
-                Value::String(s) => Ok(s.clone()),
+                Value::String(s) => prompt_text(s, &format!("prompt[{i}]"), limits),
                 other => Err(wrong_type(&format!("prompt[{i}]"), "a string like prompt[0]", other)),
             });
             Ok(Prompt::Texts(texts.collect::<Result<_, _>>()?))
@@ -175,6 +186,18 @@ fn prompt(value: Option<&Value>, limits: &Limits) -> Result<Prompt, ApiError> {
     }
 }
 
+/// `text`, refused by its length before anything tokenises it.
+fn prompt_text(text: &str, path: &str, limits: &Limits) -> Result<String, ApiError> {
+    let chars = text.chars().count();
+    if chars > limits.max_prompt_chars {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!("`{path}` may hold at most {} characters. Given: {chars}", limits.max_prompt_chars),
+        ));
+    }
+    Ok(text.to_string())
+}
+
 fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     let vocab = limits.vocab_size;
     items
@@ -190,7 +213,7 @@ fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, A
         .collect()
 }
 
-fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
+fn messages(value: Option<&Value>, limits: &Limits) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match value {
         None | Some(Value::Null) => return Err(ApiError::invalid("messages", "`messages` is required.")),
         Some(Value::Array(items)) if items.is_empty() => {
@@ -199,7 +222,20 @@ fn messages(value: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> {
         Some(Value::Array(items)) => items,
         Some(v) => return Err(wrong_type("messages", "a list of messages", v)),
     };
-    items.iter().enumerate().map(|(i, v)| message(i, v)).collect()
+    if items.len() > MAX_MESSAGES {
+        let message = format!("`messages` may hold at most {MAX_MESSAGES} messages. Given: {}", items.len());
+        return Err(ApiError::invalid("messages", message));
+    }
+    let messages: Vec<ChatMessage> = items.iter().enumerate().map(|(i, v)| message(i, v)).collect::<Result<_, _>>()?;
+    let chars: usize = messages.iter().map(|m| m.content.chars().count()).sum();
+    if chars > limits.max_prompt_chars {
+        let message = format!(
+            "`messages` may hold at most {} characters of content together. Given: {chars}",
+            limits.max_prompt_chars
+        );
+        return Err(ApiError::invalid("messages", message));
+    }
+    Ok(messages)
 }
 
 fn message(i: usize, value: &Value) -> Result<ChatMessage, ApiError> {

@@ -5,7 +5,8 @@ use serde_json::{json, Value};
 
 use super::*;
 
-const LIMITS: Limits = Limits { max_model_len: 512, vocab_size: 1000, max_n: 4, default_max_tokens: 16 };
+const LIMITS: Limits =
+    Limits { max_model_len: 512, vocab_size: 1000, max_n: 4, default_max_tokens: 16, max_prompt_chars: 512 * 32 };
 
 fn completion(extra: Value) -> Result<CompletionRequest, ApiError> {
     let mut body = json!({"model": "tiny", "prompt": "hello"});
@@ -289,4 +290,29 @@ fn generated_hostile_bodies_are_refused_by_field_never_by_panic() {
         }
     }
     assert!(refused > 1_000, "only {refused} of 4000 parses were refused");
+}
+
+#[test]
+fn long_prompts_many_messages_and_long_stops_are_refused_before_tokenising() {
+    let long = "x".repeat(512 * 32 + 1);
+    let e = parse_completion(json!({"model": "m", "prompt": long}).to_string().as_bytes(), &LIMITS).unwrap_err();
+    assert_eq!((e.status, e.param.as_deref()), (400, Some("prompt")), "{e}");
+    assert!(e.message.contains("16384") && e.message.contains("16385"), "{e}");
+    let e =
+        parse_completion(json!({"model": "m", "prompt": ["ok", long]}).to_string().as_bytes(), &LIMITS).unwrap_err();
+    assert!(e.message.contains("`prompt[1]`"), "{e}");
+
+    let half = "y".repeat(512 * 16 + 1);
+    let two = json!([{"role": "user", "content": half}, {"role": "user", "content": half}]);
+    let e = parse_chat(json!({"model": "m", "messages": two}).to_string().as_bytes(), &LIMITS).unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("messages"), "{e}");
+    let many: Vec<Value> = (0..MAX_MESSAGES + 1).map(|_| json!({"role": "user", "content": "a"})).collect();
+    let e = parse_chat(json!({"model": "m", "messages": many}).to_string().as_bytes(), &LIMITS).unwrap_err();
+    assert!(e.message.contains(&format!("at most {MAX_MESSAGES}")), "{e}");
+
+    let stop = "z".repeat(MAX_STOP_BYTES + 1);
+    let e = parse_completion(json!({"model": "m", "prompt": "a", "stop": [stop]}).to_string().as_bytes(), &LIMITS)
+        .unwrap_err();
+    assert_eq!(e.param.as_deref(), Some("stop"), "{e}");
+    assert!(e.message.contains(&MAX_STOP_BYTES.to_string()), "{e}");
 }
