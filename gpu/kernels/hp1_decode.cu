@@ -3,13 +3,13 @@
 // Prefill rows run through the same kernels ("fake decode"): hp1_rows.cu gives each row its own
 // sequence and length once per step, and these kernels read only that row metadata.
 //
-// ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 256 keys. A chunk's
+// ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 128 keys. A chunk's
 // partial output is computed by one piece of code, the chunk loop body of attention(), for HP =
 // 1 or 2 query heads of one kv head at once (their q in registers side by side):
 //   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of
 //      every key QK reads into shared memory, then a barrier; QK and PV only read it back, so no
 //      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
-//      are clamped into [0, row_len), and the pass fills SLOTS = 272 entries (CHUNK + OV rounded
+//      are clamped into [0, row_len), and the pass fills SLOTS = 144 entries (CHUNK + OV rounded
 //      up to 16), so QK loads whole steps without bounds checks: the rows of keys before 0 or
 //      past the chunk are real rows whose dots are dropped.
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
@@ -73,9 +73,11 @@
 // HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
 // ptxas splits a step's loads at any bound that leaves 4 CTAs or more.
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
-// padded to 16 bytes (1056), 8 * CHUNK list entries (2048), 4 * 2 * WARPS counts (32) and
-// 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (1088) shared by the heads: 8320 bytes
-// for HP = 1, 15552 for HP = 2; split-K adds its last-CTA flag.
+// padded to 16 bytes (544), 8 * CHUNK list entries (1024), 4 * ROUNDS * WARPS counts (16) and
+// 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (576) shared by the heads: 6256 bytes
+// for HP = 1, 7840 for HP = 2; split-K adds its last-CTA flag. CHUNK = 128 (one key per thread
+// and round) rather than 256: twice the split-K CTAs of a short row, which a small decode batch
+// needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even).
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
@@ -109,7 +111,7 @@ namespace hp1 {
 
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
-constexpr int CHUNK = 256;
+constexpr int CHUNK = 128;
 constexpr int ROUNDS = CHUNK / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;

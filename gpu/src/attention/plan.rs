@@ -42,7 +42,7 @@
 use crate::error::{Error, Result};
 
 /// Keys per chunk, in decode and split-K alike (the kernel's `CHUNK`).
-pub const CHUNK: usize = 256;
+pub const CHUNK: usize = 128;
 /// Threads per CTA of every attention kernel.
 pub const THREADS: u32 = 128;
 /// The head dims the kernels are instantiated for.
@@ -334,18 +334,19 @@ mod tests {
     #[test]
     fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
         let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
-        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 256).
+        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 128).
         for (rows, context, split, kernel) in [
-            (1, 16384, true, one),   // 512 CTAs
-            (31, 1024, true, one),   // 992
-            (32, 1024, true, two),   // 1024
-            (32, 4096, true, two),   // 4096
-            (128, 16384, true, two), // 65536
-            (4096, 300, true, two),  // two chunks
-            (1, 256, false, one),
+            (1, 8192, true, one),    // 512 CTAs
+            (15, 1024, true, one),   // 960
+            (16, 1024, true, two),   // 1024
+            (1, 16384, true, two),   // 1024
+            (32, 4096, true, two),   // 8192
+            (128, 16384, true, two), // 131072
+            (4096, 200, true, two),  // two chunks
+            (1, 128, false, one),
             (127, 16, false, one), // 1016 CTAs of one chunk each
             (128, 16, false, two), // 1024
-            (1, 257, true, one),
+            (1, 129, true, one),
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
@@ -353,7 +354,7 @@ mod tests {
             assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
-        let wide_blocks = Geometry { block_size: 256, max_blocks_per_seq: 1, ..geometry(8, 0) };
+        let wide_blocks = Geometry { block_size: 128, max_blocks_per_seq: 1, ..geometry(8, 0) };
         assert!(matches!(dispatch(&wide_blocks).0, AttentionPath::Decode(_)));
         assert!(matches!(dispatch(&Geometry { max_blocks_per_seq: 2, ..wide_blocks }).0, AttentionPath::SplitK(_)));
         // An odd number of query heads per kv head never pairs, however large the grid.
@@ -368,19 +369,19 @@ mod tests {
     #[test]
     fn the_plan_depends_on_capacity_not_on_lengths() {
         // The same geometry always gives the same plan: there is no length input to vary.
-        let a = Plan::auto(geometry(3, 8192)).unwrap();
-        assert_eq!(a, Plan::auto(geometry(3, 8192)).unwrap());
+        let a = Plan::auto(geometry(1, 8192)).unwrap();
+        assert_eq!(a, Plan::auto(geometry(1, 8192)).unwrap());
         assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
-        assert_eq!(a.geometry.max_chunks(), 32);
-        assert_eq!(a.attention.grid, 3 * 8 * 32);
-        assert_eq!((a.workspace_len, a.counter_len), (3 * 8 * 32 * 128, 3 * 8));
+        assert_eq!(a.geometry.max_chunks(), 64);
+        assert_eq!(a.attention.grid, 8 * 64);
+        assert_eq!((a.workspace_len, a.counter_len), (8 * 64 * 128, 8));
         assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
         // One row more makes 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
         // partials and counters per (row, head).
-        let b = Plan::auto(geometry(4, 8192)).unwrap();
-        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 4 * 4 * 32));
-        assert_eq!((b.workspace_len, b.counter_len), (4 * 8 * 32 * 128, 4 * 8));
+        let b = Plan::auto(geometry(2, 8192)).unwrap();
+        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 2 * 4 * 64));
+        assert_eq!((b.workspace_len, b.counter_len), (2 * 8 * 64 * 128, 2 * 8));
     }
 
     #[test]
@@ -436,13 +437,13 @@ mod tests {
             };
             let group = if heads == HeadsPerCta::Two { GroupSize::Sixteen } else { GroupSize::Eight };
             let plan = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
-            assert_eq!(g.max_chunks(), 3, "528 keys of capacity");
+            assert_eq!(g.max_chunks(), 5, "528 keys of capacity");
             let per_kv = hq / hkv;
             let mut seen = std::collections::HashSet::new();
             for bid in 0..plan.attention.grid as usize {
                 let (row, chunk, h0) = split_block(&plan, bid);
                 for h in h0..h0 + heads.count() {
-                    assert!(row < 3 && chunk < 3 && h < hq);
+                    assert!(row < 3 && chunk < 5 && h < hq);
                     assert_eq!(h / per_kv, h0 / per_kv, "the heads of a CTA share a kv head");
                     assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
                 }
@@ -451,7 +452,7 @@ mod tests {
                     assert_eq!((prow, pchunk, ph / per_kv), (row, chunk, h0 / per_kv), "a kv head's CTAs run together");
                 }
             }
-            assert_eq!(seen.len(), 3 * 3 * hq);
+            assert_eq!(seen.len(), 3 * 5 * hq);
             // The counter of CTA (row, h0) is row * (Hq / heads) + h0 / heads: inside counter_len.
             assert!((3 - 1) * (hq / heads.count()) + (hq - heads.count()) / heads.count() < plan.counter_len);
         }
