@@ -75,7 +75,7 @@
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
 // padded to 16 bytes (544), 8 * CHUNK list entries (1024), 4 * ROUNDS * WARPS counts (16) and
 // 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (576) shared by the heads: 6256 bytes
-// for HP = 1, 7840 for HP = 2; split-K adds its last-CTA flag. CHUNK = 128 (one key per thread
+// for HP = 1, 11936 for HP = 2; split-K adds its last-CTA flag. CHUNK = 128 (one key per thread
 // and round) rather than 256: twice the split-K CTAs of a short row, which a small decode batch
 // needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even).
 //
