@@ -10,6 +10,7 @@ plain torch), ``asynct.modeling`` (its ``transformers`` classes), ``asynct.train
 modules also run where only the Python files are (a GPU machine given a copy of the tree).
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXTENSION_NAMES = ("LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "__version__")
@@ -27,7 +28,5 @@ def __getattr__(name: str) -> Any:
 
         return getattr(_asynct, name)
     if name == "oracle":
-        from . import oracle
-
-        return oracle
+        return importlib.import_module(f"{__name__}.oracle")
     raise AttributeError(f"module 'asynct' has no attribute '{name}'")

@@ -59,6 +59,7 @@ class AsyncTConfig(PretrainedConfig):
         hp1: Optional[Dict[str, Any]] = None,
         eos_token_id: Any = None,
         uclipnorm_shapes: Optional[Dict[str, Dict[str, Any]]] = None,
+        use_cache: bool = True,
         **kwargs: Any,
     ):
         self.vocab_size = vocab_size
@@ -74,6 +75,7 @@ class AsyncTConfig(PretrainedConfig):
         self.attention_bias = attention_bias
         self.hp1 = {**_HP1_DEFAULT, **(hp1 or {})}
         self.uclipnorm_shapes = dict(uclipnorm_shapes or {})
+        self.use_cache = use_cache
         kwargs.setdefault("architectures", ["AsyncTForCausalLM"])
         super().__init__(tie_word_embeddings=tie_word_embeddings, eos_token_id=eos_token_id, **kwargs)
         self.network_config()  # refuses a bad value now, naming the field
