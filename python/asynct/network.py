@@ -14,8 +14,9 @@ Numerics follow the dtype of the parameters:
   scores, gate and ``p v`` sum compute in float32; values are rounded to bf16 at exactly the
   points ``oracle/src/model/precision.rs`` lists (``RoundPoint``), marked ``# round:`` below.
 
-Under ``torch.autocast(dtype=torch.bfloat16)`` with float32 parameters (training), the GEMMs run
-in bf16 and everything between them in float32; nothing else is rounded.
+Under ``torch.autocast(dtype=torch.bfloat16)`` with float32 parameters (training), the
+projections run in bf16 and everything between them, HP1 included, in float32; nothing else is
+rounded.
 """
 
 from __future__ import annotations
@@ -209,8 +210,15 @@ def hp1_attention(
     ``s = scale q.k``; ``r = relu(s)``; ``m_t`` the mean of ``r_t .. r_{t-F+1}`` (zero before key
     0); ``p = gamma clamp(s - sigma m, clip_min, clip_max)`` on keys ``t <= i``, zero after.
     Keys after the query never enter its FIR, which looks left only, so the causal mask is one
-    ``where`` on ``p``.
+    ``where`` on ``p``. Autocast is off inside: the scores, the gate and ``p v`` stay in the
+    inputs' dtype (float32 while training under bf16 autocast), as SPEC section 4 computes them.
     """
+    with torch.autocast(q.device.type, enabled=False):
+        return _hp1(q, k, v, sigma, gamma, cfg)
+
+
+def _hp1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, gamma: torch.Tensor,
+         cfg: NetworkConfig) -> torch.Tensor:
     b, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     group = hq // hkv

@@ -13,7 +13,8 @@ the loss over the whole held-out split and, when that is the best so far, writes
 (bf16, the project's layout: config.json, model.safetensors, tokenizer.json) to ``--out``, so the
 folder always holds the best model seen. At the end it writes ``loss.csv``, ``loss.png`` (when
 matplotlib is installed; it says so when not), ``card.json`` and ``MODEL_CARD.md`` with the
-held-out loss and perplexity of the written checkpoint, measured as the GPU runs it (bf16).
+held-out loss and perplexity of the written checkpoint, measured as the GPU runs it (bf16),
+``SAMPLES.md`` (greedy continuations of held-out openings) and a copy of ``heldout.txt``.
 
 ``--time-budget SECONDS`` bounds the run's wall time: the schedule's progress is then the larger of
 ``step / steps`` and ``elapsed / budget``, so the learning rate still reaches the end of its
@@ -29,6 +30,7 @@ import csv
 import json
 import math
 import pathlib
+import shutil
 import sys
 import time
 from typing import Dict, List, Optional
@@ -282,6 +284,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         "torch": torch.__version__,
         "command": "python -m asynct.train " + " ".join(sys.argv[1:] if argv is None else argv),
     }
+    # The held-out text travels with the model, so the GPU harness (verify/tests/gpu_trained.rs)
+    # and `asynct eval` can score what the card reports.
+    shutil.copyfile(args.corpus / "heldout.txt", args.out / "heldout.txt")
     write_card(args.out, card)
     write_samples(args.out, saved[torch.bfloat16], heldout, args.samples)
     print(f"wrote {args.out}: best held-out loss {loss_bf16:.4f} (perplexity {math.exp(loss_bf16):.2f}) at step {best[1]}; "
