@@ -230,7 +230,10 @@ mod tests {
             assert_eq!(p.name().parse::<Preset>().unwrap(), p);
         }
         let msg = "asynct-huge".parse::<Preset>().unwrap_err().to_string();
-        assert!(msg.contains("asynct-huge") && msg.contains("asynct-tiny, asynct-mini, asynct-small, asynct-0.5b"), "{msg}");
+        assert!(
+            msg.contains("asynct-huge") && msg.contains("asynct-tiny, asynct-mini, asynct-small, asynct-0.5b"),
+            "{msg}"
+        );
     }
 
     #[test]
