@@ -188,3 +188,21 @@ def test_a_few_training_steps_write_a_checkpoint_asynct_generate_loads(asynct_bi
     assert rows[0] == "step,elapsed_s,lr,train_loss,heldout_loss" and len(rows) >= 3
     assert card["steps"] == 6 and card["heldout_loss"] < float(rows[1].split(",")[3])
     run_cli(asynct_bin, "generate", "--model", str(out), "--device", "cpu", "--prompt", "Line 3", "--max-tokens", "8")
+
+
+def test_python_eval_gives_the_figure_of_asynct_eval(checkpoints, asynct_bin, tmp_path):
+    torch = need("torch")
+    need("tokenizers")
+    from asynct import eval as asynct_eval
+    from asynct.checkpoint_io import load_network
+
+    model = checkpoints["asynct-tiny"]
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"The river runs past mill {i}, and the children count the boats.\n" for i in range(40)))
+    cli = run_cli(asynct_bin, "eval", "--model", str(model), "--text", str(text), "--max-len", "48", "--device", "cpu")
+    fields = cli.split()
+    engine_ppl, engine_acc, engine_n = float(fields[1]), float(fields[6]), int(fields[7].lstrip("("))
+    s = asynct_eval.score(load_network(model, torch.float32), asynct_eval.encode_file(model, text), 48, torch.device("cpu"))
+    print(f"perplexity: asynct eval {engine_ppl}, PyTorch {s.perplexity:.4f}; accuracy {engine_acc} vs {s.accuracy:.4f}")
+    assert s.predictions == engine_n
+    assert abs(s.perplexity / engine_ppl - 1) < 1e-4 and abs(s.accuracy - engine_acc) < 1e-4
