@@ -17,6 +17,7 @@ not download it.
 """
 
 import json
+import os
 import pathlib
 import subprocess
 
@@ -28,8 +29,13 @@ from conftest import REPO, run_cli
 SHIPPED = REPO / "trained" / "asynct-mini-shakespeare"
 
 
+def current_test() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0].split("::")[-1]
+
+
 def need(module: str):
-    return pytest.importorskip(module, reason=f"SKIPPED: {module} is not installed (PyTorch reference tests)")
+    """``module``, or a skip whose reason names the test (so ``-rs`` lists each one) and the package."""
+    return pytest.importorskip(module, reason=f"SKIPPED {current_test()}: {module} is not installed")
 
 
 def init(asynct_bin, preset: str, out: pathlib.Path, seed: int) -> pathlib.Path:
@@ -72,7 +78,7 @@ def test_float32_logits_match_the_oracle_f64_at_every_position(checkpoints, name
     from asynct.checkpoint_io import load_network
 
     if name not in checkpoints:
-        pytest.skip(f"SKIPPED: no shipped model at {SHIPPED}")
+        pytest.skip(f"SKIPPED {current_test()}: no shipped model at {SHIPPED}")
     net = load_network(checkpoints[name], torch.float32)
     ids = sequence(net.cfg, 97, 5)
     ref = oracle.forward_logits(str(checkpoints[name]), ids, precision="f64")
@@ -90,7 +96,7 @@ def test_bf16_logits_are_as_close_to_f64_as_the_oracle_bf16_mode(checkpoints, na
     from asynct.checkpoint_io import load_network
 
     if name not in checkpoints:
-        pytest.skip(f"SKIPPED: no shipped model at {SHIPPED}")
+        pytest.skip(f"SKIPPED {current_test()}: no shipped model at {SHIPPED}")
     net = load_network(checkpoints[name], torch.bfloat16)
     ids = sequence(net.cfg, 97, 6)
     ref = oracle.forward_logits(str(checkpoints[name]), ids, precision="f64")
@@ -128,7 +134,7 @@ def test_transformers_round_trip_generates_what_asynct_generate_does(checkpoints
     from asynct.checkpoint_io import read_safetensors
 
     if name not in checkpoints:
-        pytest.skip(f"SKIPPED: no shipped model at {SHIPPED}")
+        pytest.skip(f"SKIPPED {current_test()}: no shipped model at {SHIPPED}")
     src = checkpoints[name]
     model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.float32)
     assert type(model).__name__ == "AsyncTForCausalLM"
