@@ -114,6 +114,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="weights and compute: bfloat16 rounds where the GPU model does")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--batch", type=int, default=16, help="windows per forward")
+    p.add_argument("--gate-stats", action="store_true", help="also print each layer's HP1 gate zero fraction")
     args = p.parse_args(argv)
     if args.batch < 1:
         p.error(f"--batch must be at least 1, got {args.batch}")
@@ -121,11 +122,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     max_len = args.max_len or net.cfg.max_position_embeddings
     if not 2 <= max_len <= net.cfg.max_position_embeddings:
         p.error(f"--max-len must be in 2..={net.cfg.max_position_embeddings}, got {max_len}")
-    s = score(net, encode_file(args.model, args.text), max_len, torch.device(args.device), args.batch)
+    ids = encode_file(args.model, args.text)
+    s = score(net, ids, max_len, torch.device(args.device), args.batch)
     if s.predictions == 0:
         p.error(f"{args.text} encodes to fewer than 2 tokens: nothing to score")
     print(f"perplexity {s.perplexity:.4f}  loss {s.loss:.6f} nats/token  accuracy {s.accuracy:.4f}  "
           f"({s.predictions} predictions in {s.windows} windows of at most {max_len} tokens, {args.dtype})")
+    if args.gate_stats:
+        fractions = net.gate_zero_fractions(windows(ids, max_len))
+        print("gate zero fraction per layer: " + ", ".join(f"{f:.4f}" for f in fractions))
     return 0
 
 

@@ -202,6 +202,7 @@ def hp1_attention(
     sigma: torch.Tensor,
     gamma: torch.Tensor,
     cfg: NetworkConfig,
+    gate_counts: Optional[List[Tuple[int, int]]] = None,
 ) -> torch.Tensor:
     """HP1 (SPEC section 2) on dense tensors, differentiable: ``q`` ``[B, Hq, Tq, D]``, ``k`` and
     ``v`` ``[B, Hkv, Tk, D]`` with the queries the last ``Tq`` of the ``Tk`` positions; ``sigma``
@@ -212,13 +213,15 @@ def hp1_attention(
     Keys after the query never enter its FIR, which looks left only, so the causal mask is one
     ``where`` on ``p``. Autocast is off inside: the scores, the gate and ``p v`` stay in the
     inputs' dtype (float32 while training under bf16 autocast), as SPEC section 4 computes them.
+    With ``gate_counts`` a list, ``(exact zeros, weights)`` of ``p`` over every head, query and
+    causal key is appended to it (the oracle's ``GateStats`` count, per call).
     """
     with torch.autocast(q.device.type, enabled=False):
-        return _hp1(q, k, v, sigma, gamma, cfg)
+        return _hp1(q, k, v, sigma, gamma, cfg, gate_counts)
 
 
 def _hp1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor, gamma: torch.Tensor,
-         cfg: NetworkConfig) -> torch.Tensor:
+         cfg: NetworkConfig, gate_counts: Optional[List[Tuple[int, int]]]) -> torch.Tensor:
     b, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -235,6 +238,9 @@ def _hp1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sigma: torch.Tensor,
     query_pos = torch.arange(tk - tq, tk, device=q.device)[:, None]
     causal = torch.arange(tk, device=q.device)[None, :] <= query_pos
     p = torch.where(causal, p, torch.zeros((), dtype=p.dtype, device=p.device))
+    if gate_counts is not None:
+        weights = int(causal.sum()) * b * hq
+        gate_counts.append((int((p == 0).sum()) - (causal.numel() - int(causal.sum())) * b * hq, weights))
     out = torch.matmul(p, v[:, :, None])  # [B, Hkv, G, Tq, D]
     return out.reshape(b, hq, tq, d)
 
@@ -276,6 +282,8 @@ class Attention(nn.Module):
         self.k_norm = UClipNorm(cfg.norm_shape(f"{prefix}.k_norm", d), d)
         self.hp1_sigma = nn.Parameter(torch.ones(cfg.num_attention_heads))
         self.hp1_gamma = nn.Parameter(torch.ones(cfg.num_attention_heads))
+        # A list to append each call's gate counts to, or None (``AsyncTNetwork.gate_zero_fractions``).
+        self.gate_counts: Optional[List[Tuple[int, int]]] = None
 
     def forward(self, h: torch.Tensor, rope: Tuple[torch.Tensor, torch.Tensor], layer: int,
                 cache: Optional[Any], act: torch.dtype, comp: torch.dtype) -> torch.Tensor:
@@ -291,7 +299,8 @@ class Attention(nn.Module):
         k = apply_rope(self.k_norm(k, comp), cos, sin).to(act)
         if cache is not None:
             k, v = cache.update(k, v, layer)
-        out = hp1_attention(q.to(comp), k.to(comp), v.to(comp), self.hp1_sigma, self.hp1_gamma, self.cfg)
+        out = hp1_attention(q.to(comp), k.to(comp), v.to(comp), self.hp1_sigma, self.hp1_gamma, self.cfg,
+                            self.gate_counts)
         # round: AttnOutput.
         out = out.to(act).transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out)  # round: OProj.
@@ -389,6 +398,21 @@ class AsyncTNetwork(nn.Module):
 
     def forward(self, ids: torch.Tensor, cache: Optional[Any] = None) -> torch.Tensor:
         return self.logits(self.hidden(ids, cache))
+
+    @torch.no_grad()
+    def gate_zero_fractions(self, windows: Sequence[torch.Tensor]) -> List[float]:
+        """Per layer, the fraction of HP1 gate weights that are exactly zero over every head, query
+        row and causal key of ``windows`` (each ``[T]`` ids, run from position 0)."""
+        attns = [layer.self_attn for layer in self.model.layers]
+        for a in attns:
+            a.gate_counts = []
+        try:
+            for w in windows:
+                self.forward(w[None].to(self.model.embed_tokens.weight.device))
+            return [sum(z for z, _ in a.gate_counts) / max(1, sum(n for _, n in a.gate_counts)) for a in attns]
+        finally:
+            for a in attns:
+                a.gate_counts = None
 
     @torch.no_grad()
     def greedy(self, prompt: Sequence[int], max_new_tokens: int, stop_at_eos: bool = True) -> List[int]:

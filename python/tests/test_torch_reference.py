@@ -213,3 +213,27 @@ def test_python_eval_gives_the_figure_of_asynct_eval(checkpoints, asynct_bin, tm
     print(f"perplexity: asynct eval {engine_ppl}, PyTorch {s.perplexity:.4f}; accuracy {engine_acc} vs {s.accuracy:.4f}")
     assert s.predictions == engine_n
     assert abs(s.perplexity / engine_ppl - 1) < 1e-4 and abs(s.accuracy - engine_acc) < 1e-4
+
+
+def test_hp1_gate_counts_are_the_exact_zeros_of_the_spec_formula():
+    torch = need("torch")
+    from test_oracle import hp1_reference
+
+    from asynct.network import NetworkConfig, hp1_attention
+
+    rng = np.random.default_rng(11)
+    t, hq, hkv, d = 37, 4, 2, 16
+    q, k, v = rng.normal(size=(t, hq, d)) * 2.0, rng.normal(size=(t, hkv, d)) * 2.0, rng.normal(size=(t, hkv, d))
+    sigma, gamma = rng.uniform(1.0, 2.0, hq), rng.uniform(0.25, 0.5, hq)
+    want, weights = hp1_reference(q, k, v, [t], sigma, gamma)
+    cfg = NetworkConfig(vocab_size=8, hidden_size=hq * d, intermediate_size=8, num_hidden_layers=1,
+                        num_attention_heads=hq, num_key_value_heads=hkv, head_dim=d, max_position_embeddings=64,
+                        rope_theta=1e4)
+    as_torch = [torch.tensor(a).transpose(0, 1)[None] for a in (q, k, v)]  # [1, H, T, D]
+    counts = []
+    got = hp1_attention(*as_torch, torch.tensor(sigma), torch.tensor(gamma), cfg, counts)
+    np.testing.assert_allclose(got[0].transpose(0, 1).numpy(), want, rtol=1e-10, atol=1e-12)
+    causal = np.tril(np.ones((t, t), dtype=bool))
+    zeros = sum(int((weights[:, h][causal] == 0).sum()) for h in range(hq))
+    assert counts == [(zeros, hq * int(causal.sum()))]
+    assert 0 < zeros < hq * causal.sum()
