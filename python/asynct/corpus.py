@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import struct
 from typing import Dict, List, Sequence, Tuple
 
 import torch
@@ -77,7 +78,7 @@ def encode_corpus(corpus: pathlib.Path, tokenizer_dir: pathlib.Path, vocab_size:
     counts = {}
     for split in ("train", "heldout"):
         ids = tok.encode((corpus / f"{split}.txt").read_text(), add_special_tokens=False).ids
-        torch.tensor(ids, dtype=torch.int32).to(torch.uint16).numpy().tofile(out / f"{split}.u16")
+        (out / f"{split}.u16").write_bytes(struct.pack(f"<{len(ids)}H", *ids))
         counts[split] = len(ids)
     (out / "tokens.json").write_text(json.dumps({"eos_token_id": eos, "vocab_size": vocab_size, **counts}, indent=2) + "\n")
     return out
@@ -94,7 +95,8 @@ def load_tokens(data: pathlib.Path) -> Tuple[torch.Tensor, torch.Tensor, int]:
         raw = (data / f"{split}.u16").read_bytes()
         if len(raw) != 2 * meta[split]:
             raise SystemExit(f"{data / (split + '.u16')}: {len(raw)} bytes, expected {2 * meta[split]} (tokens.json)")
-        return torch.frombuffer(bytearray(raw), dtype=torch.uint16).to(torch.int64)
+        # int16 and a mask rather than torch.uint16, whose ops older torch builds lack.
+        return torch.frombuffer(bytearray(raw), dtype=torch.int16).to(torch.int64) & 0xFFFF
 
     return read("train"), read("heldout"), int(meta["eos_token_id"])
 
