@@ -40,10 +40,14 @@ import torch.nn.functional as F
 
 from . import corpus as corpus_mod
 from .checkpoint_io import load_network, save_network
-from .eval import heldout_loss
+from .eval import heldout_loss, windows
 from .init_weights import init_network
 from .network import AsyncTNetwork, NetworkConfig
 from .presets import PRESETS
+
+
+# Held-out windows the card's gate zero fractions are counted over (the f32 checkpoint).
+GATE_WINDOWS = 32
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
@@ -169,6 +173,7 @@ def write_card(out: pathlib.Path, card: Dict[str, object]) -> None:
                        ("steps", "steps"), ("tokens_seen", "tokens seen"), ("best_step", "checkpoint from step"),
                        ("heldout_loss", "held-out loss (nats/token, bf16)"), ("heldout_ppl", "held-out perplexity (bf16)"),
                        ("heldout_loss_f32", "held-out loss (f32)"), ("heldout_ppl_f32", "held-out perplexity (f32)"),
+                       ("gate_zero_fraction_per_layer", "HP1 gate zero fraction per layer (held-out)"),
                        ("train_seconds", "training time (s)"), ("device", "device"), ("command", "command")]:
         lines.append(f"| {label} | {card.get(key, '')} |")
     (out / "MODEL_CARD.md").write_text("\n".join(lines) + "\n")
@@ -279,6 +284,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "heldout_loss_f32": round(loss_f32, 4),
         "heldout_ppl_f32": round(math.exp(loss_f32), 3),
         "heldout_windows": f"non-overlapping windows of {args.seq_len} tokens, every position scored",
+        "gate_zero_fraction_per_layer": [round(f, 4) for f in saved[torch.float32].gate_zero_fractions(
+            windows(heldout, args.seq_len)[:GATE_WINDOWS])],
         "train_seconds": round(train_seconds, 1),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
