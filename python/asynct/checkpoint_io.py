@@ -84,6 +84,15 @@ def read_safetensors(path: PathLike) -> Dict[str, torch.Tensor]:
     return out
 
 
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """A contiguous CPU tensor's bytes, through NumPy when torch has it, else a slower list."""
+    flat = t.reshape(-1).view(torch.uint8)
+    try:
+        return flat.numpy().tobytes()
+    except (ImportError, RuntimeError):  # torch without NumPy raises RuntimeError here
+        return bytes(flat.tolist())
+
+
 def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
     """Writes ``tensors`` (names sorted, each contiguous, little-endian) as one safetensors file."""
     header: Dict[str, object] = {"__metadata__": {"format": "pt"}}
@@ -93,7 +102,7 @@ def write_safetensors(path: PathLike, tensors: Dict[str, torch.Tensor]) -> None:
         t = tensors[name].detach().cpu().contiguous()
         if t.dtype not in _NAMES:
             raise ValueError(f"tensor {name} has dtype {t.dtype}, expected one of {sorted(map(str, _NAMES))}")
-        blob = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        blob = _raw_bytes(t) if t.numel() else b""
         header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(blob)]}
         blobs.append(blob)
         offset += len(blob)
