@@ -3,7 +3,8 @@
 # into a virtual environment under target/ with the pinned tools of requirements-test.txt, then
 # runs pytest on python/tests. The extension is built in the dev profile into the workspace's
 # target/, so it reuses the dependencies `cargo test` compiled; the tests' `asynct` binary is the
-# same debug build. Needs python3 >= 3.9 with venv, and PyPI the first time. Arguments go to pytest.
+# same debug build. Needs python3 >= 3.9 with venv, and PyPI the first time. Arguments go to pytest;
+# -rs names every skipped test and why (the PyTorch reference tests skip where torch is not installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="$PWD/target/python-venv"
@@ -13,4 +14,4 @@ fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check -r python/requirements-test.txt
 VIRTUAL_ENV="$venv" "$venv/bin/maturin" develop --quiet --locked --manifest-path python/Cargo.toml
 cargo build --quiet --locked --bin asynct
-ASYNCT_BIN="$PWD/target/debug/asynct" "$venv/bin/python" -m pytest python/tests -q "$@"
+ASYNCT_BIN="$PWD/target/debug/asynct" "$venv/bin/python" -m pytest python/tests -q -rs "$@"

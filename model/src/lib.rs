@@ -5,13 +5,13 @@
 //!   oracle's [`oracle::model::weights::ModelDims`].
 //! - [`checkpoint::load_weights`] reads a safetensors checkpoint (single or sharded; bf16, f16 or
 //!   f32) into [`oracle::model::weights::ModelWeights`]; [`checkpoint::save_checkpoint`] writes one.
-//! - [`presets`] generates the `asynct-tiny`, `asynct-small` and `asynct-0.5b` checkpoints with
+//! - [`presets`] generates the `asynct-tiny`, `asynct-mini`, `asynct-small` and `asynct-0.5b` checkpoints with
 //!   seeded random weights and their tokenizers ([`byte_tokenizer`] for tiny, Qwen3's otherwise).
 //! - [`engine::Engine`] serves generation requests over any [`executor::StepExecutor`]: the
 //!   [`scheduler`] plans each step over the [`block_pool`] (chunked prefill, blocks allocated as
 //!   sequences grow, preemption by recompute), the executor runs the forward and samples, and the
 //!   engine streams text and applies the stop rules. [`cpu_backend`] is the oracle's executor;
-//!   [`gpu_backend`] is being built as the second.
+//!   [`gpu_backend`] is being built as the second. [`perplexity`] scores a text through it.
 //!
 //! ```
 //! use model::config::ModelConfig;
@@ -39,6 +39,7 @@ pub mod error;
 pub mod executor;
 pub mod executor_loader;
 pub mod gpu_backend;
+pub mod perplexity;
 pub mod presets;
 pub mod scheduler;
 

@@ -1,17 +1,22 @@
-//! The three model presets the project ships a generator for (SPEC section 1), and the generator:
+//! The model presets the project ships a generator for (SPEC section 1), and the generator:
 //! `config.json`, seeded random bf16 weights and the tokenizer, written into one folder.
 //!
 //! | preset | vocab | hidden | I | layers | Hq/Hkv | D | positions | rope_theta | eos |
 //! |---|---|---|---|---|---|---|---|---|---|
 //! | `asynct-tiny` | 512 | 64 | 192 | 2 | 4/2 | 16 | 2048 | 1e4 | 510 (`<\|endoftext\|>`) |
+//! | `asynct-mini` | 4096 | 256 | 640 | 4 | 4/2 | 64 | 1024 | 1e4 | 510 (`<\|endoftext\|>`) |
 //! | `asynct-small` | 151936 | 512 | 1536 | 4 | 4/2 | 128 | 32768 | 1e6 | 151643, 151645 |
 //! | `asynct-0.5b` | 151936 | 1024 | 3072 | 35 | 8/4 | 128 | 32768 | 1e6 | 151643, 151645 |
 //!
-//! All three tie `lm_head` to the embeddings and use the HP1 block of SPEC section 1
+//! All of them tie `lm_head` to the embeddings and use the HP1 block of SPEC section 1
 //! (`fir_k` 3, `relu_pre`, clip to `[0, 1]`, scale `1/sqrt(D)`). The tiny model's context and
-//! RoPE base are small because it only runs short CPU tests. Its tokenizer is
-//! [`crate::byte_tokenizer`]; the other two copy the Qwen3 tokenizer, found by
-//! [`Qwen3TokenizerSearch`].
+//! RoPE base are small because it only runs short CPU tests. `asynct-mini` is the shape that
+//! `python -m asynct.train` trains: the smallest with a head dim the GPU kernels take (64), 3.8M
+//! parameters (7.6 MB in bf16, embeddings included) so a trained one fits in the repository, and a
+//! 4096-entry vocabulary for a byte-level BPE trained on the corpus. Generated, it carries
+//! [`crate::byte_tokenizer`] (ids below 512; the other rows are padding) as `asynct-tiny` does;
+//! trained, its tokenizer and eos id are the ones training wrote. The other two copy the Qwen3
+//! tokenizer, found by [`Qwen3TokenizerSearch`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -38,6 +43,8 @@ const QWEN3_VOCAB: usize = 151936;
 pub enum Preset {
     /// `asynct-tiny`: CPU tests.
     Tiny,
+    /// `asynct-mini`: the smallest GPU-capable shape, the one the project trains.
+    Mini,
     /// `asynct-small`: GPU end-to-end tests.
     Small,
     /// `asynct-0.5b`: the seed's shape, for benchmarks.
@@ -46,12 +53,13 @@ pub enum Preset {
 
 impl Preset {
     /// Every preset, smallest first.
-    pub const ALL: [Preset; 3] = [Preset::Tiny, Preset::Small, Preset::HalfBillion];
+    pub const ALL: [Preset; 4] = [Preset::Tiny, Preset::Mini, Preset::Small, Preset::HalfBillion];
 
     /// The preset's name, as the CLI and folder names spell it.
     pub fn name(self) -> &'static str {
         match self {
             Preset::Tiny => "asynct-tiny",
+            Preset::Mini => "asynct-mini",
             Preset::Small => "asynct-small",
             Preset::HalfBillion => "asynct-0.5b",
         }
@@ -62,6 +70,7 @@ impl Preset {
         // (vocab, hidden, I, layers, Hq, Hkv, D, positions, rope_theta, eos)
         let (vocab, hidden, inner, layers, heads, kv_heads, head_dim, positions, rope_theta, eos) = match self {
             Preset::Tiny => (byte_tokenizer::VOCAB_SIZE, 64, 192, 2, 4, 2, 16, 2048, 1e4, vec![byte_tokenizer::EOS_ID]),
+            Preset::Mini => (4096, 256, 640, 4, 4, 2, 64, 1024, 1e4, vec![byte_tokenizer::EOS_ID]),
             Preset::Small => (QWEN3_VOCAB, 512, 1536, 4, 4, 2, 128, 32768, 1e6, QWEN3_EOS.to_vec()),
             Preset::HalfBillion => (QWEN3_VOCAB, 1024, 3072, 35, 8, 4, 128, 32768, 1e6, QWEN3_EOS.to_vec()),
         };
@@ -156,12 +165,12 @@ pub fn generate(preset: Preset, out_dir: &Path, seed: u64) -> Result<()> {
     generate_with(preset, out_dir, seed, &Qwen3TokenizerSearch::from_environment())
 }
 
-/// [`generate`] with an explicit tokenizer search (tiny ignores it).
+/// [`generate`] with an explicit tokenizer search (tiny and mini ignore it).
 pub fn generate_with(preset: Preset, out_dir: &Path, seed: u64, search: &Qwen3TokenizerSearch) -> Result<()> {
     let cfg = preset.config();
     // Find the tokenizer before spending time on weights, so a missing one fails at once.
     let qwen3_dir = match preset {
-        Preset::Tiny => None,
+        Preset::Tiny | Preset::Mini => None,
         Preset::Small | Preset::HalfBillion => Some(search.find()?),
     };
     std::fs::create_dir_all(out_dir).map_err(Error::io(out_dir))?;
@@ -204,6 +213,7 @@ mod tests {
             (d.vocab_size, d.hidden_size, d.intermediate_size, d.num_layers, d.num_heads, d.num_kv_heads, d.head_dim)
         };
         assert_eq!(shape(Preset::Tiny), (512, 64, 192, 2, 4, 2, 16));
+        assert_eq!(shape(Preset::Mini), (4096, 256, 640, 4, 4, 2, 64));
         assert_eq!(shape(Preset::Small), (151936, 512, 1536, 4, 4, 2, 128));
         assert_eq!(shape(Preset::HalfBillion), (151936, 1024, 3072, 35, 8, 4, 128));
     }
@@ -220,7 +230,10 @@ mod tests {
             assert_eq!(p.name().parse::<Preset>().unwrap(), p);
         }
         let msg = "asynct-huge".parse::<Preset>().unwrap_err().to_string();
-        assert!(msg.contains("asynct-huge") && msg.contains("asynct-tiny, asynct-small, asynct-0.5b"), "{msg}");
+        assert!(
+            msg.contains("asynct-huge") && msg.contains("asynct-tiny, asynct-mini, asynct-small, asynct-0.5b"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub enum Command {
     Init(InitArgs),
     /// Generate a completion (on the GPU when there is one, else the CPU).
     Generate(GenerateArgs),
+    /// Perplexity and next-token accuracy over a text file, every position through the engine.
+    Eval(EvalArgs),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(ServeArgs),
     /// Time the engine: SPEC section 7's end-to-end scenarios and pure decode steps.
@@ -26,7 +28,7 @@ pub enum Command {
 
 #[derive(Args, Debug)]
 pub struct InitArgs {
-    /// asynct-tiny, asynct-small or asynct-0.5b.
+    /// asynct-tiny, asynct-mini, asynct-small or asynct-0.5b.
     #[arg(long)]
     pub preset: String,
     /// Folder to write config.json, model.safetensors and tokenizer.json into.
@@ -85,6 +87,34 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
+    #[arg(long)]
+    pub enforce_eager: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// Checkpoint folder (config.json, model.safetensors, tokenizer.json).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// UTF-8 text file to score, encoded whole with the checkpoint's tokenizer.
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Tokens per window, each scored from position 0 [default: the model's max_position_embeddings].
+    #[arg(long)]
+    pub max_len: Option<usize>,
+    /// Windows run as one batch, at most (fewer when their logits would pass 1 GiB).
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// auto (the GPU when one is there), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// The CPU backend's mode: f32, f64, or bf16 (bf16-faithful). The GPU runs bf16.
+    #[arg(long, default_value = "f32")]
+    pub precision: String,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
 }

@@ -4,6 +4,8 @@
 //! - `asynct generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) ...` generates on the
 //!   `--device` (the GPU when there is one, else the CPU) and prints the completion, then a
 //!   one-line summary on stderr.
+//! - `asynct eval --model DIR --text FILE [--max-len N] ...` prints the perplexity and next-token
+//!   accuracy of the checkpoint over the file, every position's logits from the engine.
 //! - `asynct serve --model DIR [--port 8000] ...` serves the model over an OpenAI-compatible HTTP
 //!   API until SIGINT or SIGTERM.
 //! - `asynct bench --model DIR (--scenario NAME | --decode-batch 1,32,128) ...` times the engine.
@@ -21,6 +23,7 @@ mod chat_template;
 mod cli;
 mod conn;
 mod engine_thread;
+mod eval;
 mod generate;
 mod http;
 mod load;
@@ -41,6 +44,7 @@ fn main() -> std::process::ExitCode {
             .map(|()| eprintln!("wrote {} to {}", args.preset, args.out.display()))
             .map_err(|e| e.to_string()),
         cli::Command::Generate(args) => generate::run(&args),
+        cli::Command::Eval(args) => eval::run(&args),
         cli::Command::Serve(args) => serve::run(&args),
         cli::Command::Bench(args) => bench::run(&args),
     };
