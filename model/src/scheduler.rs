@@ -31,6 +31,12 @@
 //!   whole life (prompt plus `max_tokens`, capped at the model length) needs more blocks than the
 //!   cache has, so the oldest always fits once everything admitted after it is preempted; it also
 //!   always fits the token budget, so every step makes progress and nothing starves.
+//! - Prefix caching (on unless [`SchedulerConfig::prefix_caching`] is off): blocks of prompt
+//!   tokens computed in whole chunks are cached as they fill and stay cached after their
+//!   sequence ends, and an admission reuses the longest cached prefix that the rule in
+//!   [`prefix`] allows, so a hit resumes exactly where an uncached prefill would start its next
+//!   chunk and changes no bit of the request's tokens or logits. When the pool needs blocks,
+//!   the unreferenced cached blocks are evicted least recently released first.
 
 use std::collections::VecDeque;
 
@@ -40,6 +46,9 @@ use oracle::hp1::AttnMetadata;
 use crate::block_pool::{blocks_for, BlockPool};
 use crate::error::{Error, Result};
 use crate::executor::KvCapacity;
+use crate::prefix_index::ROOT;
+
+mod prefix;
 
 /// Limits of one engine's steps. The cache's size is not here: it is the executor's
 /// ([`crate::executor::StepExecutor::kv_capacity`]).
@@ -53,6 +62,9 @@ pub struct SchedulerConfig {
     pub prefill_chunk: usize,
     /// Longest sequence (prompt plus output) the model accepts.
     pub max_model_len: usize,
+    /// Whether full prompt blocks are cached and reused by later requests with the same prefix
+    /// (`--no-prefix-caching` turns it off).
+    pub prefix_caching: bool,
 }
 
 /// A sequence the scheduler tracks.
@@ -68,6 +80,15 @@ struct SeqState {
     /// Tokens this sequence may reach, prompt included.
     max_len: usize,
     blocks: Vec<u32>,
+    /// Whether its admission may reuse cached blocks ([`Scheduler::add_uncached`] says no).
+    prefix_lookup: bool,
+    /// Whether it was admitted before (a preempted sequence's lookup is not counted again).
+    admitted_before: bool,
+    /// Leading blocks whose prefix is in the pool's index: reused, or cached as computed (by
+    /// this sequence, or by another first, when this one holds a copy).
+    num_cached_blocks: usize,
+    /// The index entry of the prefix those blocks end ([`ROOT`] when none).
+    last_entry: u64,
 }
 
 impl SeqState {
@@ -126,11 +147,19 @@ pub struct Scheduler {
     /// In admission order: the last is the first to be preempted.
     running: Vec<SeqState>,
     num_preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache at first admissions, and those found.
+    prefix_queries: u64,
+    prefix_hits: u64,
 }
 
 impl Scheduler {
     /// An empty scheduler over a fresh pool mirroring a cache of `kv` blocks.
     pub fn new(cfg: SchedulerConfig, kv: KvCapacity) -> Result<Self> {
+        Self::over_pool(cfg, kv.block_size, BlockPool::new(kv.num_blocks))
+    }
+
+    fn over_pool(cfg: SchedulerConfig, block_size: usize, pool: BlockPool) -> Result<Self> {
+        let kv = KvCapacity { num_blocks: pool.num_blocks(), block_size };
         if kv.block_size == 0 || cfg.max_num_seqs == 0 || cfg.prefill_chunk == 0 {
             return Err(Error::Scheduler(format!(
                 "block_size, max_num_seqs and prefill_chunk must be positive: {cfg:?}, {kv:?}"
@@ -143,12 +172,14 @@ impl Scheduler {
             )));
         }
         Ok(Self {
-            pool: BlockPool::new(kv.num_blocks),
-            block_size: kv.block_size,
+            pool,
+            block_size,
             cfg,
             waiting: VecDeque::new(),
             running: Vec::new(),
             num_preemptions: 0,
+            prefix_queries: 0,
+            prefix_hits: 0,
         })
     }
 
@@ -160,6 +191,17 @@ impl Scheduler {
     /// Queues a request. Refuses one that could never run: empty, too long for the model, or
     /// needing more blocks than the whole cache has once it reaches its longest.
     pub fn add(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
+        self.enqueue(id, prompt, max_tokens, true)
+    }
+
+    /// As [`Scheduler::add`], but its admissions never reuse cached blocks, so every prompt
+    /// position is computed (a request that wants every prompt position's logits, as `echo`
+    /// with `logprobs` does). Its own whole chunks are still cached for later requests.
+    pub fn add_uncached(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
+        self.enqueue(id, prompt, max_tokens, false)
+    }
+
+    fn enqueue(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize, prefix_lookup: bool) -> Result<()> {
         if prompt.is_empty() {
             return Err(Error::Request("the prompt has no tokens".into()));
         }
@@ -190,6 +232,10 @@ impl Scheduler {
             num_computed: 0,
             max_len,
             blocks: Vec::new(),
+            prefix_lookup,
+            admitted_before: false,
+            num_cached_blocks: 0,
+            last_entry: ROOT,
         });
         Ok(())
     }
@@ -212,6 +258,17 @@ impl Scheduler {
     /// Preemptions since the scheduler was made: each one is a sequence sent back to wait.
     pub fn num_preemptions(&self) -> u64 {
         self.num_preemptions
+    }
+
+    /// Prompt tokens of the requests admitted with a prefix-cache lookup, each counted at its
+    /// first admission only (vLLM's `prefix_cache_queries`).
+    pub fn prefix_cache_queries(&self) -> u64 {
+        self.prefix_queries
+    }
+
+    /// Of [`Scheduler::prefix_cache_queries`], the tokens found cached and not computed.
+    pub fn prefix_cache_hits(&self) -> u64 {
+        self.prefix_hits
     }
 
     /// Plans the next step: grows (preempting where it must) and serves the running sequences,
@@ -272,6 +329,8 @@ impl Scheduler {
         self.pool.free_blocks(&s.blocks)?;
         s.blocks.clear();
         s.num_computed = 0;
+        s.num_cached_blocks = 0;
+        s.last_entry = ROOT;
         self.waiting.push_front(s);
         self.num_preemptions += 1;
         Ok(())
@@ -280,13 +339,19 @@ impl Scheduler {
     fn admit(&mut self, budget: &mut usize, seqs: &mut Vec<ScheduledSeq>) -> Result<()> {
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(front) = self.waiting.front() else { break };
-            let len = front.next_chunk(self.cfg.prefill_chunk);
-            let need = front.blocks_short(len, self.block_size);
-            if len > *budget || need > self.pool.num_free() {
+            let hit = self.reusable_prefix(front);
+            let hit_len = hit.len() * self.block_size;
+            let left = front.prompt_len.saturating_sub(hit_len);
+            let len = if left > 0 { left.min(self.cfg.prefill_chunk) } else { 1 };
+            let need = blocks_for(hit_len + len, self.block_size) - hit.len();
+            // Reused blocks that no one holds are counted free: taking them leaves fewer.
+            let revived = hit.iter().filter(|&&(b, _)| self.pool.ref_count(b) == 0).count();
+            if len > *budget || need + revived > self.pool.num_free() {
                 break;
             }
             let mut seq = self.waiting.pop_front().expect("front exists");
-            seq.blocks = self.pool.get_new_blocks(need)?;
+            self.take_prefix(&mut seq, &hit)?;
+            seq.blocks.extend(self.pool.get_new_blocks(need)?);
             *budget -= len;
             seqs.push(seq.scheduled(len));
             self.running.push(seq);
@@ -328,6 +393,9 @@ impl Scheduler {
                 .find(|s| s.id == p.id)
                 .ok_or_else(|| Error::Scheduler(format!("request {} is not running", p.id)))?;
             s.num_computed = p.start + p.len;
+            if self.cfg.prefix_caching {
+                Self::cache_computed_blocks(&mut self.pool, s, self.cfg.prefill_chunk, self.block_size)?;
+            }
             if let Some(t) = tok {
                 if s.tokens.len() >= s.max_len {
                     return Err(Error::Scheduler(format!("request {} is past its longest length {}", p.id, s.max_len)));
@@ -355,6 +423,49 @@ impl Scheduler {
     pub fn pool(&self) -> &BlockPool {
         &self.pool
     }
+
+    /// Panics, saying which invariant broke, if the scheduler's state is inconsistent: the
+    /// pool's invariants; each running sequence holds the blocks its computed tokens need, each
+    /// once, and every block's reference count is the number of running sequences holding it;
+    /// waiting sequences hold nothing; and the cache's: a sequence's cached leading blocks are
+    /// whole chunks' worth of its prompt ([`prefix`]), and every cached block a sequence holds
+    /// holds that sequence's own tokens, the first of them after [`ROOT`] and no other.
+    pub fn check_invariants(&self) {
+        self.pool.check_invariants();
+        let bs = self.block_size;
+        let mut refs = vec![0u32; self.pool.num_blocks()];
+        for s in &self.running {
+            assert_eq!(s.blocks.len(), blocks_for(s.num_computed, bs), "request {}: blocks for its tokens", s.id);
+            for (j, &b) in s.blocks.iter().enumerate() {
+                refs[b as usize] += 1;
+                if let Some((tokens, parent, _)) = self.pool.index().contents(b) {
+                    let own = &s.tokens[j * bs..(j + 1) * bs];
+                    assert_eq!(tokens, own, "request {} holds cached block {b} of other tokens at {j}", s.id);
+                    assert_eq!(parent == ROOT, j == 0, "request {}: cached block {b} at {j}, parent {parent}", s.id);
+                    if let Some((_, _, before)) = j.checked_sub(1).and_then(|i| self.pool.index().contents(s.blocks[i]))
+                    {
+                        assert_eq!(parent, before, "request {}: cached block {b} follows another prefix", s.id);
+                    }
+                }
+            }
+            let cacheable = prefix::cacheable_len(s.prompt_len, self.cfg.prefill_chunk);
+            assert!(s.num_cached_blocks * bs <= cacheable.min(s.num_computed), "request {}: cached too far", s.id);
+            assert_eq!(s.num_cached_blocks == 0, s.last_entry == ROOT, "request {}: entry of its prefix", s.id);
+            if !self.cfg.prefix_caching {
+                assert_eq!(s.num_cached_blocks, 0, "request {}: cached with prefix caching off", s.id);
+            }
+        }
+        for (b, &n) in refs.iter().enumerate() {
+            assert_eq!(self.pool.ref_count(b as u32), n, "block {b}: reference count against its holders");
+        }
+        for s in &self.waiting {
+            assert!(s.blocks.is_empty() && s.num_computed == 0, "waiting request {} holds blocks", s.id);
+            assert_eq!((s.num_cached_blocks, s.last_entry), (0, ROOT), "waiting request {}", s.id);
+        }
+        if !self.cfg.prefix_caching {
+            assert_eq!(self.pool.num_cached(), 0, "blocks cached with prefix caching off");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -366,7 +477,13 @@ mod tests {
     use super::*;
 
     fn cfg() -> SchedulerConfig {
-        SchedulerConfig { max_num_seqs: 4, max_batched_tokens: 8, prefill_chunk: 5, max_model_len: 32 }
+        SchedulerConfig {
+            max_num_seqs: 4,
+            max_batched_tokens: 8,
+            prefill_chunk: 5,
+            max_model_len: 32,
+            prefix_caching: true,
+        }
     }
 
     fn scheduler(num_blocks: usize) -> Scheduler {
@@ -378,7 +495,7 @@ mod tests {
         let plan = s.schedule().unwrap().expect("work is left");
         let sampled: Vec<_> = plan.seqs.iter().map(|p| p.samples.then_some(token)).collect();
         s.commit(&plan, &sampled).unwrap();
-        s.pool().check_invariants();
+        s.check_invariants();
         plan
     }
 
@@ -569,12 +686,14 @@ mod tests {
             prefill_chunk in 1usize..8,
             extra_budget in 0usize..6,
             max_num_seqs in 1usize..6,
+            prefix_caching: bool,
         ) {
             let cfg = SchedulerConfig {
                 max_num_seqs,
                 max_batched_tokens: prefill_chunk + extra_budget,
                 prefill_chunk,
                 max_model_len: 28,
+                prefix_caching,
             };
             let longest = reqs.iter().map(|&(p, m)| blocks_for((p + m).min(28), 4)).max().unwrap();
             let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
@@ -613,7 +732,7 @@ mod tests {
                 for id in done {
                     s.finish(id).unwrap();
                 }
-                s.pool().check_invariants();
+                s.check_invariants();
                 let held: usize = s.running.iter().map(|q| blocks_for(q.num_computed, 4)).sum();
                 prop_assert_eq!(held, s.pool().num_used());
                 prop_assert!(s.running.iter().all(|q| q.blocks.len() == blocks_for(q.num_computed, 4)));
