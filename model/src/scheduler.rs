@@ -188,8 +188,9 @@ impl Scheduler {
         &self.cfg
     }
 
-    /// Queues a request. Refuses one that could never run: empty, too long for the model, or
-    /// needing more blocks than the whole cache has once it reaches its longest.
+    /// Queues a request; its admission reuses cached prefix blocks where [`prefix`] allows.
+    /// Refuses one that could never run: empty, too long for the model, or needing more blocks
+    /// than the whole cache has once it reaches its longest.
     pub fn add(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
         self.enqueue(id, prompt, max_tokens, true)
     }
