@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::executor::KvCapacity;
 use crate::prefix_index::ROOT;
 
-mod prefix;
+pub mod prefix;
 
 /// Limits of one engine's steps. The cache's size is not here: it is the executor's
 /// ([`crate::executor::StepExecutor::kv_capacity`]).
@@ -94,7 +94,12 @@ struct SeqState {
 impl SeqState {
     /// Tokens the next step computes for this sequence: the prompt's next chunk, else one.
     fn next_chunk(&self, prefill_chunk: usize) -> usize {
-        match self.prompt_len.checked_sub(self.num_computed) {
+        self.chunk_after(self.num_computed, prefill_chunk)
+    }
+
+    /// Tokens a step computes for this sequence once `computed` of them are in the cache.
+    fn chunk_after(&self, computed: usize, prefill_chunk: usize) -> usize {
+        match self.prompt_len.checked_sub(computed) {
             Some(left) if left > 0 => left.min(prefill_chunk),
             _ => 1,
         }
@@ -342,8 +347,7 @@ impl Scheduler {
             let Some(front) = self.waiting.front() else { break };
             let hit = self.reusable_prefix(front);
             let hit_len = hit.len() * self.block_size;
-            let left = front.prompt_len.saturating_sub(hit_len);
-            let len = if left > 0 { left.min(self.cfg.prefill_chunk) } else { 1 };
+            let len = front.chunk_after(hit_len, self.cfg.prefill_chunk);
             let need = blocks_for(hit_len + len, self.block_size) - hit.len();
             // Reused blocks that no one holds are counted free: taking them leaves fewer.
             let revived = hit.iter().filter(|&&(b, _)| self.pool.ref_count(b) == 0).count();

@@ -35,14 +35,14 @@ use crate::block_pool::BlockPool;
 use crate::error::Result;
 
 /// Leading prompt tokens computed in full chunks of `chunk`: the ones that may be cached.
-pub(super) fn cacheable_len(prompt_len: usize, chunk: usize) -> usize {
+pub fn cacheable_len(prompt_len: usize, chunk: usize) -> usize {
     prompt_len / chunk * chunk
 }
 
 /// The most tokens a hit may cover for a sequence of `num_tokens` known tokens whose prompt has
 /// `prompt_len`: whole [`reuse_unit`]s within its full prompt chunks, and fewer than
 /// `num_tokens`. Zero when the unit overflows.
-pub(super) fn reusable_len(prompt_len: usize, num_tokens: usize, chunk: usize, block: usize) -> usize {
+pub fn reusable_len(prompt_len: usize, num_tokens: usize, chunk: usize, block: usize) -> usize {
     let Some(unit) = reuse_unit(chunk, block) else { return 0 };
     let limit = cacheable_len(prompt_len, chunk).min(num_tokens.saturating_sub(1));
     limit / unit * unit
@@ -50,7 +50,7 @@ pub(super) fn reusable_len(prompt_len: usize, num_tokens: usize, chunk: usize, b
 
 /// lcm(`chunk`, `block`): a hit's length is a multiple of it, so it ends on a chunk boundary and
 /// a block boundary at once. `None` past `usize::MAX`.
-pub(super) fn reuse_unit(chunk: usize, block: usize) -> Option<usize> {
+pub fn reuse_unit(chunk: usize, block: usize) -> Option<usize> {
     (chunk / gcd(chunk, block)).checked_mul(block)
 }
 
