@@ -7,7 +7,7 @@
 //! read-only, may be held by several sequences at once, and stays cached after the last of them
 //! lets it go, so that a later request with the same prefix can take it again
 //! ([`BlockPool::share`]). The scheduler decides which blocks to cache and when they may be
-//! shared (`scheduler::prefix` states the rule).
+//! shared ([`crate::scheduler::prefix`] states the rule).
 //!
 //! An unreferenced block is free: either uncached, on the free queue, or cached, on the
 //! evictable queue, whose order is least recently released first. [`BlockPool::get_new_blocks`]
