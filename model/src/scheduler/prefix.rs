@@ -4,7 +4,9 @@
 //! A prompt is computed in chunks cut at multiples of `prefill_chunk` from its start. A row of a
 //! chunk has the same bits whatever other sequences share its step, but a chunk that starts
 //! elsewhere or has another length is a different computation (on the GPU a one-row chunk even
-//! runs on the decode kernels), and every later layer's K/V depends on it. So a cached block is
+//! runs on the decode kernels), and every later layer's K/V depends on it. The premise, the one
+//! batch invariance rests on: a row's bits depend on its token, the K/V before it, and its
+//! chunk's start and length, not on the values of the chunk's other rows. So a cached block is
 //! reused only where the uncached run computes the very same thing:
 //! - **What is cached.** Once computed, a block is cached if it lies wholly inside the prompt's
 //!   full chunks, `[0, prompt_len / prefill_chunk * prefill_chunk)` ([`cacheable_len`]). Each of
