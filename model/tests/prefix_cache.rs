@@ -50,6 +50,7 @@ backend_tests!(
     preempted_requests_with_hits_keep_their_bits,
     a_nearly_full_pool_evicts_and_changes_no_bit,
     equal_blocks_after_different_prefixes_are_not_reused,
+    a_chunk_made_of_two_donors_blocks_changes_no_bit,
     skipping_requests_and_recording_engines_look_nothing_up,
 );
 
@@ -249,6 +250,17 @@ fn equal_blocks_after_different_prefixes_are_not_reused(b: Backend) {
     let reqs = vec![request(prompt(0), 0, 4), request(prompt(1), 1, 4), request(prompt(0), 2, 4)];
     let (out, _) = run(b, CACHED, reqs.iter().map(|r| vec![r.clone()]).collect());
     assert_eq!(out.iter().map(|o| o.skipped).collect::<Vec<_>>(), vec![0, 0, 24]);
+    assert_same_bits(b, &out, &reqs);
+}
+
+fn a_chunk_made_of_two_donors_blocks_changes_no_bit(b: Backend) {
+    // The first donor shares 13 tokens, the second 22 (and reuses the first's first chunk). The
+    // watched prompt then reuses two chunks, the second of them the first donor's rows 8..12,
+    // computed in a chunk whose later rows held other tokens, and the second donor's 12..16.
+    let reqs =
+        vec![request(sharing(8, 13, 30, 1), 1, 4), request(sharing(8, 22, 30, 2), 2, 4), request(stem(8, 30), 3, 4)];
+    let (out, _) = run(b, CACHED, reqs.iter().map(|r| vec![r.clone()]).collect());
+    assert_eq!(out.iter().map(|o| o.skipped).collect::<Vec<_>>(), vec![0, 8, 16]);
     assert_same_bits(b, &out, &reqs);
 }
 

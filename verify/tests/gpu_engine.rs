@@ -233,10 +233,12 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
-/// The watched request with a 300-token prompt alone without a cache, then after a donor whose
-/// prompt shares its first 280 tokens (a hit of two whole 128-token chunks: the first chunk it
-/// computes starts at 256 over the donor's K/V), then again beside 8 others prefilling and
-/// decoding: the same tokens and logits bits each time.
+/// The watched request with a 300-token prompt alone without a cache, then after two donors: the
+/// first shares its first 200 tokens, the second 280 (and hits the first's first chunk). The
+/// watched request then hits two whole 128-token chunks (256 tokens), the second of them made of
+/// the first donor's rows 128..192, computed in a chunk whose later rows held other tokens, and
+/// the second donor's rows 192..256; the first chunk it computes starts at 256 over that K/V.
+/// Then again beside 8 others prefilling and decoding. The same tokens and logits bits each time.
 fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg) = write_model("prefix")?;
     let mut exec = executor(gpu, &dir, &cfg, None)?;
@@ -249,21 +251,29 @@ fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
     drop(plain);
 
     let mut sched = scheduler(&exec, &cfg, true)?;
-    let mut donor = request(WATCHED + 2, 300);
-    donor.prompt.splice(..280, watched().prompt[..280].iter().copied());
-    drive_on(&mut exec, &mut sched, &[donor])?;
-    let (hit, _, _) = drive_on(&mut exec, &mut sched, &[watched()])?;
-    let donated = sched.prefix_cache_hits();
-    if donated != 256 {
-        return Err(format!("the watched request hit {donated} tokens of the donor's prompt, expected 256"));
+    let donor = |id: u64, shared: usize| {
+        let mut r = request(id, 300);
+        r.prompt.splice(..shared, watched().prompt[..shared].iter().copied());
+        r
+    };
+    drive_on(&mut exec, &mut sched, &[donor(WATCHED + 4, 200)])?;
+    drive_on(&mut exec, &mut sched, &[donor(WATCHED + 2, 280)])?;
+    let donors = sched.prefix_cache_hits();
+    if donors != 128 {
+        return Err(format!("the second donor hit {donors} tokens of the first's prompt, expected 128"));
     }
-    compare("after a hit on another request's prefix", &hit, &alone)?;
+    let (hit, _, _) = drive_on(&mut exec, &mut sched, &[watched()])?;
+    let donated = sched.prefix_cache_hits() - donors;
+    if donated != 256 {
+        return Err(format!("the watched request hit {donated} tokens of the donors' prompts, expected 256"));
+    }
+    compare("after a hit on two other requests' prefixes", &hit, &alone)?;
 
     let mut crowd = vec![watched()];
     // Ids 2010..2017: a prompt depends on id * 11 mod 250, so none is the watched request's (1001).
     crowd.extend((2010..2018).map(|i| request(i, [40, 300, 9][i as usize % 3])));
     let (again, _, mixed) = drive_on(&mut exec, &mut sched, &crowd)?;
-    let own = sched.prefix_cache_hits() - donated;
+    let own = sched.prefix_cache_hits() - donors - donated;
     if own != 256 {
         return Err(format!("the second run hit {own} tokens, expected 256"));
     }
