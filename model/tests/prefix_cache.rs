@@ -1,8 +1,9 @@
 //! Prefix caching on asynct-tiny, in the CPU backend's f32 and bf16-faithful modes: a request gets
 //! the same tokens and the same logits bits with a cache hit as alone with no cache, for prefixes
 //! shared over less than a block, a block, a chunk and more, under preemption, with the pool
-//! nearly full (cached blocks evicted), and where equal blocks follow different prefixes; a
-//! request that skips the cache, and an engine that records logits, look nothing up.
+//! nearly full (cached blocks evicted), where equal blocks follow different prefixes, and where a
+//! reused chunk is made of two earlier requests' blocks; a request that skips the cache, and an
+//! engine that records logits, look nothing up.
 
 mod common;
 
