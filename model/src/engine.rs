@@ -6,7 +6,15 @@
 //! boundaries from its start, each row of the forward is computed independently of the others,
 //! and the sampler's randomness is keyed by (seed, step, token id) with `step` the request's own
 //! count of generated tokens, which a preemption keeps (only the KV cache is recomputed, and the
-//! recomputation samples nothing until it reaches the last known token).
+//! recomputation samples nothing until it reaches the last known token). A prefix-cache hit
+//! changes no bit either: it skips only whole chunks whose K/V an uncached run computes the same
+//! way (the rule is in the scheduler's `prefix` module).
+//!
+//! Prefix caching skips prompt positions, whose logits rows then never exist. So while the
+//! engine records logits ([`Engine::new`]'s `record_logits`) it looks nothing up, and every
+//! recorded row is there; a single request opts out with
+//! [`GenerationRequest::skip_prefix_cache`] (a request that needs every prompt position's
+//! logits, such as `echo` with `logprobs`).
 //!
 //! The scheduler's block pool is sized from [`StepExecutor::kv_capacity`], so the executor's cache
 //! and the scheduler's pool always agree. [`Engine::abort`] drops a request (a client that went
@@ -35,6 +43,10 @@ pub struct GenerationRequest {
     pub sampling: SamplingParams,
     /// Stop rules; `max_model_len` is the model's.
     pub stop: StopConditions,
+    /// Compute every prompt position: no prefix-cache lookup for this request (its full chunks
+    /// are still cached for later ones). For a request that needs every prompt position's
+    /// logits, such as `echo` with `logprobs`.
+    pub skip_prefix_cache: bool,
 }
 
 /// Something that happened to a request during a step.
@@ -110,6 +122,11 @@ pub struct EngineStats {
     pub num_blocks: usize,
     /// Requests sent back to wait for blocks since the engine started.
     pub num_preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache since the engine started (each request
+    /// once, at its first admission; requests that skip the cache are not counted).
+    pub prefix_cache_queries: u64,
+    /// Of those, the tokens found cached, whose computation was skipped.
+    pub prefix_cache_hits: u64,
 }
 
 struct Active {
@@ -134,7 +151,7 @@ pub struct Engine {
 
 impl Engine {
     /// An idle engine whose scheduler manages the executor's KV cache. With `record_logits`, every
-    /// computed logits row is kept per request.
+    /// logits row is computed and kept per request (no request reuses cached prefix blocks).
     pub fn new(
         executor: Box<dyn StepExecutor>,
         tokenizer: Arc<Tokenizer>,
@@ -164,7 +181,11 @@ impl Engine {
         let decoder = RequestDecoder::new(self.tokenizer.clone(), req.stop.clone(), req.prompt.len())?;
         let id = self.next_id;
         let prompt_tokens = req.prompt.len();
-        self.scheduler.add(id, req.prompt, req.stop.max_tokens)?;
+        if req.skip_prefix_cache || self.record_logits {
+            self.scheduler.add_uncached(id, req.prompt, req.stop.max_tokens)?;
+        } else {
+            self.scheduler.add(id, req.prompt, req.stop.max_tokens)?;
+        }
         self.next_id += 1;
         let active = Active { prompt_tokens, sampling: req.sampling, decoder, logits: Vec::new() };
         self.active.insert(id, active);
@@ -310,7 +331,7 @@ impl Engine {
         done
     }
 
-    /// Requests, blocks and preemptions now.
+    /// Requests, blocks, preemptions and prefix-cache counts now.
     pub fn stats(&self) -> EngineStats {
         let pool = self.scheduler.pool();
         EngineStats {
@@ -319,6 +340,8 @@ impl Engine {
             num_blocks_used: pool.num_used(),
             num_blocks: pool.num_blocks(),
             num_preemptions: self.scheduler.num_preemptions(),
+            prefix_cache_queries: self.scheduler.prefix_cache_queries(),
+            prefix_cache_hits: self.scheduler.prefix_cache_hits(),
         }
     }
 

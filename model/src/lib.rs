@@ -9,9 +9,10 @@
 //!   seeded random weights and their tokenizers ([`byte_tokenizer`] for tiny, Qwen3's otherwise).
 //! - [`engine::Engine`] serves generation requests over any [`executor::StepExecutor`]: the
 //!   [`scheduler`] plans each step over the [`block_pool`] (chunked prefill, blocks allocated as
-//!   sequences grow, preemption by recompute), the executor runs the forward and samples, and the
-//!   engine streams text and applies the stop rules. [`cpu_backend`] is the oracle's executor;
-//!   [`gpu_backend`] is being built as the second. [`perplexity`] scores a text through it.
+//!   sequences grow, preemption by recompute, prefix caching through the [`prefix_index`]), the
+//!   executor runs the forward and samples, and the engine streams text and applies the stop
+//!   rules. [`cpu_backend`] is the oracle's executor and [`gpu_backend`] the GPU's.
+//!   [`perplexity`] scores a text through either.
 //!
 //! ```
 //! use model::config::ModelConfig;
@@ -40,6 +41,7 @@ pub mod executor;
 pub mod executor_loader;
 pub mod gpu_backend;
 pub mod perplexity;
+pub mod prefix_index;
 pub mod presets;
 pub mod scheduler;
 

@@ -112,6 +112,8 @@ fn one_token(cfg: &ModelConfig, prompt: &[u32]) -> GenerationRequest {
             max_model_len: cfg.max_position_embeddings,
             ignore_eos: true,
         },
+        // Every prompt row is scored, so none may be skipped by a cache hit.
+        skip_prefix_cache: true,
     }
 }
 

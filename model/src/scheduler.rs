@@ -31,6 +31,12 @@
 //!   whole life (prompt plus `max_tokens`, capped at the model length) needs more blocks than the
 //!   cache has, so the oldest always fits once everything admitted after it is preempted; it also
 //!   always fits the token budget, so every step makes progress and nothing starves.
+//! - Prefix caching (on unless [`SchedulerConfig::prefix_caching`] is off): blocks of prompt
+//!   tokens computed in whole chunks are cached as they fill and stay cached after their
+//!   sequence ends, and an admission reuses the longest cached prefix that the rule in
+//!   [`prefix`] allows, so a hit resumes exactly where an uncached prefill would start its next
+//!   chunk and changes no bit of the request's tokens or logits. When the pool needs blocks,
+//!   the unreferenced cached blocks are evicted least recently released first.
 
 use std::collections::VecDeque;
 
@@ -40,6 +46,9 @@ use oracle::hp1::AttnMetadata;
 use crate::block_pool::{blocks_for, BlockPool};
 use crate::error::{Error, Result};
 use crate::executor::KvCapacity;
+use crate::prefix_index::ROOT;
+
+pub mod prefix;
 
 /// Limits of one engine's steps. The cache's size is not here: it is the executor's
 /// ([`crate::executor::StepExecutor::kv_capacity`]).
@@ -53,6 +62,9 @@ pub struct SchedulerConfig {
     pub prefill_chunk: usize,
     /// Longest sequence (prompt plus output) the model accepts.
     pub max_model_len: usize,
+    /// Whether full prompt blocks are cached and reused by later requests with the same prefix
+    /// (`--no-prefix-caching` turns it off).
+    pub prefix_caching: bool,
 }
 
 /// A sequence the scheduler tracks.
@@ -68,12 +80,26 @@ struct SeqState {
     /// Tokens this sequence may reach, prompt included.
     max_len: usize,
     blocks: Vec<u32>,
+    /// Whether its admission may reuse cached blocks ([`Scheduler::add_uncached`] says no).
+    prefix_lookup: bool,
+    /// Whether it was admitted before (a preempted sequence's lookup is not counted again).
+    admitted_before: bool,
+    /// Leading blocks whose prefix is in the pool's index: reused, or cached as computed (by
+    /// this sequence, or by another first, when this one holds a copy).
+    num_cached_blocks: usize,
+    /// The index entry of the prefix those blocks end ([`ROOT`] when none).
+    last_entry: u64,
 }
 
 impl SeqState {
     /// Tokens the next step computes for this sequence: the prompt's next chunk, else one.
     fn next_chunk(&self, prefill_chunk: usize) -> usize {
-        match self.prompt_len.checked_sub(self.num_computed) {
+        self.chunk_after(self.num_computed, prefill_chunk)
+    }
+
+    /// Tokens a step computes for this sequence once `computed` of them are in the cache.
+    fn chunk_after(&self, computed: usize, prefill_chunk: usize) -> usize {
+        match self.prompt_len.checked_sub(computed) {
             Some(left) if left > 0 => left.min(prefill_chunk),
             _ => 1,
         }
@@ -126,11 +152,19 @@ pub struct Scheduler {
     /// In admission order: the last is the first to be preempted.
     running: Vec<SeqState>,
     num_preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache at first admissions, and those found.
+    prefix_queries: u64,
+    prefix_hits: u64,
 }
 
 impl Scheduler {
     /// An empty scheduler over a fresh pool mirroring a cache of `kv` blocks.
     pub fn new(cfg: SchedulerConfig, kv: KvCapacity) -> Result<Self> {
+        Self::over_pool(cfg, kv.block_size, BlockPool::new(kv.num_blocks))
+    }
+
+    fn over_pool(cfg: SchedulerConfig, block_size: usize, pool: BlockPool) -> Result<Self> {
+        let kv = KvCapacity { num_blocks: pool.num_blocks(), block_size };
         if kv.block_size == 0 || cfg.max_num_seqs == 0 || cfg.prefill_chunk == 0 {
             return Err(Error::Scheduler(format!(
                 "block_size, max_num_seqs and prefill_chunk must be positive: {cfg:?}, {kv:?}"
@@ -143,12 +177,14 @@ impl Scheduler {
             )));
         }
         Ok(Self {
-            pool: BlockPool::new(kv.num_blocks),
-            block_size: kv.block_size,
+            pool,
+            block_size,
             cfg,
             waiting: VecDeque::new(),
             running: Vec::new(),
             num_preemptions: 0,
+            prefix_queries: 0,
+            prefix_hits: 0,
         })
     }
 
@@ -157,9 +193,21 @@ impl Scheduler {
         &self.cfg
     }
 
-    /// Queues a request. Refuses one that could never run: empty, too long for the model, or
-    /// needing more blocks than the whole cache has once it reaches its longest.
+    /// Queues a request; its admission reuses cached prefix blocks where [`prefix`] allows.
+    /// Refuses one that could never run: empty, too long for the model, or needing more blocks
+    /// than the whole cache has once it reaches its longest.
     pub fn add(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
+        self.enqueue(id, prompt, max_tokens, true)
+    }
+
+    /// As [`Scheduler::add`], but its admissions never reuse cached blocks, so every prompt
+    /// position is computed (a request that wants every prompt position's logits, as `echo`
+    /// with `logprobs` does). Its own whole chunks are still cached for later requests.
+    pub fn add_uncached(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize) -> Result<()> {
+        self.enqueue(id, prompt, max_tokens, false)
+    }
+
+    fn enqueue(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize, prefix_lookup: bool) -> Result<()> {
         if prompt.is_empty() {
             return Err(Error::Request("the prompt has no tokens".into()));
         }
@@ -190,6 +238,10 @@ impl Scheduler {
             num_computed: 0,
             max_len,
             blocks: Vec::new(),
+            prefix_lookup,
+            admitted_before: false,
+            num_cached_blocks: 0,
+            last_entry: ROOT,
         });
         Ok(())
     }
@@ -212,6 +264,17 @@ impl Scheduler {
     /// Preemptions since the scheduler was made: each one is a sequence sent back to wait.
     pub fn num_preemptions(&self) -> u64 {
         self.num_preemptions
+    }
+
+    /// Prompt tokens of the requests admitted with a prefix-cache lookup, each counted at its
+    /// first admission only (vLLM's `prefix_cache_queries`).
+    pub fn prefix_cache_queries(&self) -> u64 {
+        self.prefix_queries
+    }
+
+    /// Of [`Scheduler::prefix_cache_queries`], the tokens found cached and not computed.
+    pub fn prefix_cache_hits(&self) -> u64 {
+        self.prefix_hits
     }
 
     /// Plans the next step: grows (preempting where it must) and serves the running sequences,
@@ -272,6 +335,8 @@ impl Scheduler {
         self.pool.free_blocks(&s.blocks)?;
         s.blocks.clear();
         s.num_computed = 0;
+        s.num_cached_blocks = 0;
+        s.last_entry = ROOT;
         self.waiting.push_front(s);
         self.num_preemptions += 1;
         Ok(())
@@ -280,13 +345,18 @@ impl Scheduler {
     fn admit(&mut self, budget: &mut usize, seqs: &mut Vec<ScheduledSeq>) -> Result<()> {
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(front) = self.waiting.front() else { break };
-            let len = front.next_chunk(self.cfg.prefill_chunk);
-            let need = front.blocks_short(len, self.block_size);
-            if len > *budget || need > self.pool.num_free() {
+            let hit = self.reusable_prefix(front);
+            let hit_len = hit.len() * self.block_size;
+            let len = front.chunk_after(hit_len, self.cfg.prefill_chunk);
+            let need = blocks_for(hit_len + len, self.block_size) - hit.len();
+            // Reused blocks that no one holds are counted free: taking them leaves fewer.
+            let revived = hit.iter().filter(|&&(b, _)| self.pool.ref_count(b) == 0).count();
+            if len > *budget || need + revived > self.pool.num_free() {
                 break;
             }
             let mut seq = self.waiting.pop_front().expect("front exists");
-            seq.blocks = self.pool.get_new_blocks(need)?;
+            self.take_prefix(&mut seq, &hit)?;
+            seq.blocks.extend(self.pool.get_new_blocks(need)?);
             *budget -= len;
             seqs.push(seq.scheduled(len));
             self.running.push(seq);
@@ -328,6 +398,9 @@ impl Scheduler {
                 .find(|s| s.id == p.id)
                 .ok_or_else(|| Error::Scheduler(format!("request {} is not running", p.id)))?;
             s.num_computed = p.start + p.len;
+            if self.cfg.prefix_caching {
+                Self::cache_computed_blocks(&mut self.pool, s, self.cfg.prefill_chunk, self.block_size)?;
+            }
             if let Some(t) = tok {
                 if s.tokens.len() >= s.max_len {
                     return Err(Error::Scheduler(format!("request {} is past its longest length {}", p.id, s.max_len)));
@@ -355,274 +428,50 @@ impl Scheduler {
     pub fn pool(&self) -> &BlockPool {
         &self.pool
     }
+
+    /// Panics, saying which invariant broke, if the scheduler's state is inconsistent: the
+    /// pool's invariants; each running sequence holds the blocks its computed tokens need, each
+    /// once, and every block's reference count is the number of running sequences holding it;
+    /// waiting sequences hold nothing; and the cache's: a sequence's cached leading blocks are
+    /// whole chunks' worth of its prompt ([`prefix`]), and every cached block a sequence holds
+    /// holds that sequence's own tokens, the first of them after [`ROOT`] and no other.
+    pub fn check_invariants(&self) {
+        self.pool.check_invariants();
+        let bs = self.block_size;
+        let mut refs = vec![0u32; self.pool.num_blocks()];
+        for s in &self.running {
+            assert_eq!(s.blocks.len(), blocks_for(s.num_computed, bs), "request {}: blocks for its tokens", s.id);
+            for (j, &b) in s.blocks.iter().enumerate() {
+                refs[b as usize] += 1;
+                if let Some((tokens, parent, _)) = self.pool.index().contents(b) {
+                    let own = &s.tokens[j * bs..(j + 1) * bs];
+                    assert_eq!(tokens, own, "request {} holds cached block {b} of other tokens at {j}", s.id);
+                    assert_eq!(parent == ROOT, j == 0, "request {}: cached block {b} at {j}, parent {parent}", s.id);
+                    if let Some((_, _, before)) = j.checked_sub(1).and_then(|i| self.pool.index().contents(s.blocks[i]))
+                    {
+                        assert_eq!(parent, before, "request {}: cached block {b} follows another prefix", s.id);
+                    }
+                }
+            }
+            let cacheable = prefix::cacheable_len(s.prompt_len, self.cfg.prefill_chunk);
+            assert!(s.num_cached_blocks * bs <= cacheable.min(s.num_computed), "request {}: cached too far", s.id);
+            assert_eq!(s.num_cached_blocks == 0, s.last_entry == ROOT, "request {}: entry of its prefix", s.id);
+            if !self.cfg.prefix_caching {
+                assert_eq!(s.num_cached_blocks, 0, "request {}: cached with prefix caching off", s.id);
+            }
+        }
+        for (b, &n) in refs.iter().enumerate() {
+            assert_eq!(self.pool.ref_count(b as u32), n, "block {b}: reference count against its holders");
+        }
+        for s in &self.waiting {
+            assert!(s.blocks.is_empty() && s.num_computed == 0, "waiting request {} holds blocks", s.id);
+            assert_eq!((s.num_cached_blocks, s.last_entry), (0, ROOT), "waiting request {}", s.id);
+        }
+        if !self.cfg.prefix_caching {
+            assert_eq!(self.pool.num_cached(), 0, "blocks cached with prefix caching off");
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn cfg() -> SchedulerConfig {
-        SchedulerConfig { max_num_seqs: 4, max_batched_tokens: 8, prefill_chunk: 5, max_model_len: 32 }
-    }
-
-    fn scheduler(num_blocks: usize) -> Scheduler {
-        Scheduler::new(cfg(), KvCapacity { num_blocks, block_size: 4 }).unwrap()
-    }
-
-    /// Plans and commits one step, every sampling sequence drawing `token`; returns the plan.
-    fn step(s: &mut Scheduler, token: u32) -> StepPlan {
-        let plan = s.schedule().unwrap().expect("work is left");
-        let sampled: Vec<_> = plan.seqs.iter().map(|p| p.samples.then_some(token)).collect();
-        s.commit(&plan, &sampled).unwrap();
-        s.pool().check_invariants();
-        plan
-    }
-
-    fn chunks(plan: &StepPlan) -> Vec<(u64, usize, usize, bool)> {
-        plan.seqs.iter().map(|p| (p.id, p.start, p.len, p.samples)).collect()
-    }
-
-    /// Steps until done for four 10-token prompts generating 6 tokens each under `budget`.
-    fn steps_to_finish(budget: usize) -> usize {
-        let cfg = SchedulerConfig { max_batched_tokens: budget, ..cfg() };
-        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: 64, block_size: 4 }).unwrap();
-        for id in 0..4 {
-            s.add(id, (0..10).collect(), 6).unwrap();
-        }
-        let mut steps = 0;
-        while s.has_work() {
-            let plan = step(&mut s, 1);
-            // Prompt (10) plus 6 sampled tokens: done once the sixth is drawn.
-            for p in plan.seqs.iter().filter(|p| p.samples && p.start + p.len + 1 >= 16) {
-                s.finish(p.id).unwrap();
-            }
-            steps += 1;
-        }
-        steps
-    }
-
-    #[test]
-    fn a_budget_of_one_chunk_runs_a_batch_one_request_at_a_time() {
-        // A decoding sequence takes one token of a chunk-sized budget, and the next request's
-        // chunk (never cut) no longer fits: each request prefills (2 steps) and decodes (5) alone.
-        // With a row for every sequence beside the chunk they overlap.
-        assert_eq!(steps_to_finish(5), 4 * 7);
-        let overlapped = steps_to_finish(5 + 4);
-        assert!(overlapped < 14, "{overlapped} steps");
-    }
-
-    #[test]
-    fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
-        let mut s = scheduler(16);
-        s.add(7, (0..12).collect(), 3).unwrap();
-        let got: Vec<_> = (0..5).flat_map(|_| chunks(&step(&mut s, 100))).collect();
-        assert_eq!(got, vec![(7, 0, 5, false), (7, 5, 5, false), (7, 10, 2, true), (7, 12, 1, true), (7, 13, 1, true)]);
-    }
-
-    #[test]
-    fn plan_metadata_matches_the_blocks_held() {
-        let mut s = scheduler(16);
-        s.add(1, vec![1, 2, 3], 2).unwrap();
-        s.add(2, vec![4, 5], 9).unwrap();
-        let plan = s.schedule().unwrap().unwrap();
-        assert_eq!(plan.token_ids, vec![1, 2, 3, 4, 5]);
-        assert_eq!(plan.meta.query_start_loc, vec![0, 3, 5]);
-        assert_eq!(plan.meta.seq_lens, vec![3, 2]);
-        // Each holds one block for what it computes now: request 1 block 0, request 2 block 1.
-        assert_eq!(plan.slot_mapping, vec![0, 1, 2, 4, 5]);
-        plan.meta.validate(16, 4, 5).unwrap();
-    }
-
-    #[test]
-    fn a_chunk_that_does_not_fit_waits_whole() {
-        let mut s = scheduler(16);
-        s.add(1, (0..5).collect(), 1).unwrap();
-        s.add(2, (0..5).collect(), 1).unwrap();
-        let plan = s.schedule().unwrap().unwrap();
-        assert_eq!(plan.seqs.len(), 1, "two 5-token chunks exceed the 8-token budget");
-        assert_eq!(plan.seqs[0].id, 1);
-    }
-
-    #[test]
-    fn admission_takes_the_first_chunks_blocks_and_decoding_adds_one_per_block() {
-        let mut s = scheduler(16);
-        s.add(1, (0..12).collect(), 12).unwrap();
-        step(&mut s, 100);
-        assert_eq!(s.pool().num_used(), 2, "5 of 24 tokens computed: 2 blocks, not the 6 of its whole life");
-        step(&mut s, 100);
-        step(&mut s, 100);
-        let mut used = vec![s.pool().num_used()];
-        for _ in 0..9 {
-            step(&mut s, 100);
-            used.push(s.pool().num_used());
-        }
-        // 12 prompt tokens computed, then one more per decode step.
-        assert_eq!(used, vec![3, 4, 4, 4, 4, 5, 5, 5, 5, 6]);
-        s.finish(1).unwrap();
-        assert_eq!(s.pool().num_used(), 0);
-    }
-
-    #[test]
-    fn admission_waits_for_blocks_and_finish_frees_them_at_once() {
-        let mut s = scheduler(2);
-        s.add(1, (0..7).collect(), 1).unwrap();
-        s.add(2, (0..3).collect(), 1).unwrap();
-        let plan = step(&mut s, 100);
-        assert_eq!(chunks(&plan), vec![(1, 0, 5, false)], "request 2 fits the budget but not the free blocks");
-        assert_eq!((s.num_running(), s.num_waiting()), (1, 1));
-        s.finish(1).unwrap();
-        assert_eq!(s.pool().num_used(), 0);
-        assert_eq!(chunks(&step(&mut s, 100)), vec![(2, 0, 3, true)]);
-        s.add(3, vec![1], 1).unwrap();
-        s.finish(3).unwrap();
-        assert_eq!(s.num_waiting(), 0);
-        assert!(matches!(s.finish(3), Err(Error::UnknownRequest { id: 3 })));
-    }
-
-    #[test]
-    fn the_newest_is_preempted_and_recomputes_its_tokens_at_the_same_boundaries() {
-        let mut s = scheduler(4);
-        s.add(1, vec![1, 2, 3, 4], 8).unwrap();
-        s.add(2, vec![5, 6, 7, 8], 8).unwrap();
-        // Five steps fill both sequences' two blocks: 8 tokens each, 5 of them generated.
-        for t in 0..5 {
-            assert_eq!(step(&mut s, 100 + t).seqs.len(), 2);
-        }
-        assert_eq!(s.pool().num_free(), 0);
-        let plan = step(&mut s, 105);
-        assert_eq!(chunks(&plan), vec![(1, 8, 1, true)], "request 1 grows, request 2 goes back to wait");
-        assert_eq!((s.num_preemptions(), s.num_running(), s.num_waiting()), (1, 1, 1));
-        assert_eq!(s.pool().num_used(), 3);
-        s.finish(1).unwrap();
-        // The prompt as one chunk, then each generated token as a row of its own, as they were
-        // first computed; only the step ending at its last token samples.
-        let mut recomputed = Vec::new();
-        let mut seen = Vec::new();
-        for t in 0..6 {
-            let plan = step(&mut s, 105 + t);
-            seen.extend(chunks(&plan));
-            recomputed.extend(plan.token_ids);
-            if t == 5 {
-                break;
-            }
-        }
-        assert_eq!(
-            seen,
-            vec![
-                (2, 0, 4, false),
-                (2, 4, 1, false),
-                (2, 5, 1, false),
-                (2, 6, 1, false),
-                (2, 7, 1, false),
-                (2, 8, 1, true)
-            ]
-        );
-        assert_eq!(recomputed, vec![5, 6, 7, 8, 100, 101, 102, 103, 104]);
-        assert_eq!(chunks(&step(&mut s, 106)), vec![(2, 9, 1, true)]);
-    }
-
-    #[test]
-    fn the_newest_preempts_itself_and_frees_nothing_for_newcomers_that_step() {
-        let mut s = scheduler(3);
-        s.add(1, vec![1, 2, 3, 4], 4).unwrap();
-        s.add(2, vec![5, 6, 7], 5).unwrap();
-        step(&mut s, 100);
-        step(&mut s, 101);
-        s.add(3, vec![9], 1).unwrap();
-        // Request 2 needs its second block, and the only sequence newer than it is itself.
-        let plan = step(&mut s, 102);
-        assert_eq!(chunks(&plan), vec![(1, 5, 1, true)]);
-        assert_eq!((s.num_preemptions(), s.num_waiting(), s.pool().num_free()), (1, 2, 1));
-        // Request 3 fits the freed block, but request 2 is ahead of it: its prompt (one block)
-        // is recomputed there first, without sampling.
-        assert_eq!(chunks(&step(&mut s, 103)), vec![(1, 6, 1, true), (2, 0, 3, false)]);
-        assert_eq!((s.num_waiting(), s.pool().num_free()), (1, 0));
-    }
-
-    #[test]
-    fn impossible_requests_are_refused_with_reasons() {
-        let mut s = scheduler(16);
-        assert!(s.add(1, vec![], 4).unwrap_err().to_string().contains("no tokens"));
-        assert!(s.add(1, (0..40).collect(), 4).unwrap_err().to_string().contains("at most 32"));
-        let mut small = scheduler(2);
-        assert!(matches!(small.add(1, (0..10).collect(), 5), Err(Error::OutOfBlocks { .. })));
-        small.add(2, (0..4).collect(), 4).unwrap();
-        s.add(3, vec![1], 1).unwrap();
-        assert!(s.add(3, vec![1], 1).is_err());
-        let zero = KvCapacity { num_blocks: 4, block_size: 0 };
-        assert!(Scheduler::new(cfg(), zero).unwrap_err().to_string().contains("block_size"));
-    }
-
-    proptest! {
-        /// Any workload on any cache that fits its longest request runs to the end, every
-        /// request drawing exactly its tokens in order whatever was preempted, each chunk
-        /// embedding the request's own tokens, and each running sequence holding exactly the
-        /// blocks its computed tokens need.
-        #[test]
-        fn every_request_finishes_with_its_own_tokens_under_any_pressure(
-            reqs in prop::collection::vec((1usize..20, 1usize..12), 1..8),
-            spare_blocks in 0usize..6,
-            prefill_chunk in 1usize..8,
-            extra_budget in 0usize..6,
-            max_num_seqs in 1usize..6,
-        ) {
-            let cfg = SchedulerConfig {
-                max_num_seqs,
-                max_batched_tokens: prefill_chunk + extra_budget,
-                prefill_chunk,
-                max_model_len: 28,
-            };
-            let longest = reqs.iter().map(|&(p, m)| blocks_for((p + m).min(28), 4)).max().unwrap();
-            let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
-            let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
-            let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
-            let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-            for (id, &(p, m)) in reqs.iter().enumerate() {
-                s.add(id as u64, prompt(id, p), m).unwrap();
-                generated.insert(id as u64, Vec::new());
-            }
-            let mut steps = 0;
-            while s.has_work() {
-                steps += 1;
-                prop_assert!(steps < 2000, "no progress");
-                let plan = s.schedule().unwrap().expect("work left means a step");
-                let mut sampled = Vec::new();
-                let mut done = Vec::new();
-                for (i, p) in plan.seqs.iter().enumerate() {
-                    let (pl, max_tokens) = reqs[p.id as usize];
-                    let gen = &generated[&p.id];
-                    let mut want = prompt(p.id as usize, pl);
-                    want.extend(gen);
-                    let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
-                    prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
-                    prop_assert_eq!(p.samples, p.start + p.len == want.len());
-                    sampled.push(p.samples.then(|| draw(p.id, gen.len())));
-                    if let Some(t) = sampled[i] {
-                        let gen = generated.get_mut(&p.id).unwrap();
-                        gen.push(t);
-                        if gen.len() == max_tokens || pl + gen.len() == 28 {
-                            done.push(p.id);
-                        }
-                    }
-                }
-                s.commit(&plan, &sampled).unwrap();
-                for id in done {
-                    s.finish(id).unwrap();
-                }
-                s.pool().check_invariants();
-                let held: usize = s.running.iter().map(|q| blocks_for(q.num_computed, 4)).sum();
-                prop_assert_eq!(held, s.pool().num_used());
-                prop_assert!(s.running.iter().all(|q| q.blocks.len() == blocks_for(q.num_computed, 4)));
-            }
-            for (id, &(p, m)) in reqs.iter().enumerate() {
-                let want: Vec<u32> = (0..m.min(28 - p)).map(|n| draw(id as u64, n)).collect();
-                prop_assert_eq!(&generated[&(id as u64)], &want);
-            }
-            prop_assert_eq!(s.pool().num_used(), 0);
-        }
-    }
-}
+mod tests;

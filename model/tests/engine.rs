@@ -100,6 +100,7 @@ fn engine_over(exec: Box<dyn StepExecutor>, o: Opts) -> Engine {
         max_batched_tokens: 64,
         prefill_chunk: o.prefill_chunk,
         max_model_len: MAX_MODEL_LEN,
+        prefix_caching: true,
     };
     Engine::new(exec, tok, sched, o.record).unwrap()
 }
@@ -115,6 +116,7 @@ fn request(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> GenerationRequest 
             max_model_len: MAX_MODEL_LEN,
             ignore_eos: true,
         },
+        skip_prefix_cache: false,
     }
 }
 

@@ -119,6 +119,10 @@ class LLM:
         cpu_kv_cache_gib: the CPU KV cache's memory in GiB (``asynct serve --kv-cache-memory``):
             room for max_num_seqs sequences of max_model_len, at most this much; by default at
             most 4 GiB, grown to one sequence of max_model_len if need be.
+        enable_prefix_caching: keep blocks of prompt tokens computed in whole 512-token chunks
+            and reuse them for later prompts that start with the same tokens (``asynct serve
+            --no-prefix-caching`` turns it off there); no token or logit changes. A
+            ``generate`` that asks for logprobs looks nothing up, so every row is computed.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.
@@ -143,6 +147,7 @@ class LLM:
         gpu_memory_utilization: float = 0.9,
         enforce_eager: bool = False,
         cpu_kv_cache_gib: Optional[float] = None,
+        enable_prefix_caching: bool = True,
     ) -> None: ...
     def generate(
         self,

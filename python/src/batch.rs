@@ -58,6 +58,7 @@ impl Batch {
                 prompt: prompt.ids.clone(),
                 sampling: p.engine_sampling(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
+                skip_prefix_cache: false,
             };
             let id = match engine.add_request(request) {
                 Ok(id) => id,

@@ -53,10 +53,11 @@ impl Llm {
     #[pyo3(
         signature = (
             model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
-            gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None
+            gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None
         ),
         text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
-                          gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None)"
+                          gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None, \
+                          enable_prefix_caching=True)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -69,6 +70,7 @@ impl Llm {
         gpu_memory_utilization: Option<&Bound<'_, PyAny>>,
         enforce_eager: Option<&Bound<'_, PyAny>>,
         cpu_kv_cache_gib: Option<&Bound<'_, PyAny>>,
+        enable_prefix_caching: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
         let device: String = scalar(device, "auto".into(), "device", "a string")?;
@@ -78,6 +80,7 @@ impl Llm {
         let max_model_len: Option<i64> = scalar(max_model_len, None, "max_model_len", "an integer or None")?;
         let gpu_memory_utilization: f64 = scalar(gpu_memory_utilization, 0.9, "gpu_memory_utilization", "a float")?;
         let enforce_eager: bool = scalar(enforce_eager, false, "enforce_eager", "a bool")?;
+        let prefix_caching: bool = scalar(enable_prefix_caching, true, "enable_prefix_caching", "a bool")?;
         let cpu_kv_cache_gib: Option<f64> = scalar(cpu_kv_cache_gib, None, "cpu_kv_cache_gib", "a float or None")?;
         // Checked here so that the errors name the Python options, not the CLI flags the shared
         // loader would name.
@@ -131,6 +134,7 @@ impl Llm {
             max_batched_tokens: step_budget(max_num_seqs),
             prefill_chunk: PREFILL_CHUNK,
             max_model_len,
+            prefix_caching,
         };
         let tokenizer = Arc::new(tokenizer);
         let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(from_model)?;

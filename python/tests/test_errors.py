@@ -149,6 +149,7 @@ def test_sampling_params_defaults_and_repr():
     (dict(gpu_memory_utilization=1.5), ValueError, "gpu_memory_utilization: must be in (0, 1]"),
     (dict(cpu_kv_cache_gib=0.0), ValueError, "cpu_kv_cache_gib: must be > 0"),
     (dict(cpu_kv_cache_gib=1e-6), ValueError, "cpu_kv_cache_gib: 0.000001 GiB holds"),
+    (dict(enable_prefix_caching="yes"), TypeError, "enable_prefix_caching: expected a bool"),
 ])
 def test_llm_options_refuse_by_name(tiny_model, kwargs, exc, needle):
     with pytest.raises(exc) as e:

@@ -138,3 +138,17 @@ def test_forward_logits_matches_the_clis_dumped_logits(asynct_bin, tiny_model, l
     ours = asynct.oracle.forward_logits(tiny_model, ids, precision="f32")
     assert ours.dtype == np.float32 and dumped.shape == ours.shape == (len(ids), 512)
     np.testing.assert_allclose(ours, dumped, rtol=0, atol=1e-5 * np.abs(dumped).max())
+
+
+def test_prefix_caching_changes_no_token_or_logprob(tiny_model, llm):
+    # Prompts sharing 1030 tokens: with 512-token chunks the second reuses 1024 of them.
+    shared = [(t * 37 + 5) % 490 + 3 for t in range(1030)]
+    prompts = [shared + [(t * 11 + i) % 490 + 3 for t in range(40)] for i in range(2)]
+    p = asynct.SamplingParams(temperature=0.8, seed=5, max_tokens=6, ignore_eos=True)
+    off = asynct.LLM(str(tiny_model), device="cpu", enable_prefix_caching=False)
+    want = [o.token_ids for o in off.generate(prompts, p)]
+    # One prompt per generate, so the second finds the first's blocks cached.
+    assert [llm.generate([q], p)[0].token_ids for q in prompts] == want
+    # A generate asking for logprobs looks nothing up and gets the uncached rows.
+    lp = asynct.SamplingParams(temperature=0.8, seed=5, max_tokens=6, ignore_eos=True, logprobs=2)
+    assert llm.generate([prompts[1]], lp)[0].logprobs == off.generate([prompts[1]], lp)[0].logprobs

@@ -118,6 +118,7 @@ struct Report {
     model: String,
     device: String,
     enforce_eager: bool,
+    prefix_caching: bool,
     max_num_seqs: usize,
     seed: u64,
     weight_bytes: u64,
@@ -181,6 +182,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         model: args.model.display().to_string(),
         device: engine.describe(),
         enforce_eager: args.enforce_eager,
+        prefix_caching: !args.no_prefix_caching,
         max_num_seqs,
         seed: args.seed,
         weight_bytes: bytes,
@@ -196,11 +198,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         // scenario's prefill time. One request of the first scenario's shape (so it fits the
         // cache sized for the run) touches every kernel its steps run.
         let warm = scenario::Scenario { name: "warm-up".into(), requests: 1, ..first.clone() };
-        run_scenario(&mut engine, &clock, &warm, &prompts)?;
+        run_scenario(&mut engine, &clock, &warm, &prompts.for_run(0))?;
     }
+    let mut runs = 1..;
     // The JSON is rewritten after every result, so a failure later in a long run keeps what came before.
     for s in &picked {
-        let r = run_scenario(&mut engine, &clock, s, &prompts)?;
+        let r = run_scenario(&mut engine, &clock, s, &prompts.for_run(runs.next().expect("endless")))?;
         print_scenario(&r);
         report.scenarios.push(r);
         report.save(args.out.as_deref())?;
@@ -208,7 +211,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let goals = cfg == model::presets::Preset::HalfBillion.config() && args.context == GOAL_CONTEXT;
     for &batch in &args.decode_batch {
         let point = anchor.as_ref().and_then(|a| best_anchor(a, batch));
-        let (mut r, zero_fraction) = run_decode(&mut engine, &clock, batch, args, timed, &prompts)?;
+        let run = prompts.for_run(runs.next().expect("endless"));
+        let (mut r, zero_fraction) = run_decode(&mut engine, &clock, batch, args, timed, &run)?;
         r.compare(point, floor_ms, step_bytes(&cfg), zero_fraction);
         print_decode(&r, floor_ms, goals);
         report.decode.push(r);
@@ -246,7 +250,7 @@ fn load_engine(
     let load_start = Instant::now();
     let executor = load::executor_with_progress(&args.model, cfg, &opts)?;
     println!("running on {} (loaded in {:.1} s)", executor.describe(), load_start.elapsed().as_secs_f64());
-    let sched = load::scheduler_config(max_num_seqs, cfg.max_position_embeddings);
+    let sched = load::scheduler_config(max_num_seqs, cfg.max_position_embeddings, !args.no_prefix_caching);
     let clock = ExecuteClock::default();
     let timed = Box::new(TimedExecutor { inner: executor, clock: clock.clone() });
     let engine = Engine::new(timed, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
@@ -377,7 +381,15 @@ impl PromptSource {
                 max_model_len: self.model_len,
                 ignore_eos: true,
             },
+            skip_prefix_cache: false,
         }
+    }
+
+    /// The source of run `run`'s prompts: a seed of its own, so that no run's prompt is a prefix
+    /// of another's and the prefix cache never carries one run's work into the next.
+    fn for_run(&self, run: u64) -> PromptSource {
+        let mut state = self.seed ^ run.wrapping_mul(0xD1B5_4A32_D192_ED03);
+        PromptSource { seed: splitmix64(&mut state), eos: self.eos.clone(), ..*self }
     }
 }
 

@@ -89,6 +89,11 @@ pub struct GenerateArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
+    /// 512-token chunks are kept after their request ends and reused by later requests that
+    /// start with the same tokens; a hit changes no token or logit.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
 }
 
 #[derive(Args, Debug)]
@@ -158,6 +163,11 @@ pub struct ServeArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
+    /// 512-token chunks are kept after their request ends and reused by later requests that
+    /// start with the same tokens; a hit changes no token or logit.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
     /// Connections open at once, at most; one more is answered 503 and closed.
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
@@ -225,6 +235,11 @@ pub struct BenchArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
+    /// 512-token chunks are kept after their request ends and reused by later requests that
+    /// start with the same tokens; a hit changes no token or logit.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
     /// The fraction of GPU memory the weights, buffers and KV cache may take together.
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,

@@ -297,7 +297,13 @@ mod tests {
         let cfg = ModelConfig::load(&dir).unwrap();
         let executor = load_cpu_executor(&dir, &cfg, Precision::F32, 256, 16, &mut |_, _| {}).unwrap();
         let tokenizer = Arc::new(Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
-        let sched = SchedulerConfig { max_num_seqs: 1, max_batched_tokens: 64, prefill_chunk: 64, max_model_len: 2048 };
+        let sched = SchedulerConfig {
+            max_num_seqs: 1,
+            max_batched_tokens: 64,
+            prefill_chunk: 64,
+            max_model_len: 2048,
+            prefix_caching: true,
+        };
         let engine = Engine::new(executor, tokenizer, sched, false).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let metrics = Arc::new(Metrics::new());
@@ -317,6 +323,7 @@ mod tests {
                 max_model_len: 2048,
                 ignore_eos: true,
             },
+            skip_prefix_cache: false,
         }
     }
 

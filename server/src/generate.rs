@@ -49,7 +49,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     let executor = load::executor_with_progress(&args.model, &cfg, &opts)?;
     eprintln!("running on {}", executor.describe());
 
-    let sched = load::scheduler_config(args.batch, cfg.max_position_embeddings);
+    let sched = load::scheduler_config(args.batch, cfg.max_position_embeddings, !args.no_prefix_caching);
     let mut engine =
         Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
     for i in 0..args.batch {
@@ -68,6 +68,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
                 max_model_len: cfg.max_position_embeddings,
                 ignore_eos: args.ignore_eos,
             },
+            skip_prefix_cache: false,
         };
         engine.add_request(request).map_err(|e| e.to_string())?;
     }

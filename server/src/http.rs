@@ -220,6 +220,7 @@ fn engine_requests(
                     max_model_len: max_len,
                     ignore_eos: sampling.ignore_eos,
                 },
+                skip_prefix_cache: false,
             });
         }
     }

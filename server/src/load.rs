@@ -34,12 +34,13 @@ pub fn executor_with_progress(
 }
 
 /// The scheduler's limits for `max_num_seqs` sequences of at most `max_model_len` tokens, with the
-/// executor loader's chunk and step budget.
-pub fn scheduler_config(max_num_seqs: usize, max_model_len: usize) -> SchedulerConfig {
+/// executor loader's chunk and step budget, and prefix caching on unless `--no-prefix-caching`.
+pub fn scheduler_config(max_num_seqs: usize, max_model_len: usize, prefix_caching: bool) -> SchedulerConfig {
     SchedulerConfig {
         max_num_seqs,
         max_batched_tokens: step_budget(max_num_seqs),
         prefill_chunk: PREFILL_CHUNK,
         max_model_len,
+        prefix_caching,
     }
 }

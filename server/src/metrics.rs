@@ -30,6 +30,8 @@ pub struct Metrics {
     prompt_tokens: AtomicU64,
     generation_tokens: AtomicU64,
     rejected: AtomicU64,
+    prefix_cache_queries: AtomicU64,
+    prefix_cache_hits: AtomicU64,
     finished: Mutex<BTreeMap<String, u64>>,
     ttft: Histogram,
     itl: Histogram,
@@ -53,6 +55,8 @@ impl Metrics {
             prompt_tokens: AtomicU64::new(0),
             generation_tokens: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
+            prefix_cache_queries: AtomicU64::new(0),
+            prefix_cache_hits: AtomicU64::new(0),
             finished: Mutex::new(FINISH_REASONS.iter().map(|r| (r.to_string(), 0)).collect()),
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
@@ -80,12 +84,15 @@ impl Metrics {
         self.kv_blocks_total.store(n as u64, Ordering::Relaxed);
     }
 
-    /// Sets the four gauges from the engine's load.
+    /// Sets the four gauges from the engine's load, and the prefix-cache counters from its
+    /// totals (which only grow, so they stay counters).
     pub fn set_engine_stats(&self, stats: &EngineStats) {
         self.set_requests_running(stats.num_running);
         self.set_requests_waiting(stats.num_waiting);
         self.set_kv_blocks_used(stats.num_blocks_used);
         self.set_kv_blocks_total(stats.num_blocks);
+        self.prefix_cache_queries.store(stats.prefix_cache_queries, Ordering::Relaxed);
+        self.prefix_cache_hits.store(stats.prefix_cache_hits, Ordering::Relaxed);
     }
 
     /// A request was admitted with `n` prompt tokens.
@@ -138,6 +145,16 @@ impl Metrics {
             ("asynct_prompt_tokens_total", "Prompt tokens of admitted requests.", &self.prompt_tokens),
             ("asynct_generation_tokens_total", "Tokens generated.", &self.generation_tokens),
             ("asynct_requests_rejected_total", "Requests refused because the queue was full.", &self.rejected),
+            (
+                "asynct_prefix_cache_queries_total",
+                "Prompt tokens (not requests) looked up in the prefix cache, each request's once.",
+                &self.prefix_cache_queries,
+            ),
+            (
+                "asynct_prefix_cache_hits_total",
+                "Prompt tokens (not requests) of those lookups found in the prefix cache, not computed.",
+                &self.prefix_cache_hits,
+            ),
         ];
         for (name, help, value) in counters {
             header(&mut out, name, help, "counter");
@@ -235,6 +252,8 @@ mod tests {
             ("asynct_prompt_tokens_total", "counter"),
             ("asynct_generation_tokens_total", "counter"),
             ("asynct_requests_total", "counter"),
+            ("asynct_prefix_cache_queries_total", "counter"),
+            ("asynct_prefix_cache_hits_total", "counter"),
             ("asynct_time_to_first_token_seconds", "histogram"),
             ("asynct_inter_token_latency_seconds", "histogram"),
             ("asynct_e2e_request_latency_seconds", "histogram"),
@@ -264,10 +283,19 @@ mod tests {
     #[test]
     fn gauges_follow_the_engine() {
         let m = Metrics::new();
-        let stats =
-            EngineStats { num_running: 3, num_waiting: 2, num_blocks_used: 17, num_blocks: 64, num_preemptions: 1 };
+        let stats = EngineStats {
+            num_running: 3,
+            num_waiting: 2,
+            num_blocks_used: 17,
+            num_blocks: 64,
+            num_preemptions: 1,
+            prefix_cache_queries: 1536,
+            prefix_cache_hits: 1024,
+        };
         m.set_engine_stats(&stats);
         let text = m.render();
+        assert_eq!(sample(&text, "asynct_prefix_cache_queries_total"), 1536.0);
+        assert_eq!(sample(&text, "asynct_prefix_cache_hits_total"), 1024.0);
         assert_eq!(sample(&text, "asynct_requests_running"), 3.0);
         assert_eq!(sample(&text, "asynct_requests_waiting"), 2.0);
         assert_eq!(sample(&text, "asynct_kv_blocks_used"), 17.0);

@@ -88,7 +88,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     eprintln!("loading {}", args.model.display());
     let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
     eprintln!("running on {}", executor.describe());
-    let sched = load::scheduler_config(args.max_num_seqs, max_model_len);
+    let sched = load::scheduler_config(args.max_num_seqs, max_model_len, !args.no_prefix_caching);
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
 

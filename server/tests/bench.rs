@@ -54,6 +54,7 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
     assert!(stdout.contains("prefill_tok_s: prompt tokens / seconds"), "the definitions are printed: {stdout}");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["max_num_seqs"], 3, "the largest batch the run needs");
+    assert_eq!(report["prefix_caching"], true, "on unless --no-prefix-caching");
 
     let scenarios = report["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 2);

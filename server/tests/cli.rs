@@ -27,6 +27,17 @@ fn init_then_generate_prints_text_and_a_summary() {
     assert!(err.contains("generated 5 tokens") && err.contains("tok/s"), "{err}");
     let again = asynct(&["generate", "--model", dir.to_str().unwrap(), "--prompt", "Hello", "--max-tokens", "5"]);
     assert_eq!(out.stdout, again.stdout, "greedy generation is deterministic");
+    let uncached = asynct(&[
+        "generate",
+        "--model",
+        dir.to_str().unwrap(),
+        "--prompt",
+        "Hello",
+        "--max-tokens",
+        "5",
+        "--no-prefix-caching",
+    ]);
+    assert_eq!(out.stdout, uncached.stdout, "--no-prefix-caching changes no token");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -3,6 +3,8 @@
 //! - a request gives the same tokens and the same logits bits alone, in a batch of 64 others
 //!   (some of them prefilling beside its decode rows), after a preemption, and with every decode
 //!   step run eagerly instead of replaying its whole-step CUDA graph;
+//! - a request resumed from a prefix-cache hit (whole chunks of another request's prompt, or of
+//!   its own earlier run) gives the tokens and logits bits it gives with no cache;
 //! - device memory after 1,000 requests through the engine equals device memory after the first.
 //!
 //! The model is small (two layers, hidden 256, the GPU's head dim 128, the byte tokenizer's
@@ -28,6 +30,7 @@ fn main() {
         "gpu_engine",
         &[
             ("a_request_has_the_same_bits_alone_batched_preempted_and_eager", same_bits_everywhere),
+            ("a_prefix_cache_hit_changes_no_token_and_no_logits_bit", same_bits_after_a_prefix_hit),
             ("device_memory_after_1000_requests_equals_after_the_first", no_leak),
         ],
     )
@@ -78,7 +81,7 @@ fn max_model_len(cfg: &ModelConfig, kv_blocks: Option<usize>) -> usize {
 /// The longest sequence beside a forced small cache.
 const SMALL_MODEL_LEN: usize = 256;
 
-fn scheduler(exec: &GpuExecutor, cfg: &ModelConfig) -> Result<Scheduler, String> {
+fn scheduler(exec: &GpuExecutor, cfg: &ModelConfig, prefix_caching: bool) -> Result<Scheduler, String> {
     let kv = exec.kv_capacity();
     let small = (kv.num_blocks * kv.block_size < cfg.max_position_embeddings).then_some(kv.num_blocks);
     let sched = SchedulerConfig {
@@ -86,6 +89,7 @@ fn scheduler(exec: &GpuExecutor, cfg: &ModelConfig) -> Result<Scheduler, String>
         max_batched_tokens: CHUNK + MAX_SEQS,
         prefill_chunk: CHUNK,
         max_model_len: max_model_len(cfg, small),
+        prefix_caching,
     };
     Scheduler::new(sched, exec.kv_capacity()).map_err(err)
 }
@@ -115,10 +119,20 @@ struct Watched {
 }
 
 /// Runs `requests` (added in order, each generating `GENERATED` tokens) to the end through `exec`
-/// and a fresh scheduler; returns what `WATCHED` produced, the preemption count, and the steps
-/// that replayed (decode only) and ran eagerly with the watched request in them.
+/// and a fresh scheduler with prefix caching; returns what `WATCHED` produced, the preemption
+/// count, and the steps that mixed the watched request with a prefill chunk.
 fn drive(exec: &mut GpuExecutor, cfg: &ModelConfig, requests: &[Request]) -> Result<(Watched, u64, usize), String> {
-    let mut sched = scheduler(exec, cfg)?;
+    let mut sched = scheduler(exec, cfg, true)?;
+    drive_on(exec, &mut sched, requests)
+}
+
+/// As [`drive`], on `sched`, which keeps what it cached for the next call.
+fn drive_on(
+    exec: &mut GpuExecutor,
+    sched: &mut Scheduler,
+    requests: &[Request],
+) -> Result<(Watched, u64, usize), String> {
+    let preempted_before = sched.num_preemptions();
     let params: HashMap<u64, SamplingParams> = requests.iter().map(|r| (r.id, r.params)).collect();
     let mut generated: HashMap<u64, usize> = HashMap::new();
     for r in requests {
@@ -155,7 +169,7 @@ fn drive(exec: &mut GpuExecutor, cfg: &ModelConfig, requests: &[Request]) -> Res
             }
         }
     }
-    Ok((watched, sched.num_preemptions(), mixed_with_watched))
+    Ok((watched, sched.num_preemptions() - preempted_before, mixed_with_watched))
 }
 
 fn compare(what: &str, got: &Watched, want: &Watched) -> Check {
@@ -219,6 +233,60 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
+/// The watched request with a 300-token prompt alone without a cache, then after two donors: the
+/// first shares its first 200 tokens, the second 280 (and hits the first's first chunk). The
+/// watched request then hits two whole 128-token chunks (256 tokens), the second of them made of
+/// the first donor's rows 128..192, computed in a chunk whose later rows held other tokens, and
+/// the second donor's rows 192..256; the first chunk it computes starts at 256 over that K/V.
+/// Then again beside 8 others prefilling and decoding. The same tokens and logits bits each time.
+fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
+    let (dir, cfg) = write_model("prefix")?;
+    let mut exec = executor(gpu, &dir, &cfg, None)?;
+    let watched = || request(WATCHED, 300);
+    let mut plain = scheduler(&exec, &cfg, false)?;
+    let (alone, _, _) = drive_on(&mut exec, &mut plain, &[watched()])?;
+    if plain.prefix_cache_hits() != 0 {
+        return Err(format!("{} tokens hit with prefix caching off", plain.prefix_cache_hits()));
+    }
+    drop(plain);
+
+    let mut sched = scheduler(&exec, &cfg, true)?;
+    let donor = |id: u64, shared: usize| {
+        let mut r = request(id, 300);
+        r.prompt.splice(..shared, watched().prompt[..shared].iter().copied());
+        r
+    };
+    drive_on(&mut exec, &mut sched, &[donor(WATCHED + 4, 200)])?;
+    drive_on(&mut exec, &mut sched, &[donor(WATCHED + 2, 280)])?;
+    let donors = sched.prefix_cache_hits();
+    if donors != 128 {
+        return Err(format!("the second donor hit {donors} tokens of the first's prompt, expected 128"));
+    }
+    let (hit, _, _) = drive_on(&mut exec, &mut sched, &[watched()])?;
+    let donated = sched.prefix_cache_hits() - donors;
+    if donated != 256 {
+        return Err(format!("the watched request hit {donated} tokens of the donors' prompts, expected 256"));
+    }
+    compare("after a hit on two other requests' prefixes", &hit, &alone)?;
+
+    let mut crowd = vec![watched()];
+    // Ids 2010..2017: a prompt depends on id * 11 mod 250, so none is the watched request's (1001).
+    crowd.extend((2010..2018).map(|i| request(i, [40, 300, 9][i as usize % 3])));
+    let (again, _, mixed) = drive_on(&mut exec, &mut sched, &crowd)?;
+    let own = sched.prefix_cache_hits() - donors - donated;
+    if own != 256 {
+        return Err(format!("the second run hit {own} tokens, expected 256"));
+    }
+    compare(&format!("after a second hit, beside 8 others ({mixed} mixed steps)"), &again, &alone)?;
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    println!(
+        "  300-token prompt: the same tokens and logits bits with no cache and after hits of 256 tokens, alone and \
+         beside 8 others; tokens {:?}",
+        alone.tokens
+    );
+    Ok(())
+}
+
 fn no_leak(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg) = write_model("leak")?;
     let exec = executor(gpu, &dir, &cfg, None)?;
@@ -228,6 +296,7 @@ fn no_leak(gpu: &Arc<Gpu>) -> Check {
         max_batched_tokens: CHUNK + MAX_SEQS,
         prefill_chunk: CHUNK,
         max_model_len: cfg.max_position_embeddings,
+        prefix_caching: true,
     };
     let mut engine = Engine::new(Box::new(exec), Arc::new(tokenizer), sched, false).map_err(err)?;
     let free = || gpu.memory().map(|m| m.0).map_err(err);
@@ -240,7 +309,9 @@ fn no_leak(gpu: &Arc<Gpu>) -> Check {
             max_model_len: cfg.max_position_embeddings,
             ignore_eos: true,
         };
-        engine.add_request(GenerationRequest { prompt: r.prompt, sampling: r.params, stop }).map_err(err)
+        engine
+            .add_request(GenerationRequest { prompt: r.prompt, sampling: r.params, stop, skip_prefix_cache: false })
+            .map_err(err)
     };
     add(&mut engine, 0)?;
     engine.run_to_completion().map_err(err)?;

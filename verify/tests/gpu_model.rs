@@ -405,6 +405,7 @@ fn gpu_engine_tokens(
         max_batched_tokens: 256,
         prefill_chunk: 64,
         max_model_len: cfg.max_position_embeddings,
+        prefix_caching: true,
     };
     let mut engine = Engine::new(Box::new(executor), Arc::new(tokenizer), sched, record).map_err(e)?;
     for i in 0..8u32 {
@@ -421,7 +422,7 @@ fn gpu_engine_tokens(
             ignore_eos: true,
         };
         let prompt = (0..len).map(|t| (t * 37 + i * 11) % 500).collect();
-        engine.add_request(GenerationRequest { prompt, sampling, stop }).map_err(e)?;
+        engine.add_request(GenerationRequest { prompt, sampling, stop, skip_prefix_cache: false }).map_err(e)?;
     }
     Ok(engine.run_to_completion().map_err(e)?.into_iter().map(|c| c.token_ids).collect())
 }

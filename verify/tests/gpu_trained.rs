@@ -97,8 +97,13 @@ fn engine(gpu: Option<&Arc<Gpu>>, dir: &std::path::Path, cfg: &ModelConfig, tok:
             load_executor(dir, cfg, &opts, &mut |_, _| {}).map_err(err)?
         }
     };
-    let sched =
-        SchedulerConfig { max_num_seqs: BATCH, max_batched_tokens: 2048, prefill_chunk: 512, max_model_len: len };
+    let sched = SchedulerConfig {
+        max_num_seqs: BATCH,
+        max_batched_tokens: 2048,
+        prefill_chunk: 512,
+        max_model_len: len,
+        prefix_caching: false,
+    };
     Engine::new(executor, Arc::new(tok.clone()), sched, false).map_err(err)
 }
 
@@ -138,6 +143,7 @@ fn continuations(engine: &mut Engine, cfg: &ModelConfig, openings: &[Vec<u32>]) 
                 max_model_len: cfg.max_position_embeddings,
                 ignore_eos: true,
             },
+            skip_prefix_cache: false,
         };
         engine.add_request(request).map_err(err)?;
     }

@@ -114,7 +114,8 @@ fn drawn_at_last_first_token(
     let err = |e: model::Error| format!("planning the decode batch's prompts: {e}");
     let mut sched = Scheduler::new(cfg.clone(), kv).map_err(err)?;
     for (id, &len) in lens.iter().enumerate() {
-        sched.add(id as u64, vec![0; len], max_tokens).map_err(err)?;
+        // The bench's prompts share no prefix, so the plan looks none up.
+        sched.add_uncached(id as u64, vec![0; len], max_tokens).map_err(err)?;
     }
     let mut drawn = vec![0; lens.len()];
     while drawn.contains(&0) {
@@ -345,8 +346,13 @@ mod tests {
     fn staggered_prompts_bring_every_sequence_to_one_length() {
         // Chunks of 512 with room for one per step (the bench's budget is a chunk and a row per
         // sequence): sequence i finishes its prefill after sequence i - 1 and decodes meanwhile.
-        let cfg =
-            SchedulerConfig { max_num_seqs: 32, max_batched_tokens: 544, prefill_chunk: 512, max_model_len: 4096 };
+        let cfg = SchedulerConfig {
+            max_num_seqs: 32,
+            max_batched_tokens: 544,
+            prefill_chunk: 512,
+            max_model_len: 4096,
+            prefix_caching: true,
+        };
         // Two chunks each; and lengths where the first sequences' prompts drop to one chunk.
         for start_len in [1000, 530, 40] {
             let (lens, drawn) = staggered_prompts(&cfg, 32, start_len, start_len + 10).unwrap();

@@ -1,0 +1,271 @@
+//! The scheduler's unit tests: chunk boundaries, growing allocation, admission, preemption and
+//! refusals, and the property test that every request draws exactly its own tokens under any
+//! pressure.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn cfg() -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_seqs: 4,
+        max_batched_tokens: 8,
+        prefill_chunk: 5,
+        max_model_len: 32,
+        prefix_caching: true,
+    }
+}
+
+fn scheduler(num_blocks: usize) -> Scheduler {
+    Scheduler::new(cfg(), KvCapacity { num_blocks, block_size: 4 }).unwrap()
+}
+
+/// Plans and commits one step, every sampling sequence drawing `token`; returns the plan.
+fn step(s: &mut Scheduler, token: u32) -> StepPlan {
+    let plan = s.schedule().unwrap().expect("work is left");
+    let sampled: Vec<_> = plan.seqs.iter().map(|p| p.samples.then_some(token)).collect();
+    s.commit(&plan, &sampled).unwrap();
+    s.check_invariants();
+    plan
+}
+
+fn chunks(plan: &StepPlan) -> Vec<(u64, usize, usize, bool)> {
+    plan.seqs.iter().map(|p| (p.id, p.start, p.len, p.samples)).collect()
+}
+
+/// Steps until done for four 10-token prompts generating 6 tokens each under `budget`.
+fn steps_to_finish(budget: usize) -> usize {
+    let cfg = SchedulerConfig { max_batched_tokens: budget, ..cfg() };
+    let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: 64, block_size: 4 }).unwrap();
+    for id in 0..4 {
+        s.add(id, (0..10).collect(), 6).unwrap();
+    }
+    let mut steps = 0;
+    while s.has_work() {
+        let plan = step(&mut s, 1);
+        // Prompt (10) plus 6 sampled tokens: done once the sixth is drawn.
+        for p in plan.seqs.iter().filter(|p| p.samples && p.start + p.len + 1 >= 16) {
+            s.finish(p.id).unwrap();
+        }
+        steps += 1;
+    }
+    steps
+}
+
+#[test]
+fn a_budget_of_one_chunk_runs_a_batch_one_request_at_a_time() {
+    // A decoding sequence takes one token of a chunk-sized budget, and the next request's
+    // chunk (never cut) no longer fits: each request prefills (2 steps) and decodes (5) alone.
+    // With a row for every sequence beside the chunk they overlap.
+    assert_eq!(steps_to_finish(5), 4 * 7);
+    let overlapped = steps_to_finish(5 + 4);
+    assert!(overlapped < 14, "{overlapped} steps");
+}
+
+#[test]
+fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
+    let mut s = scheduler(16);
+    s.add(7, (0..12).collect(), 3).unwrap();
+    let got: Vec<_> = (0..5).flat_map(|_| chunks(&step(&mut s, 100))).collect();
+    assert_eq!(got, vec![(7, 0, 5, false), (7, 5, 5, false), (7, 10, 2, true), (7, 12, 1, true), (7, 13, 1, true)]);
+}
+
+#[test]
+fn plan_metadata_matches_the_blocks_held() {
+    let mut s = scheduler(16);
+    s.add(1, vec![1, 2, 3], 2).unwrap();
+    s.add(2, vec![4, 5], 9).unwrap();
+    let plan = s.schedule().unwrap().unwrap();
+    assert_eq!(plan.token_ids, vec![1, 2, 3, 4, 5]);
+    assert_eq!(plan.meta.query_start_loc, vec![0, 3, 5]);
+    assert_eq!(plan.meta.seq_lens, vec![3, 2]);
+    // Each holds one block for what it computes now: request 1 block 0, request 2 block 1.
+    assert_eq!(plan.slot_mapping, vec![0, 1, 2, 4, 5]);
+    plan.meta.validate(16, 4, 5).unwrap();
+}
+
+#[test]
+fn a_chunk_that_does_not_fit_waits_whole() {
+    let mut s = scheduler(16);
+    s.add(1, (0..5).collect(), 1).unwrap();
+    s.add(2, (0..5).collect(), 1).unwrap();
+    let plan = s.schedule().unwrap().unwrap();
+    assert_eq!(plan.seqs.len(), 1, "two 5-token chunks exceed the 8-token budget");
+    assert_eq!(plan.seqs[0].id, 1);
+}
+
+#[test]
+fn admission_takes_the_first_chunks_blocks_and_decoding_adds_one_per_block() {
+    let mut s = scheduler(16);
+    s.add(1, (0..12).collect(), 12).unwrap();
+    step(&mut s, 100);
+    assert_eq!(s.pool().num_used(), 2, "5 of 24 tokens computed: 2 blocks, not the 6 of its whole life");
+    step(&mut s, 100);
+    step(&mut s, 100);
+    let mut used = vec![s.pool().num_used()];
+    for _ in 0..9 {
+        step(&mut s, 100);
+        used.push(s.pool().num_used());
+    }
+    // 12 prompt tokens computed, then one more per decode step.
+    assert_eq!(used, vec![3, 4, 4, 4, 4, 5, 5, 5, 5, 6]);
+    s.finish(1).unwrap();
+    assert_eq!(s.pool().num_used(), 0);
+}
+
+#[test]
+fn admission_waits_for_blocks_and_finish_frees_them_at_once() {
+    let mut s = scheduler(2);
+    s.add(1, (0..7).collect(), 1).unwrap();
+    s.add(2, (0..3).collect(), 1).unwrap();
+    let plan = step(&mut s, 100);
+    assert_eq!(chunks(&plan), vec![(1, 0, 5, false)], "request 2 fits the budget but not the free blocks");
+    assert_eq!((s.num_running(), s.num_waiting()), (1, 1));
+    s.finish(1).unwrap();
+    assert_eq!(s.pool().num_used(), 0);
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(2, 0, 3, true)]);
+    s.add(3, vec![1], 1).unwrap();
+    s.finish(3).unwrap();
+    assert_eq!(s.num_waiting(), 0);
+    assert!(matches!(s.finish(3), Err(Error::UnknownRequest { id: 3 })));
+}
+
+#[test]
+fn the_newest_is_preempted_and_recomputes_its_tokens_at_the_same_boundaries() {
+    let mut s = scheduler(4);
+    s.add(1, vec![1, 2, 3, 4], 8).unwrap();
+    s.add(2, vec![5, 6, 7, 8], 8).unwrap();
+    // Five steps fill both sequences' two blocks: 8 tokens each, 5 of them generated.
+    for t in 0..5 {
+        assert_eq!(step(&mut s, 100 + t).seqs.len(), 2);
+    }
+    assert_eq!(s.pool().num_free(), 0);
+    let plan = step(&mut s, 105);
+    assert_eq!(chunks(&plan), vec![(1, 8, 1, true)], "request 1 grows, request 2 goes back to wait");
+    assert_eq!((s.num_preemptions(), s.num_running(), s.num_waiting()), (1, 1, 1));
+    assert_eq!(s.pool().num_used(), 3);
+    s.finish(1).unwrap();
+    // The prompt as one chunk, then each generated token as a row of its own, as they were
+    // first computed; only the step ending at its last token samples.
+    let mut recomputed = Vec::new();
+    let mut seen = Vec::new();
+    for t in 0..6 {
+        let plan = step(&mut s, 105 + t);
+        seen.extend(chunks(&plan));
+        recomputed.extend(plan.token_ids);
+        if t == 5 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![(2, 0, 4, false), (2, 4, 1, false), (2, 5, 1, false), (2, 6, 1, false), (2, 7, 1, false), (2, 8, 1, true)]
+    );
+    assert_eq!(recomputed, vec![5, 6, 7, 8, 100, 101, 102, 103, 104]);
+    assert_eq!(chunks(&step(&mut s, 106)), vec![(2, 9, 1, true)]);
+}
+
+#[test]
+fn the_newest_preempts_itself_and_frees_nothing_for_newcomers_that_step() {
+    let mut s = scheduler(3);
+    s.add(1, vec![1, 2, 3, 4], 4).unwrap();
+    s.add(2, vec![5, 6, 7], 5).unwrap();
+    step(&mut s, 100);
+    step(&mut s, 101);
+    s.add(3, vec![9], 1).unwrap();
+    // Request 2 needs its second block, and the only sequence newer than it is itself.
+    let plan = step(&mut s, 102);
+    assert_eq!(chunks(&plan), vec![(1, 5, 1, true)]);
+    assert_eq!((s.num_preemptions(), s.num_waiting(), s.pool().num_free()), (1, 2, 1));
+    // Request 3 fits the freed block, but request 2 is ahead of it: its prompt (one block)
+    // is recomputed there first, without sampling.
+    assert_eq!(chunks(&step(&mut s, 103)), vec![(1, 6, 1, true), (2, 0, 3, false)]);
+    assert_eq!((s.num_waiting(), s.pool().num_free()), (1, 0));
+}
+
+#[test]
+fn impossible_requests_are_refused_with_reasons() {
+    let mut s = scheduler(16);
+    assert!(s.add(1, vec![], 4).unwrap_err().to_string().contains("no tokens"));
+    assert!(s.add(1, (0..40).collect(), 4).unwrap_err().to_string().contains("at most 32"));
+    let mut small = scheduler(2);
+    assert!(matches!(small.add(1, (0..10).collect(), 5), Err(Error::OutOfBlocks { .. })));
+    small.add(2, (0..4).collect(), 4).unwrap();
+    s.add(3, vec![1], 1).unwrap();
+    assert!(s.add(3, vec![1], 1).is_err());
+    let zero = KvCapacity { num_blocks: 4, block_size: 0 };
+    assert!(Scheduler::new(cfg(), zero).unwrap_err().to_string().contains("block_size"));
+}
+
+proptest! {
+    /// Any workload on any cache that fits its longest request runs to the end, every
+    /// request drawing exactly its tokens in order whatever was preempted, each chunk
+    /// embedding the request's own tokens, and each running sequence holding exactly the
+    /// blocks its computed tokens need.
+    #[test]
+    fn every_request_finishes_with_its_own_tokens_under_any_pressure(
+        reqs in prop::collection::vec((1usize..20, 1usize..12), 1..8),
+        spare_blocks in 0usize..6,
+        prefill_chunk in 1usize..8,
+        extra_budget in 0usize..6,
+        max_num_seqs in 1usize..6,
+        prefix_caching: bool,
+    ) {
+        let cfg = SchedulerConfig {
+            max_num_seqs,
+            max_batched_tokens: prefill_chunk + extra_budget,
+            prefill_chunk,
+            max_model_len: 28,
+            prefix_caching,
+        };
+        let longest = reqs.iter().map(|&(p, m)| blocks_for((p + m).min(28), 4)).max().unwrap();
+        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
+        let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
+        let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
+        let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for (id, &(p, m)) in reqs.iter().enumerate() {
+            s.add(id as u64, prompt(id, p), m).unwrap();
+            generated.insert(id as u64, Vec::new());
+        }
+        let mut steps = 0;
+        while s.has_work() {
+            steps += 1;
+            prop_assert!(steps < 2000, "no progress");
+            let plan = s.schedule().unwrap().expect("work left means a step");
+            let mut sampled = Vec::new();
+            let mut done = Vec::new();
+            for (i, p) in plan.seqs.iter().enumerate() {
+                let (pl, max_tokens) = reqs[p.id as usize];
+                let gen = &generated[&p.id];
+                let mut want = prompt(p.id as usize, pl);
+                want.extend(gen);
+                let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+                prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
+                prop_assert_eq!(p.samples, p.start + p.len == want.len());
+                sampled.push(p.samples.then(|| draw(p.id, gen.len())));
+                if let Some(t) = sampled[i] {
+                    let gen = generated.get_mut(&p.id).unwrap();
+                    gen.push(t);
+                    if gen.len() == max_tokens || pl + gen.len() == 28 {
+                        done.push(p.id);
+                    }
+                }
+            }
+            s.commit(&plan, &sampled).unwrap();
+            for id in done {
+                s.finish(id).unwrap();
+            }
+            s.check_invariants();
+            let held: usize = s.running.iter().map(|q| blocks_for(q.num_computed, 4)).sum();
+            prop_assert_eq!(held, s.pool().num_used());
+            prop_assert!(s.running.iter().all(|q| q.blocks.len() == blocks_for(q.num_computed, 4)));
+        }
+        for (id, &(p, m)) in reqs.iter().enumerate() {
+            let want: Vec<u32> = (0..m.min(28 - p)).map(|n| draw(id as u64, n)).collect();
+            prop_assert_eq!(&generated[&(id as u64)], &want);
+        }
+        prop_assert_eq!(s.pool().num_used(), 0);
+    }
+}
