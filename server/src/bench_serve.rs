@@ -35,6 +35,12 @@ use workload::{Planned, PromptKind, Shape};
 
 /// The route every timed request goes to.
 const COMPLETIONS: &str = "/v1/completions";
+/// Requests of one run, at most: each keeps its result (and its ITL gaps) to the end.
+const MAX_PROMPTS: usize = 1_000_000;
+/// Tokens generated over the run, at most: each one's gap is kept for the ITL percentiles.
+const MAX_OUTPUT_TOKENS: usize = 1 << 27;
+/// Prompt tokens of the requests in flight together, at most: their prompts are held at once.
+const MAX_IN_FLIGHT_PROMPT_TOKENS: usize = 1 << 26;
 
 /// The JSON `--out` writes.
 #[derive(Serialize)]
@@ -77,6 +83,9 @@ impl Config {
         positive("--input-len", args.input_len)?;
         positive("--output-len", args.output_len)?;
         let max_concurrency = args.max_concurrency.map(|c| positive("--max-concurrency", c)).transpose()?;
+        if args.num_prompts > MAX_PROMPTS {
+            return Err(format!("--num-prompts must be at most {MAX_PROMPTS}, got {}", args.num_prompts));
+        }
         if let Some(rate) = args.request_rate {
             if !(rate.is_finite() && rate > 0.0) {
                 return Err(format!("--request-rate must be a positive number of requests per second, got {rate}"));
@@ -96,6 +105,23 @@ impl Config {
             ("text", _) => PromptKind::Text,
             (other, _) => return Err(format!("--prompt-kind must be ids or text, got `{other}`")),
         };
+        let in_flight = max_concurrency.unwrap_or(args.num_prompts).min(args.num_prompts);
+        let longest_input = workload::longest(args.input_len, args.range_ratio);
+        if in_flight.saturating_mul(longest_input) > MAX_IN_FLIGHT_PROMPT_TOKENS {
+            return Err(format!(
+                "--input-len {} (up to {longest_input} with --range-ratio) for {in_flight} requests in flight holds more \
+                 than {MAX_IN_FLIGHT_PROMPT_TOKENS} prompt tokens at once: lower --input-len or --max-concurrency",
+                args.input_len
+            ));
+        }
+        let longest_output = workload::longest(args.output_len, args.range_ratio);
+        if args.num_prompts.saturating_mul(longest_output) > MAX_OUTPUT_TOKENS {
+            return Err(format!(
+                "--output-len {} (up to {longest_output} with --range-ratio) for --num-prompts {} is more than \
+                 {MAX_OUTPUT_TOKENS} tokens in one run",
+                args.output_len, args.num_prompts
+            ));
+        }
         Ok(Self {
             target,
             shape: Shape {
@@ -127,7 +153,7 @@ pub fn run(args: &BenchServeArgs) -> Result<(), String> {
         println!("benchmarking {} ({model}) with {} requests", client.target().url(), args.num_prompts);
         for w in 0..args.num_warmups {
             let planned = config.shape.request(w, Duration::ZERO);
-            let result = timed_request(&client, &model, &planned, config.request_timeout).await;
+            let result = timed_request(&client, &model, &config.shape, &planned, config.request_timeout).await;
             if let Some(e) = result.error {
                 return Err(format!("warm-up request {w} failed: {e}"));
             }
@@ -194,12 +220,13 @@ async fn timed_run(client: &Arc<Client>, model: &str, config: &Config) -> (Vec<R
         tokio::time::sleep_until(due.into()).await;
         let (client, permits, model, timeout) =
             (client.clone(), permits.clone(), model.to_string(), config.request_timeout);
+        let shape = config.shape.clone();
         tasks.spawn(async move {
             let Ok(Ok(_permit)) = tokio::time::timeout_at(deadline.into(), permits.acquire_owned()).await else {
                 return (unsent(&planned), None);
             };
             let left = deadline.saturating_duration_since(Instant::now());
-            let result = timed_request(&client, &model, &planned, timeout.min(left)).await;
+            let result = timed_request(&client, &model, &shape, &planned, timeout.min(left)).await;
             let ended = result.error.is_none().then(Instant::now);
             (result, ended)
         });
@@ -227,14 +254,20 @@ fn unsent(planned: &Planned) -> RequestResult {
 }
 
 /// One streamed request within `timeout`, checked against what it asked for.
-async fn timed_request(client: &Client, model: &str, planned: &Planned, timeout: Duration) -> RequestResult {
+async fn timed_request(
+    client: &Client,
+    model: &str,
+    shape: &Shape,
+    planned: &Planned,
+    timeout: Duration,
+) -> RequestResult {
     let mut result = RequestResult {
         index: planned.index,
         input_len: planned.input_len,
         output_len: planned.output_len,
         ..Default::default()
     };
-    let body = request_body(model, planned).to_string();
+    let body = request_body(model, shape.prompt(planned), planned.output_len).to_string();
     let streamed = match tokio::time::timeout(timeout, client.stream(COMPLETIONS, body)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return RequestResult { error: Some(e), ..result },
@@ -255,7 +288,7 @@ async fn timed_request(client: &Client, model: &str, planned: &Planned, timeout:
         Some((_, n)) if n != planned.output_len => {
             Some(format!("generated {n} tokens, asked for exactly {} (ignore_eos)", planned.output_len))
         }
-        Some((p, _)) if planned.prompt.is_array() && p != planned.input_len => {
+        Some((p, _)) if matches!(shape.prompt_kind, PromptKind::Ids { .. }) && p != planned.input_len => {
             Some(format!("the server read {p} prompt tokens, {} were sent", planned.input_len))
         }
         Some(_) if result.ttft_ms.is_none() => Some("no event carried a choice".into()),
@@ -267,12 +300,12 @@ async fn timed_request(client: &Client, model: &str, planned: &Planned, timeout:
     result
 }
 
-/// A greedy streamed completion of exactly the planned length.
-fn request_body(model: &str, planned: &Planned) -> Value {
+/// A greedy streamed completion of exactly `max_tokens`.
+fn request_body(model: &str, prompt: Value, max_tokens: usize) -> Value {
     json!({
         "model": model,
-        "prompt": planned.prompt,
-        "max_tokens": planned.output_len,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
         "temperature": 0.0,
         "ignore_eos": true,
         "stream": true,

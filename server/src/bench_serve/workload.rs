@@ -33,13 +33,12 @@ pub struct Shape {
     pub seed: u64,
 }
 
-/// One request of the run.
+/// One request of the run; its prompt is made only when it is sent ([`Shape::prompt`]), so a
+/// long run holds the prompts of the requests in flight, not all of them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Planned {
     /// Its place in the run (and its prompt's index).
     pub index: usize,
-    /// The `prompt` field: token ids or text.
-    pub prompt: Value,
     /// Prompt tokens asked for: exact for token ids, the word count for text.
     pub input_len: usize,
     /// `max_tokens`.
@@ -59,11 +58,15 @@ impl Shape {
         let mut lengths = self.seed ^ LENGTHS ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let input_len = draw_len(self.input_len, self.range_ratio, &mut lengths);
         let output_len = draw_len(self.output_len, self.range_ratio, &mut lengths);
-        let prompt = match self.prompt_kind {
-            PromptKind::Ids { vocab } => json!(random_prompt(self.seed, index, input_len, vocab)),
-            PromptKind::Text => Value::String(words(self.seed, index, input_len)),
-        };
-        Planned { index, prompt, input_len, output_len, arrival }
+        Planned { index, input_len, output_len, arrival }
+    }
+
+    /// The `prompt` field of `planned`: token ids or text.
+    pub fn prompt(&self, planned: &Planned) -> Value {
+        match self.prompt_kind {
+            PromptKind::Ids { vocab } => json!(random_prompt(self.seed, planned.index, planned.input_len, vocab)),
+            PromptKind::Text => Value::String(words(self.seed, planned.index, planned.input_len)),
+        }
     }
 
     /// Every timed request, in arrival order.
@@ -87,8 +90,13 @@ impl Shape {
 /// A length around `len`: uniform over the integers in `[len (1 - r), len (1 + r)]`, at least 1.
 fn draw_len(len: usize, ratio: f64, state: &mut u64) -> usize {
     let lo = ((len as f64 * (1.0 - ratio)).ceil() as usize).max(1);
-    let hi = ((len as f64 * (1.0 + ratio)).floor() as usize).max(lo);
+    let hi = longest(len, ratio).max(lo);
     lo + (splitmix64(state) % (hi - lo + 1) as u64) as usize
+}
+
+/// The longest length drawn around `len` with `ratio`.
+pub fn longest(len: usize, ratio: f64) -> usize {
+    ((len as f64 * (1.0 + ratio)).floor() as usize).max(1)
 }
 
 /// A uniform number in (0, 1].
@@ -132,23 +140,26 @@ mod tests {
     fn token_id_prompts_are_asynct_benchs_and_fixed_lengths_are_exact() {
         let plan = shape().plan();
         for p in &plan[..3] {
-            assert_eq!(p.prompt, json!(random_prompt(5, p.index, 100, 1000)));
+            assert_eq!(shape().prompt(p), json!(random_prompt(5, p.index, 100, 1000)));
             assert_eq!((p.input_len, p.output_len, p.arrival), (100, 10, Duration::ZERO));
         }
         assert_eq!(plan, shape().plan(), "the same seed, the same run");
-        assert_ne!(plan[0].prompt, Shape { seed: 6, ..shape() }.plan()[0].prompt);
+        let other = Shape { seed: 6, ..shape() };
+        assert_ne!(shape().prompt(&plan[0]), other.prompt(&other.plan()[0]));
     }
 
     #[test]
     fn random_lengths_stay_in_range_and_cover_it() {
-        let plan = Shape { range_ratio: 0.5, ..shape() }.plan();
+        let random = Shape { range_ratio: 0.5, ..shape() };
+        let plan = random.plan();
         let inputs: Vec<_> = plan.iter().map(|p| p.input_len).collect();
         assert_eq!((*inputs.iter().min().unwrap(), *inputs.iter().max().unwrap()), (50, 150));
         assert!(plan.iter().all(|p| (5..=15).contains(&p.output_len)));
         let mean = inputs.iter().sum::<usize>() as f64 / inputs.len() as f64;
         assert!((mean - 100.0).abs() < 3.0, "{mean}");
-        assert!(plan.iter().all(|p| p.prompt.as_array().unwrap().len() == p.input_len));
+        assert!(plan.iter().all(|p| random.prompt(p).as_array().unwrap().len() == p.input_len));
         assert_eq!(draw_len(1, 0.99, &mut 0), 1, "never below one token");
+        assert_eq!((longest(100, 0.5), longest(1, 0.0)), (150, 1));
     }
 
     #[test]
@@ -165,8 +176,9 @@ mod tests {
 
     #[test]
     fn text_prompts_are_the_asked_number_of_words() {
-        let p = Shape { prompt_kind: PromptKind::Text, ..shape() }.request(3, Duration::ZERO);
-        let text = p.prompt.as_str().unwrap();
+        let text_shape = Shape { prompt_kind: PromptKind::Text, ..shape() };
+        let prompt = text_shape.prompt(&text_shape.request(3, Duration::ZERO));
+        let text = prompt.as_str().unwrap();
         assert_eq!(text.split(' ').count(), 100);
         assert!(text.split(' ').all(|w| (2..=6).contains(&w.len()) && w.bytes().all(|b| b.is_ascii_lowercase())));
     }
