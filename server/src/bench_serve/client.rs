@@ -51,13 +51,12 @@ impl Target {
         if uri.query().is_some() {
             return Err(bad("without a query"));
         }
+        let prefix = uri.path().trim_end_matches('/').to_string();
+        if prefix.ends_with("/v1") {
+            return Err(bad("naming the server's root, not its /v1 (the routes are added to it)"));
+        }
         let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_string();
-        Ok(Self {
-            host,
-            port: authority.port_u16().unwrap_or(80),
-            authority: authority.as_str().to_string(),
-            prefix: uri.path().trim_end_matches('/').to_string(),
-        })
+        Ok(Self { host, port: authority.port_u16().unwrap_or(80), authority: authority.as_str().to_string(), prefix })
     }
 
     /// The URL, for messages and the report.
@@ -300,6 +299,7 @@ mod tests {
             ("127.0.0.1:8000", "with its scheme"),
             ("http://u:p@127.0.0.1:8000", "without credentials"),
             ("http://127.0.0.1:8000/?a=1", "without a query"),
+            ("http://127.0.0.1:8000/v1", "not its /v1"),
             ("http://", "does not parse"),
         ] {
             let err = Target::parse(url).unwrap_err();
