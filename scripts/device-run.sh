@@ -54,7 +54,7 @@ export ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels
 B=device-bin
 status=0
 # Waits until 127.0.0.1:$1 answers /health with 200 (true), or $2 seconds pass or process $3 ends
-# (false). Bash's /dev/tcp: the image has no curl.
+# (false), through bash's /dev/tcp (no curl needed).
 wait_healthy() {
   local port=$1 limit=$2 pid=$3 start=$SECONDS line
   while (( SECONDS - start < limit )) && kill -0 "$pid" 2>/dev/null; do
