@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
 #   device tool: command "scripts/device-run.sh tests sanitize fuzz bench gemm", carry ["device-bin", ".whl"]
-#   (the step stage also needs ".qwen3")
+#   (the step, start and serve stages also need ".qwen3")
 # (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
 # the anchor times SDPA alone.)
 # Stages (any subset, in this order):
@@ -33,6 +33,18 @@
 #             VARIANTS (default "pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse"): pdl0 sets
 #             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, noqkv ASYNCT_FUSION=peri_ln,silu, each
 #             to bench-decode-VARIANT.json/log
+#   start     issue 16's fast start: `asynct serve` of asynct-0.5b (carry ".qwen3") timed from launch to
+#             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
+#             log shows "compiling kernel N of M"), again with the cache that start filled (the goal:
+#             within 3 s), and once more with --enforce-eager (no graph captures) to show their share;
+#             seconds to start-times.txt, each start's log to start-LABEL.log
+#   serve     issue 16's serving benchmark on asynct-0.5b: the same work (SERVE_PROMPTS requests,
+#             default 256, of SERVE_INPUT prompt tokens, default 128, and SERVE_OUTPUT output tokens,
+#             default 256, the same seeded ids) through `asynct bench` (engine only, all submitted at
+#             once, serve-engine.json/log) and through `asynct serve` loaded by `asynct bench-serve`
+#             at SERVE_CONCURRENCY streams (default 256; serve-http.json/log, the server's log in
+#             serve-server.log); the HTTP output throughput's ratio to the engine's goes to
+#             serve-ratio.txt (the goal: at least 0.9)
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +53,38 @@ mkdir -p "$OUT"
 export ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels
 B=device-bin
 status=0
+# Waits until 127.0.0.1:$1 answers /health with 200 (true), or $2 seconds pass or process $3 ends
+# (false), through bash's /dev/tcp (no curl needed).
+wait_healthy() {
+  local port=$1 limit=$2 pid=$3 start=$SECONDS line
+  while (( SECONDS - start < limit )) && kill -0 "$pid" 2>/dev/null; do
+    if exec 3<>"/dev/tcp/127.0.0.1/$port"; then
+      printf 'GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
+      line=""; read -r -t 5 line <&3
+      exec 3<&- 3>&-
+      [[ $line == *" 200 "* ]] && return 0
+    fi 2>/dev/null
+    sleep 0.05
+  done
+  return 1
+}
+# Starts `asynct serve --model $M --port $2 ${@:3}` with its log in $OUT/$1.log and waits for it to
+# be healthy; prints and records the seconds from launch. The server's pid is left in $served.
+start_serve() {
+  local label=$1 port=$2; shift 2
+  local t0; t0=$(date +%s.%N)
+  $B/asynct serve --model $M --port "$port" "$@" > "$OUT/$label.log" 2>&1 &
+  served=$!
+  if wait_healthy "$port" 600 $served; then
+    echo "$label: healthy after $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s ($(grep -c 'compiling kernel' "$OUT/$label.log") kernels compiled)" \
+      | tee -a "$OUT/start-times.txt"
+  else
+    echo "$label: exited or not healthy within 600 s; the log's end:" | tee -a "$OUT/start-times.txt"; tail -n 20 "$OUT/$label.log"
+    return 1
+  fi
+}
+# Stops the server start_serve left running (SIGTERM, then waits for it to drain and exit).
+stop_serve() { kill -TERM "$served" 2>/dev/null; wait "$served"; }
 echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
 for stage in "$@"; do
   case "$stage" in
@@ -163,6 +207,49 @@ for stage in "$@"; do
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"
       done ;;
+    start)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+      M=/tmp/m05
+      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/start-init.log" 2>&1
+      # A cache of this stage's own, emptied, so the first start compiles every kernel.
+      ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels-start
+      rm -rf "$ASYNCT_KERNEL_CACHE"
+      for label in start-first start-second start-eager; do
+        eager=(); [ $label = start-eager ] && eager=(--enforce-eager)
+        if start_serve $label 8100 "${eager[@]}"; then stop_serve; else status=1; kill "$served" 2>/dev/null; fi
+      done
+      ls -la "$ASYNCT_KERNEL_CACHE" > "$OUT/start-cache.txt"
+      ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels ;;
+    serve)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+      M=/tmp/m05
+      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/serve-init.log" 2>&1
+      n=${SERVE_PROMPTS:-256} c=${SERVE_CONCURRENCY:-256} in=${SERVE_INPUT:-128} gen=${SERVE_OUTPUT:-256}
+      vocab=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['vocab_size'])" $M/config.json)
+      # The engine alone: every request submitted at once, the same seeded ids bench-serve sends.
+      $B/asynct bench --model $M --scenario decode_heavy_b32 --requests $n --prompt-len $in --output-len $gen \
+        --max-num-seqs $c --out "$OUT/serve-engine.json" 2>&1 | tee "$OUT/serve-engine.log" || status=1
+      if start_serve serve-server 8100 --max-num-seqs $c --max-connections $((c + 64)); then
+        $B/asynct bench-serve --url http://127.0.0.1:8100 --vocab-size "$vocab" --num-prompts $n --max-concurrency $c \
+          --input-len $in --output-len $gen --out "$OUT/serve-http.json" 2>&1 | tee "$OUT/serve-http.log" || status=1
+        stop_serve
+      else
+        status=1; kill "$served" 2>/dev/null
+      fi
+      python3 - "$OUT/serve-engine.json" "$OUT/serve-http.json" <<'PY' 2>&1 | tee "$OUT/serve-ratio.txt" || status=1
+import json, sys
+engine = json.load(open(sys.argv[1]))["scenarios"][0]
+http = json.load(open(sys.argv[2]))
+engine_out = engine["generated_tokens"] / engine["wall_s"]
+engine_total = (engine["prompt_tokens"] + engine["generated_tokens"]) / engine["wall_s"]
+ratio = http["output_throughput"] / engine_out
+print(f"engine: {engine_out:.0f} output tok/s, {engine_total:.0f} total tok/s over {engine['wall_s']:.2f} s")
+print(f"http:   {http['output_throughput']:.0f} output tok/s, {http['total_token_throughput']:.0f} total tok/s over "
+      f"{http['duration_s']:.2f} s; {http['completed']} completed, {http['failed']} failed")
+print(f"ratio (http / engine output tok/s): {ratio:.3f} (goal >= 0.9: {'met' if ratio >= 0.9 else 'NOT met'})")
+sys.exit(0 if ratio >= 0.9 and http["failed"] == 0 else 1)
+PY
+      ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

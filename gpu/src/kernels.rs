@@ -112,3 +112,27 @@ pub const ALL: &[Kernel] = &[
     GEMM_SKINNY,
     HP1_GATE_STATS,
 ];
+
+/// The kernel files a device of compute capability `cc` runs: every one, less the tensor-core
+/// prefills it cannot run (a loader compiles these up front, the rest never).
+pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
+    use crate::attention::PrefillKernel;
+    let skipped = |k: &Kernel| {
+        (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
+            || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
+    };
+    ALL.iter().filter(|k| !skipped(k)).copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
+        assert_eq!(for_device((9, 0)), ALL.to_vec());
+        let ampere = for_device((8, 0));
+        assert_eq!(ampere.len(), ALL.len() - 1);
+        assert!(!ampere.contains(&HP1_PREFILL_WGMMA) && ampere.contains(&HP1_PREFILL_MMA));
+    }
+}

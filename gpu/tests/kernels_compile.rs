@@ -1,9 +1,11 @@
-//! Every kernel compiles with NVRTC for Hopper (`sm_90a`). Needs only NVRTC, not a GPU:
+//! Every kernel compiles with NVRTC to a Hopper (`sm_90a`) cubin that defines its functions. Needs
+//! only NVRTC, not a GPU:
 //! `scripts/local-nvrtc.sh` installs the toolkit's NVRTC from PyPI so this runs on a CPU machine
 //! too. A `harness = false` target, so that without NVRTC the line saying it skipped is shown
 //! rather than captured as a silent pass.
 
 use gpu::kernels::ALL;
+use gpu::runtime::cubin::functions;
 use gpu::runtime::kernel_cache::compile;
 use gpu::runtime::nvrtc_available;
 
@@ -18,11 +20,15 @@ fn main() {
     }
     let mut failed = 0;
     for k in ALL {
-        match compile(k, "sm_90a") {
-            Ok(ptx) if ptx.contains(".entry") => println!("test {} ... ok", k.name),
-            Ok(_) => {
+        match compile(k, "sm_90a").map(|cubin| functions(&cubin)) {
+            Ok(Ok(names)) if !names.is_empty() => println!("test {} ... ok ({} functions)", k.name, names.len()),
+            Ok(Ok(_)) => {
                 failed += 1;
-                println!("test {} ... FAILED: no kernel entry in the PTX", k.name);
+                println!("test {} ... FAILED: the cubin defines no function", k.name);
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("test {} ... FAILED: {e}", k.name);
             }
             Err(e) => {
                 failed += 1;

@@ -105,6 +105,7 @@ pub fn load_executor(
                 return Err(Error::Options(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
             }
             check_gpu_sizes(&gpu, cfg, opts)?;
+            load_kernels(&gpu)?;
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
                 max_batched_tokens: step_budget(opts.max_num_seqs),
@@ -119,6 +120,23 @@ pub fn load_executor(
         }
         Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress),
     }
+}
+
+/// Loads every kernel the device runs before the weights. On a machine's first start (or after
+/// a kernel, NVRTC or the driver changed) NVRTC compiles them, the slow part of that start, so
+/// each compile is announced on stderr; later starts read the cubins from the kernel cache.
+fn load_kernels(gpu: &gpu::Gpu) -> Result<()> {
+    let kernels = gpu::kernels::for_device(gpu.info().compute_capability);
+    let dir = gpu::runtime::kernel_cache::cache_dir();
+    gpu.load_kernels(&kernels, &mut |n, total, kernel| {
+        eprintln!(
+            "compiling kernel {n} of {total} ({}) for {}; kept for later starts in {}",
+            kernel.name,
+            gpu.arch(),
+            dir.display()
+        )
+    })?;
+    Ok(())
 }
 
 /// Refuses, before the GPU backend allocates them, the buffers sized by flags and config fields

@@ -366,8 +366,7 @@ struct PromptSource {
 impl PromptSource {
     /// Prompt `index` of `len` ids, the same for the same seed on every run.
     fn prompt(&self, index: usize, len: usize) -> Vec<u32> {
-        let mut state = self.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (0..len).map(|_| (splitmix64(&mut state) % self.vocab as u64) as u32).collect()
+        random_prompt(self.seed, index, len, self.vocab)
     }
 
     fn request(&self, prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
@@ -393,7 +392,15 @@ impl PromptSource {
     }
 }
 
-fn splitmix64(state: &mut u64) -> u64 {
+/// Prompt `index` of `len` token ids below `vocab` for `seed`: what `asynct bench` runs, and what
+/// `asynct bench-serve` sends, so both time the same work.
+pub fn random_prompt(seed: u64, index: usize, len: usize, vocab: usize) -> Vec<u32> {
+    let mut state = seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len).map(|_| (splitmix64(&mut state) % vocab as u64) as u32).collect()
+}
+
+/// The next number of the SplitMix64 sequence at `state`.
+pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

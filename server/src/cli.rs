@@ -24,6 +24,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Time the engine: SPEC section 7's end-to-end scenarios and pure decode steps.
     Bench(BenchArgs),
+    /// Load a running `asynct serve` (or any OpenAI-compatible server) over HTTP and time it.
+    BenchServe(BenchServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -249,4 +251,58 @@ pub struct BenchArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchServeArgs {
+    /// The server, as http://HOST:PORT[/PREFIX]; every request goes there and nowhere else.
+    #[arg(long)]
+    pub url: String,
+    /// The model name requests carry; by default the first one the server's /v1/models lists.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Requests to time.
+    #[arg(long, default_value_t = 256)]
+    pub num_prompts: usize,
+    /// Requests in flight at once, at most; by default every request as soon as it arrives.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Requests per second, arriving as a Poisson process; by default all at once.
+    #[arg(long)]
+    pub request_rate: Option<f64>,
+    /// Prompt tokens of each request (the centre of the range with --range-ratio).
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    /// Tokens each request generates (`max_tokens`, with `ignore_eos`, so exactly this many).
+    #[arg(long, default_value_t = 256)]
+    pub output_len: usize,
+    /// Draw each length uniformly from [len * (1 - r), len * (1 + r)]; 0 keeps them fixed.
+    #[arg(long, default_value_t = 0.0)]
+    pub range_ratio: f64,
+    /// ids: prompts of seeded random token ids (the same ids as `asynct bench` draws for the same
+    /// seed and vocabulary); text: seeded random words, tokenised by the server.
+    #[arg(long, default_value = "ids")]
+    pub prompt_kind: String,
+    /// The model's vocabulary size (config.json's vocab_size): token-id prompts are drawn below it.
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
+    /// Seed of the prompts, the lengths and the arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Untimed requests sent one at a time before the timed ones.
+    #[arg(long, default_value_t = 1)]
+    pub num_warmups: usize,
+    /// Seconds one request may take; past it the request counts as failed.
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Seconds the whole timed run may take; past it nothing more is sent and requests still
+    /// running count as failed.
+    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+    pub max_duration: f64,
+    /// Sent as `Authorization: Bearer KEY`.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
 }

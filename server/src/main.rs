@@ -9,6 +9,7 @@
 //! - `asynct serve --model DIR [--port 8000] ...` serves the model over an OpenAI-compatible HTTP
 //!   API until SIGINT or SIGTERM.
 //! - `asynct bench --model DIR (--scenario NAME | --decode-batch 1,32,128) ...` times the engine.
+//! - `asynct bench-serve --url http://HOST:PORT ...` loads a running server over HTTP and times it.
 //!
 //! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
 //! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
@@ -19,6 +20,7 @@
 
 mod api;
 mod bench;
+mod bench_serve;
 mod chat_template;
 mod cli;
 mod conn;
@@ -47,6 +49,7 @@ fn main() -> std::process::ExitCode {
         cli::Command::Eval(args) => eval::run(&args),
         cli::Command::Serve(args) => serve::run(&args),
         cli::Command::Bench(args) => bench::run(&args),
+        cli::Command::BenchServe(args) => bench_serve::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

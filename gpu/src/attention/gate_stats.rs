@@ -152,6 +152,7 @@ fn grid(g: &Geometry) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
 
@@ -180,7 +181,7 @@ mod tests {
             println!("SKIPPED: no NVRTC library here (scripts/local-nvrtc.sh installs one)");
             return;
         }
-        let ptx = compile(&HP1_GATE_STATS, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-        assert!(ptx.contains(&format!(".entry {ENTRY}(")), "{ENTRY} missing");
+        let cubin = compile(&HP1_GATE_STATS, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        assert!(functions(&cubin).unwrap().iter().any(|f| f == ENTRY), "{ENTRY} missing");
     }
 }

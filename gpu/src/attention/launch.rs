@@ -243,6 +243,7 @@ pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Res
 mod tests {
     use super::*;
     use crate::attention::plan::{AttentionPath, Geometry, GroupSize, HeadsPerCta, Pv, HEAD_DIMS};
+    use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
 
@@ -291,9 +292,9 @@ mod tests {
             println!("SKIPPED: no NVRTC library here (scripts/local-nvrtc.sh installs one)");
             return;
         }
-        let decode = compile(&HP1_DECODE, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-        let rows = compile(&HP1_ROWS, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
-        let has = |ptx: &str, entry: &str| ptx.contains(&format!(".entry {entry}("));
+        let entries = |k| functions(&compile(k, "sm_90a").unwrap_or_else(|e| panic!("{e}"))).unwrap();
+        let (decode, rows) = (entries(&HP1_DECODE), entries(&HP1_ROWS));
+        let has = |names: &[String], entry: &str| names.iter().any(|n| n == entry);
         for d in HEAD_DIMS {
             let g = Geometry {
                 rows: 4,

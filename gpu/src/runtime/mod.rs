@@ -8,9 +8,11 @@
 //! captures the stream's launches into a replayable [`Graph`]. The cuBLASLt handle and its
 //! workspace are opened once per device too ([`Gpu::cublaslt`]).
 
+pub mod cubin;
 pub mod graph;
 pub mod kernel_cache;
 pub mod launch;
+mod nvrtc;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -74,19 +76,29 @@ impl Gpu {
 
     /// The entry point `entry` of `kernel`, compiling and loading the module on first use.
     pub fn function(&self, kernel: &Kernel, entry: &str) -> Result<CudaFunction> {
-        let module = {
-            let mut modules = self.modules.lock().expect("module table lock is never poisoned by a panic here");
-            match modules.get(kernel.name) {
-                Some(m) => m.clone(),
-                None => {
-                    let ptx = kernel_cache::compile(kernel, self.arch)?;
-                    let m = self.ctx.load_module(Ptx::from_src(ptx))?;
-                    modules.insert(kernel.name, m.clone());
-                    m
-                }
-            }
-        };
-        Ok(module.load_function(entry)?)
+        Ok(self.module(kernel, &mut || {})?.load_function(entry)?)
+    }
+
+    /// Loads every one of `kernels` now, compiling those the disk cache lacks; before each
+    /// compile, `compiling(n, total, kernel)` says which (`n` counts from 1 over `kernels`), so
+    /// a first start can show what it waits for. Later [`Gpu::function`] calls find them loaded.
+    pub fn load_kernels(&self, kernels: &[Kernel], compiling: &mut dyn FnMut(usize, usize, &Kernel)) -> Result<()> {
+        for (i, kernel) in kernels.iter().enumerate() {
+            self.module(kernel, &mut || compiling(i + 1, kernels.len(), kernel))?;
+        }
+        Ok(())
+    }
+
+    /// `kernel`'s module, loaded from its cubin (compiled through the cache) on first use.
+    fn module(&self, kernel: &Kernel, before_compile: &mut dyn FnMut()) -> Result<Arc<CudaModule>> {
+        let mut modules = self.modules.lock().expect("module table lock is never poisoned by a panic here");
+        if let Some(m) = modules.get(kernel.name) {
+            return Ok(m.clone());
+        }
+        let cubin = kernel_cache::compile_reporting(kernel, self.arch, before_compile)?;
+        let m = self.ctx.load_module(Ptx::from_binary(cubin))?;
+        modules.insert(kernel.name, m.clone());
+        Ok(m)
     }
 
     /// The device's cuBLASLt handle and workspace, opened on first use and shared by every
