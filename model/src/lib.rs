@@ -11,7 +11,7 @@
 //!   [`scheduler`] plans each step over the [`block_pool`] (chunked prefill, blocks allocated as
 //!   sequences grow, preemption by recompute), the executor runs the forward and samples, and the
 //!   engine streams text and applies the stop rules. [`cpu_backend`] is the oracle's executor;
-//!   [`gpu_backend`] is being built as the second.
+//!   [`gpu_backend`] the GPU's. [`request_state`] is what the engine keeps of one request.
 //!
 //! ```
 //! use model::config::ModelConfig;
@@ -40,6 +40,7 @@ pub mod executor;
 pub mod executor_loader;
 pub mod gpu_backend;
 pub mod presets;
+pub mod request_state;
 pub mod scheduler;
 
 pub use error::{Error, Result};

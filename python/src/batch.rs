@@ -58,6 +58,7 @@ impl Batch {
                 prompt: prompt.ids.clone(),
                 sampling: p.engine_sampling(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
+                ..Default::default()
             };
             let id = match engine.add_request(request) {
                 Ok(id) => id,
@@ -120,7 +121,7 @@ impl Batch {
         let start = Instant::now();
         while engine.has_work() {
             for event in engine.step()? {
-                if let EngineEvent::Token { request, token, text } = event {
+                if let EngineEvent::Token { request, token, text, .. } = event {
                     if let Some(&i) = self.by_id.get(&request) {
                         self.requests[i].token_ids.push(token);
                         self.requests[i].text.push_str(&text);

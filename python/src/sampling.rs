@@ -76,7 +76,7 @@ impl SamplingParams {
         let ignore_eos: bool = scalar(ignore_eos, false, "ignore_eos", "a bool")?;
         let logprobs: Option<i64> = scalar(logprobs, None, "logprobs", "an integer or None")?;
         // The engine's own rules for temperature and top_p, named as the Python arguments.
-        EngineSampling { temperature, top_k: 0, top_p, seed: 0 }.validate().map_err(oracle_arg_error)?;
+        EngineSampling { temperature, top_p, ..EngineSampling::greedy() }.validate().map_err(oracle_arg_error)?;
         if top_k < -1 {
             return Err(value_error("top_k", format!("must be >= 0, or -1 for no limit, got {top_k}")));
         }
@@ -135,6 +135,7 @@ impl SamplingParams {
             top_k: self.top_k as usize,
             top_p: self.top_p,
             seed: self.seed.unwrap_or_else(fresh_seed),
+            min_p: 0.0,
         }
     }
 
@@ -146,6 +147,7 @@ impl SamplingParams {
             max_tokens: self.max_tokens,
             max_model_len,
             ignore_eos: self.ignore_eos,
+            ..Default::default()
         }
     }
 }

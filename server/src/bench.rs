@@ -376,7 +376,9 @@ impl PromptSource {
                 max_tokens,
                 max_model_len: self.model_len,
                 ignore_eos: true,
+                ..Default::default()
             },
+            ..Default::default()
         }
     }
 }

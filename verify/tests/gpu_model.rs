@@ -411,7 +411,7 @@ fn gpu_engine_tokens(
         let len = [3, 17, 150, 40, 64, 65, 9, 100][i as usize];
         let sampling = match i % 2 {
             0 => SamplingParams::greedy(),
-            _ => SamplingParams { temperature: 0.8, top_k: 0, top_p: 0.95, seed: u64::from(i) },
+            _ => SamplingParams { top_p: 0.95, ..SamplingParams::with_temperature(0.8, u64::from(i)) },
         };
         let stop = StopConditions {
             eos_token_ids: vec![],
@@ -419,9 +419,10 @@ fn gpu_engine_tokens(
             max_tokens: 24,
             max_model_len: cfg.max_position_embeddings,
             ignore_eos: true,
+            ..Default::default()
         };
         let prompt = (0..len).map(|t| (t * 37 + i * 11) % 500).collect();
-        engine.add_request(GenerationRequest { prompt, sampling, stop }).map_err(e)?;
+        engine.add_request(GenerationRequest { prompt, sampling, stop, ..Default::default() }).map_err(e)?;
     }
     Ok(engine.run_to_completion().map_err(e)?.into_iter().map(|c| c.token_ids).collect())
 }

@@ -57,6 +57,12 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::greedy()
+    }
+}
+
 impl SamplingParams {
     /// Greedy decoding: temperature 0, no truncation.
     pub fn greedy() -> Self {
