@@ -166,9 +166,9 @@ fn logprobs_are_the_raw_rows_log_softmax_for_output_and_prompt(make: Make) {
     let prompt_lp = c.prompt_logprobs.as_ref().unwrap();
     assert_eq!(prompt_lp.len(), p);
     assert_eq!(prompt_lp[0], None, "the first prompt token has no logprob");
-    for i in 1..p {
-        let want = token_logprobs(logits.row(i - 1).as_slice().unwrap(), echo.prompt[i], 2);
-        assert_eq!(prompt_lp[i].as_ref(), Some(&want), "prompt token {i}");
+    for (i, (got, &token)) in prompt_lp.iter().zip(&echo.prompt).enumerate().skip(1) {
+        let want = token_logprobs(logits.row(i - 1).as_slice().unwrap(), token, 2);
+        assert_eq!(got.as_ref(), Some(&want), "prompt token {i}");
     }
     // Without recording, the engine asks for the rows itself and streams the same numbers: the
     // prompt's once, just before the first token.

@@ -216,7 +216,7 @@ pub async fn collect(
             generated += c.tokens.len();
             match meta.kind {
                 Kind::Completion => {
-                    let echo = choices.echo.then(|| choices.prompts[p].text.as_str()).unwrap_or_default();
+                    let echo = if choices.echo { choices.prompts[p].text.as_str() } else { "" };
                     let logprobs = choices.logprobs.then(|| {
                         let mut offset = 0;
                         let mut out = match choices.echo {

@@ -3,8 +3,8 @@
 //!
 //! A sampled token is the Gumbel-max draw `argmax_v (logit_v / T + gumbel(seed, step, v))` over the
 //! tokens that survive top-k, top-p and min-p (SPEC section 5). The row given is the one after the
-//! request's logits processors ([`super::processors`]); this module is step 4 of SPEC 5's order. The Gumbel noise comes from
-//! [`philox`](super::philox), keyed by the request's seed, the step and the token id, so a GPU kernel
+//! request's logits processors ([`super::processors`]): this module is step 4 of SPEC 5's order.
+//! The Gumbel noise comes from [`philox`](super::philox), keyed by the request's seed, the step and the token id, so a GPU kernel
 //! that follows the steps below draws the same token from the same logits, with no generator state.
 //!
 //! # Exact order of operations
@@ -19,14 +19,15 @@
 //!    left to right, then keep tokens `0..=i` for the first `i` where the running sum
 //!    `w_0 + ... + w_i` (same order) is `>= (p as f64) * Z`. Because the last running sum is `Z`
 //!    itself and `p <= 1`, this always stops, and it keeps at least one token.
-//! 4b. Min-p (`min_p > 0`), over the tokens kept so far, in f64: keep `v` when
-//!    `exp(s_v - s_max) >= min_p`, i.e. its probability after temperature is at least `min_p` times
-//!    the largest (`s_max` is the most probable token's, which top-k and top-p always keep, so the
-//!    ratio is the same over the whole row or the kept tokens). The most probable token always stays.
-//! 5. For each survivor `v`: `score_v = (logit_v as f64) / (T as f64) + gumbel(seed, step, v)` in f64;
+//! 5. Min-p (`min_p > 0`), over the tokens kept so far, in f64: keep `v` when
+//!    `exp(s_v - s_max) >= min_p`, i.e. its probability after temperature is at least `min_p`
+//!    times the largest (`s_max` is the most probable token's, which top-k and top-p always keep,
+//!    so the ratio is the same over the whole row or the kept tokens). The most probable token
+//!    always stays.
+//! 6. For each survivor `v`: `score_v = (logit_v as f64) / (T as f64) + gumbel(seed, step, v)` in f64;
 //!    return the survivor with the largest score, ties to the lower id.
 //!
-//! Division and addition are correctly rounded on both sides; only `exp` (step 4) and `ln` (inside
+//! Division and addition are correctly rounded on both sides; only `exp` (steps 4 and 5) and `ln` (inside
 //! `gumbel`) may differ in the last ulp between libm and CUDA, which can change the outcome only
 //! on a near-exact tie.
 //!
@@ -105,7 +106,7 @@ pub fn sample(logits: &[f32], params: &SamplingParams, step: u64) -> Result<u32>
     Ok(survivors[best])
 }
 
-/// The token ids [`sample`] may return (steps 1 to 4b of the module docs), in an unspecified order:
+/// The token ids [`sample`] may return (steps 1 to 5 of the module docs), in an unspecified order:
 /// the greedy token alone at temperature 0, else those that survive top-k, top-p then min-p (every
 /// id when none is on).
 pub fn survivors(logits: &[f32], params: &SamplingParams) -> Result<Vec<u32>> {

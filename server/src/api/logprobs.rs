@@ -6,8 +6,10 @@
 //! - `/v1/chat/completions`: `{content: [{token, logprob, bytes, top_logprobs: [{token, logprob,
 //!   bytes}]}]}`, with exactly `top_logprobs` alternatives.
 //!
-//! A token's text is its id decoded alone (special tokens kept), as vLLM reports it; `bytes` are
-//! that text's UTF-8 bytes. `text_offset` counts characters (Unicode scalar values) of the token
+//! A token's text is its id decoded alone (special tokens kept), as vLLM reports it, so a piece of
+//! a multi-byte character shows as U+FFFD; `bytes` are the token's own bytes, as OpenAI defines
+//! them (the pieces of a character join into it): for a byte-level BPE tokenizer (GPT-2's byte
+//! alphabet, as the shipped tokenizers use) read back from its vocabulary entry, else the text's. `text_offset` counts characters (Unicode scalar values) of the token
 //! texts before each position. A `-inf` logprob, which JSON cannot hold, is reported as
 //! [`MIN_LOGPROB`], vLLM's floor.
 
@@ -15,6 +17,7 @@ use std::collections::BTreeMap;
 
 use model::engine::TokenLogprobs;
 use serde::Serialize;
+use tokenizers::decoders::DecoderWrapper;
 use tokenizers::Tokenizer;
 
 /// The smallest logprob reported.
@@ -28,6 +31,32 @@ fn reported(logprob: f64) -> f64 {
 /// Token `id` decoded alone.
 pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
     tokenizer.decode(&[id], false).unwrap_or_default()
+}
+
+/// Token `id`'s own bytes (the module docs).
+pub fn token_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
+    let byte_level = matches!(tokenizer.get_decoder(), Some(DecoderWrapper::ByteLevel(_)));
+    let piece = tokenizer.id_to_token(id).filter(|_| byte_level && !is_special(tokenizer, id));
+    match piece.and_then(|p| p.chars().map(byte_of).collect::<Option<Vec<u8>>>()) {
+        Some(bytes) => bytes,
+        None => token_text(tokenizer, id).into_bytes(),
+    }
+}
+
+fn is_special(tokenizer: &Tokenizer, id: u32) -> bool {
+    tokenizer.get_added_tokens_decoder().get(&id).is_some_and(|t| t.special)
+}
+
+/// The byte GPT-2's byte-level alphabet writes as `c`: the printable bytes as themselves, the
+/// other 68 in order as U+0100 onwards.
+fn byte_of(c: char) -> Option<u8> {
+    let printable = |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+    let n = c as u32;
+    match n {
+        0..=0xff if printable(n) => Some(n as u8),
+        0x100..=0x143 => (0..=0xffu32).filter(|&b| !printable(b)).nth((n - 0x100) as usize).map(|b| b as u8),
+        _ => None,
+    }
 }
 
 /// `/v1/completions`' `logprobs`: one entry per position in each list.
@@ -76,7 +105,7 @@ pub struct ChatTokenLogprob {
     pub token: String,
     /// Its logprob.
     pub logprob: f64,
-    /// Its text's UTF-8 bytes.
+    /// Its bytes.
     pub bytes: Vec<u8>,
     /// The `top_logprobs` likeliest tokens, most likely first.
     pub top_logprobs: Vec<TopLogprob>,
@@ -89,14 +118,13 @@ pub struct TopLogprob {
     pub token: String,
     /// Its logprob.
     pub logprob: f64,
-    /// Its text's UTF-8 bytes.
+    /// Its bytes.
     pub bytes: Vec<u8>,
 }
 
 impl TopLogprob {
     fn new(tokenizer: &Tokenizer, id: u32, logprob: f64) -> Self {
-        let token = token_text(tokenizer, id);
-        Self { bytes: token.as_bytes().to_vec(), token, logprob: reported(logprob) }
+        Self { token: token_text(tokenizer, id), bytes: token_bytes(tokenizer, id), logprob: reported(logprob) }
     }
 }
 
@@ -139,6 +167,20 @@ mod tests {
                 "text_offset": [0, 1],
             })
         );
+    }
+
+    #[test]
+    fn bytes_are_the_tokens_own_even_for_a_piece_of_a_character() {
+        let t = tokenizer();
+        // "é" is the two bytes C3 A9, each a token of its own, each shown alone as U+FFFD.
+        for b in [0xc3u8, 0xa9, b' ', b'a', 0x00] {
+            assert_eq!(token_bytes(&t, u32::from(b)), vec![b]);
+        }
+        assert_eq!(token_text(&t, 0xc3), "\u{fffd}");
+        let merged = t.encode(" the", false).unwrap().get_ids().to_vec();
+        assert_eq!(merged.len(), 1, "\" the\" is one merge of the tiny tokenizer");
+        assert_eq!(token_bytes(&t, merged[0]), b" the");
+        assert_eq!(token_bytes(&t, model::byte_tokenizer::EOS_ID), model::byte_tokenizer::EOS_TOKEN.as_bytes());
     }
 
     #[test]
