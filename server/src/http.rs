@@ -215,6 +215,8 @@ fn engine_requests(
             return Err(ApiError::invalid("prompt", message));
         }
         let max_tokens = match (sampling.max_tokens, kind) {
+            // The prompt's logprobs come with the first token, which the response then drops.
+            (Some(0), _) => 1,
             (Some(m), _) => m,
             (None, Kind::Completion) => state.limits.default_max_tokens.min(rest),
             (None, Kind::Chat) => rest,
@@ -276,6 +278,7 @@ async fn run(
         n: sampling.n,
         best_of: sampling.best_of,
         echo: sampling.echo,
+        prompt_only: sampling.max_tokens == Some(0),
         logprobs: sampling.logprobs.is_some(),
         tokenizer: state.tokenizer.clone(),
     };

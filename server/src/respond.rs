@@ -62,6 +62,9 @@ pub struct Choices {
     pub best_of: usize,
     /// Whether the prompt comes first in each completion.
     pub echo: bool,
+    /// `max_tokens: 0` under `echo`: the one token generated (for the prompt's logprobs) is
+    /// left out of the response, which holds the prompt alone.
+    pub prompt_only: bool,
     /// Whether the response carries logprobs.
     pub logprobs: bool,
     /// Token texts for the logprobs.
@@ -188,6 +191,7 @@ pub async fn collect(
         let event = events.recv().await.ok_or_else(|| ApiError::internal("the engine stopped"))?;
         let c = &mut candidates[event.index];
         match event.kind {
+            EventKind::Token { .. } if choices.prompt_only => {}
             EventKind::Token { id, text, logprobs } => {
                 c.text.push_str(&text);
                 c.tokens.push(id);
@@ -212,7 +216,7 @@ pub async fn collect(
         for (k, &j) in order.iter().take(choices.n).enumerate() {
             let c = &group[j];
             let index = p * choices.n + k;
-            let reason = c.finish.unwrap_or_default();
+            let reason = if choices.prompt_only { "length" } else { c.finish.unwrap_or_default() };
             generated += c.tokens.len();
             match meta.kind {
                 Kind::Completion => {
@@ -324,6 +328,7 @@ impl Stream {
             };
             let i = event.index;
             match event.kind {
+                EventKind::Token { .. } if self.choices.prompt_only => {}
                 EventKind::Token { id, text, logprobs } => {
                     self.generated += 1;
                     let logprobs = logprobs.filter(|_| self.choices.logprobs).map(|lp| self.token_logprobs(i, id, &lp));
@@ -342,6 +347,7 @@ impl Stream {
                 }
                 EventKind::Finished(reason) => {
                     self.left -= 1;
+                    let reason = if self.choices.prompt_only { "length" } else { reason };
                     self.frames.push_back(self.meta.finish_chunk(i, reason));
                 }
                 EventKind::Failed(message) => self.fail(ApiError::internal(message)),

@@ -229,6 +229,15 @@ fn logprobs_in_openais_shapes_streamed_alike_and_echo_scores_a_continuation() {
         let got = token_lp[ctx + k].as_f64().unwrap();
         assert!((got - want).abs() < 1e-4, "continuation token {k}: {got} under echo, {want} generated");
     }
+    // max_tokens 0 with echo scores the prompt alone: the same numbers, no generated token.
+    let mut body = body.clone();
+    body["max_tokens"] = json!(0);
+    let alone = ok(&server, "/v1/completions", &body);
+    assert_eq!((text(&alone, 0), alone["usage"]["completion_tokens"].as_u64()), (whole.as_str(), Some(0)));
+    assert_eq!(alone["choices"][0]["finish_reason"], "length");
+    let only = alone["choices"][0]["logprobs"]["token_logprobs"].as_array().unwrap();
+    assert_eq!(only[..], token_lp[..prompt_tokens]);
+    refused(&server, "/v1/completions", &completion(json!({"max_tokens": 0})), "max_tokens");
     // Echo without logprobs repeats the text only; streamed, the prompt comes first.
     let r = ok(&server, "/v1/completions", &completion(json!({"echo": true})));
     assert!(text(&r, 0).starts_with(prompt) && r["choices"][0]["logprobs"].is_null());

@@ -62,7 +62,8 @@ pub struct ChatMessage {
 /// Sampling and output options common to both routes, all in range.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sampling {
-    /// `max_tokens` or `max_completion_tokens`; at least 1, at most the model's length. When not
+    /// `max_tokens` or `max_completion_tokens`; at least 1 (0 with `echo`: the prompt alone is
+    /// scored), at most the model's length. When not
     /// given, the route decides: [`Limits::default_max_tokens`] for completions, the rest of the
     /// context for chat (as vLLM does).
     pub max_tokens: Option<usize>,

@@ -113,7 +113,13 @@ fn sampling(
         Some(v) if !v.is_null() => "max_completion_tokens",
         _ => "max_tokens",
     };
-    let max_tokens = int_in(obj, max_field, 1, limits.max_model_len as i64)?.map(|v| v as usize);
+    let echo = match route {
+        Route::Completion => boolean(obj, "echo")?.unwrap_or(false),
+        Route::Chat => false,
+    };
+    // `max_tokens: 0` with `echo` scores the prompt alone, as OpenAI's legacy completions did.
+    let least = if echo { 0 } else { 1 };
+    let max_tokens = int_in(obj, max_field, least, limits.max_model_len as i64)?.map(|v| v as usize);
     let temperature = float_in(obj, "temperature", 0.0, 2.0, true)?.unwrap_or(1.0);
     let top_p = float_in(obj, "top_p", 0.0, 1.0, false)?.unwrap_or(1.0);
     let top_k = match integer(obj, "top_k")? {
@@ -141,10 +147,6 @@ fn sampling(
         let message = format!("`best_of` above `n` cannot stream (the best are known at the end). Given: {best_of}");
         return Err(ApiError::invalid("best_of", message));
     }
-    let echo = match route {
-        Route::Completion => boolean(obj, "echo")?.unwrap_or(false),
-        Route::Chat => false,
-    };
     let processors = processors(obj, limits)?;
     if let (Some(max), true) = (max_tokens, processors.min_tokens > 0) {
         if processors.min_tokens > max {

@@ -354,6 +354,7 @@ fn sampling_parameters_are_read_into_the_engines_terms() {
     assert_eq!((p.min_tokens, p.repetition_penalty, p.frequency_penalty, p.presence_penalty), (3, 1.2, -0.5, 2.0));
     assert_eq!((s.min_p, s.stop_token_ids.clone(), s.include_stop_str_in_output), (0.05, vec![7, 9], true));
     assert_eq!((s.echo, s.n, s.best_of), (true, 2, 3));
+    assert_eq!(completion(json!({"echo": true, "max_tokens": 0})).unwrap().sampling.max_tokens, Some(0));
     let c = chat(json!({"min_p": 1, "stop_token_ids": [], "logit_bias": {}})).unwrap().sampling;
     assert_eq!((c.min_p, c.processors.clone(), c.best_of), (1.0, LogitsProcessors::none(), 1));
 }
@@ -379,6 +380,8 @@ fn sampling_parameters_out_of_range_are_refused_by_name() {
         (json!({"best_of": 3, "stream": true}), "best_of", vec!["stream"]),
         (json!({"best_of": 5}), "best_of", vec!["<= 4"]),
         (json!({"echo": "yes"}), "echo", vec!["boolean"]),
+        (json!({"max_tokens": 0, "echo": false}), "max_tokens", vec![">= 1"]),
+        (json!({"max_tokens": -1, "echo": true}), "max_tokens", vec![">= 0"]),
     ];
     for (extra, param, needles) in cases {
         assert_invalid(completion(extra.clone()), param, &needles);
