@@ -32,7 +32,7 @@ pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 15] = [
+pub const UNSUPPORTED: [&str; 23] = [
     "tools",
     "tool_choice",
     "functions",
@@ -48,6 +48,14 @@ pub const UNSUPPORTED: [&str; 15] = [
     "structured_outputs",
     "allowed_token_ids",
     "bad_words",
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "return_tokens_as_token_ids",
+    "skip_special_tokens",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
 ];
 
 /// Which route a body is for: the fields differ a little (`echo`, `best_of` and `logprobs`' type).
@@ -194,7 +202,10 @@ fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Result<(), ApiE
             ("tool_choice", Value::String(s)) => s == "none",
             ("response_format", Value::Object(o)) => o.get("type") == Some(&Value::String("text".into())),
             ("suffix", Value::String(s)) => s.is_empty(),
-            ("use_beam_search", Value::Bool(b)) => !b,
+            ("use_beam_search" | "return_tokens_as_token_ids" | "continue_final_message", Value::Bool(b)) => !b,
+            // What this server does anyway: special tokens are never rendered, the template
+            // always ends with the generation prompt.
+            ("skip_special_tokens" | "add_generation_prompt", Value::Bool(b)) => *b,
             _ => false,
         };
         if !harmless {

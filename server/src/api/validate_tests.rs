@@ -400,6 +400,10 @@ fn what_cannot_be_honoured_is_refused_naming_it_and_its_no_op_values_pass() {
         ("use_beam_search", json!(true)),
         ("guided_json", json!({})),
         ("allowed_token_ids", json!([1])),
+        ("prompt_logprobs", json!(1)),
+        ("skip_special_tokens", json!(false)),
+        ("add_generation_prompt", json!(false)),
+        ("chat_template", json!("{{ messages }}")),
     ] {
         assert_invalid(completion(json!({field: value.clone()})), field, &[field]);
         assert_invalid(chat(json!({field: value})), field, &[field]);
@@ -412,6 +416,9 @@ fn what_cannot_be_honoured_is_refused_naming_it_and_its_no_op_values_pass() {
         ("suffix", json!("")),
         ("use_beam_search", json!(false)),
         ("guided_json", json!(null)),
+        ("skip_special_tokens", json!(true)),
+        ("add_generation_prompt", json!(true)),
+        ("continue_final_message", json!(false)),
     ] {
         completion(json!({field: value.clone()})).unwrap();
         chat(json!({field: value})).unwrap();
