@@ -57,6 +57,7 @@ impl Batch {
             let request = GenerationRequest {
                 prompt: prompt.ids.clone(),
                 sampling: p.engine_sampling(),
+                processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
                 ..Default::default()
             };
@@ -67,6 +68,11 @@ impl Batch {
                     // What the engine refuses at admission is this prompt's to fix: too long for
                     // the KV cache, or for the model with these stop rules.
                     return Err(match e {
+                        model::Error::Invalid { param, .. } => value_error(param, e),
+                        // A parameter the engine checks against the model (a logit_bias id).
+                        model::Error::Oracle(oracle::Error::Invalid { name, .. }) if name != "prompt_len" => {
+                            value_error(name, e)
+                        }
                         model::Error::Request(_) | model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
                             value_error(&format!("prompts[{i}]"), e)
                         }

@@ -156,6 +156,7 @@ impl Done {
                 ("stop", self.token_ids.last().map_or(StopReason::None, |&t| StopReason::Token(t)))
             }
             Some(FinishReason::StopString(s)) => ("stop", StopReason::Text(s.clone())),
+            Some(FinishReason::StopToken(t)) => ("stop", StopReason::Token(*t)),
             Some(r) => (r.as_openai(), StopReason::None),
         };
         let logprobs = match (self.logprobs, &self.logits) {
