@@ -2,12 +2,14 @@
 //!
 //! The same code is the reference and the backend: `f32` for speed, `f64` for the exact
 //! reference, and `bf16` for the bf16-faithful mode (f64 arithmetic rounded to bf16 at the
-//! points the GPU model rounds, SPEC section 4). Tokens are drawn with the oracle's [`sample`]
-//! from the f32 logits, the same f32 values the GPU sampler reads.
+//! points the GPU model rounds, SPEC section 4). Tokens are drawn with the oracle's
+//! [`draw`](oracle::decode::draw) (processors, then the sampler) from the f32 logits, the same f32
+//! values the GPU sampler reads.
 
 use std::str::FromStr;
 
-use oracle::decode::sampler::sample;
+use ndarray::Axis;
+
 use oracle::model::forward::{LogitRows, Model, StepInput};
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
@@ -56,28 +58,33 @@ impl<T: Scalar> CpuExecutor<T> {
 }
 
 impl<T: Scalar> StepExecutor for CpuExecutor<T> {
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], wanted: LogitsWanted) -> Result<StepOutput> {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
         let rows = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::Discard => LogitRows::LastPerSeq,
+            LogitsWanted::Discard | LogitsWanted::SampledRows => LogitRows::LastPerSeq,
         };
         let step =
             StepInput { token_ids: &plan.token_ids, meta: &plan.meta, slot_mapping: &plan.slot_mapping, logits: rows };
         let logits = self.model.forward(&step, &mut self.cache)?.mapv(|x| x.f64() as f32);
+        let last_row = |i: usize| match wanted {
+            LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
+            LogitsWanted::Discard | LogitsWanted::SampledRows => i,
+        };
         let sampled = seqs
             .iter()
             .zip(sampling)
             .map(|(&i, row)| {
-                let last = match wanted {
-                    LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
-                    LogitsWanted::Discard => i,
-                };
-                let r = logits.row(last);
-                Ok(sample(r.as_slice().expect("logits rows are contiguous"), &row.params, row.step)?)
+                let r = logits.row(last_row(i));
+                row.draw(r.as_slice().expect("logits rows are contiguous"))
             })
             .collect::<Result<Vec<u32>>>()?;
-        Ok(StepOutput { sampled, logits: (wanted == LogitsWanted::AllRows).then_some(logits) })
+        let logits = match wanted {
+            LogitsWanted::Discard => None,
+            LogitsWanted::SampledRows => Some(logits.select(Axis(0), &seqs)),
+            LogitsWanted::AllRows => Some(logits),
+        };
+        Ok(StepOutput { sampled, logits })
     }
 
     fn kv_capacity(&self) -> KvCapacity {

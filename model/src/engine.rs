@@ -20,11 +20,21 @@
 //! and the scheduler's pool always agree. [`Engine::abort`] drops a request (a client that went
 //! away) with no completion, since [`FinishReason`] names only the ways a request ends by itself.
 //! The request types are re-exported here so that callers need not reach into `oracle`.
+//!
+//! Each request samples by SPEC 5's whole order: its logits processors ([`LogitsProcessors`])
+//! over its own prompt and output, then the draw. Logprobs are the raw row's log-softmax: those of
+//! each generated token come with its [`EngineEvent::Token`], those of the prompt (OpenAI's
+//! `echo`) as one [`EngineEvent::PromptLogprobs`] just before the first token. The prompt's come
+//! from the logits of every prompt position, the rows `--dump-logits` records; a request asking
+//! for them must compute every prompt position ([`GenerationRequest::needs_prompt_logits`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ndarray::Array2;
+pub use oracle::decode::logprobs::TokenLogprobs;
+pub use oracle::decode::processors::LogitsProcessors;
+use oracle::decode::processors::ProcessorState;
 use oracle::decode::request::RequestDecoder;
 pub use oracle::decode::sampler::SamplingParams;
 pub use oracle::decode::stop::{FinishReason, StopConditions};
@@ -32,21 +42,36 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use crate::request_state::RequestState;
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 
 /// What a caller asks of the engine.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct GenerationRequest {
     /// Prompt token ids.
     pub prompt: Vec<u32>,
     /// Sampling parameters.
     pub sampling: SamplingParams,
+    /// Logit bias, min tokens and the penalties (SPEC 5 steps 1 to 3).
+    pub processors: LogitsProcessors,
     /// Stop rules; `max_model_len` is the model's.
     pub stop: StopConditions,
+    /// With `Some(n)`, each generated token's logprob and the `n` likeliest alternatives.
+    pub logprobs: Option<usize>,
+    /// With `Some(n)`, each prompt token's logprob (none for the first) and `n` alternatives.
+    pub prompt_logprobs: Option<usize>,
     /// Compute every prompt position: no prefix-cache lookup for this request (its full chunks
-    /// are still cached for later ones). For a request that needs every prompt position's
-    /// logits, such as `echo` with `logprobs`.
+    /// are still cached for later ones), as for a caller that scores every prompt position.
+    /// Implied by `prompt_logprobs` ([`GenerationRequest::needs_prompt_logits`]).
     pub skip_prefix_cache: bool,
+}
+
+impl GenerationRequest {
+    /// Whether the request needs the logits of every prompt position, so that none may be
+    /// skipped (as a prefix-cache hit would).
+    pub fn needs_prompt_logits(&self) -> bool {
+        self.prompt_logprobs.is_some()
+    }
 }
 
 /// Something that happened to a request during a step.
@@ -60,6 +85,16 @@ pub enum EngineEvent {
         token: u32,
         /// Newly releasable text.
         text: String,
+        /// Its logprobs, when the request asked for them.
+        logprobs: Option<TokenLogprobs>,
+    },
+    /// The prompt's logprobs (one per prompt token, `None` for the first), when the request
+    /// asked for them; just before its first [`EngineEvent::Token`].
+    PromptLogprobs {
+        /// The request.
+        request: u64,
+        /// One per prompt token.
+        logprobs: Vec<Option<TokenLogprobs>>,
     },
     /// The request ended (its last [`EngineEvent::Token`] came just before).
     Finished {
@@ -83,6 +118,10 @@ pub struct Completion {
     pub text: String,
     /// Why it ended.
     pub finish: FinishReason,
+    /// Each generated token's logprobs, when asked.
+    pub logprobs: Option<Vec<TokenLogprobs>>,
+    /// Each prompt token's logprobs (`None` for the first), when asked.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
     /// `[prompt + generated - 1, vocab]` logits when recording was on: one row per prompt
     /// position, then one per generated token but the last. A row is kept as first computed: a
     /// preempted request's recomputation does not record its rows again.
@@ -129,20 +168,12 @@ pub struct EngineStats {
     pub prefix_cache_hits: u64,
 }
 
-struct Active {
-    prompt_tokens: usize,
-    sampling: SamplingParams,
-    decoder: RequestDecoder,
-    /// Recorded logits rows, `[positions, vocab]` flattened.
-    logits: Vec<f32>,
-}
-
 /// Scheduler, detokeniser and stop rules over a [`StepExecutor`], which runs and samples each step.
 pub struct Engine {
     executor: Box<dyn StepExecutor>,
     tokenizer: Arc<Tokenizer>,
     scheduler: Scheduler,
-    active: BTreeMap<u64, Active>,
+    active: BTreeMap<u64, RequestState>,
     finished: Vec<Completion>,
     next_id: u64,
     record_logits: bool,
@@ -175,20 +206,47 @@ impl Engine {
     pub fn add_request(&mut self, req: GenerationRequest) -> Result<u64> {
         req.sampling.validate()?;
         let vocab = self.executor.vocab_size();
+        req.processors.validate(vocab)?;
         if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::Request(format!("prompt token id {bad} is outside the vocabulary of {vocab}")));
         }
+        if let Some(&bad) = req.stop.stop_token_ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::Invalid {
+                param: "stop_token_ids",
+                reason: format!("token ids must be < {vocab}, got {bad}"),
+            });
+        }
+        if req.processors.min_tokens > req.stop.max_tokens {
+            return Err(Error::Invalid {
+                param: "min_tokens",
+                reason: format!("must be <= max_tokens = {}, got {}", req.stop.max_tokens, req.processors.min_tokens),
+            });
+        }
         let decoder = RequestDecoder::new(self.tokenizer.clone(), req.stop.clone(), req.prompt.len())?;
+        let processing = (!req.processors.is_none()).then(|| {
+            let ends = req.stop.eos_token_ids.iter().chain(&req.stop.stop_token_ids).copied().collect();
+            ProcessorState::new(req.processors.clone(), ends, &req.prompt)
+        });
         let id = self.next_id;
-        let prompt_tokens = req.prompt.len();
-        if req.skip_prefix_cache || self.record_logits {
-            self.scheduler.add_uncached(id, req.prompt, req.stop.max_tokens)?;
+        if req.skip_prefix_cache || req.needs_prompt_logits() || self.record_logits {
+            self.scheduler.add_uncached(id, req.prompt.clone(), req.stop.max_tokens)?;
         } else {
-            self.scheduler.add(id, req.prompt, req.stop.max_tokens)?;
+            self.scheduler.add(id, req.prompt.clone(), req.stop.max_tokens)?;
         }
         self.next_id += 1;
-        let active = Active { prompt_tokens, sampling: req.sampling, decoder, logits: Vec::new() };
-        self.active.insert(id, active);
+        let state = RequestState {
+            prompt: req.prompt,
+            sampling: req.sampling,
+            processing,
+            decoder,
+            logprobs: req.logprobs,
+            prompt_logprobs: req.prompt_logprobs,
+            token_logprobs: Vec::new(),
+            prompt_record: Vec::new(),
+            prompt_sent: false,
+            logits: Vec::new(),
+        };
+        self.active.insert(id, state);
         Ok(id)
     }
 
@@ -206,41 +264,63 @@ impl Engine {
             }
             return Ok(Vec::new());
         };
-        let rows: Vec<SamplingRow> = plan
-            .seqs
-            .iter()
-            .filter(|p| p.samples)
-            .map(|p| {
-                let a = &self.active[&p.id];
-                SamplingRow { params: a.sampling, step: a.decoder.token_ids().len() as u64 }
-            })
-            .collect();
+        let rows: Vec<SamplingRow> =
+            plan.seqs.iter().filter(|p| p.samples).map(|p| self.active[&p.id].sampling_row()).collect();
         self.last_step = StepShape {
             num_seqs: plan.seqs.len(),
             num_tokens: plan.token_ids.len(),
             num_decodes: plan.seqs.iter().filter(|p| p.len == 1).count(),
         };
-        let wanted = if self.record_logits { LogitsWanted::AllRows } else { LogitsWanted::Discard };
+        let prompt_rows = plan.seqs.iter().any(|p| self.active[&p.id].wants_prompt_rows(p.start, p.len));
+        let token_rows = plan.seqs.iter().any(|p| p.samples && self.active[&p.id].logprobs.is_some());
+        let wanted = match (self.record_logits || prompt_rows, token_rows) {
+            (true, _) => LogitsWanted::AllRows,
+            (false, true) => LogitsWanted::SampledRows,
+            (false, false) => LogitsWanted::Discard,
+        };
         let out = self.executor.execute(&plan, &rows, wanted)?;
         if out.sampled.len() != rows.len() {
             return Err(Error::Executor(format!("asked for {} tokens, got {}", rows.len(), out.sampled.len())));
         }
-        if self.record_logits {
-            self.record(&plan, out.logits.as_ref())?;
+        drop(rows);
+        let vocab = self.executor.vocab_size();
+        let expected_rows = match wanted {
+            LogitsWanted::AllRows => plan.token_ids.len(),
+            LogitsWanted::SampledRows => out.sampled.len(),
+            LogitsWanted::Discard => 0,
+        };
+        let logits = out.logits.as_ref().filter(|l| l.dim() == (expected_rows, vocab));
+        if wanted != LogitsWanted::Discard && logits.is_none() {
+            return Err(Error::Executor(format!("expected [{expected_rows}, {vocab}] logits")));
+        }
+        if wanted == LogitsWanted::AllRows {
+            let logits = logits.expect("checked above");
+            self.record_prompt_logprobs(&plan, logits);
+            if self.record_logits {
+                self.record(&plan, logits);
+            }
         }
         let mut events = Vec::new();
         let mut sampled = Vec::with_capacity(plan.seqs.len());
         let mut done = Vec::new();
-        let mut tokens = out.sampled.iter();
-        for p in &plan.seqs {
+        let mut tokens = out.sampled.iter().enumerate();
+        for (i, p) in plan.seqs.iter().enumerate() {
             if !p.samples {
                 sampled.push(None);
                 continue;
             }
-            let token = *tokens.next().expect("one token per sampling sequence, checked above");
+            let (j, &token) = tokens.next().expect("one token per sampling sequence, checked above");
+            let row = logits.map(|l| match wanted {
+                LogitsWanted::AllRows => l.row(plan.meta.query_start_loc[i + 1] as usize - 1),
+                _ => l.row(j),
+            });
             let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
+            if let Some(logprobs) = active.take_prompt_logprobs() {
+                events.push(EngineEvent::PromptLogprobs { request: p.id, logprobs });
+            }
+            let logprobs = active.push_sampled(token, row);
             let emitted = active.decoder.push(token)?;
-            events.push(EngineEvent::Token { request: p.id, token, text: emitted.text });
+            events.push(EngineEvent::Token { request: p.id, token, text: emitted.text, logprobs });
             sampled.push(Some(token));
             if let Some(reason) = emitted.finish {
                 events.push(EngineEvent::Finished { request: p.id, reason });
@@ -255,13 +335,19 @@ impl Engine {
         Ok(events)
     }
 
+    /// Records, for each sequence that asked, the prompt logprobs this step's rows give.
+    fn record_prompt_logprobs(&mut self, plan: &StepPlan, logits: &Array2<f32>) {
+        for (i, p) in plan.seqs.iter().enumerate() {
+            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
+            let first_row = plan.meta.query_start_loc[i] as usize;
+            active.record_prompt_rows(p.start, p.len, |pos| logits.row(first_row + pos - p.start));
+        }
+    }
+
     /// Keeps each sequence's rows of `logits` that it has not recorded yet (a recomputation after a
     /// preemption starts again at position 0).
-    fn record(&mut self, plan: &StepPlan, logits: Option<&Array2<f32>>) -> Result<()> {
+    fn record(&mut self, plan: &StepPlan, logits: &Array2<f32>) {
         let vocab = self.executor.vocab_size();
-        let logits = logits
-            .filter(|l| l.dim() == (plan.token_ids.len(), vocab))
-            .ok_or_else(|| Error::Executor(format!("expected [{}, {vocab}] logits", plan.token_ids.len())))?;
         for (i, p) in plan.seqs.iter().enumerate() {
             let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
             let recorded = active.logits.len() / vocab;
@@ -270,7 +356,6 @@ impl Engine {
                 active.logits.extend(logits.row(first_row + pos - p.start).iter());
             }
         }
-        Ok(())
     }
 
     /// Turns the recording of logits rows (as `record_logits` in [`Engine::new`]) on or off, so a
@@ -306,10 +391,12 @@ impl Engine {
         });
         self.finished.push(Completion {
             id,
-            prompt_tokens: a.prompt_tokens,
+            prompt_tokens: a.prompt.len(),
             token_ids: a.decoder.token_ids().to_vec(),
             text: a.decoder.text().to_string(),
             finish: a.decoder.finish_reason().cloned().expect("retired requests have finished"),
+            logprobs: a.logprobs.map(|_| a.token_logprobs),
+            prompt_logprobs: a.prompt_logprobs.map(|_| a.prompt_record),
             logits,
         });
     }

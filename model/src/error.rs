@@ -157,6 +157,15 @@ pub enum Error {
     /// A generation request can never be served as given.
     #[error("invalid request: {0}")]
     Request(String),
+    /// A request's parameter breaks a rule the engine checks (`min_tokens` above `max_tokens`,
+    /// a `stop_token_ids` id outside the vocabulary).
+    #[error("`{param}` is invalid: {reason}")]
+    Invalid {
+        /// The parameter, by its OpenAI name.
+        param: &'static str,
+        /// The rule and the value given.
+        reason: String,
+    },
     /// An engine option that cannot be used as given (`--device`, `--gpu-memory-utilization`);
     /// the message names the option.
     #[error("{0}")]

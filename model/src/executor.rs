@@ -2,19 +2,24 @@
 //! model: an executor takes a planned step, runs the forward, samples, and returns the tokens.
 //!
 //! Sampling sits below the seam so that a GPU backend never copies `[rows, vocab]` logits to the
-//! host: it hands back one id per sampling sequence. Logits come back only when the engine records
-//! them (`--dump-logits`). Every backend samples with SPEC section 5's Gumbel-max draw keyed by
-//! (seed, step, token id): the CPU backend calls the oracle's [`sample`](oracle::decode::sample),
-//! the GPU backend a kernel that draws the same token from the same logits.
+//! host: it hands back one id per sampling sequence. Logits come back only when the engine asks:
+//! every row when it records them (`--dump-logits`, a prompt's logprobs under `echo`), the
+//! sampled rows when a request wants its tokens' logprobs. Every backend samples with SPEC
+//! section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend calls the oracle's
+//! [`draw`](oracle::decode::draw), the GPU backend a kernel that draws the same token from the
+//! same logits, and the oracle's `draw` on the host for a row whose request sets a parameter the
+//! kernel lacks ([`SamplingRow::on_device`]). Which path a row takes depends on its own request
+//! only, never on its neighbours, so a request's tokens do not depend on its batch.
 //!
 //! The executor also owns the KV cache, so it is the one source of its size: the engine sizes
 //! the scheduler's block pool from [`StepExecutor::kv_capacity`], and the two cannot disagree.
 //!
-//! The CPU backend is [`CpuExecutor`](crate::cpu_backend::CpuExecutor); the GPU backend will be
-//! the second implementation. Everything above this trait is shared, so both backends schedule,
+//! The CPU backend is [`CpuExecutor`](crate::cpu_backend::CpuExecutor), the GPU backend
+//! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is shared, so both backends schedule,
 //! preempt and stop identically.
 
 use ndarray::Array2;
+use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
 
 use crate::error::{Error, Result};
@@ -25,18 +30,41 @@ use crate::scheduler::StepPlan;
 pub enum LogitsWanted {
     /// None: only the sampled tokens come back.
     Discard,
+    /// The raw row each token was drawn from, `[sampling sequences, vocab]` in sampling order
+    /// (for the tokens' logprobs).
+    SampledRows,
     /// Every query row of the step (for `--dump-logits`), `[num_tokens, vocab]` in plan order.
     AllRows,
 }
 
 /// How one sampling sequence draws its next token.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SamplingRow {
-    /// The request's parameters (temperature, top-k, top-p, seed).
+pub struct SamplingRow<'a> {
+    /// The request's parameters (temperature, top-k, top-p, min-p, seed).
     pub params: SamplingParams,
     /// The request's count of generated tokens: the Philox counter of this draw (SPEC section 5),
     /// so a request draws the same tokens alone, batched, or recomputed after a preemption.
     pub step: u64,
+    /// The request's logits processors and the history they read; `None` when it sets none.
+    pub processing: Option<&'a ProcessorState>,
+}
+
+impl<'a> SamplingRow<'a> {
+    /// A row with no logits processors.
+    pub fn plain(params: SamplingParams, step: u64) -> Self {
+        Self { params, step, processing: None }
+    }
+
+    /// Whether the device sampler draws this row's token as the oracle does: no processors and
+    /// no min-p (the kernel has temperature, top-k, top-p and the seed).
+    pub fn on_device(&self) -> bool {
+        self.processing.is_none() && self.params.min_p == 0.0
+    }
+
+    /// The token of this row from its raw logits `row`, by the oracle's whole SPEC 5 order.
+    pub fn draw(&self, row: &[f32]) -> Result<u32> {
+        Ok(draw(row, &self.params, self.step, self.processing)?)
+    }
 }
 
 /// What one step returns.
@@ -44,7 +72,8 @@ pub struct SamplingRow {
 pub struct StepOutput {
     /// One token per sampling sequence (`plan.seqs[i].samples`), in plan order.
     pub sampled: Vec<u32>,
-    /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked, else `None`.
+    /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked,
+    /// `[sampling sequences, vocab]` for [`LogitsWanted::SampledRows`], else `None`.
     pub logits: Option<Array2<f32>>,
 }
 
@@ -62,7 +91,7 @@ pub trait StepExecutor: Send {
     /// Runs `plan`, then draws a token for each sequence with `samples` set, from the logits of
     /// its last query row, with `sampling[j]` for the `j`-th such sequence. Refuses (changing
     /// nothing) a `sampling` whose length is not the number of sampling sequences.
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], logits: LogitsWanted) -> Result<StepOutput>;
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: LogitsWanted) -> Result<StepOutput>;
     /// The KV cache's size, which the scheduler's block pool mirrors.
     fn kv_capacity(&self) -> KvCapacity;
     /// Vocabulary size of the logits rows.
@@ -83,7 +112,7 @@ pub trait StepExecutor: Send {
 
 /// The index in `plan.seqs` of each sampling sequence, after checking that `sampling` has one row
 /// for each: what every backend does before it runs a step.
-pub fn sampling_seqs(plan: &StepPlan, sampling: &[SamplingRow]) -> Result<Vec<usize>> {
+pub fn sampling_seqs(plan: &StepPlan, sampling: &[SamplingRow<'_>]) -> Result<Vec<usize>> {
     let seqs: Vec<usize> = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).map(|(i, _)| i).collect();
     if seqs.len() != sampling.len() {
         return Err(Error::Executor(format!(

@@ -11,8 +11,9 @@
 //!   [`scheduler`] plans each step over the [`block_pool`] (chunked prefill, blocks allocated as
 //!   sequences grow, preemption by recompute, prefix caching through the [`prefix_index`]), the
 //!   executor runs the forward and samples, and the engine streams text and applies the stop
-//!   rules. [`cpu_backend`] is the oracle's executor and [`gpu_backend`] the GPU's.
-//!   [`perplexity`] scores a text through either.
+//!   rules. [`cpu_backend`] is the oracle's executor and [`gpu_backend`] the GPU's;
+//!   [`request_state`] is what the engine keeps of one request, and [`perplexity`] scores a text
+//!   through either backend.
 //!
 //! ```
 //! use model::config::ModelConfig;
@@ -43,6 +44,7 @@ pub mod gpu_backend;
 pub mod perplexity;
 pub mod prefix_index;
 pub mod presets;
+pub mod request_state;
 pub mod scheduler;
 
 pub use error::{Error, Result};

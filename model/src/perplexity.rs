@@ -104,16 +104,17 @@ pub fn score(
 fn one_token(cfg: &ModelConfig, prompt: &[u32]) -> GenerationRequest {
     GenerationRequest {
         prompt: prompt.to_vec(),
-        sampling: SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 },
+        sampling: SamplingParams::greedy(),
         stop: StopConditions {
             eos_token_ids: cfg.eos_token_id.clone(),
-            stop: Vec::new(),
             max_tokens: 1,
             max_model_len: cfg.max_position_embeddings,
             ignore_eos: true,
+            ..Default::default()
         },
         // Every prompt row is scored, so none may be skipped by a cache hit.
         skip_prefix_cache: true,
+        ..Default::default()
     }
 }
 

@@ -108,15 +108,16 @@ fn engine_over(exec: Box<dyn StepExecutor>, o: Opts) -> Engine {
 fn request(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> GenerationRequest {
     GenerationRequest {
         prompt,
-        sampling: SamplingParams { temperature: 1.3, top_k: 50, top_p: 0.95, seed },
+        sampling: SamplingParams { top_k: 50, top_p: 0.95, ..SamplingParams::with_temperature(1.3, seed) },
         stop: StopConditions {
             eos_token_ids: vec![byte_tokenizer::EOS_ID],
             stop: vec![],
             max_tokens,
             max_model_len: MAX_MODEL_LEN,
             ignore_eos: true,
+            ..Default::default()
         },
-        skip_prefix_cache: false,
+        ..Default::default()
     }
 }
 
@@ -155,7 +156,8 @@ fn alone(b: Backend, o: Opts, r: GenerationRequest) -> Completion {
 /// One [`StepExecutor::execute`] call as a [`Spy`] saw it.
 struct Call {
     plan: StepPlan,
-    rows: Vec<SamplingRow>,
+    /// Each sampling row's parameters and step.
+    rows: Vec<(SamplingParams, u64)>,
     wanted: LogitsWanted,
     sampled: Vec<u32>,
     /// Every query row's logits, whatever the engine asked for.
@@ -180,8 +182,17 @@ impl StepExecutor for Spy {
     fn execute(&mut self, plan: &StepPlan, rows: &[SamplingRow], wanted: LogitsWanted) -> model::Result<StepOutput> {
         let out = self.inner.execute(plan, rows, LogitsWanted::AllRows)?;
         let logits = out.logits.expect("asked for every row");
-        let call = Call { plan: plan.clone(), rows: rows.to_vec(), wanted, sampled: out.sampled.clone(), logits };
-        let handed = (wanted == LogitsWanted::AllRows).then(|| call.logits.clone());
+        let params = rows.iter().map(|r| (r.params, r.step)).collect();
+        let call = Call { plan: plan.clone(), rows: params, wanted, sampled: out.sampled.clone(), logits };
+        let handed = match wanted {
+            LogitsWanted::Discard => None,
+            LogitsWanted::AllRows => Some(call.logits.clone()),
+            LogitsWanted::SampledRows => {
+                let last = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples);
+                let rows: Vec<usize> = last.map(|(i, _)| plan.meta.query_start_loc[i + 1] as usize - 1).collect();
+                Some(call.logits.select(ndarray::Axis(0), &rows))
+            }
+        };
         self.log.lock().unwrap().push(call);
         Ok(StepOutput { sampled: out.sampled, logits: handed })
     }
@@ -324,10 +335,10 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
             assert_eq!((sampling.len(), call.sampled.len()), (call.rows.len(), call.rows.len()));
             for (((i, p), row), &token) in sampling.into_iter().zip(&call.rows).zip(&call.sampled) {
                 let r = &reqs[p.id as usize];
-                assert_eq!(row.params, r.sampling);
-                assert_eq!(row.step as usize, p.start + p.len - r.prompt.len(), "the step is the generated count");
+                assert_eq!(row.0, r.sampling);
+                assert_eq!(row.1 as usize, p.start + p.len - r.prompt.len(), "the step is the generated count");
                 let last = call.logits.row(call.plan.meta.query_start_loc[i + 1] as usize - 1);
-                assert_eq!(token, sample(last.as_slice().unwrap(), &row.params, row.step).unwrap());
+                assert_eq!(token, sample(last.as_slice().unwrap(), &row.0, row.1).unwrap());
             }
         }
         if record {

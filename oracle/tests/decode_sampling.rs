@@ -7,7 +7,7 @@ use oracle::decode::{sample, survivors, SamplingParams};
 use proptest::prelude::*;
 
 fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
-    SamplingParams { temperature, top_k, top_p, seed }
+    SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed }
 }
 
 /// Token ids by logit descending, ties by lower id: the order the definition ranks tokens in.

@@ -18,8 +18,7 @@ fn tokenizer() -> Arc<Tokenizer> {
     static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
     TOKENIZER
         .get_or_init(|| {
-            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../shared/tokenizers/qwen3/tokenizer.json");
+            let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/tokenizers/qwen3/tokenizer.json");
             assert!(
                 path.is_file(),
                 "the Qwen3 tokenizer is missing at {}: these tests need ../shared beside the workspace",
@@ -47,6 +46,7 @@ fn conditions(stop: &[&str], max_tokens: usize) -> StopConditions {
         max_tokens,
         max_model_len: 1 << 20,
         ignore_eos: false,
+        ..Default::default()
     }
 }
 
@@ -276,11 +276,40 @@ fn model_length_ends_the_request_after_prompt_plus_generated_tokens() {
     assert_eq!(finishes, [None, None, Some(FinishReason::ModelLength)]);
     assert_eq!(FinishReason::ModelLength.as_openai(), "length");
     // Both limits on the same token: max_tokens is reported.
-    let mut d =
-        RequestDecoder::new(tokenizer(), StopConditions { max_tokens: 3, ..limits.clone() }, 10).unwrap();
+    let mut d = RequestDecoder::new(tokenizer(), StopConditions { max_tokens: 3, ..limits.clone() }, 10).unwrap();
     let last = (0..3).map(|_| d.push(word).unwrap().finish).last().flatten();
     assert_eq!(last, Some(FinishReason::MaxTokens));
-    let err =
-        RequestDecoder::new(tokenizer(), limits, 13).err().expect("a full prompt is refused").to_string();
+    let err = RequestDecoder::new(tokenizer(), limits, 13).err().expect("a full prompt is refused").to_string();
     assert!(err.contains("prompt_len") && err.contains("13"), "{err}");
+}
+
+#[test]
+fn a_stop_token_ends_the_request_unrendered_unless_included_and_even_under_ignore_eos() {
+    let bang = ids("!")[0];
+    let hi = ids("Hi")[0];
+    for (include, text) in [(false, "Hi"), (true, "Hi!")] {
+        let stop = StopConditions {
+            stop_token_ids: vec![bang],
+            include_stop_str_in_output: include,
+            ignore_eos: true,
+            ..conditions(&["Hi there"], 8)
+        };
+        let mut d = RequestDecoder::new(tokenizer(), stop, 1).unwrap();
+        assert_eq!(d.push(hi).unwrap().text, "", "\"Hi\" may start the stop string");
+        let e = d.push(bang).unwrap();
+        assert_eq!(e, Emitted { text: text.into(), finish: Some(FinishReason::StopToken(bang)) }, "include {include}");
+        assert_eq!(d.token_ids(), [hi, bang]);
+    }
+    assert_eq!(FinishReason::StopToken(bang).as_openai(), "stop");
+}
+
+#[test]
+fn include_stop_str_in_output_keeps_the_matched_stop_string() {
+    let stop = StopConditions { include_stop_str_in_output: true, ..conditions(&["STOP"], 64) };
+    let mut d = RequestDecoder::new(tokenizer(), stop, 1).unwrap();
+    let (first, _) = push_text(&mut d, "say ST");
+    let (second, finish) = push_text(&mut d, "OP now");
+    assert_eq!(finish, Some(FinishReason::StopString("STOP".into())));
+    assert_eq!(format!("{first}{second}"), "say STOP");
+    assert_eq!(d.text(), "say STOP");
 }

@@ -69,8 +69,7 @@ fn batch_matches_alone<T: Scalar>(tol: f64) {
     let m = model::<T>(12);
     let prompts: Vec<Vec<u32>> =
         [1, 7, 23, 40].iter().enumerate().map(|(i, &n)| prompt(20 + i as u64, n, 512)).collect();
-    let more: Vec<Vec<u32>> =
-        [1, 1, 5, 1].iter().enumerate().map(|(i, &n)| prompt(30 + i as u64, n, 512)).collect();
+    let more: Vec<Vec<u32>> = [1, 1, 5, 1].iter().enumerate().map(|(i, &n)| prompt(30 + i as u64, n, 512)).collect();
     // Sequence i owns blocks 3i..3i+3 of a shared 12-block cache, in a scrambled order.
     let blocks: Vec<Vec<i32>> = (0..4).map(|i| vec![3 * i + 2, 3 * i, 3 * i + 1]).collect();
     let mut cache = KvCache::new(&m.dims, 12, 16);
@@ -82,20 +81,14 @@ fn batch_matches_alone<T: Scalar>(tol: f64) {
         let mut alone = KvCache::new(&m.dims, 3, 16);
         let own = [0, 1, 2];
         let a =
-            step(&m, &mut alone, &[Part { blocks: &own, cached: 0, tokens: &prompts[i] }], LogitRows::All)
-                .unwrap()
-                .0;
+            step(&m, &mut alone, &[Part { blocks: &own, cached: 0, tokens: &prompts[i] }], LogitRows::All).unwrap().0;
         let got = first.slice(s![row..row + lens[i], ..]).to_owned();
         assert!(worst_row(&got, &a) < tol, "seq {i} prefill: {}", worst_row(&got, &a));
         row += lens[i];
-        let b = step(
-            &m,
-            &mut alone,
-            &[Part { blocks: &own, cached: lens[i], tokens: &more[i] }],
-            LogitRows::LastPerSeq,
-        )
-        .unwrap()
-        .0;
+        let b =
+            step(&m, &mut alone, &[Part { blocks: &own, cached: lens[i], tokens: &more[i] }], LogitRows::LastPerSeq)
+                .unwrap()
+                .0;
         let got = second.slice(s![i..i + 1, ..]).to_owned();
         assert!(rel_l2(&got, &b) < tol, "seq {i} second step: {}", rel_l2(&got, &b));
     }

@@ -55,11 +55,7 @@ fn a_wrong_weight_shape_is_named_by_its_checkpoint_name() {
             "model.layers.1.mlp.down_proj.weight",
             "[64, 192]",
         ),
-        (
-            Box::new(|w| w.layers[1].attn.hp1_gamma = Array1::zeros(2)),
-            "model.layers.1.self_attn.hp1_gamma",
-            "[4]",
-        ),
+        (Box::new(|w| w.layers[1].attn.hp1_gamma = Array1::zeros(2)), "model.layers.1.self_attn.hp1_gamma", "[4]"),
         (
             Box::new(|w| w.layers[0].post_feedforward_layernorm.bias = Some(Array1::zeros(1))),
             "model.layers.0.post_feedforward_layernorm.bias",
@@ -141,9 +137,7 @@ fn positions_past_max_position_embeddings_are_refused() {
     let past = Part { blocks: &blocks, cached: 2048, tokens: &[7] };
     let e = step(&m, &mut cache, &[past], LogitRows::All).unwrap_err().to_string();
     assert!(
-        e.contains("seq_lens")
-            && e.contains("position 2048")
-            && e.contains("max_position_embeddings is 2048"),
+        e.contains("seq_lens") && e.contains("position 2048") && e.contains("max_position_embeddings is 2048"),
         "{e}"
     );
 }
@@ -175,8 +169,7 @@ fn degenerate_steps_do_not_panic() {
     assert!(e.unwrap_err().to_string().contains("block_size 0"));
     // A step with no sequences at all is empty, not an error.
     let mut cache = KvCache::new(&m.dims, 4, 16);
-    let meta =
-        AttnMetadata { block_table: Array2::zeros((0, 1)), seq_lens: vec![], query_start_loc: vec![0] };
+    let meta = AttnMetadata { block_table: Array2::zeros((0, 1)), seq_lens: vec![], query_start_loc: vec![0] };
     let step = StepInput { token_ids: &[], meta: &meta, slot_mapping: &[], logits: LogitRows::LastPerSeq };
     assert_eq!(m.forward(&step, &mut cache).unwrap().dim(), (0, 512));
 }

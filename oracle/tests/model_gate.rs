@@ -16,8 +16,7 @@ fn zero_fraction(dims: ModelDims, seed: u64, len: usize) -> f64 {
     let mut cache = KvCache::new(&dims, blocks.len(), 16);
     let toks = prompt(seed, len, dims.vocab_size);
     let (logits, stats) =
-        step(&m, &mut cache, &[Part { blocks: &blocks, cached: 0, tokens: &toks }], LogitRows::LastPerSeq)
-            .unwrap();
+        step(&m, &mut cache, &[Part { blocks: &blocks, cached: 0, tokens: &toks }], LogitRows::LastPerSeq).unwrap();
     assert!(logits.iter().all(|v| v.is_finite()));
     // Every layer and head sees every causal (row, key) pair of the prompt once.
     let pairs = (len * (len + 1) / 2 * dims.num_heads * dims.num_layers) as u64;

@@ -21,9 +21,7 @@ fn logits<T: Scalar>(rounding: Rounding) -> Vec<Array2<T>> {
     let toks = prompt(5, 43, 512);
     let blocks = [3, 0, 2, 1];
     let mut out = vec![
-        step(&m, &mut cache, &[Part { blocks: &blocks, cached: 0, tokens: &toks[..40] }], LogitRows::All)
-            .unwrap()
-            .0,
+        step(&m, &mut cache, &[Part { blocks: &blocks, cached: 0, tokens: &toks[..40] }], LogitRows::All).unwrap().0,
     ];
     for p in 40..43 {
         let part = Part { blocks: &blocks, cached: p, tokens: &toks[p..p + 1] };
@@ -59,8 +57,7 @@ fn tapped(rounding: Rounding) -> (Census, KvCache<f64>) {
     let m = Model::new(tiny(), random_weights(&tiny(), 22).cast::<f64>(), rounding).unwrap();
     let mut cache = KvCache::new(&m.dims, 4, 16);
     let toks = prompt(6, 20, 512);
-    step(&m, &mut cache, &[Part { blocks: &[0, 1], cached: 0, tokens: &toks[..17] }], LogitRows::All)
-        .unwrap();
+    step(&m, &mut cache, &[Part { blocks: &[0, 1], cached: 0, tokens: &toks[..17] }], LogitRows::All).unwrap();
     let meta = oracle::hp1::AttnMetadata {
         block_table: ndarray::array![[0, 1], [2, 3]],
         seq_lens: vec![18, 3],
@@ -84,8 +81,7 @@ fn bf16_mode_rounds_at_every_point_and_the_cache_holds_bf16() {
     let (seen, cache) = tapped(Rounding::Bf16);
     let layers = tiny().num_layers;
     for point in RoundPoint::ALL {
-        let keys: Vec<Option<usize>> =
-            if point.in_layer() { (0..layers).map(Some).collect() } else { vec![None] };
+        let keys: Vec<Option<usize>> = if point.in_layer() { (0..layers).map(Some).collect() } else { vec![None] };
         for layer in keys {
             let (n, off) = seen.get(&(layer, point)).copied().unwrap_or_default();
             assert!(n > 0, "{point:?} of layer {layer:?} was never tapped");

@@ -10,25 +10,23 @@ use proptest::prelude::*;
 
 /// A norm over `c` channels with `alpha`/`gamma` scalar or per channel and `beta` absent or present.
 fn norm_case() -> impl Strategy<Value = (Array2<f64>, UClipNormWeights<f64>)> {
-    (1usize..12, 1usize..4, any::<(bool, bool, bool)>()).prop_flat_map(
-        |(c, rows, (a_full, g_full, has_b))| {
-            let len = |full: bool| if full { c } else { 1 };
-            (
-                prop::collection::vec(-50.0f64..50.0, rows * c),
-                prop::collection::vec(-5.0f64..5.0, len(a_full)),
-                prop::collection::vec(-3.0f64..3.0, len(g_full)),
-                prop::collection::vec(-2.0f64..2.0, c),
-            )
-                .prop_map(move |(x, a, g, b)| {
-                    let w = UClipNormWeights {
-                        alpha: Array1::from(a),
-                        weight: Array1::from(g),
-                        bias: has_b.then(|| Array1::from(b)),
-                    };
-                    (Array2::from_shape_vec((rows, c), x).expect("rows * c values"), w)
-                })
-        },
-    )
+    (1usize..12, 1usize..4, any::<(bool, bool, bool)>()).prop_flat_map(|(c, rows, (a_full, g_full, has_b))| {
+        let len = |full: bool| if full { c } else { 1 };
+        (
+            prop::collection::vec(-50.0f64..50.0, rows * c),
+            prop::collection::vec(-5.0f64..5.0, len(a_full)),
+            prop::collection::vec(-3.0f64..3.0, len(g_full)),
+            prop::collection::vec(-2.0f64..2.0, c),
+        )
+            .prop_map(move |(x, a, g, b)| {
+                let w = UClipNormWeights {
+                    alpha: Array1::from(a),
+                    weight: Array1::from(g),
+                    bias: has_b.then(|| Array1::from(b)),
+                };
+                (Array2::from_shape_vec((rows, c), x).expect("rows * c values"), w)
+            })
+    })
 }
 
 /// Parameter `p` (`[1]` or `[C]`) at channel `c`.

@@ -32,6 +32,17 @@ class SamplingParams:
         ignore_eos: keep generating through end-of-sequence tokens.
         logprobs: with n >= 0, return each generated token's log-probability and those of the n
             likeliest tokens (see ``CompletionOutput.logprobs``).
+        min_p: drop tokens less likely than min_p times the likeliest (after temperature), in
+            [0, 1]; 0 keeps all.
+        logit_bias: token id to a bias in [-100, 100], added to its logit first.
+        min_tokens: tokens generated before an end-of-sequence or stop token may be, at most
+            max_tokens.
+        repetition_penalty: > 0, 1 is off: positive logits of tokens in the prompt or the output
+            are divided by it, negative ones multiplied.
+        frequency_penalty: in [-2, 2]: subtracted from a generated token's logit per occurrence.
+        presence_penalty: in [-2, 2]: subtracted from a generated token's logit once.
+        stop_token_ids: token ids that end the output as eos does, even with ignore_eos.
+        include_stop_str_in_output: keep the stop string (or the stop token's text) in the output.
 
     Raises:
         ValueError: a value out of range, naming the parameter.
@@ -46,6 +57,14 @@ class SamplingParams:
     stop: List[str]
     ignore_eos: bool
     logprobs: Optional[int]
+    min_p: float
+    logit_bias: Dict[int, float]
+    min_tokens: int
+    repetition_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+    stop_token_ids: List[int]
+    include_stop_str_in_output: bool
 
     def __init__(
         self,
@@ -57,6 +76,14 @@ class SamplingParams:
         stop: Union[str, Sequence[str], None] = None,
         ignore_eos: bool = False,
         logprobs: Optional[int] = None,
+        min_p: float = 0.0,
+        logit_bias: Optional[Dict[int, float]] = None,
+        min_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        frequency_penalty: float = 0.0,
+        presence_penalty: float = 0.0,
+        stop_token_ids: Optional[Sequence[int]] = None,
+        include_stop_str_in_output: bool = False,
     ) -> None: ...
 
 class CompletionOutput:

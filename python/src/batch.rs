@@ -57,8 +57,9 @@ impl Batch {
             let request = GenerationRequest {
                 prompt: prompt.ids.clone(),
                 sampling: p.engine_sampling(),
+                processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
-                skip_prefix_cache: false,
+                ..Default::default()
             };
             let id = match engine.add_request(request) {
                 Ok(id) => id,
@@ -67,6 +68,11 @@ impl Batch {
                     // What the engine refuses at admission is this prompt's to fix: too long for
                     // the KV cache, or for the model with these stop rules.
                     return Err(match e {
+                        model::Error::Invalid { param, .. } => value_error(param, e),
+                        // A parameter the engine checks against the model (a logit_bias id).
+                        model::Error::Oracle(oracle::Error::Invalid { name, .. }) if name != "prompt_len" => {
+                            value_error(name, e)
+                        }
                         model::Error::Request(_) | model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
                             value_error(&format!("prompts[{i}]"), e)
                         }
@@ -121,7 +127,7 @@ impl Batch {
         let start = Instant::now();
         while engine.has_work() {
             for event in engine.step()? {
-                if let EngineEvent::Token { request, token, text } = event {
+                if let EngineEvent::Token { request, token, text, .. } = event {
                     if let Some(&i) = self.by_id.get(&request) {
                         self.requests[i].token_ids.push(token);
                         self.requests[i].text.push_str(&text);

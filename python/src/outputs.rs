@@ -156,6 +156,7 @@ impl Done {
                 ("stop", self.token_ids.last().map_or(StopReason::None, |&t| StopReason::Token(t)))
             }
             Some(FinishReason::StopString(s)) => ("stop", StopReason::Text(s.clone())),
+            Some(FinishReason::StopToken(t)) => ("stop", StopReason::Token(*t)),
             Some(r) => (r.as_openai(), StopReason::None),
         };
         let logprobs = match (self.logprobs, &self.logits) {
@@ -191,22 +192,9 @@ impl Done {
 }
 
 /// The log-probabilities of `token` and of the `top` likeliest tokens (ties to the lower id)
-/// under `row`: `x_v - logsumexp(x)` in f64. A `-inf` logit gets `-inf`; a NaN row gives NaN.
+/// under `row`: the oracle's float64 log-softmax of the raw row (SPEC section 5), the one the
+/// server reports too. A `-inf` logit gets `-inf`.
 pub fn token_logprobs(row: ArrayView1<'_, f32>, token: u32, top: usize) -> BTreeMap<u32, f64> {
-    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-    let sum: f64 = row.iter().map(|&x| (f64::from(x) - max).exp()).sum();
-    let lse = max + sum.ln();
-    let logprob = |v: u32| f64::from(row[v as usize]) - lse;
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    let top = top.min(ids.len());
-    if top > 0 {
-        let by_logit = |a: &u32, b: &u32| {
-            let (x, y) = (row[*a as usize], row[*b as usize]);
-            y.total_cmp(&x).then(a.cmp(b))
-        };
-        ids.select_nth_unstable_by(top - 1, by_logit);
-    }
-    ids.truncate(top);
-    ids.push(token);
-    ids.into_iter().map(|v| (v, logprob(v))).collect()
+    let lp = oracle::decode::token_logprobs(&row.to_vec(), token, top);
+    lp.top.into_iter().chain([(token, lp.logprob)]).collect()
 }

@@ -3,11 +3,14 @@
 //!
 //! Each request samples with SPEC section 5's Gumbel-max draw keyed by (seed, step, token id),
 //! so one seed gives one output whatever the batch. `seed=None` draws a fresh seed for each
-//! request, as vLLM does.
+//! request, as vLLM does. The logits processors (`logit_bias`, `min_tokens`, the penalties),
+//! `min_p`, `stop_token_ids` and `include_stop_str_in_output` are the server's, with SPEC
+//! section 5's definitions and order.
 
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 
-use model::engine::{SamplingParams as EngineSampling, StopConditions};
+use model::engine::{LogitsProcessors, SamplingParams as EngineSampling, StopConditions};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -42,6 +45,30 @@ pub struct SamplingParams {
     /// With `n`, each generated token's log-probability and those of the `n` likeliest tokens.
     #[pyo3(get)]
     pub logprobs: Option<usize>,
+    /// Drop tokens less likely than `min_p` times the likeliest (after temperature); 0 keeps all.
+    #[pyo3(get)]
+    pub min_p: f32,
+    /// Token id to a bias in [-100, 100], added to its logit.
+    #[pyo3(get)]
+    pub logit_bias: BTreeMap<u32, f32>,
+    /// Tokens generated before an end-of-sequence or stop token may be.
+    #[pyo3(get)]
+    pub min_tokens: usize,
+    /// `> 0`; 1 is off: divides positive (multiplies negative) logits of tokens seen so far.
+    #[pyo3(get)]
+    pub repetition_penalty: f32,
+    /// In [-2, 2]: subtracted from a token's logit once per time it was generated.
+    #[pyo3(get)]
+    pub frequency_penalty: f32,
+    /// In [-2, 2]: subtracted from a token's logit once it was generated.
+    #[pyo3(get)]
+    pub presence_penalty: f32,
+    /// Tokens that end the output as eos does (even with `ignore_eos`).
+    #[pyo3(get)]
+    pub stop_token_ids: Vec<u32>,
+    /// Keep the stop string (or the stop token's text) that ended the output.
+    #[pyo3(get)]
+    pub include_stop_str_in_output: bool,
 }
 
 #[pymethods]
@@ -52,10 +79,13 @@ impl SamplingParams {
     #[pyo3(
         signature = (
             temperature=None, top_p=None, top_k=None, seed=None, max_tokens=None, stop=None, ignore_eos=None,
-            logprobs=None
+            logprobs=None, min_p=None, logit_bias=None, min_tokens=None, repetition_penalty=None,
+            frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None
         ),
         text_signature = "(temperature=1.0, top_p=1.0, top_k=0, seed=None, max_tokens=16, stop=None, \
-                          ignore_eos=False, logprobs=None)"
+                          ignore_eos=False, logprobs=None, min_p=0.0, logit_bias=None, min_tokens=0, \
+                          repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, \
+                          stop_token_ids=None, include_stop_str_in_output=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -67,6 +97,14 @@ impl SamplingParams {
         stop: Option<&Bound<'_, PyAny>>,
         ignore_eos: Option<&Bound<'_, PyAny>>,
         logprobs: Option<&Bound<'_, PyAny>>,
+        min_p: Option<&Bound<'_, PyAny>>,
+        logit_bias: Option<&Bound<'_, PyAny>>,
+        min_tokens: Option<&Bound<'_, PyAny>>,
+        repetition_penalty: Option<&Bound<'_, PyAny>>,
+        frequency_penalty: Option<&Bound<'_, PyAny>>,
+        presence_penalty: Option<&Bound<'_, PyAny>>,
+        stop_token_ids: Option<&Bound<'_, PyAny>>,
+        include_stop_str_in_output: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let temperature: f32 = scalar(temperature, 1.0, "temperature", "a float")?;
         let top_p: f32 = scalar(top_p, 1.0, "top_p", "a float")?;
@@ -75,8 +113,26 @@ impl SamplingParams {
         let max_tokens: i64 = scalar(max_tokens, 16, "max_tokens", "an integer")?;
         let ignore_eos: bool = scalar(ignore_eos, false, "ignore_eos", "a bool")?;
         let logprobs: Option<i64> = scalar(logprobs, None, "logprobs", "an integer or None")?;
-        // The engine's own rules for temperature and top_p, named as the Python arguments.
-        EngineSampling { temperature, top_k: 0, top_p, seed: 0 }.validate().map_err(oracle_arg_error)?;
+        let min_p: f32 = scalar(min_p, 0.0, "min_p", "a float")?;
+        let logit_bias: BTreeMap<u32, f32> =
+            scalar(logit_bias, BTreeMap::new(), "logit_bias", "a dict from token ids to floats")?;
+        let min_tokens: i64 = scalar(min_tokens, 0, "min_tokens", "an integer")?;
+        let processors = LogitsProcessors {
+            logit_bias: logit_bias.iter().map(|(&id, &b)| (id, b)).collect(),
+            min_tokens: 0,
+            repetition_penalty: scalar(repetition_penalty, 1.0, "repetition_penalty", "a float")?,
+            frequency_penalty: scalar(frequency_penalty, 0.0, "frequency_penalty", "a float")?,
+            presence_penalty: scalar(presence_penalty, 0.0, "presence_penalty", "a float")?,
+        };
+        let stop_token_ids: Vec<u32> = scalar(stop_token_ids, Vec::new(), "stop_token_ids", "a list of token ids")?;
+        let include_stop_str_in_output: bool =
+            scalar(include_stop_str_in_output, false, "include_stop_str_in_output", "a bool")?;
+        // The engine's own rules, named as the Python arguments; token ids are checked against
+        // the model's vocabulary when generate queues the request.
+        EngineSampling { temperature, top_p, min_p, ..EngineSampling::greedy() }
+            .validate()
+            .map_err(oracle_arg_error)?;
+        processors.validate(u32::MAX as usize).map_err(oracle_arg_error)?;
         if top_k < -1 {
             return Err(value_error("top_k", format!("must be >= 0, or -1 for no limit, got {top_k}")));
         }
@@ -93,6 +149,12 @@ impl SamplingParams {
         if let Some(n) = logprobs.filter(|&n| n < 0) {
             return Err(value_error("logprobs", format!("must be >= 0 or None, got {n}")));
         }
+        if min_tokens < 0 || min_tokens > max_tokens {
+            return Err(value_error(
+                "min_tokens",
+                format!("must be in [0, max_tokens = {max_tokens}], got {min_tokens}"),
+            ));
+        }
         Ok(Self {
             temperature,
             top_p,
@@ -102,6 +164,14 @@ impl SamplingParams {
             stop,
             ignore_eos,
             logprobs: logprobs.map(|n| n as usize),
+            min_p,
+            logit_bias,
+            min_tokens: min_tokens as usize,
+            repetition_penalty: processors.repetition_penalty,
+            frequency_penalty: processors.frequency_penalty,
+            presence_penalty: processors.presence_penalty,
+            stop_token_ids,
+            include_stop_str_in_output,
         })
     }
 
@@ -109,7 +179,8 @@ impl SamplingParams {
         let opt = |o: Option<String>| o.unwrap_or_else(|| "None".into());
         format!(
             "SamplingParams(temperature={:?}, top_p={:?}, top_k={}, seed={}, max_tokens={}, stop={:?}, ignore_eos={}, \
-             logprobs={})",
+             logprobs={}, min_p={:?}, logit_bias={:?}, min_tokens={}, repetition_penalty={:?}, \
+             frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={})",
             self.temperature,
             self.top_p,
             self.top_k,
@@ -118,6 +189,14 @@ impl SamplingParams {
             self.stop,
             if self.ignore_eos { "True" } else { "False" },
             opt(self.logprobs.map(|n| n.to_string())),
+            self.min_p,
+            self.logit_bias,
+            self.min_tokens,
+            self.repetition_penalty,
+            self.frequency_penalty,
+            self.presence_penalty,
+            self.stop_token_ids,
+            if self.include_stop_str_in_output { "True" } else { "False" },
         )
     }
 }
@@ -125,7 +204,8 @@ impl SamplingParams {
 impl SamplingParams {
     /// `SamplingParams()`: what `generate` uses when given none.
     pub fn defaults() -> Self {
-        Self::new(None, None, None, None, None, None, None, None).expect("the defaults are valid")
+        Self::new(None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)
+            .expect("the defaults are valid")
     }
 
     /// The engine's sampling parameters, with `seed` drawn now when the caller gave none.
@@ -135,6 +215,18 @@ impl SamplingParams {
             top_k: self.top_k as usize,
             top_p: self.top_p,
             seed: self.seed.unwrap_or_else(fresh_seed),
+            min_p: self.min_p,
+        }
+    }
+
+    /// The engine's logits processors.
+    pub fn processors(&self) -> LogitsProcessors {
+        LogitsProcessors {
+            logit_bias: self.logit_bias.iter().map(|(&id, &b)| (id, b)).collect(),
+            min_tokens: self.min_tokens,
+            repetition_penalty: self.repetition_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
         }
     }
 
@@ -146,6 +238,8 @@ impl SamplingParams {
             max_tokens: self.max_tokens,
             max_model_len,
             ignore_eos: self.ignore_eos,
+            stop_token_ids: self.stop_token_ids.clone(),
+            include_stop_str_in_output: self.include_stop_str_in_output,
         }
     }
 }

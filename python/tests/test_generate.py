@@ -152,3 +152,55 @@ def test_prefix_caching_changes_no_token_or_logprob(tiny_model, llm):
     # A generate asking for logprobs looks nothing up and gets the uncached rows.
     lp = asynct.SamplingParams(temperature=0.8, seed=5, max_tokens=6, ignore_eos=True, logprobs=2)
     assert llm.generate([prompts[1]], lp)[0].logprobs == off.generate([prompts[1]], lp)[0].logprobs
+
+
+def test_the_servers_sampling_parameters_are_honoured(llm):
+    x = ord("x")  # the tiny tokenizer's byte b is token b
+    [biased] = llm.generate("The", asynct.SamplingParams(seed=2, max_tokens=5, ignore_eos=True, logit_bias={x: 100}))
+    assert biased.token_ids == [x] * 5
+    # min_tokens holds off eos, however likely; then eos ends the output.
+    eager_eos = asynct.SamplingParams(temperature=0, max_tokens=20, logit_bias={510: 100}, min_tokens=4)
+    [held] = llm.generate("The", eager_eos)
+    assert held.token_ids[-1] == 510 and len(held.token_ids) == 5 and held.finish_reason == "stop"
+    # A stop token ends it (even with ignore_eos), reported as the stop reason; its text is kept
+    # only with include_stop_str_in_output.
+    for include, text in [(False, ""), (True, "x")]:
+        p = asynct.SamplingParams(temperature=0, max_tokens=20, ignore_eos=True, logit_bias={x: 100},
+                                  stop_token_ids=[x], include_stop_str_in_output=include)
+        [out] = llm.generate("The", p)
+        assert (out.text, out.finish_reason, out.outputs[0].stop_reason) == (text, "stop", x)
+    # min_p 1 keeps only the likeliest token: any temperature is greedy.
+    greedy = asynct.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    [g] = llm.generate("The river", greedy)
+    [m] = llm.generate("The river", asynct.SamplingParams(temperature=1.5, seed=5, min_p=1.0, max_tokens=12,
+                                                          ignore_eos=True))
+    assert m.token_ids == g.token_ids
+    # The penalties change greedy output and repeat themselves.
+    penalised = asynct.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, repetition_penalty=2.0,
+                                      frequency_penalty=1.0, presence_penalty=1.0)
+    [a] = llm.generate("The river", penalised)
+    [b] = llm.generate("The river", penalised)
+    assert a.token_ids == b.token_ids
+
+
+@pytest.mark.parametrize("kwargs, exc, needle", [
+    (dict(min_p=1.5), ValueError, "min_p: must be in [0, 1]"),
+    (dict(logit_bias={3: 101}), ValueError, "logit_bias"),
+    (dict(logit_bias=[1]), TypeError, "logit_bias: expected a dict"),
+    (dict(min_tokens=17), ValueError, "min_tokens: must be in [0, max_tokens = 16]"),
+    (dict(repetition_penalty=0), ValueError, "repetition_penalty"),
+    (dict(frequency_penalty=3), ValueError, "frequency_penalty"),
+    (dict(presence_penalty=-2.5), ValueError, "presence_penalty"),
+    (dict(stop_token_ids=["a"]), TypeError, "stop_token_ids: expected a list of token ids"),
+])
+def test_the_new_sampling_parameters_refuse_by_name(kwargs, exc, needle):
+    with pytest.raises(exc) as e:
+        asynct.SamplingParams(**kwargs)
+    assert needle in str(e.value)
+
+
+def test_token_ids_past_the_vocabulary_are_refused_at_generate(llm):
+    for kwargs, name in [(dict(logit_bias={600: 1.0}), "logit_bias"), (dict(stop_token_ids=[600]), "stop_token_ids")]:
+        with pytest.raises(ValueError) as e:
+            llm.generate("The", asynct.SamplingParams(**kwargs))
+        assert str(e.value).startswith(name), e.value

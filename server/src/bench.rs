@@ -379,8 +379,9 @@ impl PromptSource {
                 max_tokens,
                 max_model_len: self.model_len,
                 ignore_eos: true,
+                ..Default::default()
             },
-            skip_prefix_cache: false,
+            ..Default::default()
         }
     }
 

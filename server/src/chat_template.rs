@@ -77,8 +77,7 @@ impl ChatTemplate {
 
     /// The prompt for `messages`, ending where the assistant's reply begins.
     pub fn render(&self, messages: &[ChatMessage]) -> Result<String, ApiError> {
-        let fail =
-            |e: Error| ApiError::invalid("messages", format!("The chat template failed on these messages: {e}"));
+        let fail = |e: Error| ApiError::invalid("messages", format!("The chat template failed on these messages: {e}"));
         let template = self.env.get_template(NAME).map_err(fail)?;
         let ctx = context! {
             messages => messages,

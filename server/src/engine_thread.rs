@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use model::engine::{Engine, EngineEvent, GenerationRequest};
+use model::engine::{Engine, EngineEvent, GenerationRequest, TokenLogprobs};
 use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
@@ -47,7 +47,12 @@ pub enum EventKind {
         id: u32,
         /// Text safe to show now: never half a character, never part of a stop string.
         text: String,
+        /// Its logprobs, when the request asked for them.
+        logprobs: Option<TokenLogprobs>,
     },
+    /// The prompt's logprobs (`None` for its first token), just before the first token, when the
+    /// request asked for them.
+    Prompt(Vec<Option<TokenLogprobs>>),
     /// The choice ended; the reason is OpenAI's word (`stop`, `length`) or [`ABORTED`].
     Finished(&'static str),
     /// The engine failed; the choice ends with no further events.
@@ -197,7 +202,7 @@ impl Loop {
                     for (id, _) in added {
                         self.abort(id, None);
                     }
-                    return Err(ApiError::invalid("prompt", e.to_string()));
+                    return Err(ApiError::from(e));
                 }
             }
         }
@@ -255,14 +260,19 @@ impl Loop {
         let now = Instant::now();
         for event in events {
             match event {
-                EngineEvent::Token { request, token, text } => {
+                EngineEvent::Token { request, token, text, logprobs } => {
                     let Some(t) = self.tracked.get_mut(&request) else { continue };
                     match t.last_token.replace(now) {
                         None => self.metrics.record_first_token(now - t.arrived),
                         Some(previous) => self.metrics.record_inter_token(now - previous),
                     }
                     // A failed send is a client gone: the next pass aborts it.
-                    let _ = t.events.send(ChoiceEvent { index: t.index, kind: EventKind::Token { id: token, text } });
+                    let kind = EventKind::Token { id: token, text, logprobs };
+                    let _ = t.events.send(ChoiceEvent { index: t.index, kind });
+                }
+                EngineEvent::PromptLogprobs { request, logprobs } => {
+                    let Some(t) = self.tracked.get(&request) else { continue };
+                    let _ = t.events.send(ChoiceEvent { index: t.index, kind: EventKind::Prompt(logprobs) });
                 }
                 EngineEvent::Finished { request, reason } => {
                     let Some(t) = self.tracked.remove(&request) else { continue };
@@ -315,15 +325,16 @@ mod tests {
     fn request(max_tokens: usize) -> GenerationRequest {
         GenerationRequest {
             prompt: vec![1, 2, 3],
-            sampling: SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 },
+            sampling: SamplingParams::greedy(),
             stop: StopConditions {
                 eos_token_ids: vec![],
                 stop: vec![],
                 max_tokens,
                 max_model_len: 2048,
                 ignore_eos: true,
+                ..Default::default()
             },
-            skip_prefix_cache: false,
+            ..Default::default()
         }
     }
 

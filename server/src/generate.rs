@@ -60,6 +60,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
                 top_k: args.top_k,
                 top_p: args.top_p,
                 seed: args.seed + i as u64,
+                ..SamplingParams::greedy()
             },
             stop: StopConditions {
                 eos_token_ids: cfg.eos_token_id.clone(),
@@ -67,8 +68,9 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
                 max_tokens: args.max_tokens,
                 max_model_len: cfg.max_position_embeddings,
                 ignore_eos: args.ignore_eos,
+                ..Default::default()
             },
-            skip_prefix_cache: false,
+            ..Default::default()
         };
         engine.add_request(request).map_err(|e| e.to_string())?;
     }

@@ -24,7 +24,7 @@ use crate::api::validate::{parse_chat, parse_completion};
 use crate::chat_template::ChatTemplate;
 use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
-use crate::respond::{collect, sse, Kind, Meta};
+use crate::respond::{collect, sse, Choices, Echoed, Kind, Meta};
 
 /// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408).
 #[derive(Clone, Copy, Debug)]
@@ -111,14 +111,23 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
     let req = parse_completion(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let tokenizer = state.tokenizer.clone();
-    let prompts = off_the_runtime(move || match req.prompt {
-        Prompt::Text(text) => Ok(vec![encode(&tokenizer, &text)?]),
-        Prompt::Texts(texts) => texts.iter().map(|text| encode(&tokenizer, text)).collect(),
-        Prompt::Ids(ids) => Ok(vec![ids]),
-        Prompt::IdLists(lists) => Ok(lists),
+    let echo = req.sampling.echo;
+    let prompts = off_the_runtime(move || {
+        let text = |text: String| Ok(Echoed { ids: encode(&tokenizer, &text)?, text });
+        // A prompt of ids is decoded only when `echo` shows it.
+        let ids = |ids: Vec<u32>| {
+            let text = if echo { tokenizer.decode(&ids, false).unwrap_or_default() } else { String::new() };
+            Echoed { text, ids }
+        };
+        match req.prompt {
+            Prompt::Text(t) => Ok(vec![text(t)?]),
+            Prompt::Texts(texts) => texts.into_iter().map(text).collect(),
+            Prompt::Ids(list) => Ok(vec![ids(list)]),
+            Prompt::IdLists(lists) => Ok(lists.into_iter().map(ids).collect()),
+        }
     })
     .await?;
-    run(&state, Kind::Completion, &req.model, &prompts, &req.sampling).await
+    run(&state, Kind::Completion, &req.model, prompts, &req.sampling).await
 }
 
 async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
@@ -127,8 +136,8 @@ async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<R
     let req = parse_chat(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let (template, tokenizer, messages) = (state.template.clone(), state.tokenizer.clone(), req.messages);
-    let prompt = off_the_runtime(move || encode(&tokenizer, &template.render(&messages)?)).await?;
-    run(&state, Kind::Chat, &req.model, &[prompt], &req.sampling).await
+    let ids = off_the_runtime(move || encode(&tokenizer, &template.render(&messages)?)).await?;
+    run(&state, Kind::Chat, &req.model, vec![Echoed { text: String::new(), ids }], &req.sampling).await
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -180,46 +189,69 @@ fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
     Ok(encoding.get_ids().to_vec())
 }
 
-/// The engine requests for `prompts`, `n` per prompt in OpenAI's choice order (prompt-major), with
-/// seed `seed + j` for the `j`-th of a prompt's choices so that they differ yet repeat.
+/// The engine requests for `prompts`, `best_of` per prompt in OpenAI's choice order
+/// (prompt-major), with seed `seed + j` for the `j`-th of a prompt's candidates so that they
+/// differ yet repeat. A request that gives no `max_tokens` gets [`Limits::default_max_tokens`]
+/// on completions and the rest of the context on chat (as vLLM does), at most the rest of the
+/// context either way.
 fn engine_requests(
     state: &AppState,
-    prompts: &[Vec<u32>],
+    kind: Kind,
+    prompts: &[Echoed],
     sampling: &Sampling,
 ) -> Result<Vec<GenerationRequest>, ApiError> {
     let max_len = state.limits.max_model_len;
     let seed = sampling.seed.unwrap_or_else(rand_seed);
-    let mut out = Vec::with_capacity(prompts.len() * sampling.n);
-    for prompt in prompts {
+    // The best of several candidates is chosen by their tokens' logprobs.
+    let logprobs = sampling.logprobs.or((sampling.best_of > sampling.n).then_some(0));
+    let mut out = Vec::with_capacity(prompts.len() * sampling.best_of);
+    for Echoed { ids: prompt, .. } in prompts {
         if prompt.is_empty() {
             return Err(ApiError::invalid("prompt", "the prompt has no tokens".to_string()));
         }
-        if prompt.len().saturating_add(sampling.max_tokens) > max_len {
+        let rest = max_len.saturating_sub(prompt.len());
+        if rest == 0 {
+            let message = format!("the prompt has {} tokens, the model's length is {max_len}", prompt.len());
+            return Err(ApiError::invalid("prompt", message));
+        }
+        let max_tokens = match (sampling.max_tokens, kind) {
+            // The prompt's logprobs come with the first token, which the response then drops.
+            (Some(0), _) => 1,
+            (Some(m), _) => m,
+            (None, Kind::Completion) => state.limits.default_max_tokens.min(rest),
+            (None, Kind::Chat) => rest,
+        };
+        if max_tokens > rest {
             return Err(ApiError::invalid(
                 "max_tokens",
                 format!(
-                    "the prompt has {} tokens and max_tokens is {}: together they exceed the model's length of {max_len}",
+                    "the prompt has {} tokens and max_tokens is {max_tokens}: together they exceed the model's length of {max_len}",
                     prompt.len(),
-                    sampling.max_tokens,
                 ),
             ));
         }
-        for j in 0..sampling.n {
+        for j in 0..sampling.best_of {
             out.push(GenerationRequest {
                 prompt: prompt.clone(),
                 sampling: SamplingParams {
                     temperature: sampling.temperature,
                     top_k: sampling.top_k,
                     top_p: sampling.top_p,
+                    min_p: sampling.min_p,
                     seed: seed.wrapping_add(j as u64),
                 },
+                processors: sampling.processors.clone(),
                 stop: StopConditions {
                     eos_token_ids: state.eos_token_ids.to_vec(),
                     stop: sampling.stop.clone(),
-                    max_tokens: sampling.max_tokens,
+                    max_tokens,
                     max_model_len: max_len,
                     ignore_eos: sampling.ignore_eos,
+                    stop_token_ids: sampling.stop_token_ids.clone(),
+                    include_stop_str_in_output: sampling.include_stop_str_in_output,
                 },
+                logprobs,
+                prompt_logprobs: sampling.logprobs.filter(|_| sampling.echo),
                 skip_prefix_cache: false,
             });
         }
@@ -236,23 +268,25 @@ async fn run(
     state: &AppState,
     kind: Kind,
     model: &str,
-    prompts: &[Vec<u32>],
+    prompts: Vec<Echoed>,
     sampling: &Sampling,
 ) -> Result<Response, ApiError> {
-    if sampling.logprobs.is_some() {
-        let message = "this server does not return logprobs yet; leave `logprobs` out";
-        return Err(ApiError::invalid("logprobs", message));
-    }
-    let requests = engine_requests(state, prompts, sampling)?;
-    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
-    let choices = requests.len();
+    let requests = engine_requests(state, kind, &prompts, sampling)?;
     let events = state.engine.submit(requests).await?;
     let meta = Meta::new(kind, model);
+    let choices = Choices {
+        prompts,
+        n: sampling.n,
+        best_of: sampling.best_of,
+        echo: sampling.echo,
+        prompt_only: sampling.max_tokens == Some(0),
+        logprobs: sampling.logprobs.is_some(),
+        tokenizer: state.tokenizer.clone(),
+    };
     if sampling.stream {
-        let usage = sampling.include_usage.then_some(prompt_tokens);
-        Ok(sse(meta, events, choices, usage))
+        Ok(sse(meta, events, choices, sampling.include_usage))
     } else {
-        collect(meta, events, choices, prompt_tokens).await
+        collect(meta, events, choices).await
     }
 }
 

@@ -4,7 +4,13 @@
 //! The stream reads the engine's channel directly, so when the client goes away axum drops the
 //! body, the receiver goes with it, and the engine thread aborts the request before its next step.
 //! The engine's text deltas are already whole characters with no part of a stop string, so they
-//! are passed through untouched; a token that releases no text sends no chunk.
+//! are passed through untouched; a token that releases no text sends no chunk, unless the request
+//! asked for logprobs, which every token carries.
+//!
+//! A prompt's engine requests are its `best_of` candidates; with `best_of > n` the `n` with the
+//! highest cumulative logprob (the sum of their tokens' logprobs) are returned, best first, as
+//! vLLM does (validation refuses to stream them). Under `echo` a completion's text, and with
+//! `logprobs` its logprobs, begin with the prompt's.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -15,10 +21,14 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use model::engine::TokenLogprobs;
 use serde::Serialize;
+use std::sync::Arc;
+use tokenizers::Tokenizer;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::api::error::ApiError;
+use crate::api::logprobs::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs};
 use crate::api::types::{
     ChatChoice, ChatChunk, ChatResponse, CompletionChoice, CompletionChunk, CompletionResponse, Usage,
 };
@@ -31,6 +41,53 @@ pub enum Kind {
     Completion,
     /// `/v1/chat/completions`.
     Chat,
+}
+
+/// One prompt of a submission, as `echo` repeats it.
+#[derive(Clone, Debug)]
+pub struct Echoed {
+    /// The prompt's text (decoded, for a prompt given as ids).
+    pub text: String,
+    /// Its token ids.
+    pub ids: Vec<u32>,
+}
+
+/// How a submission's engine requests become the response's choices.
+pub struct Choices {
+    /// Each prompt, in order; its candidates are engine requests `p * best_of ..`.
+    pub prompts: Vec<Echoed>,
+    /// Choices returned per prompt.
+    pub n: usize,
+    /// Candidates per prompt (`>= n`).
+    pub best_of: usize,
+    /// Whether the prompt comes first in each completion.
+    pub echo: bool,
+    /// `max_tokens: 0` under `echo`: the one token generated (for the prompt's logprobs) is
+    /// left out of the response, which holds the prompt alone.
+    pub prompt_only: bool,
+    /// Whether the response carries logprobs.
+    pub logprobs: bool,
+    /// Token texts for the logprobs.
+    pub tokenizer: Arc<Tokenizer>,
+}
+
+impl Choices {
+    fn num_candidates(&self) -> usize {
+        self.prompts.len() * self.best_of
+    }
+
+    fn prompt_tokens(&self) -> usize {
+        self.prompts.iter().map(|p| p.ids.len()).sum()
+    }
+
+    /// A completion's logprobs of the prompt (under `echo`) from `prompt_lp`, its first entry `None`.
+    fn echo_logprobs(&self, p: usize, prompt_lp: &[Option<TokenLogprobs>], offset: &mut usize) -> CompletionLogprobs {
+        let mut out = CompletionLogprobs::default();
+        for (i, &id) in self.prompts[p].ids.iter().enumerate() {
+            *offset = out.push(&self.tokenizer, id, prompt_lp.get(i).and_then(Option::as_ref), *offset);
+        }
+        out
+    }
 }
 
 /// What every chunk and body of one response repeats.
@@ -54,11 +111,17 @@ impl Meta {
         Self { kind, id, created, model: model.to_string() }
     }
 
-    /// A streamed choice's new text.
-    fn text_chunk(&self, index: usize, text: &str) -> String {
+    /// A streamed choice's new text and its tokens' logprobs.
+    fn text_chunk(&self, index: usize, text: &str, logprobs: Option<Logprobs>) -> String {
+        let (id, created, model) = (&self.id, self.created, &self.model);
         match self.kind {
-            Kind::Completion => frame(&CompletionChunk::text(&self.id, self.created, &self.model, index, text)),
-            Kind::Chat => frame(&ChatChunk::content(&self.id, self.created, &self.model, index, text)),
+            Kind::Completion => {
+                let lp = logprobs.and_then(Logprobs::completion);
+                frame(&CompletionChunk::text(id, created, model, index, text, lp))
+            }
+            Kind::Chat => {
+                frame(&ChatChunk::content(id, created, model, index, text, logprobs.and_then(Logprobs::chat)))
+            }
         }
     }
 
@@ -76,67 +139,143 @@ impl Meta {
             Kind::Chat => frame(&ChatChunk::usage(&self.id, self.created, &self.model, usage)),
         }
     }
+}
 
-    /// The whole body for choices given as (text, finish reason).
-    fn response(self, choices: Vec<(String, &str)>, usage: Usage) -> Response {
-        let Meta { kind, id, created, model } = self;
-        let choices = choices.into_iter().enumerate();
-        match kind {
-            Kind::Completion => {
-                let choices = choices.map(|(i, (text, reason))| CompletionChoice::new(i, text, reason)).collect();
-                Json(CompletionResponse::new(id, created, model, choices, usage)).into_response()
-            }
-            Kind::Chat => {
-                let choices = choices.map(|(i, (text, reason))| ChatChoice::new(i, text, reason)).collect();
-                Json(ChatResponse::new(id, created, model, choices, usage)).into_response()
-            }
+/// Logprobs in the shape of the route that answers.
+enum Logprobs {
+    Completion(CompletionLogprobs),
+    Chat(ChatLogprobs),
+}
+
+impl Logprobs {
+    fn completion(self) -> Option<CompletionLogprobs> {
+        match self {
+            Logprobs::Completion(l) => Some(l),
+            Logprobs::Chat(_) => None,
+        }
+    }
+
+    fn chat(self) -> Option<ChatLogprobs> {
+        match self {
+            Logprobs::Chat(l) => Some(l),
+            Logprobs::Completion(_) => None,
         }
     }
 }
 
-/// Waits for every choice to finish and answers with the whole body.
+/// Everything one engine request produced.
+#[derive(Default)]
+struct Candidate {
+    text: String,
+    tokens: Vec<u32>,
+    logprobs: Vec<TokenLogprobs>,
+    prompt_logprobs: Vec<Option<TokenLogprobs>>,
+    finish: Option<&'static str>,
+}
+
+impl Candidate {
+    fn cumulative_logprob(&self) -> f64 {
+        self.logprobs.iter().map(|l| l.logprob).sum()
+    }
+}
+
+/// Waits for every candidate to finish and answers with the whole body.
 pub async fn collect(
     meta: Meta,
     mut events: UnboundedReceiver<ChoiceEvent>,
-    num_choices: usize,
-    prompt_tokens: usize,
+    choices: Choices,
 ) -> Result<Response, ApiError> {
-    let mut texts = vec![String::new(); num_choices];
-    let mut finish: Vec<Option<&str>> = vec![None; num_choices];
-    let mut generated = 0;
-    let mut left = num_choices;
+    let mut candidates: Vec<Candidate> = (0..choices.num_candidates()).map(|_| Candidate::default()).collect();
+    let mut left = candidates.len();
     while left > 0 {
         let event = events.recv().await.ok_or_else(|| ApiError::internal("the engine stopped"))?;
+        let c = &mut candidates[event.index];
         match event.kind {
-            EventKind::Token { text, .. } => {
-                texts[event.index].push_str(&text);
-                generated += 1;
+            EventKind::Token { .. } if choices.prompt_only => {}
+            EventKind::Token { id, text, logprobs } => {
+                c.text.push_str(&text);
+                c.tokens.push(id);
+                c.logprobs.extend(logprobs);
             }
+            EventKind::Prompt(logprobs) => c.prompt_logprobs = logprobs,
             EventKind::Finished(reason) => {
-                finish[event.index] = Some(reason);
+                c.finish = Some(reason);
                 left -= 1;
             }
             EventKind::Failed(message) => return Err(ApiError::internal(message)),
         }
     }
-    let choices = texts.into_iter().zip(finish.into_iter().map(Option::unwrap_or_default)).collect();
-    Ok(meta.response(choices, Usage::new(prompt_tokens, generated)))
+    let mut generated = 0;
+    let mut completion_choices = Vec::new();
+    let mut chat_choices = Vec::new();
+    for (p, group) in candidates.chunks(choices.best_of).enumerate() {
+        let mut order: Vec<usize> = (0..group.len()).collect();
+        if choices.best_of > choices.n {
+            order.sort_by(|&a, &b| group[b].cumulative_logprob().total_cmp(&group[a].cumulative_logprob()));
+        }
+        for (k, &j) in order.iter().take(choices.n).enumerate() {
+            let c = &group[j];
+            let index = p * choices.n + k;
+            let reason = if choices.prompt_only { "length" } else { c.finish.unwrap_or_default() };
+            generated += c.tokens.len();
+            match meta.kind {
+                Kind::Completion => {
+                    let echo = if choices.echo { choices.prompts[p].text.as_str() } else { "" };
+                    let logprobs = choices.logprobs.then(|| {
+                        let mut offset = 0;
+                        let mut out = match choices.echo {
+                            true => choices.echo_logprobs(p, &c.prompt_logprobs, &mut offset),
+                            false => CompletionLogprobs::default(),
+                        };
+                        for (lp, &id) in c.logprobs.iter().zip(&c.tokens) {
+                            offset = out.push(&choices.tokenizer, id, Some(lp), offset);
+                        }
+                        out
+                    });
+                    completion_choices.push(CompletionChoice::new(
+                        index,
+                        format!("{echo}{}", c.text),
+                        logprobs,
+                        reason,
+                    ));
+                }
+                Kind::Chat => {
+                    let logprobs = choices.logprobs.then(|| ChatLogprobs {
+                        content: c.logprobs.iter().map(|lp| ChatTokenLogprob::new(&choices.tokenizer, lp)).collect(),
+                    });
+                    chat_choices.push(ChatChoice::new(index, c.text.clone(), logprobs, reason));
+                }
+            }
+        }
+    }
+    let usage = Usage::new(choices.prompt_tokens(), generated);
+    let Meta { kind, id, created, model } = meta;
+    Ok(match kind {
+        Kind::Completion => {
+            Json(CompletionResponse::new(id, created, model, completion_choices, usage)).into_response()
+        }
+        Kind::Chat => Json(ChatResponse::new(id, created, model, chat_choices, usage)).into_response(),
+    })
 }
 
-/// Streams the choices as server-sent events, ending with `data: [DONE]`; with `usage_prompt`
-/// (the prompt's token count), a usage chunk with no choices comes just before it.
-pub fn sse(
-    meta: Meta,
-    events: UnboundedReceiver<ChoiceEvent>,
-    num_choices: usize,
-    usage_prompt: Option<usize>,
-) -> Response {
+/// Streams the choices as server-sent events, ending with `data: [DONE]`; with `include_usage`,
+/// a usage chunk with no choices comes just before it. `choices.best_of` must be `choices.n`.
+pub fn sse(meta: Meta, events: UnboundedReceiver<ChoiceEvent>, choices: Choices, include_usage: bool) -> Response {
+    let num = choices.num_candidates();
     let mut frames = VecDeque::new();
     if meta.kind == Kind::Chat {
         // OpenAI opens each chat choice with the role before any content.
-        frames.extend((0..num_choices).map(|i| frame(&ChatChunk::role(&meta.id, meta.created, &meta.model, i))));
+        frames.extend((0..num).map(|i| frame(&ChatChunk::role(&meta.id, meta.created, &meta.model, i))));
     }
-    let state = Stream { meta, events, left: num_choices, frames, usage_prompt, generated: 0, done: false };
+    if meta.kind == Kind::Completion && choices.echo && !choices.logprobs {
+        // With logprobs the prompt's text goes out with its logprobs, when they arrive.
+        for i in 0..num {
+            frames.push_back(meta.text_chunk(i, &choices.prompts[i / choices.best_of].text, None));
+        }
+    }
+    let usage_prompt = include_usage.then(|| choices.prompt_tokens());
+    let offsets = vec![0; num];
+    let state = Stream { meta, choices, events, left: num, frames, usage_prompt, generated: 0, offsets, done: false };
     let body = Body::from_stream(futures_util::stream::unfold(state, |mut s| async move {
         s.next_frame().await.map(|f| (Ok::<_, Infallible>(f), s))
     }));
@@ -155,11 +294,14 @@ fn frame(value: &impl Serialize) -> String {
 
 struct Stream {
     meta: Meta,
+    choices: Choices,
     events: UnboundedReceiver<ChoiceEvent>,
     left: usize,
     frames: VecDeque<String>,
     usage_prompt: Option<usize>,
     generated: usize,
+    /// Each choice's completion `text_offset` so far.
+    offsets: Vec<usize>,
     done: bool,
 }
 
@@ -184,19 +326,45 @@ impl Stream {
                 self.fail(ApiError::internal("the engine stopped"));
                 continue;
             };
+            let i = event.index;
             match event.kind {
-                EventKind::Token { text, .. } => {
+                EventKind::Token { .. } if self.choices.prompt_only => {}
+                EventKind::Token { id, text, logprobs } => {
                     self.generated += 1;
-                    if !text.is_empty() {
-                        self.frames.push_back(self.meta.text_chunk(event.index, &text));
+                    let logprobs = logprobs.filter(|_| self.choices.logprobs).map(|lp| self.token_logprobs(i, id, &lp));
+                    if !text.is_empty() || logprobs.is_some() {
+                        self.frames.push_back(self.meta.text_chunk(i, &text, logprobs));
+                    }
+                }
+                EventKind::Prompt(prompt_lp) => {
+                    if self.meta.kind == Kind::Completion && self.choices.echo {
+                        let p = i / self.choices.best_of;
+                        let lp = self.choices.echo_logprobs(p, &prompt_lp, &mut self.offsets[i]);
+                        let text = self.choices.prompts[p].text.clone();
+                        let logprobs = self.choices.logprobs.then_some(Logprobs::Completion(lp));
+                        self.frames.push_back(self.meta.text_chunk(i, &text, logprobs));
                     }
                 }
                 EventKind::Finished(reason) => {
                     self.left -= 1;
-                    self.frames.push_back(self.meta.finish_chunk(event.index, reason));
+                    let reason = if self.choices.prompt_only { "length" } else { reason };
+                    self.frames.push_back(self.meta.finish_chunk(i, reason));
                 }
                 EventKind::Failed(message) => self.fail(ApiError::internal(message)),
             }
+        }
+    }
+
+    /// One streamed token's logprobs in the route's shape.
+    fn token_logprobs(&mut self, i: usize, id: u32, lp: &TokenLogprobs) -> Logprobs {
+        let tokenizer = &self.choices.tokenizer;
+        match self.meta.kind {
+            Kind::Completion => {
+                let mut out = CompletionLogprobs::default();
+                self.offsets[i] = out.push(tokenizer, id, Some(lp), self.offsets[i]);
+                Logprobs::Completion(out)
+            }
+            Kind::Chat => Logprobs::Chat(ChatLogprobs { content: vec![ChatTokenLogprob::new(tokenizer, lp)] }),
         }
     }
 

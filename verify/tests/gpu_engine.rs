@@ -105,7 +105,7 @@ fn request(id: u64, len: usize) -> Request {
     let prompt = (0..len as u64).map(|t| ((t * 37 + id * 11) % 250) as u32 + 3).collect();
     let params = match id % 2 {
         0 => SamplingParams::greedy(),
-        _ => SamplingParams { temperature: 0.9, top_k: 0, top_p: 0.95, seed: id },
+        _ => SamplingParams { top_p: 0.95, ..SamplingParams::with_temperature(0.9, id) },
     };
     Request { id, prompt, params }
 }
@@ -145,7 +145,7 @@ fn drive_on(
             .seqs
             .iter()
             .filter(|s| s.samples)
-            .map(|s| SamplingRow { params: params[&s.id], step: generated.get(&s.id).copied().unwrap_or(0) as u64 })
+            .map(|s| SamplingRow::plain(params[&s.id], generated.get(&s.id).copied().unwrap_or(0) as u64))
             .collect();
         let out = exec.execute(&plan, &sampling, LogitsWanted::Discard).map_err(err)?;
         let sampling_ids: Vec<u64> = plan.seqs.iter().filter(|s| s.samples).map(|s| s.id).collect();
@@ -308,9 +308,10 @@ fn no_leak(gpu: &Arc<Gpu>) -> Check {
             max_tokens: 1 + (i as usize % 7),
             max_model_len: cfg.max_position_embeddings,
             ignore_eos: true,
+            ..Default::default()
         };
         engine
-            .add_request(GenerationRequest { prompt: r.prompt, sampling: r.params, stop, skip_prefix_cache: false })
+            .add_request(GenerationRequest { prompt: r.prompt, sampling: r.params, stop, ..Default::default() })
             .map_err(err)
     };
     add(&mut engine, 0)?;

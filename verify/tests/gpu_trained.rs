@@ -138,12 +138,12 @@ fn continuations(engine: &mut Engine, cfg: &ModelConfig, openings: &[Vec<u32>]) 
             sampling: SamplingParams::greedy(),
             stop: StopConditions {
                 eos_token_ids: cfg.eos_token_id.clone(),
-                stop: Vec::new(),
                 max_tokens: GENERATED,
                 max_model_len: cfg.max_position_embeddings,
                 ignore_eos: true,
+                ..Default::default()
             },
-            skip_prefix_cache: false,
+            ..Default::default()
         };
         engine.add_request(request).map_err(err)?;
     }

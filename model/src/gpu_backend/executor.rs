@@ -7,8 +7,14 @@
 //! executor runs the step in that order, decode sequences first, and maps the logits back. A
 //! row's result does not depend on where it sits in the step, so the order changes no bit.
 //!
-//! With `--dump-logits` every row's logits come back and the tokens are drawn from them on the
-//! host with the oracle's sampler, the same function the kernel matches token for token.
+//! A row whose request sets a parameter the kernel lacks (logits processors, min-p:
+//! [`SamplingRow::on_device`]) takes the host path: the step's picked logits rows come back and
+//! the oracle's `draw`, the same function the CPU backend calls, picks its token from the raw
+//! row. Every other row keeps the device's token whatever its neighbours ask, so a request's
+//! tokens do not depend on its batch. The same download serves the logprobs of sampled tokens
+//! ([`LogitsWanted::SampledRows`]). With every row's logits asked (`--dump-logits`, a prompt's
+//! logprobs), the step picks its sampled rows first and every other row after them, so the
+//! sampler reads the same first rows as in any other step.
 //!
 //! With `cuda_graphs`, a step of decode rows only (the steady state of generation) replays the
 //! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
@@ -20,7 +26,6 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::{Array2, Axis};
-use oracle::decode::sampler::sample;
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, StepInput};
 
@@ -182,7 +187,7 @@ impl GpuExecutor {
 
     /// Copies each row's sampling settings to the device, then greedy settings for the padding
     /// rows up to `rows`.
-    fn upload_params(&mut self, sampling: &[SamplingRow], rows: usize) -> Result<()> {
+    fn upload_params(&mut self, sampling: &[SamplingRow<'_>], rows: usize) -> Result<()> {
         let mut params = sampling
             .iter()
             .map(|r| {
@@ -216,7 +221,7 @@ impl GpuExecutor {
 
     /// Runs a step of decode rows only (in sampling order) by replaying its bucket's graph; `None`
     /// when no bucket holds it.
-    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow]) -> Result<Option<Vec<u32>>> {
+    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow<'_>]) -> Result<Option<Vec<u32>>> {
         // The graphs were captured without the gate counters: a step being measured runs eagerly.
         let graphs = self.graphs.as_ref().filter(|_| self.replay && !self.measuring);
         let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
@@ -231,11 +236,21 @@ impl GpuExecutor {
     }
 
     /// Draws `sampling[j]`'s token from row `j` of the model's last logits, on the device.
-    fn sample_on_device(&mut self, sampling: &[SamplingRow]) -> Result<Vec<u32>> {
+    fn sample_on_device(&mut self, sampling: &[SamplingRow<'_>]) -> Result<Vec<u32>> {
         self.upload_params(sampling, sampling.len())?;
         let (mut parts, model) = self.parts();
         parts.enqueue(model, sampling.len())?;
         self.finish(sampling.len())
+    }
+
+    /// After the device drew `sampled` from the first `sampling.len()` picked rows: with `rows`
+    /// (those picked rows, downloaded), the token of every row that is not
+    /// [`SamplingRow::on_device`] drawn again on the host from its raw row.
+    fn redraw_on_host(sampling: &[SamplingRow<'_>], rows: &Array2<f32>, sampled: &mut [u32]) -> Result<()> {
+        for (j, row) in sampling.iter().enumerate().filter(|(_, r)| !r.on_device()) {
+            sampled[j] = row.draw(rows.row(j).as_slice().expect("logits rows are contiguous"))?;
+        }
+        Ok(())
     }
 }
 
@@ -267,7 +282,7 @@ fn reordered(plan: &StepPlan, order: &[usize]) -> (Vec<u32>, AttnMetadata, Vec<i
 }
 
 impl StepExecutor for GpuExecutor {
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow], wanted: LogitsWanted) -> Result<StepOutput> {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
         let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
         let order: Vec<usize> =
@@ -275,44 +290,63 @@ impl StepExecutor for GpuExecutor {
         let (ids, meta, slots, row_of) = reordered(plan, &order);
         let logits = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::Discard => LogitRows::LastPerSeq,
+            LogitsWanted::Discard | LogitsWanted::SampledRows => LogitRows::LastPerSeq,
         };
         let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits };
         let last_row = |s: usize| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32;
+        let host_rows = sampling.iter().any(|r| !r.on_device());
         match wanted {
-            LogitsWanted::Discard => {
+            LogitsWanted::Discard | LogitsWanted::SampledRows => {
                 let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
-                if all_decode {
-                    if let Some(sampled) = self.replay_decode(&step, sampling)? {
-                        return Ok(StepOutput { sampled, logits: None });
+                let replayed = match all_decode {
+                    true => self.replay_decode(&step, sampling)?,
+                    false => None,
+                };
+                let mut sampled = match replayed {
+                    Some(sampled) => sampled,
+                    None => {
+                        let picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
+                        self.model.launch(&step, &picked)?;
+                        match picked.is_empty() {
+                            true => {
+                                self.model.faults().check()?;
+                                Vec::new()
+                            }
+                            false => self.sample_on_device(sampling)?,
+                        }
                     }
+                };
+                let rows = match host_rows || wanted == LogitsWanted::SampledRows {
+                    true => Some(self.model.download_logits(sampling.len())?),
+                    false => None,
+                };
+                if let Some(rows) = &rows {
+                    Self::redraw_on_host(sampling, rows, &mut sampled)?;
                 }
-                let picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
+                let logits = rows.filter(|_| wanted == LogitsWanted::SampledRows);
+                Ok(StepOutput { sampled, logits })
+            }
+            LogitsWanted::AllRows => {
+                // The sampled rows first, so the device sampler reads them as in any other step.
+                let mut picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
+                let mut is_picked = vec![false; ids.len()];
+                picked.iter().for_each(|&r| is_picked[r as usize] = true);
+                picked.extend((0..ids.len() as u32).filter(|&r| !is_picked[r as usize]));
                 self.model.launch(&step, &picked)?;
-                let sampled = match picked.is_empty() {
+                let mut sampled = match seqs.is_empty() {
                     true => {
                         self.model.faults().check()?;
                         Vec::new()
                     }
                     false => self.sample_on_device(sampling)?,
                 };
-                Ok(StepOutput { sampled, logits: None })
-            }
-            LogitsWanted::AllRows => {
-                let all: Vec<u32> = (0..ids.len() as u32).collect();
-                self.model.launch(&step, &all)?;
-                self.model.faults().check()?;
-                let moved = self.model.download_logits(ids.len())?;
-                let logits = moved.select(Axis(0), &row_of);
-                let sampled = seqs
-                    .iter()
-                    .zip(sampling)
-                    .map(|(&s, row)| {
-                        let r = logits.row(plan.meta.query_start_loc[s + 1] as usize - 1);
-                        Ok(sample(r.as_slice().expect("logits rows are contiguous"), &row.params, row.step)?)
-                    })
-                    .collect::<Result<Vec<u32>>>()?;
-                Ok(StepOutput { sampled, logits: Some(logits) })
+                let downloaded = self.model.download_logits(ids.len())?;
+                Self::redraw_on_host(sampling, &downloaded, &mut sampled)?;
+                // Row `r` of the plan is row `row_of[r]` of the step, picked at `pick_of[row_of[r]]`.
+                let mut pick_of = vec![0usize; ids.len()];
+                picked.iter().enumerate().for_each(|(i, &r)| pick_of[r as usize] = i);
+                let order: Vec<usize> = row_of.iter().map(|&r| pick_of[r]).collect();
+                Ok(StepOutput { sampled, logits: Some(downloaded.select(Axis(0), &order)) })
             }
         }
     }

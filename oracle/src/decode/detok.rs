@@ -68,9 +68,7 @@ impl IncrementalDetokenizer {
     }
 
     fn decode(&self, range: std::ops::Range<usize>) -> Result<String> {
-        self.tokenizer
-            .decode(&self.ids[range], self.skip_special_tokens)
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        self.tokenizer.decode(&self.ids[range], self.skip_special_tokens).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 }
 
@@ -101,5 +99,4 @@ mod tests {
         assert_eq!(new_suffix("é好x", "ab"), "好x");
         assert_eq!(new_suffix("ab", "abc"), "");
     }
-
 }

@@ -7,9 +7,12 @@
 //! 1. the id is recorded (eos included: [`RequestDecoder::token_ids`] is what the model generated);
 //! 2. an eos id (unless `ignore_eos`) finishes with [`FinishReason::Eos`]; an eos id is never rendered
 //!    into text, even under `ignore_eos`;
-//! 3. any other id is detokenised and its text goes through the stop matcher; a stop string
-//!    finishes with [`FinishReason::StopString`], the text cut just before it;
-//! 4. `max_tokens` generated finishes with [`FinishReason::MaxTokens`], else prompt plus generated
+//! 3. an id of `stop_token_ids` finishes with [`FinishReason::StopToken`] (under `ignore_eos` too);
+//!    its text is rendered only with `include_stop_str_in_output`;
+//! 4. any other id is detokenised and its text goes through the stop matcher; a stop string
+//!    finishes with [`FinishReason::StopString`], the text cut just before it (just after it with
+//!    `include_stop_str_in_output`);
+//! 5. `max_tokens` generated finishes with [`FinishReason::MaxTokens`], else prompt plus generated
 //!    reaching `max_model_len` with [`FinishReason::ModelLength`].
 //!
 //! Finishing by eos or a limit releases everything held: partial characters (as U+FFFD) and a
@@ -68,23 +71,35 @@ impl RequestDecoder {
             return invalid("token", format!("request already finished ({reason:?}), got token {token}"));
         }
         let is_eos = self.conditions.eos_token_ids.contains(&token);
+        let is_stop_token = self.conditions.stop_token_ids.contains(&token);
+        let include = self.conditions.include_stop_str_in_output;
         let mut text = String::new();
         let mut finish = None;
-        if !is_eos {
+        if !is_eos && (!is_stop_token || include) {
             let chunk = self.detok.push(token)?;
             let matched = self.matcher.push(&chunk);
             text = matched.text;
-            finish = matched.stop.map(FinishReason::StopString);
+            if let Some(stop) = matched.stop {
+                if include {
+                    text.push_str(&stop);
+                }
+                finish = Some(FinishReason::StopString(stop));
+            }
         }
         self.token_ids.push(token);
         if finish.is_none() {
-            finish = self.limit_reached(is_eos);
+            finish = self.limit_reached(token, is_eos, is_stop_token);
             if finish.is_some() {
                 let tail = self.detok.finish()?;
                 let matched = self.matcher.push(&tail);
                 text.push_str(&matched.text);
                 match matched.stop {
-                    Some(stop) => finish = Some(FinishReason::StopString(stop)),
+                    Some(stop) => {
+                        if include {
+                            text.push_str(&stop);
+                        }
+                        finish = Some(FinishReason::StopString(stop))
+                    }
                     None => text.push_str(&self.matcher.finish()),
                 }
             }
@@ -109,11 +124,13 @@ impl RequestDecoder {
         &self.text
     }
 
-    /// The reason this token ends the request with, other than a stop string (steps 2 and 4).
-    fn limit_reached(&self, is_eos: bool) -> Option<FinishReason> {
+    /// The reason this token ends the request with, other than a stop string or token (steps 2, 3 and 5).
+    fn limit_reached(&self, token: u32, is_eos: bool, is_stop_token: bool) -> Option<FinishReason> {
         let generated = self.token_ids.len();
         if is_eos && !self.conditions.ignore_eos {
             Some(FinishReason::Eos)
+        } else if is_stop_token {
+            Some(FinishReason::StopToken(token))
         } else if generated >= self.conditions.max_tokens {
             Some(FinishReason::MaxTokens)
         } else if self.prompt_len + generated >= self.conditions.max_model_len {

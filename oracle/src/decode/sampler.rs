@@ -1,8 +1,10 @@
-//! Choosing the next token from a row of logits: greedy, temperature, top-k, top-p, per-request seed.
+//! Choosing the next token from a row of logits: greedy, temperature, top-k, top-p, min-p,
+//! per-request seed.
 //!
 //! A sampled token is the Gumbel-max draw `argmax_v (logit_v / T + gumbel(seed, step, v))` over the
-//! tokens that survive top-k and top-p (SPEC section 5). The Gumbel noise comes from
-//! [`philox`](super::philox), keyed by the request's seed, the step and the token id, so a GPU kernel
+//! tokens that survive top-k, top-p and min-p (SPEC section 5). The row given is the one after the
+//! request's logits processors ([`super::processors`]): this module is step 4 of SPEC 5's order.
+//! The Gumbel noise comes from [`philox`](super::philox), keyed by the request's seed, the step and the token id, so a GPU kernel
 //! that follows the steps below draws the same token from the same logits, with no generator state.
 //!
 //! # Exact order of operations
@@ -17,10 +19,15 @@
 //!    left to right, then keep tokens `0..=i` for the first `i` where the running sum
 //!    `w_0 + ... + w_i` (same order) is `>= (p as f64) * Z`. Because the last running sum is `Z`
 //!    itself and `p <= 1`, this always stops, and it keeps at least one token.
-//! 5. For each survivor `v`: `score_v = (logit_v as f64) / (T as f64) + gumbel(seed, step, v)` in f64;
+//! 5. Min-p (`min_p > 0`), over the tokens kept so far, in f64: keep `v` when
+//!    `exp(s_v - s_max) >= min_p`, i.e. its probability after temperature is at least `min_p`
+//!    times the largest (`s_max` is the most probable token's, which top-k and top-p always keep,
+//!    so the ratio is the same over the whole row or the kept tokens). The most probable token
+//!    always stays.
+//! 6. For each survivor `v`: `score_v = (logit_v as f64) / (T as f64) + gumbel(seed, step, v)` in f64;
 //!    return the survivor with the largest score, ties to the lower id.
 //!
-//! Division and addition are correctly rounded on both sides; only `exp` (step 4) and `ln` (inside
+//! Division and addition are correctly rounded on both sides; only `exp` (steps 4 and 5) and `ln` (inside
 //! `gumbel`) may differ in the last ulp between libm and CUDA, which can change the outcome only
 //! on a near-exact tie.
 //!
@@ -43,14 +50,29 @@ pub struct SamplingParams {
     pub top_k: usize,
     /// Keep the smallest most-probable set whose probability reaches `top_p`; in `(0, 1]`, `1` keeps all.
     pub top_p: f32,
+    /// Drop tokens whose probability after temperature is below `min_p` times the largest; in
+    /// `[0, 1]`, `0` keeps all.
+    #[serde(default)]
+    pub min_p: f32,
     /// Keys the Philox draws; the same seed, step and logits give the same token.
     pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::greedy()
+    }
 }
 
 impl SamplingParams {
     /// Greedy decoding: temperature 0, no truncation.
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, top_k: 0, top_p: 1.0, seed: 0 }
+        Self { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 0 }
+    }
+
+    /// Sampling at `temperature` with `seed`, no truncation.
+    pub fn with_temperature(temperature: f32, seed: u64) -> Self {
+        Self { temperature, seed, ..Self::greedy() }
     }
 
     /// Checks the rules on each field, naming the field and the value it refuses.
@@ -60,6 +82,9 @@ impl SamplingParams {
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return invalid("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return invalid("min_p", format!("must be in [0, 1], got {}", self.min_p));
         }
         Ok(())
     }
@@ -81,9 +106,9 @@ pub fn sample(logits: &[f32], params: &SamplingParams, step: u64) -> Result<u32>
     Ok(survivors[best])
 }
 
-/// The token ids [`sample`] may return (steps 1 to 4 of the module docs), in an unspecified order:
-/// the greedy token alone at temperature 0, else those that survive top-k then top-p (every id
-/// when neither is on).
+/// The token ids [`sample`] may return (steps 1 to 5 of the module docs), in an unspecified order:
+/// the greedy token alone at temperature 0, else those that survive top-k, top-p then min-p (every
+/// id when none is on).
 pub fn survivors(logits: &[f32], params: &SamplingParams) -> Result<Vec<u32>> {
     params.validate()?;
     check_logits(logits)?;
@@ -97,20 +122,22 @@ pub fn survivors(logits: &[f32], params: &SamplingParams) -> Result<Vec<u32>> {
         let (la, lb) = (logits[*a as usize], logits[*b as usize]);
         lb.partial_cmp(&la).expect("NaN logits were refused").then(a.cmp(b))
     };
-    if params.top_p >= 1.0 {
-        if k < n {
-            ids.select_nth_unstable_by(k - 1, by_prob);
-            ids.truncate(k);
-        }
-        return Ok(ids);
-    }
     if k < n {
         ids.select_nth_unstable_by(k - 1, by_prob);
         ids.truncate(k);
     }
-    ids.sort_unstable_by(by_prob);
-    let keep = nucleus_len(&ids, logits, params.temperature, params.top_p);
-    ids.truncate(keep);
+    if params.top_p < 1.0 {
+        ids.sort_unstable_by(by_prob);
+        let keep = nucleus_len(&ids, logits, params.temperature, params.top_p);
+        ids.truncate(keep);
+    }
+    if params.min_p > 0.0 {
+        let t = f64::from(params.temperature);
+        let top = ids.iter().copied().min_by(by_prob).expect("top-k and top-p keep at least one token");
+        let s_max = f64::from(logits[top as usize]) / t;
+        let floor = f64::from(params.min_p);
+        ids.retain(|&v| v == top || (f64::from(logits[v as usize]) / t - s_max).exp() >= floor);
+    }
     Ok(ids)
 }
 
@@ -168,7 +195,7 @@ mod tests {
     use super::*;
 
     fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
-        SamplingParams { temperature, top_k, top_p, seed }
+        SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed }
     }
 
     #[test]
@@ -203,6 +230,9 @@ mod tests {
             (params(1.0, 0, 0.0, 0), "top_p", "0"),
             (params(1.0, 0, 1.5, 0), "top_p", "1.5"),
             (params(1.0, 0, f32::NAN, 0), "top_p", "NaN"),
+            (SamplingParams { min_p: -0.1, ..params(1.0, 0, 1.0, 0) }, "min_p", "-0.1"),
+            (SamplingParams { min_p: 1.5, ..params(1.0, 0, 1.0, 0) }, "min_p", "1.5"),
+            (SamplingParams { min_p: f32::NAN, ..params(1.0, 0, 1.0, 0) }, "min_p", "NaN"),
         ] {
             let err = p.validate().unwrap_err().to_string();
             assert!(err.contains(field) && err.contains(value), "{p:?}: {err}");
@@ -239,6 +269,26 @@ mod tests {
     fn nucleus_reaching_top_p_exactly_stops_there() {
         // Equal logits: every weight is exactly 1, so half the mass is reached exactly at two tokens.
         let mut s = survivors(&[0.0; 4], &params(1.0, 0, 0.5, 0)).unwrap();
+        s.sort();
+        assert_eq!(s, vec![0, 1]);
+    }
+
+    #[test]
+    fn min_p_keeps_tokens_at_least_that_fraction_of_the_largest_probability() {
+        // Probabilities proportional to 8, 4, 2, 1 at T = 1; at T = 2 to sqrt of those.
+        let l = [2f32.ln() * 3.0, 2f32.ln() * 2.0, 2f32.ln(), 0.0];
+        let kept = |t: f32, min_p: f32| {
+            let mut s = survivors(&l, &SamplingParams { min_p, ..params(t, 0, 1.0, 0) }).unwrap();
+            s.sort();
+            s
+        };
+        assert_eq!(kept(1.0, 0.45), vec![0, 1]);
+        assert_eq!(kept(1.0, 0.2), vec![0, 1, 2]);
+        assert_eq!(kept(1.0, 1.0), vec![0]);
+        assert_eq!(kept(2.0, 0.45), vec![0, 1, 2]);
+        assert_eq!(kept(1.0, 0.0), vec![0, 1, 2, 3]);
+        // After top-k 2, min_p still measures against the largest.
+        let mut s = survivors(&l, &SamplingParams { min_p: 0.1, ..params(1.0, 2, 1.0, 0) }).unwrap();
         s.sort();
         assert_eq!(s, vec![0, 1]);
     }

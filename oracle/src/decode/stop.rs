@@ -26,6 +26,13 @@ pub struct StopConditions {
     pub max_model_len: usize,
     /// Keep generating through eos tokens (benchmarks that need exact output lengths).
     pub ignore_eos: bool,
+    /// Further tokens that end the request as eos does (OpenAI's `stop_token_ids`), even under
+    /// `ignore_eos`; rendered into text only with `include_stop_str_in_output`.
+    #[serde(default)]
+    pub stop_token_ids: Vec<u32>,
+    /// Keep the matched stop string, or the stop token's text, at the end of the output.
+    #[serde(default)]
+    pub include_stop_str_in_output: bool,
 }
 
 impl StopConditions {
@@ -54,6 +61,8 @@ pub enum FinishReason {
     Eos,
     /// This stop string appeared in the text.
     StopString(String),
+    /// This id of `stop_token_ids` was generated.
+    StopToken(u32),
     /// `max_tokens` tokens were generated.
     MaxTokens,
     /// Prompt plus generated tokens reached `max_model_len`.
@@ -61,10 +70,10 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    /// The OpenAI `finish_reason`: `"stop"` for eos and stop strings, `"length"` for the two limits.
+    /// The OpenAI `finish_reason`: `"stop"` for eos, stop strings and stop tokens, `"length"` for the two limits.
     pub fn as_openai(&self) -> &'static str {
         match self {
-            FinishReason::Eos | FinishReason::StopString(_) => "stop",
+            FinishReason::Eos | FinishReason::StopString(_) | FinishReason::StopToken(_) => "stop",
             FinishReason::MaxTokens | FinishReason::ModelLength => "length",
         }
     }
@@ -234,10 +243,8 @@ mod tests {
         ok.validate(15).unwrap();
         let e = StopConditions { max_tokens: 0, ..ok.clone() }.validate(1).unwrap_err().to_string();
         assert!(e.contains("max_tokens") && e.contains("got 0"), "{e}");
-        let e = StopConditions { stop: vec!["a".into(), String::new()], ..ok.clone() }
-            .validate(1)
-            .unwrap_err()
-            .to_string();
+        let e =
+            StopConditions { stop: vec!["a".into(), String::new()], ..ok.clone() }.validate(1).unwrap_err().to_string();
         assert!(e.contains("stop") && e.contains("index 1"), "{e}");
         let e = ok.validate(16).unwrap_err().to_string();
         assert!(e.contains("prompt_len") && e.contains("16"), "{e}");

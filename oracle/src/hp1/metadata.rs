@@ -85,10 +85,7 @@ impl AttnMetadata {
     pub fn validate(&self, num_blocks: usize, block_size: usize, num_tokens: usize) -> Result<()> {
         let n = self.seq_lens.len();
         if self.block_table.nrows() != n {
-            return invalid(
-                "block_table",
-                format!("has {} rows for {} sequences", self.block_table.nrows(), n),
-            );
+            return invalid("block_table", format!("has {} rows for {} sequences", self.block_table.nrows(), n));
         }
         if self.query_start_loc.len() != n + 1 || self.query_start_loc[0] != 0 {
             return invalid(
@@ -97,19 +94,13 @@ impl AttnMetadata {
             );
         }
         if self.num_tokens() != num_tokens {
-            return invalid(
-                "query_start_loc",
-                format!("ends at {} but q has {} rows", self.num_tokens(), num_tokens),
-            );
+            return invalid("query_start_loc", format!("ends at {} but q has {} rows", self.num_tokens(), num_tokens));
         }
         for s in 0..n {
             let ql = self.query_start_loc[s + 1] - self.query_start_loc[s];
             let len = self.seq_lens[s];
             if ql < 0 || len < ql {
-                return invalid(
-                    "seq_lens",
-                    format!("sequence {s}: seq_len {len} is below its query_len {ql}"),
-                );
+                return invalid("seq_lens", format!("sequence {s}: seq_len {len} is below its query_len {ql}"));
             }
             let need = (len as usize).div_ceil(block_size);
             if need > self.block_table.ncols() {

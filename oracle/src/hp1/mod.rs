@@ -114,10 +114,7 @@ impl<'a, T: Scalar> Hp1Inputs<'a, T> {
         let (num_tokens, num_heads, head_dim) = self.q.dim();
         let (num_blocks, block_size, num_kv_heads, kd) = self.key_cache.dim();
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
-            return invalid(
-                "key_cache",
-                format!("{num_kv_heads} kv heads do not divide {num_heads} query heads"),
-            );
+            return invalid("key_cache", format!("{num_kv_heads} kv heads do not divide {num_heads} query heads"));
         }
         if kd != head_dim || block_size == 0 {
             return Err(Error::Shape {
@@ -135,11 +132,7 @@ impl<'a, T: Scalar> Hp1Inputs<'a, T> {
         }
         for (name, v) in [("sigma", self.sigma), ("gamma", self.gamma)] {
             if v.len() != num_heads {
-                return Err(Error::Shape {
-                    name,
-                    got: vec![v.len()],
-                    expected: format!("[{num_heads}]"),
-                });
+                return Err(Error::Shape { name, got: vec![v.len()], expected: format!("[{num_heads}]") });
             }
         }
         self.meta.validate(num_blocks, block_size, num_tokens)?;

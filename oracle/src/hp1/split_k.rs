@@ -121,7 +121,12 @@ pub(crate) mod tests {
     }
 
     /// The one-head inputs of `case` with this gate.
-    pub(crate) fn inputs<'a>(case: &'a Prefill, sigma: &'a [f64], gamma: &'a [f64], fir_k: usize) -> Hp1Inputs<'a, f64> {
+    pub(crate) fn inputs<'a>(
+        case: &'a Prefill,
+        sigma: &'a [f64],
+        gamma: &'a [f64],
+        fir_k: usize,
+    ) -> Hp1Inputs<'a, f64> {
         let (q, k, v, meta) = case;
         Hp1Inputs { q: q.view(), key_cache: k.view(), value_cache: v.view(), meta, sigma, gamma, params: params(fir_k) }
     }

@@ -108,11 +108,7 @@ impl<T: Scalar> Model<T> {
 
     /// As [`Model::forward`], also counting the gate's exact zeros over every layer, head and
     /// (query row, causal key) pair. Counting recomputes the scores, so it costs extra QK work.
-    pub fn forward_with_stats(
-        &self,
-        step: &StepInput<'_>,
-        cache: &mut KvCache<T>,
-    ) -> Result<(Array2<T>, GateStats)> {
+    pub fn forward_with_stats(&self, step: &StepInput<'_>, cache: &mut KvCache<T>) -> Result<(Array2<T>, GateStats)> {
         self.run(step, cache, true, &mut |_| {})
     }
 
@@ -135,8 +131,7 @@ impl<T: Scalar> Model<T> {
     ) -> Result<(Array2<T>, GateStats)> {
         let rows = check_step(&self.dims, step, cache)?;
         let d = &self.dims;
-        let angles: Vec<RopeAngles> =
-            rows.iter().map(|r| RopeAngles::new(r.pos, d.head_dim, d.rope_theta)).collect();
+        let angles: Vec<RopeAngles> = rows.iter().map(|r| RopeAngles::new(r.pos, d.head_dim, d.rope_theta)).collect();
         let embed = &self.weights.embed_tokens;
         let mut x = Array2::zeros((rows.len(), d.hidden_size));
         for (mut xr, &id) in x.rows_mut().into_iter().zip(step.token_ids) {
@@ -162,9 +157,7 @@ impl<T: Scalar> Model<T> {
     fn logit_rows(&self, step: &StepInput<'_>, rows: &[QueryRow]) -> Vec<usize> {
         match step.logits {
             LogitRows::All => (0..rows.len()).collect(),
-            LogitRows::LastPerSeq => {
-                step.meta.query_start_loc[1..].iter().map(|&end| end as usize - 1).collect()
-            }
+            LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as usize - 1).collect(),
         }
     }
 
@@ -257,13 +250,7 @@ fn silu<T: Scalar>(x: T) -> T {
 
 /// The per-head norm over `D` (shared by all heads) and then RoPE at each row's position, on
 /// `m` `[tokens, heads * D]`.
-fn norm_rope<T: Scalar>(
-    m: &mut Array2<T>,
-    heads: usize,
-    hd: usize,
-    w: &UClipNormWeights<T>,
-    angles: &[RopeAngles],
-) {
+fn norm_rope<T: Scalar>(m: &mut Array2<T>, heads: usize, hd: usize, w: &UClipNormWeights<T>, angles: &[RopeAngles]) {
     m.axis_iter_mut(Axis(0)).into_par_iter().zip(angles.par_iter()).for_each(|(row, ang)| {
         let mut r = row.into_shape_with_order((heads, hd)).expect("a row of a standard array is contiguous");
         uclipnorm_inplace(r.view_mut(), w);

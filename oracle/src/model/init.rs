@@ -42,8 +42,7 @@ pub fn random_weights(dims: &ModelDims, seed: u64) -> ModelWeights<f32> {
     // Variance a post-sublayer norm adds to the stream, relative to the embedding's.
     let added = 0.25;
     let stream = |sublayers: usize| sigma_e * (1.0 + added * sublayers as f64).sqrt();
-    let layers =
-        (0..dims.num_layers).map(|i| layer(&g, dims, i, stream(2 * i), stream(2 * i + 1), sigma_e)).collect();
+    let layers = (0..dims.num_layers).map(|i| layer(&g, dims, i, stream(2 * i), stream(2 * i + 1), sigma_e)).collect();
     ModelWeights {
         embed_tokens: g.normal("model.embed_tokens.weight", (dims.vocab_size, h), sigma_e),
         layers,
@@ -102,11 +101,7 @@ fn attention(g: &Draw, d: &ModelDims, p: &str) -> AttnWeights<f32> {
         q_proj: g.normal(&n("q_proj.weight"), (d.num_heads * hd, h), w_in),
         k_proj: g.normal(&n("k_proj.weight"), (d.num_kv_heads * hd, h), w_in),
         v_proj: g.normal(&n("v_proj.weight"), (d.num_kv_heads * hd, h), w_in),
-        o_proj: g.normal(
-            &n("o_proj.weight"),
-            (h, d.num_heads * hd),
-            1.0 / ((d.num_heads * hd) as f64).sqrt(),
-        ),
+        o_proj: g.normal(&n("o_proj.weight"), (h, d.num_heads * hd), 1.0 / ((d.num_heads * hd) as f64).sqrt()),
         q_norm: UClipNormWeights {
             alpha: g.jittered(&n("q_norm.alpha"), hd, qk_alpha),
             weight: Array1::from_elem(1, bf16(qk_gain)),

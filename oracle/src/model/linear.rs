@@ -30,11 +30,8 @@ pub fn linear<T: Scalar>(x: ArrayView2<'_, T>, w: ArrayView2<'_, T>) -> Array2<T
     assert_eq!(inner, w_inner, "linear: x has {inner} columns, the weight {w_inner}");
     let mut y = Array2::zeros((rows, out));
     let work = rows * out * inner;
-    let chunk = if work < PARALLEL_MIN_WORK {
-        out.max(1)
-    } else {
-        out.div_ceil(4 * rayon::current_num_threads()).max(8)
-    };
+    let chunk =
+        if work < PARALLEL_MIN_WORK { out.max(1) } else { out.div_ceil(4 * rayon::current_num_threads()).max(8) };
     y.axis_chunks_iter_mut(Axis(1), chunk).into_par_iter().zip(w.axis_chunks_iter(Axis(0), chunk)).for_each(
         |(mut yc, wc)| {
             for (t, wt) in wc.axis_chunks_iter(Axis(0), TILE).enumerate() {
@@ -54,9 +51,7 @@ mod tests {
     use super::*;
 
     fn naive(x: &Array2<f64>, w: &Array2<f64>) -> Array2<f64> {
-        Array2::from_shape_fn((x.nrows(), w.nrows()), |(i, o)| {
-            (0..x.ncols()).map(|c| x[[i, c]] * w[[o, c]]).sum()
-        })
+        Array2::from_shape_fn((x.nrows(), w.nrows()), |(i, o)| (0..x.ncols()).map(|c| x[[i, c]] * w[[o, c]]).sum())
     }
 
     #[test]

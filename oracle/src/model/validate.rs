@@ -56,8 +56,7 @@ fn vector<T>(a: &Array1<T>, len: usize, tensor: &str) -> Result<()> {
 }
 
 fn check_attn<T: Scalar>(d: &ModelDims, a: &AttnWeights<T>, p: &str) -> Result<()> {
-    let (hq, hkv, hd, hidden) =
-        (d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim, d.head_dim, d.hidden_size);
+    let (hq, hkv, hd, hidden) = (d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim, d.head_dim, d.hidden_size);
     matrix(&a.q_proj, hq, hidden, &format!("{p}.q_proj.weight"))?;
     matrix(&a.k_proj, hkv, hidden, &format!("{p}.k_proj.weight"))?;
     matrix(&a.v_proj, hkv, hidden, &format!("{p}.v_proj.weight"))?;
@@ -90,10 +89,7 @@ fn check_layer<T: Scalar>(d: &ModelDims, l: &LayerWeights<T>, i: usize) -> Resul
 pub fn check_weights<T: Scalar>(d: &ModelDims, w: &ModelWeights<T>) -> Result<()> {
     matrix(&w.embed_tokens, d.vocab_size, d.hidden_size, "model.embed_tokens.weight")?;
     if w.layers.len() != d.num_layers {
-        return invalid(
-            "weights",
-            format!("has {} layers, num_hidden_layers is {}", w.layers.len(), d.num_layers),
-        );
+        return invalid("weights", format!("has {} layers, num_hidden_layers is {}", w.layers.len(), d.num_layers));
     }
     for (i, l) in w.layers.iter().enumerate() {
         check_layer(d, l, i)?;
@@ -106,21 +102,12 @@ pub fn check_weights<T: Scalar>(d: &ModelDims, w: &ModelWeights<T>) -> Result<()
 }
 
 /// Checks one step against the model and the cache and returns its query rows in token order.
-pub fn check_step<T: Scalar>(
-    d: &ModelDims,
-    step: &StepInput<'_>,
-    cache: &KvCache<T>,
-) -> Result<Vec<QueryRow>> {
+pub fn check_step<T: Scalar>(d: &ModelDims, step: &StepInput<'_>, cache: &KvCache<T>) -> Result<Vec<QueryRow>> {
     let want = [cache.num_blocks(), cache.block_size(), d.num_kv_heads, d.head_dim];
     if cache.key.len() != d.num_layers || cache.value.len() != d.num_layers {
         return invalid(
             "cache",
-            format!(
-                "has {}/{} key/value layers, the model {}",
-                cache.key.len(),
-                cache.value.len(),
-                d.num_layers
-            ),
+            format!("has {}/{} key/value layers, the model {}", cache.key.len(), cache.value.len(), d.num_layers),
         );
     }
     if let Some(bad) = cache.key.iter().chain(&cache.value).find(|a| a.shape() != want) {

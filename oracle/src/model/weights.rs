@@ -152,11 +152,7 @@ impl<T: Scalar> AttnWeights<T> {
 impl<T: Scalar> UClipNormWeights<T> {
     /// The same norm in another float type.
     pub fn cast<U: Scalar>(&self) -> UClipNormWeights<U> {
-        UClipNormWeights {
-            alpha: cast(&self.alpha),
-            weight: cast(&self.weight),
-            bias: self.bias.as_ref().map(cast),
-        }
+        UClipNormWeights { alpha: cast(&self.alpha), weight: cast(&self.weight), bias: self.bias.as_ref().map(cast) }
     }
 }
 

@@ -3,6 +3,11 @@
 //! Clients such as the `openai` Python package branch on the status and read
 //! `{"error": {"message", "type", "param", "code"}}`, so both are fixed here, once, and every
 //! route and stream goes through [`ApiError::body`] or [`IntoResponse`].
+//!
+//! An engine refusal becomes an [`ApiError`] in one place, `From<model::Error>`: a parameter the
+//! engine or the oracle refuses is a 400 naming that parameter, a request that cannot be served
+//! (a prompt outside the vocabulary or too long for the cache) a 400 on `prompt`, and anything
+//! else the engine's failure, a 500.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -98,6 +103,30 @@ impl ApiError {
     }
 }
 
+impl From<model::Error> for ApiError {
+    fn from(e: model::Error) -> Self {
+        let message = e.to_string();
+        match e {
+            model::Error::Invalid { param, .. } => ApiError::invalid(param, message),
+            model::Error::Oracle(oracle::Error::Invalid { name, .. }) => {
+                ApiError::invalid(request_param(name), message)
+            }
+            model::Error::Request(_) | model::Error::OutOfBlocks { .. } => ApiError::invalid("prompt", message),
+            _ => ApiError::internal(message),
+        }
+    }
+}
+
+/// The request field an oracle input stands for: the prompt's length is the prompt's; every
+/// other name the oracle refuses is the field's own (`temperature`, `top_p`, `min_p`, `stop`,
+/// `max_tokens`, `logit_bias`, the penalties).
+fn request_param(oracle_name: &str) -> &str {
+    match oracle_name {
+        "prompt_len" => "prompt",
+        other => other,
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}: {}", self.status, self.kind, self.message)
@@ -146,6 +175,30 @@ mod tests {
         assert_eq!(body["error"]["param"], "max_tokens");
         assert_eq!(body["error"]["code"], Value::Null);
         assert_eq!(body.as_object().map(|o| o.len()), Some(1));
+    }
+
+    #[test]
+    fn engine_refusals_name_their_parameter_and_failures_are_500() {
+        let top_p = oracle::Error::Invalid { name: "top_p", reason: "must be in (0, 1], got 0".into() };
+        let cases = [
+            (model::Error::Oracle(top_p), 400, Some("top_p")),
+            (model::Error::Invalid { param: "min_tokens", reason: "too many".into() }, 400, Some("min_tokens")),
+            (
+                model::Error::Oracle(oracle::Error::Invalid { name: "prompt_len", reason: "long".into() }),
+                400,
+                Some("prompt"),
+            ),
+            (model::Error::OutOfBlocks { requested: 9, free: 1, total: 8 }, 400, Some("prompt")),
+            (model::Error::Request("token 9999".into()), 400, Some("prompt")),
+            (model::Error::Executor("lost".into()), 500, None),
+            (model::Error::UnknownRequest { id: 3 }, 500, None),
+        ];
+        for (e, status, param) in cases {
+            let text = e.to_string();
+            let api = ApiError::from(e);
+            assert_eq!((api.status, api.param.as_deref()), (status, param), "{text}");
+            assert_eq!(api.message, text);
+        }
     }
 
     #[test]

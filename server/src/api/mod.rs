@@ -3,10 +3,12 @@
 //!
 //! - [`validate`] alone turns a request body into a [`types::CompletionRequest`] or
 //!   [`types::ChatRequest`]; whatever it returns is in range, so handlers never re-check fields.
-//! - [`types`] holds those validated requests and the response bodies and stream chunks.
+//! - [`types`] holds those validated requests and the response bodies and stream chunks;
+//!   [`logprobs`] the logprobs objects of both routes, built from the engine's.
 //! - [`error::ApiError`] is the one error of the HTTP layer and the one place a failure becomes a
-//!   status code and an OpenAI error body.
+//!   status code and an OpenAI error body; every engine refusal reaches it through one mapping.
 
 pub mod error;
+pub mod logprobs;
 pub mod types;
 pub mod validate;

@@ -4,7 +4,10 @@
 //! Response fields OpenAI always sends are always serialised, `null` included (`logprobs`,
 //! `finish_reason`), because strict clients deserialise into types that require them.
 
+use model::engine::LogitsProcessors;
 use serde::Serialize;
+
+use super::logprobs::{ChatLogprobs, CompletionLogprobs};
 
 /// What a request may ask for, from the served model and the server's flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +53,7 @@ pub enum Prompt {
 /// One chat message, its content flattened to text.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant` or `tool`.
+    /// `system` (a `developer` message's too), `user`, `assistant` or `tool`.
     pub role: String,
     /// The text; an array of text parts is joined.
     pub content: String,
@@ -59,24 +62,39 @@ pub struct ChatMessage {
 /// Sampling and output options common to both routes, all in range.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sampling {
-    /// `max_tokens` or `max_completion_tokens`; at least 1, at most the model's length.
-    pub max_tokens: usize,
+    /// `max_tokens` or `max_completion_tokens`; at least 1 (0 with `echo`: the prompt alone is
+    /// scored), at most the model's length. When not
+    /// given, the route decides: [`Limits::default_max_tokens`] for completions, the rest of the
+    /// context for chat (as vLLM does).
+    pub max_tokens: Option<usize>,
     /// In `[0, 2]`; 0 is greedy.
     pub temperature: f32,
     /// In `(0, 1]`.
     pub top_p: f32,
     /// 0 keeps every token (the request's -1 or 0).
     pub top_k: usize,
+    /// In `[0, 1]`; 0 keeps every token.
+    pub min_p: f32,
     /// Repeats a sampled run when given.
     pub seed: Option<u64>,
     /// Up to four non-empty stop strings.
     pub stop: Vec<String>,
+    /// Token ids that end a choice as eos does, each in the vocabulary.
+    pub stop_token_ids: Vec<u32>,
+    /// Keep the matched stop string (or the stop token's text) in the output.
+    pub include_stop_str_in_output: bool,
     /// Choices per prompt, in `1..=max_n`.
     pub n: usize,
+    /// Candidates per prompt, `n..=max_n`; the `n` with the highest cumulative logprob are returned.
+    pub best_of: usize,
     /// Keep generating past the end-of-sequence token.
     pub ignore_eos: bool,
     /// How many alternatives per token the request wants logprobs for (0 = only the chosen one).
     pub logprobs: Option<usize>,
+    /// Completions: the prompt's text comes first in the output (and its logprobs, with `logprobs`).
+    pub echo: bool,
+    /// `logit_bias`, `min_tokens`, `repetition_penalty`, `frequency_penalty`, `presence_penalty`.
+    pub processors: LogitsProcessors,
     /// Answer as server-sent events.
     pub stream: bool,
     /// `stream_options.include_usage`: a usage chunk before `[DONE]`.
@@ -130,16 +148,16 @@ pub struct CompletionChoice {
     pub index: usize,
     /// The generated text.
     pub text: String,
-    /// Always `null`: the engine gives no logprobs yet.
-    pub logprobs: Option<()>,
+    /// With `logprobs`: the tokens', `null` otherwise.
+    pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length`.
     pub finish_reason: String,
 }
 
 impl CompletionChoice {
     /// A finished choice.
-    pub fn new(index: usize, text: String, finish_reason: &str) -> Self {
-        Self { index, text, logprobs: None, finish_reason: finish_reason.to_string() }
+    pub fn new(index: usize, text: String, logprobs: Option<CompletionLogprobs>, finish_reason: &str) -> Self {
+        Self { index, text, logprobs, finish_reason: finish_reason.to_string() }
     }
 }
 
@@ -183,17 +201,17 @@ pub struct ChatChoice {
     pub index: usize,
     /// The reply.
     pub message: AssistantMessage,
-    /// Always `null`.
-    pub logprobs: Option<()>,
+    /// With `logprobs`: the tokens', `null` otherwise.
+    pub logprobs: Option<ChatLogprobs>,
     /// `stop` or `length`.
     pub finish_reason: String,
 }
 
 impl ChatChoice {
     /// A finished choice.
-    pub fn new(index: usize, content: String, finish_reason: &str) -> Self {
+    pub fn new(index: usize, content: String, logprobs: Option<ChatLogprobs>, finish_reason: &str) -> Self {
         let message = AssistantMessage { role: "assistant", content };
-        Self { index, message, logprobs: None, finish_reason: finish_reason.to_string() }
+        Self { index, message, logprobs, finish_reason: finish_reason.to_string() }
     }
 }
 
@@ -228,8 +246,8 @@ pub struct CompletionChunkChoice {
     pub index: usize,
     /// The text released since the last chunk.
     pub text: String,
-    /// Always `null`.
-    pub logprobs: Option<()>,
+    /// With `logprobs`: those of this chunk's tokens.
+    pub logprobs: Option<CompletionLogprobs>,
     /// Set on the choice's last chunk only.
     pub finish_reason: Option<String>,
 }
@@ -259,9 +277,16 @@ impl CompletionChunk {
         Self { id, object: "text_completion", created, model, choices, usage }
     }
 
-    /// Choice `index` released `text`.
-    pub fn text(id: &str, created: u64, model: &str, index: usize, text: &str) -> Self {
-        let choice = CompletionChunkChoice { index, text: text.to_string(), logprobs: None, finish_reason: None };
+    /// Choice `index` released `text` (with its tokens' `logprobs`, when asked).
+    pub fn text(
+        id: &str,
+        created: u64,
+        model: &str,
+        index: usize,
+        text: &str,
+        logprobs: Option<CompletionLogprobs>,
+    ) -> Self {
+        let choice = CompletionChunkChoice { index, text: text.to_string(), logprobs, finish_reason: None };
         Self::with(id, created, model, vec![choice], None)
     }
 
@@ -296,8 +321,8 @@ pub struct ChatChunkChoice {
     pub index: usize,
     /// What changed.
     pub delta: Delta,
-    /// Always `null`.
-    pub logprobs: Option<()>,
+    /// With `logprobs`: those of this chunk's tokens.
+    pub logprobs: Option<ChatLogprobs>,
     /// Set on the choice's last chunk only.
     pub finish_reason: Option<String>,
 }
@@ -336,10 +361,18 @@ impl ChatChunk {
         Self::with(id, created, model, Self::choice(index, delta, None), None)
     }
 
-    /// Choice `index` released `text`.
-    pub fn content(id: &str, created: u64, model: &str, index: usize, text: &str) -> Self {
+    /// Choice `index` released `text` (with its tokens' `logprobs`, when asked).
+    pub fn content(
+        id: &str,
+        created: u64,
+        model: &str,
+        index: usize,
+        text: &str,
+        logprobs: Option<ChatLogprobs>,
+    ) -> Self {
         let delta = Delta { role: None, content: Some(text.to_string()) };
-        Self::with(id, created, model, Self::choice(index, delta, None), None)
+        let choice = Some(ChatChunkChoice { index, delta, logprobs, finish_reason: None });
+        Self::with(id, created, model, choice, None)
     }
 
     /// Choice `index` ended for `reason`, with an empty delta.
@@ -361,7 +394,7 @@ mod tests {
 
     #[test]
     fn completion_response_serialises_as_openai() {
-        let choices = vec![CompletionChoice::new(0, "hi".into(), "length")];
+        let choices = vec![CompletionChoice::new(0, "hi".into(), None, "length")];
         let body = CompletionResponse::new("cmpl-1".into(), 7, "tiny".into(), choices, Usage::new(3, 2));
         assert_eq!(
             to_value(&body).unwrap(),
@@ -375,7 +408,7 @@ mod tests {
 
     #[test]
     fn chat_response_serialises_as_openai() {
-        let choices = vec![ChatChoice::new(0, "yo".into(), "stop")];
+        let choices = vec![ChatChoice::new(0, "yo".into(), None, "stop")];
         let body = ChatResponse::new("chatcmpl-1".into(), 7, "tiny".into(), choices, Usage::new(4, 1));
         let v = to_value(&body).unwrap();
         assert_eq!(v["object"], "chat.completion");
@@ -388,7 +421,7 @@ mod tests {
 
     #[test]
     fn completion_chunks_carry_text_then_finish_then_usage() {
-        let text = to_value(CompletionChunk::text("c", 1, "m", 2, "ab")).unwrap();
+        let text = to_value(CompletionChunk::text("c", 1, "m", 2, "ab", None)).unwrap();
         assert_eq!(text["choices"], json!([{"index": 2, "text": "ab", "logprobs": null, "finish_reason": null}]));
         assert!(text.get("usage").is_none());
         let finish = to_value(CompletionChunk::finish("c", 1, "m", 2, "stop")).unwrap();
@@ -405,7 +438,7 @@ mod tests {
         let role = to_value(ChatChunk::role("c", 1, "m", 0)).unwrap();
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(role["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
-        let content = to_value(ChatChunk::content("c", 1, "m", 0, "é")).unwrap();
+        let content = to_value(ChatChunk::content("c", 1, "m", 0, "é", None)).unwrap();
         assert_eq!(content["choices"][0]["delta"], json!({"content": "é"}));
         assert_eq!(content["choices"][0]["finish_reason"], json!(null));
         let finish = to_value(ChatChunk::finish("c", 1, "m", 0, "length")).unwrap();

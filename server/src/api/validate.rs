@@ -6,8 +6,13 @@
 //! because serde's messages name neither the limit nor (for type errors) the field's path as a
 //! client sees it. As OpenAI does, unknown fields are ignored and `null` means "not given".
 //! What needs the tokenizer (the prompt's length against the model's) is checked by the route.
+//!
+//! Every field that would change the result is either honoured or refused with a 400 naming it
+//! ([`UNSUPPORTED`]); none is accepted and ignored.
 
 use serde_json::{Map, Value};
+
+use model::engine::LogitsProcessors;
 
 use super::error::ApiError;
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling};
@@ -21,8 +26,44 @@ pub const MAX_STOP_BYTES: usize = 1024;
 pub const MAX_MESSAGES: usize = 1024;
 /// The largest `logprobs` / `top_logprobs`, as OpenAI allows.
 pub const MAX_LOGPROBS: usize = 20;
-/// Roles a chat message may have.
-pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+/// Roles a chat message may have; `developer` is OpenAI's newer name for `system`.
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+/// At most this many `stop_token_ids`.
+pub const MAX_STOP_TOKEN_IDS: usize = 1024;
+/// Fields this server does not implement and that would change the result when given (OpenAI's
+/// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
+pub const UNSUPPORTED: [&str; 23] = [
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "response_format",
+    "suffix",
+    "use_beam_search",
+    "length_penalty",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "allowed_token_ids",
+    "bad_words",
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "return_tokens_as_token_ids",
+    "skip_special_tokens",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "chat_template_kwargs",
+];
+
+/// Which route a body is for: the fields differ a little (`echo`, `best_of` and `logprobs`' type).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Completion,
+    Chat,
+}
 
 /// Parses and validates a `/v1/completions` body.
 pub fn parse_completion(body: &[u8], limits: &Limits) -> Result<CompletionRequest, ApiError> {
@@ -30,7 +71,7 @@ pub fn parse_completion(body: &[u8], limits: &Limits) -> Result<CompletionReques
     let model = model(&obj)?;
     let prompt = prompt(obj.get("prompt"), limits)?;
     let logprobs = int_in(&obj, "logprobs", 0, MAX_LOGPROBS as i64)?.map(|v| v as usize);
-    let sampling = sampling(&obj, limits, logprobs)?;
+    let sampling = sampling(&obj, limits, logprobs, Route::Completion)?;
     Ok(CompletionRequest { model, prompt, sampling })
 }
 
@@ -45,7 +86,7 @@ pub fn parse_chat(body: &[u8], limits: &Limits) -> Result<ChatRequest, ApiError>
         return Err(ApiError::invalid("top_logprobs", "`top_logprobs` needs `logprobs` set to true."));
     }
     let logprobs = wants.then(|| top.unwrap_or(0) as usize);
-    let sampling = sampling(&obj, limits, logprobs)?;
+    let sampling = sampling(&obj, limits, logprobs, Route::Chat)?;
     Ok(ChatRequest { model, messages, sampling })
 }
 
@@ -68,14 +109,25 @@ fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
     }
 }
 
-fn sampling(obj: &Map<String, Value>, limits: &Limits, logprobs: Option<usize>) -> Result<Sampling, ApiError> {
+fn sampling(
+    obj: &Map<String, Value>,
+    limits: &Limits,
+    logprobs: Option<usize>,
+    route: Route,
+) -> Result<Sampling, ApiError> {
+    refuse_unsupported(obj, route)?;
     // `max_completion_tokens` is OpenAI's newer name; when both are given it is the one obeyed.
     let max_field = match obj.get("max_completion_tokens") {
         Some(v) if !v.is_null() => "max_completion_tokens",
         _ => "max_tokens",
     };
-    let max_tokens = int_in(obj, max_field, 1, limits.max_model_len as i64)?
-        .map_or(limits.default_max_tokens.min(limits.max_model_len), |v| v as usize);
+    let echo = match route {
+        Route::Completion => boolean(obj, "echo")?.unwrap_or(false),
+        Route::Chat => false,
+    };
+    // `max_tokens: 0` with `echo` scores the prompt alone, as OpenAI's legacy completions did.
+    let least = if echo { 0 } else { 1 };
+    let max_tokens = int_in(obj, max_field, least, limits.max_model_len as i64)?.map(|v| v as usize);
     let temperature = float_in(obj, "temperature", 0.0, 2.0, true)?.unwrap_or(1.0);
     let top_p = float_in(obj, "top_p", 0.0, 1.0, false)?.unwrap_or(1.0);
     let top_k = match integer(obj, "top_k")? {
@@ -91,6 +143,25 @@ fn sampling(obj: &Map<String, Value>, limits: &Limits, logprobs: Option<usize>) 
     };
     let n = int_in(obj, "n", 1, limits.max_n as i64)?.map_or(1, |v| v as usize);
     let stream = boolean(obj, "stream")?.unwrap_or(false);
+    let best_of = match route {
+        Route::Completion => int_in(obj, "best_of", 1, limits.max_n as i64)?.map_or(n, |v| v as usize),
+        Route::Chat => n,
+    };
+    if best_of < n {
+        let message = format!("`best_of` must be >= n = {n}. Given: {best_of}");
+        return Err(ApiError::invalid("best_of", message));
+    }
+    if best_of > n && stream {
+        let message = format!("`best_of` above `n` cannot stream (the best are known at the end). Given: {best_of}");
+        return Err(ApiError::invalid("best_of", message));
+    }
+    let processors = processors(obj, limits)?;
+    if let (Some(max), true) = (max_tokens, processors.min_tokens > 0) {
+        if processors.min_tokens > max {
+            let message = format!("`min_tokens` must be <= {max_field} = {max}. Given: {}", processors.min_tokens);
+            return Err(ApiError::invalid("min_tokens", message));
+        }
+    }
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(opts)) => match opts.get("include_usage") {
@@ -105,14 +176,103 @@ fn sampling(obj: &Map<String, Value>, limits: &Limits, logprobs: Option<usize>) 
         temperature: temperature as f32,
         top_p: top_p as f32,
         top_k,
+        min_p: float_in(obj, "min_p", 0.0, 1.0, true)?.unwrap_or(0.0) as f32,
         seed,
         stop: stop(obj.get("stop"))?,
+        stop_token_ids: stop_token_ids(obj, limits)?,
+        include_stop_str_in_output: boolean(obj, "include_stop_str_in_output")?.unwrap_or(false),
         n,
+        best_of,
         ignore_eos: boolean(obj, "ignore_eos")?.unwrap_or(false),
         logprobs,
+        echo,
+        processors,
         stream,
         include_usage,
     })
+}
+
+/// Refuses each field of [`UNSUPPORTED`] given with an effect, and `echo` on the chat route.
+fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Result<(), ApiError> {
+    for field in UNSUPPORTED {
+        let Some(v) = obj.get(field) else { continue };
+        let harmless = match (field, v) {
+            (_, Value::Null) => true,
+            ("tools" | "functions", Value::Array(a)) => a.is_empty(),
+            ("tool_choice", Value::String(s)) => s == "none",
+            ("response_format", Value::Object(o)) => o.get("type") == Some(&Value::String("text".into())),
+            ("suffix", Value::String(s)) => s.is_empty(),
+            ("use_beam_search" | "return_tokens_as_token_ids" | "continue_final_message", Value::Bool(b)) => !b,
+            // What this server does anyway: special tokens are never rendered, the template
+            // always ends with the generation prompt.
+            ("skip_special_tokens" | "add_generation_prompt", Value::Bool(b)) => *b,
+            _ => false,
+        };
+        if !harmless {
+            let what = match field {
+                "response_format" => "only {\"type\": \"text\"} is supported",
+                _ => "this server does not support it",
+            };
+            return Err(ApiError::invalid(field, format!("`{field}` cannot be honoured: {what}. Given: {}", show(v))));
+        }
+    }
+    if route == Route::Chat && boolean(obj, "echo")?.unwrap_or(false) {
+        return Err(ApiError::invalid("echo", "`echo` is supported on /v1/completions only. Given: true"));
+    }
+    Ok(())
+}
+
+/// `logit_bias`, `min_tokens` and the three penalties (SPEC 5 steps 1 to 3).
+fn processors(obj: &Map<String, Value>, limits: &Limits) -> Result<LogitsProcessors, ApiError> {
+    let vocab = limits.vocab_size;
+    let logit_bias = match obj.get("logit_bias") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| {
+                let id = k.parse::<u32>().ok().filter(|&id| (id as usize) < vocab).ok_or_else(|| {
+                    let message = format!(
+                        "`logit_bias` keys must be token ids in [0, {vocab}). Given: {}",
+                        show(&Value::String(k.clone()))
+                    );
+                    ApiError::invalid("logit_bias", message)
+                })?;
+                let bias = v.as_f64().filter(|b| (-100.0..=100.0).contains(b)).ok_or_else(|| {
+                    let message = format!("`logit_bias[\"{k}\"]` must be a number in [-100, 100]. Given: {}", show(v));
+                    ApiError::invalid("logit_bias", message)
+                })?;
+                Ok((id, bias as f32))
+            })
+            .collect::<Result<_, ApiError>>()?,
+        Some(v) => return Err(wrong_type("logit_bias", "an object from token ids to biases", v)),
+    };
+    let repetition_penalty = match float_in(obj, "repetition_penalty", 0.0, f64::MAX, false)? {
+        Some(r) if !(r as f32).is_finite() || r as f32 <= 0.0 => {
+            let message = format!("`repetition_penalty` must be a finite number > 0. Given: {r}");
+            return Err(ApiError::invalid("repetition_penalty", message));
+        }
+        r => r.map_or(1.0, |r| r as f32),
+    };
+    Ok(LogitsProcessors {
+        logit_bias,
+        min_tokens: int_in(obj, "min_tokens", 0, limits.max_model_len as i64)?.map_or(0, |v| v as usize),
+        repetition_penalty,
+        frequency_penalty: float_in(obj, "frequency_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
+        presence_penalty: float_in(obj, "presence_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
+    })
+}
+
+fn stop_token_ids(obj: &Map<String, Value>, limits: &Limits) -> Result<Vec<u32>, ApiError> {
+    let items = match obj.get("stop_token_ids") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(v) => return Err(wrong_type("stop_token_ids", "a list of token ids", v)),
+    };
+    if items.len() > MAX_STOP_TOKEN_IDS {
+        let message = format!("`stop_token_ids` may hold at most {MAX_STOP_TOKEN_IDS} ids. Given: {}", items.len());
+        return Err(ApiError::invalid("stop_token_ids", message));
+    }
+    token_ids(items, "stop_token_ids", limits).map_err(|e| ApiError { param: Some("stop_token_ids".to_string()), ..e })
 }
 
 fn stop(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
@@ -243,6 +403,8 @@ fn message(i: usize, value: &Value) -> Result<ChatMessage, ApiError> {
         return Err(wrong_type(&format!("messages[{i}]"), "an object", value));
     };
     let role = match msg.get("role") {
+        // A chat template knows `system`; `developer` is its newer name.
+        Some(Value::String(r)) if r == "developer" => "system".to_string(),
         Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
         Some(v @ Value::String(_)) => {
             let message = format!("`messages[{i}].role` must be one of {}. Given: {}", ROLES.join(", "), show(v));

@@ -39,15 +39,21 @@ fn assert_invalid<T: std::fmt::Debug>(got: Result<T, ApiError>, param: &str, nee
 fn defaults_follow_openai() {
     let s = completion(json!({})).unwrap().sampling;
     let expected = Sampling {
-        max_tokens: 16,
+        max_tokens: None,
         temperature: 1.0,
         top_p: 1.0,
         top_k: 0,
+        min_p: 0.0,
         seed: None,
         stop: vec![],
+        stop_token_ids: vec![],
+        include_stop_str_in_output: false,
         n: 1,
+        best_of: 1,
         ignore_eos: false,
         logprobs: None,
+        echo: false,
+        processors: LogitsProcessors::none(),
         stream: false,
         include_usage: false,
     };
@@ -65,7 +71,7 @@ fn every_field_is_read() {
     assert_eq!(req.model, "tiny");
     assert_eq!(req.prompt, Prompt::Text("hello".into()));
     let s = req.sampling;
-    assert_eq!((s.max_tokens, s.temperature, s.top_p, s.top_k), (7, 0.0, 0.5, 40));
+    assert_eq!((s.max_tokens, s.temperature, s.top_p, s.top_k), (Some(7), 0.0, 0.5, 40));
     assert_eq!((s.seed, s.n, s.ignore_eos, s.logprobs), (Some(u64::MAX), 3, true, Some(2)));
     assert_eq!(s.stop, ["a", "bc"]);
     assert!(s.stream && s.include_usage);
@@ -73,8 +79,8 @@ fn every_field_is_read() {
 
 #[test]
 fn max_completion_tokens_is_obeyed_over_max_tokens() {
-    assert_eq!(chat(json!({"max_completion_tokens": 9})).unwrap().sampling.max_tokens, 9);
-    assert_eq!(chat(json!({"max_tokens": 3, "max_completion_tokens": 9})).unwrap().sampling.max_tokens, 9);
+    assert_eq!(chat(json!({"max_completion_tokens": 9})).unwrap().sampling.max_tokens, Some(9));
+    assert_eq!(chat(json!({"max_tokens": 3, "max_completion_tokens": 9})).unwrap().sampling.max_tokens, Some(9));
     assert_invalid(
         chat(json!({"max_completion_tokens": 0})),
         "max_completion_tokens",
@@ -243,7 +249,22 @@ fn hostile_value(rng: &mut Lcg) -> Value {
     }
 }
 
-const FIELDS: [&str; 19] = [
+const FIELDS: [&str; 34] = [
+    "logit_bias",
+    "min_tokens",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "min_p",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "best_of",
+    "tools",
+    "tool_choice",
+    "response_format",
+    "suffix",
+    "guided_json",
+    "allowed_token_ids",
     "model",
     "prompt",
     "messages",
@@ -315,4 +336,99 @@ fn long_prompts_many_messages_and_long_stops_are_refused_before_tokenising() {
         .unwrap_err();
     assert_eq!(e.param.as_deref(), Some("stop"), "{e}");
     assert!(e.message.contains(&MAX_STOP_BYTES.to_string()), "{e}");
+}
+
+#[test]
+fn sampling_parameters_are_read_into_the_engines_terms() {
+    let s = completion(json!({
+        "logit_bias": {"5": -100, "17": 2.5}, "min_tokens": 3, "max_tokens": 8, "repetition_penalty": 1.2,
+        "frequency_penalty": -0.5, "presence_penalty": 2, "min_p": 0.05, "stop_token_ids": [7, 9],
+        "include_stop_str_in_output": true, "echo": true, "n": 2, "best_of": 3,
+    }))
+    .unwrap()
+    .sampling;
+    let p = &s.processors;
+    let mut bias = p.logit_bias.clone();
+    bias.sort_by_key(|b| b.0);
+    assert_eq!(bias, vec![(5, -100.0), (17, 2.5)]);
+    assert_eq!((p.min_tokens, p.repetition_penalty, p.frequency_penalty, p.presence_penalty), (3, 1.2, -0.5, 2.0));
+    assert_eq!((s.min_p, s.stop_token_ids.clone(), s.include_stop_str_in_output), (0.05, vec![7, 9], true));
+    assert_eq!((s.echo, s.n, s.best_of), (true, 2, 3));
+    assert_eq!(completion(json!({"echo": true, "max_tokens": 0})).unwrap().sampling.max_tokens, Some(0));
+    let c = chat(json!({"min_p": 1, "stop_token_ids": [], "logit_bias": {}})).unwrap().sampling;
+    assert_eq!((c.min_p, c.processors.clone(), c.best_of), (1.0, LogitsProcessors::none(), 1));
+}
+
+#[test]
+fn sampling_parameters_out_of_range_are_refused_by_name() {
+    let cases = [
+        (json!({"logit_bias": {"1000": 1}}), "logit_bias", vec!["[0, 1000)", "1000"]),
+        (json!({"logit_bias": {"x": 1}}), "logit_bias", vec!["token ids", "x"]),
+        (json!({"logit_bias": {"3": 101}}), "logit_bias", vec!["[-100, 100]", "101"]),
+        (json!({"logit_bias": [1, 2]}), "logit_bias", vec!["object"]),
+        (json!({"min_tokens": -1}), "min_tokens", vec![">= 0"]),
+        (json!({"min_tokens": 9, "max_tokens": 8}), "min_tokens", vec!["<= max_tokens = 8", "9"]),
+        (json!({"repetition_penalty": 0}), "repetition_penalty", vec!["(0,", "0"]),
+        (json!({"repetition_penalty": 1e300}), "repetition_penalty", vec!["finite"]),
+        (json!({"frequency_penalty": 2.5}), "frequency_penalty", vec!["[-2, 2]", "2.5"]),
+        (json!({"presence_penalty": -3}), "presence_penalty", vec!["[-2, 2]", "-3"]),
+        (json!({"min_p": 1.5}), "min_p", vec!["[0, 1]", "1.5"]),
+        (json!({"stop_token_ids": [1, 1000]}), "stop_token_ids", vec!["[0, 1000)", "1000"]),
+        (json!({"stop_token_ids": 5}), "stop_token_ids", vec!["list"]),
+        (json!({"include_stop_str_in_output": 1}), "include_stop_str_in_output", vec!["boolean"]),
+        (json!({"best_of": 1, "n": 2}), "best_of", vec![">= n = 2", "1"]),
+        (json!({"best_of": 3, "stream": true}), "best_of", vec!["stream"]),
+        (json!({"best_of": 5}), "best_of", vec!["<= 4"]),
+        (json!({"echo": "yes"}), "echo", vec!["boolean"]),
+        (json!({"max_tokens": 0, "echo": false}), "max_tokens", vec![">= 1"]),
+        (json!({"max_tokens": -1, "echo": true}), "max_tokens", vec![">= 0"]),
+    ];
+    for (extra, param, needles) in cases {
+        assert_invalid(completion(extra.clone()), param, &needles);
+    }
+}
+
+#[test]
+fn what_cannot_be_honoured_is_refused_naming_it_and_its_no_op_values_pass() {
+    for (field, value) in [
+        ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+        ("tool_choice", json!("auto")),
+        ("functions", json!([{"name": "f"}])),
+        ("function_call", json!("auto")),
+        ("response_format", json!({"type": "json_object"})),
+        ("suffix", json!("tail")),
+        ("use_beam_search", json!(true)),
+        ("guided_json", json!({})),
+        ("allowed_token_ids", json!([1])),
+        ("prompt_logprobs", json!(1)),
+        ("skip_special_tokens", json!(false)),
+        ("add_generation_prompt", json!(false)),
+        ("chat_template", json!("{{ messages }}")),
+    ] {
+        assert_invalid(completion(json!({field: value.clone()})), field, &[field]);
+        assert_invalid(chat(json!({field: value})), field, &[field]);
+    }
+    assert_invalid(chat(json!({"echo": true})), "echo", &["/v1/completions"]);
+    for (field, value) in [
+        ("tools", json!([])),
+        ("tool_choice", json!("none")),
+        ("response_format", json!({"type": "text"})),
+        ("suffix", json!("")),
+        ("use_beam_search", json!(false)),
+        ("guided_json", json!(null)),
+        ("skip_special_tokens", json!(true)),
+        ("add_generation_prompt", json!(true)),
+        ("continue_final_message", json!(false)),
+    ] {
+        completion(json!({field: value.clone()})).unwrap();
+        chat(json!({field: value})).unwrap();
+    }
+    chat(json!({"echo": false})).unwrap();
+}
+
+#[test]
+fn developer_messages_are_system_messages() {
+    let req =
+        chat(json!({"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]}));
+    assert_eq!(req.unwrap().messages[0], ChatMessage { role: "system".into(), content: "be brief".into() });
 }

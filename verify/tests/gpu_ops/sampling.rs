@@ -139,7 +139,7 @@ pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
                 let params: Vec<SamplingParams> = (0..ROWS)
                     .map(|r| {
                         let (temperature, top_k, top_p) = CONFIGS[(r + round as usize) % CONFIGS.len()];
-                        SamplingParams { temperature, top_k, top_p, seed: seeds.bits(&[r as u64]) }
+                        SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed: seeds.bits(&[r as u64]) }
                     })
                     .collect();
                 let steps: Vec<u64> = (0..ROWS as u64).map(|r| round * 1_000_003 + r * (1 << 33)).collect();
@@ -159,7 +159,7 @@ pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
     }
     let params: Vec<SamplingParams> = [(1.0, 1, 1.0), (1.0, 0, 0.001), (1.0, 1, 1.0), (0.7, 2, 1.0)]
         .iter()
-        .map(|&(temperature, top_k, top_p)| SamplingParams { temperature, top_k, top_p, seed: 11 })
+        .map(|&(temperature, top_k, top_p)| SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed: 11 })
         .collect();
     sample_and_compare(gpu, &sampler, &logits, vocab, &params, &[0, 1, 2, 3], "signed zeros")
 }

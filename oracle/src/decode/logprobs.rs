@@ -1,0 +1,75 @@
+//! Log-probabilities as OpenAI's `logprobs` and vLLM report them (SPEC section 5): the float64
+//! log-softmax of a request's raw f32 logits row, before any processor, temperature or truncation,
+//! so they describe the model and not the sampling settings.
+//!
+//! `logprob_v = (l_v as f64) - m - ln(sum_u exp((l_u as f64) - m))` with `m` the row's largest
+//! logit and the sum taken in id order. A `-inf` logit gets `-inf`.
+
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+/// One position's log-probabilities: the token there and the likeliest alternatives.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprobs {
+    /// The token at this position (sampled, or the prompt's).
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f64,
+    /// The `top` likeliest tokens with their log-probabilities, most likely first (ties to the
+    /// lower id); empty when none were asked for.
+    pub top: Vec<(u32, f64)>,
+}
+
+/// `ln(sum_v exp(l_v))` of `row` in f64 (the module docs' form).
+pub fn logsumexp(row: &[f32]) -> f64 {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+    if max == f64::NEG_INFINITY {
+        return max;
+    }
+    let sum = row.iter().fold(0.0, |acc, &x| acc + (f64::from(x) - max).exp());
+    max + sum.ln()
+}
+
+/// The log-probabilities of `token` and of the `top` likeliest tokens under `row`.
+pub fn token_logprobs(row: &[f32], token: u32, top: usize) -> TokenLogprobs {
+    let lse = logsumexp(row);
+    let logprob = |v: u32| f64::from(row[v as usize]) - lse;
+    let top = top.min(row.len());
+    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| {
+        let (x, y) = (row[*a as usize], row[*b as usize]);
+        y.partial_cmp(&x).unwrap_or(Ordering::Equal).then(a.cmp(b))
+    };
+    if top > 0 && top < ids.len() {
+        ids.select_nth_unstable_by(top - 1, by_logit);
+    }
+    ids.truncate(top);
+    ids.sort_unstable_by(by_logit);
+    TokenLogprobs { token, logprob: logprob(token), top: ids.into_iter().map(|v| (v, logprob(v))).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logprobs_are_the_log_softmax_of_the_row() {
+        // Probabilities 0.5, 0.25, 0.25.
+        let row = [2f32.ln() * 2.0, 2f32.ln(), 2f32.ln()];
+        let lp = token_logprobs(&row, 2, 2);
+        assert!((lp.logprob - 0.25f64.ln()).abs() < 1e-7, "{lp:?}");
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![0, 1]);
+        assert!((lp.top[0].1 - 0.5f64.ln()).abs() < 1e-7);
+        let total: f64 = (0..3).map(|v| token_logprobs(&row, v, 0).logprob.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn masked_tokens_get_minus_infinity_and_top_is_capped_at_the_row() {
+        let lp = token_logprobs(&[0.0, f32::NEG_INFINITY], 1, 5);
+        assert_eq!(lp.logprob, f64::NEG_INFINITY);
+        assert_eq!(lp.top, vec![(0, 0.0), (1, f64::NEG_INFINITY)]);
+        assert!(token_logprobs(&[1.0, 1.0], 0, 0).top.is_empty());
+    }
+}
