@@ -2,7 +2,10 @@
 //! - held-out perplexity from `model::perplexity` (what `asynct eval` prints) on the GPU within 0.5%
 //!   of the CPU backend's (f32);
 //! - greedy continuations (64 tokens, eos ignored) of 100 held-out openings agree token for token
-//!   between the CPU and the GPU on at least 95 of them.
+//!   between the CPU and the GPU on at least 95 of them. The CPU runs the oracle's bf16 mode here,
+//!   the GPU's twin (SPEC 4: the same rounding points, only the order of accumulation differs):
+//!   against f32 a trained model's near-ties flip within 64 tokens on most openings (RESULTS run
+//!   52: 37 of 100 agreed), which says nothing about the GPU. The f32 figure is printed beside it.
 //!
 //! The model is `trained/asynct-mini-shakespeare` (or the folder `ASYNCT_TRAINED_MODEL` names),
 //! the text the model folder's `heldout.txt` (training copies the corpus's held-out plays there;
@@ -68,8 +71,14 @@ fn inputs() -> Result<(PathBuf, ModelConfig, Tokenizer, Vec<u32>), String> {
     Ok((dir, cfg, tokenizer, ids))
 }
 
-/// An engine over the CPU backend (f32) or the GPU, for `BATCH` sequences at once.
-fn engine(gpu: Option<&Arc<Gpu>>, dir: &std::path::Path, cfg: &ModelConfig, tok: &Tokenizer) -> Result<Engine, String> {
+/// An engine over the GPU, or over the CPU backend in `precision`, for `BATCH` sequences at once.
+fn engine(
+    gpu: Option<&Arc<Gpu>>,
+    precision: Precision,
+    dir: &std::path::Path,
+    cfg: &ModelConfig,
+    tok: &Tokenizer,
+) -> Result<Engine, String> {
     let len = cfg.max_position_embeddings;
     let executor: Box<dyn StepExecutor> = match gpu {
         Some(gpu) => {
@@ -87,7 +96,7 @@ fn engine(gpu: Option<&Arc<Gpu>>, dir: &std::path::Path, cfg: &ModelConfig, tok:
         None => {
             let opts = ExecutorOptions {
                 device: "cpu",
-                precision: Precision::F32,
+                precision,
                 max_num_seqs: BATCH,
                 max_model_len: len,
                 cpu_blocks: BATCH * len.div_ceil(16),
@@ -110,8 +119,8 @@ fn engine(gpu: Option<&Arc<Gpu>>, dir: &std::path::Path, cfg: &ModelConfig, tok:
 fn perplexity_agrees(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg, tok, ids) = inputs()?;
     let ws = windows(&ids, WINDOW);
-    let mut cpu = engine(None, &dir, &cfg, &tok)?;
-    let mut gpu_engine = engine(Some(gpu), &dir, &cfg, &tok)?;
+    let mut cpu = engine(None, Precision::F32, &dir, &cfg, &tok)?;
+    let mut gpu_engine = engine(Some(gpu), Precision::F32, &dir, &cfg, &tok)?;
     let on_cpu = score(&mut cpu, &cfg, &ws, 16, &mut |_| {}).map_err(err)?;
     let on_gpu = score(&mut gpu_engine, &cfg, &ws, 16, &mut |_| {}).map_err(err)?;
     let gap = (on_gpu.perplexity() / on_cpu.perplexity() - 1.0).abs();
@@ -154,11 +163,30 @@ fn greedy_agrees(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg, tok, ids) = inputs()?;
     let step = (ids.len() - OPENING) / BATCH;
     let openings: Vec<Vec<u32>> = (0..BATCH).map(|k| ids[k * step..k * step + OPENING].to_vec()).collect();
-    let on_cpu = continuations(&mut engine(None, &dir, &cfg, &tok)?, &cfg, &openings)?;
-    let on_gpu = continuations(&mut engine(Some(gpu), &dir, &cfg, &tok)?, &cfg, &openings)?;
+    let on_gpu = continuations(&mut engine(Some(gpu), Precision::F32, &dir, &cfg, &tok)?, &cfg, &openings)?;
+    let sample = tok.decode(&on_gpu[0], false).map_err(err)?;
+    println!("  opening 0 on the GPU: {:?} >>> {:?}", tok.decode(&openings[0], false).map_err(err)?, sample);
+    let mut agree_bf16 = 0;
+    for precision in [Precision::F32, Precision::Bf16] {
+        let on_cpu = continuations(&mut engine(None, precision, &dir, &cfg, &tok)?, &cfg, &openings)?;
+        let (agree, first_split) = agreement(&on_cpu, &on_gpu)?;
+        println!(
+            "  against the CPU's {precision:?}: {agree} of {BATCH} continuations agree for all {GENERATED} tokens; \
+             diverging (opening, token): {first_split:?}"
+        );
+        agree_bf16 = agree;
+    }
+    if agree_bf16 * 100 < 95 * BATCH {
+        return Err(format!("{agree_bf16} of {BATCH} continuations agree with the CPU's bf16 mode, fewer than 95"));
+    }
+    Ok(())
+}
+
+/// How many continuations agree token for token, and where each other one first differs.
+fn agreement(on_cpu: &[Vec<u32>], on_gpu: &[Vec<u32>]) -> Result<(usize, Vec<(usize, usize)>), String> {
     let mut agree = 0;
     let mut first_split = Vec::new();
-    for (k, (c, g)) in on_cpu.iter().zip(&on_gpu).enumerate() {
+    for (k, (c, g)) in on_cpu.iter().zip(on_gpu).enumerate() {
         if c.len() != GENERATED || g.len() != GENERATED {
             return Err(format!(
                 "opening {k}: {} tokens on the CPU, {} on the GPU, expected {GENERATED}",
@@ -171,11 +199,5 @@ fn greedy_agrees(gpu: &Arc<Gpu>) -> Check {
             Some(at) => first_split.push((k, at)),
         }
     }
-    println!("  {agree} of {BATCH} continuations agree for all {GENERATED} tokens; diverging (opening, token): {first_split:?}");
-    let sample = tok.decode(&on_gpu[0], false).map_err(err)?;
-    println!("  opening 0 on the GPU: {:?} >>> {:?}", tok.decode(&openings[0], false).map_err(err)?, sample);
-    if agree * 100 < 95 * BATCH {
-        return Err(format!("{agree} of {BATCH} continuations agree, fewer than 95"));
-    }
-    Ok(())
+    Ok((agree, first_split))
 }
