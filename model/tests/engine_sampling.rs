@@ -57,8 +57,13 @@ backend_tests!(
 
 fn engine(make: Make, blocks: usize, max_num_seqs: usize, record: bool) -> Engine {
     let tok = Arc::new(byte_tokenizer::build().unwrap());
-    let sched =
-        SchedulerConfig { max_num_seqs, max_batched_tokens: 64, prefill_chunk: 8, max_model_len: MAX_MODEL_LEN };
+    let sched = SchedulerConfig {
+        max_num_seqs,
+        max_batched_tokens: 64,
+        prefill_chunk: 8,
+        max_model_len: MAX_MODEL_LEN,
+        prefix_caching: false,
+    };
     Engine::new(make(blocks), tok, sched, record).unwrap()
 }
 

@@ -53,7 +53,13 @@ fn engine_scores_are_the_oracle_log_softmax_over_every_window() {
     };
     let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}).unwrap();
     let tokenizer = Arc::new(tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
-    let sched = SchedulerConfig { max_num_seqs: 2, max_batched_tokens: 64, prefill_chunk: 32, max_model_len: 2048 };
+    let sched = SchedulerConfig {
+        max_num_seqs: 2,
+        max_batched_tokens: 64,
+        prefill_chunk: 32,
+        max_model_len: 2048,
+        prefix_caching: false,
+    };
     let mut engine = Engine::new(executor, tokenizer, sched, false).unwrap();
 
     let ids: Vec<u32> = (0..57u32).map(|i| (i * 131 + 7) % 509).collect();

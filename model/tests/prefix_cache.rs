@@ -120,19 +120,19 @@ fn request(prompt: Vec<u32>, seed: u64, max_tokens: usize) -> GenerationRequest 
     let sampling = if seed.is_multiple_of(2) {
         SamplingParams::greedy()
     } else {
-        SamplingParams { temperature: 1.1, top_k: 0, top_p: 0.9, seed }
+        SamplingParams { temperature: 1.1, top_k: 0, top_p: 0.9, seed, ..Default::default() }
     };
     GenerationRequest {
         prompt,
         sampling,
         stop: StopConditions {
             eos_token_ids: vec![byte_tokenizer::EOS_ID],
-            stop: vec![],
             max_tokens,
             max_model_len: MAX_MODEL_LEN,
             ignore_eos: true,
+            ..Default::default()
         },
-        skip_prefix_cache: false,
+        ..Default::default()
     }
 }
 
