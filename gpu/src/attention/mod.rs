@@ -25,23 +25,23 @@
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
 //!
-//! Every path, group size and head count per CTA gives the same bits for a row (fixed 256-key
+//! Every path, group size and head count per CTA gives the same bits for a row (fixed 128-key
 //! chunks, fixed reduction orders, an ordered nonzero list): the dispatcher's choice and a
 //! request's batch never change its output.
 //!
 //! ```
 //! use gpu::attention::{AttentionPath, Geometry, HeadsPerCta, Plan};
 //!
-//! // A decode step of 2 sequences with room for 8K tokens each.
+//! // A decode step of 1 sequence with room for 8K tokens.
 //! let geometry = Geometry {
-//!     rows: 2, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
+//!     rows: 1, num_heads: 8, num_kv_heads: 4, head_dim: 128, block_size: 16, max_blocks_per_seq: 512,
 //! };
 //! let plan = Plan::auto(geometry).unwrap();
 //! assert!(matches!(plan.path, AttentionPath::SplitK(_)));
-//! assert_eq!(plan.attention.grid, 2 * 8 * 32); // rows x heads x 256-key chunks of the capacity
+//! assert_eq!(plan.attention.grid, 8 * 64); // rows x heads x 128-key chunks of the capacity
 //! // 32 rows make a grid large enough to give each CTA the two heads of a kv head.
 //! let plan = Plan::auto(Geometry { rows: 32, ..geometry }).unwrap();
-//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 32));
+//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 64));
 //! ```
 //!
 //! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and
