@@ -33,6 +33,17 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::error::{Error, Result};
 use crate::prefix_index::PrefixIndex;
 
+/// Tokens the KV cache holds: `num_blocks` blocks of `block_size` token slots. The executor
+/// reports it ([`crate::executor::StepExecutor::kv_capacity`]) and the scheduler sizes its pool
+/// from it; it lives here, beside the pool, so neither of those modules imports the other for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvCapacity {
+    /// Blocks in the cache.
+    pub num_blocks: usize,
+    /// Token slots per block.
+    pub block_size: usize,
+}
+
 /// Physical KV-cache blocks: reference counts, the free and evictable queues, and the index of
 /// cached blocks.
 #[derive(Clone, Debug)]

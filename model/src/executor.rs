@@ -22,6 +22,7 @@ use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
 
+pub use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
 use crate::scheduler::StepPlan;
 
@@ -75,15 +76,6 @@ pub struct StepOutput {
     /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked,
     /// `[sampling sequences, vocab]` for [`LogitsWanted::SampledRows`], else `None`.
     pub logits: Option<Array2<f32>>,
-}
-
-/// Tokens the KV cache holds: `num_blocks` blocks of `block_size` token slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KvCapacity {
-    /// Blocks in the cache.
-    pub num_blocks: usize,
-    /// Token slots per block.
-    pub block_size: usize,
 }
 
 /// Runs the model over one planned step, writing the step's K/V into its cache, and samples.

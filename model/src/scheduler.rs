@@ -43,9 +43,9 @@ use std::collections::VecDeque;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
 
+use crate::block_pool::KvCapacity;
 use crate::block_pool::{blocks_for, BlockPool};
 use crate::error::{Error, Result};
-use crate::executor::KvCapacity;
 use crate::prefix_index::ROOT;
 
 pub mod prefix;
