@@ -128,11 +128,11 @@ pub struct Completion {
     pub logits: Option<Array2<f32>>,
 }
 
-/// The shape of one step: how many sequences it carried and how many of them were decode rows.
+/// The rows of one step: how many sequences it carried and how many of them were decode rows.
 /// A decode row is a sequence's one query token, sampled; a prefill (or recompute) chunk of a
 /// single token is one too, since the forward runs it on the decode kernels alike.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepShape {
+pub struct StepRows {
     /// Sequences in the step.
     pub num_seqs: usize,
     /// Query tokens in the step.
@@ -141,7 +141,7 @@ pub struct StepShape {
     pub num_decodes: usize,
 }
 
-impl StepShape {
+impl StepRows {
     /// Whether every row of the step was a decode row (the step a whole-step CUDA graph serves).
     pub fn is_decode_only(&self) -> bool {
         self.num_seqs > 0 && self.num_decodes == self.num_seqs
@@ -177,7 +177,7 @@ pub struct Engine {
     finished: Vec<Completion>,
     next_id: u64,
     record_logits: bool,
-    last_step: StepShape,
+    last_step: StepRows,
 }
 
 impl Engine {
@@ -198,7 +198,7 @@ impl Engine {
             finished: Vec::new(),
             next_id: 0,
             record_logits,
-            last_step: StepShape::default(),
+            last_step: StepRows::default(),
         })
     }
 
@@ -257,7 +257,7 @@ impl Engine {
 
     /// Runs one step; returns what happened, in query order.
     pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
-        self.last_step = StepShape::default();
+        self.last_step = StepRows::default();
         let Some(plan) = self.scheduler.schedule()? else {
             if self.scheduler.has_work() {
                 return Err(Error::Scheduler("requests are waiting but none can be scheduled".into()));
@@ -266,7 +266,7 @@ impl Engine {
         };
         let rows: Vec<SamplingRow> =
             plan.seqs.iter().filter(|p| p.samples).map(|p| self.active[&p.id].sampling_row()).collect();
-        self.last_step = StepShape {
+        self.last_step = StepRows {
             num_seqs: plan.seqs.len(),
             num_tokens: plan.token_ids.len(),
             num_decodes: plan.seqs.iter().filter(|p| p.len == 1).count(),
@@ -434,7 +434,7 @@ impl Engine {
 
     /// The shape of the last [`Engine::step`] (all zero when it ran nothing), for a benchmark
     /// that times decode steps apart from prefill and mixed ones.
-    pub fn last_step(&self) -> StepShape {
+    pub fn last_step(&self) -> StepRows {
         self.last_step
     }
 

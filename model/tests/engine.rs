@@ -12,7 +12,7 @@ use model::block_pool::blocks_for;
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
 use model::engine::{
-    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepShape, StopConditions,
+    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepRows, StopConditions,
 };
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
@@ -396,7 +396,7 @@ fn last_step_tells_decode_steps_from_prefill_and_mixed_ones(b: Backend) {
     // the second's last chunk; then both decoding, until both have their tokens.
     assert_eq!(shapes, vec![(1, 4, 0, false), (2, 6, 0, false), (2, 3, 1, false), (2, 2, 2, true)]);
     e.step().unwrap();
-    assert_eq!(e.last_step(), StepShape::default(), "a step with nothing to run");
+    assert_eq!(e.last_step(), StepRows::default(), "a step with nothing to run");
 }
 
 /// Six requests on a cache that holds about one of them preempt each other, yet each gets the

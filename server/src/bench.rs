@@ -39,7 +39,7 @@ use std::time::Instant;
 use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
-use model::engine::{Engine, GenerationRequest, SamplingParams, StepShape, StopConditions};
+use model::engine::{Engine, GenerationRequest, SamplingParams, StepRows, StopConditions};
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::StepPlan;
 use serde::Serialize;
@@ -103,7 +103,7 @@ pub struct StepCounts {
 }
 
 impl StepCounts {
-    fn add(&mut self, shape: StepShape) {
+    fn add(&mut self, shape: StepRows) {
         match shape.num_decodes {
             _ if shape.is_decode_only() => self.decode += 1,
             0 => self.prefill += 1,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use gpu::attention::{
     bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, Pv, StepGeometry, StepPlan, HEAD_DIMS, MAX_FIR_K,
+    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -179,12 +179,12 @@ pub fn step_geometry(data: &CaseData) -> StepGeometry {
 /// Runs a step plan for `data`: a tensor-core prefill over the batch as it is, or fake decode
 /// through the row metadata; upload, NaN-poisoned output, launch, download. Returns the output
 /// bits `[num_tokens, Hq, D]`.
-pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &StepPlan) -> gpu::Result<Vec<bf16>> {
+pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &PrefillPath) -> gpu::Result<Vec<bf16>> {
     let prefill = match plan {
-        StepPlan::FakeDecode(plan) => {
+        PrefillPath::FakeDecode(plan) => {
             return run_gpu(gpu, data, plan.geometry.rows, PlanChoice::Plan(plan.clone())).map(|r| r.out)
         }
-        StepPlan::Prefill(p) => p,
+        PrefillPath::Prefill(p) => p,
     };
     let host = HostCase::new(data);
     let attention = Hp1Prefill::new(gpu, prefill.clone())?;
@@ -267,7 +267,7 @@ impl Path for GpuPath {
             GpuPathKind::Auto => (bucket(num_tokens), PlanChoice::Auto),
             GpuPathKind::Prefill(kernel) => {
                 let plan = PrefillPlan::new(step_geometry(data), kernel).map_err(|e| path_err(e.to_string()))?;
-                return self.finish(data, &StepPlan::Prefill(plan), out);
+                return self.finish(data, &PrefillPath::Prefill(plan), out);
             }
             GpuPathKind::Step => {
                 let cc = self.gpu.info().compute_capability;
@@ -287,7 +287,7 @@ impl Path for GpuPath {
 
 impl GpuPath {
     /// Runs `plan` on `data` and widens its output into `out`.
-    fn finish(&self, data: &CaseData, plan: &StepPlan, out: &mut Array3<f64>) -> Result<()> {
+    fn finish(&self, data: &CaseData, plan: &PrefillPath, out: &mut Array3<f64>) -> Result<()> {
         let path_err = |reason: String| Error::Path { path: self.name(), reason };
         let bits = run_step(&self.gpu, data, plan).map_err(|e| path_err(e.to_string()))?;
         let got = widen_bits(&bits, data.out_shape()).map_err(|e| path_err(e.to_string()))?;

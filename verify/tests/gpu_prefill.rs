@@ -12,7 +12,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use gpu::attention::{plan_step, PrefillKernel, PrefillPlan, StepPlan, FAKE_DECODE_MAX_QUERY};
+use gpu::attention::{plan_step, PrefillKernel, PrefillPath, PrefillPlan, FAKE_DECODE_MAX_QUERY};
 use gpu::Gpu;
 use verify::gpu_cases::{alone, case, check_cases, decodes, same_bits, spread};
 use verify::gpu_harness::{run, GpuCheck};
@@ -105,8 +105,8 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
     }
 }
 
-fn forced(data: &verify::CaseData, kernel: PrefillKernel) -> Result<StepPlan, String> {
-    Ok(StepPlan::Prefill(PrefillPlan::new(step_geometry(data), kernel).map_err(msg)?))
+fn forced(data: &verify::CaseData, kernel: PrefillKernel) -> Result<PrefillPath, String> {
+    Ok(PrefillPath::Prefill(PrefillPlan::new(step_geometry(data), kernel).map_err(msg)?))
 }
 
 fn same_bits_twice(gpu: &Arc<Gpu>) -> Check {

@@ -67,6 +67,6 @@ pub use plan::{
 };
 pub use prefill_launch::{Hp1Prefill, PrefillOperands};
 pub use prefill_plan::{
-    plan_step, PrefillKernel, PrefillPlan, StepGeometry, StepPlan, FAKE_DECODE_MAX_QUERY, KEY_TILE,
+    plan_step, PrefillKernel, PrefillPath, PrefillPlan, StepGeometry, FAKE_DECODE_MAX_QUERY, KEY_TILE,
 };
 pub use rows::{row_metadata, RowOperands};

@@ -222,14 +222,14 @@ impl PrefillPlan {
 
 /// What the dispatcher picked for a step.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StepPlan {
+pub enum PrefillPath {
     /// Every query row as a decode row (the decode-path [`Plan`] of [`Plan::auto`]).
     FakeDecode(Plan),
     /// A tensor-core prefill kernel.
     Prefill(PrefillPlan),
 }
 
-impl StepPlan {
+impl PrefillPath {
     /// The path's name, e.g. `fake-decode` or `prefill-wgmma`.
     pub fn name(&self) -> &'static str {
         match self {
@@ -241,15 +241,15 @@ impl StepPlan {
 
 /// The dispatcher: fake decode for short queries (at most [`FAKE_DECODE_MAX_QUERY`]) and on
 /// GPUs without tensor-core support; else WGMMA where the device and head dim allow, else MMA.
-pub fn plan_step(geometry: StepGeometry, compute_capability: (i32, i32)) -> Result<StepPlan> {
+pub fn plan_step(geometry: StepGeometry, compute_capability: (i32, i32)) -> Result<PrefillPath> {
     let pick = [PrefillKernel::Wgmma, PrefillKernel::Mma]
         .into_iter()
         .find(|k| k.runs_on(compute_capability) && k.head_dims().contains(&geometry.base.head_dim));
     match pick {
         Some(kernel) if geometry.max_query_len > FAKE_DECODE_MAX_QUERY => {
-            Ok(StepPlan::Prefill(PrefillPlan::new(geometry, kernel)?))
+            Ok(PrefillPath::Prefill(PrefillPlan::new(geometry, kernel)?))
         }
-        _ => Ok(StepPlan::FakeDecode(Plan::auto(geometry.base)?)),
+        _ => Ok(PrefillPath::FakeDecode(Plan::auto(geometry.base)?)),
     }
 }
 

@@ -24,7 +24,7 @@ use oracle::model::forward::{LogitRows, StepInput};
 
 use gpu::Graph;
 
-use super::forward::{GpuModel, StepLaunch, StepShape};
+use super::forward::{GpuModel, StepFacts, StepLaunch};
 use super::step_buffers::Split;
 use crate::error::Result;
 
@@ -69,7 +69,7 @@ impl DecodeGraphs {
         for &r in &rows {
             for &w in &widths {
                 let split = Split { decodes: r, seqs: r, max_query_len: 0 };
-                launches.push(model.plan(StepShape { tokens: r, split, picked: r, picked_all: true, width: w })?);
+                launches.push(model.plan(StepFacts { tokens: r, split, picked: r, picked_all: true, width: w })?);
             }
         }
         let total = launches.len();
@@ -92,14 +92,14 @@ impl DecodeGraphs {
 
     /// The bucket of a decode step of `rows` rows with `width`-column tables, if one holds it:
     /// the shape its inputs are padded to before [`DecodeGraphs::replay`].
-    pub fn bucket(&self, rows: usize, width: usize) -> Option<StepShape> {
+    pub fn bucket(&self, rows: usize, width: usize) -> Option<StepFacts> {
         let r = *self.rows.iter().find(|&&b| b >= rows)?;
         let w = *self.widths.iter().find(|&&b| b >= width)?;
         self.graphs.get(&(r, w)).map(|g| g.launch.shape())
     }
 
     /// Replays the graph of bucket `shape` on the inputs last uploaded (asynchronous).
-    pub fn replay(&self, shape: StepShape) -> Result<()> {
+    pub fn replay(&self, shape: StepFacts) -> Result<()> {
         let graph = self
             .graphs
             .get(&(shape.tokens, shape.width))
@@ -154,7 +154,7 @@ impl PaddedStep {
 
 /// `step` (every sequence one decode row) padded to `shape`'s rows and table width with padding
 /// rows (module docs).
-pub fn pad_decode_step(step: &StepInput<'_>, shape: StepShape) -> PaddedStep {
+pub fn pad_decode_step(step: &StepInput<'_>, shape: StepFacts) -> PaddedStep {
     let (rows, width) = (shape.tokens, shape.width);
     let real = step.token_ids.len();
     let table = &step.meta.block_table;
@@ -198,7 +198,7 @@ mod tests {
         let step =
             StepInput { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], logits: LogitRows::LastPerSeq };
         let split = Split { decodes: 4, seqs: 4, max_query_len: 0 };
-        let padded = pad_decode_step(&step, StepShape { tokens: 4, split, picked: 4, picked_all: true, width: 3 });
+        let padded = pad_decode_step(&step, StepFacts { tokens: 4, split, picked: 4, picked_all: true, width: 3 });
         let s = padded.step();
         assert_eq!(s.token_ids, &[11, 12, 0, 0]);
         assert_eq!(s.slot_mapping, &[67, 86, -1, -1]);

@@ -21,7 +21,7 @@
 //! decode rows with fake-decode rows); the GEMMs follow the same rule ([`super::linear`]).
 //!
 //! A step runs in three parts: [`GpuModel::upload`] copies its inputs and returns its
-//! [`StepShape`], the static facts that alone pick kernels and size grids; [`GpuModel::plan`]
+//! [`StepFacts`], the static facts that alone pick kernels and size grids; [`GpuModel::plan`]
 //! makes (and loads) the launches of a shape; [`GpuModel::enqueue`] puts them on the stream. The
 //! eager path does all three per step. A CUDA graph ([`GpuModel::capture`]) records `enqueue` once
 //! per shape and replays it after each `upload` of a step of that shape.
@@ -36,7 +36,7 @@ use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
     plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan,
-    PrefillOperands, RowOperands, StepGeometry, StepPlan,
+    PrefillOperands, PrefillPath, RowOperands, StepGeometry,
 };
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::ops::{
@@ -127,7 +127,7 @@ struct GateMeter {
 
 /// A step's static facts: all that picks its kernels and sizes its launches (SPEC section 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct StepShape {
+pub struct StepFacts {
     /// Query rows.
     pub tokens: usize,
     /// How its sequences split between decode rows and prefill chunks.
@@ -140,16 +140,16 @@ pub struct StepShape {
     pub width: usize,
 }
 
-/// The planned launches of one [`StepShape`]; a graph recorded from them keeps them alive.
+/// The planned launches of one [`StepFacts`]; a graph recorded from them keeps them alive.
 pub struct StepLaunch {
-    shape: StepShape,
+    shape: StepFacts,
     attn: AttnPlan,
     program: StepProgram,
 }
 
 impl StepLaunch {
     /// The shape planned for.
-    pub fn shape(&self) -> StepShape {
+    pub fn shape(&self) -> StepFacts {
         self.shape
     }
 
@@ -332,10 +332,10 @@ impl GpuModel {
 
     /// Checks `step` against the buffers' capacity, copies its inputs and `picked` (the rows
     /// that get logits, in their order) to the device, and returns its shape.
-    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepShape> {
+    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepFacts> {
         let split = self.bufs.upload(&self.gpu, step, picked)?;
         let tokens = step.token_ids.len();
-        Ok(StepShape {
+        Ok(StepFacts {
             tokens,
             split,
             picked: picked.len(),
@@ -346,7 +346,7 @@ impl GpuModel {
 
     /// Plans the launches of `shape`: its attention, then its program, loading every kernel and
     /// GEMM the program names.
-    pub fn plan(&mut self, shape: StepShape) -> Result<StepLaunch> {
+    pub fn plan(&mut self, shape: StepFacts) -> Result<StepLaunch> {
         let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
         let program = StepProgram::build(ProgramShape {
             layers: self.dims.num_layers,
@@ -410,7 +410,7 @@ impl GpuModel {
     /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape):
     /// its program's ops, in order.
     pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
-        let StepShape { tokens: t, split, picked, width, .. } = launch.shape;
+        let StepFacts { tokens: t, split, picked, width, .. } = launch.shape;
         let rows = row_split(launch.shape);
         let d = self.dims.clone();
         let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
@@ -627,8 +627,8 @@ impl GpuModel {
         match plan_step(geometry, self.gpu.info().compute_capability)? {
             // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
             // one launch serves decodes and chunks alike.
-            StepPlan::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
-            StepPlan::Prefill(plan) => {
+            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
+            PrefillPath::Prefill(plan) => {
                 let decodes = if split.decodes > 0 { Some(decode(self, split.decodes)?) } else { None };
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
@@ -637,7 +637,7 @@ impl GpuModel {
 }
 
 /// The linear layers' row split of a step: its decode rows, then its chunk rows.
-fn row_split(shape: StepShape) -> RowSplit {
+fn row_split(shape: StepFacts) -> RowSplit {
     RowSplit { decodes: shape.split.decodes, chunks: shape.tokens - shape.split.decodes }
 }
 

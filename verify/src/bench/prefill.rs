@@ -23,8 +23,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPlan, StepGeometry,
-    StepPlan,
+    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan,
+    StepGeometry,
 };
 use gpu::Gpu;
 
@@ -33,7 +33,7 @@ use super::timing::{copies, Figures, Timing};
 
 /// The shape of one timed step: `batch` sequences, each `prefix` cached tokens and `query` new.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct StepShape {
+pub struct PrefillShape {
     /// Sequences.
     pub batch: usize,
     /// Tokens already cached per sequence.
@@ -42,7 +42,7 @@ pub struct StepShape {
     pub query: usize,
 }
 
-impl StepShape {
+impl PrefillShape {
     /// A full causal prefill of `length` tokens per sequence.
     pub fn prefill(batch: usize, length: usize) -> Self {
         Self { batch, prefix: 0, query: length }
@@ -85,10 +85,10 @@ pub struct PrefillTime {
 /// Every prefill path at one step.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PrefillPoint {
-    /// [`StepShape::key`].
+    /// [`PrefillShape::key`].
     pub key: String,
     /// The step.
-    pub shape: StepShape,
+    pub shape: PrefillShape,
     /// Query rows of the step.
     pub rows: usize,
     /// [`BatchData::causal_flops`].
@@ -123,10 +123,10 @@ enum Choice {
 }
 
 impl Choice {
-    fn from_step(plan: StepPlan) -> Self {
+    fn from_step(plan: PrefillPath) -> Self {
         match plan {
-            StepPlan::FakeDecode(p) => Self::FakeDecode(p, false),
-            StepPlan::Prefill(p) => Self::Prefill(p),
+            PrefillPath::FakeDecode(p) => Self::FakeDecode(p, false),
+            PrefillPath::Prefill(p) => Self::Prefill(p),
         }
     }
 
@@ -159,7 +159,12 @@ impl Choice {
 /// `shape`, back-to-back and in a CUDA graph; `only` keeps the paths whose name contains it.
 /// Errors only where no path can run (the plans or the buffers); a path's own failure is
 /// recorded in its [`PrefillTime`].
-pub fn measure(gpu: &Arc<Gpu>, shape: StepShape, timing: &Timing, only: Option<&str>) -> Result<PrefillPoint, String> {
+pub fn measure(
+    gpu: &Arc<Gpu>,
+    shape: PrefillShape,
+    timing: &Timing,
+    only: Option<&str>,
+) -> Result<PrefillPoint, String> {
     let e = |x: gpu::Error| x.to_string();
     let seed = 0x9f11 + shape.batch as u64 * 131 + shape.prefix as u64 * 7 + shape.query as u64;
     let data = BatchData::new(&vec![(shape.prefix, shape.query); shape.batch], seed);
@@ -245,8 +250,8 @@ pub struct Crossover {
 }
 
 /// The step shapes of the crossover: `batch` sequences, `prefix` cached tokens, each query.
-pub fn crossover_shapes(batch: usize, prefix: usize, queries: &[usize]) -> Vec<StepShape> {
-    queries.iter().map(|&query| StepShape { batch, prefix, query }).collect()
+pub fn crossover_shapes(batch: usize, prefix: usize, queries: &[usize]) -> Vec<PrefillShape> {
+    queries.iter().map(|&query| PrefillShape { batch, prefix, query }).collect()
 }
 
 /// The longest query up to which per-layer fake decode (`fake-decode`) is at least as fast as
@@ -272,7 +277,7 @@ mod tests {
     fn point(query: usize, times: &[(&str, Option<f64>)]) -> PrefillPoint {
         PrefillPoint {
             key: String::new(),
-            shape: StepShape { batch: 8, prefix: 4096, query },
+            shape: PrefillShape { batch: 8, prefix: 4096, query },
             rows: 8 * query,
             causal_flops: 1.0,
             zero_fraction: 0.7,
@@ -314,9 +319,9 @@ mod tests {
 
     #[test]
     fn keys_match_the_anchor_for_full_prefills() {
-        assert_eq!(StepShape::prefill(32, 256).key(), "B32_T256");
-        assert_eq!(StepShape { batch: 8, prefix: 4096, query: 16 }.key(), "B8_P4096_Q16");
+        assert_eq!(PrefillShape::prefill(32, 256).key(), "B32_T256");
+        assert_eq!(PrefillShape { batch: 8, prefix: 4096, query: 16 }.key(), "B8_P4096_Q16");
         let shapes = crossover_shapes(8, 4096, &[16, 64]);
-        assert_eq!(shapes.iter().map(StepShape::key).collect::<Vec<_>>(), ["B8_P4096_Q16", "B8_P4096_Q64"]);
+        assert_eq!(shapes.iter().map(PrefillShape::key).collect::<Vec<_>>(), ["B8_P4096_Q16", "B8_P4096_Q64"]);
     }
 }

@@ -203,7 +203,7 @@ pub fn crossover_table(c: &Crossover) -> String {
 mod tests {
     use super::*;
     use crate::bench::decode::PathTime;
-    use crate::bench::prefill::{PrefillTime, StepShape};
+    use crate::bench::prefill::{PrefillShape, PrefillTime};
 
     fn anchor() -> Value {
         serde_json::json!({
@@ -306,7 +306,7 @@ mod tests {
     fn point(key: &str, query: usize, paths: &[(&str, Option<f64>)]) -> PrefillPoint {
         PrefillPoint {
             key: key.to_string(),
-            shape: StepShape { batch: 8, prefix: 4096, query },
+            shape: PrefillShape { batch: 8, prefix: 4096, query },
             rows: 8 * query,
             causal_flops: 2e9,
             zero_fraction: 0.7,

@@ -20,7 +20,7 @@
 use clap::Parser;
 use verify::bench::decode::{measure, DecodePoint};
 use verify::bench::gemm::{self, GemmPoint};
-use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, StepShape};
+use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, PrefillShape};
 use verify::bench::report::{crossover_table, prefill_table, table};
 use verify::bench::timing::Timing;
 
@@ -174,7 +174,7 @@ fn run_prefill(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>, anchor: Option<&serd
     let mut tables = String::new();
     if args.prefill {
         let grid = if args.quick { vec![PREFILL_GRID[0], PREFILL_GRID[3]] } else { PREFILL_GRID.to_vec() };
-        let shapes = grid.into_iter().map(|(b, t)| StepShape::prefill(b, t)).collect();
+        let shapes = grid.into_iter().map(|(b, t)| PrefillShape::prefill(b, t)).collect();
         let points = measure_points(args, gpu, &timing, shapes, &mut failures);
         tables += &format!("\n{}", prefill_table(&points, anchor));
         json["prefill"] = serde_json::to_value(&points).expect("plain data serialises");
@@ -208,7 +208,7 @@ fn measure_points(
     args: &Args,
     gpu: &std::sync::Arc<gpu::Gpu>,
     timing: &Timing,
-    shapes: Vec<StepShape>,
+    shapes: Vec<PrefillShape>,
     failures: &mut Vec<String>,
 ) -> Vec<PrefillPoint> {
     let mut points = Vec::new();
