@@ -112,8 +112,6 @@ fn one_token(cfg: &ModelConfig, prompt: &[u32]) -> GenerationRequest {
             ignore_eos: true,
             ..Default::default()
         },
-        // Every prompt row is scored, so none may be skipped by a cache hit.
-        skip_prefix_cache: true,
         ..Default::default()
     }
 }

@@ -54,7 +54,7 @@ pub fn run(args: &EvalArgs) -> Result<(), String> {
     };
     let executor = load::executor_with_progress(&args.model, &cfg, &opts)?;
     eprintln!("running on {}", executor.describe());
-    // Every prompt row is scored: the engine records logits, which turns prefix lookups off anyway.
+    // Every prompt row is scored: a recording engine looks no prefix up, so nothing is cached either.
     let sched = load::scheduler_config(batch, cfg.max_position_embeddings, false);
     let mut engine = Engine::new(executor, Arc::new(tokenizer), sched, true).map_err(|e| e.to_string())?;
 
