@@ -15,7 +15,7 @@
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
 //! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
-//!   one workspace of the device ([`Gpu::cublaslt`]). Its bits may change with `M`.
+//!   one workspace of the device ([`CublasLt::shared`]). Its bits may change with `M`.
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
 //!   model into the GEMM: a plan fixes its [`EpilogueKind`] ([`GemmPlan::skinny_epilogue`]) and
 //!   [`Gemm::run_with`] takes the op's buffers as an [`Epilogue`]. [`EpilogueKind::PeriLn`] after
@@ -88,7 +88,7 @@ impl Gemm {
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m } => {
-                Exec::CublasLt(LtMatmul::new(gpu.cublaslt()?, plan.shape, *heuristic_m)?)
+                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m)?)
             }
         };
         Ok(Self { plan, stream: gpu.stream().clone(), exec })
