@@ -12,18 +12,18 @@
 //! (`verify::gpu_harness`).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use gpu::Gpu;
-use model::checkpoint::{save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
-use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
-use model::presets::Preset;
-use model::scheduler::{Scheduler, SchedulerConfig};
-use oracle::model::init::random_weights;
+use model::gpu_backend::executor::GpuExecutor;
+use model::scheduler::Scheduler;
+use small_model::{err, gpu_options, scheduler_config, write_model};
+
+mod small_model;
 
 fn main() {
     verify::gpu_harness::run(
@@ -36,41 +36,17 @@ fn main() {
     )
 }
 
-const BLOCK: usize = 16;
 const MAX_SEQS: usize = 80;
-const CHUNK: usize = 128;
 const GENERATED: usize = 12;
 /// The request under watch (odd: it samples at temperature 0.9, so its tokens vary).
 const WATCHED: u64 = 1001;
 
 type Check = Result<(), String>;
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
-
-/// A two-layer model with the GPU's head dim and the byte tokenizer, written to a fresh folder.
-fn write_model(tag: &str) -> Result<(PathBuf, ModelConfig), String> {
-    let dir = std::env::temp_dir().join(format!("asynct-gpu-engine-{tag}-{}", std::process::id()));
-    let mut cfg = Preset::Tiny.config();
-    (cfg.head_dim, cfg.hidden_size, cfg.intermediate_size) = (128, 256, 512);
-    save_checkpoint(&dir, &cfg, &random_weights(&cfg.dims(), 77), StoredDtype::Bf16).map_err(err)?;
-    std::fs::write(dir.join("tokenizer.json"), model::byte_tokenizer::tokenizer_json().map_err(err)?).map_err(err)?;
-    Ok((dir, cfg))
-}
-
 /// An executor with graphs; `kv_blocks` forces a small cache (with a short `max_model_len`, so
 /// that one sequence still fits).
 fn executor(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, kv_blocks: Option<usize>) -> Result<GpuExecutor, String> {
-    let options = GpuOptions {
-        max_num_seqs: MAX_SEQS,
-        max_batched_tokens: CHUNK + MAX_SEQS,
-        max_model_len: max_model_len(cfg, kv_blocks),
-        block_size: BLOCK,
-        memory_utilization: 0.3,
-        cuda_graphs: true,
-        kv_blocks,
-    };
+    let options = gpu_options(MAX_SEQS, max_model_len(cfg, kv_blocks), kv_blocks);
     GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)
 }
 
@@ -84,13 +60,7 @@ const SMALL_MODEL_LEN: usize = 256;
 fn scheduler(exec: &GpuExecutor, cfg: &ModelConfig, prefix_caching: bool) -> Result<Scheduler, String> {
     let kv = exec.kv_capacity();
     let small = (kv.num_blocks * kv.block_size < cfg.max_position_embeddings).then_some(kv.num_blocks);
-    let sched = SchedulerConfig {
-        max_num_seqs: MAX_SEQS,
-        max_batched_tokens: CHUNK + MAX_SEQS,
-        prefill_chunk: CHUNK,
-        max_model_len: max_model_len(cfg, small),
-        prefix_caching,
-    };
+    let sched = scheduler_config(MAX_SEQS, max_model_len(cfg, small), prefix_caching);
     Scheduler::new(sched, exec.kv_capacity()).map_err(err)
 }
 
@@ -192,7 +162,7 @@ fn compare(what: &str, got: &Watched, want: &Watched) -> Check {
 }
 
 fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("bits")?;
+    let (dir, cfg) = write_model("gpu-engine", "bits")?;
     let mut exec = executor(gpu, &dir, &cfg, None)?;
     println!("  {}", exec.describe());
     let watched = || request(WATCHED, 40);
@@ -240,7 +210,7 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
 /// the second donor's rows 192..256; the first chunk it computes starts at 256 over that K/V.
 /// Then again beside 8 others prefilling and decoding. The same tokens and logits bits each time.
 fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("prefix")?;
+    let (dir, cfg) = write_model("gpu-engine", "prefix")?;
     let mut exec = executor(gpu, &dir, &cfg, None)?;
     let watched = || request(WATCHED, 300);
     let mut plain = scheduler(&exec, &cfg, false)?;
@@ -288,16 +258,10 @@ fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
 }
 
 fn no_leak(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("leak")?;
+    let (dir, cfg) = write_model("gpu-engine", "leak")?;
     let exec = executor(gpu, &dir, &cfg, None)?;
     let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?;
-    let sched = SchedulerConfig {
-        max_num_seqs: MAX_SEQS,
-        max_batched_tokens: CHUNK + MAX_SEQS,
-        prefill_chunk: CHUNK,
-        max_model_len: cfg.max_position_embeddings,
-        prefix_caching: true,
-    };
+    let sched = scheduler_config(MAX_SEQS, cfg.max_position_embeddings, true);
     let mut engine = Engine::new(Box::new(exec), Arc::new(tokenizer), sched, false).map_err(err)?;
     let free = || gpu.memory().map(|m| m.0).map_err(err);
     let add = |engine: &mut Engine, i: u64| {

@@ -12,18 +12,18 @@
 //! The model is gpu_engine's (two layers, hidden 256, head dim 128, the byte tokenizer's
 //! vocabulary, random weights). Without a GPU every check prints that it was skipped.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use gpu::Gpu;
-use model::checkpoint::{save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::engine::{Completion, Engine, GenerationRequest, LogitsProcessors, SamplingParams, StopConditions};
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
-use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
-use model::presets::Preset;
-use model::scheduler::{SchedulerConfig, StepPlan};
-use oracle::model::init::random_weights;
+use model::gpu_backend::executor::GpuExecutor;
+use model::scheduler::StepPlan;
+use small_model::{err, gpu_options, scheduler_config, write_model};
+
+mod small_model;
 
 fn main() {
     verify::gpu_harness::run(
@@ -36,25 +36,10 @@ fn main() {
     )
 }
 
-const BLOCK: usize = 16;
 const MAX_SEQS: usize = 32;
-const CHUNK: usize = 128;
 const EOS: u32 = model::byte_tokenizer::EOS_ID;
 
 type Check = Result<(), String>;
-
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
-}
-
-fn write_model(tag: &str) -> Result<(PathBuf, ModelConfig), String> {
-    let dir = std::env::temp_dir().join(format!("asynct-gpu-sampling-{tag}-{}", std::process::id()));
-    let mut cfg = Preset::Tiny.config();
-    (cfg.head_dim, cfg.hidden_size, cfg.intermediate_size) = (128, 256, 512);
-    save_checkpoint(&dir, &cfg, &random_weights(&cfg.dims(), 77), StoredDtype::Bf16).map_err(err)?;
-    std::fs::write(dir.join("tokenizer.json"), model::byte_tokenizer::tokenizer_json().map_err(err)?).map_err(err)?;
-    Ok((dir, cfg))
-}
 
 /// What the checking executor saw: oracle mismatches, rows checked (host, device).
 #[derive(Default)]
@@ -125,26 +110,12 @@ impl StepExecutor for Checked {
 }
 
 fn engine(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, graphs: bool) -> Result<(Engine, Arc<Mutex<Seen>>), String> {
-    let options = GpuOptions {
-        max_num_seqs: MAX_SEQS,
-        max_batched_tokens: CHUNK + MAX_SEQS,
-        max_model_len: cfg.max_position_embeddings,
-        block_size: BLOCK,
-        memory_utilization: 0.3,
-        cuda_graphs: true,
-        kv_blocks: None,
-    };
+    let options = gpu_options(MAX_SEQS, cfg.max_position_embeddings, None);
     let mut inner = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)?;
     inner.set_graph_replay(graphs);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?;
-    let sched = SchedulerConfig {
-        max_num_seqs: MAX_SEQS,
-        max_batched_tokens: CHUNK + MAX_SEQS,
-        prefill_chunk: CHUNK,
-        max_model_len: cfg.max_position_embeddings,
-        prefix_caching: false,
-    };
+    let sched = scheduler_config(MAX_SEQS, cfg.max_position_embeddings, false);
     let exec = Checked { inner, seen: seen.clone() };
     Ok((Engine::new(Box::new(exec), Arc::new(tokenizer), sched, false).map_err(err)?, seen))
 }
@@ -241,7 +212,7 @@ fn verdict(seen: &Arc<Mutex<Seen>>, what: &str) -> Check {
 }
 
 fn oracle_draws(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("draws")?;
+    let (dir, cfg) = write_model("gpu-sampling", "draws")?;
     let reqs: Vec<GenerationRequest> = parameter_sets().into_iter().map(|(_, r)| r).chain([echo_request()]).collect();
     for graphs in [true, false] {
         let (mut e, seen) = engine(gpu, &dir, &cfg, graphs)?;
@@ -253,7 +224,7 @@ fn oracle_draws(gpu: &Arc<Gpu>) -> Check {
 }
 
 fn same_bits(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("bits")?;
+    let (dir, cfg) = write_model("gpu-sampling", "bits")?;
     let sets = parameter_sets();
     let all: Vec<GenerationRequest> = sets.iter().map(|(_, r)| r.clone()).collect();
     let (mut e, _) = engine(gpu, &dir, &cfg, true)?;
@@ -275,7 +246,7 @@ fn same_bits(gpu: &Arc<Gpu>) -> Check {
 }
 
 fn beside_echo(gpu: &Arc<Gpu>) -> Check {
-    let (dir, cfg) = write_model("echo")?;
+    let (dir, cfg) = write_model("gpu-sampling", "echo")?;
     let sets = parameter_sets();
     let (mut e, _) = engine(gpu, &dir, &cfg, true)?;
     for (name, r) in &sets {

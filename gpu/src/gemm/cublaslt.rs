@@ -9,7 +9,7 @@
 //! GEMMs are fastest in.
 //!
 //! [`CublasLt`] is the library handle and its workspace, made once per [`Gpu`]
-//! ([`Gpu::cublaslt`]) and shared by every plan. `LtMatmul` is one plan's descriptors and the
+//! ([`CublasLt::shared`]) and shared by every plan. `LtMatmul` is one plan's descriptors and the
 //! algorithm cuBLASLt's heuristic returned for its exact shape, queried once when the plan is
 //! loaded; every launch then runs that algorithm with the shared workspace, so nothing is
 //! allocated or chosen per call and a CUDA graph can capture it. The heuristic may pick a
@@ -47,8 +47,14 @@ impl CublasLt {
     /// the heuristic returns under it.
     pub const WORKSPACE_BYTES: usize = 32 << 20;
 
-    /// Opens cuBLASLt on `gpu`'s context and allocates the workspace (use [`Gpu::cublaslt`], which
-    /// does it once per device).
+    /// The device's cuBLASLt handle and workspace, opened on first use and shared by every
+    /// cuBLASLt GEMM after (one workspace per device, not per weight shape).
+    pub fn shared(gpu: &Gpu) -> Result<Arc<Self>> {
+        gpu.shared(Self::new)
+    }
+
+    /// Opens cuBLASLt on `gpu`'s context and allocates the workspace (use [`CublasLt::shared`],
+    /// which does it once per device).
     pub(crate) fn new(gpu: &Gpu) -> Result<Self> {
         // SAFETY: it only tries to dlopen libcublasLt and reports whether that worked.
         if !unsafe { sys::is_culib_present() } {

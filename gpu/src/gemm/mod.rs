@@ -5,14 +5,17 @@
 //! A brief overview:
 //! - [`GemmPlan`] (in [`plan`]) is pure host code: from static facts ([`GemmShape`]: the rows the
 //!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
-//!   count) it picks the path. [`GemmPlan::auto`] is the dispatcher: decode-sized `M <= 64` to
-//!   the skinny kernel, wider `M` (prefill steps) to cuBLASLt. [`GemmPlan::skinny_rows`] and
+//!   count) it picks the path. The model plans decode rows with [`GemmPlan::skinny_epilogue`]
+//!   (at any `M`, past 64 rows in slabs) and chunk (prefill) rows with
+//!   [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`); it does not call
+//!   [`GemmPlan::auto`], the default of tests and benchmarks (`M <= 64` to the skinny kernel,
+//!   wider `M` to cuBLASLt's per-`M` heuristic). [`GemmPlan::skinny_rows`] and
 //!   [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
 //! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
-//!   one workspace of the device ([`Gpu::cublaslt`]). Its bits may change with `M`.
+//!   one workspace of the device ([`CublasLt::shared`]). Its bits may change with `M`.
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
 //!   model into the GEMM: a plan fixes its [`EpilogueKind`] ([`GemmPlan::skinny_epilogue`]) and
 //!   [`Gemm::run_with`] takes the op's buffers as an [`Epilogue`]. [`EpilogueKind::PeriLn`] after
@@ -85,7 +88,7 @@ impl Gemm {
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m } => {
-                Exec::CublasLt(LtMatmul::new(gpu.cublaslt()?, plan.shape, *heuristic_m)?)
+                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m)?)
             }
         };
         Ok(Self { plan, stream: gpu.stream().clone(), exec })

@@ -2,8 +2,11 @@
 //! from static facts (the rows the launch covers, N, K, the SM count). Pure host code, tested on
 //! the CPU.
 //!
-//! The dispatcher ([`GemmPlan::auto`]) sends `M <= SKINNY_MAX_M` to the skinny kernel and wider
-//! `M` to cuBLASLt. The skinny kernel's bits for a row of x do not depend on `M`, on the other
+//! The model does not call [`GemmPlan::auto`]: `model`'s `gpu_backend::linear` plans decode
+//! rows with [`GemmPlan::skinny_epilogue`] (at any `M`) and chunk (prefill) rows with
+//! [`GemmPlan::cublaslt_pinned`]. [`GemmPlan::auto`] is the default that tests and benchmarks
+//! use: `M <= SKINNY_MAX_M` to the skinny kernel, wider `M` to cuBLASLt's per-`M` heuristic
+//! ([`GemmPlan::cublaslt`]). The skinny kernel's bits for a row of x do not depend on `M`, on the other
 //! rows or on the instantiation (`gemm_skinny.cu`'s header says why), so every decode step, at
 //! every batch bucket, computes a request's rows the same way; it takes any `M` (past 64 rows in
 //! slabs of 64), which is how the model runs decode rows of batches wider than 64.
@@ -23,7 +26,7 @@
 
 use crate::error::{unsupported, Result};
 
-/// The widest `M` the skinny kernel serves in one slab, and the dispatcher's crossover to
+/// The widest `M` the skinny kernel serves in one slab, and [`GemmPlan::auto`]'s crossover to
 /// cuBLASLt.
 pub const SKINNY_MAX_M: usize = 64;
 /// Rows of W per CTA the skinny kernel is instantiated for.
@@ -187,8 +190,9 @@ pub struct GemmPlan {
 }
 
 impl GemmPlan {
-    /// The dispatcher: the skinny kernel up to [`SKINNY_MAX_M`] rows, cuBLASLt beyond; `sms` is
-    /// the device's SM count.
+    /// The default plan for tests and benchmarks (the model does not call it; module docs): the
+    /// skinny kernel up to [`SKINNY_MAX_M`] rows, [`GemmPlan::cublaslt`] beyond; `sms` is the
+    /// device's SM count.
     pub fn auto(shape: GemmShape, sms: usize) -> Result<Self> {
         if shape.m <= SKINNY_MAX_M {
             Self::skinny(shape, sms)
@@ -197,13 +201,13 @@ impl GemmPlan {
         }
     }
 
-    /// The skinny kernel with the rows per CTA the dispatcher picks on `sms` SMs (module docs).
+    /// The skinny kernel with the rows per CTA picked for `sms` SMs (module docs).
     pub fn skinny(shape: GemmShape, sms: usize) -> Result<Self> {
         Self::skinny_epilogue(shape, sms, EpilogueKind::Store)
     }
 
-    /// The skinny kernel with `epilogue` and the rows per CTA the dispatcher would pick (module
-    /// docs) among those the epilogue takes.
+    /// The skinny kernel with `epilogue` and the rows per CTA picked for `sms` SMs (module docs)
+    /// among those the epilogue takes; the model's plan for decode rows.
     pub fn skinny_epilogue(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);

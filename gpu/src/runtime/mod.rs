@@ -5,8 +5,9 @@
 //! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
 //! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
 //! Work on other streams must be ordered by hand: cudarc's event tracking is off. [`graph`]
-//! captures the stream's launches into a replayable [`Graph`]. The cuBLASLt handle and its
-//! workspace are opened once per device too ([`Gpu::cublaslt`]).
+//! captures the stream's launches into a replayable [`Graph`]. Per-device state that others
+//! define (the cuBLASLt handle and its workspace, `crate::gemm::CublasLt::shared`) is opened once
+//! per device too, in [`Gpu::shared`]'s slots, so this module names none of their types.
 
 pub mod cubin;
 pub mod graph;
@@ -14,6 +15,7 @@ pub mod kernel_cache;
 pub mod launch;
 mod nvrtc;
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +26,6 @@ use cudarc::nvrtc::Ptx;
 
 use crate::device::{probe, DeviceInfo};
 use crate::error::{Error, Result};
-use crate::gemm::CublasLt;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
@@ -36,7 +37,8 @@ pub struct Gpu {
     info: DeviceInfo,
     arch: &'static str,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    cublaslt: Mutex<Option<Arc<CublasLt>>>,
+    /// [`Gpu::shared`]'s values, one per type.
+    shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
 }
 
 impl Gpu {
@@ -51,7 +53,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         launch::configure(info.compute_capability);
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
-        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()), cublaslt: Mutex::new(None) }))
+        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()), shared: Mutex::new(HashMap::new()) }))
     }
 
     /// What the device is.
@@ -101,16 +103,17 @@ impl Gpu {
         Ok(m)
     }
 
-    /// The device's cuBLASLt handle and workspace, opened on first use and shared by every
-    /// cuBLASLt GEMM after (one workspace per device, not per weight shape).
-    pub fn cublaslt(&self) -> Result<Arc<CublasLt>> {
-        let mut slot = self.cublaslt.lock().expect("cuBLASLt slot lock is never poisoned by a panic here");
-        if let Some(lt) = slot.as_ref() {
-            return Ok(lt.clone());
+    /// The device's one `T`, made by `open` on first use (under the lock, so only once) and
+    /// shared by every caller after; a failed `open` stores nothing. `open` must not call
+    /// `shared` itself.
+    pub fn shared<T: Any + Send + Sync>(&self, open: impl FnOnce(&Self) -> Result<T>) -> Result<Arc<T>> {
+        let mut slots = self.shared.lock().expect("shared slot lock is never poisoned by a panic here");
+        if let Some(value) = slots.get(&TypeId::of::<T>()) {
+            return Ok(value.clone().downcast::<T>().expect("each slot holds the type it is keyed by"));
         }
-        let lt = Arc::new(CublasLt::new(self)?);
-        *slot = Some(lt.clone());
-        Ok(lt)
+        let value = Arc::new(open(self)?);
+        slots.insert(TypeId::of::<T>(), value.clone());
+        Ok(value)
     }
 
     /// Streaming multiprocessors on the device (the GEMM plans size their grids from it).
