@@ -340,9 +340,9 @@ impl Stream {
                     if self.meta.kind == Kind::Completion && self.choices.echo {
                         let p = i / self.choices.best_of;
                         let lp = self.choices.echo_logprobs(p, &prompt_lp, &mut self.offsets[i]);
-                        let text = self.choices.prompts[p].text.clone();
                         let logprobs = self.choices.logprobs.then_some(Logprobs::Completion(lp));
-                        self.frames.push_back(self.meta.text_chunk(i, &text, logprobs));
+                        let chunk = self.meta.text_chunk(i, &self.choices.prompts[p].text, logprobs);
+                        self.frames.push_back(chunk);
                     }
                 }
                 EventKind::Finished(reason) => {

@@ -78,15 +78,17 @@ impl CompletionLogprobs {
     pub fn push(&mut self, tokenizer: &Tokenizer, token: u32, lp: Option<&TokenLogprobs>, offset: usize) -> usize {
         let text = token_text(tokenizer, token);
         let next = offset + text.chars().count();
-        self.tokens.push(text);
         self.text_offset.push(offset);
         self.token_logprobs.push(lp.map(|l| reported(l.logprob)));
         self.top_logprobs.push(lp.map(|l| {
             let mut top: BTreeMap<String, f64> =
                 l.top.iter().map(|&(id, p)| (token_text(tokenizer, id), reported(p))).collect();
-            top.insert(token_text(tokenizer, l.token), reported(l.logprob));
+            // The chosen token is `token` itself: its text is decoded once, above.
+            let chosen = if l.token == token { text.clone() } else { token_text(tokenizer, l.token) };
+            top.insert(chosen, reported(l.logprob));
             top
         }));
+        self.tokens.push(text);
         next
     }
 }
