@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, here, the release binaries the device machine runs (it has no Rust toolchain) and copies
 # them, stripped, into device-bin/ (ignored by git; name it in the device tool's `carry`).
-# Then run there:  scripts/device-run.sh [tests] [sanitize] [fuzz] [bench]
+# Then run there:  scripts/device-run.sh [tests] [sanitize] [fuzz] [bench]  (or, packed, see the end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf device-bin && mkdir -p device-bin
@@ -29,3 +29,8 @@ fi
 git rev-parse HEAD > device-bin/COMMIT
 git status --porcelain | grep -q . && echo "dirty" >> device-bin/COMMIT || true
 du -sh device-bin; ls device-bin
+# device-bin and .qwen3 with the tracked tree pass the device tool's 64 MiB carry limit, so they
+# also travel packed (about a third of the size): carry ["device-pack.tgz"] and run
+#   tar xzf device-pack.tgz && scripts/device-run.sh STAGES
+tar czf device-pack.tgz device-bin $( [ -d .qwen3 ] && echo .qwen3 )
+du -sh device-pack.tgz

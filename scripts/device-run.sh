@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the device machine (H200), from the repository root, after scripts/device-build.sh here:
 #   device tool: command "scripts/device-run.sh tests sanitize fuzz bench gemm", carry ["device-bin", ".whl"]
-#   (the step, start and serve stages also need ".qwen3")
+#   (the step, start and serve stages also need ".qwen3"; past the tool's 64 MiB carry limit,
+#   carry ["device-pack.tgz"] from scripts/device-build.sh and prefix "tar xzf device-pack.tgz &&")
 # (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
 # the anchor times SDPA alone.)
 # Stages (any subset, in this order):
