@@ -34,6 +34,7 @@ use ndarray::Array2;
 use oracle::model::forward::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
+use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
 use gpu::attention::{
     plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan,
     PrefillOperands, PrefillPath, RowOperands, StepGeometry,
@@ -52,6 +53,52 @@ use crate::error::{Error, Result};
 
 fn gib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
+}
+
+/// The decode-path attention plan of the widest step `cap` allows, whose split-K workspace no
+/// other step's exceeds (it grows with the rows, at a width fixed by the longest sequence).
+/// Decode rows (one per sequence) and fake-decode steps (every row of a step whose chunks are
+/// at most [`FAKE_DECODE_MAX_QUERY`] tokens, so at most that many per sequence) run the decode
+/// kernels; longer chunks run a tensor-core prefill, which has no split-K workspace, wherever
+/// the device has one for the head dim. Only without one do all of a step's rows take the
+/// decode path, and the workspace follows the step budget.
+pub(crate) fn widest_decode_plan(
+    dims: &ModelDims,
+    cap: &Capacity,
+    block_size: usize,
+    compute_capability: (i32, i32),
+) -> Result<Plan> {
+    let geometry = |rows| Geometry {
+        rows,
+        num_heads: dims.num_heads,
+        num_kv_heads: dims.num_kv_heads,
+        head_dim: dims.head_dim,
+        block_size,
+        max_blocks_per_seq: cap.max_blocks_per_seq,
+    };
+    // Whether chunks past fake decode's length get a tensor-core prefill depends on the device
+    // and head dim alone: one such chunk asks.
+    let long = FAKE_DECODE_MAX_QUERY + 1;
+    let long_chunk = StepGeometry { base: geometry(long), max_seqs: 1, max_query_len: long };
+    let rows = match plan_step(long_chunk, compute_capability)? {
+        PrefillPath::Prefill(_) => cap.max_tokens.min(cap.max_seqs.saturating_mul(FAKE_DECODE_MAX_QUERY)),
+        PrefillPath::FakeDecode(_) => cap.max_tokens,
+    };
+    Ok(Plan::auto(geometry(rows))?)
+}
+
+/// Device bytes of a model's step buffers for `cap`, the split-K workspace and its counters
+/// included; `None` past 2^64. What [`GpuModel::new`] allocates before it sizes the cache.
+pub fn step_memory(
+    dims: &ModelDims,
+    cap: &Capacity,
+    block_size: usize,
+    compute_capability: (i32, i32),
+) -> Result<Option<u64>> {
+    let Some(buffers) = StepBuffers::bytes(dims, cap) else { return Ok(None) };
+    let widest = widest_decode_plan(dims, cap, block_size, compute_capability)?;
+    let split_k = (widest.workspace_len.max(1) as u64).checked_add(widest.counter_len.max(1) as u64);
+    Ok(split_k.and_then(|n| n.checked_mul(4)).and_then(|n| n.checked_add(buffers)))
 }
 
 /// How large the KV cache is.
@@ -178,9 +225,10 @@ enum AttnPlan {
 }
 
 impl GpuModel {
-    /// Uploads `weights`, allocates step buffers for `cap`, then a cache of `block_size`-token
-    /// blocks sized by `kv`. Refuses, before uploading, a checkpoint that does not fit the free
-    /// memory, and a cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
+    /// Uploads `weights`, allocates step buffers for `cap` (the split-K workspace included), then
+    /// a cache of `block_size`-token blocks sized by `kv` from the memory left. Refuses, before
+    /// uploading, a checkpoint that with the step buffers does not fit the free memory, and a
+    /// cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
     pub fn new(
         gpu: &Arc<Gpu>,
         dims: ModelDims,
@@ -198,6 +246,18 @@ impl GpuModel {
                 gib(need),
                 gib(free),
                 gib(total)
+            )));
+        }
+        let step = step_memory(&dims, &cap, block_size, gpu.info().compute_capability)?;
+        if step.is_none_or(|b| b.saturating_add(need as u64) > free as u64) {
+            return Err(Error::Executor(format!(
+                "the step buffers for {} tokens of {} sequences take {}, beside {:.2} GiB of weights on a GPU with \
+                 {:.2} GiB free",
+                cap.max_tokens,
+                cap.max_seqs,
+                step.map_or_else(|| "more than 2^64 bytes".into(), |b| format!("{:.2} GiB", gib(b as usize))),
+                gib(need),
+                gib(free)
             )));
         }
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
@@ -219,7 +279,13 @@ impl GpuModel {
         };
         gate.validate()?;
         let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
-        let bufs = StepBuffers::new(gpu, &dims, cap)?;
+        let mut bufs = StepBuffers::new(gpu, &dims, cap)?;
+        // The widest step's split-K workspace, once and before the cache takes the memory left:
+        // no plan needs more, so the device memory in use is the same from the first step on,
+        // and no step moves memory a graph points at.
+        let widest = widest_decode_plan(&dims, &cap, block_size, gpu.info().compute_capability)?;
+        bufs.workspace = gpu.zeros(widest.workspace_len.max(1))?;
+        bufs.counters = gpu.zeros(widest.counter_len.max(1))?;
         let block_bytes = DeviceCache::block_bytes(&dims, block_size);
         let num_blocks = match kv {
             KvSize::Blocks(n) => n,
@@ -237,7 +303,7 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
-        let mut model = Self {
+        Ok(Self {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
@@ -249,13 +315,7 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env(),
             gates: None,
-        };
-        // The widest step's split-K workspace, once: no plan needs more, so the device memory in
-        // use is the same from the first step on, and no step moves memory a graph points at.
-        let widest = Plan::auto(model.geometry(cap.max_tokens, cap.max_blocks_per_seq))?;
-        model.bufs.workspace = gpu.zeros(widest.workspace_len.max(1))?;
-        model.bufs.counters = gpu.zeros(widest.counter_len.max(1))?;
-        Ok(model)
+        })
     }
 
     /// The dimensions.

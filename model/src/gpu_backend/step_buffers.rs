@@ -163,6 +163,25 @@ impl StepBuffers {
         })
     }
 
+    /// Device bytes [`StepBuffers::new`] allocates for `cap` (the split-K workspace apart), or
+    /// `None` past 2^64: checked before allocating, so a capacity that cannot fit is an error
+    /// rather than an overflow or an allocation failure half-way.
+    pub fn bytes(dims: &ModelDims, cap: &Capacity) -> Option<u64> {
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+        let (hidden, inter) = (dims.hidden_size as u64, dims.intermediate_size as u64);
+        let (q, qkv) = (heads.q_width() as u64, heads.qkv_width() as u64);
+        // Per row: ids, positions, logit_rows, row_seq and row_len (4 bytes), slots (8); then x,
+        // x_next, h, proj and picked (hidden), qkv, q and attn, gate_up and mlp, logits (bf16).
+        let bf16_per_row = (5 * hidden).checked_add(qkv)?.checked_add(2 * q)?.checked_add(3 * inter)?;
+        let bf16_per_row = bf16_per_row.checked_add(dims.vocab_size as u64)?;
+        let per_row = bf16_per_row.checked_mul(2)?.checked_add(5 * 4 + 8)?;
+        let rows = (cap.max_tokens as u64).checked_mul(per_row)?;
+        // Two metadata sets: the block table, seq_lens and query_start_loc (i32).
+        let seqs = cap.max_seqs as u64;
+        let meta = seqs.checked_mul(cap.max_blocks_per_seq as u64)?.checked_add(2 * seqs + 1)?.checked_mul(2 * 4)?;
+        rows.checked_add(meta)
+    }
+
     /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
     /// `picked`, the query rows that get logits (in the order their logits rows come out);
     /// returns the split.
