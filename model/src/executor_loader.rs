@@ -11,7 +11,7 @@ use crate::cpu_backend::{check_host_bytes, cpu_block_bytes, format_bytes, load_c
 use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
-use crate::gpu_backend::forward::step_memory;
+use crate::gpu_backend::step_buffers::step_memory;
 
 /// Tokens per KV-cache block, on both backends.
 pub const BLOCK_SIZE: usize = 16;
