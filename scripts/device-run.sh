@@ -46,6 +46,12 @@
 #             at SERVE_CONCURRENCY streams (default 256; serve-http.json/log, the server's log in
 #             serve-server.log); the HTTP output throughput's ratio to the engine's goes to
 #             serve-ratio.txt (the goal: at least 0.9)
+#   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
+#             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
+#             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
+#             "2304 4352 8448 16640", i.e. chunks x 512 + 256; "default" runs without the flag), each to
+#             bench-budget-N.json/log, and a table of prefill tok/s, decode tok/s and the median decode
+#             step per scenario per budget to budget-summary.txt. Aims at under 6 minutes.
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -197,6 +203,38 @@ for stage in "$@"; do
           took "ncu B$b"
         done
       fi ;;
+    budget)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+      M=/tmp/m05
+      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/budget-init.log" 2>&1
+      scenarios=(); for sc in ${BUDGET_SCENARIOS:-prefill_heavy_b16 balanced_b32 long_decode_b32}; do scenarios+=(--scenario "$sc"); done
+      jsons=()
+      for n in ${BUDGETS:-2304 4352 8448 16640}; do
+        flag=(); [ "$n" = default ] || flag=(--max-num-batched-tokens "$n")
+        t0=$SECONDS
+        $B/asynct bench --model $M "${scenarios[@]}" "${flag[@]}" --out "$OUT/bench-budget-$n.json" \
+          > "$OUT/bench-budget-$n.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench-budget-$n.log"; }
+        echo "budget $n: $((SECONDS - t0)) s"
+        [ -f "$OUT/bench-budget-$n.json" ] && jsons+=("$OUT/bench-budget-$n.json")
+      done
+      python3 - "${jsons[@]}" <<'PY' 2>&1 | tee "$OUT/budget-summary.txt" || status=1
+import json, sys
+def num(x, fmt):
+    return format(x, fmt) if x is not None else "-"
+print(f"{'budget':>8} {'scenario':<18} {'prefill tok/s':>14} {'decode tok/s':>13} {'step med ms':>12} "
+      f"{'steps p/m/d':>14} {'wall s':>8}")
+for path in sys.argv[1:]:
+    report = json.load(open(path))
+    for s in report["scenarios"]:
+        step = (s.get("decode_step_ms") or {}).get("median")
+        k = s["steps"]
+        print(f"{report['max_num_batched_tokens']:>8} {s['name']:<18} {s['prefill_tok_s']:>14.0f} "
+              f"{num(s.get('decode_tok_s'), '.0f'):>13} {num(step, '.3f'):>12} "
+              f"{k['prefill']:>4}/{k['mixed']}/{k['decode']:<5} {s['wall_s']:>8.2f}")
+if len(sys.argv) > 1:
+    print(f"device: {json.load(open(sys.argv[1]))['device']}")
+PY
+      ;;
     variants)
       export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
       M=/tmp/m05

@@ -11,24 +11,74 @@ use crate::cpu_backend::{check_host_bytes, cpu_block_bytes, format_bytes, load_c
 use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
+use crate::gpu_backend::step_buffers::step_memory;
 
 /// Tokens per KV-cache block, on both backends.
 pub const BLOCK_SIZE: usize = 16;
 /// Tokens a prefilling sequence computes per step, at most.
 pub const PREFILL_CHUNK: usize = 512;
 
-/// Prefill chunks a step may carry beside its decode rows. One chunk per step left the GPU's
-/// prefill bound by the eager step's ~320 launches (62K prompt tokens/s in prefill_heavy_b16,
-/// RESULTS run 33); four give each launch four times the rows, while a decoding request waits at
-/// most one such step.
+/// Prefill chunks a CPU step may carry beside its decode rows by default. One chunk per step left
+/// the GPU's prefill bound by the eager step's ~320 launches (62K prompt tokens/s in
+/// prefill_heavy_b16, RESULTS run 33); four gave each launch four times the rows, while a decoding
+/// request waits at most one such step. The CPU keeps that budget: its GEMMs gain nothing past it.
 pub const CHUNKS_PER_STEP: usize = 4;
 
-/// A step's token budget: `CHUNKS_PER_STEP` whole prefill chunks beside a decode row of every
-/// sequence. With only a chunk's worth, a decoding request leaves too little room for any
-/// other's next chunk (chunks are never cut, for batch invariance), and the batch runs one
-/// request at a time.
-pub fn step_budget(max_num_seqs: usize) -> usize {
-    (CHUNKS_PER_STEP * PREFILL_CHUNK).saturating_add(max_num_seqs)
+/// The GPU's step budget when `--max-num-batched-tokens` is not given, beside a decode row of
+/// every sequence: prefill chunk rows go through cuBLASLt, which on the H200 runs this model's
+/// GEMMs at 678-739 TFLOP/s only at M in the tens of thousands (issue 18), so a prefill-heavy step
+/// should carry many chunks. A placeholder (16 chunks) until the lead's device sweep of
+/// `scripts/device-run.sh budget` picks the value; that RESULTS run is to be named here.
+pub const GPU_STEP_TOKENS: usize = 8192;
+
+/// Where a step budget's default comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetDevice {
+    /// `CHUNKS_PER_STEP` chunks beside the decode rows.
+    Cpu,
+    /// [`GPU_STEP_TOKENS`] beside the decode rows.
+    Gpu,
+}
+
+/// The default step budget on `device`: its chunk rows beside a decode row of every sequence.
+pub fn default_step_budget(device: BudgetDevice, max_num_seqs: usize) -> usize {
+    let chunks = match device {
+        BudgetDevice::Cpu => CHUNKS_PER_STEP * PREFILL_CHUNK,
+        BudgetDevice::Gpu => GPU_STEP_TOKENS,
+    };
+    chunks.saturating_add(max_num_seqs)
+}
+
+/// The least step budget for `max_num_seqs` sequences: one whole prefill chunk beside a decode
+/// row of every other sequence. The scheduler serves running sequences oldest first, and chunks
+/// are never cut (their boundaries are fixed for batch invariance), so with this much the first
+/// prefilling sequence of every step gets its chunk whatever decodes before it. With less (down
+/// to the one chunk the scheduler itself needs to make progress), a single decoding request leaves
+/// no room for another's chunk and the batch prefills one request at a time behind the decodes.
+/// vLLM asks only for `max_num_seqs` (a decode row each); this also holds that.
+pub fn least_step_budget(max_num_seqs: usize) -> usize {
+    PREFILL_CHUNK.saturating_add(max_num_seqs)
+}
+
+/// `tokens` as the step budget for `max_num_seqs` sequences, or an error naming `option` (the
+/// CLI's `--max-num-batched-tokens` or the Python keyword) when it is below
+/// [`least_step_budget`]. What fits the device is the GPU loader's check.
+pub fn check_step_budget(tokens: usize, max_num_seqs: usize, option: &str) -> Result<usize> {
+    let least = least_step_budget(max_num_seqs);
+    if tokens < least {
+        return Err(Error::Options(format!(
+            "{option}: must be at least {least}, got {tokens}: a step holds a whole prefill chunk of {PREFILL_CHUNK} \
+             tokens (chunks are never cut) beside a decode row for each of the {max_num_seqs} sequences it may run"
+        )));
+    }
+    Ok(tokens)
+}
+
+/// The most query rows a step with budget `tokens` can bring: a sequence computes at most one
+/// chunk per step, so past `max_num_seqs` whole chunks the budget is never used, and the GPU's
+/// buffers (and the M its chunk GEMMs are pinned at) are sized for what a step can hold.
+pub fn step_rows(tokens: usize, max_num_seqs: usize) -> usize {
+    tokens.min(max_num_seqs.saturating_mul(PREFILL_CHUNK))
 }
 
 /// The CPU KV cache's memory when none is given, in GiB (vLLM's CPU backend also takes 4).
@@ -88,37 +138,57 @@ pub struct ExecutorOptions<'a> {
     pub gpu_memory_utilization: f64,
     /// No whole-step CUDA graphs on the GPU: every step runs eagerly.
     pub enforce_eager: bool,
+    /// `--max-num-batched-tokens`: query tokens in one step, at most; `None` takes the device's
+    /// [`default_step_budget`].
+    pub max_num_batched_tokens: Option<usize>,
 }
 
-/// Loads the checkpoint in `dir` onto the device `opts.device` names; `progress(done, total)`
-/// follows the tensors.
+/// A loaded executor and the step budget it is sized for, which the scheduler must keep.
+pub struct LoadedExecutor {
+    /// The executor.
+    pub executor: Box<dyn StepExecutor>,
+    /// Query tokens in one step, at most: the flag's value, else the device's default.
+    pub max_batched_tokens: usize,
+}
+
+/// Loads the checkpoint in `dir` onto the device `opts.device` names, with its step budget;
+/// `progress(done, total)` follows the tensors.
 pub fn load_executor(
     dir: &Path,
     cfg: &ModelConfig,
     opts: &ExecutorOptions,
     progress: &mut dyn FnMut(usize, usize),
-) -> Result<Box<dyn StepExecutor>> {
+) -> Result<LoadedExecutor> {
+    let flag = "--max-num-batched-tokens";
+    let given = opts.max_num_batched_tokens.map(|n| check_step_budget(n, opts.max_num_seqs, flag)).transpose()?;
+    let budget = |device| given.unwrap_or_else(|| default_step_budget(device, opts.max_num_seqs));
     match Device::parse(opts.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
+            let max_batched_tokens = budget(BudgetDevice::Gpu);
             let utilization = opts.gpu_memory_utilization;
             if utilization <= 0.0 || utilization > 1.0 {
                 return Err(Error::Options(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
             }
-            check_gpu_sizes(&gpu, cfg, opts)?;
-            load_kernels(&gpu)?;
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
-                max_batched_tokens: step_budget(opts.max_num_seqs),
+                max_batched_tokens: step_rows(max_batched_tokens, opts.max_num_seqs),
                 max_model_len: opts.max_model_len,
                 block_size: BLOCK_SIZE,
                 memory_utilization: utilization,
                 cuda_graphs: !opts.enforce_eager,
                 kv_blocks: None,
             };
+            check_gpu_sizes(&gpu, cfg, opts)?;
+            check_step_memory(&gpu, cfg, &options, max_batched_tokens)?;
+            load_kernels(&gpu)?;
             let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress)?;
-            Ok(Box::new(executor))
+            Ok(LoadedExecutor { executor: Box::new(executor), max_batched_tokens })
         }
-        Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress),
+        Device::Cpu => {
+            // The CPU backend allocates each step's activations at that step's size.
+            let executor = load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)?;
+            Ok(LoadedExecutor { executor, max_batched_tokens: budget(BudgetDevice::Cpu) })
+        }
     }
 }
 
@@ -162,6 +232,32 @@ fn check_gpu_sizes(gpu: &gpu::Gpu, cfg: &ModelConfig, opts: &ExecutorOptions) ->
             need: need.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
             limit: format!("the device's {}", format_bytes(total as u64)),
             hint: "lower --max-num-seqs, --max-model-len or the config's max_position_embeddings".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses, before anything is allocated, step buffers (activations, logits and the split-K
+/// workspace, all sized by the step's rows) that would leave no room in the memory
+/// `--gpu-memory-utilization` allows: a large `--max-num-batched-tokens` is an error naming it,
+/// not a failed allocation part-way through the load.
+fn check_step_memory(gpu: &gpu::Gpu, cfg: &ModelConfig, options: &GpuOptions, tokens: usize) -> Result<()> {
+    let (_, total) = gpu.memory()?;
+    let allowed = (options.memory_utilization * total as f64) as u64;
+    let need = step_memory(&cfg.dims(), &options.capacity(), BLOCK_SIZE, gpu.info().compute_capability)?;
+    if need.is_none_or(|n| n > allowed) {
+        return Err(Error::Memory {
+            what: format!(
+                "the GPU's step buffers for --max-num-batched-tokens {tokens} ({} rows, {} sequences of {} tokens)",
+                options.max_batched_tokens, options.max_num_seqs, options.max_model_len
+            ),
+            need: need.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
+            limit: format!(
+                "--gpu-memory-utilization {} of the device's {}",
+                options.memory_utilization,
+                format_bytes(total as u64)
+            ),
+            hint: "lower --max-num-batched-tokens (or --max-num-seqs, --max-model-len)".into(),
         });
     }
     Ok(())
@@ -228,7 +324,49 @@ mod tests {
     }
 
     #[test]
-    fn step_budget_saturates() {
-        assert_eq!(step_budget(usize::MAX), usize::MAX);
+    fn default_budgets_are_per_device_and_saturate() {
+        assert_eq!(default_step_budget(BudgetDevice::Cpu, 64), 4 * 512 + 64);
+        assert_eq!(default_step_budget(BudgetDevice::Gpu, 64), GPU_STEP_TOKENS + 64);
+        assert_eq!(default_step_budget(BudgetDevice::Gpu, usize::MAX), usize::MAX);
+        for device in [BudgetDevice::Cpu, BudgetDevice::Gpu] {
+            let n = default_step_budget(device, 256);
+            assert_eq!(check_step_budget(n, 256, "--max-num-batched-tokens").unwrap(), n);
+        }
+    }
+
+    #[test]
+    fn a_budget_below_a_chunk_beside_every_decode_row_is_refused_by_name() {
+        assert_eq!(check_step_budget(512 + 16, 16, "--max-num-batched-tokens").unwrap(), 528);
+        assert_eq!(check_step_budget(1 << 40, 16, "x").unwrap(), 1 << 40);
+        for bad in [0, 1, 511, 512, 527] {
+            let msg = check_step_budget(bad, 16, "--max-num-batched-tokens").unwrap_err().to_string();
+            assert!(msg.contains(&format!("--max-num-batched-tokens: must be at least 528, got {bad}")), "{msg}");
+        }
+        let msg = check_step_budget(5, usize::MAX, "max_num_batched_tokens").unwrap_err().to_string();
+        assert!(msg.contains(&format!("max_num_batched_tokens: must be at least {}", usize::MAX)), "{msg}");
+    }
+
+    #[test]
+    fn a_step_never_brings_more_rows_than_a_chunk_per_sequence() {
+        assert_eq!(step_rows(8192 + 16, 16), 16 * 512);
+        assert_eq!(step_rows(2304, 256), 2304);
+        assert_eq!(step_rows(usize::MAX, usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn a_given_budget_is_checked_before_the_device_is_opened() {
+        let opts = ExecutorOptions {
+            device: "no-such-device",
+            precision: Precision::F32,
+            max_num_seqs: 8,
+            max_model_len: 64,
+            cpu_blocks: 4,
+            gpu_memory_utilization: 0.9,
+            enforce_eager: true,
+            max_num_batched_tokens: Some(0),
+        };
+        let cfg = Preset::Tiny.config();
+        let err = load_executor(Path::new("/nonexistent"), &cfg, &opts, &mut |_, _| {}).err().expect("refused");
+        assert!(err.to_string().contains("--max-num-batched-tokens: must be at least 520, got 0"), "{err}");
     }
 }

@@ -56,7 +56,8 @@ pub mod prefix;
 pub struct SchedulerConfig {
     /// Sequences in one step, at most.
     pub max_num_seqs: usize,
-    /// Query tokens in one step, at most (at least `prefill_chunk`).
+    /// Query tokens in one step, at most (at least `prefill_chunk`, for progress; the executor
+    /// loader asks for a chunk beside a decode row of every sequence, so prefills overlap decodes).
     pub max_batched_tokens: usize,
     /// Tokens a sequence computes per step, at most, while it prefills or recomputes.
     pub prefill_chunk: usize,

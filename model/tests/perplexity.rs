@@ -50,8 +50,9 @@ fn engine_scores_are_the_oracle_log_softmax_over_every_window() {
         cpu_blocks: 8,
         gpu_memory_utilization: 0.9,
         enforce_eager: false,
+        max_num_batched_tokens: None,
     };
-    let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}).unwrap();
+    let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}).unwrap().executor;
     let tokenizer = Arc::new(tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
     let sched = SchedulerConfig {
         max_num_seqs: 2,

@@ -150,6 +150,11 @@ class LLM:
             and reuse them for later prompts that start with the same tokens (``asynct serve
             --no-prefix-caching`` turns it off there); no token or logit changes. A
             ``generate`` that asks for logprobs looks nothing up, so every row is computed.
+        max_num_batched_tokens: query tokens in one engine step, at most (vLLM's name; ``asynct
+            serve --max-num-batched-tokens``): whole 512-token prefill chunks beside a decode row
+            of each running sequence, so at least 512 + max_num_seqs. By default 8192 +
+            max_num_seqs on the GPU, 2048 + max_num_seqs on the CPU. Prefill chunks are never
+            cut, so a request's tokens do not depend on its neighbours at any budget.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.
@@ -175,6 +180,7 @@ class LLM:
         enforce_eager: bool = False,
         cpu_kv_cache_gib: Optional[float] = None,
         enable_prefix_caching: bool = True,
+        max_num_batched_tokens: Optional[int] = None,
     ) -> None: ...
     def generate(
         self,

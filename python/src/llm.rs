@@ -15,6 +15,7 @@ use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
 use model::scheduler::SchedulerConfig;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokenizers::Tokenizer;
 
@@ -23,7 +24,9 @@ use crate::batch::Batch;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{parse_prompts, parse_sampling, Limits};
-use model::executor_loader::{cpu_kv_cache_blocks, load_executor, step_budget, ExecutorOptions, PREFILL_CHUNK};
+use model::executor_loader::{
+    check_step_budget, cpu_kv_cache_blocks, least_step_budget, load_executor, ExecutorOptions, PREFILL_CHUNK,
+};
 
 /// A model loaded for generation.
 #[pyclass(module = "asynct", name = "LLM", frozen)]
@@ -53,11 +56,12 @@ impl Llm {
     #[pyo3(
         signature = (
             model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
-            gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None
+            gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None,
+            max_num_batched_tokens=None
         ),
         text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
                           gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None, \
-                          enable_prefix_caching=True)"
+                          enable_prefix_caching=True, max_num_batched_tokens=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -71,6 +75,7 @@ impl Llm {
         enforce_eager: Option<&Bound<'_, PyAny>>,
         cpu_kv_cache_gib: Option<&Bound<'_, PyAny>>,
         enable_prefix_caching: Option<&Bound<'_, PyAny>>,
+        max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
         let device: String = scalar(device, "auto".into(), "device", "a string")?;
@@ -82,6 +87,8 @@ impl Llm {
         let enforce_eager: bool = scalar(enforce_eager, false, "enforce_eager", "a bool")?;
         let prefix_caching: bool = scalar(enable_prefix_caching, true, "enable_prefix_caching", "a bool")?;
         let cpu_kv_cache_gib: Option<f64> = scalar(cpu_kv_cache_gib, None, "cpu_kv_cache_gib", "a float or None")?;
+        let max_num_batched_tokens: Option<i64> =
+            scalar(max_num_batched_tokens, None, "max_num_batched_tokens", "an integer or None")?;
         // Checked here so that the errors name the Python options, not the CLI flags the shared
         // loader would name.
         if !["auto", "cpu", "cuda"].contains(&device) {
@@ -107,6 +114,15 @@ impl Llm {
             }
         };
         let max_num_seqs = max_num_seqs as usize;
+        let option = "max_num_batched_tokens";
+        let max_num_batched_tokens = max_num_batched_tokens
+            .map(|n| match usize::try_from(n) {
+                Ok(n) => check_step_budget(n, max_num_seqs, option).map_err(|e| PyValueError::new_err(e.to_string())),
+                Err(_) => {
+                    Err(value_error(option, format!("must be at least {}, got {n}", least_step_budget(max_num_seqs))))
+                }
+            })
+            .transpose()?;
         let tok_path = model.join("tokenizer.json");
         if !tok_path.is_file() {
             return Err(pyo3::exceptions::PyFileNotFoundError::new_err(format!(
@@ -124,20 +140,21 @@ impl Llm {
             cpu_blocks: cpu_cache_blocks(&cfg, precision, max_num_seqs, max_model_len, cpu_kv_cache_gib)?,
             gpu_memory_utilization,
             enforce_eager,
+            max_num_batched_tokens,
         };
-        let executor = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(|e| match e {
+        let loaded = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(|e| match e {
             model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
             other => runtime_error(other),
         })?;
         let sched = SchedulerConfig {
             max_num_seqs,
-            max_batched_tokens: step_budget(max_num_seqs),
+            max_batched_tokens: loaded.max_batched_tokens,
             prefill_chunk: PREFILL_CHUNK,
             max_model_len,
             prefix_caching,
         };
         let tokenizer = Arc::new(tokenizer);
-        let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(from_model)?;
+        let engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(from_model)?;
         Ok(Self {
             device: engine.describe(),
             engine: Mutex::new(engine),

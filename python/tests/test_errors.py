@@ -150,6 +150,11 @@ def test_sampling_params_defaults_and_repr():
     (dict(cpu_kv_cache_gib=0.0), ValueError, "cpu_kv_cache_gib: must be > 0"),
     (dict(cpu_kv_cache_gib=1e-6), ValueError, "cpu_kv_cache_gib: 0.000001 GiB holds"),
     (dict(enable_prefix_caching="yes"), TypeError, "enable_prefix_caching: expected a bool"),
+    (dict(max_num_batched_tokens="many"), TypeError, "max_num_batched_tokens: expected an integer or None"),
+    (dict(max_num_batched_tokens=0), ValueError, "max_num_batched_tokens: must be at least 576, got 0"),
+    (dict(max_num_batched_tokens=-3), ValueError, "max_num_batched_tokens: must be at least 576, got -3"),
+    (dict(max_num_seqs=8, max_num_batched_tokens=519), ValueError,
+     "max_num_batched_tokens: must be at least 520, got 519"),
 ])
 def test_llm_options_refuse_by_name(tiny_model, kwargs, exc, needle):
     with pytest.raises(exc) as e:

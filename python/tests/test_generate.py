@@ -204,3 +204,16 @@ def test_token_ids_past_the_vocabulary_are_refused_at_generate(llm):
         with pytest.raises(ValueError) as e:
             llm.generate("The", asynct.SamplingParams(**kwargs))
         assert str(e.value).startswith(name), e.value
+
+
+def test_the_step_budget_changes_no_token(tiny_model):
+    # Prompts of three chunks each: at the least budget (one chunk beside the decode rows) they
+    # prefill one chunk a step, at a large one all at once; chunk boundaries, so tokens, agree.
+    prompts = [[(7 * i + 3 * j) % 500 + 1 for j in range(1100 + 50 * i)] for i in range(3)]
+    params = asynct.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    outs = []
+    for budget in (512 + 4, 1 << 16):
+        llm = asynct.LLM(str(tiny_model), device="cpu", max_num_seqs=4, max_num_batched_tokens=budget)
+        outs.append([o.token_ids for o in llm.generate(prompts, params)])
+    assert outs[0] == outs[1]
+    assert all(len(t) == 6 for t in outs[0])

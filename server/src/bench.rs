@@ -120,6 +120,8 @@ struct Report {
     enforce_eager: bool,
     prefix_caching: bool,
     max_num_seqs: usize,
+    /// The step budget the engine ran with (`--max-num-batched-tokens` or the device's default).
+    max_num_batched_tokens: usize,
     seed: u64,
     weight_bytes: u64,
     weight_floor_ms: f64,
@@ -184,6 +186,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         enforce_eager: args.enforce_eager,
         prefix_caching: !args.no_prefix_caching,
         max_num_seqs,
+        max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
         seed: args.seed,
         weight_bytes: bytes,
         weight_floor_ms: floor_ms,
@@ -246,13 +249,19 @@ fn load_engine(
         cpu_blocks,
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        max_num_batched_tokens: args.max_num_batched_tokens,
     };
     let load_start = Instant::now();
-    let executor = load::executor_with_progress(&args.model, cfg, &opts)?;
-    println!("running on {} (loaded in {:.1} s)", executor.describe(), load_start.elapsed().as_secs_f64());
-    let sched = load::scheduler_config(max_num_seqs, cfg.max_position_embeddings, !args.no_prefix_caching);
+    let loaded = load::executor_with_progress(&args.model, cfg, &opts)?;
+    println!(
+        "running on {} (step budget {} tokens; loaded in {:.1} s)",
+        loaded.executor.describe(),
+        loaded.max_batched_tokens,
+        load_start.elapsed().as_secs_f64()
+    );
+    let sched = load::scheduler_config(max_num_seqs, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
     let clock = ExecuteClock::default();
-    let timed = Box::new(TimedExecutor { inner: executor, clock: clock.clone() });
+    let timed = Box::new(TimedExecutor { inner: loaded.executor, clock: clock.clone() });
     let engine = Engine::new(timed, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
     Ok((engine, clock))
 }

@@ -91,6 +91,11 @@ pub struct GenerateArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
+    /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
+    /// GPU, 2048 + --batch on the CPU].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
     /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
     /// 512-token chunks are kept after their request ends and reused by later requests that
     /// start with the same tokens; a hit changes no token or logit.
@@ -124,6 +129,11 @@ pub struct EvalArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
+    /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
+    /// GPU, 2048 + --batch on the CPU].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -165,6 +175,11 @@ pub struct ServeArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
+    /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
+    /// GPU, 2048 + --max-num-seqs on the CPU].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
     /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
     /// 512-token chunks are kept after their request ends and reused by later requests that
     /// start with the same tokens; a hit changes no token or logit.
@@ -237,6 +252,11 @@ pub struct BenchArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
+    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
+    /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
+    /// GPU, 2048 + --max-num-seqs on the CPU].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
     /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
     /// 512-token chunks are kept after their request ends and reused by later requests that
     /// start with the same tokens; a hit changes no token or logit.

@@ -51,12 +51,13 @@ pub fn run(args: &EvalArgs) -> Result<(), String> {
         cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(batch),
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        max_num_batched_tokens: args.max_num_batched_tokens,
     };
-    let executor = load::executor_with_progress(&args.model, &cfg, &opts)?;
-    eprintln!("running on {}", executor.describe());
+    let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;
+    eprintln!("running on {}", loaded.executor.describe());
     // Every prompt row is scored: a recording engine looks no prefix up, so nothing is cached either.
-    let sched = load::scheduler_config(batch, cfg.max_position_embeddings, false);
-    let mut engine = Engine::new(executor, Arc::new(tokenizer), sched, true).map_err(|e| e.to_string())?;
+    let sched = load::scheduler_config(batch, &loaded, cfg.max_position_embeddings, false);
+    let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, true).map_err(|e| e.to_string())?;
 
     let total: usize = windows.iter().map(|w| w.len() - 1).sum();
     let bar = ProgressBar::new(total as u64).with_message(format!("scoring {}", args.text.display()));

@@ -45,13 +45,14 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(args.batch),
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        max_num_batched_tokens: args.max_num_batched_tokens,
     };
-    let executor = load::executor_with_progress(&args.model, &cfg, &opts)?;
-    eprintln!("running on {}", executor.describe());
+    let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;
+    eprintln!("running on {}", loaded.executor.describe());
 
-    let sched = load::scheduler_config(args.batch, cfg.max_position_embeddings, !args.no_prefix_caching);
-    let mut engine =
-        Engine::new(executor, Arc::new(tokenizer), sched, args.dump_logits.is_some()).map_err(|e| e.to_string())?;
+    let sched = load::scheduler_config(args.batch, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
+    let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, args.dump_logits.is_some())
+        .map_err(|e| e.to_string())?;
     for i in 0..args.batch {
         let request = GenerationRequest {
             prompt: prompt.clone(),

@@ -5,8 +5,7 @@ use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use model::config::ModelConfig;
-use model::executor::StepExecutor;
-use model::executor_loader::{load_executor, step_budget, ExecutorOptions, PREFILL_CHUNK};
+use model::executor_loader::{load_executor, ExecutorOptions, LoadedExecutor, PREFILL_CHUNK};
 use model::scheduler::SchedulerConfig;
 use tokenizers::Tokenizer;
 
@@ -21,7 +20,7 @@ pub fn executor_with_progress(
     model: &Path,
     cfg: &ModelConfig,
     opts: &ExecutorOptions,
-) -> Result<Box<dyn StepExecutor>, String> {
+) -> Result<LoadedExecutor, String> {
     let bar = ProgressBar::new(0).with_message(format!("loading {}", model.display()));
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
     let executor = load_executor(model, cfg, opts, &mut |done, total| {
@@ -34,11 +33,17 @@ pub fn executor_with_progress(
 }
 
 /// The scheduler's limits for `max_num_seqs` sequences of at most `max_model_len` tokens, with the
-/// executor loader's chunk and step budget, and prefix caching on unless `--no-prefix-caching`.
-pub fn scheduler_config(max_num_seqs: usize, max_model_len: usize, prefix_caching: bool) -> SchedulerConfig {
+/// executor loader's chunk and the step budget `loaded` is sized for, and prefix caching on
+/// unless `--no-prefix-caching`.
+pub fn scheduler_config(
+    max_num_seqs: usize,
+    loaded: &LoadedExecutor,
+    max_model_len: usize,
+    prefix_caching: bool,
+) -> SchedulerConfig {
     SchedulerConfig {
         max_num_seqs,
-        max_batched_tokens: step_budget(max_num_seqs),
+        max_batched_tokens: loaded.max_batched_tokens,
         prefill_chunk: PREFILL_CHUNK,
         max_model_len,
         prefix_caching,

@@ -84,13 +84,14 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         cpu_blocks,
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        max_num_batched_tokens: args.max_num_batched_tokens,
     };
     eprintln!("loading {}", args.model.display());
-    let executor = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    eprintln!("running on {}", executor.describe());
-    let sched = load::scheduler_config(args.max_num_seqs, max_model_len, !args.no_prefix_caching);
+    let loaded = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    eprintln!("running on {} (step budget {} tokens)", loaded.executor.describe(), loaded.max_batched_tokens);
+    let sched = load::scheduler_config(args.max_num_seqs, &loaded, max_model_len, !args.no_prefix_caching);
     let tokenizer = Arc::new(tokenizer);
-    let engine = Engine::new(executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
+    let engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
 
     let metrics = Arc::new(Metrics::new());
     let (stop, stopping) = watch::channel(false);

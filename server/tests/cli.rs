@@ -38,6 +38,12 @@ fn init_then_generate_prints_text_and_a_summary() {
         "--no-prefix-caching",
     ]);
     assert_eq!(out.stdout, uncached.stdout, "--no-prefix-caching changes no token");
+    for budget in ["513", "1000000"] {
+        let args = ["generate", "--model", dir.to_str().unwrap(), "--prompt", "Hello", "--max-tokens", "5"];
+        let budgeted = asynct(&[&args[..], &["--max-num-batched-tokens", budget]].concat());
+        assert!(budgeted.status.success(), "{}", stderr(&budgeted));
+        assert_eq!(out.stdout, budgeted.stdout, "--max-num-batched-tokens {budget} changes no token");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -80,6 +86,28 @@ fn bad_input_gets_a_message_and_exit_code_1() {
         (vec!["generate", "--model", m, "--prompt", "x", "--precision", "f16"], "f16"),
         (vec!["generate", "--model", m, "--prompt", "x", "--batch", "2", "--dump-logits", "/tmp/x"], "--dump-logits"),
         (vec!["init", "--preset", "asynct-huge", "--out", "/tmp/never"], "asynct-huge"),
+        (
+            vec!["generate", "--model", m, "--prompt", "x", "--max-num-batched-tokens", "0"],
+            "--max-num-batched-tokens: must be at least 513, got 0",
+        ),
+        (
+            vec!["serve", "--model", m, "--device", "cpu", "--port", "0", "--max-num-batched-tokens", "575"],
+            "--max-num-batched-tokens: must be at least 576, got 575",
+        ),
+        (
+            vec![
+                "bench",
+                "--model",
+                m,
+                "--device",
+                "cpu",
+                "--scenario",
+                "balanced_b32",
+                "--max-num-batched-tokens",
+                "512",
+            ],
+            "--max-num-batched-tokens: must be at least 544, got 512",
+        ),
     ];
     for (args, needle) in cases {
         let out = asynct(&args);

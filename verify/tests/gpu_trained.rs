@@ -102,8 +102,9 @@ fn engine(
                 cpu_blocks: BATCH * len.div_ceil(16),
                 gpu_memory_utilization: 0.9,
                 enforce_eager: false,
+                max_num_batched_tokens: Some(2048),
             };
-            load_executor(dir, cfg, &opts, &mut |_, _| {}).map_err(err)?
+            load_executor(dir, cfg, &opts, &mut |_, _| {}).map_err(err)?.executor
         }
     };
     let sched = SchedulerConfig {

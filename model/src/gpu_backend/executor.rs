@@ -61,6 +61,17 @@ pub struct GpuOptions {
     pub kv_blocks: Option<usize>,
 }
 
+impl GpuOptions {
+    /// The step buffers' capacity these options ask for.
+    pub fn capacity(&self) -> Capacity {
+        Capacity {
+            max_tokens: self.max_batched_tokens,
+            max_seqs: self.max_num_seqs,
+            max_blocks_per_seq: blocks_for(self.max_model_len, self.block_size),
+        }
+    }
+}
+
 /// The model on the GPU, its sampler and the buffers the sampler reads and writes.
 pub struct GpuExecutor {
     model: GpuModel,
@@ -118,11 +129,7 @@ impl GpuExecutor {
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Self> {
         let weights = crate::checkpoint::load_weights::<bf16>(dir, cfg, progress)?;
-        let cap = Capacity {
-            max_tokens: options.max_batched_tokens,
-            max_seqs: options.max_num_seqs,
-            max_blocks_per_seq: blocks_for(options.max_model_len, options.block_size),
-        };
+        let cap = options.capacity();
         let kv = match options.kv_blocks {
             Some(blocks) => KvSize::Blocks(blocks),
             None => KvSize::MemoryFraction(options.memory_utilization),

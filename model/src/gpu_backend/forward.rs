@@ -45,7 +45,7 @@ use gpu::ops::{
 use gpu::{Gpu, Graph};
 
 use super::linear::{Lane, Linears, RowSplit};
-use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
+use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
@@ -178,9 +178,10 @@ enum AttnPlan {
 }
 
 impl GpuModel {
-    /// Uploads `weights`, allocates step buffers for `cap`, then a cache of `block_size`-token
-    /// blocks sized by `kv`. Refuses, before uploading, a checkpoint that does not fit the free
-    /// memory, and a cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
+    /// Uploads `weights`, allocates step buffers for `cap` (the split-K workspace included), then
+    /// a cache of `block_size`-token blocks sized by `kv` from the memory left. Refuses, before
+    /// uploading, a checkpoint that with the step buffers does not fit the free memory, and a
+    /// cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
     pub fn new(
         gpu: &Arc<Gpu>,
         dims: ModelDims,
@@ -198,6 +199,18 @@ impl GpuModel {
                 gib(need),
                 gib(free),
                 gib(total)
+            )));
+        }
+        let step = step_memory(&dims, &cap, block_size, gpu.info().compute_capability)?;
+        if step.is_none_or(|b| b.saturating_add(need as u64) > free as u64) {
+            return Err(Error::Executor(format!(
+                "the step buffers for {} tokens of {} sequences take {}, beside {:.2} GiB of weights on a GPU with \
+                 {:.2} GiB free",
+                cap.max_tokens,
+                cap.max_seqs,
+                step.map_or_else(|| "more than 2^64 bytes".into(), |b| format!("{:.2} GiB", gib(b as usize))),
+                gib(need),
+                gib(free)
             )));
         }
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
@@ -219,7 +232,13 @@ impl GpuModel {
         };
         gate.validate()?;
         let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
-        let bufs = StepBuffers::new(gpu, &dims, cap)?;
+        let mut bufs = StepBuffers::new(gpu, &dims, cap)?;
+        // The widest step's split-K workspace, once and before the cache takes the memory left:
+        // no plan needs more, so the device memory in use is the same from the first step on,
+        // and no step moves memory a graph points at.
+        let widest = widest_decode_plan(&dims, &cap, block_size, gpu.info().compute_capability)?;
+        bufs.workspace = gpu.zeros(widest.workspace_len.max(1))?;
+        bufs.counters = gpu.zeros(widest.counter_len.max(1))?;
         let block_bytes = DeviceCache::block_bytes(&dims, block_size);
         let num_blocks = match kv {
             KvSize::Blocks(n) => n,
@@ -237,7 +256,7 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
-        let mut model = Self {
+        Ok(Self {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
@@ -249,13 +268,7 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env(),
             gates: None,
-        };
-        // The widest step's split-K workspace, once: no plan needs more, so the device memory in
-        // use is the same from the first step on, and no step moves memory a graph points at.
-        let widest = Plan::auto(model.geometry(cap.max_tokens, cap.max_blocks_per_seq))?;
-        model.bufs.workspace = gpu.zeros(widest.workspace_len.max(1))?;
-        model.bufs.counters = gpu.zeros(widest.counter_len.max(1))?;
-        Ok(model)
+        })
     }
 
     /// The dimensions.

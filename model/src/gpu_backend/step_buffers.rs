@@ -6,6 +6,9 @@
 //! Every activation is bf16 `[rows, width]`; each layer reads and writes the same buffers, so the
 //! step's memory does not grow with the layer count. The residual stream ping-pongs between
 //! `x` and `x_next` because the fused Peri-LN kernel reads one while writing the other.
+//!
+//! Their sizes are known before anything is allocated ([`step_memory`]), so the loader refuses a
+//! step budget whose buffers cannot fit, and the KV cache is sized from the memory they leave.
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -22,6 +25,8 @@ pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
 use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
+use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
+use gpu::attention::{plan_step, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
 use gpu::Gpu;
 
@@ -163,6 +168,25 @@ impl StepBuffers {
         })
     }
 
+    /// Device bytes [`StepBuffers::new`] allocates for `cap` (the split-K workspace apart), or
+    /// `None` past 2^64: checked before allocating, so a capacity that cannot fit is an error
+    /// rather than an overflow or an allocation failure half-way.
+    pub fn bytes(dims: &ModelDims, cap: &Capacity) -> Option<u64> {
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+        let (hidden, inter) = (dims.hidden_size as u64, dims.intermediate_size as u64);
+        let (q, qkv) = (heads.q_width() as u64, heads.qkv_width() as u64);
+        // Per row: ids, positions, logit_rows, row_seq and row_len (4 bytes), slots (8); then x,
+        // x_next, h, proj and picked (hidden), qkv, q and attn, gate_up and mlp, logits (bf16).
+        let bf16_per_row = (5 * hidden).checked_add(qkv)?.checked_add(2 * q)?.checked_add(3 * inter)?;
+        let bf16_per_row = bf16_per_row.checked_add(dims.vocab_size as u64)?;
+        let per_row = bf16_per_row.checked_mul(2)?.checked_add(5 * 4 + 8)?;
+        let rows = (cap.max_tokens as u64).checked_mul(per_row)?;
+        // Two metadata sets: the block table, seq_lens and query_start_loc (i32).
+        let seqs = cap.max_seqs as u64;
+        let meta = seqs.checked_mul(cap.max_blocks_per_seq as u64)?.checked_add(2 * seqs + 1)?.checked_mul(2 * 4)?;
+        rows.checked_add(meta)
+    }
+
     /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
     /// `picked`, the query rows that get logits (in the order their logits rows come out);
     /// returns the split.
@@ -196,6 +220,52 @@ impl StepBuffers {
         }
         Ok(split)
     }
+}
+
+/// The decode-path attention plan of the widest step `cap` allows, whose split-K workspace no
+/// other step's exceeds (it grows with the rows, at a width fixed by the longest sequence).
+/// Decode rows (one per sequence) and fake-decode steps (every row of a step whose chunks are
+/// at most [`FAKE_DECODE_MAX_QUERY`] tokens, so at most that many per sequence) run the decode
+/// kernels; longer chunks run a tensor-core prefill, which has no split-K workspace, wherever
+/// the device has one for the head dim. Only without one do all of a step's rows take the
+/// decode path, and the workspace follows the step budget.
+pub(crate) fn widest_decode_plan(
+    dims: &ModelDims,
+    cap: &Capacity,
+    block_size: usize,
+    compute_capability: (i32, i32),
+) -> Result<Plan> {
+    let geometry = |rows| Geometry {
+        rows,
+        num_heads: dims.num_heads,
+        num_kv_heads: dims.num_kv_heads,
+        head_dim: dims.head_dim,
+        block_size,
+        max_blocks_per_seq: cap.max_blocks_per_seq,
+    };
+    // Whether chunks past fake decode's length get a tensor-core prefill depends on the device
+    // and head dim alone: one such chunk asks.
+    let long = FAKE_DECODE_MAX_QUERY + 1;
+    let long_chunk = StepGeometry { base: geometry(long), max_seqs: 1, max_query_len: long };
+    let rows = match plan_step(long_chunk, compute_capability)? {
+        PrefillPath::Prefill(_) => cap.max_tokens.min(cap.max_seqs.saturating_mul(FAKE_DECODE_MAX_QUERY)),
+        PrefillPath::FakeDecode(_) => cap.max_tokens,
+    };
+    Ok(Plan::auto(geometry(rows))?)
+}
+
+/// Device bytes of a model's step buffers for `cap`, the split-K workspace and its counters
+/// included; `None` past 2^64. What [`super::forward::GpuModel::new`] allocates before it sizes the cache.
+pub fn step_memory(
+    dims: &ModelDims,
+    cap: &Capacity,
+    block_size: usize,
+    compute_capability: (i32, i32),
+) -> Result<Option<u64>> {
+    let Some(buffers) = StepBuffers::bytes(dims, cap) else { return Ok(None) };
+    let widest = widest_decode_plan(dims, cap, block_size, compute_capability)?;
+    let split_k = (widest.workspace_len.max(1) as u64).checked_add(widest.counter_len.max(1) as u64);
+    Ok(split_k.and_then(|n| n.checked_mul(4)).and_then(|n| n.checked_add(buffers)))
 }
 
 /// Each query row's absolute position: row `j` of sequence `s` sits at `prefix_len + j`.

@@ -64,6 +64,43 @@ fn a_budget_of_one_chunk_runs_a_batch_one_request_at_a_time() {
     assert!(overlapped < 14, "{overlapped} steps");
 }
 
+/// Each request's chunks (start, len) in order, for prompts of `lens` tokens generating 3 each
+/// under `budget`, and the most prefill chunks one step carried.
+fn chunk_history(budget: usize, lens: &[usize]) -> (BTreeMap<u64, Vec<(usize, usize)>>, usize) {
+    let cfg = SchedulerConfig { max_batched_tokens: budget, max_model_len: 64, ..cfg() };
+    let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: 64, block_size: 4 }).unwrap();
+    for (id, &len) in lens.iter().enumerate() {
+        s.add(id as u64, (0..len as u32).collect(), 3).unwrap();
+    }
+    let (mut history, mut most) = (BTreeMap::<u64, Vec<(usize, usize)>>::new(), 0);
+    while s.has_work() {
+        let plan = step(&mut s, 1);
+        assert!(plan.token_ids.len() <= budget, "a step of {} tokens", plan.token_ids.len());
+        most = most.max(plan.seqs.iter().filter(|p| p.len > 1).count());
+        for p in &plan.seqs {
+            history.entry(p.id).or_default().push((p.start, p.len));
+            if p.samples && p.start + p.len + 1 >= lens[p.id as usize] + 3 {
+                s.finish(p.id).unwrap();
+            }
+        }
+    }
+    (history, most)
+}
+
+#[test]
+fn a_large_budget_carries_several_chunks_at_the_same_boundaries() {
+    let lens = [12, 17, 9, 23];
+    // The least budget the loader takes (a chunk beside a row of every sequence), and larger.
+    let (least, few) = chunk_history(5 + 4, &lens);
+    assert!(few < 4, "at the least budget a full chunk leaves room for a short one at most: {few}");
+    for budget in [4 * 5 + 4, 1 << 20] {
+        let (history, most) = chunk_history(budget, &lens);
+        assert_eq!(most, 4, "budget {budget}: every sequence's chunk in one step");
+        assert_eq!(history, least, "budget {budget}: chunk boundaries depend on the budget");
+    }
+    assert_eq!(least[&3][..5], [(0, 5), (5, 5), (10, 5), (15, 5), (20, 3)]);
+}
+
 #[test]
 fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
     let mut s = scheduler(16);
