@@ -52,6 +52,14 @@
 #             "2304 4352 8448 16640", i.e. chunks x 512 + 256; "default" runs without the flag), each to
 #             bench-budget-N.json/log, and a table of prefill tok/s, decode tok/s and the median decode
 #             step per scenario per budget to budget-summary.txt. Aims at under 6 minutes.
+#   trained   issue 17 on the shipped model trained/asynct-mini-shakespeare (tracked in git, its
+#             held-out plays in its heldout.txt, so nothing more to carry): gpu_trained (perplexity
+#             and greedy agreement up to near-ties against the CPU; gpu_trained.log), then
+#             `asynct bench --decode-batch` at TRAINED_BATCHES (default 1,32,128), context
+#             TRAINED_CONTEXT (default 960: the model holds 1024 positions), with seeded random ids
+#             and with windows of the held-out text (--prompt-text), to
+#             bench-trained-{random,text}.json/log; each part's seconds to trained-times.txt
+#             (the stage aims at under 3 minutes)
 # Logs and JSON go to $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -289,6 +297,19 @@ print(f"ratio (http / engine output tok/s): {ratio:.3f} (goal >= 0.9: {'met' if 
 sys.exit(0 if ratio >= 0.9 and http["failed"] == 0 else 1)
 PY
       ;;
+    trained)
+      M=trained/asynct-mini-shakespeare
+      part_start=$SECONDS
+      $B/gpu_trained 2>&1 | tee "$OUT/gpu_trained.log" || status=1
+      echo "trained: gpu_trained took $((SECONDS - part_start)) s" | tee -a "$OUT/trained-times.txt"
+      for prompts in random text; do
+        part_start=$SECONDS
+        text=(); [ $prompts = text ] && text=(--prompt-text $M/heldout.txt)
+        $B/asynct bench --model $M --decode-batch "${TRAINED_BATCHES:-1,32,128}" --context "${TRAINED_CONTEXT:-960}" \
+          "${text[@]}" --out "$OUT/bench-trained-$prompts.json" 2>&1 | tee "$OUT/bench-trained-$prompts.log" || status=1
+        echo "trained: the decode bench on $prompts prompts took $((SECONDS - part_start)) s" \
+          | tee -a "$OUT/trained-times.txt"
+      done ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

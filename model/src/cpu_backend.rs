@@ -5,12 +5,17 @@
 //! points the GPU model rounds, SPEC section 4). Tokens are drawn with the oracle's
 //! [`draw`](oracle::decode::draw) (processors, then the sampler) from the f32 logits, the same f32
 //! values the GPU sampler reads.
+//!
+//! For the decode bench's gate statistics it counts the HP1 gate's exact zeros
+//! ([`StepExecutor::measure_gates`]) from the oracle's own scores and gate, over steps of decode
+//! rows only (a step with a prefill chunk is refused while counting, since the count would mix
+//! its rows in).
 
 use std::str::FromStr;
 
 use ndarray::Axis;
 
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::{GateStats, LogitRows, Model, StepInput};
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
 use oracle::Scalar;
@@ -47,13 +52,15 @@ pub struct CpuExecutor<T> {
     model: Model<T>,
     cache: KvCache<T>,
     label: String,
+    /// The gate counts since [`StepExecutor::measure_gates`] turned counting on.
+    gates: Option<GateStats>,
 }
 
 impl<T: Scalar> CpuExecutor<T> {
     /// An executor with a cache of `num_blocks` blocks of `block_size` tokens.
     pub fn new(model: Model<T>, num_blocks: usize, block_size: usize, label: impl Into<String>) -> Self {
         let cache = KvCache::new(&model.dims, num_blocks, block_size);
-        Self { model, cache, label: label.into() }
+        Self { model, cache, label: label.into(), gates: None }
     }
 }
 
@@ -66,7 +73,22 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
         };
         let step =
             StepInput { token_ids: &plan.token_ids, meta: &plan.meta, slot_mapping: &plan.slot_mapping, logits: rows };
-        let logits = self.model.forward(&step, &mut self.cache)?.mapv(|x| x.f64() as f32);
+        let logits = match self.gates.as_mut() {
+            None => self.model.forward(&step, &mut self.cache)?,
+            Some(counted) => {
+                if let Some(p) = plan.seqs.iter().find(|p| p.len != 1) {
+                    return Err(Error::Executor(format!(
+                        "the CPU backend counts the gate over steps of decode rows only, but sequence {} brought {} \
+                         query tokens",
+                        p.id, p.len
+                    )));
+                }
+                let (logits, stats) = self.model.forward_with_stats(&step, &mut self.cache)?;
+                *counted += stats;
+                logits
+            }
+        }
+        .mapv(|x| x.f64() as f32);
         let last_row = |i: usize| match wanted {
             LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
             LogitsWanted::Discard | LogitsWanted::SampledRows => i,
@@ -97,6 +119,15 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
 
     fn describe(&self) -> String {
         self.label.clone()
+    }
+
+    fn measure_gates(&mut self, on: bool) -> Result<bool> {
+        self.gates = on.then(GateStats::default);
+        Ok(true)
+    }
+
+    fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
+        Ok(self.gates.map(|g| (g.zeros, g.total)))
     }
 }
 

@@ -10,8 +10,11 @@
 //! - the loss is the mean of `-log softmax(row)[next]` (in f64) over every prediction, the
 //!   perplexity its `exp`, the accuracy the fraction whose greedy pick (the lowest id among equal
 //!   maxima, as the sampler's) is the next token.
+//!
+//! [`prediction_rows`] hands back those rows themselves (teacher forcing), for a caller that
+//! compares backends position by position (`gpu_trained`'s greedy agreement).
 
-use ndarray::ArrayView1;
+use ndarray::{Array2, ArrayView1};
 
 use crate::config::ModelConfig;
 use crate::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
@@ -69,27 +72,10 @@ pub fn score(
     batch: usize,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Score> {
-    engine.set_record_logits(true)?;
     let mut score = Score::default();
     for group in windows.chunks(batch.max(1)) {
-        for w in group {
-            engine.add_request(one_token(cfg, &w[..w.len() - 1]))?;
-        }
-        let done = engine.run_to_completion()?;
-        if done.len() != group.len() {
-            return Err(Error::Executor(format!("{} requests finished of {}", done.len(), group.len())));
-        }
         let mut scored = 0;
-        for (c, w) in done.iter().zip(group) {
-            let logits = c.logits.as_ref().ok_or_else(|| Error::Executor("the engine recorded no logits".into()))?;
-            if logits.nrows() != w.len() - 1 {
-                return Err(Error::Executor(format!(
-                    "request {}: {} logits rows, expected {}",
-                    c.id,
-                    logits.nrows(),
-                    w.len() - 1
-                )));
-            }
+        for (logits, w) in prediction_rows(engine, cfg, group)?.iter().zip(group) {
             for (row, &next) in logits.rows().into_iter().zip(&w[1..]) {
                 score.add(row, next);
             }
@@ -98,6 +84,38 @@ pub fn score(
         progress(scored);
     }
     Ok(score)
+}
+
+/// The logits rows that predict each of `sequences` (each of at least 2 tokens) from its own
+/// earlier tokens, all run at once through `engine` (idle; its logits recording is turned on):
+/// `[len - 1, vocab]` per sequence, row `j` predicting token `j + 1` (teacher forcing).
+pub fn prediction_rows(engine: &mut Engine, cfg: &ModelConfig, sequences: &[&[u32]]) -> Result<Vec<Array2<f32>>> {
+    if let Some(k) = sequences.iter().position(|s| s.len() < 2) {
+        return Err(Error::Request(format!("sequence {k} has {} tokens; predicting needs 2", sequences[k].len())));
+    }
+    engine.set_record_logits(true)?;
+    for s in sequences {
+        engine.add_request(one_token(cfg, &s[..s.len() - 1]))?;
+    }
+    let done = engine.run_to_completion()?;
+    if done.len() != sequences.len() {
+        return Err(Error::Executor(format!("{} requests finished of {}", done.len(), sequences.len())));
+    }
+    done.into_iter()
+        .zip(sequences)
+        .map(|(c, s)| {
+            let logits = c.logits.ok_or_else(|| Error::Executor("the engine recorded no logits".into()))?;
+            if logits.nrows() != s.len() - 1 {
+                return Err(Error::Executor(format!(
+                    "request {}: {} logits rows, expected {}",
+                    c.id,
+                    logits.nrows(),
+                    s.len() - 1
+                )));
+            }
+            Ok(logits)
+        })
+        .collect()
 }
 
 /// A greedy request for one token after `prompt`, eos ignored, so every prompt row is recorded.

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Both modes drive [`Engine::step`] on the executor [`model::executor_loader::load_executor`] builds for `--device`, with
-//! greedy requests of seeded random token ids, `ignore_eos` and exact output lengths. A step is
+//! greedy requests of seeded random token ids (or, with `--prompt-text FILE`, windows of that text's
+//! tokens: [`text_windows`]), `ignore_eos` and exact output lengths. A step is
 //! timed by the host's wall clock around `Engine::step`, which returns only once the step's
 //! tokens are on the host, so its GPU work has finished; the part of it inside the executor's
 //! `execute` is timed too ([`ExecuteClock`]), so the engine's own host work (scheduling,
@@ -26,6 +27,9 @@
 //! - `--profile-steps N`: after the warm-up, exactly N decode steps between `cuProfilerStart` and
 //!   `cuProfilerStop`, so `ncu --profile-from-start off` sees those steps' kernels alone
 //!   (`scripts/step_profile.py` turns its CSV into each kernel family's share).
+//! - `--prompt-text FILE`: the prompts of both modes are windows of FILE tokenised with the model's
+//!   tokenizer, spread evenly over it, so a trained model's gate statistics (`gate_zero_fraction`)
+//!   are those of real text rather than of random ids.
 
 mod decode;
 mod scenario;
@@ -43,6 +47,7 @@ use model::engine::{Engine, GenerationRequest, SamplingParams, StepRows, StopCon
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::StepPlan;
 use serde::Serialize;
+use tokenizers::Tokenizer;
 
 use crate::cli::BenchArgs;
 use crate::load;
@@ -123,6 +128,9 @@ struct Report {
     /// The step budget the engine ran with (`--max-num-batched-tokens` or the device's default).
     max_num_batched_tokens: usize,
     seed: u64,
+    /// `--prompt-text`'s file and its token count; null for seeded random ids.
+    prompt_text: Option<String>,
+    prompt_text_tokens: Option<usize>,
     weight_bytes: u64,
     weight_floor_ms: f64,
     definitions: BTreeMap<&'static str, &'static str>,
@@ -168,7 +176,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         .max()
         .unwrap_or(1);
 
-    let (mut engine, clock) = load_engine(args, &cfg, max_num_seqs, cpu_blocks)?;
+    let tokenizer = load::tokenizer(&args.model)?;
+    let text = args.prompt_text.as_deref().map(|path| text_ids(path, &tokenizer)).transpose()?;
+    let (mut engine, clock) = load_engine(args, &cfg, tokenizer, max_num_seqs, cpu_blocks)?;
     let bytes = weight_bytes(&cfg);
     let floor_ms = bytes as f64 / HBM_BYTES_PER_S * 1e3;
     println!(
@@ -188,13 +198,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         max_num_seqs,
         max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
         seed: args.seed,
+        prompt_text: args.prompt_text.as_ref().map(|p| p.display().to_string()),
+        prompt_text_tokens: text.as_ref().map(|t| t.len()),
         weight_bytes: bytes,
         weight_floor_ms: floor_ms,
         definitions: DEFINITIONS.into_iter().collect(),
         scenarios: Vec::new(),
         decode: Vec::new(),
     };
-    let prompts = PromptSource { seed: args.seed, vocab: cfg.vocab_size, eos: cfg.eos_token_id.clone(), model_len };
+    let prompts =
+        PromptSource { seed: args.seed, vocab: cfg.vocab_size, eos: cfg.eos_token_id.clone(), model_len, text };
     if let Some(first) = picked.first() {
         // Untimed: the first prefill of a process compiles (NVRTC, on a fresh machine) and loads
         // the tensor-core prefill and opens cuBLASLt, which would otherwise land in the first
@@ -237,10 +250,10 @@ impl Report {
 fn load_engine(
     args: &BenchArgs,
     cfg: &ModelConfig,
+    tokenizer: Tokenizer,
     max_num_seqs: usize,
     cpu_blocks: usize,
 ) -> Result<(Engine, ExecuteClock), String> {
-    let tokenizer = load::tokenizer(&args.model)?;
     let opts = ExecutorOptions {
         device: &args.device,
         precision: Precision::F32,
@@ -264,6 +277,14 @@ fn load_engine(
     let timed = Box::new(TimedExecutor { inner: loaded.executor, clock: clock.clone() });
     let engine = Engine::new(timed, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
     Ok((engine, clock))
+}
+
+/// The token ids of the text file at `path` (`--prompt-text`), tokenised with `tokenizer`.
+fn text_ids(path: &Path, tokenizer: &Tokenizer) -> Result<Arc<[u32]>, String> {
+    let what = |e: &dyn std::fmt::Display| format!("--prompt-text {}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| what(&e))?;
+    let encoding = tokenizer.encode(text.as_str(), false).map_err(|e| what(&e))?;
+    Ok(encoding.get_ids().into())
 }
 
 /// The wall time of the executor's last `execute`, in ms (an f64's bits, shared with the engine's
@@ -364,18 +385,24 @@ pub fn step_bytes(cfg: &ModelConfig) -> StepBytes {
     StepBytes { weights: weight_bytes(cfg), kv_per_token: kv as u64 }
 }
 
-/// Seeded random prompts and the requests around them.
+/// The prompts of a run, seeded random ids or windows of a text, and the requests around them.
 struct PromptSource {
     seed: u64,
     vocab: usize,
     eos: Vec<u32>,
     model_len: usize,
+    /// `--prompt-text`'s token ids, when given.
+    text: Option<Arc<[u32]>>,
 }
 
 impl PromptSource {
-    /// Prompt `index` of `len` ids, the same for the same seed on every run.
-    fn prompt(&self, index: usize, len: usize) -> Vec<u32> {
-        random_prompt(self.seed, index, len, self.vocab)
+    /// One prompt per entry of `lens`, of that many ids, the same on every run: seeded random
+    /// ids, or with a text, windows of it ([`text_windows`]).
+    fn prompts(&self, lens: &[usize]) -> Result<Vec<Vec<u32>>, String> {
+        match &self.text {
+            None => Ok(lens.iter().enumerate().map(|(i, &len)| random_prompt(self.seed, i, len, self.vocab)).collect()),
+            Some(text) => text_windows(text, lens),
+        }
     }
 
     fn request(&self, prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
@@ -390,6 +417,9 @@ impl PromptSource {
                 ignore_eos: true,
                 ..Default::default()
             },
+            // Every run takes the text's windows from its start, so a later run's prompts begin
+            // as an earlier run's did; each run computes its own prefill.
+            skip_prefix_cache: self.text.is_some(),
             ..Default::default()
         }
     }
@@ -398,8 +428,25 @@ impl PromptSource {
     /// of another's and the prefix cache never carries one run's work into the next.
     fn for_run(&self, run: u64) -> PromptSource {
         let mut state = self.seed ^ run.wrapping_mul(0xD1B5_4A32_D192_ED03);
-        PromptSource { seed: splitmix64(&mut state), eos: self.eos.clone(), ..*self }
+        PromptSource { seed: splitmix64(&mut state), eos: self.eos.clone(), text: self.text.clone(), ..*self }
     }
+}
+
+/// Windows of `text` for prompts of `lens` tokens: window `i` starts at `i * (n - L) / (B - 1)`
+/// (`n` tokens, the longest prompt `L`, `B` prompts), so the windows spread evenly from the
+/// text's start to its end and no two start alike. Refuses a text too short for that.
+pub fn text_windows(text: &[u32], lens: &[usize]) -> Result<Vec<Vec<u32>>, String> {
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    let room = text.len().checked_sub(longest).filter(|&room| room + 1 >= lens.len()).ok_or_else(|| {
+        format!(
+            "--prompt-text: the text has {} tokens; {} prompts of up to {longest} tokens need at least {}",
+            text.len(),
+            lens.len(),
+            longest + lens.len().saturating_sub(1)
+        )
+    })?;
+    let gaps = lens.len().saturating_sub(1).max(1);
+    Ok(lens.iter().enumerate().map(|(i, &len)| text[i * room / gaps..][..len].to_vec()).collect())
 }
 
 /// Prompt `index` of `len` token ids below `vocab` for `seed`: what `asynct bench` runs, and what
@@ -421,6 +468,22 @@ pub fn splitmix64(state: &mut u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_windows_spread_over_the_text_and_refuse_a_short_one() {
+        let text: Vec<u32> = (100..120).collect();
+        let windows = text_windows(&text, &[4, 5, 3]).unwrap();
+        // The longest is 5, so 15 tokens of room: starts 0, 7 and 15.
+        assert_eq!(windows, vec![vec![100, 101, 102, 103], vec![107, 108, 109, 110, 111], vec![115, 116, 117]]);
+        assert_eq!(text_windows(&text, &[20]).unwrap(), vec![text.clone()]);
+        assert_eq!(text_windows(&text, &[4, 5, 3]).unwrap(), windows, "the same windows on every call");
+        // Twenty windows of one token fit, one start each; twenty-one do not.
+        assert_eq!(text_windows(&text, &[1; 20]).unwrap().concat(), text);
+        let err = text_windows(&text, &[1; 21]).unwrap_err();
+        assert!(err.contains("--prompt-text") && err.contains("20 tokens") && err.contains("at least 21"), "{err}");
+        assert!(text_windows(&text, &[21]).unwrap_err().contains("at least 21"));
+        assert!(text_windows(&[], &[1]).unwrap_err().contains("0 tokens"));
+    }
 
     #[test]
     fn summary_takes_the_middle_and_the_mean() {

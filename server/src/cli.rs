@@ -268,6 +268,11 @@ pub struct BenchArgs {
     /// Seed of the random prompts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Take the prompts from this text file instead of random ids: tokenised with the model's
+    /// tokenizer, each request's prompt a different window of it (spread evenly from its start to
+    /// its end, the same on every run), so the gate statistics are those of real text.
+    #[arg(long)]
+    pub prompt_text: Option<PathBuf>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,

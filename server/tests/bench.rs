@@ -1,6 +1,7 @@
 //! `asynct bench` on a tiny checkpoint on the CPU: its JSON's counts agree with what was asked
 //! (every token generated, every step counted), the anchor's best variant is read, and bad
-//! flags get a message and exit code 1.
+//! flags get a message and exit code 1; and on the shipped trained model, decode batches over
+//! windows of its held-out text (`--prompt-text`) report that text's gate statistics.
 
 mod asynct_bin;
 
@@ -135,6 +136,53 @@ fn bad_flags_get_a_message_and_exit_code_1() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(needle) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The decode JSON of `asynct bench` on the shipped model at batch 2, with `extra` flags.
+fn trained_decode(label: &str, extra: &[&str]) -> Value {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../trained/asynct-mini-shakespeare");
+    let json = std::env::temp_dir().join(format!("asynct-bench-{}-{label}.json", std::process::id()));
+    let mut args = vec!["bench", "--model", model, "--device", "cpu", "--decode-batch", "2", "--context", "48"];
+    args.extend(["--warmup-steps", "1", "--steps", "2", "--out", json.to_str().unwrap()]);
+    args.extend(extra);
+    let out = asynct(&args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(json).unwrap();
+    report
+}
+
+#[test]
+fn decode_batches_over_a_text_report_its_gate_statistics() {
+    let text = concat!(env!("CARGO_MANIFEST_DIR"), "/../trained/asynct-mini-shakespeare/heldout.txt");
+    let random = trained_decode("random", &[]);
+    let on_text = trained_decode("text", &["--prompt-text", text]);
+    assert!(random["prompt_text"].is_null() && random["prompt_text_tokens"].is_null(), "{random}");
+    assert_eq!(on_text["prompt_text"], text);
+    assert!(count(&on_text["prompt_text_tokens"]) > 10_000, "the held-out plays' tokens: {on_text}");
+    let zeros = |r: &Value| r["decode"][0]["gate_zero_fraction"].as_f64().unwrap_or_else(|| panic!("counted: {r}"));
+    let (z_random, z_text) = (zeros(&random), zeros(&on_text));
+    assert!((0.0..1.0).contains(&z_random) && (0.0..1.0).contains(&z_text), "{z_random} {z_text}");
+    assert_ne!(z_random, z_text, "real text is not random ids to the gate");
+    assert_eq!(zeros(&trained_decode("again", &["--prompt-text", text])), z_text, "the same windows every run");
+}
+
+#[test]
+fn a_prompt_text_that_is_missing_or_too_short_is_refused() {
+    let dir = tiny("text");
+    let m = dir.to_str().unwrap();
+    let short = dir.join("short.txt");
+    std::fs::write(&short, "too short").unwrap();
+    let base = ["bench", "--model", m, "--device", "cpu", "--decode-batch", "2", "--context", "48"];
+    for (text, needle) in
+        [("/nonexistent/t.txt", "--prompt-text /nonexistent/t.txt"), (short.to_str().unwrap(), "tokens")]
+    {
+        let out = asynct(&[&base[..], &["--prompt-text", text]].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}: {err}");
+        assert!(err.contains("--prompt-text") && err.contains(needle) && !err.contains("panicked"), "{text}: {err}");
     }
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -13,6 +13,8 @@
 //!   ([`bound`]), reporting the errors and the gate's zero fraction.
 //! - [`small_case`], [`large_case`] and [`fuzz_case`] are proptest strategies; [`fuzz()`] drives
 //!   them on a clock for `asynct-verify fuzz`, shrinking and saving a failure as a [`Regression`].
+//! - [`greedy_agreement`] judges two backends' greedy continuations of a whole model up to
+//!   rounding noise (a flip only at a near-tie of the CPU's logits), for `gpu_trained`.
 //!
 //! ```
 //! use verify::{all_paths, check_all, Case, SeqShape};
@@ -46,6 +48,7 @@ pub mod fuzz;
 pub mod gpu_cases;
 pub mod gpu_harness;
 pub mod gpu_paths;
+pub mod greedy_agreement;
 pub mod path;
 pub mod regression;
 pub mod rng;

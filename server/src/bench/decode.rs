@@ -52,7 +52,7 @@ pub struct DecodeResult {
     kv_floor_ms: f64,
     ratio_to_kv_floor: f64,
     /// The fraction of this batch's gate weights that are exactly zero, measured on one step
-    /// after the timed ones (the GPU backend only).
+    /// after the timed ones (null where the backend cannot count).
     gate_zero_fraction: Option<f64>,
     /// As `kv_floor_ms`, but reading only the V rows of nonzero gates at that fraction.
     sparse_kv_floor_ms: Option<f64>,
@@ -151,8 +151,8 @@ pub fn run_decode(
     let (start_len, end_len) = decode_lengths(args.context, args.warmup_steps, timed);
     let (lens, drawn) = staggered_prompts(engine.scheduler().config(), batch, start_len, end_len)?;
     let mut ids = Vec::with_capacity(batch);
-    for (i, &len) in lens.iter().enumerate() {
-        let request = prompts.request(prompts.prompt(i, len), end_len - len);
+    for (prompt, &len) in prompts.prompts(&lens)?.into_iter().zip(&lens) {
+        let request = prompts.request(prompt, end_len - len);
         ids.push(engine.add_request(request).map_err(|e| e.to_string())?);
     }
     let mut generated: BTreeMap<u64, usize> = ids.iter().map(|&id| (id, 0)).collect();
