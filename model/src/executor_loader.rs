@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::block_pool::blocks_for;
 use crate::config::ModelConfig;
@@ -11,6 +12,7 @@ use crate::cpu_backend::{check_host_bytes, cpu_block_bytes, format_bytes, load_c
 use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
+use crate::start_times::{StartPhase, StartTimes};
 
 /// Tokens per KV-cache block, on both backends.
 pub const BLOCK_SIZE: usize = 16;
@@ -91,21 +93,25 @@ pub struct ExecutorOptions<'a> {
 }
 
 /// Loads the checkpoint in `dir` onto the device `opts.device` names; `progress(done, total)`
-/// follows the tensors.
+/// follows the tensors, and each phase's wall time goes to `times` (on the CPU one phase,
+/// [`StartPhase::CheckpointRead`], which there includes building the executor).
 pub fn load_executor(
     dir: &Path,
     cfg: &ModelConfig,
     opts: &ExecutorOptions,
     progress: &mut dyn FnMut(usize, usize),
+    times: &mut StartTimes,
 ) -> Result<Box<dyn StepExecutor>> {
+    let opening = Instant::now();
     match Device::parse(opts.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
+            times.record(StartPhase::DeviceOpen, opening.elapsed());
             let utilization = opts.gpu_memory_utilization;
             if utilization <= 0.0 || utilization > 1.0 {
                 return Err(Error::Options(format!("--gpu-memory-utilization must be in (0, 1], got {utilization}")));
             }
             check_gpu_sizes(&gpu, cfg, opts)?;
-            load_kernels(&gpu)?;
+            times.time(StartPhase::KernelLoad, || load_kernels(&gpu))?;
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
                 max_batched_tokens: step_budget(opts.max_num_seqs),
@@ -115,10 +121,12 @@ pub fn load_executor(
                 cuda_graphs: !opts.enforce_eager,
                 kv_blocks: None,
             };
-            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress)?;
+            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress, times)?;
             Ok(Box::new(executor))
         }
-        Device::Cpu => load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress),
+        Device::Cpu => times.time(StartPhase::CheckpointRead, || {
+            load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)
+        }),
     }
 }
 

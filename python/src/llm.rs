@@ -15,6 +15,7 @@ use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use pyo3::prelude::*;
 use tokenizers::Tokenizer;
 
@@ -125,10 +126,12 @@ impl Llm {
             gpu_memory_utilization,
             enforce_eager,
         };
-        let executor = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(|e| match e {
-            model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
-            other => runtime_error(other),
-        })?;
+        let executor = py
+            .detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()))
+            .map_err(|e| match e {
+                model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
+                other => runtime_error(other),
+            })?;
         let sched = SchedulerConfig {
             max_num_seqs,
             max_batched_tokens: step_budget(max_num_seqs),

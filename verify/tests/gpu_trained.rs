@@ -25,6 +25,7 @@ use model::executor_loader::{load_executor, ExecutorOptions};
 use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
 use model::perplexity::{score, windows};
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use tokenizers::Tokenizer;
 
 fn main() {
@@ -91,7 +92,7 @@ fn engine(
                 cuda_graphs: true,
                 kv_blocks: None,
             };
-            Box::new(GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)?)
+            Box::new(GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?)
         }
         None => {
             let opts = ExecutorOptions {
@@ -103,7 +104,7 @@ fn engine(
                 gpu_memory_utilization: 0.9,
                 enforce_eager: false,
             };
-            load_executor(dir, cfg, &opts, &mut |_, _| {}).map_err(err)?
+            load_executor(dir, cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?
         }
     };
     let sched = SchedulerConfig {

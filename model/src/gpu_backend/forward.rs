@@ -49,6 +49,7 @@ use super::step_buffers::{logit_rows, Capacity, Split, StepBuffers};
 use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
+use crate::start_times::StartTimes;
 
 fn gib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
@@ -180,7 +181,9 @@ enum AttnPlan {
 impl GpuModel {
     /// Uploads `weights`, allocates step buffers for `cap`, then a cache of `block_size`-token
     /// blocks sized by `kv`. Refuses, before uploading, a checkpoint that does not fit the free
-    /// memory, and a cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
+    /// memory, and a cache too small for one sequence of `cap.max_blocks_per_seq` blocks. The
+    /// weights' layout and upload are recorded in `times`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
         dims: ModelDims,
@@ -189,6 +192,7 @@ impl GpuModel {
         block_size: usize,
         cap: Capacity,
         progress: &mut dyn FnMut(usize, usize),
+        times: &mut StartTimes,
     ) -> Result<Self> {
         let need = DeviceWeights::bytes_of(weights);
         let (free, total) = gpu.memory()?;
@@ -218,7 +222,7 @@ impl GpuModel {
             clip_max: p.clip_max as f32,
         };
         gate.validate()?;
-        let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
+        let weights = DeviceWeights::upload(gpu, weights, &dims, progress, times)?;
         let bufs = StepBuffers::new(gpu, &dims, cap)?;
         let block_bytes = DeviceCache::block_bytes(&dims, block_size);
         let num_blocks = match kv {
