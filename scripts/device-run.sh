@@ -38,7 +38,8 @@
 #             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
 #             log shows "compiling kernel N of M"), again with the cache that start filled (the goal:
 #             within 3 s), and once more with --enforce-eager (no graph captures) to show their share;
-#             seconds to start-times.txt, each start's log to start-LABEL.log
+#             seconds to start-times.txt with each start's phase breakdown (the server's `start:`
+#             lines and the launch-to-main time), each start's log to start-LABEL.log
 #   serve     issue 16's serving benchmark on asynct-0.5b: the same work (SERVE_PROMPTS requests,
 #             default 256, of SERVE_INPUT prompt tokens, default 128, and SERVE_OUTPUT output tokens,
 #             default 256, the same seeded ids) through `asynct bench` (engine only, all submitted at
@@ -92,6 +93,12 @@ start_serve() {
   served=$!
   if wait_healthy "$port" 600 $served; then
     echo "$label: healthy after $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s ($(grep -c 'compiling kernel' "$OUT/$label.log") kernels compiled)" \
+      | tee -a "$OUT/start-times.txt"
+    # The server's own breakdown (one `start: PHASE` line each, then the summary, which names the
+    # Unix time main began: launch to main is the process's own start).
+    grep '^start: ' "$OUT/$label.log" | sed "s/^/$label /" | tee -a "$OUT/start-times.txt"
+    local main_at; main_at=$(grep -o 'began at unix [0-9.]*' "$OUT/$label.log" | awk '{ print $4 }')
+    [ -n "$main_at" ] && echo "$label start: launch to main $(awk "BEGIN { printf \"%.3f\", $main_at - $t0 }") s" \
       | tee -a "$OUT/start-times.txt"
   else
     echo "$label: exited or not healthy within 600 s; the log's end:" | tee -a "$OUT/start-times.txt"; tail -n 20 "$OUT/$label.log"

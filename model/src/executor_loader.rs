@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::block_pool::blocks_for;
 use crate::config::ModelConfig;
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
 use crate::gpu_backend::step_buffers::step_memory;
+use crate::start_times::{StartPhase, StartTimes};
 
 /// Tokens per KV-cache block, on both backends.
 pub const BLOCK_SIZE: usize = 16;
@@ -152,18 +154,22 @@ pub struct LoadedExecutor {
 }
 
 /// Loads the checkpoint in `dir` onto the device `opts.device` names, with its step budget;
-/// `progress(done, total)` follows the tensors.
+/// `progress(done, total)` follows the tensors, and each phase's wall time goes to `times` (on
+/// the CPU one phase, [`StartPhase::CheckpointRead`], which there includes building the executor).
 pub fn load_executor(
     dir: &Path,
     cfg: &ModelConfig,
     opts: &ExecutorOptions,
     progress: &mut dyn FnMut(usize, usize),
+    times: &mut StartTimes,
 ) -> Result<LoadedExecutor> {
     let flag = "--max-num-batched-tokens";
     let given = opts.max_num_batched_tokens.map(|n| check_step_budget(n, opts.max_num_seqs, flag)).transpose()?;
     let budget = |device| given.unwrap_or_else(|| default_step_budget(device, opts.max_num_seqs));
+    let opening = Instant::now();
     match Device::parse(opts.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
+            times.record(StartPhase::DeviceOpen, opening.elapsed());
             let max_batched_tokens = budget(BudgetDevice::Gpu);
             let utilization = opts.gpu_memory_utilization;
             if utilization <= 0.0 || utilization > 1.0 {
@@ -180,13 +186,15 @@ pub fn load_executor(
             };
             check_gpu_sizes(&gpu, cfg, opts)?;
             check_step_memory(&gpu, cfg, &options, max_batched_tokens)?;
-            load_kernels(&gpu)?;
-            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress)?;
+            times.time(StartPhase::KernelLoad, || load_kernels(&gpu))?;
+            let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress, times)?;
             Ok(LoadedExecutor { executor: Box::new(executor), max_batched_tokens })
         }
         Device::Cpu => {
             // The CPU backend allocates each step's activations at that step's size.
-            let executor = load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)?;
+            let executor = times.time(StartPhase::CheckpointRead, || {
+                load_cpu_executor(dir, cfg, opts.precision, opts.cpu_blocks, BLOCK_SIZE, progress)
+            })?;
             Ok(LoadedExecutor { executor, max_batched_tokens: budget(BudgetDevice::Cpu) })
         }
     }
@@ -366,7 +374,9 @@ mod tests {
             max_num_batched_tokens: Some(0),
         };
         let cfg = Preset::Tiny.config();
-        let err = load_executor(Path::new("/nonexistent"), &cfg, &opts, &mut |_, _| {}).err().expect("refused");
+        let err = load_executor(Path::new("/nonexistent"), &cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent())
+            .err()
+            .expect("refused");
         assert!(err.to_string().contains("--max-num-batched-tokens: must be at least 520, got 0"), "{err}");
     }
 }

@@ -14,6 +14,8 @@
 //!   rules. [`cpu_backend`] is the oracle's executor and [`gpu_backend`] the GPU's;
 //!   [`request_state`] is what the engine keeps of one request, and [`perplexity`] scores a text
 //!   through either backend.
+//! - [`executor_loader`] builds the executor for `--device`, recording the wall time of each
+//!   phase of the load in [`start_times`].
 //!
 //! ```
 //! use model::config::ModelConfig;
@@ -46,5 +48,6 @@ pub mod prefix_index;
 pub mod presets;
 pub mod request_state;
 pub mod scheduler;
+pub mod start_times;
 
 pub use error::{Error, Result};

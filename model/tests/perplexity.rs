@@ -15,6 +15,7 @@ use model::executor_loader::{load_executor, ExecutorOptions};
 use model::perplexity::{score, windows};
 use model::presets::{generate, Preset};
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, Model, StepInput};
@@ -52,7 +53,7 @@ fn engine_scores_are_the_oracle_log_softmax_over_every_window() {
         enforce_eager: false,
         max_num_batched_tokens: None,
     };
-    let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}).unwrap().executor;
+    let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()).unwrap().executor;
     let tokenizer = Arc::new(tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).unwrap());
     let sched = SchedulerConfig {
         max_num_seqs: 2,

@@ -15,6 +15,7 @@ use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use tokenizers::Tokenizer;
@@ -142,10 +143,12 @@ impl Llm {
             enforce_eager,
             max_num_batched_tokens,
         };
-        let loaded = py.detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {})).map_err(|e| match e {
-            model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
-            other => runtime_error(other),
-        })?;
+        let loaded = py
+            .detach(|| load_executor(&model, &cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()))
+            .map_err(|e| match e {
+                model::Error::Memory { .. } => pyo3::exceptions::PyMemoryError::new_err(e.to_string()),
+                other => runtime_error(other),
+            })?;
         let sched = SchedulerConfig {
             max_num_seqs,
             max_batched_tokens: loaded.max_batched_tokens,

@@ -7,6 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use model::config::ModelConfig;
 use model::executor_loader::{load_executor, ExecutorOptions, LoadedExecutor, PREFILL_CHUNK};
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use tokenizers::Tokenizer;
 
 /// The checkpoint's `tokenizer.json`; the error names the file.
@@ -23,11 +24,12 @@ pub fn executor_with_progress(
 ) -> Result<LoadedExecutor, String> {
     let bar = ProgressBar::new(0).with_message(format!("loading {}", model.display()));
     bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}").expect("valid template"));
-    let executor = load_executor(model, cfg, opts, &mut |done, total| {
+    let mut progress = |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let executor =
+        load_executor(model, cfg, opts, &mut progress, &mut StartTimes::silent()).map_err(|e| e.to_string())?;
     bar.finish_and_clear();
     Ok(executor)
 }

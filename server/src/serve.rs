@@ -5,14 +5,23 @@
 //! to finish (or, after the grace period, abort) what runs, while axum stops accepting and waits
 //! for open responses; those end because every stream gets a finish reason. Only then does the
 //! engine thread get joined, so the process exits 0 with no stream cut short.
+//!
+//! The start logs the wall time of each of its phases as it ends (`start: PHASE S s`, from
+//! [`StartTimes`]), then one summary line once listening, which also gives the Unix time `main`
+//! began, so that a launcher's own clock tells how long the process took to reach it. The
+//! tokenizer and chat template load on a thread of their own while the executor loads.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
 
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
+use model::start_times::{StartPhase, StartTimes};
+use tokenizers::Tokenizer;
 use tokio::sync::watch;
 
 use crate::api::types::Limits;
@@ -33,6 +42,8 @@ const DEFAULT_MAX_TOKENS: usize = 16;
 
 /// Runs the command; the error is the message to print.
 pub fn run(args: &ServeArgs) -> Result<(), String> {
+    let main_began = SystemTime::now();
+    let mut times = StartTimes::new(|phase| eprintln!("start: {phase}"));
     if args.max_num_seqs == 0 {
         return Err("--max-num-seqs must be at least 1".into());
     }
@@ -48,6 +59,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     };
     let body =
         BodyLimits { max_bytes: args.max_body_bytes, timeout: seconds("--body-read-timeout", args.body_read_timeout)? };
+    let reading_config = Instant::now();
     let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
     let max_model_len = match args.max_model_len {
         Some(n) if n < 2 || n > cfg.max_position_embeddings => {
@@ -56,8 +68,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         Some(n) => n,
         None => cfg.max_position_embeddings,
     };
-    let tokenizer = load::tokenizer(&args.model)?;
-    let template = ChatTemplate::from_model_dir(&args.model)?;
+    let text_files = spawn_text_files(args.model.clone())?;
     let served_name = match &args.served_model_name {
         Some(name) => name.clone(),
         None => model_folder_name(&args.model)?,
@@ -86,9 +97,16 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         enforce_eager: args.enforce_eager,
         max_num_batched_tokens: args.max_num_batched_tokens,
     };
+    let config_took = reading_config.elapsed();
     eprintln!("loading {}", args.model.display());
-    let loaded = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let loaded = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}, &mut times).map_err(|e| e.to_string())?;
     eprintln!("running on {} (step budget {} tokens)", loaded.executor.describe(), loaded.max_batched_tokens);
+    let waiting = Instant::now();
+    let (text_files, took) = text_files.join().map_err(|_| "the thread loading the tokenizer panicked".to_string())?;
+    // The config itself was read on this thread, before the loader began.
+    times.record_beside(StartPhase::ConfigTokenizer, config_took + took, config_took + waiting.elapsed());
+    let (tokenizer, template) = text_files?;
+    let building = Instant::now();
     let sched = load::scheduler_config(args.max_num_seqs, &loaded, max_model_len, !args.no_prefix_caching);
     let tokenizer = Arc::new(tokenizer);
     let engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
@@ -97,6 +115,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     let (stop, stopping) = watch::channel(false);
     let loop_config = LoopConfig { max_queue: args.max_queue, grace };
     let (handle, engine_thread) = engine_thread::spawn(engine, loop_config, metrics.clone());
+    times.record(StartPhase::Engine, building.elapsed());
     let state = AppState {
         engine: handle.clone(),
         tokenizer,
@@ -116,8 +135,9 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         stopping,
     };
 
+    let start = Start { times, main_began };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("starting the async runtime: {e}"))?;
-    let served = runtime.block_on(serve(args, state, limits, handle, stop));
+    let served = runtime.block_on(serve(args, state, limits, handle, stop, start));
     // The engine thread exits once it has drained; after a failed bind it was never asked to, so
     // dropping the runtime (and with it every handle) is what lets it see the end of its channel.
     drop(runtime);
@@ -131,11 +151,15 @@ async fn serve(
     limits: ConnLimits,
     handle: EngineHandle,
     stop: watch::Sender<bool>,
+    mut start: Start,
 ) -> Result<(), String> {
+    let binding = Instant::now();
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
     let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+    start.times.record(StartPhase::Bind, binding.elapsed());
+    eprintln!("{}", start.summary());
     eprintln!("listening on http://{addr}");
     let router = http::router(state);
     conn::serve(listener, router, limits, async move {
@@ -146,6 +170,43 @@ async fn serve(
     })
     .await;
     Ok(())
+}
+
+/// The tokenizer and the chat template of the model in `dir`, and how long loading them took.
+type TextFiles = (Result<(Tokenizer, ChatTemplate), String>, Duration);
+
+/// Loads `dir`'s tokenizer and chat template on a thread of their own (Qwen3's tokenizer.json
+/// alone is 11 MB of vocabulary and merges to build), beside the executor's load.
+fn spawn_text_files(dir: PathBuf) -> Result<JoinHandle<TextFiles>, String> {
+    std::thread::Builder::new()
+        .name("tokenizer-load".into())
+        .spawn(move || {
+            let start = Instant::now();
+            let loaded = load::tokenizer(&dir).and_then(|t| Ok((t, ChatTemplate::from_model_dir(&dir)?)));
+            (loaded, start.elapsed())
+        })
+        .map_err(|e| format!("starting the thread that loads the tokenizer: {e}"))
+}
+
+/// The start's phases so far and when `main` began.
+struct Start {
+    times: StartTimes,
+    main_began: SystemTime,
+}
+
+impl Start {
+    /// The start's summary line, with the Unix time `main` began (for a launcher to subtract its
+    /// own launch time from) and the wall time from then.
+    fn summary(&self) -> String {
+        let since = self.main_began.elapsed().unwrap_or_default();
+        let unix = self.main_began.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        format!(
+            "{}; {:.3} s from main (began at unix {:.3})",
+            self.times.summary(),
+            since.as_secs_f64(),
+            unix.as_secs_f64()
+        )
+    }
 }
 
 /// A flag's seconds as a duration; the error names the flag.

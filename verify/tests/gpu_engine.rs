@@ -21,6 +21,7 @@ use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::Scheduler;
+use model::start_times::StartTimes;
 use small_model::{err, gpu_options, scheduler_config, write_model};
 
 mod small_model;
@@ -47,7 +48,7 @@ type Check = Result<(), String>;
 /// that one sequence still fits).
 fn executor(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, kv_blocks: Option<usize>) -> Result<GpuExecutor, String> {
     let options = gpu_options(MAX_SEQS, max_model_len(cfg, kv_blocks), kv_blocks);
-    GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)
+    GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)
 }
 
 fn max_model_len(cfg: &ModelConfig, kv_blocks: Option<usize>) -> usize {

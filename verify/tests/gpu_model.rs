@@ -17,6 +17,7 @@ use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::Capacity;
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
+use model::start_times::StartTimes;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, Model, StepInput};
@@ -57,8 +58,14 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
         let host = load_weights::<bf16>(&dir, &cfg, &mut |_, _| {}).map_err(|e| msg(&e))?;
         std::fs::remove_dir_all(&dir).map_err(|e| msg(&e))?;
         let mut layers_done = Vec::new();
-        let dev = DeviceWeights::upload(gpu, &host, &dims, &mut |done, total| layers_done.push((done, total)))
-            .map_err(|e| msg(&e))?;
+        let dev = DeviceWeights::upload(
+            gpu,
+            &host,
+            &dims,
+            &mut |done, total| layers_done.push((done, total)),
+            &mut StartTimes::silent(),
+        )
+        .map_err(|e| msg(&e))?;
         let same = |what: &str, got: &cudarc::driver::CudaSlice<bf16>, want: Vec<bf16>| -> Result<(), String> {
             let got = gpu.download(got).map_err(|e| msg(&e))?;
             match bits(&got) == bits(&want) {
@@ -177,7 +184,8 @@ fn preset_model(preset: Preset, seed: u64) -> Result<(ModelConfig, ModelWeights<
 
 fn gpu_model(gpu: &Arc<Gpu>, cfg: &ModelConfig, host: &ModelWeights<bf16>) -> Result<GpuModel, String> {
     let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: 32 };
-    GpuModel::new(gpu, cfg.dims(), host, KvSize::Blocks(BLOCKS), BLOCK, cap, &mut |_, _| {}).map_err(|e| e.to_string())
+    GpuModel::new(gpu, cfg.dims(), host, KvSize::Blocks(BLOCKS), BLOCK, cap, &mut |_, _| {}, &mut StartTimes::silent())
+        .map_err(|e| e.to_string())
 }
 
 /// Relative L2 of `got` against `want` (f64), and the worst row's; any non-finite value fails.
@@ -398,7 +406,7 @@ fn gpu_engine_tokens(
         cuda_graphs: false,
         kv_blocks: None,
     };
-    let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(e)?;
+    let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(e)?;
     let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(|x| x.to_string())?;
     let sched = SchedulerConfig {
         max_num_seqs: 8,

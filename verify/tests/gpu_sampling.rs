@@ -21,6 +21,7 @@ use model::engine::{Completion, Engine, GenerationRequest, LogitsProcessors, Sam
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::StepPlan;
+use model::start_times::StartTimes;
 use small_model::{err, gpu_options, scheduler_config, write_model};
 
 mod small_model;
@@ -111,7 +112,8 @@ impl StepExecutor for Checked {
 
 fn engine(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, graphs: bool) -> Result<(Engine, Arc<Mutex<Seen>>), String> {
     let options = gpu_options(MAX_SEQS, cfg.max_position_embeddings, None);
-    let mut inner = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)?;
+    let mut inner =
+        GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
     inner.set_graph_replay(graphs);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let tokenizer = tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?;

@@ -30,6 +30,7 @@ use model::cpu_backend::Precision;
 use model::engine::Engine;
 use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
 use model::perplexity::{score, windows};
+use model::start_times::StartTimes;
 use tokenizers::Tokenizer;
 use trained_model::{
     continuation_rows, continuations, cpu_engine, engine_over, err, inputs, judge, openings, scored, strict, GENERATED,
@@ -61,7 +62,7 @@ fn gpu_engine(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, tok: &Tokenizer) ->
         cuda_graphs: true,
         kv_blocks: None,
     };
-    let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}).map_err(err)?;
+    let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
     engine_over(Box::new(executor), cfg, tok, BATCH)
 }
 

@@ -53,7 +53,14 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         launch::configure(info.compute_capability);
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
-        Ok(Arc::new(Self { ctx, stream, info, arch, modules: Mutex::new(HashMap::new()), shared: Mutex::new(HashMap::new()) }))
+        Ok(Arc::new(Self {
+            ctx,
+            stream,
+            info,
+            arch,
+            modules: Mutex::new(HashMap::new()),
+            shared: Mutex::new(HashMap::new()),
+        }))
     }
 
     /// What the device is.

@@ -22,6 +22,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::CudaSlice;
 use half::bf16;
@@ -29,6 +30,7 @@ use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, StepInput};
 
+use gpu::gemm::CublasLt;
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, Widen};
 use gpu::Gpu;
 
@@ -40,6 +42,7 @@ use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::executor::{sampling_seqs, KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use crate::scheduler::StepPlan;
+use crate::start_times::{StartPhase, StartTimes};
 
 /// What a GPU executor is built for: its step limits and how much memory its cache may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -120,21 +123,50 @@ impl SamplerParts<'_> {
 
 impl GpuExecutor {
     /// Loads the checkpoint in `dir` as raw bf16 onto `gpu` and sizes its cache from the memory
-    /// left (`progress(done, total)` follows the tensors, then the layers' upload).
+    /// left (`progress(done, total)` follows the tensors, then the layers' upload); each phase's
+    /// wall time goes to `times`.
+    ///
+    /// cuBLASLt (a library of half a gigabyte to map, then its handle and workspace) opens on a
+    /// thread of its own while the checkpoint is read, rather than on the first prefill step,
+    /// which would otherwise pay it; it is joined before the cache is sized, so the cache's size
+    /// does not depend on which finished first.
     pub fn load(
         gpu: &Arc<Gpu>,
         dir: &Path,
         cfg: &ModelConfig,
         options: GpuOptions,
         progress: &mut dyn FnMut(usize, usize),
+        times: &mut StartTimes,
     ) -> Result<Self> {
-        let weights = crate::checkpoint::load_weights::<bf16>(dir, cfg, progress)?;
+        let opening = {
+            let gpu = gpu.clone();
+            std::thread::Builder::new()
+                .name("cublaslt-open".into())
+                .spawn(move || {
+                    let start = Instant::now();
+                    let opened = CublasLt::shared(&gpu).map(drop);
+                    (opened, start.elapsed())
+                })
+                .map_err(|e| Error::Executor(format!("starting the thread that opens cuBLASLt: {e}")))?
+        };
+        let weights =
+            times.time(StartPhase::CheckpointRead, || crate::checkpoint::load_weights::<bf16>(dir, cfg, progress));
+        let waiting = Instant::now();
+        let (opened, took) =
+            opening.join().map_err(|_| Error::Executor("the thread opening cuBLASLt panicked".into()))?;
+        times.record_beside(StartPhase::Cublaslt, took, waiting.elapsed());
+        let weights = weights?;
+        opened?;
         let cap = options.capacity();
         let kv = match options.kv_blocks {
             Some(blocks) => KvSize::Blocks(blocks),
             None => KvSize::MemoryFraction(options.memory_utilization),
         };
-        let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress)?;
+        // What is not the weights' layout and upload (which the model records) is its buffers.
+        let building = Instant::now();
+        let recorded = times.phases().len();
+        let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress, times)?;
+        drop(weights);
         let vocab = cfg.dims().vocab_size;
         let rows = options.max_num_seqs;
         let mut executor = Self {
@@ -151,7 +183,12 @@ impl GpuExecutor {
             gpu: gpu.clone(),
             label: String::new(),
         };
+        // The cache's zeroing is asynchronous: waited for here, it is counted where it is made.
+        gpu.synchronize()?;
+        let uploading: Duration = times.phases()[recorded..].iter().map(|p| p.took).sum();
+        times.record(StartPhase::BuffersKvCache, building.elapsed().saturating_sub(uploading));
         if options.cuda_graphs {
+            let capturing = Instant::now();
             let (mut parts, model) = executor.parts();
             let graphs = DecodeGraphs::capture(
                 model,
@@ -162,6 +199,8 @@ impl GpuExecutor {
                 progress,
             )?;
             executor.graphs = Some(graphs);
+            gpu.synchronize()?;
+            times.record(StartPhase::DecodeGraphs, capturing.elapsed());
         }
         let info = gpu.info();
         let cache = executor.model.cache();

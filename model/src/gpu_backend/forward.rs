@@ -49,6 +49,7 @@ use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity,
 use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
 use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
+use crate::start_times::StartTimes;
 
 fn gib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
@@ -181,7 +182,9 @@ impl GpuModel {
     /// Uploads `weights`, allocates step buffers for `cap` (the split-K workspace included), then
     /// a cache of `block_size`-token blocks sized by `kv` from the memory left. Refuses, before
     /// uploading, a checkpoint that with the step buffers does not fit the free memory, and a
-    /// cache too small for one sequence of `cap.max_blocks_per_seq` blocks.
+    /// cache too small for one sequence of `cap.max_blocks_per_seq` blocks. The weights' layout
+    /// and upload are recorded in `times`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: &Arc<Gpu>,
         dims: ModelDims,
@@ -190,6 +193,7 @@ impl GpuModel {
         block_size: usize,
         cap: Capacity,
         progress: &mut dyn FnMut(usize, usize),
+        times: &mut StartTimes,
     ) -> Result<Self> {
         let need = DeviceWeights::bytes_of(weights);
         let (free, total) = gpu.memory()?;
@@ -231,7 +235,7 @@ impl GpuModel {
             clip_max: p.clip_max as f32,
         };
         gate.validate()?;
-        let weights = DeviceWeights::upload(gpu, weights, &dims, progress)?;
+        let weights = DeviceWeights::upload(gpu, weights, &dims, progress, times)?;
         let mut bufs = StepBuffers::new(gpu, &dims, cap)?;
         // The widest step's split-K workspace, once and before the cache takes the memory left:
         // no plan needs more, so the device memory in use is the same from the first step on,

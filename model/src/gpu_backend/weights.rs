@@ -11,16 +11,25 @@
 //! uses it as the head.
 //!
 //! The host side ([`stacked_rows`], [`qkv_rows`], [`gate_up_rows`]) is plain and tested without
-//! a GPU; [`DeviceWeights::upload`] only copies.
+//! a GPU; [`DeviceWeights::upload`] only copies. A fused weight is written row by row straight
+//! from its source matrices, in parallel (half a billion elements laid out on one thread cost a
+//! start several hundred milliseconds); a weight the device holds as stored goes up from the
+//! loaded array itself, with no copy.
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
 
 use half::bf16;
 use ndarray::{Array1, Array2};
 use oracle::model::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
+use rayon::prelude::*;
 
 use cudarc::driver::CudaSlice;
 use gpu::gemm::layout;
 use gpu::ops::{HeadShape, UClipNormParams};
 use gpu::Gpu;
+
+use crate::start_times::{StartPhase, StartTimes};
 
 /// One decoder layer on the device.
 pub struct DeviceLayer {
@@ -89,58 +98,87 @@ impl DeviceWeights {
     }
 
     /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`), calling
-    /// `progress(done, total)` after each layer.
+    /// `progress(done, total)` after each layer; the host layout and the copies are recorded in
+    /// `times` as [`StartPhase::WeightLayout`] and [`StartPhase::WeightUpload`].
     pub fn upload(
         gpu: &Gpu,
         weights: &ModelWeights<bf16>,
         dims: &ModelDims,
         progress: &mut dyn FnMut(usize, usize),
+        times: &mut StartTimes,
     ) -> gpu::Result<Self> {
-        let mut bytes = 0;
-        let mut matrix = |rows: Vec<bf16>| -> gpu::Result<CudaSlice<bf16>> {
-            bytes += rows.len() * 2;
-            gpu.upload(&rows)
-        };
-        let embed_tokens = matrix(stacked_rows(&[&weights.embed_tokens]))?;
-        let lm_head = weights.lm_head.as_ref().map(|h| matrix(stacked_rows(&[h]))).transpose()?;
+        let mut clock = UploadClock { gpu, bytes: 0, layout: Duration::ZERO, copy: Duration::ZERO };
+        let embed_tokens = clock.matrix(|| row_major(&weights.embed_tokens))?;
+        let lm_head = weights.lm_head.as_ref().map(|h| clock.matrix(|| row_major(h))).transpose()?;
         let total = weights.layers.len();
         let mut layers = Vec::with_capacity(total);
         for (i, layer) in weights.layers.iter().enumerate() {
-            layers.push(upload_layer(gpu, i, layer, dims, &mut matrix)?);
+            layers.push(upload_layer(&mut clock, i, layer, dims)?);
             progress(i + 1, total);
         }
         let norm = upload_norm(gpu, "model.norm", dims.hidden_size, &weights.norm)?;
-        Ok(Self { embed_tokens, layers, norm, lm_head, bytes })
+        times.record(StartPhase::WeightLayout, clock.layout);
+        times.record(StartPhase::WeightUpload, clock.copy);
+        Ok(Self { embed_tokens, layers, norm, lm_head, bytes: clock.bytes })
+    }
+}
+
+/// Uploads matrices, keeping apart the time spent laying them out on the host and copying them.
+struct UploadClock<'a> {
+    gpu: &'a Gpu,
+    bytes: usize,
+    layout: Duration,
+    copy: Duration,
+}
+
+impl UploadClock<'_> {
+    /// Uploads the matrix `rows` lays out (the norms and gains, small, are counted as copies).
+    fn matrix<'r>(&mut self, rows: impl FnOnce() -> Cow<'r, [bf16]>) -> gpu::Result<CudaSlice<bf16>> {
+        let start = Instant::now();
+        let rows = rows();
+        let laid_out = Instant::now();
+        self.layout += laid_out - start;
+        let slice = self.gpu.upload(&rows)?;
+        self.bytes += rows.len() * 2;
+        self.copy += laid_out.elapsed();
+        Ok(slice)
+    }
+
+    /// Times `upload` as a copy.
+    fn small<T>(&mut self, upload: impl FnOnce(&Gpu) -> gpu::Result<T>) -> gpu::Result<T> {
+        let start = Instant::now();
+        let out = upload(self.gpu);
+        self.copy += start.elapsed();
+        out
     }
 }
 
 fn upload_layer(
-    gpu: &Gpu,
+    clock: &mut UploadClock<'_>,
     i: usize,
     l: &LayerWeights<bf16>,
     dims: &ModelDims,
-    matrix: &mut dyn FnMut(Vec<bf16>) -> gpu::Result<CudaSlice<bf16>>,
 ) -> gpu::Result<DeviceLayer> {
     let a = &l.attn;
     let prefix = format!("model.layers.{i}");
-    let norm = |name: &str, channels: usize, w: &UClipNormWeights<bf16>| {
-        upload_norm(gpu, &format!("{prefix}.{name}"), channels, w)
-    };
     let (d, hidden) = (dims.head_dim, dims.hidden_size);
+    let norm = |clock: &mut UploadClock<'_>, name: &str, channels: usize, w: &UClipNormWeights<bf16>| {
+        clock.small(|gpu| upload_norm(gpu, &format!("{prefix}.{name}"), channels, w))
+    };
     let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: d };
     Ok(DeviceLayer {
-        qkv: matrix(qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads))?,
-        o: matrix(stacked_rows(&[&a.o_proj]))?,
-        gate_up: matrix(gate_up_rows(&l.gate_proj, &l.up_proj))?,
-        down: matrix(stacked_rows(&[&l.down_proj]))?,
-        q_norm: norm("self_attn.q_norm", d, &a.q_norm)?,
-        k_norm: norm("self_attn.k_norm", d, &a.k_norm)?,
-        sigma: gpu.upload(&widen(&a.hp1_sigma))?,
-        gamma: gpu.upload(&widen(&a.hp1_gamma))?,
-        input_norm: norm("input_layernorm", hidden, &l.input_layernorm)?,
-        post_attention_norm: norm("post_attention_layernorm", hidden, &l.post_attention_layernorm)?,
-        pre_feedforward_norm: norm("pre_feedforward_layernorm", hidden, &l.pre_feedforward_layernorm)?,
-        post_feedforward_norm: norm("post_feedforward_layernorm", hidden, &l.post_feedforward_layernorm)?,
+        qkv: clock.matrix(|| Cow::Owned(qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads)))?,
+        o: clock.matrix(|| row_major(&a.o_proj))?,
+        gate_up: clock.matrix(|| Cow::Owned(gate_up_rows(&l.gate_proj, &l.up_proj)))?,
+        down: clock.matrix(|| row_major(&l.down_proj))?,
+        q_norm: norm(clock, "self_attn.q_norm", d, &a.q_norm)?,
+        k_norm: norm(clock, "self_attn.k_norm", d, &a.k_norm)?,
+        sigma: clock.small(|gpu| gpu.upload(&widen(&a.hp1_sigma)))?,
+        gamma: clock.small(|gpu| gpu.upload(&widen(&a.hp1_gamma)))?,
+        input_norm: norm(clock, "input_layernorm", hidden, &l.input_layernorm)?,
+        post_attention_norm: norm(clock, "post_attention_layernorm", hidden, &l.post_attention_layernorm)?,
+        pre_feedforward_norm: norm(clock, "pre_feedforward_layernorm", hidden, &l.pre_feedforward_layernorm)?,
+        post_feedforward_norm: norm(clock, "post_feedforward_layernorm", hidden, &l.post_feedforward_layernorm)?,
     })
 }
 
@@ -153,30 +191,62 @@ fn widen(v: &Array1<bf16>) -> Vec<f32> {
     v.iter().map(|x| x.to_f32()).collect()
 }
 
+/// `m` row-major: the loaded array's own elements when it is stored so (as the checkpoint
+/// loader makes every matrix), else a copy.
+fn row_major(m: &Array2<bf16>) -> Cow<'_, [bf16]> {
+    match m.as_slice() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(stacked_rows(&[m])),
+    }
+}
+
 /// The rows of `matrices` one after another, row-major: matrices of one input width stacked
 /// into one weight, so the GEMM that reads their shared input runs once.
 pub fn stacked_rows(matrices: &[&Array2<bf16>]) -> Vec<bf16> {
-    let len = matrices.iter().map(|m| m.len()).sum();
-    let mut rows = Vec::with_capacity(len);
-    for m in matrices {
-        debug_assert_eq!(m.ncols(), matrices[0].ncols(), "stacked matrices share their input width");
-        rows.extend(m.iter().copied());
-    }
-    rows
+    fused_rows(matrices, |r| r)
 }
 
 /// The fused qkv weight as the device holds it: the rows of `q` (`[Hq D, hidden]`), `k` and `v`
 /// (`[Hkv D, hidden]`) stacked, each q and k head's rows in the permuted order of
 /// [`gpu::gemm::layout`] (`heads.head_dim` a multiple of 16).
 pub fn qkv_rows(q: &Array2<bf16>, k: &Array2<bf16>, v: &Array2<bf16>, heads: HeadShape) -> Vec<bf16> {
-    layout::permute_rows(&stacked_rows(&[q, k, v]), q.ncols(), |r| layout::qkv_source(r, heads))
+    fused_rows(&[q, k, v], |r| layout::qkv_source(r, heads))
 }
 
 /// The fused gate/up weight as the device holds it: the rows of `gate` and `up` (each
 /// `[I, hidden]`) interleaved in groups of 8, the layout of [`gpu::gemm::layout`].
 pub fn gate_up_rows(gate: &Array2<bf16>, up: &Array2<bf16>) -> Vec<bf16> {
     let inter = gate.nrows();
-    layout::permute_rows(&stacked_rows(&[gate, up]), gate.ncols(), |r| layout::gate_up_source(r, inter))
+    fused_rows(&[gate, up], |r| layout::gate_up_source(r, inter))
+}
+
+/// The rows of `matrices` stacked (each of one width), in the order `source` gives: row `r` of
+/// the result is row `source(r)` of the stack, as [`layout::permute_rows`] of the stack, but
+/// written in parallel straight from the matrices, with no stacked copy between.
+fn fused_rows(matrices: &[&Array2<bf16>], source: impl Fn(usize) -> usize + Sync) -> Vec<bf16> {
+    let k = matrices.first().map_or(0, |m| m.ncols());
+    debug_assert!(matrices.iter().all(|m| m.ncols() == k), "stacked matrices share their input width");
+    let mut starts = Vec::with_capacity(matrices.len() + 1);
+    starts.push(0);
+    for m in matrices {
+        starts.push(starts.last().copied().unwrap_or(0) + m.nrows());
+    }
+    let rows = starts.last().copied().unwrap_or(0);
+    let mut out = vec![bf16::ZERO; rows * k];
+    if k == 0 {
+        return out;
+    }
+    out.par_chunks_mut(k).enumerate().for_each(|(r, dst)| {
+        let s = source(r);
+        // The matrix holding stacked row s: the last whose first row is at or before it.
+        let m = starts.partition_point(|&start| start <= s) - 1;
+        let row = matrices[m].row(s - starts[m]);
+        match row.as_slice() {
+            Some(src) => dst.copy_from_slice(src),
+            None => dst.iter_mut().zip(row.iter()).for_each(|(d, x)| *d = *x),
+        }
+    });
+    out
 }
 
 #[cfg(test)]
@@ -193,6 +263,25 @@ mod tests {
         let v = v_t.t().to_owned();
         let got: Vec<f32> = stacked_rows(&[&q, &k, &v]).iter().map(|x| x.to_f32()).collect();
         assert_eq!(got, vec![0., 1., 2., 3., 4., 5., 10., 11., 12., 20., 21., 22., 23., 24., 25.]);
+    }
+
+    #[test]
+    fn fused_rows_are_the_layout_permutation_of_the_stack() {
+        let b = |x: usize| bf16::from_f32(x as f32);
+        let heads = HeadShape { num_heads: 3, num_kv_heads: 1, head_dim: 32 };
+        let q = Array2::from_shape_fn((96, 5), |(r, c)| b(r * 5 + c));
+        let k = Array2::from_shape_fn((32, 5), |(r, c)| b(1000 + r * 5 + c));
+        // Column-major, so the row copy takes its element-wise path.
+        let v = Array2::from_shape_fn((5, 32), |(c, r)| b(2000 + r * 5 + c)).reversed_axes();
+        assert!(v.as_slice().is_none());
+        let stack = stacked_rows(&[&q, &k, &v]);
+        let want = layout::permute_rows(&stack, 5, |r| layout::qkv_source(r, heads));
+        assert_eq!(qkv_rows(&q, &k, &v, heads), want);
+        let up = Array2::from_shape_fn((96, 5), |(r, c)| b(3000 + r * 5 + c));
+        let want = layout::permute_rows(&stacked_rows(&[&q, &up]), 5, |r| layout::gate_up_source(r, 96));
+        assert_eq!(gate_up_rows(&q, &up), want);
+        assert_eq!(row_major(&v).into_owned(), stacked_rows(&[&v]));
+        assert!(matches!(row_major(&q), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use model::executor::StepExecutor;
 use model::executor_loader::{load_executor, ExecutorOptions};
 use model::perplexity::prediction_rows;
 use model::scheduler::SchedulerConfig;
+use model::start_times::StartTimes;
 use ndarray::{s, Array2};
 use tokenizers::Tokenizer;
 use verify::greedy_agreement::{relative_l2, Rows, Tally, Verdict};
@@ -97,7 +98,8 @@ pub fn cpu_engine(
         enforce_eager: false,
         max_num_batched_tokens: Some(2048),
     };
-    engine_over(load_executor(dir, cfg, &opts, &mut |_, _| {}).map_err(err)?.executor, cfg, tok, batch)
+    let loaded = load_executor(dir, cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
+    engine_over(loaded.executor, cfg, tok, batch)
 }
 
 /// The greedy continuation of every opening, [`GENERATED`] tokens each, in order.
