@@ -112,11 +112,6 @@ namespace gemm_skinny {
 constexpr int WARPS = 8;
 constexpr int THREADS = WARPS * 32;
 constexpr int STEP_K = 32;
-// The W blocks whose CTAs ask L2 for the whole weight before pdl_wait() (about the CTAs that
-// start beside the predecessor: one an SM), and the largest weight they ask for (under half of
-// the H200's 50 MB of L2, so the activations and the next weights keep their room).
-constexpr int PREFETCH_LEAD = 128;
-constexpr long long PREFETCH_WHOLE_BYTES = 24ll << 20;
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
@@ -304,18 +299,9 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
 
   // This W block is constant: its first slab's CTA asks for it in L2 before waiting on the
   // kernel that writes x (pdl.cuh), so under PDL the block streams in during that kernel's tail.
-  // Only the CTAs that find room beside that kernel start early (about one an SM), so where the
-  // whole weight fits well inside L2 (not the LM head, which would evict itself), the CTAs of the
-  // first PREFETCH_LEAD blocks also ask for the blocks PREFETCH_LEAD, 2 PREFETCH_LEAD, ... after
-  // theirs (thread i the i-th), and a wide grid's later CTAs find their block already there.
-  if (slab == 0) {
-    const int block = n0 / ROWS;
-    const long long whole = (long long)n * k * 2;
-    const int b = block + PREFETCH_LEAD * (int)threadIdx.x;
-    if ((threadIdx.x == 0 || (block < PREFETCH_LEAD && whole <= PREFETCH_WHOLE_BYTES)) && (long long)b * ROWS < n) {
-      const long long bytes = (long long)min(ROWS, n - b * ROWS) * k * 2;
-      prefetch_l2(w + (long long)b * ROWS * k, (unsigned)min(bytes, 1LL << 30));
-    }
+  if (threadIdx.x == 0 && slab == 0) {
+    const long long bytes = (long long)min(ROWS, n - n0) * k * 2;
+    prefetch_l2(w + (long long)n0 * k, (unsigned)min(bytes, 1LL << 30));
   }
   pdl_begin();
 
