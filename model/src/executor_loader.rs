@@ -29,8 +29,12 @@ pub const CHUNKS_PER_STEP: usize = 4;
 /// The GPU's step budget when `--max-num-batched-tokens` is not given, beside a decode row of
 /// every sequence: prefill chunk rows go through cuBLASLt, which on the H200 runs this model's
 /// GEMMs at 678-739 TFLOP/s only at M in the tens of thousands (issue 18), so a prefill-heavy step
-/// should carry many chunks. A placeholder (16 chunks) until the lead's device sweep of
-/// `scripts/device-run.sh budget` picks the value; that RESULTS run is to be named here.
+/// should carry many chunks. 16 chunks, from RESULTS run 55 (`scripts/device-run.sh budget`,
+/// asynct-0.5b): against 4 chunks, prefill_heavy_b16 goes from 229K to 403K prompt tokens/s,
+/// balanced_b32 from 262K to 440K and long_decode_b32 from 175K to 323K, decode steps unchanged;
+/// 32 chunks add nothing to prefill_heavy_b16 (401K) and 7-8% to the other two, but double how
+/// long a decoding request can wait behind one step's prefill (vLLM's online default is also
+/// 8192).
 pub const GPU_STEP_TOKENS: usize = 8192;
 
 /// Where a step budget's default comes from.

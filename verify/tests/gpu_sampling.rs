@@ -111,7 +111,10 @@ impl StepExecutor for Checked {
 }
 
 fn engine(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, graphs: bool) -> Result<(Engine, Arc<Mutex<Seen>>), String> {
-    let options = gpu_options(MAX_SEQS, cfg.max_position_embeddings, None);
+    // A fixed cache rather than a fraction of free memory: two of these engines are alive at
+    // once below, and the second would find the first's share taken.
+    let blocks = MAX_SEQS * cfg.max_position_embeddings.div_ceil(small_model::BLOCK);
+    let options = gpu_options(MAX_SEQS, cfg.max_position_embeddings, Some(blocks));
     let mut inner =
         GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
     inner.set_graph_replay(graphs);
