@@ -45,8 +45,11 @@
 #             default 256, the same seeded ids) through `asynct bench` (engine only, all submitted at
 #             once, serve-engine.json/log) and through `asynct serve` loaded by `asynct bench-serve`
 #             at SERVE_CONCURRENCY streams (default 256; serve-http.json/log, the server's log in
-#             serve-server.log); the HTTP output throughput's ratio to the engine's goes to
-#             serve-ratio.txt (the goal: at least 0.9)
+#             serve-server.log, with the server's /metrics after the run appended); the HTTP output
+#             throughput's ratio to the engine's goes to serve-ratio.txt (the goal: at least 0.9), with
+#             what tells the losses apart: the engine's decode step beside the server's (its /metrics
+#             step and between-step seconds), TPOT, the requests whose first token came over 0.5 s
+#             late, net.core.somaxconn and the kernel's listen-queue overflows during the HTTP run
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
 #             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
 #             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
@@ -105,6 +108,16 @@ start_serve() {
     return 1
   fi
 }
+# Writes the body of GET $2 on 127.0.0.1:$1 to $3 (bash's /dev/tcp, no curl needed).
+http_get() {
+  if exec 3<>"/dev/tcp/127.0.0.1/$1"; then
+    printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$2" >&3
+    timeout 10 cat <&3 | sed '1,/^\r$/d' > "$3"
+    exec 3<&- 3>&-
+  fi
+}
+# The kernel's listen-queue counters (SYNs dropped for a full backlog), or nothing without nstat.
+listen_drops() { nstat -az TcpExtListenOverflows TcpExtListenDrops 2>/dev/null | awk '/^TcpExt/ { printf "%s=%s ", $1, $2 }'; }
 # Stops the server start_serve left running (SIGTERM, then waits for it to drain and exit).
 stop_serve() { kill -TERM "$served" 2>/dev/null; wait "$served"; }
 echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
@@ -283,17 +296,47 @@ PY
       # The engine alone: every request submitted at once, the same seeded ids bench-serve sends.
       $B/asynct bench --model $M --scenario decode_heavy_b32 --requests $n --prompt-len $in --output-len $gen \
         --max-num-seqs $c --out "$OUT/serve-engine.json" 2>&1 | tee "$OUT/serve-engine.log" || status=1
+      rm -f /tmp/serve-metrics.txt
+      { echo "somaxconn: $(cat /proc/sys/net/core/somaxconn 2>/dev/null)"; echo "listen drops before: $(listen_drops)"; } > /tmp/serve-net.txt
       if start_serve serve-server 8100 --max-num-seqs $c --max-connections $((c + 64)); then
         $B/asynct bench-serve --url http://127.0.0.1:8100 --vocab-size "$vocab" --num-prompts $n --max-concurrency $c \
           --input-len $in --output-len $gen --out "$OUT/serve-http.json" 2>&1 | tee "$OUT/serve-http.log" || status=1
+        http_get 8100 /metrics /tmp/serve-metrics.txt
         stop_serve
+        { echo "== /metrics after the run"; cat /tmp/serve-metrics.txt; } >> "$OUT/serve-server.log"
       else
         status=1; kill "$served" 2>/dev/null
       fi
-      python3 - "$OUT/serve-engine.json" "$OUT/serve-http.json" <<'PY' 2>&1 | tee "$OUT/serve-ratio.txt" || status=1
-import json, sys
+      echo "listen drops after: $(listen_drops)" >> /tmp/serve-net.txt
+      python3 - "$OUT/serve-engine.json" "$OUT/serve-http.json" /tmp/serve-metrics.txt /tmp/serve-net.txt <<'PY' 2>&1 | tee "$OUT/serve-ratio.txt" || status=1
+import json, re, sys
 engine = json.load(open(sys.argv[1]))["scenarios"][0]
 http = json.load(open(sys.argv[2]))
+try:
+    metrics = open(sys.argv[3]).read()
+except OSError:
+    metrics = ""
+def sample(name):
+    m = re.search("^" + re.escape(name) + r" (\S+)$", metrics, re.M)
+    return float(m.group(1)) if m else None
+print(open(sys.argv[4]).read().strip())
+steps = {k: sample(f'asynct_engine_steps_total{{kind="{k}"}}') for k in ("decode", "other")}
+secs = {k: sample(f'asynct_engine_step_seconds_total{{kind="{k}"}}') for k in ("decode", "other")}
+between = sample("asynct_engine_between_steps_seconds_total")
+if steps["decode"]:
+    all_steps = steps["decode"] + (steps["other"] or 0)
+    print(f"decode step: engine {engine['decode_step_ms']['mean']:.3f} ms mean ({engine['steps']['decode']} steps); "
+          f"server {secs['decode'] / steps['decode'] * 1e3:.3f} ms mean ({steps['decode']:.0f} steps, "
+          f"{steps['other']:.0f} others); the server's own work between steps {between / all_steps * 1e3:.3f} ms per step")
+else:
+    print("decode step: the server's /metrics were not read")
+requests = http["requests"]
+late = sorted(r["ttft_ms"] for r in requests if (r.get("ttft_ms") or 0) > 500)
+# A request whose text came only with its last token (held as a partial character) has a TTFT of about its end.
+held = sum(1 for r in requests if r.get("ttft_ms") is not None and r["e2el_ms"] - r["ttft_ms"] < 2 * http["tpot_ms"]["median"])
+print(f"ttft: median {http['ttft_ms']['median']:.1f} ms, p99 {http['ttft_ms']['p99']:.1f} ms; {len(late)} over 500 ms "
+      f"({', '.join(f'{t:.0f}' for t in late[:12])}); {held} released no text before their end (their TTFT is "
+      f"their end); tpot median {http['tpot_ms']['median']:.3f} ms")
 engine_out = engine["generated_tokens"] / engine["wall_s"]
 engine_total = (engine["prompt_tokens"] + engine["generated_tokens"]) / engine["wall_s"]
 ratio = http["output_throughput"] / engine_out

@@ -1,6 +1,12 @@
-//! The accept loop of `asynct serve` and the limits every connection lives under, so that slow or
-//! stalled clients cost a bounded number of sockets, bytes and seconds:
+//! The listening socket and the accept loop of `asynct serve`, and the limits every connection
+//! lives under, so that slow or stalled clients cost a bounded number of sockets, bytes and
+//! seconds:
 //!
+//! - the listen backlog is [`LISTEN_BACKLOG`], not the 128 that `TcpListener::bind` asks for
+//!   (std's and mio's default): a benchmark opening 256 streams at once overflows 128, and the
+//!   kernel drops each SYN past it, which the client resends only after its 1 s retransmission
+//!   timeout, so a few requests start a second late; the kernel caps the backlog at
+//!   `net.core.somaxconn`, which [`listen`] reports when it is lower than asked;
 //! - at most `max_connections` open at once; one past it is answered 503 and closed at once;
 //! - a connection waiting for a request (just opened, or after a response) is closed after
 //!   `keep_alive_timeout`; once a request's first byte arrives its whole head must arrive within
@@ -19,6 +25,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -31,7 +38,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -39,6 +46,46 @@ use tower::ServiceExt;
 
 /// The longest request head (request line and headers) read; a longer one is refused by hyper.
 pub const MAX_HEAD_BYTES: usize = 64 << 10;
+
+/// Connections the kernel may hold completed for `accept` (capped at `net.core.somaxconn`).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Where the kernel's cap on every listen backlog is read.
+const SOMAXCONN: &str = "/proc/sys/net/core/somaxconn";
+
+/// Listens on the first address `host` and `port` resolve to that binds, with a backlog of
+/// [`LISTEN_BACKLOG`]; the error is the last address's. When the kernel caps backlogs lower
+/// (`net.core.somaxconn`), the second value says so, naming the cap, for the caller to print.
+pub async fn listen(host: &str, port: u16) -> io::Result<(TcpListener, Option<String>)> {
+    let mut last = io::Error::new(io::ErrorKind::InvalidInput, "the host resolves to no address");
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        match listen_on(addr) {
+            Ok(listener) => return Ok((listener, backlog_capped())),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    // As `TcpListener::bind` does: a restarted server rebinds while old connections linger.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// A warning when `net.core.somaxconn` holds the backlog below [`LISTEN_BACKLOG`].
+fn backlog_capped() -> Option<String> {
+    let cap: u32 = std::fs::read_to_string(SOMAXCONN).ok()?.trim().parse().ok()?;
+    (cap < LISTEN_BACKLOG).then(|| {
+        format!(
+            "warning: {SOMAXCONN} is {cap}, so the listen backlog is {cap}, not {LISTEN_BACKLOG}: more connections \
+             opened at once than that wait for the client's SYN retransmission (1 s); raise it with \
+             `sysctl net.core.somaxconn={LISTEN_BACKLOG}`"
+        )
+    })
+}
 
 /// What each connection may take.
 #[derive(Clone, Copy, Debug)]
@@ -252,5 +299,73 @@ impl AsyncWrite for Timed {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use super::*;
+
+    /// Clients that connect at once, more than the 128 of the default backlog.
+    const CLIENTS: usize = 300;
+
+    /// Connects every client before the server accepts any, as a burst of connects outruns the
+    /// accept loop: past a backlog of 128 the kernel drops the SYNs and these connects would wait
+    /// out the 1 s retransmission. Then serves them all, each within a bound.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_connects_past_128_is_held_and_served_promptly() {
+        let (listener, capped) = listen("127.0.0.1", 0).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut connects = JoinSet::new();
+        for _ in 0..CLIENTS {
+            connects.spawn(tokio::time::timeout(Duration::from_millis(500), TcpStream::connect(addr)));
+        }
+        let mut streams = Vec::new();
+        while let Some(joined) = connects.join_next().await {
+            match joined.unwrap() {
+                Ok(connected) => streams.push(connected.unwrap()),
+                Err(_) => panic!(
+                    "a connect waited 500 ms with {} done before any accept ({})",
+                    streams.len(),
+                    capped.as_deref().unwrap_or("the backlog was not capped")
+                ),
+            }
+        }
+        let limits = ConnLimits {
+            max_connections: CLIENTS + 20,
+            header_timeout: Duration::from_secs(5),
+            keep_alive_timeout: Duration::from_secs(5),
+            drain: Duration::from_secs(1),
+        };
+        let router = Router::new().route("/health", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, router, limits, async move {
+            let _ = stopped.await;
+        }));
+        // Each client on a thread of its own with blocking reads, bounded by a read timeout.
+        let mut answers = JoinSet::new();
+        for stream in streams {
+            let mut stream = stream.into_std().unwrap();
+            answers.spawn_blocking(move || {
+                stream.set_nonblocking(false)?;
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")?;
+                let mut answer = Vec::new();
+                stream.read_to_end(&mut answer)?;
+                Ok::<_, io::Error>(answer)
+            });
+        }
+        let mut served = 0;
+        while let Some(joined) = answers.join_next().await {
+            let answer = joined.unwrap().expect("answered within the 5 s read timeout");
+            let text = String::from_utf8_lossy(&answer);
+            assert!(text.starts_with("HTTP/1.1 200 OK") && text.ends_with("ok"), "{text}");
+            served += 1;
+        }
+        assert_eq!(served, CLIENTS);
+        stop.send(()).unwrap();
+        server.await.unwrap();
     }
 }

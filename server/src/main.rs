@@ -13,10 +13,10 @@
 //!
 //! This crate parses arguments, prints and speaks HTTP; the engine lives in `model`, the numerics in
 //! `oracle`. The server's layers: [`api`] (requests, validation, errors), [`chat_template`],
-//! [`conn`] (the accept loop and each connection's limits), [`http`] and [`respond`] (routes, JSON and
-//! SSE), [`engine_thread`] (the one owner of the engine),
-//! [`metrics`], and [`load`] (the tokenizer, the executor for `--device` and the scheduler's
-//! limits, shared by `generate`, `serve` and [`bench`]).
+//! [`conn`] (the listening socket, the accept loop and each connection's limits), [`http`] and
+//! [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine, and the
+//! thread that delivers its events), [`metrics`], and [`load`] (the tokenizer, the executor for
+//! `--device` and the scheduler's limits, shared by `generate`, `serve` and [`bench`]).
 
 mod api;
 mod bench;

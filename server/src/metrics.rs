@@ -2,7 +2,7 @@
 //!
 //! Written here rather than taken from a crate because the server needs a dozen fixed series and
 //! nothing else: gauges the engine thread sets after each step, counters and latency histograms
-//! it bumps per token and per request. Handlers only read ([`Metrics::render`]), so gauges and
+//! it bumps per step, per token and per request. Handlers only read ([`Metrics::render`]), so gauges and
 //! counters are relaxed atomics (a scrape may mix two steps' values, which Prometheus tolerates)
 //! and each histogram is one small mutex, so that its buckets, sum and count always agree.
 
@@ -33,6 +33,9 @@ pub struct Metrics {
     prefix_cache_queries: AtomicU64,
     prefix_cache_hits: AtomicU64,
     finished: Mutex<BTreeMap<String, u64>>,
+    steps: [StepTime; 2],
+    /// Nanoseconds the engine thread spent between consecutive steps (routing events, commands).
+    between_steps_ns: AtomicU64,
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
@@ -58,6 +61,8 @@ impl Metrics {
             prefix_cache_queries: AtomicU64::new(0),
             prefix_cache_hits: AtomicU64::new(0),
             finished: Mutex::new(FINISH_REASONS.iter().map(|r| (r.to_string(), 0)).collect()),
+            steps: Default::default(),
+            between_steps_ns: AtomicU64::new(0),
             ttft: Histogram::new(TTFT_BUCKETS),
             itl: Histogram::new(ITL_BUCKETS),
             e2e: Histogram::new(E2E_BUCKETS),
@@ -118,6 +123,20 @@ impl Metrics {
         self.e2e.observe(e2e.as_secs_f64());
     }
 
+    /// An engine step took `took` (inside `Engine::step`); `decode_only` when every row of it
+    /// was a decode row, the step an engine-only benchmark's decode step time measures.
+    pub fn record_step(&self, decode_only: bool, took: Duration) {
+        let s = &self.steps[usize::from(!decode_only)];
+        s.count.fetch_add(1, Ordering::Relaxed);
+        s.ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+
+    /// The engine thread spent `took` between two consecutive steps: the server's own work on
+    /// the thread the steps wait for.
+    pub fn record_between_steps(&self, took: Duration) {
+        self.between_steps_ns.fetch_add(nanos(took), Ordering::Relaxed);
+    }
+
     /// A request was refused with 429 because the queue was full.
     pub fn record_rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
@@ -160,6 +179,26 @@ impl Metrics {
             header(&mut out, name, help, "counter");
             let _ = writeln!(out, "{name} {}", load(value));
         }
+        header(
+            &mut out,
+            "asynct_engine_steps_total",
+            "Engine steps, by kind (decode: every row a decode row).",
+            "counter",
+        );
+        for (kind, s) in STEP_KINDS.iter().zip(&self.steps) {
+            let _ = writeln!(out, "asynct_engine_steps_total{{kind=\"{kind}\"}} {}", load(&s.count));
+        }
+        let help = "Seconds inside the engine's steps, by kind.";
+        header(&mut out, "asynct_engine_step_seconds_total", help, "counter");
+        for (kind, s) in STEP_KINDS.iter().zip(&self.steps) {
+            let _ = writeln!(out, "asynct_engine_step_seconds_total{{kind=\"{kind}\"}} {}", seconds(load(&s.ns)));
+        }
+        let (name, help) = (
+            "asynct_engine_between_steps_seconds_total",
+            "Seconds the engine thread spent between consecutive steps: routing events, taking commands.",
+        );
+        header(&mut out, name, help, "counter");
+        let _ = writeln!(out, "{name} {}", seconds(load(&self.between_steps_ns)));
         header(&mut out, "asynct_requests_total", "Requests ended, by finish reason.", "counter");
         for (reason, n) in lock(&self.finished).iter() {
             let _ = writeln!(out, "asynct_requests_total{{finish_reason=\"{}\"}} {n}", escape(reason));
@@ -175,6 +214,24 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The `kind` label of the step series, in the order of `Metrics::steps`.
+const STEP_KINDS: [&str; 2] = ["decode", "other"];
+
+/// Steps of one kind and their summed wall time.
+#[derive(Default)]
+struct StepTime {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 * 1e-9
 }
 
 fn header(out: &mut String, name: &str, help: &str, kind: &str) {
@@ -254,6 +311,9 @@ mod tests {
             ("asynct_requests_total", "counter"),
             ("asynct_prefix_cache_queries_total", "counter"),
             ("asynct_prefix_cache_hits_total", "counter"),
+            ("asynct_engine_steps_total", "counter"),
+            ("asynct_engine_step_seconds_total", "counter"),
+            ("asynct_engine_between_steps_seconds_total", "counter"),
             ("asynct_time_to_first_token_seconds", "histogram"),
             ("asynct_inter_token_latency_seconds", "histogram"),
             ("asynct_e2e_request_latency_seconds", "histogram"),
@@ -316,7 +376,17 @@ mod tests {
         m.record_finished("length", Duration::from_secs(2));
         m.record_finished("abort", Duration::from_secs(3));
         m.record_rejected();
+        m.record_step(true, Duration::from_millis(6));
+        m.record_step(true, Duration::from_millis(7));
+        m.record_step(false, Duration::from_millis(20));
+        m.record_between_steps(Duration::from_micros(250));
+        m.record_between_steps(Duration::from_micros(250));
         let text = m.render();
+        assert_eq!(sample(&text, "asynct_engine_steps_total{kind=\"decode\"}"), 2.0);
+        assert_eq!(sample(&text, "asynct_engine_steps_total{kind=\"other\"}"), 1.0);
+        assert!((sample(&text, "asynct_engine_step_seconds_total{kind=\"decode\"}") - 0.013).abs() < 1e-12);
+        assert!((sample(&text, "asynct_engine_step_seconds_total{kind=\"other\"}") - 0.020).abs() < 1e-12);
+        assert!((sample(&text, "asynct_engine_between_steps_seconds_total") - 0.0005).abs() < 1e-12);
         assert_eq!(sample(&text, "asynct_prompt_tokens_total"), 12.0);
         assert_eq!(sample(&text, "asynct_generation_tokens_total"), 3.0);
         assert_eq!(sample(&text, "asynct_requests_rejected_total"), 1.0);

@@ -154,9 +154,12 @@ async fn serve(
     mut start: Start,
 ) -> Result<(), String> {
     let binding = Instant::now();
-    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+    let (listener, capped) = conn::listen(&args.host, args.port)
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", args.host, args.port))?;
+    if let Some(warning) = capped {
+        eprintln!("{warning}");
+    }
     let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
     start.times.record(StartPhase::Bind, binding.elapsed());
     eprintln!("{}", start.summary());
