@@ -7,6 +7,7 @@
   ``asynct generate`` gives ``model.generate``'s greedy tokens (float32, 64 tokens) and, through
   ``--dump-logits``, its logits at every position within 1e-5; the saved tensors are the loaded
   ones under SPEC section 1's names.
+- torch's bf16 ``F.linear`` (the bf16 mode's GEMM) sums in float32 and rounds once.
 - The KV cache: a prompt run in pieces gives the logits of one pass.
 - Training: a few steps on a small text write a checkpoint ``asynct generate`` loads.
 - The Python preset table is ``asynct init``'s (needs no torch).
@@ -108,6 +109,33 @@ def test_bf16_logits_are_as_close_to_f64_as_the_oracle_bf16_mode(checkpoints, na
     print(f"{name}: bf16 vs f64 per position: torch max {got.max():.3e} mean {got.mean():.3e}; "
           f"oracle bf16 max {oracle_bf16.max():.3e} mean {oracle_bf16.mean():.3e}; worst ratio {ratio.max():.3f}")
     assert np.all(got <= 1.5 * oracle_bf16), f"position {ratio.argmax()}: {got[ratio.argmax()]:.3e} vs {oracle_bf16[ratio.argmax()]:.3e}"
+
+
+def test_torch_bf16_linear_rounds_an_f32_sum_once():
+    """The bf16 mode's GEMMs are torch's bf16 ``F.linear``, on SPEC section 4's premise that it
+    multiplies bf16 operands, sums in float32 and rounds the output once. Then its output is the
+    exact product correctly rounded except where the float32 sum falls within its own error of a
+    bf16 rounding boundary (a few in 10^5), and there one bf16 unit off. A GEMM that rounds
+    partial sums to bf16 (here: every 64 terms of the sum) misses far more often."""
+    torch = need("torch")
+    import torch.nn.functional as F
+
+    def bits(t):
+        return t.contiguous().view(torch.int16).to(torch.int32)
+
+    g = torch.Generator().manual_seed(3)
+    for rows, k, n in [(97, 256, 256), (97, 256, 640), (97, 640, 256), (97, 256, 4096), (1, 256, 4096)]:
+        x = torch.randn(1, rows, k, generator=g).bfloat16()
+        w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
+        # Products of bf16 values are exact in float64 and these sums nearly so; rounding through
+        # float32 to bf16 rounds twice, which errs only where float32 lands on a bf16 tie.
+        want = F.linear(x.double(), w.double()).float().bfloat16()
+        misses = bits(F.linear(x, w)) - bits(want)
+        assert int(misses.abs().max()) <= 1, (rows, k, n)
+        assert int((misses != 0).sum()) <= 1e-3 * want.numel(), (rows, k, n, int((misses != 0).sum()))
+        blocked = torch.einsum("trbi,nbi->trnb", x.float().view(1, rows, k // 64, 64), w.float().view(n, k // 64, 64))
+        blocked = blocked.bfloat16().float().sum(-1).bfloat16()
+        assert int((bits(blocked) != bits(want)).sum()) > 1e-2 * want.numel(), "the check cannot tell a bf16 sum"
 
 
 def test_the_kv_cache_gives_the_logits_of_one_pass(checkpoints):
