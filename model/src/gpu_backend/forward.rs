@@ -51,6 +51,17 @@ use super::weights::{DeviceLayer, DeviceWeights};
 use crate::error::{Error, Result};
 use crate::start_times::StartTimes;
 
+/// `(n, k)` of a weight's GEMM: what planning loads and enqueueing launches.
+fn gemm_nk(dims: &ModelDims, heads: &HeadShape, weight: Weight) -> (usize, usize) {
+    let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
+    match weight {
+        Weight::Qkv => (heads.qkv_width(), hidden),
+        Weight::O => (hidden, heads.q_width()),
+        Weight::GateUp => (2 * inter, hidden),
+        Weight::Down => (hidden, inter),
+    }
+}
+
 fn gib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
@@ -378,7 +389,7 @@ impl GpuModel {
         for op in &program.ops {
             match *op {
                 Op::Linear { weight, lane, epilogue, .. } => {
-                    let (n, k) = self.gemm_nk(weight);
+                    let (n, k) = gemm_nk(&self.dims, &self.heads, weight);
                     let m = rows.lane(lane).1;
                     self.linears.prepare(lane, GemmShape { m, n, k }, epilogue)?;
                 }
@@ -402,17 +413,6 @@ impl GpuModel {
         Ok(launch)
     }
 
-    /// `(n, k)` of a weight's GEMM.
-    fn gemm_nk(&self, weight: Weight) -> (usize, usize) {
-        let (hidden, inter) = (self.dims.hidden_size, self.dims.intermediate_size);
-        match weight {
-            Weight::Qkv => (self.heads.qkv_width(), hidden),
-            Weight::O => (hidden, self.heads.q_width()),
-            Weight::GateUp => (2 * inter, hidden),
-            Weight::Down => (hidden, inter),
-        }
-    }
-
     /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
     /// what `after` enqueues, into a CUDA graph. Graphs and eager steps share the step buffers and
     /// the split-K workspace: they run one after another on one stream, and none of it moves.
@@ -432,12 +432,8 @@ impl GpuModel {
         let d = self.dims.clone();
         let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
-        let nk = |weight| match weight {
-            Weight::Qkv => (qkv_width, hidden),
-            Weight::O => (hidden, q_width),
-            Weight::GateUp => (2 * inter, hidden),
-            Weight::Down => (hidden, inter),
-        };
+        let shape = self.heads;
+        let nk = |weight| gemm_nk(&d, &shape, weight);
         let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
