@@ -6,10 +6,16 @@
 
 use crate::runtime::Kernel;
 
-/// HP1 attention, decode and split-K (dense or sparse-index PV); see the file's header.
+/// HP1 attention, decode and split-K (dense or sparse-index PV): the body in
+/// `hp1_attention.cuh` (its header gives the algorithm), the entry points in `hp1_decode.cu`.
 pub const HP1_DECODE: Kernel = Kernel {
     name: "hp1_decode.cu",
-    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_decode.cu")),
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/loads.cuh"),
+        include_str!("../kernels/hp1_attention.cuh"),
+        include_str!("../kernels/hp1_decode.cu")
+    ),
 };
 
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
@@ -86,14 +92,33 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
 };
 
 /// The skinny GEMM of decode-sized batches ([`crate::gemm`]): `ops_common.cuh` (bf16 and its
-/// rounding), `tensor_core.cuh` (the mma wrapper), then the file.
+/// rounding), `tensor_core.cuh` (the mma wrapper), the body in `gemm_skinny.cuh` (its header
+/// gives the algorithm), then the entry points in `gemm_skinny.cu`.
 pub const GEMM_SKINNY: Kernel = Kernel {
     name: "gemm_skinny.cu",
     source: concat!(
         include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/loads.cuh"),
         include_str!("../kernels/ops_common.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/gemm_skinny.cuh"),
         include_str!("../kernels/gemm_skinny.cu")
+    ),
+};
+
+/// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
+/// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
+/// barriers; see `decode_mega.cu`'s header.
+pub const DECODE_MEGA: Kernel = Kernel {
+    name: "decode_mega.cu",
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/loads.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/gemm_skinny.cuh"),
+        include_str!("../kernels/hp1_attention.cuh"),
+        include_str!("../kernels/decode_mega.cu")
     ),
 };
 
@@ -111,6 +136,7 @@ pub const ALL: &[Kernel] = &[
     HP1_PREFILL_WGMMA,
     GEMM_SKINNY,
     HP1_GATE_STATS,
+    DECODE_MEGA,
 ];
 
 /// The kernel files a device of compute capability `cc` runs: every one, less the tensor-core

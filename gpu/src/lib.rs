@@ -1,6 +1,7 @@
 //! The CUDA side of asynct: device discovery, the HP1 attention kernels and the model's small ops
 //! (CUDA C++ compiled at run time by NVRTC), the linear layers' GEMMs ([`gemm`]: a skinny
-//! tensor-core kernel for decode batches, cuBLASLt for prefill), and CUDA graphs ([`Gpu::capture`]).
+//! tensor-core kernel for decode batches, cuBLASLt for prefill), the persistent decode megakernel
+//! ([`mega`]: every layer of a small decode step in one launch), and CUDA graphs ([`Gpu::capture`]).
 //!
 //! cudarc is built with dynamic loading, so this crate compiles and its users run on machines
 //! without CUDA: [`probe`] says whether a driver and a device are there, and every GPU test
@@ -23,6 +24,7 @@ pub mod device;
 pub mod error;
 pub mod gemm;
 pub mod kernels;
+pub mod mega;
 pub mod ops;
 pub mod runtime;
 

@@ -11,6 +11,7 @@ use crate::config::ModelConfig;
 use crate::cpu_backend::{check_host_bytes, cpu_block_bytes, format_bytes, load_cpu_executor, Precision};
 use crate::error::{Error, Result};
 use crate::executor::StepExecutor;
+use crate::gpu_backend::decode_kernel::DecodeKernel;
 use crate::gpu_backend::executor::{open_gpu, GpuExecutor, GpuOptions};
 use crate::gpu_backend::step_buffers::step_memory;
 use crate::start_times::{StartPhase, StartTimes};
@@ -144,6 +145,8 @@ pub struct ExecutorOptions<'a> {
     pub gpu_memory_utilization: f64,
     /// No whole-step CUDA graphs on the GPU: every step runs eagerly.
     pub enforce_eager: bool,
+    /// `--decode-kernel`: auto, graph or mega (`gpu_backend::decode_kernel`).
+    pub decode_kernel: &'a str,
     /// `--max-num-batched-tokens`: query tokens in one step, at most; `None` takes the device's
     /// [`default_step_budget`].
     pub max_num_batched_tokens: Option<usize>,
@@ -170,6 +173,7 @@ pub fn load_executor(
     let flag = "--max-num-batched-tokens";
     let given = opts.max_num_batched_tokens.map(|n| check_step_budget(n, opts.max_num_seqs, flag)).transpose()?;
     let budget = |device| given.unwrap_or_else(|| default_step_budget(device, opts.max_num_seqs));
+    let decode_kernel: DecodeKernel = opts.decode_kernel.parse()?;
     let opening = Instant::now();
     match Device::parse(opts.device, cfg.head_dim)? {
         Device::Cuda(gpu) => {
@@ -186,6 +190,7 @@ pub fn load_executor(
                 block_size: BLOCK_SIZE,
                 memory_utilization: utilization,
                 cuda_graphs: !opts.enforce_eager,
+                decode_kernel,
                 kv_blocks: None,
             };
             check_gpu_sizes(&gpu, cfg, opts)?;
@@ -375,6 +380,7 @@ mod tests {
             cpu_blocks: 4,
             gpu_memory_utilization: 0.9,
             enforce_eager: true,
+            decode_kernel: "auto",
             max_num_batched_tokens: Some(0),
         };
         let cfg = Preset::Tiny.config();

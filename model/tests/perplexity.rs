@@ -51,6 +51,7 @@ fn engine_scores_are_the_oracle_log_softmax_over_every_window() {
         cpu_blocks: 8,
         gpu_memory_utilization: 0.9,
         enforce_eager: false,
+        decode_kernel: "auto",
         max_num_batched_tokens: None,
     };
     let executor = load_executor(&dir, &cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()).unwrap().executor;

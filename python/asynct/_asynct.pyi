@@ -155,6 +155,10 @@ class LLM:
             of each running sequence, so at least 512 + max_num_seqs. By default 8192 +
             max_num_seqs on the GPU, 2048 + max_num_seqs on the CPU. Prefill chunks are never
             cut, so a request's tokens do not depend on its neighbours at any budget.
+        decode_kernel: on the GPU, how a decode step launches its layers (``asynct serve
+            --decode-kernel``): "graph" (five kernels a layer in the step's CUDA graph), "mega"
+            (every layer in one persistent megakernel, for batches of up to 32 rows) or "auto"
+            (the one measured faster at the step's batch). No token or logit changes.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.
@@ -181,6 +185,7 @@ class LLM:
         cpu_kv_cache_gib: Optional[float] = None,
         enable_prefix_caching: bool = True,
         max_num_batched_tokens: Optional[int] = None,
+        decode_kernel: str = "auto",
     ) -> None: ...
     def generate(
         self,

@@ -58,11 +58,11 @@ impl Llm {
         signature = (
             model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
             gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None,
-            max_num_batched_tokens=None
+            max_num_batched_tokens=None, decode_kernel=None
         ),
         text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
                           gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None, \
-                          enable_prefix_caching=True, max_num_batched_tokens=None)"
+                          enable_prefix_caching=True, max_num_batched_tokens=None, decode_kernel=\"auto\")"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -77,6 +77,7 @@ impl Llm {
         cpu_kv_cache_gib: Option<&Bound<'_, PyAny>>,
         enable_prefix_caching: Option<&Bound<'_, PyAny>>,
         max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
+        decode_kernel: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
         let device: String = scalar(device, "auto".into(), "device", "a string")?;
@@ -90,10 +91,18 @@ impl Llm {
         let cpu_kv_cache_gib: Option<f64> = scalar(cpu_kv_cache_gib, None, "cpu_kv_cache_gib", "a float or None")?;
         let max_num_batched_tokens: Option<i64> =
             scalar(max_num_batched_tokens, None, "max_num_batched_tokens", "an integer or None")?;
+        let decode_kernel: String = scalar(decode_kernel, "auto".into(), "decode_kernel", "a string")?;
+        let decode_kernel = decode_kernel.as_str();
         // Checked here so that the errors name the Python options, not the CLI flags the shared
         // loader would name.
         if !["auto", "cpu", "cuda"].contains(&device) {
             return Err(value_error("device", format!("expected \"auto\", \"cpu\" or \"cuda\", got {device:?}")));
+        }
+        if !["auto", "graph", "mega"].contains(&decode_kernel) {
+            return Err(value_error(
+                "decode_kernel",
+                format!("expected \"auto\", \"graph\" or \"mega\", got {decode_kernel:?}"),
+            ));
         }
         let precision = parse_precision(&precision)?;
         if max_num_seqs < 1 {
@@ -141,6 +150,7 @@ impl Llm {
             cpu_blocks: cpu_cache_blocks(&cfg, precision, max_num_seqs, max_model_len, cpu_kv_cache_gib)?,
             gpu_memory_utilization,
             enforce_eager,
+            decode_kernel,
             max_num_batched_tokens,
         };
         let loaded = py

@@ -155,6 +155,8 @@ def test_sampling_params_defaults_and_repr():
     (dict(max_num_batched_tokens=-3), ValueError, "max_num_batched_tokens: must be at least 576, got -3"),
     (dict(max_num_seqs=8, max_num_batched_tokens=519), ValueError,
      "max_num_batched_tokens: must be at least 520, got 519"),
+    (dict(decode_kernel="fast"), ValueError, "decode_kernel: expected \"auto\", \"graph\" or \"mega\", got \"fast\""),
+    (dict(decode_kernel=1), TypeError, "decode_kernel: expected a string, got int"),
 ])
 def test_llm_options_refuse_by_name(tiny_model, kwargs, exc, needle):
     with pytest.raises(exc) as e:

@@ -123,6 +123,8 @@ struct Report {
     model: String,
     device: String,
     enforce_eager: bool,
+    /// `--decode-kernel` as given.
+    decode_kernel: String,
     prefix_caching: bool,
     max_num_seqs: usize,
     /// The step budget the engine ran with (`--max-num-batched-tokens` or the device's default).
@@ -194,6 +196,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         model: args.model.display().to_string(),
         device: engine.describe(),
         enforce_eager: args.enforce_eager,
+        decode_kernel: args.decode_kernel.clone(),
         prefix_caching: !args.no_prefix_caching,
         max_num_seqs,
         max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
@@ -262,6 +265,7 @@ fn load_engine(
         cpu_blocks,
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        decode_kernel: &args.decode_kernel,
         max_num_batched_tokens: args.max_num_batched_tokens,
     };
     let load_start = Instant::now();

@@ -91,6 +91,10 @@ pub struct GenerateArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
+    pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
     /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
     /// GPU, 2048 + --batch on the CPU].
@@ -129,6 +133,10 @@ pub struct EvalArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
+    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
+    pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
     /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
     /// GPU, 2048 + --batch on the CPU].
@@ -175,6 +183,10 @@ pub struct ServeArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
     #[arg(long)]
     pub enforce_eager: bool,
+    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
+    pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
     /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
     /// GPU, 2048 + --max-num-seqs on the CPU].
@@ -252,6 +264,10 @@ pub struct BenchArgs {
     /// Run every GPU step eagerly: no whole-step CUDA graphs.
     #[arg(long)]
     pub enforce_eager: bool,
+    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
+    pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
     /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
     /// GPU, 2048 + --max-num-seqs on the CPU].

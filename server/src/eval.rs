@@ -51,6 +51,7 @@ pub fn run(args: &EvalArgs) -> Result<(), String> {
         cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(batch),
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        decode_kernel: &args.decode_kernel,
         max_num_batched_tokens: args.max_num_batched_tokens,
     };
     let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;

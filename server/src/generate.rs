@@ -45,6 +45,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
         cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(args.batch),
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        decode_kernel: &args.decode_kernel,
         max_num_batched_tokens: args.max_num_batched_tokens,
     };
     let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;

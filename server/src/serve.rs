@@ -95,6 +95,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         cpu_blocks,
         gpu_memory_utilization: args.gpu_memory_utilization,
         enforce_eager: args.enforce_eager,
+        decode_kernel: &args.decode_kernel,
         max_num_batched_tokens: args.max_num_batched_tokens,
     };
     let config_took = reading_config.elapsed();

@@ -2,7 +2,8 @@
 //! the real scheduler so that each step's logits can be read back:
 //! - a request gives the same tokens and the same logits bits alone, in a batch of 64 others
 //!   (some of them prefilling beside its decode rows), after a preemption, and with every decode
-//!   step run eagerly instead of replaying its whole-step CUDA graph;
+//!   step run eagerly instead of replaying its whole-step CUDA graph, with each decode kernel
+//!   (`--decode-kernel graph` and `mega`: alone, its decode steps run in the megakernel);
 //! - a request resumed from a prefix-cache hit (whole chunks of another request's prompt, or of
 //!   its own earlier run) gives the tokens and logits bits it gives with no cache;
 //! - device memory after 1,000 requests through the engine equals device memory after the first.
@@ -19,6 +20,7 @@ use gpu::Gpu;
 use model::config::ModelConfig;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::Scheduler;
 use model::start_times::StartTimes;
@@ -47,7 +49,19 @@ type Check = Result<(), String>;
 /// An executor with graphs; `kv_blocks` forces a small cache (with a short `max_model_len`, so
 /// that one sequence still fits).
 fn executor(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, kv_blocks: Option<usize>) -> Result<GpuExecutor, String> {
+    executor_with(gpu, dir, cfg, kv_blocks, DecodeKernel::default())
+}
+
+/// [`executor`] with decode steps launched as `kernel` says.
+fn executor_with(
+    gpu: &Arc<Gpu>,
+    dir: &Path,
+    cfg: &ModelConfig,
+    kv_blocks: Option<usize>,
+    kernel: DecodeKernel,
+) -> Result<GpuExecutor, String> {
     let options = gpu_options(MAX_SEQS, max_model_len(cfg, kv_blocks), kv_blocks);
+    let options = model::gpu_backend::executor::GpuOptions { decode_kernel: kernel, ..options };
     GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)
 }
 
@@ -164,41 +178,52 @@ fn compare(what: &str, got: &Watched, want: &Watched) -> Check {
 
 fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg) = write_model("gpu-engine", "bits")?;
-    let mut exec = executor(gpu, &dir, &cfg, None)?;
-    println!("  {}", exec.describe());
     let watched = || request(WATCHED, 40);
+    let mut exec = executor_with(gpu, &dir, &cfg, None, DecodeKernel::Graph)?;
     let (alone, _, _) = drive(&mut exec, &cfg, &[watched()])?;
-
-    // 64 others: some admitted before it with long prompts still prefilling while it decodes.
-    let mut batch = vec![watched()];
-    batch.extend((0..64).map(|i| request(i, [5, 33, 300, 17, 520, 64][i as usize % 6])));
-    let (batched, _, mixed) = drive(&mut exec, &cfg, &batch)?;
-    compare("in a batch of 64 others", &batched, &alone)?;
-    if mixed == 0 {
-        return Err("no step mixed the watched request with a prefill chunk".into());
-    }
-
-    exec.set_graph_replay(false);
-    let (eager, _, _) = drive(&mut exec, &cfg, &[watched()])?;
-    compare("eager (no graph replay)", &eager, &alone)?;
-    exec.set_graph_replay(true);
-    let (again, _, _) = drive(&mut exec, &cfg, &[watched()])?;
-    compare("a second run", &again, &alone)?;
     drop(exec);
+    let mut mixed = 0;
+    let mut preemptions = 0;
+    for kernel in [DecodeKernel::Graph, DecodeKernel::Mega] {
+        let what = |case: &str| format!("{case}, --decode-kernel {kernel:?}");
+        let mut exec = executor_with(gpu, &dir, &cfg, None, kernel)?;
+        println!("  {}", exec.describe());
+        let (again, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+        compare(&what("alone"), &again, &alone)?;
 
-    // A cache of 24 blocks: three 100-token requests ahead of it fill it, and the watched
-    // request, the newest, is preempted and recomputed.
-    let mut small = executor(gpu, &dir, &cfg, Some(24))?;
-    let crowd: Vec<Request> = (0..3).map(|i| request(2000 + i, 100)).chain([watched()]).collect();
-    let (preempted, preemptions, _) = drive(&mut small, &cfg, &crowd)?;
-    if preemptions == 0 {
-        return Err("the small cache preempted nothing".into());
+        // 64 others: some admitted before it with long prompts still prefilling while it decodes.
+        let mut batch = vec![watched()];
+        batch.extend((0..64).map(|i| request(i, [5, 33, 300, 17, 520, 64][i as usize % 6])));
+        let (batched, _, m) = drive(&mut exec, &cfg, &batch)?;
+        compare(&what("in a batch of 64 others"), &batched, &alone)?;
+        if m == 0 {
+            return Err(what("no step mixed the watched request with a prefill chunk"));
+        }
+        mixed = m;
+
+        exec.set_graph_replay(false);
+        let (eager, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+        compare(&what("eager (no graph replay)"), &eager, &alone)?;
+        exec.set_graph_replay(true);
+        let (again, _, _) = drive(&mut exec, &cfg, &[watched()])?;
+        compare(&what("a second run"), &again, &alone)?;
+        drop(exec);
+
+        // A cache of 24 blocks: three 100-token requests ahead of it fill it, and the watched
+        // request, the newest, is preempted and recomputed.
+        let mut small = executor_with(gpu, &dir, &cfg, Some(24), kernel)?;
+        let crowd: Vec<Request> = (0..3).map(|i| request(2000 + i, 100)).chain([watched()]).collect();
+        let (preempted, p, _) = drive(&mut small, &cfg, &crowd)?;
+        if p == 0 {
+            return Err(what("the small cache preempted nothing"));
+        }
+        compare(&what(&format!("after {p} preemptions")), &preempted, &alone)?;
+        preemptions = p;
     }
-    compare(&format!("after {preemptions} preemptions"), &preempted, &alone)?;
     std::fs::remove_dir_all(&dir).map_err(err)?;
     println!(
         "  {GENERATED} tokens: the same tokens and logits bits alone, beside 64 others ({mixed} mixed steps), \
-         eager, twice, and after {preemptions} preemptions; tokens {:?}",
+         eager, twice, and after {preemptions} preemptions, with the graph path and the megakernel; tokens {:?}",
         alone.tokens
     );
     Ok(())

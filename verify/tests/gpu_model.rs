@@ -13,6 +13,7 @@ use gpu::Gpu;
 use half::bf16;
 use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
+use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::Capacity;
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
@@ -250,7 +251,9 @@ fn compare_steps(gpu: &Arc<Gpu>, seed: u64, lens: &[usize], steps: &[Step], boun
 const SENSITIVITY_FACTOR: f64 = 1.5;
 
 /// [`compare_steps`] on `preset`'s shape; with `scaled`, the bound is `bound` or, where larger,
-/// [`SENSITIVITY_FACTOR`] times the oracle's own f32-to-bf16 distance on the same step.
+/// [`SENSITIVITY_FACTOR`] times the oracle's own f32-to-bf16 distance on the same step. Every
+/// step runs on two GPU models, decode steps through the graph path's kernels on one and the
+/// megakernel on the other: their logits must be the same bits, so the bound holds for both.
 fn compare_preset_steps(
     gpu: &Arc<Gpu>,
     preset: Preset,
@@ -272,6 +275,9 @@ fn compare_preset_steps(
     let oracle = Model::new(dims.clone(), weights.cast::<f64>(), Rounding::Bf16).map_err(|e| e.to_string())?;
     let mut cache = KvCache::<f64>::new(&dims, BLOCKS, BLOCK);
     let mut model = gpu_model(gpu, &cfg, &host)?;
+    model.set_decode_kernel(DecodeKernel::Graph);
+    let mut mega = gpu_model(gpu, &cfg, &host)?;
+    mega.set_decode_kernel(DecodeKernel::Mega);
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
@@ -280,6 +286,10 @@ fn compare_preset_steps(
         let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
         let want = oracle.forward(&input, &mut cache).map_err(|e| e.to_string())?;
         let got = model.forward(&input).map_err(|e| e.to_string())?;
+        let got_mega = mega.forward(&input).map_err(|e| e.to_string())?;
+        if let Some(at) = got.iter().zip(&got_mega).position(|(a, b)| a.to_bits() != b.to_bits()) {
+            return Err(format!("step {i}: logit {at} differs between the graph path's kernels and the megakernel"));
+        }
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
         let (limit, note) = match f32_oracle.as_mut() {
             None => (bound, String::new()),
@@ -404,6 +414,7 @@ fn gpu_engine_tokens(
         block_size: BLOCK,
         memory_utilization: 0.3,
         cuda_graphs: false,
+        decode_kernel: DecodeKernel::default(),
         kv_blocks: None,
     };
     let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(e)?;

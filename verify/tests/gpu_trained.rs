@@ -28,6 +28,7 @@ use gpu::Gpu;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
+use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
 use model::perplexity::{score, windows};
 use model::start_times::StartTimes;
@@ -60,6 +61,7 @@ fn gpu_engine(gpu: &Arc<Gpu>, dir: &Path, cfg: &ModelConfig, tok: &Tokenizer) ->
         block_size: 16,
         memory_utilization: 0.5,
         cuda_graphs: true,
+        decode_kernel: DecodeKernel::default(),
         kv_blocks: None,
     };
     let executor = GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;

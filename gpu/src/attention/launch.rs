@@ -10,6 +10,7 @@ use half::bf16;
 use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
 use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
+use crate::mega::MegaOp;
 use crate::runtime::{check_aligned, launch_error, Gpu, Launch};
 
 /// The gate parameters shared by all heads of a layer (SPEC section 2).
@@ -138,6 +139,28 @@ impl Hp1Attention {
     /// Launches the attention kernel (decode or split-K) on the row metadata in
     /// `ops`; checks the gate parameters and every buffer's size first. Launch only.
     pub fn run(&self, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
+        let entry = self.plan.attention.entry.as_str();
+        let cfg = launch_config(self.plan.attention.grid, self.plan.attention.block);
+        let mut launch = Launch::new(&self.stream, &self.attention);
+        self.push(&mut launch, ops, gate)?;
+        // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
+        // decode, or the partials, the counters (zero, as every launch leaves them) and `out` for
+        // split-K), and every buffer was checked against the grid's reach.
+        unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
+        Ok(())
+    }
+
+    /// What [`Hp1Attention::run`] would launch, as a task of the decode megakernel instead
+    /// ([`crate::mega`]): the same checks, then the entry's arguments.
+    pub fn record(&self, ops: Operands<'_>, gate: &GateParams) -> Result<MegaOp> {
+        let mut launch = Launch::new(&self.stream, &self.attention);
+        self.push(&mut launch, ops, gate)?;
+        MegaOp::attention(&self.plan, launch.into_slots())
+    }
+
+    /// Checks the gate parameters and every buffer against the plan, then appends the entry's
+    /// arguments.
+    fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
         let Operands { layer, row_seq, row_len, workspace, counters } = ops;
         let g = self.plan.geometry;
@@ -158,8 +181,6 @@ impl Hp1Attention {
         let (max_blocks, heads, kv_heads) = (g.max_blocks_per_seq as i32, g.num_heads as i32, g.num_kv_heads as i32);
         let (log2_block, max_chunks) = (g.block_size.trailing_zeros() as i32, g.max_chunks() as i32);
         let (fir_k, relu_pre) = (gate.fir_k as i32, i32::from(gate.relu_pre));
-        let cfg = launch_config(self.plan.attention.grid, self.plan.attention.block);
-        let mut launch = Launch::new(&self.stream, &self.attention);
         launch
             .arg(&q)
             .arg(&q_row_stride)
@@ -183,9 +204,6 @@ impl Hp1Attention {
         match self.plan.path {
             AttentionPath::Decode(_) => {
                 launch.arg(&mut out);
-                // SAFETY: the arguments match the decode entry's signature (HP1_ATTENTION_PARAMS
-                // then `out`), and every buffer was checked above against the grid's reach.
-                unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
             }
             AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
@@ -198,9 +216,6 @@ impl Hp1Attention {
                 check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
                 check_aligned(&self.stream, entry, "workspace", &workspace)?;
                 launch.arg(&mut workspace).arg(&mut counters).arg(&mut out);
-                // SAFETY: as above, with the partials, the counters (zero, as every launch leaves
-                // them) and `out` last (the split entry's signature).
-                unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
             }
         }
         Ok(())

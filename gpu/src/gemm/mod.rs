@@ -64,6 +64,7 @@ pub use plan::{
 };
 
 use crate::error::{unsupported, Result};
+use crate::mega::MegaOp;
 use crate::runtime::{check_aligned, Gpu};
 use cublaslt::LtMatmul;
 use skinny::SkinnyGemm;
@@ -118,10 +119,43 @@ impl Gemm {
     /// [`EpilogueKind`]: `x` is `[M, K]`, `w` `[N, K]`, the epilogue's buffers as [`Epilogue`]
     /// documents, each exactly that long and starting on a 16-byte boundary. Launch only.
     pub fn run_with(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, mut epilogue: Epilogue<'_>) -> Result<()> {
+        self.check(x, w, &epilogue)?;
+        match &self.exec {
+            Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
+            Exec::CublasLt(lt) => match epilogue {
+                Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
+                other => Err(mismatch(&self.plan.name(), &self.plan, &other)),
+            },
+        }
+    }
+
+    /// What [`Gemm::run_with`] would launch, as a task of the decode megakernel instead
+    /// ([`crate::mega`]): the same checks, then the skinny entry's arguments. A cuBLASLt plan
+    /// has no such form.
+    pub fn record_with(
+        &self,
+        x: &CudaView<'_, bf16>,
+        w: &CudaView<'_, bf16>,
+        mut epilogue: Epilogue<'_>,
+    ) -> Result<MegaOp> {
+        self.check(x, w, &epilogue)?;
+        match &self.exec {
+            Exec::Skinny(k) => {
+                MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
+            }
+            Exec::CublasLt(_) => {
+                Err(unsupported(&self.plan.name(), "a cuBLASLt GEMM cannot run in the megakernel".into()))
+            }
+        }
+    }
+
+    /// The checks of every launch: the epilogue's kind against the plan's, the sizes of `x` and
+    /// `w`, and every buffer's alignment.
+    fn check(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, epilogue: &Epilogue<'_>) -> Result<()> {
         let entry = self.plan.name();
         let s = self.plan.shape;
         if epilogue.kind() != self.plan.epilogue {
-            return Err(mismatch(&entry, &self.plan, &epilogue));
+            return Err(mismatch(&entry, &self.plan, epilogue));
         }
         for (what, got, want, dims) in [("x", x.len(), s.m * s.k, "[M, K]"), ("w", w.len(), s.n * s.k, "[N, K]")] {
             if got != want {
@@ -130,14 +164,7 @@ impl Gemm {
         }
         check_aligned(&self.stream, &entry, "x", x)?;
         check_aligned(&self.stream, &entry, "w", w)?;
-        epilogue.check(&entry, &self.stream, s)?;
-        match &self.exec {
-            Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
-            Exec::CublasLt(lt) => match epilogue {
-                Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
-                other => Err(mismatch(&entry, &self.plan, &other)),
-            },
-        }
+        epilogue.check(&entry, &self.stream, s)
     }
 }
 

@@ -47,12 +47,36 @@ impl SkinnyGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let mut b = Launch::new(stream, &self.func);
-        b.arg(x).arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
-        epilogue.push(&self.entry, &mut b)?;
+        self.push(&mut b, x, w, epilogue)?;
         // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu with the epilogue's
         // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
         // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
+    }
+
+    /// The entry's argument slots, for the megakernel's table (checked as for `launch`).
+    pub(super) fn args(
+        &self,
+        stream: &Arc<CudaStream>,
+        x: &CudaView<'_, bf16>,
+        w: &CudaView<'_, bf16>,
+        epilogue: &mut Epilogue<'_>,
+    ) -> Result<Vec<u64>> {
+        let mut b = Launch::new(stream, &self.func);
+        self.push(&mut b, x, w, epilogue)?;
+        Ok(b.into_slots())
+    }
+
+    /// GEMM_SKINNY_ENTRY's parameters: x, w, m, n, k, then the epilogue's.
+    fn push(
+        &self,
+        b: &mut Launch<'_>,
+        x: &CudaView<'_, bf16>,
+        w: &CudaView<'_, bf16>,
+        epilogue: &mut Epilogue<'_>,
+    ) -> Result<()> {
+        b.arg(x).arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
+        epilogue.push(&self.entry, b)
     }
 }

@@ -103,6 +103,12 @@ impl<'a> Launch<'a> {
         self
     }
 
+    /// The argument slots, unlaunched: a megakernel op that runs this entry's body takes them
+    /// as its descriptor ([`crate::mega`]).
+    pub fn into_slots(self) -> Vec<u64> {
+        self.slots
+    }
+
     /// Launches with `cfg`, with the PDL attribute when [`programmatic`].
     ///
     /// # Safety

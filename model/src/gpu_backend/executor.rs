@@ -35,6 +35,7 @@ use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, Widen};
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
+use super::decode_kernel::DecodeKernel;
 use super::forward::{GpuModel, KvSize};
 use super::step_buffers::Capacity;
 use crate::block_pool::blocks_for;
@@ -59,6 +60,8 @@ pub struct GpuOptions {
     pub memory_utilization: f64,
     /// Capture a whole-step CUDA graph of the pure decode step for each batch bucket at load.
     pub cuda_graphs: bool,
+    /// How pure decode steps launch their layers.
+    pub decode_kernel: DecodeKernel,
     /// The KV cache in blocks instead of from `memory_utilization` (tests force preemption
     /// with a small one).
     pub kv_blocks: Option<usize>,
@@ -165,7 +168,8 @@ impl GpuExecutor {
         // What is not the weights' layout and upload (which the model records) is its buffers.
         let building = Instant::now();
         let recorded = times.phases().len();
-        let model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress, times)?;
+        let mut model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress, times)?;
+        model.set_decode_kernel(options.decode_kernel);
         drop(weights);
         let vocab = cfg.dims().vocab_size;
         let rows = options.max_num_seqs;
@@ -215,6 +219,7 @@ impl GpuExecutor {
                 None => "eager".to_string(),
             }
         );
+        executor.label.push_str(&format!(", decode kernel {:?}", options.decode_kernel).to_lowercase());
         Ok(executor)
     }
 

@@ -39,11 +39,13 @@ use gpu::attention::{
     PrefillOperands, PrefillPath, RowOperands, StepGeometry,
 };
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
+use gpu::mega::{DecodeMega, MegaOp, MegaTable};
 use gpu::ops::{
     Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul, UClipNormParams,
 };
 use gpu::{Gpu, Graph};
 
+use super::decode_kernel::DecodeKernel;
 use super::linear::{Lane, Linears, RowSplit};
 use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
@@ -129,6 +131,9 @@ pub struct GpuModel {
     heads: HeadShape,
     fusion: Fusion,
     gates: Option<GateMeter>,
+    decode_kernel: DecodeKernel,
+    /// The megakernel entries loaded so far, one per row tile.
+    megas: Vec<DecodeMega>,
 }
 
 /// The gate-statistics kernel and its two counters, while the gates are being measured.
@@ -157,6 +162,9 @@ pub struct StepLaunch {
     shape: StepFacts,
     attn: AttnPlan,
     program: StepProgram,
+    /// The megakernel's table of the program's persistent ops, when it has any, and the index in
+    /// `GpuModel::megas` of the entry it was checked against.
+    mega: Option<(usize, MegaTable)>,
 }
 
 impl StepLaunch {
@@ -283,6 +291,8 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env(),
             gates: None,
+            decode_kernel: DecodeKernel::default(),
+            megas: Vec::new(),
         })
     }
 
@@ -310,6 +320,12 @@ impl GpuModel {
             }
         };
         Ok(())
+    }
+
+    /// How pure decode steps planned after this launch their layers (graphs captured before keep
+    /// theirs).
+    pub fn set_decode_kernel(&mut self, kernel: DecodeKernel) {
+        self.decode_kernel = kernel;
     }
 
     /// The gate counts since [`GpuModel::measure_gates`] began, if it is on (waits for the device).
@@ -384,6 +400,7 @@ impl GpuModel {
             picked_all: shape.picked_all,
             fusion: self.fusion,
             gate_stats: self.gates.is_some(),
+            persistent: self.decode_kernel.persistent(shape.tokens),
         });
         let rows = row_split(shape);
         for op in &program.ops {
@@ -400,7 +417,7 @@ impl GpuModel {
                 _ => {}
             }
         }
-        let launch = StepLaunch { shape, attn, program };
+        let mut launch = StepLaunch { shape, attn, program, mega: None };
         let (ws, counters) = launch.workspace();
         if ws > self.bufs.workspace.len() || counters > self.bufs.counters.len() {
             return Err(Error::Executor(format!(
@@ -410,7 +427,24 @@ impl GpuModel {
                 self.bufs.counters.len()
             )));
         }
+        if !launch.program.persistent.is_empty() {
+            let mut ops = Vec::new();
+            self.walk(&launch, &launch.program.persistent, &mut Sink::Record(&mut ops))?;
+            let mega = self.mega(shape.tokens)?;
+            launch.mega = Some((mega, self.megas[mega].upload(&self.gpu, &ops)?));
+        }
         Ok(launch)
+    }
+
+    /// The index in `megas` of the megakernel entry for steps of `rows` rows, loaded on first use.
+    fn mega(&mut self, rows: usize) -> Result<usize> {
+        let tile = gpu::mega::row_tile(rows)
+            .ok_or_else(|| Error::Executor(format!("no megakernel row tile holds a step of {rows} rows")))?;
+        if let Some(i) = self.megas.iter().position(|m| m.rows() == tile) {
+            return Ok(i);
+        }
+        self.megas.push(DecodeMega::new(&self.gpu, tile, self.dims.head_dim)?);
+        Ok(self.megas.len() - 1)
     }
 
     /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
@@ -427,6 +461,12 @@ impl GpuModel {
     /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape):
     /// its program's ops, in order.
     pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
+        self.walk(launch, &launch.program.ops, &mut Sink::Launch)
+    }
+
+    /// Binds each of `ops` (of `launch`'s program) to its buffers, then launches it or records it
+    /// as a megakernel op, as `sink` says.
+    fn walk(&mut self, launch: &StepLaunch, ops: &[Op], sink: &mut Sink<'_>) -> Result<()> {
         let StepFacts { tokens: t, split, picked, width, .. } = launch.shape;
         let rows = row_split(launch.shape);
         let d = self.dims.clone();
@@ -434,7 +474,7 @@ impl GpuModel {
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let shape = self.heads;
         let nk = |weight| gemm_nk(&d, &shape, weight);
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, .. } = self;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
             Rows::Chunks => rows.decodes..t,
@@ -443,7 +483,10 @@ impl GpuModel {
         // Elements of `width`-wide rows `r`.
         let el = |r: &std::ops::Range<usize>, width: usize| r.start * width..r.end * width;
         let (th, all) = (t * hidden, 0..t);
-        for op in &launch.program.ops {
+        for op in ops {
+            if let (Sink::Record(_), false) = (&sink, matches!(op, Op::Linear { .. } | Op::Attention { .. })) {
+                return Err(Error::Executor(format!("{op:?} has no megakernel form")));
+            }
             match *op {
                 Op::Embed => k.embedding.run(
                     &w.embed_tokens.as_view(),
@@ -523,7 +566,10 @@ impl GpuModel {
                             return Err(Error::Executor(format!("no {epilogue:?} epilogue after the {weight:?} GEMM")))
                         }
                     };
-                    gemm.run_with(&x, &wv, epi)?;
+                    match sink {
+                        Sink::Launch => gemm.run_with(&x, &wv, epi)?,
+                        Sink::Record(ops) => ops.push(gemm.record_with(&x, &wv, epi)?),
+                    }
                 }
                 Op::QkNormRopeCache { layer, rows: r } => {
                     let r = span(r);
@@ -549,7 +595,14 @@ impl GpuModel {
                         q_width,
                         width,
                     };
-                    attention_part(&launch.attn, part, l, b, split)?;
+                    attention_part(&launch.attn, part, l, b, split, sink)?;
+                }
+                Op::Megakernel => {
+                    let (mega, table) = launch
+                        .mega
+                        .as_ref()
+                        .ok_or_else(|| Error::Executor("a megakernel op without its table".into()))?;
+                    megas[*mega].run(table)?;
                 }
                 Op::GateStats { layer, part } => {
                     let meter = gates.as_mut().ok_or_else(|| {
@@ -649,6 +702,12 @@ impl GpuModel {
     }
 }
 
+/// What [`GpuModel::walk`] does with each bound op: launch it, or record it for the megakernel.
+enum Sink<'a> {
+    Launch,
+    Record(&'a mut Vec<MegaOp>),
+}
+
 /// The linear layers' row split of a step: its decode rows, then its chunk rows.
 fn row_split(shape: StepFacts) -> RowSplit {
     RowSplit { decodes: shape.split.decodes, chunks: shape.tokens - shape.split.decodes }
@@ -738,9 +797,10 @@ fn attention_part(
     layer: LayerRef<'_>,
     b: &mut StepBuffers,
     split: Split,
+    sink: &mut Sink<'_>,
 ) -> Result<()> {
     let qw = layer.q_width;
-    let decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
+    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
         let plan = a.plan();
         let rows = plan.geometry.rows;
         let (ws, counters) = match plan.workspace_len {
@@ -754,11 +814,20 @@ fn attention_part(
             workspace: ws,
             counters,
         };
-        Ok(a.run(ops, layer.gate)?)
+        match sink {
+            Sink::Launch => Ok(a.run(ops, layer.gate)?),
+            Sink::Record(recorded) => {
+                recorded.push(a.record(ops, layer.gate)?);
+                Ok(())
+            }
+        }
     };
     match (attn, part) {
         (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs),
         (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes),
+        (AttnPlan::Split { .. }, AttnPart::Prefill) if matches!(sink, Sink::Record(_)) => {
+            Err(Error::Executor("a tensor-core prefill has no megakernel form".into()))
+        }
         (AttnPlan::Split { prefill, rows, .. }, AttnPart::Prefill) => {
             let rows = *rows;
             let (start, seqs) = (split.decodes, split.seqs - split.decodes);

@@ -5,6 +5,7 @@
 //! eagerly; whole-step CUDA graphs are next.
 
 pub mod decode_graphs;
+pub mod decode_kernel;
 pub mod executor;
 pub mod forward;
 pub mod linear;

@@ -11,6 +11,12 @@
 //! launch covers every row. Either way each row meets every SPEC section 4 rounding point once,
 //! in forward order, which [`Op::rounds`] states and the tests check for every shape.
 //!
+//! A small decode-only step may run its layers in the persistent megakernel (`gpu::mega`) instead:
+//! [`StepProgram::build`] then moves every layer's five ops into [`StepProgram::persistent`], the
+//! megakernel's instruction list, and leaves one [`Op::Megakernel`] in their place. The ops are
+//! the same ones, bound to the same buffers, so [`StepProgram::expanded`] (what the tests walk)
+//! is the graph path's program, and the bits are the graph path's.
+//!
 //! Fusion changes no bits: an epilogue rounds in registers exactly where the separate kernel
 //! rounds on its store, with the same f32 arithmetic (`gpu_gemm` checks fused against unfused
 //! bit for bit), so a decode row's result does not depend on whether a neighbour's chunk
@@ -105,6 +111,8 @@ pub enum Op {
     PeriLn { layer: usize, sublayer: Sublayer, rows: Rows },
     /// `silu(gate) * up`.
     SiluMul { layer: usize, rows: Rows },
+    /// Every layer in one launch of the decode megakernel: the ops of [`StepProgram::persistent`].
+    Megakernel,
     /// The rows that get logits gathered from `h` (skipped when they are every row in order).
     Gather,
     /// The LM head over the picked rows (read from `h` directly when there was no gather).
@@ -202,6 +210,9 @@ pub struct ProgramShape {
     pub fusion: Fusion,
     /// Whether to count the gate's zeros after each decode attention.
     pub gate_stats: bool,
+    /// Whether the layers should run in the megakernel, where the step allows it: decode rows
+    /// only, every fusion on, no gate statistics.
+    pub persistent: bool,
 }
 
 /// A step's launches in order.
@@ -209,17 +220,21 @@ pub struct ProgramShape {
 pub struct StepProgram {
     /// The ops, in launch order.
     pub ops: Vec<Op>,
+    /// The megakernel's ops, in order, when `ops` holds [`Op::Megakernel`]; empty otherwise.
+    pub persistent: Vec<Op>,
 }
 
 impl StepProgram {
     /// The program of a step of `shape`.
     pub fn build(shape: ProgramShape) -> Self {
         let mut ops = vec![Op::Embed, Op::InputNorm];
-        let ProgramShape { layers, rows, attention_on_rows, picked, picked_all, fusion, gate_stats } = shape;
+        let ProgramShape { layers, rows, attention_on_rows, picked, picked_all, fusion, gate_stats, persistent } =
+            shape;
         let decode_attention = rows.decodes > 0 || attention_on_rows;
         if decode_attention {
             ops.push(Op::BuildRows);
         }
+        let prologue = ops.len();
         for layer in 0..layers {
             // A GEMM over each lane's rows (decode rows with `epilogue` when `fused`), and the
             // rows the separate op after it must cover, if any.
@@ -259,18 +274,39 @@ impl StepProgram {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Mlp, rows: r });
             }
         }
+        let mega = persistent
+            && rows.decodes > 0
+            && rows.chunks == 0
+            && attention_on_rows
+            && fusion == Fusion::ALL
+            && !gate_stats
+            && layers > 0;
+        let persistent = if mega { ops.splice(prologue.., [Op::Megakernel]).collect() } else { Vec::new() };
         if picked > 0 {
             if !picked_all {
                 ops.push(Op::Gather);
             }
             ops.push(Op::LmHead { direct: picked_all });
         }
-        Self { ops }
+        Self { ops, persistent }
     }
 
     /// The launches the program makes.
     pub fn launches(&self) -> usize {
         self.ops.len()
+    }
+
+    /// The step's ops with the megakernel's list in its place: the arithmetic the step does,
+    /// whichever way it launches.
+    pub fn expanded(&self) -> Vec<Op> {
+        let mut out = Vec::with_capacity(self.ops.len() + self.persistent.len());
+        for op in &self.ops {
+            match op {
+                Op::Megakernel => out.extend_from_slice(&self.persistent),
+                op => out.push(*op),
+            }
+        }
+        out
     }
 }
 
@@ -278,7 +314,7 @@ impl Op {
     /// The rows the op covers; `None` for the ops over the picked rows.
     pub fn rows(&self) -> Option<Rows> {
         match *self {
-            Op::Embed | Op::InputNorm | Op::BuildRows => Some(Rows::All),
+            Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel => Some(Rows::All),
             Op::Gather | Op::LmHead { .. } => None,
             Op::Linear { lane, .. } => Some(Rows::of_lane(lane)),
             Op::QkNormRopeCache { rows, .. } | Op::PeriLn { rows, .. } | Op::SiluMul { rows, .. } => Some(rows),
@@ -301,7 +337,8 @@ impl Op {
             vec![PostFfnNorm, FfnResidual, next]
         };
         match *self {
-            Op::Embed | Op::BuildRows | Op::Gather | Op::GateStats { .. } => vec![],
+            // The megakernel's rounding points are those of its ops (StepProgram::expanded).
+            Op::Embed | Op::BuildRows | Op::Gather | Op::GateStats { .. } | Op::Megakernel => vec![],
             Op::InputNorm => vec![InputNorm],
             Op::Linear { layer, weight, epilogue, .. } => {
                 let mut points = match weight {
@@ -334,6 +371,8 @@ impl Op {
         use Buf::*;
         match *self {
             Op::Embed => (vec![Ids], vec![X]),
+            // Its ops' buffers (StepProgram::expanded).
+            Op::Megakernel => (vec![], vec![]),
             Op::InputNorm => (vec![X], vec![H]),
             Op::BuildRows => (vec![Meta], vec![RowMeta]),
             Op::Linear { layer, weight, epilogue, .. } => match (weight, epilogue) {
@@ -378,23 +417,51 @@ mod tests {
             picked_all: chunks == 0,
             fusion,
             gate_stats: false,
+            persistent: false,
         }
     }
 
     /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
-    /// with every fusion setting.
+    /// with every fusion setting, with and without the megakernel asked for.
     fn shapes() -> Vec<ProgramShape> {
         let mut all = Vec::new();
         for fusion in [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }] {
             for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
-                all.push(shape(d, c, c == 0, fusion));
-                all.push(ProgramShape { gate_stats: true, ..shape(d, c, c == 0, fusion) });
-                if c > 0 {
-                    all.push(shape(d, c, true, fusion));
+                for persistent in [false, true] {
+                    let s = ProgramShape { persistent, ..shape(d, c, c == 0, fusion) };
+                    all.push(s);
+                    all.push(ProgramShape { gate_stats: true, ..s });
+                    if c > 0 {
+                        all.push(ProgramShape { attention_on_rows: true, ..s });
+                    }
                 }
             }
         }
         all
+    }
+
+    #[test]
+    fn the_megakernel_takes_every_layer_of_a_fused_decode_step_and_nothing_else() {
+        let graph = StepProgram::build(shape(8, 0, true, Fusion::ALL));
+        let mega = StepProgram::build(ProgramShape { persistent: true, ..shape(8, 0, true, Fusion::ALL) });
+        // embed, input norm, rows, the megakernel, the head.
+        assert_eq!(
+            mega.ops,
+            vec![Op::Embed, Op::InputNorm, Op::BuildRows, Op::Megakernel, Op::LmHead { direct: true }]
+        );
+        assert_eq!(mega.persistent.len(), 3 * 5);
+        assert_eq!(mega.expanded(), graph.ops);
+        assert!(graph.persistent.is_empty());
+        // Chunk rows, an unfused op or gate statistics keep the graph path's launches.
+        for s in [
+            shape(3, 100, false, Fusion::ALL),
+            shape(3, 100, true, Fusion::ALL),
+            shape(8, 0, true, Fusion { silu: false, ..Fusion::ALL }),
+            ProgramShape { gate_stats: true, ..shape(8, 0, true, Fusion::ALL) },
+        ] {
+            let asked = StepProgram::build(ProgramShape { persistent: true, ..s });
+            assert_eq!(asked, StepProgram::build(s), "{s:?}");
+        }
     }
 
     #[test]
@@ -416,14 +483,14 @@ mod tests {
             | Op::GateStats { layer, .. }
             | Op::PeriLn { layer, .. }
             | Op::SiluMul { layer, .. } => Some(layer),
-            Op::Embed | Op::InputNorm | Op::BuildRows | Op::Gather | Op::LmHead { .. } => None,
+            Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel | Op::Gather | Op::LmHead { .. } => None,
         }
     }
 
     #[test]
     fn every_row_meets_every_rounding_point_once_in_forward_order() {
         for s in shapes() {
-            let p = StepProgram::build(s);
+            let p = StepProgram::build(s).expanded();
             let mut want = Vec::new();
             for _ in 0..s.layers {
                 want.extend(RoundPoint::ALL.iter().copied().filter(|r| r.in_layer()));
@@ -437,15 +504,13 @@ mod tests {
                     continue;
                 }
                 let got: Vec<_> = p
-                    .ops
                     .iter()
                     .filter(|op| op.rows().is_some_and(|r| r.covers(class)))
                     .flat_map(|op| op.rounds(s.layers))
                     .collect();
                 assert_eq!(got, want, "{class:?} rows of {s:?}");
             }
-            let head: Vec<_> =
-                p.ops.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
+            let head: Vec<_> = p.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
             assert_eq!(head, vec![RoundPoint::Logits], "{s:?}");
         }
     }
@@ -454,14 +519,14 @@ mod tests {
     fn every_buffer_is_written_before_it_is_read() {
         let uploaded = [Buf::Ids, Buf::PositionsSlots, Buf::Meta, Buf::PrefillMeta, Buf::LogitRows];
         for s in shapes() {
-            let p = StepProgram::build(s);
+            let p = StepProgram::build(s).expanded();
             for class in [Rows::Decodes, Rows::Chunks] {
                 let present = if class == Rows::Decodes { s.rows.decodes } else { s.rows.chunks };
                 if present == 0 {
                     continue;
                 }
                 let mut written: HashSet<Buf> = uploaded.into_iter().collect();
-                for op in &p.ops {
+                for op in &p {
                     // The head's ops read the picked rows, which may be of either class.
                     if !op.rows().is_none_or(|r| r.covers(class)) {
                         continue;
@@ -491,7 +556,7 @@ mod tests {
         // X holds the stream entering a layer and XNext after its attention: the attention close
         // reads X and writes XNext, the MLP close the reverse, so they never read what they write.
         for s in shapes() {
-            for op in StepProgram::build(s).ops {
+            for op in StepProgram::build(s).expanded() {
                 let (reads, writes) = op.access();
                 assert!(reads.iter().all(|b| !writes.contains(b)), "{op:?} reads what it writes");
             }

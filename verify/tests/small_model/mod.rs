@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use model::checkpoint::{save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
+use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::executor::GpuOptions;
 use model::presets::Preset;
 use model::scheduler::SchedulerConfig;
@@ -40,6 +41,7 @@ pub fn gpu_options(max_seqs: usize, max_model_len: usize, kv_blocks: Option<usiz
         block_size: BLOCK,
         memory_utilization: 0.3,
         cuda_graphs: true,
+        decode_kernel: DecodeKernel::default(),
         kv_blocks,
     }
 }

@@ -96,6 +96,7 @@ pub fn cpu_engine(
         cpu_blocks: batch * len.div_ceil(16),
         gpu_memory_utilization: 0.9,
         enforce_eager: false,
+        decode_kernel: "auto",
         max_num_batched_tokens: Some(2048),
     };
     let loaded = load_executor(dir, cfg, &opts, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;

@@ -1,0 +1,237 @@
+#line 2 "decode_mega.cu"
+// decode_mega.cu: every decoder layer of a small decode step in one persistent launch (issue 15).
+// Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh, gemm_skinny.cuh and
+// hp1_attention.cuh before it; gpu::kernels concatenates them.
+//
+// WHY. A decode step of a few rows is a chain of ~175 small dependent launches (5 a layer), each
+// paying a launch gap, a ramp and a tail that its 2-12 MB of weights do not hide. Here one grid
+// stays resident for all layers: an op ends at a grid barrier (an atomic count in global memory),
+// not a kernel boundary, and every CTA asks L2 for the weights of the next GEMMs it will run
+// before it reaches the barrier, so those bytes stream in while the op before finishes.
+//
+// ALGORITHM. The host (gpu::mega) writes the step's ops as a table of descriptors: op i at
+// ops[i * SLOTS], slot 0 its kind, slot 1 its task count, then the arguments of the standalone
+// entry whose body the op runs, one 8-byte slot each in that entry's parameter order (a pointer's
+// address; an int or float in the low 4 bytes; a long long whole):
+//   GEMM_STORE, GEMM_PERILN       (x, w, m, n, k, then STORE_PARAMS or PERILN_PARAMS of
+//   GEMM_SILU_MUL, GEMM_QK         gemm_skinny.cu); task b is W block b of the skinny GEMM's grid,
+//                                  ROWS = 8 for Store and PeriLn, 16 for the pairing epilogues,
+//                                  run by gemm_skinny::gemm_block with the whole CTA.
+//   ATTN_DECODE, ATTN_SPLIT       (HP1_ATTENTION_PARAMS of hp1_decode.cu, then out, or partial,
+//                                  counters, out); task v is CTA v of the decode or split-K grid
+//                                  with G = 8 and HP = 1, sparse PV, run by hp1::attention with
+//                                  one half of the CTA (128 threads, named barrier 1 + half).
+// CTA c takes tasks c, c + grid, c + 2 grid, ... of a GEMM op, and its halves tasks 2c + half,
+// 2c + half + 2 grid, ... of an attention op; after each op every CTA meets at the grid barrier.
+// Before an op starts, thread 0 asks L2 (cp.async.bulk.prefetch.L2) for the W blocks of its own
+// tasks in the GEMM ops up to two ops ahead (the first op's before griddepcontrol.wait).
+//
+// BITS. Each task is the standalone kernel's CTA body, called with that CTA's index, so every
+// output has the bits of the graph path: the skinny GEMM's rows depend on neither M nor ROWS nor
+// which CTA runs a block, and the attention's on neither G nor HP nor the split (the headers of
+// gemm_skinny.cuh and hp1_attention.cuh). What differs is only where activations are read from
+// (loads.cuh: at L2, since earlier ops of this launch rewrite them).
+//
+// BARRIER. barrier[0] counts arrivals over the whole launch: the k-th barrier (k from 1) waits until
+// it reaches k * grid. Thread 0 fences the CTA's writes (__threadfence), adds 1, spins on an
+// acquire load, fences again; __syncthreads around it holds the other threads. When a CTA has
+// passed the last barrier it adds 1 to barrier[1]; the CTA that brings it to grid resets both
+// words to 0 (every CTA has read barrier[0] for the last time), so the next launch starts clean.
+// The barrier needs every CTA resident at once: the host launches grid = SMs x the occupancy the
+// driver reports (at most 2 CTAs an SM, the launch bounds).
+//
+// LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier): grid as above, block THREADS = 256,
+// static shared memory: the GEMM partials for ROWS = 16 (5 KB at MT = 1), two attention
+// halves' hp1::Shared<1> (6.3 KB each) and the attention op's hp1::Args. Launch bounds 2 CTAs an SM: 128 registers a thread.
+//
+// ASSUMPTIONS, checked on the host (gpu::mega): every GEMM op has m <= 8 MT (one slab) and
+// its epilogue's buffers as gemm_skinny.cu's entry would check them; every attention op's
+// arguments as hp1_decode.cu's split or decode entry would take them, head_dim = D; the table
+// holds num_ops descriptors; barrier is two zeroed words that only this launch uses.
+
+namespace mega {
+
+constexpr int THREADS = gemm_skinny::THREADS;
+static_assert(THREADS == 2 * hp1::THREADS, "two attention CTAs per megakernel CTA");
+constexpr int SLOTS = 40;  // gpu::mega::SLOTS
+constexpr int HEADER = 2;  // kind, tasks
+constexpr int GEMM_STORE = 0, GEMM_PERILN = 1, GEMM_SILU_MUL = 2, GEMM_QK = 3, ATTN_DECODE = 4, ATTN_SPLIT = 5;
+constexpr int ROWS_PLAIN = 8, ROWS_PAIRED = 16;
+
+// One op's descriptor: its kind, task count and the standalone entry's arguments.
+struct Op {
+  const unsigned long long* s;
+  __device__ __forceinline__ int kind() const { return (int)s[0]; }
+  __device__ __forceinline__ unsigned tasks() const { return (unsigned)s[1]; }
+  template <class T>
+  __device__ __forceinline__ T* ptr(int i) const {
+    return reinterpret_cast<T*>(s[HEADER + i]);
+  }
+  __device__ __forceinline__ int i32(int i) const { return (int)(unsigned)s[HEADER + i]; }
+  __device__ __forceinline__ long long i64(int i) const { return (long long)s[HEADER + i]; }
+  __device__ __forceinline__ float f32(int i) const { return __uint_as_float((unsigned)s[HEADER + i]); }
+  // GEMM_SKINNY_UCLIP_PARAMS at slot i: alpha, its stride, weight, its stride, bias, its stride.
+  __device__ __forceinline__ UClip uclip(int i) const {
+    return UClip{ptr<const float>(i), ptr<const float>(i + 2), ptr<const float>(i + 4), i32(i + 1), i32(i + 3),
+                 i32(i + 5)};
+  }
+  __device__ __forceinline__ bool is_gemm() const { return kind() <= GEMM_QK; }
+  __device__ __forceinline__ int rows() const {
+    return kind() == GEMM_STORE || kind() == GEMM_PERILN ? ROWS_PLAIN : ROWS_PAIRED;
+  }
+};
+
+// 128 threads of the CTA as one attention CTA (hp1_attention.cuh's WholeCta, on a named barrier).
+struct HalfCta {
+  long long bid;
+  int tid;
+  int barrier;
+  __device__ __forceinline__ void sync() const {
+    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(hp1::THREADS) : "memory");
+  }
+};
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The grid barrier (BARRIER above); `passed` counts this CTA's barriers.
+struct GridBarrier {
+  unsigned* count;
+  unsigned passed;
+  __device__ __forceinline__ void sync() {
+    __syncthreads();
+    ++passed;
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(count, 1u);
+      const unsigned target = passed * gridDim.x;
+      while (load_acquire(count) < target) {
+      }
+      __threadfence();
+    }
+    __syncthreads();
+  }
+  // After the last barrier: the last CTA out resets both words.
+  __device__ __forceinline__ void retire() {
+    if (threadIdx.x == 0 && atomicAdd(count + 1, 1u) == gridDim.x - 1) {
+      count[0] = 0;
+      count[1] = 0;
+      __threadfence();
+    }
+  }
+};
+
+// Thread 0: asks L2 for this CTA's W blocks of GEMM op `op`.
+template <int MT>
+__device__ __forceinline__ void prefetch_op(const Op& op) {
+  if (!op.is_gemm()) return;
+  const bf16* w = op.ptr<const bf16>(1);
+  const int m = op.i32(2), n = op.i32(3), k = op.i32(4);
+  for (unsigned b = blockIdx.x; b < op.tasks(); b += gridDim.x) {
+    const gemm_skinny::BlockPlace<MT> at(b, m, op.rows());
+    if (op.rows() == ROWS_PLAIN) {
+      gemm_skinny::prefetch_w_block<MT, ROWS_PLAIN>(at, w, n, k);
+    } else {
+      gemm_skinny::prefetch_w_block<MT, ROWS_PAIRED>(at, w, n, k);
+    }
+  }
+}
+
+template <int MT, int ROWS, class Epi>
+__device__ __forceinline__ void run_gemm(const Op& op, float* part, const Epi& epi) {
+  const bf16* x = op.ptr<const bf16>(0);
+  const bf16* w = op.ptr<const bf16>(1);
+  const int m = op.i32(2), n = op.i32(3), k = op.i32(4);
+  for (unsigned b = blockIdx.x; b < op.tasks(); b += gridDim.x) {
+    gemm_skinny::gemm_block<MT, ROWS, CoherentLoads, false>(b, part, x, w, m, n, k, epi);
+    __syncthreads();  // the epilogue has read `part` before the next block writes it
+  }
+}
+
+// The arguments sit in shared memory, where the body reads them as a standalone kernel reads its
+// parameters from the constant bank: held in registers across the task loop, they spill.
+template <int D, bool SPLIT>
+__device__ __forceinline__ void run_attention(const Op& op, hp1::Shared<1>* sh, hp1::Args& a) {
+  // The grid barrier before this op has every thread done with the last attention's arguments.
+  if (threadIdx.x == 0) {
+    a = hp1::Args{op.ptr<const unsigned short>(0), op.i64(1), op.ptr<const unsigned short>(2),
+                  op.ptr<const unsigned short>(3), op.ptr<const int>(4), op.i32(5), op.ptr<const int>(6),
+                  op.ptr<const int>(7), op.ptr<const float>(8), op.ptr<const float>(9), op.i32(10), op.i32(11),
+                  op.i32(12), op.i32(13), op.f32(14), op.i32(15), op.i32(16), op.f32(17), op.f32(18)};
+  }
+  __syncthreads();
+  float* partial = SPLIT ? op.ptr<float>(19) : nullptr;
+  int* counters = SPLIT ? op.ptr<int>(20) : nullptr;
+  unsigned short* out = op.ptr<unsigned short>(SPLIT ? 21 : 19);
+  const int half = threadIdx.x / hp1::THREADS;
+  const int tid = threadIdx.x % hp1::THREADS;
+  for (unsigned v = 2 * blockIdx.x + half; v < op.tasks(); v += 2 * gridDim.x) {
+    hp1::attention<D, 8, 1, true, SPLIT, CoherentLoads>(a, HalfCta{v, tid, 1 + half}, sh[half], out, partial,
+                                                        counters);
+  }
+}
+
+template <int MT, int D>
+__device__ __forceinline__ void megakernel(const unsigned long long* __restrict__ ops, int num_ops,
+                                           unsigned* barrier) {
+  __shared__ float part[gemm_skinny::WARPS * MT * 8 * gemm_skinny::Config<MT, ROWS_PAIRED>::PAD];
+  __shared__ hp1::Shared<1> sh[2];
+  __shared__ hp1::Args args;
+  int fetched = 0;  // ops whose weights thread 0 has asked for
+  if (threadIdx.x == 0 && num_ops > 0) prefetch_op<MT>(Op{ops});
+  pdl_begin();
+  GridBarrier grid{barrier, 0};
+  for (int i = 0; i < num_ops; ++i) {
+    if (threadIdx.x == 0) {
+      for (; fetched < min(i + 2, num_ops - 1); ++fetched) prefetch_op<MT>(Op{ops + (fetched + 1) * SLOTS});
+    }
+    const Op op{ops + i * SLOTS};
+    switch (op.kind()) {
+      case GEMM_STORE:
+        run_gemm<MT, ROWS_PLAIN>(op, part, gemm_skinny::Store{op.ptr<bf16>(5)});
+        break;
+      case GEMM_PERILN:
+        run_gemm<MT, ROWS_PLAIN>(op, part,
+                                 gemm_skinny::PeriLn<CoherentLoads>{op.ptr<const bf16>(5), op.uclip(6), op.uclip(12),
+                                                                    op.ptr<bf16>(18), op.ptr<bf16>(19)});
+        break;
+      case GEMM_SILU_MUL:
+        run_gemm<MT, ROWS_PAIRED>(op, part, gemm_skinny::SiluMul{op.ptr<bf16>(5)});
+        break;
+      case GEMM_QK:
+        run_gemm<MT, ROWS_PAIRED>(
+            op, part,
+            gemm_skinny::QkNormRopeCache{op.ptr<const int>(5), op.ptr<const long long>(6), op.ptr<const float>(7),
+                                         op.i32(8), op.uclip(9), op.uclip(15), op.ptr<bf16>(21), op.ptr<bf16>(22),
+                                         op.ptr<bf16>(23), op.i64(24), op.i32(25), op.i32(26), op.i32(27),
+                                         op.ptr<unsigned>(28)});
+        break;
+      case ATTN_DECODE:
+        run_attention<D, false>(op, sh, args);
+        break;
+      case ATTN_SPLIT:
+        run_attention<D, true>(op, sh, args);
+        break;
+    }
+    if (i + 1 < num_ops) grid.sync();
+  }
+  grid.retire();
+}
+
+}  // namespace mega
+
+#define DECODE_MEGA_ENTRY(M, D)                                                                      \
+  extern "C" __global__ void __launch_bounds__(mega::THREADS, 2)                                     \
+      decode_mega_m##M##_d##D(const unsigned long long* __restrict__ ops, int num_ops, unsigned* barrier) { \
+    mega::megakernel<M / 8, D>(ops, num_ops, barrier);                                               \
+  }
+
+DECODE_MEGA_ENTRY(8, 64)
+DECODE_MEGA_ENTRY(8, 128)
+DECODE_MEGA_ENTRY(8, 256)
+DECODE_MEGA_ENTRY(32, 64)
+DECODE_MEGA_ENTRY(32, 128)
+DECODE_MEGA_ENTRY(32, 256)

@@ -1,0 +1,604 @@
+#line 2 "hp1_attention.cuh"
+// hp1_attention.cuh: HP1 attention over the paged KV cache, one query row at a time (SPEC sections 2
+// and 6): the decode kernel and the split-K kernel, with dense or sparse-index PV.
+// Prefill rows run through the same kernels ("fake decode"): hp1_rows.cu gives each row its own
+// sequence and length once per step, and these kernels read only that row metadata. Needs
+// pdl.cuh and loads.cuh before it; the entry points are in hp1_decode.cu, and the decode
+// megakernel (decode_mega.cu) runs attention(), the body of one CTA, as its tasks.
+//
+// ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 128 keys. A chunk's
+// partial output is computed by one piece of code, the chunk loop body of attention(), for HP =
+// 1 or 2 query heads of one kv head at once (their q in registers side by side):
+//   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of
+//      every key QK reads into shared memory, then a barrier; QK and PV only read it back, so no
+//      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
+//      are clamped into [0, row_len), and the pass fills SLOTS = 144 entries (CHUNK + OV rounded
+//      up to 16), so QK loads whole steps without bounds checks: the rows of keys before 0 or
+//      past the chunk are real rows whose dots are dropped.
+//   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
+//      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
+//      Thread groups of G lanes (8 or 16) share a key; q sits in registers; K arrives as 16-byte
+//      vector loads (8 bytes for D = 64). A group step takes U = 64 G / D consecutive keys: their
+//      rows in one shared-memory vector read, then every K load (128 bytes per lane), then the dots
+//      of every head: each K element is unpacked once and fed to the HP heads' fmas in turn
+//      (slice_dots), so a K load serves HP heads. The dot product's order is fixed independently of
+//      G: D is cut into 16 slices of D/16 elements, each summed from 0 in element order with fma;
+//      lane i of a 16-group owns slice i, lane i of an 8-group owns slices i and i+8 and adds them
+//      (c_i + c_{i+8}, exactly the first xor-8 butterfly step of a 16-group), then the butterfly
+//      over xor 4, 2, 1 (a 16-group does xor 8 first). The U keys' butterflies run as one
+//      reduce-scatter (group_reduce): while a lane holds several keys, a level halves them, the
+//      lane keeping the half its mask bit picks and adding its partner's share of exactly those
+//      keys; each key still gets the butterfly's sums (a + b and b + a are the same bits), so G = 8
+//      and G = 16 give the same scores, with U-fold fewer shuffles. Shuffles use the group's own
+//      lane mask: groups of one warp may run different trip counts (SPEC section 8).
+//   2. Gate, per key, exactly as oracle::hp1::gate::Gate::apply in f32: r = relu_pre ? max(s, 0)
+//      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * (1/F); z = s - sigma * m;
+//      p = gamma * clamp(z, clip_min, clip_max) with NaN passing the clamp. Every operation is an
+//      explicitly rounded intrinsic, so no instantiation can contract it differently.
+//   3. List, per head: (cache row, weight) of each key to visit, in key order. Sparse: the keys
+//      with p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
+//      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same code
+//      keeps all).
+//   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
+//      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
+//      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
+//      loads of PU = 8 entries (128 bytes per thread) before their first fma; with HP = 2 a
+//      thread runs its stream of head 0, then of head 1. The streams' sums are added through
+//      shared memory in stream order 0, 1, ..., RG - 1.
+// The decode kernel (one CTA per (row, HP heads)) walks the chunks in order and adds each
+// chunk's partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a
+// chunk to the next in shared memory instead of recomputing them (same code, same bits). The
+// split-K kernel (one CTA per (row, HP heads, chunk)) writes its chunk's partials, fences them and
+// counts the chunk on the (row, HP heads)' counter; the CTA that counts the row's last chunk
+// reads every chunk's partials back and adds them in chunk order starting from 0, then resets the
+// counter to 0. The counter picks only which CTA adds, never the order. Both kernels therefore
+// add the same f32 values in the same order: split-K
+// and decode give the same bits, G = 8 and G = 16 give the same bits, HP = 1 and HP = 2 give the
+// same bits (each head's operations are the same, only interleaved), and since nothing depends
+// on other rows, a row's output does not depend on its batch.
+//
+// LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, head groups fastest so the
+// heads that share a kv head run side by side; a CTA computes heads h0 .. h0 + HP - 1:
+//   decode:  blockIdx.x = row * (Hq / HP) + h0 / HP                       (rows * Hq / HP CTAs)
+//   split:   blockIdx.x = (row * max_chunks + chunk) * (Hq / HP) + h0 / HP
+//            (rows * max_chunks * Hq / HP CTAs); a CTA whose chunk starts at or past row_len
+//            exits at once (chunk 0 of an empty row writing its zeros first).
+// Launch bounds (min_ctas): per instantiation the most CTAs per SM at which ptxas still issues
+// every load of a QK step (128 bytes per thread) before the step's first fma, without spills,
+// found by compiling every entry at 4 to 8 and reading the SASS. Past that ptxas first splits a
+// step's loads into two waves (two memory latencies per step) and then spills. Split-K runs its
+// chunk body once, visibly to the compiler, so q's registers are free during PV.
+//   split, HP = 1:    7 CTAs (72 registers, 112 KB of K in flight per SM); 6 for D = 64 with
+//                     G = 8 (80), 5 for D = 256 with G = 8 (q alone takes 32 registers; 90)
+//   split, HP = 2:    6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
+//   decode, HP = 1:   5 CTAs (90 to 96 registers, 80 KB per SM); 4 for D = 256 with G = 8
+//   decode, HP = 2:   4 CTAs (122 to 128 registers; at D = 64, 15 of a step's 16 loads)
+// HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
+// ptxas splits a step's loads at any bound that leaves 4 CTAs or more.
+// Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
+// padded to 16 bytes (544), 8 * CHUNK list entries (1024), 4 * ROUNDS * WARPS counts (16) and
+// 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (576) shared by the heads: 6256 bytes
+// for HP = 1, 11936 for HP = 2, plus split-K's last-CTA flag. CHUNK = 128 (one key per thread
+// and round) rather than 256: twice the split-K CTAs of a short row, which a small decode batch
+// needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even).
+//
+// TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
+//   D      head dim, 64, 128 or 256
+//   G      lanes per key in QK, 8 or 16
+//   HP     query heads per CTA, 1 or 2 (2 with G = 16 only; Hq / Hkv even, checked on the host)
+//   SPARSE PV walks the nonzero list (true) or every key (false)
+//   SPLIT  split-K (true) or the decode kernel (false)
+// Entries: hp1_decode_d{D}_g{G}_h{HP}_{dense|sparse}, hp1_split_d{D}_g{G}_h{HP}_{dense|sparse}
+// for (G, HP) in (8, 1), (16, 1), (16, 2). The dispatcher
+// (gpu/src/attention/plan.rs) picks (8, 1) or, on large grids, (16, 2).
+//
+// BUFFERS (bf16 passed as its 16 bits, row-major):
+//   q            [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D
+//   key_cache    [num_blocks, block_size, Hkv, D] bf16
+//   value_cache  [num_blocks, block_size, Hkv, D] bf16
+//   block_table  [num_seqs, max_blocks_per_seq] int32
+//   row_seq, row_len [rows] int32 from hp1_rows.cu; row_len <= max_blocks_per_seq * block_size
+//   sigma, gamma [Hq] f32
+//   out          [rows, Hq, D] bf16
+//   partial      [rows, Hq, max_chunks, D] f32 (split-K; only the chunks below
+//                ceil(row_len / CHUNK) are written and read)
+//   counters     [rows * Hq / HP] int32 (split-K): zero before a launch, and the launch leaves
+//                them zero (each last CTA resets its own)
+// ASSUMPTIONS, checked on the host (gpu/src/attention): Hq a multiple of Hkv; block_size a power
+// of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an
+// int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers 16-byte aligned (device
+// allocations are); block-table entries of the keys a row reads are valid blocks (the engine's
+// block pool guarantees it; not checked on the device). Rows with row_len = 0 get zeros.
+
+namespace hp1 {
+
+constexpr int THREADS = 128;
+constexpr int WARPS = THREADS / 32;
+constexpr int CHUNK = 128;
+constexpr int ROUNDS = CHUNK / THREADS;
+constexpr int MAX_FIR = 8;
+constexpr int OV = MAX_FIR - 1;
+// CTAs per SM the launch bounds ask for: per instantiation the most at which ptxas still issues
+// every load of a QK step before its first fma, without spills (see LAUNCH in the header).
+constexpr int min_ctas(bool split, int heads, int d, int g) {
+  if (heads == 2) return split ? 6 : 4;
+  if (split) return g == 16 || d == 128 ? 7 : (d == 64 ? 6 : 5);
+  return g == 8 && d == 256 ? 4 : 5;
+}
+constexpr int SLOTS = (OV + CHUNK + 15) / 16 * 16;  // QK reads whole vectors of up to 16 slots
+
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Round to nearest even, NaN stays a (quiet) NaN: what half::bf16::from_f32 does.
+__device__ __forceinline__ unsigned short f32_to_bf16(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+// N bf16 values from p (aligned to 2N bytes) as N/2 packed words, in as few vector loads as fit,
+// read as In says (loads.cuh).
+template <class In, int N>
+__device__ __forceinline__ void load_words(const unsigned short* __restrict__ p, unsigned (&w)[N / 2]) {
+  if constexpr (N % 8 == 0) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+    for (int i = 0; i < N / 8; ++i) {
+      const uint4 x = In::load(v + i);
+      w[4 * i] = x.x;
+      w[4 * i + 1] = x.y;
+      w[4 * i + 2] = x.z;
+      w[4 * i + 3] = x.w;
+    }
+  } else if constexpr (N == 4) {
+    const uint2 x = In::load(reinterpret_cast<const uint2*>(p));
+    w[0] = x.x;
+    w[1] = x.y;
+  } else {
+    static_assert(N == 2, "load_words takes 2, 4 or a multiple of 8 values");
+    w[0] = In::load(reinterpret_cast<const unsigned*>(p));
+  }
+}
+
+// One D-slice of q . k for each of HP heads: C elements summed from 0 in element order. Each
+// K element is unpacked once and used by every head at once, so no unpacked slice waits in
+// registers for the next head.
+template <int HP, int C>
+__device__ __forceinline__ void slice_dots(const float (&q)[HP][C], const unsigned (&k)[C / 2], float (&a)[HP]) {
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) a[hh] = 0.0f;
+#pragma unroll
+  for (int e = 0; e < C / 2; ++e) {
+    const float lo = bf16_lo(k[e]), hi = bf16_hi(k[e]);
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+      a[hh] = __fmaf_rn(q[hh][2 * e], lo, a[hh]);
+      a[hh] = __fmaf_rn(q[hh][2 * e + 1], hi, a[hh]);
+    }
+  }
+}
+
+// The lane's share of q . k per head: its D-slice, or for G = 8 its two slices added
+// (c_i + c_{i+8}).
+template <int G, int HP, int C>
+__device__ __forceinline__ void lane_dots(const float (&q)[16 / G][HP][C], const unsigned (&k)[16 / G][C / 2],
+                                          float (&v)[HP]) {
+  slice_dots<HP, C>(q[0], k[0], v);
+  if constexpr (G == 8) {
+    float w[HP];
+    slice_dots<HP, C>(q[1], k[1], w);
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) v[hh] = __fadd_rn(v[hh], w[hh]);
+  }
+}
+
+// Reduce-scatter of N keys' shares over a group by xor masks M, M/2, ..., 1 (M = G/2). While a
+// lane holds more than one key, a level halves them: the lane keeps the half its mask bit picks
+// and adds its partner's share of exactly those keys; with one key left, a level is a butterfly
+// step. Each key gets exactly the butterfly's sums (a + b and b + a are the same bits), so the
+// result does not depend on N. Returns the dot of key reduce_key<M, N>(gl) of the N.
+template <int M, int N>
+__device__ __forceinline__ float group_reduce(const float (&v)[N], unsigned group_mask, int gl) {
+  if constexpr (M == 0) {
+    static_assert(N == 1, "a group step holds at most G keys");
+    return v[0];
+  } else if constexpr (N == 1) {
+    const float w[1] = {__fadd_rn(v[0], __shfl_xor_sync(group_mask, v[0], M))};
+    return group_reduce<M / 2, 1>(w, group_mask, gl);
+  } else {
+    const bool upper = (gl & M) != 0;
+    float w[N / 2];
+#pragma unroll
+    for (int k = 0; k < N / 2; ++k) {
+      const float keep = upper ? v[k + N / 2] : v[k];
+      const float send = upper ? v[k] : v[k + N / 2];
+      w[k] = __fadd_rn(keep, __shfl_xor_sync(group_mask, send, M));
+    }
+    return group_reduce<M / 2, N / 2>(w, group_mask, gl);
+  }
+}
+
+// Which of the N keys group_reduce<M, N> leaves on lane gl.
+template <int M, int N>
+__device__ __forceinline__ int reduce_key(int gl) {
+  if constexpr (M == 0 || N == 1) {
+    return 0;
+  } else {
+    return ((gl & M) ? N / 2 : 0) + reduce_key<M / 2, N / 2>(gl);
+  }
+}
+
+// N consecutive cache rows from shared memory (s aligned to 4N bytes, up to 16).
+template <int N>
+__device__ __forceinline__ void load_rows(const int* s, int (&r)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const int4 x = reinterpret_cast<const int4*>(s)[i];
+      r[4 * i] = x.x;
+      r[4 * i + 1] = x.y;
+      r[4 * i + 2] = x.z;
+      r[4 * i + 3] = x.w;
+    }
+  } else {
+    static_assert(N == 2, "load_rows takes 2 or a multiple of 4 rows");
+    const int2 x = *reinterpret_cast<const int2*>(s);
+    r[0] = x.x;
+    r[1] = x.y;
+  }
+}
+
+// base + row * stride_bytes: rows are below 2^31 (checked on the host) and a token's stride in
+// bytes fits 32 bits, so this is one 32 x 32 -> 64-bit multiply-add.
+__device__ __forceinline__ const unsigned short* cache_row(const unsigned short* base, int row, unsigned stride_bytes) {
+  const unsigned long long offset = (unsigned long long)(unsigned)row * stride_bytes;
+  return reinterpret_cast<const unsigned short*>(reinterpret_cast<const char*>(base) + offset);
+}
+
+// PV over PU list entries e0, e0 + RG, ...: every load issued before the first fma; TAIL checks
+// each entry against count. 8 dims (one 16-byte vector) per thread.
+template <class In, int RG, int PU, bool TAIL>
+__device__ __forceinline__ void pv_batch(const int2* entry, int e0, int count, const unsigned short* v,
+                                         unsigned stride_bytes, float (&acc)[8]) {
+  uint4 w[PU];
+#pragma unroll
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      w[u] = In::load(reinterpret_cast<const uint4*>(cache_row(v, entry[e0 + u * RG].x, stride_bytes)));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      const float p = __int_as_float(entry[e0 + u * RG].y);
+      const unsigned x[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] = __fmaf_rn(p, bf16_lo(x[i]), acc[2 * i]);
+        acc[2 * i + 1] = __fmaf_rn(p, bf16_hi(x[i]), acc[2 * i + 1]);
+      }
+    }
+  }
+}
+
+struct Args {
+  const unsigned short* __restrict__ q;
+  long long q_row_stride;
+  const unsigned short* __restrict__ key_cache;
+  const unsigned short* __restrict__ value_cache;
+  const int* __restrict__ block_table;
+  int max_blocks_per_seq;
+  const int* __restrict__ row_seq;
+  const int* __restrict__ row_len;
+  const float* __restrict__ sigma;
+  const float* __restrict__ gamma;
+  int num_heads;
+  int num_kv_heads;
+  int log2_block;
+  int max_chunks;
+  float scale;
+  int fir_k;
+  int relu_pre;
+  float clip_min;
+  float clip_max;
+};
+
+template <int HP>
+struct Shared {
+  float score[HP][OV + CHUNK];            // score[hh][OV + j] is key c0 + j of head hh, j in [-OV, CHUNK)
+  __align__(16) int slot[SLOTS];          // slot[i]: cache row of key c0 + jstart + i, clamped into [0, len)
+  int2 entry[HP][CHUNK];                  // head hh's list: (cache row, weight bits) of each key to visit
+  int count[HP][ROUNDS * WARPS];
+  __align__(16) float red[HP][8 * THREADS];  // PV stream sums, [streams][D] per head
+  bool last;                                 // split-K: this CTA counted its row's last chunk
+};
+
+// The 128 threads that run one CTA's body: `bid` is its index in the grid of LAUNCH, `tid` the
+// thread's index among the 128, and sync() their barrier. A kernel of its own runs one such CTA
+// as a whole CTA; the decode megakernel runs two in one CTA of 256 (decode_mega.cu).
+struct WholeCta {
+  long long bid;
+  int tid;
+  __device__ __forceinline__ void sync() const { __syncthreads(); }
+};
+
+// Split-K's last CTA of a (row, HP heads): adds the row's partials of every chunk in chunk order
+// from 0 (exactly the decode kernel's additions) and writes out. The partials of other CTAs are
+// read through L2 (__ldcg), after the fence that pairs with theirs.
+template <int D, int HP>
+__device__ __forceinline__ void split_finish(int tid, const float* partial, unsigned short* __restrict__ out,
+                                             long long row, int h0, int num_heads, int max_chunks, int num_chunks) {
+  constexpr int PU = 4;  // chunks whose loads are issued before their first add
+  for (int e = tid; e < HP * D; e += THREADS) {
+    const float* src = partial + ((row * num_heads + h0 + e / D) * max_chunks) * D + e % D;
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < num_chunks; c0 += PU) {
+      float x[PU];
+#pragma unroll
+      for (int u = 0; u < PU; ++u) x[u] = c0 + u < num_chunks ? __ldcg(src + (long long)(c0 + u) * D) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < PU; ++u)
+        if (c0 + u < num_chunks) acc = __fadd_rn(acc, x[u]);
+    }
+    out[(row * num_heads + h0) * D + e] = f32_to_bf16(acc);
+  }
+}
+
+// One CTA's work (LAUNCH) for the 128 threads of `cta` (WholeCta or the megakernel's half), with
+// `sh` their shared memory; In reads q and the caches (loads.cuh).
+template <int D, int G, int HP, bool SPARSE, bool SPLIT, class In, class Cta>
+__device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<HP>& sh,
+                                          unsigned short* __restrict__ out, float* __restrict__ partial,
+                                          int* __restrict__ counters) {
+  static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
+  static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
+  static_assert(HP == 1 || HP == 2, "a CTA computes one query head or two sharing a kv head");
+  constexpr int C = D / 16;                         // elements per D-slice
+  constexpr int CPL = 16 / G;                       // D-slices per lane in QK
+  constexpr int NG = THREADS / G;                   // groups per CTA
+  constexpr int U = 64 * G / D;                     // keys per group step: 128 bytes of K per lane
+  constexpr int TPR = D / 8;                        // PV threads per list entry, 8 dims each
+  constexpr int RG = THREADS / TPR;                 // PV streams
+  constexpr int PU = 8;                             // entries per PV batch: 128 bytes of V per thread
+  constexpr int DPT = (D + THREADS - 1) / THREADS;  // output dims per thread after the stream sum
+  static_assert(RG * D == 8 * THREADS, "the stream sums fill Shared::red");
+  const int tid = cta.tid, warp = tid >> 5, lane = tid & 31;
+  long long bid = cta.bid;
+  const int h0 = (int)(bid % (a.num_heads / HP)) * HP;  // heads h0 .. h0 + HP - 1
+  bid /= a.num_heads / HP;
+  int chunk = 0;
+  if constexpr (SPLIT) {
+    chunk = (int)(bid % a.max_chunks);
+    bid /= a.max_chunks;
+  }
+  const long long row = bid;
+  const int len = a.row_len[row];
+  const int num_chunks = (len + CHUNK - 1) / CHUNK;
+  if (SPLIT && chunk >= num_chunks) {  // uniform over the CTA, before any barrier
+    // An empty row has no last CTA: its chunk-0 CTA writes the zeros.
+    if (chunk == 0)
+      for (int e = tid; e < HP * D; e += THREADS) out[(row * a.num_heads + h0) * D + e] = 0;
+    return;
+  }
+
+  const int g = h0 / (a.num_heads / a.num_kv_heads);
+  const int block_mask = (1 << a.log2_block) - 1;
+  const int* __restrict__ table = a.block_table + (long long)a.row_seq[row] * a.max_blocks_per_seq;
+  const unsigned token_bytes = (unsigned)(a.num_kv_heads * D * 2);
+  float sigma[HP], gamma[HP];
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) {
+    sigma[hh] = a.sigma[h0 + hh];
+    gamma[hh] = a.gamma[h0 + hh];
+  }
+  const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
+
+  // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
+  const int grp = tid / G, gl = tid % G;
+  const unsigned group_mask = ((1u << G) - 1u) << (lane / G * G);
+  const int my_key = reduce_key<G / 2, U>(gl);
+  const bool key_owner = (gl & (G / U - 1)) == 0;  // one lane per key stores its score
+  const unsigned short* __restrict__ k_lane = a.key_cache + (long long)g * D + gl * C;
+  const int stream = tid / TPR;
+  const unsigned short* __restrict__ v_thread = a.value_cache + (long long)g * D + (tid % TPR) * 8;
+  float qf[CPL][HP][C];
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh) {
+    const unsigned short* q_row = a.q + row * a.q_row_stride + (long long)(h0 + hh) * D;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+      unsigned w[C / 2];
+      load_words<In, C>(q_row + (gl + c * G) * C, w);
+#pragma unroll
+      for (int e = 0; e < C / 2; ++e) {
+        qf[c][hh][2 * e] = bf16_lo(w[e]);
+        qf[c][hh][2 * e + 1] = bf16_hi(w[e]);
+      }
+    }
+  }
+
+  float o[HP][DPT];
+#pragma unroll
+  for (int hh = 0; hh < HP; ++hh)
+#pragma unroll
+    for (int i = 0; i < DPT; ++i) o[hh][i] = 0.0f;
+
+  const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
+  for (int c = c_begin; SPLIT ? c == c_begin : c < c_end; ++c) {  // a split CTA: once, visibly to the compiler
+    const int c0 = c * CHUNK;
+    const int n = min(CHUNK, len - c0);
+    // The decode kernel's later chunks find their overlap carried in score[hh][OV - fir_k + 1 .. OV).
+    const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
+    const int slots = n - jstart;
+
+    // 0. The cache row of every key QK reads, clamped into [0, len) so that QK loads whole steps
+    // without bounds checks. The previous chunk read slot[] only before its list barrier.
+    for (int i = tid; i < SLOTS; i += THREADS) {
+      const int t = max(0, min(c0 + jstart + i, len - 1));
+      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
+    }
+    cta.sync();
+
+    // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1,
+    // every load before the first dot, each K vector used by all HP heads; steps past slots or
+    // before key 0 load a clamped row and drop it.
+#pragma unroll 1
+    for (int k0 = grp * U; k0 < slots; k0 += NG * U) {
+      int rows[U];
+      load_rows<U>(sh.slot + k0, rows);
+      unsigned kw[U][CPL][C / 2];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
+#pragma unroll
+        for (int s = 0; s < CPL; ++s) load_words<In, C>(kp + s * G * C, kw[u][s]);
+      }
+      float v[HP][U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float vu[HP];
+        lane_dots<G, HP, C>(qf, kw[u], vu);
+#pragma unroll
+        for (int hh = 0; hh < HP; ++hh) v[hh][u] = vu[hh];
+      }
+      const int i = k0 + my_key;
+#pragma unroll
+      for (int hh = 0; hh < HP; ++hh) {
+        const float dot = group_reduce<G / 2, U>(v[hh], group_mask, gl);
+        if (key_owner && i < slots) {
+          sh.score[hh][OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
+        }
+      }
+    }
+    cta.sync();
+
+    // The last OV scores of a full chunk are the next chunk's overlap; read them before any
+    // thread can start overwriting them with the next chunk's scores (thread hh * OV + k
+    // carries head hh's score k).
+    float carry = 0.0f;
+    if (!SPLIT && tid < HP * OV) carry = sh.score[tid / OV][CHUNK + tid % OV];
+
+    // 2. Gate, and 3. the lists: rank within the warp now, place after the counts are known.
+    float p_r[HP][ROUNDS];
+    int rank_r[HP][ROUNDS];
+    bool keep_r[HP][ROUNDS];
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+#pragma unroll
+      for (int r = 0; r < ROUNDS; ++r) {
+        const int j = r * THREADS + tid;
+        const bool valid = j < n;
+        float p = 0.0f;
+        if (valid) {
+          float sum = 0.0f;
+          for (int f = 0; f < a.fir_k; ++f) {
+            const float s = sh.score[hh][OV + j - f];
+            sum = __fadd_rn(sum, a.relu_pre ? fmaxf(s, 0.0f) : s);
+          }
+          const float z = __fsub_rn(sh.score[hh][OV + j], __fmul_rn(sigma[hh], __fmul_rn(sum, inv_f)));
+          const float clamped = z < a.clip_min ? a.clip_min : (z > a.clip_max ? a.clip_max : z);
+          p = __fmul_rn(gamma[hh], clamped);
+        }
+        const bool keep = SPARSE ? (valid && p != 0.0f) : valid;
+        const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+        if (lane == 0) sh.count[hh][r * WARPS + warp] = __popc(ballot);
+        p_r[hh][r] = p;
+        keep_r[hh][r] = keep;
+        rank_r[hh][r] = __popc(ballot & ((1u << lane) - 1u));
+      }
+    }
+    cta.sync();
+    int count[HP];
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+      int base[ROUNDS];
+      count[hh] = 0;
+#pragma unroll
+      for (int i = 0; i < ROUNDS * WARPS; ++i) {
+#pragma unroll
+        for (int r = 0; r < ROUNDS; ++r)
+          if (i == r * WARPS + warp) base[r] = count[hh];
+        count[hh] += sh.count[hh][i];
+      }
+#pragma unroll
+      for (int r = 0; r < ROUNDS; ++r) {
+        if (keep_r[hh][r]) {
+          const int j = r * THREADS + tid;
+          sh.entry[hh][base[r] + rank_r[hh][r]] = make_int2(sh.slot[j - jstart], __float_as_int(p_r[hh][r]));
+        }
+      }
+    }
+    cta.sync();
+
+    // 4. PV, head by head: stream s adds entries s, s + RG, s + 2 RG, ... in order, PU loads at
+    // a time.
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+      float acc[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+      int e0 = stream;
+#pragma unroll 1
+      for (; e0 + (PU - 1) * RG < count[hh]; e0 += PU * RG) {
+        pv_batch<In, RG, PU, false>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
+      }
+      if (e0 < count[hh]) pv_batch<In, RG, PU, true>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
+      float4* red = reinterpret_cast<float4*>(sh.red[hh] + stream * D + (tid % TPR) * 8);
+      red[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      red[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+    cta.sync();
+
+    // The chunk's partials: each head's stream sums in stream order.
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) {
+        const int d = i * THREADS + tid;
+        if (d < D) {
+          float part = sh.red[hh][d];
+#pragma unroll
+          for (int s = 1; s < RG; ++s) part = __fadd_rn(part, sh.red[hh][s * D + d]);
+          if constexpr (SPLIT) {
+            partial[((row * a.num_heads + h0 + hh) * a.max_chunks + chunk) * D + d] = part;
+          } else {
+            o[hh][i] = __fadd_rn(o[hh][i], part);
+          }
+        }
+      }
+    }
+    // Every thread is past the gate, so the overlap slots are free to take the carry.
+    if (!SPLIT && tid < HP * OV) sh.score[tid / OV][tid % OV] = carry;
+  }
+
+  if constexpr (SPLIT) {
+    // Publish the partials, then count this chunk; the CTA that counts the row's last chunk adds
+    // them all. The count picks only which CTA adds, never the order, and goes back to 0 so the
+    // next launch (or graph replay) starts from a clean counter.
+    int* counter = counters + row * (a.num_heads / HP) + h0 / HP;
+    __threadfence();
+    cta.sync();
+    // The row's chunk count from row_len again: cheaper than keeping it live through the body.
+    const int total = (__ldg(a.row_len + row) + CHUNK - 1) / CHUNK;
+    if (tid == 0) sh.last = atomicAdd(counter, 1) == total - 1;
+    cta.sync();
+    if (sh.last) {
+      __threadfence();
+      split_finish<D, HP>(tid, partial, out, row, h0, a.num_heads, a.max_chunks, total);
+      if (tid == 0) *counter = 0;
+    }
+  } else {
+#pragma unroll
+    for (int hh = 0; hh < HP; ++hh) {
+#pragma unroll
+      for (int i = 0; i < DPT; ++i) {
+        const int d = i * THREADS + tid;
+        if (d < D) out[(row * a.num_heads + h0 + hh) * D + d] = f32_to_bf16(o[hh][i]);
+      }
+    }
+  }
+}
+
+}  // namespace hp1

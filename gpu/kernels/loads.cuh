@@ -1,0 +1,27 @@
+#line 2 "loads.cuh"
+// How a kernel body reads the activations another kernel wrote (x of a GEMM, q and the KV cache
+// of the attention, the residual of the Peri-LN epilogue): a template parameter of the bodies
+// that both a standalone kernel and the decode megakernel (decode_mega.cu) run.
+//
+// A standalone kernel reads them through the read-only path (ld.global.nc, L1 allowed): they do
+// not change while it runs. Inside the megakernel the same buffers are rewritten by earlier
+// ops of the same launch (h of layer 0 and h of layer 1 share an address), and ld.global.nc is
+// only defined for data that is constant for the kernel's lifetime, while L1 is not kept
+// coherent between SMs: a CTA could read layer 0's h from its own L1 in layer 1. So there they
+// are read at L2 (ld.global.cg), where the writes of the op before, fenced and counted at the
+// grid barrier, are visible. Both policies load the same bits; only the path differs.
+// Constant data (weights, norms, the block table, the row metadata) keeps the read-only path.
+
+struct ReadOnlyLoads {
+  template <class T>
+  __device__ __forceinline__ static T load(const T* p) {
+    return __ldg(p);
+  }
+};
+
+struct CoherentLoads {
+  template <class T>
+  __device__ __forceinline__ static T load(const T* p) {
+    return __ldcg(p);
+  }
+};

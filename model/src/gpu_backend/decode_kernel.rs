@@ -1,0 +1,68 @@
+//! `--decode-kernel`: how a pure decode step launches its layers on the GPU.
+//!
+//! `graph` launches every layer's five kernels (captured in the step's CUDA graph); `mega` runs
+//! every layer in the persistent megakernel (`gpu::mega`) wherever its batch tiles reach;
+//! `auto` takes the megakernel for the batch buckets where it measured faster on the H200
+//! (`verify/RESULTS.md`, run 60) and the graph path elsewhere. Every choice gives a request the
+//! same bits: the megakernel runs the graph path's kernel bodies (`gpu_engine` checks it).
+
+use std::str::FromStr;
+
+use crate::error::Error;
+
+/// The largest decode bucket that `auto` runs in the megakernel.
+const AUTO_MEGA_MAX_ROWS: usize = 8;
+
+/// How a decode step's layers launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// The megakernel where it measured faster, else the graph path.
+    #[default]
+    Auto,
+    /// Five kernels a layer.
+    Graph,
+    /// The megakernel wherever it applies.
+    Mega,
+}
+
+impl DecodeKernel {
+    /// Whether a decode step of `rows` rows (its batch bucket) asks for the megakernel; the step
+    /// program still decides whether the step allows it.
+    pub fn persistent(self, rows: usize) -> bool {
+        let fits = gpu::mega::row_tile(rows).is_some();
+        match self {
+            DecodeKernel::Graph => false,
+            DecodeKernel::Mega => fits,
+            DecodeKernel::Auto => fits && rows <= AUTO_MEGA_MAX_ROWS,
+        }
+    }
+}
+
+impl FromStr for DecodeKernel {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "auto" => Ok(DecodeKernel::Auto),
+            "graph" => Ok(DecodeKernel::Graph),
+            "mega" => Ok(DecodeKernel::Mega),
+            other => Err(Error::Options(format!("--decode-kernel must be auto, graph or mega, got `{other}`"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_choice_asks_for_the_megakernel_where_it_says() {
+        assert!(!DecodeKernel::Graph.persistent(1));
+        assert!(DecodeKernel::Mega.persistent(1) && DecodeKernel::Mega.persistent(32));
+        assert!(!DecodeKernel::Mega.persistent(33), "past the widest row tile");
+        assert!(DecodeKernel::Auto.persistent(8) && !DecodeKernel::Auto.persistent(16));
+        assert_eq!("mega".parse::<DecodeKernel>().unwrap(), DecodeKernel::Mega);
+        let err = "fast".parse::<DecodeKernel>().unwrap_err().to_string();
+        assert!(err.contains("auto, graph or mega, got `fast`"), "{err}");
+    }
+}
