@@ -403,7 +403,7 @@ impl GpuModel {
             persistent: self.decode_kernel.persistent(shape.tokens),
         });
         let rows = row_split(shape);
-        for op in &program.ops {
+        for op in &program.expanded() {
             match *op {
                 Op::Linear { weight, lane, epilogue, .. } => {
                     let (n, k) = gemm_nk(&self.dims, &self.heads, weight);
