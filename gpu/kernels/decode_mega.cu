@@ -33,8 +33,10 @@
 // (loads.cuh: at L2, since earlier ops of this launch rewrite them).
 //
 // BARRIER. barrier[0] counts arrivals over the whole launch: the k-th barrier (k from 1) waits until
-// it reaches k * grid. Thread 0 fences the CTA's writes (__threadfence), adds 1, spins on an
-// acquire load, fences again; __syncthreads around it holds the other threads. When a CTA has
+// it reaches k * grid. After __syncthreads (the CTA's writes ordered before thread 0's next
+// operation), thread 0 adds 1 with release semantics at GPU scope and spins on an acquire load
+// until the count is reached; a second __syncthreads holds the other threads until then, so every
+// write before the barrier, in any CTA, happens before every read after it. When a CTA has
 // passed the last barrier it adds 1 to barrier[1]; the CTA that brings it to grid resets both
 // words to 0 (every CTA has read barrier[0] for the last time), so the next launch starts clean.
 // The barrier needs every CTA resident at once: the host launches grid = SMs x the occupancy the
@@ -97,6 +99,10 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // The grid barrier (BARRIER above); `passed` counts this CTA's barriers.
 struct GridBarrier {
   unsigned* count;
@@ -105,12 +111,10 @@ struct GridBarrier {
     __syncthreads();
     ++passed;
     if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(count, 1u);
+      add_release(count, 1u);
       const unsigned target = passed * gridDim.x;
       while (load_acquire(count) < target) {
       }
-      __threadfence();
     }
     __syncthreads();
   }

@@ -58,7 +58,7 @@ impl DecodeMega {
         }
         let entry = entry(tile, head_dim);
         let func = gpu.function(&DECODE_MEGA, &entry)?;
-        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?.min(MAX_CTAS_PER_SM);
+        let per_sm = func.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)?.min(ctas_per_sm());
         if per_sm == 0 {
             return Err(refuse(format!("{entry} fits no CTA on an SM")));
         }
@@ -109,6 +109,15 @@ impl DecodeMega {
         // occupancy query says is resident at once.
         unsafe { b.launch(cfg) }.map_err(launch_error(&self.entry, &cfg))?;
         Ok(())
+    }
+}
+
+/// CTAs per SM to launch: [`MAX_CTAS_PER_SM`], or 1 where `ASYNCT_MEGA_CTAS_PER_SM=1` asks, to
+/// measure what the second CTA buys.
+fn ctas_per_sm() -> u32 {
+    match std::env::var("ASYNCT_MEGA_CTAS_PER_SM").as_deref() {
+        Ok("1") => 1,
+        _ => MAX_CTAS_PER_SM,
     }
 }
 
