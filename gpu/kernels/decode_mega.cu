@@ -42,9 +42,12 @@
 // The barrier needs every CTA resident at once: the host launches grid = SMs x the occupancy the
 // driver reports (at most 2 CTAs an SM, the launch bounds).
 //
-// LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier): grid as above, block THREADS = 256,
+// LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier, report): grid as above, block THREADS = 256,
 // static shared memory: the GEMM partials for ROWS = 16 (5 KB at MT = 1), two attention
 // halves' hp1::Shared<1> (6.3 KB each) and the attention op's hp1::Args. Launch bounds 2 CTAs an SM: 128 registers a thread.
+//
+// REPORT (report != 0, ASYNCT_MEGA_REPORT=1 on the host): CTA 0 prints, per op kind, the time its
+// own tasks took and the time it then waited at the barrier, summed over the launch.
 //
 // ASSUMPTIONS, checked on the host (gpu::mega): every GEMM op has m <= 8 MT (one slab) and
 // its epilogue's buffers as gemm_skinny.cu's entry would check them; every attention op's
@@ -178,9 +181,41 @@ __device__ __forceinline__ void run_attention(const Op& op, hp1::Shared<1>* sh, 
   }
 }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// REPORT: CTA 0's thread 0 sums, per op kind, the nanoseconds from an op's start to its arrival at
+// the barrier (its own tasks) and from there to the release (the wait for the slowest CTA), and
+// prints them once the launch is done.
+struct Report {
+  bool on;
+  unsigned long long work[6], wait[6], t;
+  __device__ __forceinline__ void start() {
+    if (!on) return;
+    for (int i = 0; i < 6; ++i) work[i] = wait[i] = 0;
+    t = global_ns();
+  }
+  __device__ __forceinline__ void lap(unsigned long long* into) {
+    if (!on) return;
+    const unsigned long long now = global_ns();
+    *into += now - t;
+    t = now;
+  }
+  __device__ __forceinline__ void print(int num_ops) const {
+    if (!on) return;
+    printf("decode_mega %d ops, ns work/wait by kind: store %llu/%llu periln %llu/%llu silu %llu/%llu qk %llu/%llu "
+           "attn-decode %llu/%llu attn-split %llu/%llu\n",
+           num_ops, work[0], wait[0], work[1], wait[1], work[2], wait[2], work[3], wait[3], work[4], wait[4],
+           work[5], wait[5]);
+  }
+};
+
 template <int MT, int D>
 __device__ __forceinline__ void megakernel(const unsigned long long* __restrict__ ops, int num_ops,
-                                           unsigned* barrier) {
+                                           unsigned* barrier, int report) {
   __shared__ float part[gemm_skinny::WARPS * MT * 8 * gemm_skinny::Config<MT, ROWS_PAIRED>::PAD];
   __shared__ hp1::Shared<1> sh[2];
   __shared__ hp1::Args args;
@@ -188,6 +223,8 @@ __device__ __forceinline__ void megakernel(const unsigned long long* __restrict_
   if (threadIdx.x == 0 && num_ops > 0) prefetch_op<MT>(Op{ops});
   pdl_begin();
   GridBarrier grid{barrier, 0};
+  Report rep{report != 0 && blockIdx.x == 0 && threadIdx.x == 0};
+  rep.start();
   for (int i = 0; i < num_ops; ++i) {
     if (threadIdx.x == 0) {
       for (; fetched < min(i + 2, num_ops - 1); ++fetched) prefetch_op<MT>(Op{ops + (fetched + 1) * SLOTS});
@@ -220,17 +257,23 @@ __device__ __forceinline__ void megakernel(const unsigned long long* __restrict_
         run_attention<D, true>(op, sh, args);
         break;
     }
+    const int kind = op.kind();
+    if (report) __syncthreads();  // every task of CTA 0 done
+    rep.lap(&rep.work[kind]);
     if (i + 1 < num_ops) grid.sync();
+    rep.lap(&rep.wait[kind]);
   }
   grid.retire();
+  rep.print(num_ops);
 }
 
 }  // namespace mega
 
 #define DECODE_MEGA_ENTRY(M, D)                                                                      \
   extern "C" __global__ void __launch_bounds__(mega::THREADS, 2)                                     \
-      decode_mega_m##M##_d##D(const unsigned long long* __restrict__ ops, int num_ops, unsigned* barrier) { \
-    mega::megakernel<M / 8, D>(ops, num_ops, barrier);                                               \
+      decode_mega_m##M##_d##D(const unsigned long long* __restrict__ ops, int num_ops, unsigned* barrier,  \
+                              int report) {                                                          \
+    mega::megakernel<M / 8, D>(ops, num_ops, barrier, report);                                       \
   }
 
 DECODE_MEGA_ENTRY(8, 64)

@@ -25,6 +25,8 @@ pub struct DecodeMega {
     rows: usize,
     head_dim: usize,
     grid: u32,
+    /// Whether each launch prints CTA 0's time per op kind (`ASYNCT_MEGA_REPORT=1`).
+    report: i32,
     /// The grid barrier's two words (the kernel leaves them zero after every launch).
     barrier: CudaSlice<u32>,
 }
@@ -63,7 +65,8 @@ impl DecodeMega {
             return Err(refuse(format!("{entry} fits no CTA on an SM")));
         }
         let grid = per_sm * gpu.multiprocessors()? as u32;
-        Ok(Self { func, entry, stream: gpu.stream().clone(), rows: tile, head_dim, grid, barrier: gpu.zeros(2)? })
+        let report = i32::from(std::env::var("ASYNCT_MEGA_REPORT").is_ok_and(|v| v == "1"));
+        Ok(Self { func, entry, stream: gpu.stream().clone(), rows: tile, head_dim, grid, report, barrier: gpu.zeros(2)? })
     }
 
     /// Rows of x the entry serves, at most.
@@ -102,9 +105,9 @@ impl DecodeMega {
     pub fn run(&mut self, table: &MegaTable) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (self.grid, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut b = Launch::new(&self.stream, &self.func);
-        b.arg(&table.table).arg(&table.ops).arg(&mut self.barrier);
+        b.arg(&table.table).arg(&table.ops).arg(&mut self.barrier).arg(&self.report);
         // SAFETY: the arguments match DECODE_MEGA_ENTRY (the table, its op count, the barrier's
-        // two zeroed words); every op in the table was checked as its standalone launch checks it
+        // two zeroed words, the report flag); every op in the table was checked as its standalone launch checks it
         // (MegaOp's constructors) and against this entry (`upload`); the grid is what the
         // occupancy query says is resident at once.
         unsafe { b.launch(cfg) }.map_err(launch_error(&self.entry, &cfg))?;
