@@ -66,7 +66,16 @@ impl DecodeMega {
         }
         let grid = per_sm * gpu.multiprocessors()? as u32;
         let report = i32::from(std::env::var("ASYNCT_MEGA_REPORT").is_ok_and(|v| v == "1"));
-        Ok(Self { func, entry, stream: gpu.stream().clone(), rows: tile, head_dim, grid, report, barrier: gpu.zeros(2)? })
+        Ok(Self {
+            func,
+            entry,
+            stream: gpu.stream().clone(),
+            rows: tile,
+            head_dim,
+            grid,
+            report,
+            barrier: gpu.zeros(2)?,
+        })
     }
 
     /// Rows of x the entry serves, at most.

@@ -2,16 +2,20 @@
 //!
 //! `graph` launches every layer's five kernels (captured in the step's CUDA graph); `mega` runs
 //! every layer in the persistent megakernel (`gpu::mega`) wherever its batch tiles reach;
-//! `auto` takes the megakernel for the batch buckets where it measured faster on the H200
-//! (`verify/RESULTS.md`, run 60) and the graph path elsewhere. Every choice gives a request the
-//! same bits: the megakernel runs the graph path's kernel bodies (`gpu_engine` checks it).
+//! `auto` takes the megakernel for the batch buckets where it measured faster on the H200 and the
+//! graph path elsewhere. Every choice gives a request the same bits: the megakernel runs the graph
+//! path's kernel bodies (`gpu_engine` and `gpu_model` check it).
 
 use std::str::FromStr;
 
 use crate::error::Error;
 
-/// The largest decode bucket that `auto` runs in the megakernel.
-const AUTO_MEGA_MAX_ROWS: usize = 8;
+/// The decode buckets (rows) at which the megakernel measured faster than the graph path, which
+/// `auto` runs in it: none yet. On the H200 with asynct-0.5b at 1K context (`verify/RESULTS.md`,
+/// runs 60-62) it took 1.37-1.44 ms a step at B1 against the graph path's 1.02-1.05 ms, 1.53-1.83
+/// against 1.18-1.34 at B8 and 3.1-4.0 against 2.1-2.3 at B32: its tasks take as long as the
+/// standalone kernels, it loses their PDL overlap, and each grid barrier adds about 1.2 us.
+const MEGA_FASTER_ROWS: &[usize] = &[];
 
 /// How a decode step's layers launch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,7 +37,7 @@ impl DecodeKernel {
         match self {
             DecodeKernel::Graph => false,
             DecodeKernel::Mega => fits,
-            DecodeKernel::Auto => fits && rows <= AUTO_MEGA_MAX_ROWS,
+            DecodeKernel::Auto => fits && MEGA_FASTER_ROWS.contains(&rows),
         }
     }
 }
@@ -60,7 +64,9 @@ mod tests {
         assert!(!DecodeKernel::Graph.persistent(1));
         assert!(DecodeKernel::Mega.persistent(1) && DecodeKernel::Mega.persistent(32));
         assert!(!DecodeKernel::Mega.persistent(33), "past the widest row tile");
-        assert!(DecodeKernel::Auto.persistent(8) && !DecodeKernel::Auto.persistent(16));
+        for rows in [1, 2, 8, 32, 64] {
+            assert_eq!(DecodeKernel::Auto.persistent(rows), MEGA_FASTER_ROWS.contains(&rows), "{rows} rows");
+        }
         assert_eq!("mega".parse::<DecodeKernel>().unwrap(), DecodeKernel::Mega);
         let err = "fast".parse::<DecodeKernel>().unwrap_err().to_string();
         assert!(err.contains("auto, graph or mega, got `fast`"), "{err}");
