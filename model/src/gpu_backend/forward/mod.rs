@@ -24,32 +24,33 @@
 //! [`StepFacts`], the static facts that alone pick kernels and size grids; [`GpuModel::plan`]
 //! makes (and loads) the launches of a shape; [`GpuModel::enqueue`] puts them on the stream. The
 //! eager path does all three per step. A CUDA graph ([`GpuModel::capture`]) records `enqueue` once
-//! per shape and replays it after each `upload` of a step of that shape.
+//! per shape and replays it after each `upload` of a step of that shape. Where the step program
+//! runs the layers in the decode megakernel, `plan` also records their ops into its table; one
+//! walk over the ops (`bindings`) binds each op to its buffers for both.
+
+mod bindings;
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::Array2;
 use oracle::model::forward::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, LayerBuffers, Operands, Plan,
-    PrefillOperands, PrefillPath, RowOperands, StepGeometry,
+    plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath, StepGeometry,
 };
-use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
-use gpu::mega::{DecodeMega, MegaOp, MegaTable};
-use gpu::ops::{
-    Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul, UClipNormParams,
-};
+use gpu::gemm::{EpilogueKind, GemmShape};
+use gpu::mega::{DecodeMega, MegaTable};
+use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Lane, Linears, RowSplit};
 use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
-use super::step_program::{AttnPart, Fusion, Op, ProgramShape, Rows, StepProgram, Sublayer, Weight};
-use super::weights::{DeviceLayer, DeviceWeights};
+use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
+use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
 use crate::start_times::StartTimes;
 
@@ -429,7 +430,7 @@ impl GpuModel {
         }
         if !launch.program.persistent.is_empty() {
             let mut ops = Vec::new();
-            self.walk(&launch, &launch.program.persistent, &mut Sink::Record(&mut ops))?;
+            self.walk(&launch, &launch.program.persistent, &mut bindings::Sink::Record(&mut ops))?;
             let mega = self.mega(shape.tokens)?;
             launch.mega = Some((mega, self.megas[mega].upload(&self.gpu, &ops)?));
         }
@@ -461,206 +462,7 @@ impl GpuModel {
     /// Enqueues `launch` over the inputs of the last [`GpuModel::upload`] (of `launch`'s shape):
     /// its program's ops, in order.
     pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
-        self.walk(launch, &launch.program.ops, &mut Sink::Launch)
-    }
-
-    /// Binds each of `ops` (of `launch`'s program) to its buffers, then launches it or records it
-    /// as a megakernel op, as `sink` says.
-    fn walk(&mut self, launch: &StepLaunch, ops: &[Op], sink: &mut Sink<'_>) -> Result<()> {
-        let StepFacts { tokens: t, split, picked, width, .. } = launch.shape;
-        let rows = row_split(launch.shape);
-        let d = self.dims.clone();
-        let (hidden, inter, vocab) = (d.hidden_size, d.intermediate_size, d.vocab_size);
-        let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
-        let shape = self.heads;
-        let nk = |weight| gemm_nk(&d, &shape, weight);
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, .. } = self;
-        let span = |r: Rows| match r {
-            Rows::Decodes => 0..rows.decodes,
-            Rows::Chunks => rows.decodes..t,
-            Rows::All => 0..t,
-        };
-        // Elements of `width`-wide rows `r`.
-        let el = |r: &std::ops::Range<usize>, width: usize| r.start * width..r.end * width;
-        let (th, all) = (t * hidden, 0..t);
-        for op in ops {
-            if let (Sink::Record(_), false) = (&sink, matches!(op, Op::Linear { .. } | Op::Attention { .. })) {
-                return Err(Error::Executor(format!("{op:?} has no megakernel form")));
-            }
-            match *op {
-                Op::Embed => k.embedding.run(
-                    &w.embed_tokens.as_view(),
-                    vocab,
-                    &b.ids.slice(..t),
-                    &mut b.x.slice_mut(..th),
-                    &mut k.faults,
-                )?,
-                Op::InputNorm => k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?,
-                Op::BuildRows => {
-                    let (a, seqs) = match &launch.attn {
-                        AttnPlan::Decode(a) => (a, split.seqs),
-                        AttnPlan::Split { decodes: Some(a), .. } => (a, split.decodes),
-                        AttnPlan::Split { decodes: None, .. } => {
-                            return Err(Error::Executor("per-row metadata for a step without decode rows".into()))
-                        }
-                    };
-                    let n = a.plan().geometry.rows;
-                    a.build_rows(RowOperands {
-                        query_start_loc: b.meta.query_start_loc.slice(..seqs + 1),
-                        seq_lens: b.meta.seq_lens.slice(..seqs),
-                        num_seqs: seqs,
-                        row_seq: b.row_seq.slice_mut(..n),
-                        row_len: b.row_len.slice_mut(..n),
-                    })?;
-                }
-                Op::Linear { layer, weight, lane, epilogue } => {
-                    let (first, m) = rows.lane(lane);
-                    let r = first..first + m;
-                    let (n, kk) = nk(weight);
-                    let gemm = linears.get(lane, GemmShape { m, n, k: kk }, epilogue)?;
-                    let lw = &w.layers[layer];
-                    let (hr, attn_r, mlp_r) = (el(&r, hidden), el(&r, q_width), el(&r, inter));
-                    let (x, wv, epi) = match (weight, epilogue) {
-                        (Weight::Qkv, EpilogueKind::Store) => {
-                            (b.h.slice(hr), lw.qkv.as_view(), Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) })
-                        }
-                        (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (
-                            b.h.slice(hr),
-                            lw.qkv.as_view(),
-                            Epilogue::QkNormRopeCache {
-                                heads: *heads,
-                                rope: k.qk.rope(),
-                                q_norm: &lw.q_norm,
-                                k_norm: &lw.k_norm,
-                                positions: b.positions.slice(r.clone()),
-                                slot_mapping: b.slots.slice(r.clone()),
-                                q: b.q.slice_mut(el(&r, q_width)),
-                                key_cache: cache.key[layer].as_view_mut(),
-                                value_cache: cache.value[layer].as_view_mut(),
-                                faults: &mut k.faults,
-                            },
-                        ),
-                        (Weight::O, EpilogueKind::Store) => {
-                            (b.attn.slice(attn_r), lw.o.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
-                        }
-                        (Weight::O, EpilogueKind::PeriLn) => {
-                            let c = Close::of(w, layer, Sublayer::Attention, &mut b.x, &mut b.x_next, &mut b.h, hr);
-                            (b.attn.slice(attn_r), lw.o.as_view(), c.epilogue())
-                        }
-                        (Weight::GateUp, EpilogueKind::Store) => (
-                            b.h.slice(hr),
-                            lw.gate_up.as_view(),
-                            Epilogue::Store { y: b.gate_up.slice_mut(el(&r, 2 * inter)) },
-                        ),
-                        (Weight::GateUp, EpilogueKind::SiluMul) => {
-                            (b.h.slice(hr), lw.gate_up.as_view(), Epilogue::SiluMul { out: b.mlp.slice_mut(mlp_r) })
-                        }
-                        (Weight::Down, EpilogueKind::Store) => {
-                            (b.mlp.slice(mlp_r), lw.down.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
-                        }
-                        (Weight::Down, EpilogueKind::PeriLn) => {
-                            let c = Close::of(w, layer, Sublayer::Mlp, &mut b.x, &mut b.x_next, &mut b.h, hr);
-                            (b.mlp.slice(mlp_r), lw.down.as_view(), c.epilogue())
-                        }
-                        (weight, epilogue) => {
-                            return Err(Error::Executor(format!("no {epilogue:?} epilogue after the {weight:?} GEMM")))
-                        }
-                    };
-                    match sink {
-                        Sink::Launch => gemm.run_with(&x, &wv, epi)?,
-                        Sink::Record(ops) => ops.push(gemm.record_with(&x, &wv, epi)?),
-                    }
-                }
-                Op::QkNormRopeCache { layer, rows: r } => {
-                    let r = span(r);
-                    let lw = &w.layers[layer];
-                    let inputs = QkvInputs {
-                        qkv: b.qkv.slice(el(&r, qkv_width)),
-                        positions: b.positions.slice(r.clone()),
-                        slot_mapping: b.slots.slice(r.clone()),
-                    };
-                    let mut outputs = QkvOutputs {
-                        q: b.q.slice_mut(el(&r, q_width)),
-                        key_cache: cache.key[layer].as_view_mut(),
-                        value_cache: cache.value[layer].as_view_mut(),
-                    };
-                    k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
-                }
-                Op::Attention { layer, part } => {
-                    let l = LayerRef {
-                        key: &cache.key[layer],
-                        value: &cache.value[layer],
-                        weights: &w.layers[layer],
-                        gate,
-                        q_width,
-                        width,
-                    };
-                    attention_part(&launch.attn, part, l, b, split, sink)?;
-                }
-                Op::Megakernel => {
-                    let (mega, table) = launch
-                        .mega
-                        .as_ref()
-                        .ok_or_else(|| Error::Executor("a megakernel op without its table".into()))?;
-                    megas[*mega].run(table)?;
-                }
-                Op::GateStats { layer, part } => {
-                    let meter = gates.as_mut().ok_or_else(|| {
-                        Error::Executor("a step planned with gate statistics runs after they stopped".into())
-                    })?;
-                    let a = match (&launch.attn, part) {
-                        (AttnPlan::Decode(a), AttnPart::Rows) => a,
-                        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => a,
-                        _ => return Err(Error::Executor(format!("gate statistics of a {part:?} attention"))),
-                    };
-                    let seqs = if part == AttnPart::Rows { split.seqs } else { split.decodes };
-                    let geometry = a.plan().geometry;
-                    let n = geometry.rows;
-                    let l = LayerRef {
-                        key: &cache.key[layer],
-                        value: &cache.value[layer],
-                        weights: &w.layers[layer],
-                        gate,
-                        q_width,
-                        width,
-                    };
-                    let bufs = l.buffers(&b.q, 0..n, &b.meta.block_table, seqs, b.attn.slice_mut(..n * q_width));
-                    meter.kernel.run(
-                        &bufs,
-                        &b.row_seq.slice(..n),
-                        &b.row_len.slice(..n),
-                        &geometry,
-                        gate,
-                        &mut meter.counters.as_view_mut(),
-                    )?;
-                }
-                Op::PeriLn { layer, sublayer, rows: r } => {
-                    let r = el(&span(r), hidden);
-                    let proj = b.proj.slice(r.clone());
-                    let mut c = Close::of(w, layer, sublayer, &mut b.x, &mut b.x_next, &mut b.h, r);
-                    k.peri_ln.residual(&proj, &c.x, c.after, c.before, &mut c.x_out, &mut c.h_out)?;
-                }
-                Op::SiluMul { rows: r, .. } => {
-                    let r = span(r);
-                    k.silu.run(&b.gate_up.slice(el(&r, 2 * inter)), inter, &mut b.mlp.slice_mut(el(&r, inter)))?;
-                }
-                Op::Gather => k.embedding.run(
-                    &b.h.slice(..th),
-                    t,
-                    &b.logit_rows.slice(..picked),
-                    &mut b.picked.slice_mut(..picked * hidden),
-                    &mut k.faults,
-                )?,
-                Op::LmHead { direct } => {
-                    let gemm =
-                        linears.get(Lane::Rows, GemmShape { m: picked, n: vocab, k: hidden }, EpilogueKind::Store)?;
-                    let x = if direct { b.h.slice(el(&all, hidden)) } else { b.picked.slice(..picked * hidden) };
-                    let y = b.logits.slice_mut(..picked * vocab);
-                    gemm.run_with(&x, &w.head().as_view(), Epilogue::Store { y })?;
-                }
-            }
-        }
-        Ok(())
+        self.walk(launch, &launch.program.ops, &mut bindings::Sink::Launch)
     }
 
     fn geometry(&self, rows: usize, width: usize) -> Geometry {
@@ -702,144 +504,7 @@ impl GpuModel {
     }
 }
 
-/// What [`GpuModel::walk`] does with each bound op: launch it, or record it for the megakernel.
-enum Sink<'a> {
-    Launch,
-    Record(&'a mut Vec<MegaOp>),
-}
-
 /// The linear layers' row split of a step: its decode rows, then its chunk rows.
 fn row_split(shape: StepFacts) -> RowSplit {
     RowSplit { decodes: shape.split.decodes, chunks: shape.tokens - shape.split.decodes }
-}
-
-/// What the Peri-LN residual closing a sublayer reads and writes over some elements: the
-/// residual stream before it and after it (attention reads `x` and writes `x_next`, the MLP the
-/// reverse), the norms after the sublayer and before the next one (the next layer's input norm,
-/// or the final norm after the last layer), and the next sublayer's input `h`. The separate op
-/// and the GEMM epilogue both take it, so they cannot disagree.
-struct Close<'a> {
-    x: CudaView<'a, bf16>,
-    after: &'a UClipNormParams,
-    before: &'a UClipNormParams,
-    x_out: CudaViewMut<'a, bf16>,
-    h_out: CudaViewMut<'a, bf16>,
-}
-
-impl<'a> Close<'a> {
-    fn of(
-        w: &'a DeviceWeights,
-        layer: usize,
-        sublayer: Sublayer,
-        x: &'a mut CudaSlice<bf16>,
-        x_next: &'a mut CudaSlice<bf16>,
-        h: &'a mut CudaSlice<bf16>,
-        r: std::ops::Range<usize>,
-    ) -> Self {
-        let lw = &w.layers[layer];
-        let (stream_in, stream_out, after, before) = match sublayer {
-            Sublayer::Attention => (x, x_next, &lw.post_attention_norm, &lw.pre_feedforward_norm),
-            Sublayer::Mlp => {
-                (x_next, x, &lw.post_feedforward_norm, w.layers.get(layer + 1).map_or(&w.norm, |n| &n.input_norm))
-            }
-        };
-        Self {
-            x: stream_in.slice(r.clone()),
-            after,
-            before,
-            x_out: stream_out.slice_mut(r.clone()),
-            h_out: h.slice_mut(r),
-        }
-    }
-
-    fn epilogue(self) -> Epilogue<'a> {
-        Epilogue::PeriLn { x: self.x, after: self.after, before: self.before, x_out: self.x_out, h_out: self.h_out }
-    }
-}
-
-/// One layer's cache and weights, as its attention reads them.
-struct LayerRef<'a> {
-    key: &'a CudaSlice<bf16>,
-    value: &'a CudaSlice<bf16>,
-    weights: &'a DeviceLayer,
-    gate: &'a GateParams,
-    q_width: usize,
-    width: usize,
-}
-
-impl<'a> LayerRef<'a> {
-    /// The launch buffers over query rows `rows`, table rows `seqs` of `table`, into `out`.
-    fn buffers(
-        &self,
-        q: &'a CudaSlice<bf16>,
-        rows: std::ops::Range<usize>,
-        table: &'a CudaSlice<i32>,
-        seqs: usize,
-        out: CudaViewMut<'a, bf16>,
-    ) -> LayerBuffers<'a> {
-        LayerBuffers {
-            q: q.slice(rows.start * self.q_width..rows.end * self.q_width),
-            q_row_stride: self.q_width,
-            key_cache: self.key.as_view(),
-            value_cache: self.value.as_view(),
-            block_table: table.slice(..seqs * self.width),
-            sigma: self.weights.sigma.as_view(),
-            gamma: self.weights.gamma.as_view(),
-            out,
-        }
-    }
-}
-
-/// One part of a layer's attention over `b.q` into `b.attn`, as the step's plan says.
-fn attention_part(
-    attn: &AttnPlan,
-    part: AttnPart,
-    layer: LayerRef<'_>,
-    b: &mut StepBuffers,
-    split: Split,
-    sink: &mut Sink<'_>,
-) -> Result<()> {
-    let qw = layer.q_width;
-    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
-        let plan = a.plan();
-        let rows = plan.geometry.rows;
-        let (ws, counters) = match plan.workspace_len {
-            0 => (None, None),
-            len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
-        };
-        let ops = Operands {
-            layer: layer.buffers(&b.q, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
-            row_seq: b.row_seq.slice(..rows),
-            row_len: b.row_len.slice(..rows),
-            workspace: ws,
-            counters,
-        };
-        match sink {
-            Sink::Launch => Ok(a.run(ops, layer.gate)?),
-            Sink::Record(recorded) => {
-                recorded.push(a.record(ops, layer.gate)?);
-                Ok(())
-            }
-        }
-    };
-    match (attn, part) {
-        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs),
-        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes),
-        (AttnPlan::Split { .. }, AttnPart::Prefill) if matches!(sink, Sink::Record(_)) => {
-            Err(Error::Executor("a tensor-core prefill has no megakernel form".into()))
-        }
-        (AttnPlan::Split { prefill, rows, .. }, AttnPart::Prefill) => {
-            let rows = *rows;
-            let (start, seqs) = (split.decodes, split.seqs - split.decodes);
-            let out = b.attn.slice_mut(start * qw..(start + rows) * qw);
-            let ops = PrefillOperands {
-                layer: layer.buffers(&b.q, start..start + rows, &b.prefill_meta.block_table, seqs, out),
-                seq_lens: b.prefill_meta.seq_lens.slice(..seqs),
-                query_start_loc: b.prefill_meta.query_start_loc.slice(..seqs + 1),
-                num_seqs: seqs,
-            };
-            Ok(prefill.run(ops, layer.gate)?)
-        }
-        _ => Err(Error::Executor(format!("the step's attention plan has no {part:?} part"))),
-    }
 }
