@@ -317,10 +317,11 @@ fn unsupported(reason: String) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn geometry(rows: usize, context: usize) -> Geometry {
+    /// asynct-0.5b's heads over `rows` query rows and `context` tokens of 16-token blocks.
+    pub(crate) fn geometry(rows: usize, context: usize) -> Geometry {
         Geometry {
             rows,
             num_heads: 8,

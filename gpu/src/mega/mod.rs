@@ -137,18 +137,8 @@ fn refuse(reason: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::{Geometry, GroupSize, HeadsPerCta};
-
-    fn geometry(rows: usize, context: usize) -> Geometry {
-        Geometry {
-            rows,
-            num_heads: 8,
-            num_kv_heads: 4,
-            head_dim: 128,
-            block_size: 16,
-            max_blocks_per_seq: context.div_ceil(16),
-        }
-    }
+    use crate::attention::plan::tests::geometry;
+    use crate::attention::{GroupSize, HeadsPerCta};
 
     #[test]
     fn a_gemm_has_one_task_per_w_block_of_its_epilogues_rows() {
