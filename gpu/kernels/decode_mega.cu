@@ -8,6 +8,10 @@
 // stays resident for all layers: an op ends at a grid barrier (an atomic count in global memory),
 // not a kernel boundary, and every CTA asks L2 for the weights of the next GEMMs it will run
 // before it reaches the barrier, so those bytes stream in while the op before finishes.
+// MEASURED (verify/RESULTS.md, runs 60-63): slower than the graph path, 1.38 against 1.02 ms at
+// B1 on asynct-0.5b. Each task takes as long as its standalone kernel, a barrier adds ~1.2 us,
+// and the overlap PDL gives between a kernel and its successor is lost: a faster version needs
+// dependencies finer than a grid barrier, so that an op's independent work starts before it.
 //
 // ALGORITHM. The host (gpu::mega) writes the step's ops as a table of descriptors: op i at
 // ops[i * SLOTS], slot 0 its kind, slot 1 its task count, then the arguments of the standalone
@@ -42,9 +46,11 @@
 // The barrier needs every CTA resident at once: the host launches grid = SMs x the occupancy the
 // driver reports (at most 2 CTAs an SM, the launch bounds).
 //
-// LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier, report): grid as above, block THREADS = 256,
-// static shared memory: the GEMM partials for ROWS = 16 (5 KB at MT = 1), two attention
-// halves' hp1::Shared<1> (6.3 KB each) and the attention op's hp1::Args. Launch bounds 2 CTAs an SM: 128 registers a thread.
+// LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier, report): grid as above, block
+// THREADS = 256, static shared memory: the GEMM partials for ROWS = 16 (5 KB at MT = 1), two
+// attention halves' hp1::Shared<1> (6.3 KB each) and the attention op's hp1::Args. Launch bounds
+// 2 CTAs an SM: 128 registers a thread, at which the attention body keeps 8-24 bytes of stack
+// (MT = 1; ~130 at MT = 4).
 //
 // REPORT (report != 0, ASYNCT_MEGA_REPORT=1 on the host): CTA 0 prints, per op kind, the time its
 // own tasks took and the time it then waited at the barrier, summed over the launch.
