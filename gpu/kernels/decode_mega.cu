@@ -49,8 +49,9 @@
 // LAUNCH. decode_mega_m{8 MT}_d{D}(ops, num_ops, barrier, report): grid as above, block
 // THREADS = 256, static shared memory: the GEMM partials for ROWS = 16 (5 KB at MT = 1), two
 // attention halves' hp1::Shared<1> (6.3 KB each) and the attention op's hp1::Args. Launch bounds
-// 2 CTAs an SM: 128 registers a thread, at which the attention body keeps 8-24 bytes of stack
-// (MT = 1; ~130 at MT = 4).
+// 2 CTAs an SM: 128 registers a thread, at which ptxas spills a few of the attention body's values
+// (2.4M local-memory requests in one B1 launch, run 61's ncu); the stack frame (232-368 bytes)
+// is mostly REPORT's counters and printf's arguments, touched only when it is on.
 //
 // REPORT (report != 0, ASYNCT_MEGA_REPORT=1 on the host): CTA 0 prints, per op kind, the time its
 // own tasks took and the time it then waited at the barrier, summed over the launch.
