@@ -166,6 +166,9 @@ struct Store {
   bf16* y;
 
   template <int MT, int ROWS>
+  __device__ __forceinline__ void prefetch(const Tile<MT, ROWS>&) const {}
+
+  template <int MT, int ROWS>
   __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
     for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
       const int xr = e / ROWS, wr = e % ROWS;
@@ -181,6 +184,25 @@ struct PeriLn {
   UClip after, before;
   bf16* x_out;
   bf16* h_out;
+
+  // The residual and both norms' parameters of this thread's outputs, asked for while the
+  // product runs: the epilogue's loads then find them near instead of waiting a memory latency.
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void prefetch(const Tile<MT, ROWS>& t) const {
+    for (int e = threadIdx.x; e < MT * 8 * ROWS; e += THREADS) {
+      const int xr = e / ROWS, wr = e % ROWS;
+      if (!t.has(xr, wr)) continue;
+      const int c = t.n0 + wr;
+      In::prefetch(x_res + (t.row0 + xr) * t.n + c);
+      const auto params = [c](const UClip& u) {
+        prefetch_constant(u.alpha + c * u.alpha_stride);
+        prefetch_constant(u.weight + c * u.weight_stride);
+        prefetch_constant(u.bias + c * u.bias_stride);
+      };
+      params(after);
+      params(before);
+    }
+  }
 
   template <int MT, int ROWS>
   __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
@@ -212,6 +234,9 @@ struct SiluMul {
   bf16* out;
 
   template <int MT, int ROWS>
+  __device__ __forceinline__ void prefetch(const Tile<MT, ROWS>&) const {}
+
+  template <int MT, int ROWS>
   __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
     static_assert(ROWS >= 16, "gate and up rows pair inside a 16-row tile");
     // Output channel n0 / 2 + o: W rows 16 i + j and 16 i + 8 + j hold channel 8 i + j's gate and up.
@@ -234,6 +259,16 @@ struct QkNormRopeCache {
   long long num_slots;
   int num_heads, num_kv_heads, head_dim;
   unsigned* fault;
+
+  // Each pair's position and slot, asked for while the product runs (the rope row and the cache
+  // row the epilogue reaches depend on them).
+  template <int MT, int ROWS>
+  __device__ __forceinline__ void prefetch(const Tile<MT, ROWS>& t) const {
+    for_each_pair(t, [&](int xr, int, int) {
+      prefetch_constant(positions + t.row0 + xr);
+      prefetch_constant(slot_mapping + t.row0 + xr);
+    });
+  }
 
   template <int MT, int ROWS>
   __device__ __forceinline__ void operator()(const Tile<MT, ROWS>& t) const {
@@ -321,6 +356,7 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
     if (threadIdx.x == 0) prefetch_w_block<MT, ROWS>(at, w, n, k);
     pdl_begin();
   }
+  epi.prefetch(Tile<MT, ROWS>{part, m, row0, n0, n});
 
   // This lane's W rows (vector v = 2 r + h is row 16 r + g + 8 h) and x rows (tile j: row 8 j + g).
   const bf16* w_row[C::WV];

@@ -12,10 +12,14 @@
 // grid barrier, are visible. Both policies load the same bits; only the path differs.
 // Constant data (weights, norms, the block table, the row metadata) keeps the read-only path.
 
+// prefetch(p) asks for p's line where load(p) will look for it (a hint: no register waits).
 struct ReadOnlyLoads {
   template <class T>
   __device__ __forceinline__ static T load(const T* p) {
     return __ldg(p);
+  }
+  __device__ __forceinline__ static void prefetch(const void* p) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
   }
 };
 
@@ -24,4 +28,12 @@ struct CoherentLoads {
   __device__ __forceinline__ static T load(const T* p) {
     return __ldcg(p);
   }
+  __device__ __forceinline__ static void prefetch(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
 };
+
+// Constant data is read through L1 under either policy.
+__device__ __forceinline__ void prefetch_constant(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
