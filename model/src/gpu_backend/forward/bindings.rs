@@ -10,7 +10,7 @@ use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{QkvInputs, QkvOutputs, UClipNormParams};
 
-use super::{gemm_nk, row_split, AttnPlan, GpuModel, StepFacts, StepLaunch};
+use super::{gemm_nk, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
 use crate::gpu_backend::linear::Lane;
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
@@ -38,7 +38,7 @@ impl GpuModel {
         let el = |r: &std::ops::Range<usize>, width: usize| r.start * width..r.end * width;
         let (th, all) = (t * hidden, 0..t);
         for op in ops {
-            if let (Sink::Record(_), false) = (&sink, matches!(op, Op::Linear { .. } | Op::Attention { .. })) {
+            if matches!(sink, Sink::Record(_)) && !matches!(op, Op::Linear { .. } | Op::Attention { .. }) {
                 return Err(Error::Executor(format!("{op:?} has no megakernel form")));
             }
             match *op {
@@ -141,14 +141,7 @@ impl GpuModel {
                     k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
                 }
                 Op::Attention { layer, part } => {
-                    let l = LayerRef {
-                        key: &cache.key[layer],
-                        value: &cache.value[layer],
-                        weights: &w.layers[layer],
-                        gate,
-                        q_width,
-                        width,
-                    };
+                    let l = LayerRef::of(cache, w, layer, gate, q_width, width);
                     attention_part(&launch.attn, part, l, b, split, sink)?;
                 }
                 Op::Megakernel => {
@@ -170,14 +163,7 @@ impl GpuModel {
                     let seqs = if part == AttnPart::Rows { split.seqs } else { split.decodes };
                     let geometry = a.plan().geometry;
                     let n = geometry.rows;
-                    let l = LayerRef {
-                        key: &cache.key[layer],
-                        value: &cache.value[layer],
-                        weights: &w.layers[layer],
-                        gate,
-                        q_width,
-                        width,
-                    };
+                    let l = LayerRef::of(cache, w, layer, gate, q_width, width);
                     let bufs = l.buffers(&b.q, 0..n, &b.meta.block_table, seqs, b.attn.slice_mut(..n * q_width));
                     meter.kernel.run(
                         &bufs,
@@ -279,6 +265,18 @@ struct LayerRef<'a> {
 }
 
 impl<'a> LayerRef<'a> {
+    /// Layer `layer` of `cache` and `w`.
+    fn of(
+        cache: &'a DeviceCache,
+        w: &'a DeviceWeights,
+        layer: usize,
+        gate: &'a GateParams,
+        q_width: usize,
+        width: usize,
+    ) -> Self {
+        Self { key: &cache.key[layer], value: &cache.value[layer], weights: &w.layers[layer], gate, q_width, width }
+    }
+
     /// The launch buffers over query rows `rows`, table rows `seqs` of `table`, into `out`.
     fn buffers(
         &self,
