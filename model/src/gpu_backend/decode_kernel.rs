@@ -30,6 +30,15 @@ pub enum DecodeKernel {
 }
 
 impl DecodeKernel {
+    /// The flag's value for this choice.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecodeKernel::Auto => "auto",
+            DecodeKernel::Graph => "graph",
+            DecodeKernel::Mega => "mega",
+        }
+    }
+
     /// Whether a decode step of `rows` rows (its batch bucket) asks for the megakernel; the step
     /// program still decides whether the step allows it.
     pub fn persistent(self, rows: usize) -> bool {
@@ -46,12 +55,10 @@ impl FromStr for DecodeKernel {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "auto" => Ok(DecodeKernel::Auto),
-            "graph" => Ok(DecodeKernel::Graph),
-            "mega" => Ok(DecodeKernel::Mega),
-            other => Err(Error::Options(format!("--decode-kernel must be auto, graph or mega, got `{other}`"))),
-        }
+        [DecodeKernel::Auto, DecodeKernel::Graph, DecodeKernel::Mega]
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::Options(format!("--decode-kernel must be auto, graph or mega, got `{s}`")))
     }
 }
 
@@ -67,7 +74,9 @@ mod tests {
         for rows in [1, 2, 8, 32, 64] {
             assert_eq!(DecodeKernel::Auto.persistent(rows), MEGA_FASTER_ROWS.contains(&rows), "{rows} rows");
         }
-        assert_eq!("mega".parse::<DecodeKernel>().unwrap(), DecodeKernel::Mega);
+        for k in [DecodeKernel::Auto, DecodeKernel::Graph, DecodeKernel::Mega] {
+            assert_eq!(k.name().parse::<DecodeKernel>().unwrap(), k);
+        }
         let err = "fast".parse::<DecodeKernel>().unwrap_err().to_string();
         assert!(err.contains("auto, graph or mega, got `fast`"), "{err}");
     }

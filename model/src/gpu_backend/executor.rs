@@ -219,7 +219,7 @@ impl GpuExecutor {
                 None => "eager".to_string(),
             }
         );
-        executor.label.push_str(&format!(", decode kernel {:?}", options.decode_kernel).to_lowercase());
+        executor.label.push_str(&format!(", decode kernel {}", options.decode_kernel.name()));
         Ok(executor)
     }
 
