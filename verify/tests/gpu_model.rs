@@ -15,7 +15,7 @@ use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
-use model::gpu_backend::step_buffers::Capacity;
+use model::gpu_backend::step_buffers::{logit_rows, Capacity};
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
 use model::start_times::StartTimes;
@@ -281,6 +281,7 @@ fn compare_preset_steps(
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
+    let mut mega_steps = 0;
     for (i, step) in steps.iter().enumerate() {
         let (ids, meta, slots) = step_input(&seqs, step);
         let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
@@ -290,6 +291,10 @@ fn compare_preset_steps(
         if let Some(at) = got.iter().zip(&got_mega).position(|(a, b)| a.to_bits() != b.to_bits()) {
             return Err(format!("step {i}: logit {at} differs between the graph path's kernels and the megakernel"));
         }
+        // The comparison means something only where the step did run in the megakernel: plan the
+        // step's shape again and look.
+        let facts = mega.upload(&input, &logit_rows(&input)).map_err(|e| e.to_string())?;
+        mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
         let (limit, note) = match f32_oracle.as_mut() {
             None => (bound, String::new()),
@@ -311,6 +316,11 @@ fn compare_preset_steps(
             report.push(format!("  step 0's K/V: {}", cache_errors(&model, &cache, gpu, &slots)?));
         }
     }
+    let decode_steps = steps.iter().filter(|step| step.iter().all(|&(_, _, len)| len == 1)).count();
+    if mega_steps != decode_steps {
+        return Err(format!("{mega_steps} of the {decode_steps} decode-only steps ran in the megakernel"));
+    }
+    report.push(format!("{mega_steps} decode steps in the megakernel, the same bits as the graph path's kernels"));
     match failed {
         false => Ok(report),
         true => Err(format!("{}\nlogits differ from the oracle's bf16 mode beyond the bound", report.join("\n"))),
