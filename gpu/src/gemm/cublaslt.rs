@@ -121,11 +121,11 @@ unsafe impl Sync for LtMatmul {}
 
 impl LtMatmul {
     /// Describes `shape` (module docs) and asks the heuristic once for its best algorithm at
-    /// `heuristic_m` rows (not splitting K unless that is the shape's own `M`).
-    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape, heuristic_m: usize) -> Result<Self> {
+    /// `heuristic_m` rows (not splitting K where `pinned`, even at the shape's own `M`: every
+    /// pinned plan of one N, K and `heuristic_m` then gets the same algorithm).
+    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape, heuristic_m: usize, pinned: bool) -> Result<Self> {
         let s = shape.to_string();
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
-        let pinned = heuristic_m != shape.m;
         let bf = sys::cudaDataType_t::CUDA_R_16BF;
         let desc = Desc(
             ltr::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType_t::CUDA_R_32F)
@@ -142,8 +142,8 @@ impl LtMatmul {
         let w_layout = layout(k, n, k)?;
         let x_layout = layout(k, m, k)?;
         let y_layout = layout(n, m, n)?;
-        // A pinned plan asks the heuristic about layouts of `heuristic_m` rows; others about their own.
-        let reference = match pinned {
+        // The heuristic is asked about layouts of `heuristic_m` rows (a pinned plan's reference).
+        let reference = match heuristic_m != shape.m {
             true => Some((layout(k, heuristic_m as u64, k)?, layout(n, heuristic_m as u64, n)?)),
             false => None,
         };

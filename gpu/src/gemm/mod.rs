@@ -88,8 +88,8 @@ impl Gemm {
         plan.shape.validate()?;
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
-            GemmPath::CublasLt { heuristic_m } => {
-                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m)?)
+            GemmPath::CublasLt { heuristic_m, pinned } => {
+                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m, *pinned)?)
             }
         };
         Ok(Self { plan, stream: gpu.stream().clone(), exec })

@@ -169,11 +169,13 @@ pub enum GemmPath {
     /// `gemm_skinny.cu`.
     Skinny(SkinnyTile),
     /// cuBLASLt with the algorithm its heuristic picks for this shape at `heuristic_m` rows,
-    /// chosen once; when `heuristic_m` is not the shape's own `M`, only algorithms that do not
-    /// split K are considered (a pinned plan).
+    /// chosen once; a pinned plan considers only algorithms that do not split K, and its
+    /// algorithm is the same whatever its own `M` (even where that equals `heuristic_m`).
     CublasLt {
         /// The `M` the heuristic is asked about.
         heuristic_m: usize,
+        /// Whether the plan is pinned ([`GemmPlan::cublaslt_pinned`]).
+        pinned: bool,
     },
 }
 
@@ -258,7 +260,11 @@ impl GemmPlan {
     /// cuBLASLt with the heuristic's algorithm for this very shape.
     pub fn cublaslt(shape: GemmShape) -> Result<Self> {
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m: shape.m }, epilogue: EpilogueKind::Store })
+        Ok(Self {
+            shape,
+            path: GemmPath::CublasLt { heuristic_m: shape.m, pinned: false },
+            epilogue: EpilogueKind::Store,
+        })
     }
 
     /// cuBLASLt with the algorithm, not splitting K, that the heuristic picks for this N and K at
@@ -267,7 +273,7 @@ impl GemmPlan {
     pub fn cublaslt_pinned(shape: GemmShape, heuristic_m: usize) -> Result<Self> {
         GemmShape { m: heuristic_m, ..shape }.validate()?;
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m }, epilogue: EpilogueKind::Store })
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m, pinned: true }, epilogue: EpilogueKind::Store })
     }
 
     /// A short stable name: `skinny-m8-r64`, `skinny-m8-r16-periln` with an epilogue,
@@ -277,8 +283,8 @@ impl GemmPlan {
             GemmPath::Skinny(t) => {
                 format!("skinny-m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
-            GemmPath::CublasLt { heuristic_m } if *heuristic_m == self.shape.m => "cublaslt".to_string(),
-            GemmPath::CublasLt { heuristic_m } => format!("cublaslt-at-m{heuristic_m}"),
+            GemmPath::CublasLt { pinned: false, .. } => "cublaslt".to_string(),
+            GemmPath::CublasLt { heuristic_m, pinned: true } => format!("cublaslt-at-m{heuristic_m}"),
         }
     }
 }
@@ -322,7 +328,7 @@ mod tests {
         }
         for m in [65, 128, 512, 100_000] {
             let plan = GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap();
-            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m });
+            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m, pinned: false });
             assert_eq!(plan.name(), "cublaslt");
         }
     }
@@ -461,7 +467,13 @@ mod tests {
         assert_eq!(GemmPlan::auto(shape(65, 1024, 1024), H200_SMS).unwrap().name(), "cublaslt");
         let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
         assert_eq!(pinned.name(), "cublaslt-at-m512");
-        assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512 });
+        assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512, pinned: true });
+        // Pinned at its own M it is still pinned: the same algorithm as every other M of it.
+        let at_own = GemmPlan::cublaslt_pinned(shape(512, 1024, 1024), 512).unwrap();
+        assert_eq!(
+            (at_own.name().as_str(), &at_own.path),
+            ("cublaslt-at-m512", &GemmPath::CublasLt { heuristic_m: 512, pinned: true })
+        );
     }
 
     #[test]
