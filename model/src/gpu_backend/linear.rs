@@ -1,10 +1,16 @@
 //! The model's linear layers on the GPU, `y = x W^T` over a step's rows, with one rule that keeps
 //! every row's bits independent of the step it is in: a step's leading decode rows go through
 //! the skinny kernel (at any batch, in slabs of 64 past 64 rows), its prefill-chunk rows through
-//! cuBLASLt pinned at one reference `M` (the step capacity), and the rows that get logits through
-//! the skinny kernel. Each of those computes a row the same way at every `M` and beside any
-//! rows (`gpu::gemm` says why; `gpu_gemm` checks it on the H200), so a decoding request's tokens
-//! do not depend on its neighbours, nor a prefilling one's first token on the chunks beside it.
+//! cuBLASLt pinned at one reference `M` (the step capacity), and the rows that get logits (the LM
+//! head) through cuBLASLt pinned at [`HEAD_PIN_AT`]. Each of those computes a row the same way at
+//! every `M` and beside any rows (`gpu::gemm` says why; `gpu_gemm` checks it on the H200), so a
+//! decoding request's tokens do not depend on its neighbours, nor a prefilling one's first token
+//! on the chunks beside it.
+//!
+//! The head is the one GEMM of a decode step whose weight (vocab x hidden, 311 MB for
+//! asynct-0.5b) is read by every row at every batch: the skinny kernel streams it at 3.4 TB/s at
+//! one row but re-reads each CTA's x slab from L2 at 128 (381 us, RESULTS run 43), where a
+//! tensor-core tile does the whole batch from one read of W.
 //!
 //! [`Linears`] loads each (lane, shape) once; a CUDA graph recorded from them needs them loaded
 //! for as long as it lives, so nothing is ever unloaded.
@@ -20,7 +26,7 @@ use crate::error::{Error, Result};
 /// Which rows a GEMM launch covers, and so which kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lane {
-    /// Decode rows and logit rows: the skinny kernel.
+    /// Decode rows: the skinny kernel.
     Rows,
     /// Prefill-chunk rows: cuBLASLt pinned at the step capacity.
     Chunks,
@@ -51,6 +57,11 @@ impl RowSplit {
     }
 }
 
+/// The row count the LM head's cuBLASLt algorithm is chosen for: the largest decode bucket that
+/// the engine's benchmarks time (its tile then fits a 128-row batch), and every head plan runs
+/// that one algorithm whatever its own row count.
+pub const HEAD_PIN_AT: usize = 128;
+
 /// One loaded GEMM's key: the lane, the shape over that lane's rows, and the epilogue.
 type Key = (Lane, GemmShape, EpilogueKind);
 
@@ -60,12 +71,20 @@ pub struct Linears {
     sms: usize,
     pin_at: usize,
     loaded: HashMap<Key, Gemm>,
+    /// The LM head's GEMMs, by shape (their `M` the logit rows).
+    heads: HashMap<GemmShape, Gemm>,
 }
 
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize) -> Result<Self> {
-        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
+        Ok(Self {
+            gpu: gpu.clone(),
+            sms: gpu.multiprocessors()?,
+            pin_at,
+            loaded: HashMap::new(),
+            heads: HashMap::new(),
+        })
     }
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key). Only the
@@ -84,6 +103,20 @@ impl Linears {
             self.loaded.insert((lane, shape, epilogue), Gemm::new(&self.gpu, plan)?);
         }
         Ok(())
+    }
+
+    /// Loads the LM head's GEMM of `shape` (`M` logit rows; once per shape).
+    pub fn prepare_head(&mut self, shape: GemmShape) -> Result<()> {
+        if !self.heads.contains_key(&shape) {
+            let gemm = Gemm::new(&self.gpu, GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT)?)?;
+            self.heads.insert(shape, gemm);
+        }
+        Ok(())
+    }
+
+    /// The head GEMM [`Linears::prepare_head`] loaded for `shape`.
+    pub fn head(&self, shape: GemmShape) -> Result<&Gemm> {
+        self.heads.get(&shape).ok_or_else(|| Error::Executor(format!("no LM head GEMM of {shape} was planned")))
     }
 
     /// The GEMM [`Linears::prepare`] loaded for this key.

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use gpu::gemm::{Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
+use model::gpu_backend::linear::HEAD_PIN_AT;
 
 use super::timing::{copies, Figures, Timing};
 use crate::rng::Counter;
@@ -102,12 +103,13 @@ impl GemmPoint {
     }
 }
 
-/// Every plan timed at `shape`: each skinny instantiation for its M (past 64 in slabs) and
-/// cuBLASLt.
+/// Every plan timed at `shape`: each skinny instantiation for its M (past 64 in slabs),
+/// cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m128`).
 fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> =
         gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect();
     plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);
+    plans.push(GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT).map_err(|e| e.to_string())?);
     Ok(plans)
 }
 

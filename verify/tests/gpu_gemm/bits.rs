@@ -6,6 +6,7 @@ use std::sync::Arc;
 use gpu::gemm::{Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
+use model::gpu_backend::linear::HEAD_PIN_AT;
 
 use super::device::{auto, g, label, plans, run, Check, MODEL_SHAPES, PINNED_AT};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
@@ -64,9 +65,11 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
 type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
-/// kernel, beside drawn, NaN and infinite rows, has the same bits; and through cuBLASLt pinned at
+/// kernel, beside drawn, NaN and infinite rows, has the same bits; through cuBLASLt pinned at
 /// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
-/// prefill chunk's rows do not depend on the chunks beside them), for the QKV, down and LM-head
+/// prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
+/// reference (`HEAD_PIN_AT`, 128), at the decode buckets' M 2 to 256, the reference itself
+/// included (so a request's logits do not depend on its batch); for the QKV, down and LM-head
 /// weights.
 pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
     for (s, &(name, n, k)) in [MODEL_SHAPES[0], MODEL_SHAPES[3], MODEL_SHAPES[4]].iter().enumerate() {
@@ -74,9 +77,10 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 2] = [
+        let paths: [(&str, PlanAt, &[usize]); 3] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
+            ("head-pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, HEAD_PIN_AT), &[2, 8, 32, 127, 128, 256]),
         ];
         for (path, plan, ms) in paths {
             let solo = run(gpu, &g(Gemm::new(gpu, g(plan(GemmShape { m: 1, n, k }))?))?, &row_d, &w_d)?;

@@ -12,7 +12,6 @@ use gpu::ops::{QkvInputs, QkvOutputs, UClipNormParams};
 
 use super::{gemm_nk, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
-use crate::gpu_backend::linear::Lane;
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
 use crate::gpu_backend::step_program::{AttnPart, Op, Rows, Sublayer, Weight};
 use crate::gpu_backend::weights::{DeviceLayer, DeviceWeights};
@@ -192,8 +191,7 @@ impl GpuModel {
                     &mut k.faults,
                 )?,
                 Op::LmHead { direct } => {
-                    let gemm =
-                        linears.get(Lane::Rows, GemmShape { m: picked, n: vocab, k: hidden }, EpilogueKind::Store)?;
+                    let gemm = linears.head(GemmShape { m: picked, n: vocab, k: hidden })?;
                     let x = if direct { b.h.slice(el(&all, hidden)) } else { b.picked.slice(..picked * hidden) };
                     let y = b.logits.slice_mut(..picked * vocab);
                     gemm.run_with(&x, &w.head().as_view(), Epilogue::Store { y })?;

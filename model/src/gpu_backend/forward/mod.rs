@@ -41,13 +41,13 @@ use oracle::model::weights::{ModelDims, ModelWeights};
 use gpu::attention::{
     plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath, StepGeometry,
 };
-use gpu::gemm::{EpilogueKind, GemmShape};
+use gpu::gemm::GemmShape;
 use gpu::mega::{DecodeMega, MegaTable};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
-use super::linear::{Lane, Linears, RowSplit};
+use super::linear::{Linears, RowSplit};
 use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
@@ -413,7 +413,7 @@ impl GpuModel {
                 }
                 Op::LmHead { .. } => {
                     let shape = GemmShape { m: shape.picked, n: self.dims.vocab_size, k: self.dims.hidden_size };
-                    self.linears.prepare(Lane::Rows, shape, EpilogueKind::Store)?;
+                    self.linears.prepare_head(shape)?;
                 }
                 _ => {}
             }
