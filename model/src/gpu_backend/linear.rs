@@ -57,10 +57,12 @@ impl RowSplit {
     }
 }
 
-/// The row count the LM head's cuBLASLt algorithm is chosen for: the largest decode bucket that
-/// the engine's benchmarks time (its tile then fits a 128-row batch), and every head plan runs
-/// that one algorithm whatever its own row count.
-pub const HEAD_PIN_AT: usize = 128;
+/// The row count the LM head's cuBLASLt algorithm is chosen for; every head plan runs that one
+/// algorithm whatever its own row count. Measured on an H200 for asynct-0.5b's head (RESULTS run
+/// 70, pinned at 1 to 256, each at M 1 to 128): pinned at 64 it takes 77-85 us up to M = 64 and
+/// 101 us at 128, within 4% of cuBLASLt's own choice per M except at 128 (+11%); pinned at 128,
+/// 100 us at M = 1; pinned at 32 or below, 181 us or more at M = 128.
+pub const HEAD_PIN_AT: usize = 64;
 
 /// One loaded GEMM's key: the lane, the shape over that lane's rows, and the epilogue.
 type Key = (Lane, GemmShape, EpilogueKind);

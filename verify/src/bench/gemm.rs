@@ -104,7 +104,7 @@ impl GemmPoint {
 }
 
 /// Every plan timed at `shape`: each skinny instantiation for its M (past 64 in slabs),
-/// cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m128`).
+/// cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
 fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> =
         gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect();
