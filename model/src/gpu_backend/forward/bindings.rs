@@ -10,7 +10,7 @@ use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{QkvInputs, QkvOutputs, UClipNormParams};
 
-use super::{gemm_nk, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
+use super::{gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
 use crate::gpu_backend::step_program::{AttnPart, Op, Rows, Sublayer, Weight};
@@ -191,7 +191,7 @@ impl GpuModel {
                     &mut k.faults,
                 )?,
                 Op::LmHead { direct } => {
-                    let gemm = linears.head(GemmShape { m: picked, n: vocab, k: hidden })?;
+                    let gemm = linears.head(head_shape(&d, picked))?;
                     let x = if direct { b.h.slice(el(&all, hidden)) } else { b.picked.slice(..picked * hidden) };
                     let y = b.logits.slice_mut(..picked * vocab);
                     gemm.run_with(&x, &w.head().as_view(), Epilogue::Store { y })?;

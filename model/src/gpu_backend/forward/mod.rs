@@ -65,6 +65,11 @@ fn gemm_nk(dims: &ModelDims, heads: &HeadShape, weight: Weight) -> (usize, usize
     }
 }
 
+/// The LM head's GEMM over `picked` logit rows: what planning loads and enqueueing launches.
+fn head_shape(dims: &ModelDims, picked: usize) -> GemmShape {
+    GemmShape { m: picked, n: dims.vocab_size, k: dims.hidden_size }
+}
+
 fn gib(bytes: usize) -> f64 {
     bytes as f64 / (1u64 << 30) as f64
 }
@@ -412,8 +417,7 @@ impl GpuModel {
                     self.linears.prepare(lane, GemmShape { m, n, k }, epilogue)?;
                 }
                 Op::LmHead { .. } => {
-                    let shape = GemmShape { m: shape.picked, n: self.dims.vocab_size, k: self.dims.hidden_size };
-                    self.linears.prepare_head(shape)?;
+                    self.linears.prepare_head(head_shape(&self.dims, shape.picked))?;
                 }
                 _ => {}
             }
