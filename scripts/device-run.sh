@@ -16,7 +16,8 @@
 #             anchor's prefill points and asynct-bench --prefill --prefill-crossover
 #             (bench-prefill.json/log)
 #   gemm      asynct-bench --gemm: asynct-0.5b's GEMM shapes at M 1 to 128, every skinny instantiation,
-#             cuBLASLt and cuBLASLt pinned as the LM head is, graph-timed in effective TB/s against issue 9's goal (bench-gemm.json/log)
+#             cuBLASLt and cuBLASLt pinned as the LM head is, graph-timed in effective TB/s against
+#             issue 9's goal (bench-gemm.json/log)
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 #   step      issue 9's "How fast" on asynct-0.5b (generated into /tmp/m05; carry ".qwen3" for its
