@@ -64,68 +64,67 @@ impl RowSplit {
 /// 100 us at M = 1; pinned at 32 or below, 181 us or more at M = 128.
 pub const HEAD_PIN_AT: usize = 64;
 
-/// One loaded GEMM's key: the lane, the shape over that lane's rows, and the epilogue.
-type Key = (Lane, GemmShape, EpilogueKind);
+/// One loaded GEMM's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    /// A layer's GEMM: the lane, the shape over that lane's rows, and the epilogue.
+    Layer(Lane, GemmShape, EpilogueKind),
+    /// The LM head over its logit rows.
+    Head(GemmShape),
+}
 
-/// The loaded GEMMs of every (lane, shape, epilogue) a step has asked for.
+/// The loaded GEMMs of every layer GEMM and LM head a step has asked for.
 pub struct Linears {
     gpu: Arc<Gpu>,
     sms: usize,
     pin_at: usize,
     loaded: HashMap<Key, Gemm>,
-    /// The LM head's GEMMs, by shape (their `M` the logit rows).
-    heads: HashMap<GemmShape, Gemm>,
 }
 
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize) -> Result<Self> {
-        Ok(Self {
-            gpu: gpu.clone(),
-            sms: gpu.multiprocessors()?,
-            pin_at,
-            loaded: HashMap::new(),
-            heads: HashMap::new(),
-        })
+        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
     }
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key). Only the
     /// skinny kernel has epilogues: chunk rows take cuBLASLt and a separate op after it.
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        if !self.loaded.contains_key(&(lane, shape, epilogue)) {
-            let plan = match lane {
-                Lane::Rows => GemmPlan::skinny_epilogue(shape, self.sms, epilogue)?,
-                Lane::Chunks if epilogue == EpilogueKind::Store => {
-                    GemmPlan::cublaslt_pinned(shape, self.pin_at.max(shape.m))?
-                }
-                Lane::Chunks => {
-                    return Err(Error::Executor(format!("chunk rows have no {epilogue:?} epilogue ({shape})")))
-                }
-            };
-            self.loaded.insert((lane, shape, epilogue), Gemm::new(&self.gpu, plan)?);
+        if lane == Lane::Chunks && epilogue != EpilogueKind::Store {
+            return Err(Error::Executor(format!("chunk rows have no {epilogue:?} epilogue ({shape})")));
         }
-        Ok(())
+        let (sms, pin_at) = (self.sms, self.pin_at);
+        self.load(Key::Layer(lane, shape, epilogue), || match lane {
+            Lane::Rows => GemmPlan::skinny_epilogue(shape, sms, epilogue),
+            Lane::Chunks => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
+        })
     }
 
     /// Loads the LM head's GEMM of `shape` (`M` logit rows; once per shape).
     pub fn prepare_head(&mut self, shape: GemmShape) -> Result<()> {
-        if !self.heads.contains_key(&shape) {
-            let gemm = Gemm::new(&self.gpu, GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT)?)?;
-            self.heads.insert(shape, gemm);
-        }
-        Ok(())
-    }
-
-    /// The head GEMM [`Linears::prepare_head`] loaded for `shape`.
-    pub fn head(&self, shape: GemmShape) -> Result<&Gemm> {
-        self.heads.get(&shape).ok_or_else(|| Error::Executor(format!("no LM head GEMM of {shape} was planned")))
+        self.load(Key::Head(shape), || GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT))
     }
 
     /// The GEMM [`Linears::prepare`] loaded for this key.
     pub fn get(&self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<&Gemm> {
-        self.loaded.get(&(lane, shape, epilogue)).ok_or_else(|| {
-            Error::Executor(format!("no {lane:?} GEMM of {shape} with the {epilogue:?} epilogue was planned"))
-        })
+        self.loaded(Key::Layer(lane, shape, epilogue))
+    }
+
+    /// The head GEMM [`Linears::prepare_head`] loaded for `shape`.
+    pub fn head(&self, shape: GemmShape) -> Result<&Gemm> {
+        self.loaded(Key::Head(shape))
+    }
+
+    fn load(&mut self, key: Key, plan: impl FnOnce() -> gpu::Result<GemmPlan>) -> Result<()> {
+        if !self.loaded.contains_key(&key) {
+            let gemm = Gemm::new(&self.gpu, plan()?)?;
+            self.loaded.insert(key, gemm);
+        }
+        Ok(())
+    }
+
+    fn loaded(&self, key: Key) -> Result<&Gemm> {
+        self.loaded.get(&key).ok_or_else(|| Error::Executor(format!("no GEMM was planned for {key:?}")))
     }
 }
 
