@@ -18,7 +18,7 @@ beside the step's measured wall time: the rest is launch overhead and idle GPU.
 
 Families: GEMM (gemm_skinny*, cuBLASLt's nvjet/cutlass/sm90 xmma kernels), attention (hp1_*),
 norms (peri_ln*, uclipnorm, qk_norm*: the q/k norm kernel also applies RoPE and writes the cache),
-other (embedding, silu_mul, sampling, widen_bf16, anything unmatched, each listed by name).
+other (embedding, silu_mul, sampling, anything unmatched, each listed by name).
 
 Reads both of ncu's CSV pages: `details` (the default; a row per kernel and metric) and `raw`
 (a row per kernel, a column per metric, a units row under the header).

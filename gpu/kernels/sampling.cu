@@ -3,10 +3,11 @@
 // temperature, top-k and top-p of oracle::decode::sampler, step for step (its module doc is the
 // specification; the numbers below refer to its steps).
 //
-// Buffers: logits f32 [rows, vocab]; params SamplingRow [rows] (seed, step, temperature, top_k,
-// top_p: gpu::ops::sampling::SamplingRow, same layout); tokens u32 [rows]; survivors u32 [rows]
-// (how many tokens top-k/top-p left, 1 at temperature 0, 0 for a faulted row); fault as in
-// ops_common.cuh. Launch: one CTA of THREADS threads per row, static shared memory (Scratch,
+// Buffers: logits [rows, vocab], f32 (argmax_rows, sample_rows) or bf16 (the `_bf16` entries:
+// the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
+// [rows] (seed, step, temperature, top_k, top_p: gpu::ops::sampling::SamplingRow, same layout);
+// tokens u32 [rows]; survivors u32 [rows] (how many tokens top-k/top-p left, 1 at temperature 0,
+// 0 for a faulted row); fault as in ops_common.cuh. Launch: one CTA of THREADS threads per row, static shared memory (Scratch,
 // about 38 KiB); vocab < 2^31.
 //
 // The order of step 3 (logit descending, ties by lower id; -0 == +0) is the order of the pair
@@ -58,6 +59,18 @@
 // No math_constants.h under NVRTC: the infinities by their bits.
 #define POS_INF_F __int_as_float(0x7F800000)
 #define NEG_INF __longlong_as_double((long long)0xFFF0000000000000ULL)
+
+// A row of logits as the sampler reads it: f32 (the oracle's Logits, and the tests' rows) or the
+// LM head's bf16 output read directly, each element widened exactly to the f32 the oracle's row
+// holds, so both give the same token for the same values.
+struct F32Row {
+    const float* p;
+    __device__ __forceinline__ float operator[](unsigned i) const { return __ldg(p + i); }
+};
+struct Bf16Row {
+    const unsigned short* p;
+    __device__ __forceinline__ float operator[](unsigned i) const { return __uint_as_float((unsigned)__ldg(p + i) << 16); }
+};
 
 struct SamplingRow {
     unsigned long long seed;
@@ -255,7 +268,8 @@ __device__ void find_digit(unsigned rank, bool descending, Scratch& sh) {
 }
 
 // The rank-th smallest id (1-based) among the tokens whose key is `key`.
-__device__ unsigned select_id(const float* l, unsigned n, unsigned key, unsigned rank, Scratch& sh) {
+template <class L>
+__device__ unsigned select_id(L l, unsigned n, unsigned key, unsigned rank, Scratch& sh) {
     unsigned prefix = 0, mask = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (unsigned i = threadIdx.x; i < 256; i += THREADS) sh.hist[i] = 0;
@@ -274,7 +288,8 @@ __device__ unsigned select_id(const float* l, unsigned n, unsigned key, unsigned
 }
 
 // The rank-th pair (1-based) of the order over the whole row: top-k's threshold.
-__device__ Threshold select_by_count(const float* l, unsigned n, unsigned rank, Scratch& sh) {
+template <class L>
+__device__ Threshold select_by_count(L l, unsigned n, unsigned rank, Scratch& sh) {
     unsigned prefix = 0, mask = 0, tied = n;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (unsigned i = threadIdx.x; i < 256; i += THREADS) sh.hist[i] = 0;
@@ -297,8 +312,8 @@ __device__ Threshold select_by_count(const float* l, unsigned n, unsigned rank, 
 }
 
 // Top-p over the (at most SORT_CAP) survivors of `th`, with the oracle's left-to-right sums.
-__device__ Threshold nucleus_sorted(const float* l, unsigned n, Threshold th, double t, double s0,
-                                    double p, Scratch& sh) {
+template <class L>
+__device__ Threshold nucleus_sorted(L l, unsigned n, Threshold th, double t, double s0, double p, Scratch& sh) {
     if (threadIdx.x == 0) sh.count = 0;
     __syncthreads();
     for (unsigned v = threadIdx.x; v < n; v += THREADS) {
@@ -362,8 +377,8 @@ __device__ Threshold nucleus_sorted(const float* l, unsigned n, Threshold th, do
 }
 
 // Top-p over the survivors of `th` by a radix select on mass (any number of survivors).
-__device__ Threshold nucleus_by_mass(const float* l, unsigned n, Threshold th, double t, double s0,
-                                     double p, Scratch& sh) {
+template <class L>
+__device__ Threshold nucleus_by_mass(L l, unsigned n, Threshold th, double t, double s0, double p, Scratch& sh) {
     unsigned prefix = 0, mask = 0;
     double above = 0.0, target = 0.0;
     for (int shift = 32 - MASS_BITS; shift >= 0; shift -= MASS_BITS) {
@@ -430,7 +445,8 @@ __device__ Threshold nucleus_by_mass(const float* l, unsigned n, Threshold th, d
 }
 
 // Step 1 of the header: the row's argmax, and whether the row is unusable.
-__device__ bool argmax_and_check(const float* l, unsigned n, double& best, unsigned& best_id, Scratch& sh) {
+template <class L>
+__device__ bool argmax_and_check(L l, unsigned n, double& best, unsigned& best_id, Scratch& sh) {
     best = NEG_INF;
     best_id = ALL_IDS;
     int bad = 0;
@@ -447,34 +463,22 @@ __device__ bool argmax_and_check(const float* l, unsigned n, double& best, unsig
     return bad || best == NEG_INF;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
-    const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
-{
-    pdl_begin();
+template <class L>
+__device__ void argmax_row(L l, unsigned* __restrict__ tokens, unsigned vocab, unsigned row, unsigned* fault) {
     __shared__ Scratch sh;
-    const unsigned row = blockIdx.x;
     double best;
     unsigned best_id;
-    const bool faulted = argmax_and_check(logits + (long long)row * vocab, vocab, best, best_id, sh);
+    const bool faulted = argmax_and_check(l, vocab, best, best_id, sh);
     if (threadIdx.x == 0) {
         if (faulted) record_fault(fault, FAULT_LOGITS, row);
         tokens[row] = best_id == ALL_IDS ? 0u : best_id;
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
-    const float* __restrict__ logits,
-    unsigned vocab,
-    const SamplingRow* __restrict__ params,
-    unsigned* __restrict__ tokens,
-    unsigned* __restrict__ survivors,
-    unsigned* fault)
-{
-    pdl_begin();
+template <class L>
+__device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ params, unsigned* __restrict__ tokens,
+                           unsigned* __restrict__ survivors, unsigned row, unsigned* fault) {
     __shared__ Scratch sh;
-    const unsigned row = blockIdx.x;
-    const unsigned n = vocab;
-    const float* l = logits + (long long)row * vocab;
     const SamplingRow p = params[row];
     double best;
     unsigned best_id;
@@ -521,4 +525,35 @@ extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
         tokens[row] = id;
         survivors[row] = count;
     }
+}
+
+// The entries, one CTA per row: f32 rows, and the LM head's bf16 rows (`_bf16`, the engine's).
+extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
+    const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
+{
+    pdl_begin();
+    argmax_row(F32Row{logits + (long long)blockIdx.x * vocab}, tokens, vocab, blockIdx.x, fault);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows_bf16(
+    const unsigned short* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
+{
+    pdl_begin();
+    argmax_row(Bf16Row{logits + (long long)blockIdx.x * vocab}, tokens, vocab, blockIdx.x, fault);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
+    const float* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
+    unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
+{
+    pdl_begin();
+    sample_row(F32Row{logits + (long long)blockIdx.x * vocab}, vocab, params, tokens, survivors, blockIdx.x, fault);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) sample_rows_bf16(
+    const unsigned short* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
+    unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
+{
+    pdl_begin();
+    sample_row(Bf16Row{logits + (long long)blockIdx.x * vocab}, vocab, params, tokens, survivors, blockIdx.x, fault);
 }

@@ -73,8 +73,6 @@ pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 
 /// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]).
 pub const SAMPLING: Kernel = with_ops_common!("sampling.cu");
-/// bf16 logits widened to f32 for the sampler ([`crate::ops::widen`]).
-pub const WIDEN_BF16: Kernel = with_ops_common!("widen_bf16.cu");
 
 /// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (the bf16 typedef),
 /// `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`, `wgmma.cuh`, then the file.
@@ -132,7 +130,6 @@ pub const ALL: &[Kernel] = &[
     SILU_MUL,
     EMBEDDING,
     SAMPLING,
-    WIDEN_BF16,
     HP1_PREFILL_WGMMA,
     GEMM_SKINNY,
     HP1_GATE_STATS,

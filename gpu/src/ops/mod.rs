@@ -20,7 +20,6 @@ pub mod qk_norm_rope;
 pub mod rope_table;
 pub mod sampling;
 pub mod silu_mul;
-pub mod widen;
 
 use cudarc::driver::LaunchConfig;
 
@@ -32,9 +31,8 @@ pub use fault::{FaultKind, Faults};
 pub use norm::{PeriLn, UClipNormParams};
 pub use qk_norm_rope::{HeadShape, QkNormRopeCache, QkvInputs, QkvOutputs};
 pub use rope_table::RopeTable;
-pub use sampling::{Sampler, SamplingRow};
+pub use sampling::{Logit, Sampler, SamplingRow};
 pub use silu_mul::SiluMul;
-pub use widen::Widen;
 
 /// Threads per CTA of the elementwise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;

@@ -1,11 +1,14 @@
 //! Token selection on the device (`sampling.cu`): greedy argmax and the Gumbel-max sampler of
 //! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
 //! token), one CTA per row of logits. The kernel's header states the algorithm, its cost, and the
-//! one place it is not the oracle's arithmetic to the bit.
+//! one place it is not the oracle's arithmetic to the bit. Rows are f32, or bf16 (the LM head's
+//! output, read as it is: each element widens exactly to the f32 the oracle's row holds, so a bf16
+//! row and its widened f32 copy give the same token).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
+use half::bf16;
 
 use super::{check_len, unsupported, Faults};
 use crate::error::{Error, Result};
@@ -54,11 +57,40 @@ impl SamplingRow {
     }
 }
 
+/// The element types of the logits the sampler reads: f32, and bf16.
+pub trait Logit: DeviceRepr {
+    /// Whether the kernel's `_bf16` entries read these.
+    const BF16: bool;
+}
+impl Logit for f32 {
+    const BF16: bool = false;
+}
+impl Logit for bf16 {
+    const BF16: bool = true;
+}
+
+/// An entry of sampling.cu and its name, for the f32 and the bf16 rows.
+struct Entries {
+    f32: (CudaFunction, &'static str),
+    bf16: (CudaFunction, &'static str),
+}
+
+impl Entries {
+    fn load(gpu: &Gpu, f32: &'static str, bf16: &'static str) -> Result<Self> {
+        Ok(Self { f32: (gpu.function(&SAMPLING, f32)?, f32), bf16: (gpu.function(&SAMPLING, bf16)?, bf16) })
+    }
+
+    fn of<T: Logit>(&self) -> (&CudaFunction, &'static str) {
+        let (f, name) = if T::BF16 { &self.bf16 } else { &self.f32 };
+        (f, name)
+    }
+}
+
 /// `sampling.cu`, loaded.
 pub struct Sampler {
     stream: Arc<CudaStream>,
-    argmax: CudaFunction,
-    sample: CudaFunction,
+    argmax: Entries,
+    sample: Entries,
 }
 
 impl Sampler {
@@ -66,61 +98,61 @@ impl Sampler {
     pub fn new(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
             stream: gpu.stream().clone(),
-            argmax: gpu.function(&SAMPLING, "argmax_rows")?,
-            sample: gpu.function(&SAMPLING, "sample_rows")?,
+            argmax: Entries::load(gpu, "argmax_rows", "argmax_rows_bf16")?,
+            sample: Entries::load(gpu, "sample_rows", "sample_rows_bf16")?,
         })
     }
 
     /// `tokens[r]` = the first index of row `r`'s largest logit (`-0 == +0`); `logits` is
     /// `[rows, vocab]`. A row with NaN, `+inf` or nothing finite is recorded in `faults`. Launch only.
-    pub fn argmax(
+    pub fn argmax<T: Logit>(
         &self,
-        logits: &CudaView<'_, f32>,
+        logits: &CudaView<'_, T>,
         vocab: usize,
         tokens: &mut CudaViewMut<'_, u32>,
         faults: &mut Faults,
     ) -> Result<()> {
-        const ENTRY: &str = "argmax_rows";
-        let (rows, vocab_u) = rows_of(ENTRY, logits.len(), vocab)?;
-        check_len(ENTRY, "tokens", tokens.len(), rows as usize)?;
+        let (func, entry) = self.argmax.of::<T>();
+        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab)?;
+        check_len(entry, "tokens", tokens.len(), rows as usize)?;
         if rows == 0 {
             return Ok(());
         }
         let cfg = row_config(rows);
-        let mut b = Launch::new(&self.stream, &self.argmax);
+        let mut b = Launch::new(&self.stream, func);
         b.arg(logits).arg(&vocab_u).arg(tokens).arg(faults.word());
-        // SAFETY: the arguments match `argmax_rows` in sampling.cu; one CTA per row of `vocab`
-        // logits, sizes checked above.
-        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        // SAFETY: the arguments match `argmax_rows` (f32) and `argmax_rows_bf16` in sampling.cu,
+        // the entry of T's rows; one CTA per row of `vocab` logits, sizes checked above.
+        unsafe { b.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
 
     /// Draws one token per row of `logits` (`[rows, vocab]`) with `params[r]`, into `tokens[r]`,
     /// and how many tokens survived top-k/top-p into `survivors[r]` (1 when greedy, 0 for a row
     /// recorded in `faults` for NaN, `+inf` or nothing finite). Launch only.
-    pub fn sample(
+    pub fn sample<T: Logit>(
         &self,
-        logits: &CudaView<'_, f32>,
+        logits: &CudaView<'_, T>,
         vocab: usize,
         params: &CudaView<'_, SamplingRow>,
         tokens: &mut CudaViewMut<'_, u32>,
         survivors: &mut CudaViewMut<'_, u32>,
         faults: &mut Faults,
     ) -> Result<()> {
-        const ENTRY: &str = "sample_rows";
-        let (rows, vocab_u) = rows_of(ENTRY, logits.len(), vocab)?;
-        check_len(ENTRY, "params", params.len(), rows as usize)?;
-        check_len(ENTRY, "tokens", tokens.len(), rows as usize)?;
-        check_len(ENTRY, "survivors", survivors.len(), rows as usize)?;
+        let (func, entry) = self.sample.of::<T>();
+        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab)?;
+        check_len(entry, "params", params.len(), rows as usize)?;
+        check_len(entry, "tokens", tokens.len(), rows as usize)?;
+        check_len(entry, "survivors", survivors.len(), rows as usize)?;
         if rows == 0 {
             return Ok(());
         }
         let cfg = row_config(rows);
-        let mut b = Launch::new(&self.stream, &self.sample);
+        let mut b = Launch::new(&self.stream, func);
         b.arg(logits).arg(&vocab_u).arg(params).arg(tokens).arg(survivors).arg(faults.word());
-        // SAFETY: the arguments match `sample_rows` in sampling.cu; one CTA per row of `vocab`
-        // logits, sizes checked above.
-        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        // SAFETY: the arguments match `sample_rows` (f32) and `sample_rows_bf16` in sampling.cu,
+        // the entry of T's rows; one CTA per row of `vocab` logits, sizes checked above.
+        unsafe { b.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
 }

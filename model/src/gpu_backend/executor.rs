@@ -31,7 +31,7 @@ use oracle::hp1::AttnMetadata;
 use oracle::model::forward::{LogitRows, StepInput};
 
 use gpu::gemm::CublasLt;
-use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, Widen};
+use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
@@ -82,8 +82,6 @@ impl GpuOptions {
 pub struct GpuExecutor {
     model: GpuModel,
     sampler: Sampler,
-    widen: Widen,
-    logits_f32: CudaSlice<f32>,
     params: CudaSlice<DeviceSamplingRow>,
     tokens: CudaSlice<u32>,
     survivors: CudaSlice<u32>,
@@ -99,8 +97,6 @@ pub struct GpuExecutor {
 /// record the forward and then the sampler.
 struct SamplerParts<'a> {
     sampler: &'a Sampler,
-    widen: &'a Widen,
-    logits_f32: &'a mut CudaSlice<f32>,
     params: &'a CudaSlice<DeviceSamplingRow>,
     tokens: &'a mut CudaSlice<u32>,
     survivors: &'a mut CudaSlice<u32>,
@@ -111,14 +107,14 @@ impl SamplerParts<'_> {
     /// model's last logits.
     fn enqueue(&mut self, model: &mut GpuModel, rows: usize) -> Result<()> {
         let vocab = model.dims().vocab_size;
-        self.widen.run(&model.logits(rows), &mut self.logits_f32.slice_mut(..rows * vocab))?;
+        let (logits, faults) = model.logits_and_faults(rows);
         self.sampler.sample(
-            &self.logits_f32.slice(..rows * vocab),
+            &logits,
             vocab,
             &self.params.slice(..rows),
             &mut self.tokens.slice_mut(..rows),
             &mut self.survivors.slice_mut(..rows),
-            model.faults(),
+            faults,
         )?;
         Ok(())
     }
@@ -171,12 +167,9 @@ impl GpuExecutor {
         let mut model = GpuModel::new(gpu, cfg.dims(), &weights, kv, options.block_size, cap, progress, times)?;
         model.set_decode_kernel(options.decode_kernel);
         drop(weights);
-        let vocab = cfg.dims().vocab_size;
         let rows = options.max_num_seqs;
         let mut executor = Self {
             sampler: Sampler::new(gpu)?,
-            widen: Widen::new(gpu)?,
-            logits_f32: gpu.zeros(rows * vocab)?,
             params: gpu.upload(&vec![greedy(); rows])?,
             tokens: gpu.zeros(rows)?,
             survivors: gpu.zeros(rows)?,
@@ -227,8 +220,6 @@ impl GpuExecutor {
     fn parts(&mut self) -> (SamplerParts<'_>, &mut GpuModel) {
         let parts = SamplerParts {
             sampler: &self.sampler,
-            widen: &self.widen,
-            logits_f32: &mut self.logits_f32,
             params: &self.params,
             tokens: &mut self.tokens,
             survivors: &mut self.survivors,

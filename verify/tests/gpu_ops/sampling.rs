@@ -1,11 +1,13 @@
 //! Argmax and the sampler against `oracle::decode::sampler`: the same token for every row, and
 //! the same number of survivors of top-k/top-p, over batches that mix temperatures, top-k and
 //! top-p per row, on random logits (distinct values) and on bf16-rounded ones (many exact ties).
+//! Rows of bf16 values also go through the entries that read bf16 (the engine's: the LM head's
+//! output as it is), which must draw what the f32 entries draw from the same values.
 
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use gpu::ops::{Faults, Sampler, SamplingRow};
+use gpu::ops::{Faults, Logit, Sampler, SamplingRow};
 use gpu::Gpu;
 use half::bf16;
 use oracle::decode::{sample, survivors, SamplingParams};
@@ -54,10 +56,10 @@ fn draw_logits(seed: u64, rows: usize, vocab: usize, tied: bool) -> Vec<f32> {
 
 /// One launch of the sampler into freshly poisoned token and survivor buffers, one per row of
 /// `params`: (tokens, survivor counts). The fault word is the caller's to check.
-fn draw_once(
+fn draw_once<T: Logit>(
     gpu: &Gpu,
     sampler: &Sampler,
-    logits: &CudaSlice<f32>,
+    logits: &CudaSlice<T>,
     vocab: usize,
     params: &CudaSlice<SamplingRow>,
     faults: &mut Faults,
@@ -125,7 +127,23 @@ fn sample_and_compare(
     if draw()?.0 != got {
         return Err(format!("{label}: a second run drew different tokens"));
     }
+    if let Some(narrow) = as_bf16(logits) {
+        let drawn = draw_once(gpu, sampler, &g(gpu.upload(&narrow))?, vocab, &params_d, &mut faults)?;
+        g(faults.check())?;
+        if let Some(r) = (0..rows).find(|&r| (drawn.0[r], drawn.1[r]) != (got[r], got_kept[r])) {
+            return Err(format!(
+                "{label} row {r}: from bf16 token {} with {} survivors, from f32 {} with {}",
+                drawn.0[r], drawn.1[r], got[r], got_kept[r]
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The same values as bf16, when every one of them is a bf16 value.
+fn as_bf16(logits: &[f32]) -> Option<Vec<bf16>> {
+    let narrow: Vec<bf16> = logits.iter().map(|&x| bf16::from_f32(x)).collect();
+    narrow.iter().zip(logits).all(|(n, x)| n.to_f32().to_bits() == x.to_bits()).then_some(narrow)
 }
 
 pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
@@ -193,6 +211,13 @@ pub fn argmax_takes_the_lowest_id_of_the_largest_logit(gpu: &Arc<Gpu>) -> Check 
         if let Some(r) = (0..ROWS).find(|&r| got[r] != want[r]) {
             return Err(format!("vocab {vocab} row {r}: GPU argmax {}, oracle {}", got[r], want[r]));
         }
+        let narrow = g(gpu.upload(&as_bf16(&logits).ok_or("the tied rows are bf16 values")?))?;
+        let mut tokens = g(gpu.upload(&vec![u32::MAX; ROWS]))?;
+        g(sampler.argmax(&narrow.as_view(), vocab, &mut tokens.as_view_mut(), &mut faults))?;
+        let got = g(gpu.download(&tokens))?;
+        if let Some(r) = (0..ROWS).find(|&r| got[r] != want[r]) {
+            return Err(format!("vocab {vocab} row {r}: GPU argmax of the bf16 row {}, oracle {}", got[r], want[r]));
+        }
         g(faults.check())?;
     }
     Ok(())
@@ -216,7 +241,17 @@ pub fn bad_logit_rows_are_reported_not_sampled(gpu: &Arc<Gpu>) -> Check {
         ));
     }
     match faults.check() {
+        Err(e) if e.to_string().contains("1 logit row(s)") && e.to_string().contains("row 2") => {}
+        other => return Err(format!("the fault word should report row 2, got {other:?}")),
+    }
+    // The bf16 entries see the same NaN (bf16 keeps it).
+    let narrow: Vec<bf16> = logits.iter().map(|&x| bf16::from_f32(x)).collect();
+    let (got, got_kept) = draw_once(gpu, &sampler, &g(gpu.upload(&narrow))?, vocab, &params_d, &mut faults)?;
+    if got_kept[2] != 0 || got.iter().any(|&t| t as usize >= vocab) {
+        return Err(format!("from bf16: the NaN row should give survivors 0: tokens {got:?}, survivors {got_kept:?}"));
+    }
+    match faults.check() {
         Err(e) if e.to_string().contains("1 logit row(s)") && e.to_string().contains("row 2") => Ok(()),
-        other => Err(format!("the fault word should report row 2, got {other:?}")),
+        other => Err(format!("from bf16: the fault word should report row 2, got {other:?}")),
     }
 }

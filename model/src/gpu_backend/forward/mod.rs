@@ -361,9 +361,10 @@ impl GpuModel {
         Ok(Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements were copied"))
     }
 
-    /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device.
-    pub fn logits(&self, rows: usize) -> cudarc::driver::CudaView<'_, bf16> {
-        self.bufs.logits.slice(..rows * self.dims.vocab_size)
+    /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device, beside
+    /// the fault word, for a kernel that reads the one and records into the other (the sampler).
+    pub fn logits_and_faults(&mut self, rows: usize) -> (cudarc::driver::CudaView<'_, bf16>, &mut Faults) {
+        (self.bufs.logits.slice(..rows * self.dims.vocab_size), &mut self.kernels.faults)
     }
 
     /// The fault word every kernel of a step records into: checking it waits for the device.
