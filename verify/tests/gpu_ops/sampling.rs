@@ -201,6 +201,10 @@ pub fn argmax_takes_the_lowest_id_of_the_largest_logit(gpu: &Arc<Gpu>) -> Check 
             row[neg] = -0.0;
             row[pos] = 0.0;
         }
+        // Every value a bf16 one, so the bf16 entry reads the same rows: rounding keeps each
+        // planted tie a tie and each planted maximum (the row's largest + 1, below 32, where
+        // bf16's spacing is 1/8) above the rest.
+        logits.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32());
         let want: Vec<u32> = (0..ROWS)
             .map(|r| sample(&logits[r * vocab..][..vocab], &SamplingParams::greedy(), 0).expect("valid rows"))
             .collect();
