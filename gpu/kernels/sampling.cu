@@ -7,8 +7,8 @@
 // the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
 // [rows] (seed, step, temperature, top_k, top_p: gpu::ops::sampling::SamplingRow, same layout);
 // tokens u32 [rows]; survivors u32 [rows] (how many tokens top-k/top-p left, 1 at temperature 0,
-// 0 for a faulted row); fault as in ops_common.cuh. Launch: one CTA of THREADS threads per row, static shared memory (Scratch,
-// about 38 KiB); vocab < 2^31.
+// 0 for a faulted row); fault as in ops_common.cuh. Launch: one CTA of THREADS threads per row,
+// static shared memory (Scratch, about 38 KiB); vocab < 2^31.
 //
 // The order of step 3 (logit descending, ties by lower id; -0 == +0) is the order of the pair
 // (order_key(logit) descending, id ascending), order_key being the usual order-preserving map of
@@ -65,9 +65,8 @@
 
 // A row of logits as the sampler reads it: f32 (the oracle's Logits, and the tests' rows) or the
 // LM head's bf16 output read directly, each element widened exactly to the f32 the oracle's row
-// holds, so both give the same token for the same values.
-// vec(i, x) reads the VEC values from i (a multiple of VEC) in one 16-byte load, for a row that
-// starts 16-byte aligned (aligned()).
+// holds, so both give the same token for the same values. vec(i, x) reads the VEC values from i
+// (a multiple of VEC) in one 16-byte load, for a row that starts 16-byte aligned (aligned()).
 struct F32Row {
     static constexpr unsigned VEC = 4;
     const float* p;
@@ -84,7 +83,9 @@ struct F32Row {
 struct Bf16Row {
     static constexpr unsigned VEC = 8;
     const unsigned short* p;
-    __device__ __forceinline__ float operator[](unsigned i) const { return __uint_as_float((unsigned)__ldg(p + i) << 16); }
+    __device__ __forceinline__ float operator[](unsigned i) const {
+        return __uint_as_float((unsigned)__ldg(p + i) << 16);
+    }
     __device__ __forceinline__ bool aligned() const { return (reinterpret_cast<unsigned long long>(p) & 15u) == 0; }
     __device__ __forceinline__ void vec(unsigned i, float (&x)[VEC]) const {
         const uint4 w = __ldg(reinterpret_cast<const uint4*>(p + i));

@@ -57,8 +57,9 @@ impl SamplingRow {
     }
 }
 
-/// The element types of the logits the sampler reads: f32, and bf16.
-pub trait Logit: DeviceRepr {
+/// The element types of the logits the sampler reads: f32, and bf16. Sealed: the entry a type
+/// picks reads its buffer as that layout, so no other type may claim one.
+pub trait Logit: DeviceRepr + sealed::Sealed {
     /// Whether the kernel's `_bf16` entries read these.
     const BF16: bool;
 }
@@ -67,6 +68,12 @@ impl Logit for f32 {
 }
 impl Logit for bf16 {
     const BF16: bool = true;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
 }
 
 /// An entry of sampling.cu and its name, for the f32 and the bf16 rows.
@@ -81,8 +88,8 @@ impl Entries {
     }
 
     fn of<T: Logit>(&self) -> (&CudaFunction, &'static str) {
-        let (f, name) = if T::BF16 { &self.bf16 } else { &self.f32 };
-        (f, name)
+        let entry = if T::BF16 { &self.bf16 } else { &self.f32 };
+        (&entry.0, entry.1)
     }
 }
 
