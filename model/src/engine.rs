@@ -30,6 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ndarray::Array2;
 pub use oracle::decode::logprobs::TokenLogprobs;
@@ -148,6 +149,19 @@ impl StepRows {
     }
 }
 
+/// Where the wall time of the last [`Engine::step`] went, on the host's clock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTimes {
+    /// The scheduler choosing the step's sequences and tokens.
+    pub schedule: Duration,
+    /// [`StepExecutor::execute`]: the forward and the draw (on the GPU, until the tokens are on
+    /// the host).
+    pub execute: Duration,
+    /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules) and the
+    /// scheduler's commit: with `schedule`, the host work the executor does not see.
+    pub hand_out: Duration,
+}
+
 /// What a server reports about the engine's load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EngineStats {
@@ -178,6 +192,7 @@ pub struct Engine {
     next_id: u64,
     record_logits: bool,
     last_step: StepRows,
+    last_times: StepTimes,
 }
 
 impl Engine {
@@ -199,6 +214,7 @@ impl Engine {
             next_id: 0,
             record_logits,
             last_step: StepRows::default(),
+            last_times: StepTimes::default(),
         })
     }
 
@@ -258,6 +274,8 @@ impl Engine {
     /// Runs one step; returns what happened, in query order.
     pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
         self.last_step = StepRows::default();
+        self.last_times = StepTimes::default();
+        let scheduling = Instant::now();
         let Some(plan) = self.scheduler.schedule()? else {
             if self.scheduler.has_work() {
                 return Err(Error::Scheduler("requests are waiting but none can be scheduled".into()));
@@ -278,7 +296,11 @@ impl Engine {
             (false, true) => LogitsWanted::SampledRows,
             (false, false) => LogitsWanted::Discard,
         };
+        let executing = Instant::now();
+        self.last_times.schedule = executing - scheduling;
         let out = self.executor.execute(&plan, &rows, wanted)?;
+        let handing_out = Instant::now();
+        self.last_times.execute = handing_out - executing;
         if out.sampled.len() != rows.len() {
             return Err(Error::Executor(format!("asked for {} tokens, got {}", rows.len(), out.sampled.len())));
         }
@@ -332,6 +354,7 @@ impl Engine {
             self.scheduler.finish(id)?;
             self.retire(id);
         }
+        self.last_times.hand_out = handing_out.elapsed();
         Ok(events)
     }
 
@@ -436,6 +459,12 @@ impl Engine {
     /// that times decode steps apart from prefill and mixed ones.
     pub fn last_step(&self) -> StepRows {
         self.last_step
+    }
+
+    /// Where the last [`Engine::step`]'s time went (all zero when it ran nothing), for a
+    /// benchmark that shows the host's own work apart from the executor's.
+    pub fn last_step_times(&self) -> StepTimes {
+        self.last_times
     }
 
     /// The scheduler, for its limits and its pool's invariant checks.

@@ -7,12 +7,14 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use model::block_pool::blocks_for;
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
 use model::engine::{
-    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepRows, StopConditions,
+    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepRows, StepTimes,
+    StopConditions,
 };
 use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
@@ -73,6 +75,7 @@ backend_tests!(
     preempted_requests_get_the_tokens_and_logits_they_get_alone,
     abort_frees_blocks_at_once_and_leaves_the_others_alone,
     last_step_tells_decode_steps_from_prefill_and_mixed_ones,
+    last_step_times_split_a_step_into_its_phases,
 );
 
 #[derive(Clone, Copy)]
@@ -478,4 +481,23 @@ fn logits_recording_changes_only_while_the_engine_is_idle() {
     assert!(e.run_to_completion().unwrap()[0].logits.is_some(), "the refused change changed nothing");
     e.set_record_logits(false).unwrap();
     assert!(run(&mut e, vec![greedy(vec![1, 2, 3], 3)])[0].logits.is_none());
+}
+
+/// A step's schedule, execute and hand-out times are each its own, nonzero, and together within
+/// the step's wall time; a step that runs nothing reports zeros.
+fn last_step_times_split_a_step_into_its_phases(b: Backend) {
+    let mut e = engine(b, Opts::default());
+    for r in mixed(3, 4) {
+        e.add_request(r).unwrap();
+    }
+    while e.has_work() {
+        let t = std::time::Instant::now();
+        e.step().unwrap();
+        let wall = t.elapsed();
+        let times = e.last_step_times();
+        assert!(times.schedule > Duration::ZERO && times.execute > Duration::ZERO && times.hand_out > Duration::ZERO);
+        assert!(times.schedule + times.execute + times.hand_out <= wall, "{times:?} within {wall:?}");
+    }
+    e.step().unwrap();
+    assert_eq!(e.last_step_times(), StepTimes::default(), "an idle step runs nothing");
 }

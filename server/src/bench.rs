@@ -9,9 +9,9 @@
 //! greedy requests of seeded random token ids (or, with `--prompt-text FILE`, windows of that text's
 //! tokens: [`text_windows`]), `ignore_eos` and exact output lengths. A step is
 //! timed by the host's wall clock around `Engine::step`, which returns only once the step's
-//! tokens are on the host, so its GPU work has finished; the part of it inside the executor's
-//! `execute` is timed too ([`ExecuteClock`]), so the engine's own host work (scheduling,
-//! detokenising, stop rules) shows apart. One run may do both modes: the checkpoint loads (and the
+//! tokens are on the host, so its GPU work has finished; the engine times its own phases too
+//! ([`model::engine::StepTimes`]: scheduling, the executor's `execute`, handing the tokens out),
+//! so its host work (scheduling, detokenising, stop rules) shows apart. One run may do both modes: the checkpoint loads (and the
 //! GPU captures its graphs) once.
 //!
 //! - `--scenario NAME` (repeatable, or `all`): SPEC section 7's end-to-end scenarios, every request
@@ -36,7 +36,6 @@ mod scenario;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -44,8 +43,6 @@ use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StepRows, StopConditions};
-use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
-use model::scheduler::StepPlan;
 use serde::Serialize;
 use tokenizers::Tokenizer;
 
@@ -61,13 +58,14 @@ use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
 
 /// What each reported figure means; printed before the results and kept in the JSON.
-pub const DEFINITIONS: [(&str, &str); 7] = [
+pub const DEFINITIONS: [(&str, &str); 8] = [
     ("wall_s", "seconds from the first step to the last, every request submitted before the first"),
     ("prefill_tok_s", "prompt tokens / seconds until every request has its first token"),
     ("decode_tok_s", "tokens after each request's first / (wall_s - those seconds)"),
     ("decode_step_ms", "wall time of the steps whose every row was a decode row (mean, median)"),
     ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),
     ("executor_ms", "the part of a step inside StepExecutor::execute (forward, sampling, launches); the rest is the engine's host work: scheduling, detokenising, stop rules"),
+    ("host_ms", "a decode step's host work by phase: schedule (the scheduler's plan), hand_out (each drawn token to its request: logprobs, detokenising, stop rules, and the commit)"),
     ("ratio", "ours / theirs: below 1 is faster than the anchor or nearer the floor"),
 ];
 
@@ -180,7 +178,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 
     let tokenizer = load::tokenizer(&args.model)?;
     let text = args.prompt_text.as_deref().map(|path| text_ids(path, &tokenizer)).transpose()?;
-    let (mut engine, clock) = load_engine(args, &cfg, tokenizer, max_num_seqs, cpu_blocks)?;
+    let mut engine = load_engine(args, &cfg, tokenizer, max_num_seqs, cpu_blocks)?;
     let bytes = weight_bytes(&cfg);
     let floor_ms = bytes as f64 / HBM_BYTES_PER_S * 1e3;
     println!(
@@ -217,12 +215,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         // scenario's prefill time. One request of the first scenario's shape (so it fits the
         // cache sized for the run) touches every kernel its steps run.
         let warm = scenario::Scenario { name: "warm-up".into(), requests: 1, ..first.clone() };
-        run_scenario(&mut engine, &clock, &warm, &prompts.for_run(0))?;
+        run_scenario(&mut engine, &warm, &prompts.for_run(0))?;
     }
     let mut runs = 1..;
     // The JSON is rewritten after every result, so a failure later in a long run keeps what came before.
     for s in &picked {
-        let r = run_scenario(&mut engine, &clock, s, &prompts.for_run(runs.next().expect("endless")))?;
+        let r = run_scenario(&mut engine, s, &prompts.for_run(runs.next().expect("endless")))?;
         print_scenario(&r);
         report.scenarios.push(r);
         report.save(args.out.as_deref())?;
@@ -231,7 +229,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     for &batch in &args.decode_batch {
         let point = anchor.as_ref().and_then(|a| best_anchor(a, batch));
         let run = prompts.for_run(runs.next().expect("endless"));
-        let (mut r, zero_fraction) = run_decode(&mut engine, &clock, batch, args, timed, &run)?;
+        let (mut r, zero_fraction) = run_decode(&mut engine, batch, args, timed, &run)?;
         r.compare(point, floor_ms, step_bytes(&cfg), zero_fraction);
         print_decode(&r, floor_ms, goals);
         report.decode.push(r);
@@ -248,15 +246,14 @@ impl Report {
     }
 }
 
-/// The engine over the executor `--device` names, with the tokenizer covering every model id, and
-/// the clock of the executor's part of each step.
+/// The engine over the executor `--device` names, with the tokenizer covering every model id.
 fn load_engine(
     args: &BenchArgs,
     cfg: &ModelConfig,
     tokenizer: Tokenizer,
     max_num_seqs: usize,
     cpu_blocks: usize,
-) -> Result<(Engine, ExecuteClock), String> {
+) -> Result<Engine, String> {
     let opts = ExecutorOptions {
         device: &args.device,
         precision: Precision::F32,
@@ -277,10 +274,7 @@ fn load_engine(
         load_start.elapsed().as_secs_f64()
     );
     let sched = load::scheduler_config(max_num_seqs, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
-    let clock = ExecuteClock::default();
-    let timed = Box::new(TimedExecutor { inner: loaded.executor, clock: clock.clone() });
-    let engine = Engine::new(timed, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
-    Ok((engine, clock))
+    Engine::new(loaded.executor, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())
 }
 
 /// The token ids of the text file at `path` (`--prompt-text`), tokenised with `tokenizer`.
@@ -289,59 +283,6 @@ fn text_ids(path: &Path, tokenizer: &Tokenizer) -> Result<Arc<[u32]>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| what(&e))?;
     let encoding = tokenizer.encode(text.as_str(), false).map_err(|e| what(&e))?;
     Ok(encoding.get_ids().into())
-}
-
-/// The wall time of the executor's last `execute`, in ms (an f64's bits, shared with the engine's
-/// executor, which the engine owns).
-#[derive(Clone, Default)]
-pub struct ExecuteClock(Arc<AtomicU64>);
-
-impl ExecuteClock {
-    /// Milliseconds the last `execute` took.
-    pub fn last_ms(&self) -> f64 {
-        f64::from_bits(self.0.load(Ordering::Relaxed))
-    }
-}
-
-/// The executor, timed: a step's time less its `execute` is the engine's own host work, which the
-/// PyTorch anchor does not pay.
-struct TimedExecutor {
-    inner: Box<dyn StepExecutor>,
-    clock: ExecuteClock,
-}
-
-impl StepExecutor for TimedExecutor {
-    fn execute(
-        &mut self,
-        plan: &StepPlan,
-        sampling: &[SamplingRow],
-        logits: LogitsWanted,
-    ) -> model::Result<StepOutput> {
-        let start = Instant::now();
-        let out = self.inner.execute(plan, sampling, logits);
-        self.clock.0.store((start.elapsed().as_secs_f64() * 1e3).to_bits(), Ordering::Relaxed);
-        out
-    }
-
-    fn kv_capacity(&self) -> KvCapacity {
-        self.inner.kv_capacity()
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.inner.vocab_size()
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn measure_gates(&mut self, on: bool) -> model::Result<bool> {
-        self.inner.measure_gates(on)
-    }
-
-    fn gate_counts(&mut self) -> model::Result<Option<(u64, u64)>> {
-        self.inner.gate_counts()
-    }
 }
 
 /// Checks the decode flags; returns the number of decode steps to time per batch.

@@ -85,6 +85,10 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         assert!(median > 0.0 && d["step_ms"]["min"].as_f64().unwrap() <= median, "{d}");
         let executor = d["executor_ms"]["median"].as_f64().unwrap();
         assert!(executor > 0.0 && executor <= median, "the executor's part of each step: {d}");
+        for phase in ["schedule", "hand_out"] {
+            let ms = d["host_ms"][phase]["median"].as_f64().unwrap();
+            assert!(ms > 0.0 && ms + executor <= median, "the host's {phase} beside the executor: {d}");
+        }
         let floor = report["weight_floor_ms"].as_f64().unwrap();
         assert!((d["ratio_to_floor"].as_f64().unwrap() - median / floor).abs() < 1e-9 * median / floor);
     }

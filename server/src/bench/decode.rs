@@ -12,7 +12,7 @@ use model::executor::KvCapacity;
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
-use super::{ExecuteClock, PromptSource, Summary};
+use super::{PromptSource, Summary};
 use crate::cli::BenchArgs;
 use model::executor_loader::BLOCK_SIZE;
 
@@ -30,6 +30,15 @@ pub struct AnchorPoint {
     pub ms: f64,
 }
 
+/// A decode step's host work outside the executor ([`model::engine::StepTimes`]), in ms.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct HostMs {
+    /// The scheduler's plan.
+    schedule: Summary,
+    /// Each drawn token handed to its request (logprobs, detokenising, stop rules) and the commit.
+    hand_out: Summary,
+}
+
 /// One decode batch's figures.
 #[derive(Clone, Debug, Serialize)]
 pub struct DecodeResult {
@@ -45,6 +54,8 @@ pub struct DecodeResult {
     step_ms: Summary,
     /// The executor's part of the timed steps.
     executor_ms: Summary,
+    /// The engine's own host work in the timed steps, by phase.
+    host_ms: HostMs,
     anchor: Option<AnchorPoint>,
     ratio_to_anchor: Option<f64>,
     ratio_to_floor: f64,
@@ -142,7 +153,6 @@ pub fn decode_lengths(context: usize, warmup_steps: usize, timed: usize) -> (usi
 /// (`None` where the backend cannot count).
 pub fn run_decode(
     engine: &mut Engine,
-    clock: &ExecuteClock,
     batch: usize,
     args: &BenchArgs,
     timed: usize,
@@ -171,7 +181,7 @@ pub fn run_decode(
     if first != expected {
         eprintln!("decode B{batch}: the engine's prefill differed from the plan; sequence lengths {first:?}");
     }
-    let step = |engine: &mut Engine, what: &str| -> Result<(f64, f64), String> {
+    let step = |engine: &mut Engine, what: &str| -> Result<[f64; 4], String> {
         let t = Instant::now();
         engine.step().map_err(|e| e.to_string())?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -179,7 +189,10 @@ pub fn run_decode(
         if !shape.is_decode_only() || shape.num_seqs != batch {
             return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
         }
-        Ok((ms, clock.last_ms()))
+        let times = engine.last_step_times();
+        let [schedule, execute, hand_out] =
+            [times.schedule, times.execute, times.hand_out].map(|d| d.as_secs_f64() * 1e3);
+        Ok([ms, execute, schedule, hand_out])
     };
     for _ in 0..args.warmup_steps {
         step(engine, "warm-up")?;
@@ -208,8 +221,11 @@ pub fn run_decode(
     for id in ids.into_iter().filter(|id| !finished.contains(id)) {
         engine.abort(id).map_err(|e| e.to_string())?;
     }
-    let (step, executor): (Vec<f64>, Vec<f64>) = times.into_iter().unzip();
-    let step_ms = Summary::of(&step).expect("at least one timed step");
+    let column = |i: usize| -> Summary {
+        let ms: Vec<f64> = times.iter().map(|t| t[i]).collect();
+        Summary::of(&ms).expect("at least one timed step")
+    };
+    let step_ms = column(0);
     let (lo, hi) = (first.iter().min().copied().unwrap_or(0), first.iter().max().copied().unwrap_or(0));
     let skip = args.warmup_steps;
     let result = DecodeResult {
@@ -221,7 +237,8 @@ pub fn run_decode(
         timed_steps: timed,
         profiled,
         step_ms,
-        executor_ms: Summary::of(&executor).expect("at least one timed step"),
+        executor_ms: column(1),
+        host_ms: HostMs { schedule: column(2), hand_out: column(3) },
         anchor: None,
         ratio_to_anchor: None,
         ratio_to_floor: f64::NAN,
@@ -293,12 +310,15 @@ pub fn print_decode(r: &DecodeResult, floor_ms: f64, goals: bool) {
         _ => String::new(),
     };
     println!(
-        "decode B{}: median {:.3} ms (executor {:.3}), mean {:.3}, min {:.3} over {} {}steps attending over \
+        "decode B{}: median {:.3} ms (executor {:.3}; host: schedule {:.3}, hand-out {:.3}), mean {:.3}, min {:.3} \
+         over {} {}steps attending over \
          {}..{} tokens (context {}); {:.2}x the weight floor ({floor_ms:.3} ms), {:.2}x the KV floor ({:.3} ms{sparse})\
          {anchor}{goal}",
         r.batch,
         r.step_ms.median,
         r.executor_ms.median,
+        r.host_ms.schedule.median,
+        r.host_ms.hand_out.median,
         r.step_ms.mean,
         r.step_ms.min,
         r.timed_steps,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use model::engine::{Engine, EngineEvent};
 use serde::Serialize;
 
-use super::{ExecuteClock, PromptSource, StepCounts, Summary};
+use super::{PromptSource, StepCounts, Summary};
 
 /// An end-to-end scenario of SPEC section 7.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -85,12 +85,7 @@ pub struct ScenarioResult {
 }
 
 /// Runs one scenario to completion and checks every request got exactly its output length.
-pub fn run_scenario(
-    engine: &mut Engine,
-    clock: &ExecuteClock,
-    s: &Scenario,
-    prompts: &PromptSource,
-) -> Result<ScenarioResult, String> {
+pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -> Result<ScenarioResult, String> {
     let preempted_before = engine.stats().num_preemptions;
     let mut waiting_first = BTreeSet::new();
     for prompt in prompts.prompts(&vec![s.prompt_len; s.requests])? {
@@ -107,7 +102,7 @@ pub fn run_scenario(
         steps.add(engine.last_step());
         if engine.last_step().is_decode_only() {
             decode_ms.push(ms);
-            executor_ms.push(clock.last_ms());
+            executor_ms.push(engine.last_step_times().execute.as_secs_f64() * 1e3);
         }
         for ev in &events {
             if let EngineEvent::Token { request, .. } = ev {
