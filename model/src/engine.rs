@@ -157,8 +157,9 @@ pub struct StepTimes {
     /// [`StepExecutor::execute`]: the forward and the draw (on the GPU, until the tokens are on
     /// the host).
     pub execute: Duration,
-    /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules) and the
-    /// scheduler's commit: with `schedule`, the host work the executor does not see.
+    /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules), the
+    /// scheduler's commit and the finished requests' completions: with `schedule`, the host work
+    /// the executor does not see.
     pub hand_out: Duration,
 }
 

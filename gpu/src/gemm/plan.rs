@@ -4,11 +4,12 @@
 //!
 //! The model does not call [`GemmPlan::auto`]: `model`'s `gpu_backend::linear` plans decode
 //! rows with [`GemmPlan::skinny_epilogue`] (at any `M`), and chunk (prefill) rows and the LM
-//! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M`. [`GemmPlan::auto`] is the default that tests and benchmarks
-//! use: `M <= SKINNY_MAX_M` to the skinny kernel, wider `M` to cuBLASLt's per-`M` heuristic
-//! ([`GemmPlan::cublaslt`]). The skinny kernel's bits for a row of x do not depend on `M`, on the other
-//! rows or on the instantiation (`gemm_skinny.cu`'s header says why), so every decode step, at
-//! every batch bucket, computes a request's rows the same way; it takes any `M` (past 64 rows in
+//! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M`.
+//! [`GemmPlan::auto`] is the default that tests and benchmarks use: `M <= SKINNY_MAX_M` to the
+//! skinny kernel, wider `M` to cuBLASLt's per-`M` heuristic ([`GemmPlan::cublaslt`]). The skinny
+//! kernel's bits for a row of x do not depend on `M`, on the other rows or on the instantiation
+//! (`gemm_skinny.cu`'s header says why), so every decode step, at every batch bucket, computes a
+//! request's rows the same way; it takes any `M` (past 64 rows in
 //! slabs of 64), which is how the model runs decode rows of batches wider than 64.
 //! [`GemmPlan::cublaslt`] lets cuBLASLt's heuristic choose per `M`, which may split K
 //! differently at different `M`; [`GemmPlan::cublaslt_pinned`] instead asks the heuristic once,
