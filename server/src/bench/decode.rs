@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use model::block_pool::blocks_for;
-use model::engine::{Engine, EngineEvent};
+use model::engine::{Engine, EngineEvent, StepTimes};
 use model::executor::KvCapacity;
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
@@ -181,7 +181,7 @@ pub fn run_decode(
     if first != expected {
         eprintln!("decode B{batch}: the engine's prefill differed from the plan; sequence lengths {first:?}");
     }
-    let step = |engine: &mut Engine, what: &str| -> Result<[f64; 4], String> {
+    let step = |engine: &mut Engine, what: &str| -> Result<(f64, StepTimes), String> {
         let t = Instant::now();
         engine.step().map_err(|e| e.to_string())?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
@@ -189,10 +189,7 @@ pub fn run_decode(
         if !shape.is_decode_only() || shape.num_seqs != batch {
             return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
         }
-        let times = engine.last_step_times();
-        let [schedule, execute, hand_out] =
-            [times.schedule, times.execute, times.hand_out].map(|d| d.as_secs_f64() * 1e3);
-        Ok([ms, execute, schedule, hand_out])
+        Ok((ms, engine.last_step_times()))
     };
     for _ in 0..args.warmup_steps {
         step(engine, "warm-up")?;
@@ -221,11 +218,12 @@ pub fn run_decode(
     for id in ids.into_iter().filter(|id| !finished.contains(id)) {
         engine.abort(id).map_err(|e| e.to_string())?;
     }
-    let column = |i: usize| -> Summary {
-        let ms: Vec<f64> = times.iter().map(|t| t[i]).collect();
+    let phase = |of: fn(&StepTimes) -> Duration| -> Summary {
+        let ms: Vec<f64> = times.iter().map(|(_, t)| of(t).as_secs_f64() * 1e3).collect();
         Summary::of(&ms).expect("at least one timed step")
     };
-    let step_ms = column(0);
+    let step: Vec<f64> = times.iter().map(|&(ms, _)| ms).collect();
+    let step_ms = Summary::of(&step).expect("at least one timed step");
     let (lo, hi) = (first.iter().min().copied().unwrap_or(0), first.iter().max().copied().unwrap_or(0));
     let skip = args.warmup_steps;
     let result = DecodeResult {
@@ -237,8 +235,8 @@ pub fn run_decode(
         timed_steps: timed,
         profiled,
         step_ms,
-        executor_ms: column(1),
-        host_ms: HostMs { schedule: column(2), hand_out: column(3) },
+        executor_ms: phase(|t| t.execute),
+        host_ms: HostMs { schedule: phase(|t| t.schedule), hand_out: phase(|t| t.hand_out) },
         anchor: None,
         ratio_to_anchor: None,
         ratio_to_floor: f64::NAN,
