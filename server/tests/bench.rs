@@ -85,9 +85,11 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         assert!(median > 0.0 && d["step_ms"]["min"].as_f64().unwrap() <= median, "{d}");
         let executor = d["executor_ms"]["median"].as_f64().unwrap();
         assert!(executor > 0.0 && executor <= median, "the executor's part of each step: {d}");
+        // Each phase is a part of every step, so its median is at most the step's (medians of
+        // different phases need not add up within it: the per-step sum is model's engine test's).
         for phase in ["schedule", "hand_out"] {
             let ms = d["host_ms"][phase]["median"].as_f64().unwrap();
-            assert!(ms > 0.0 && ms + executor <= median, "the host's {phase} beside the executor: {d}");
+            assert!(ms > 0.0 && ms <= median, "the host's {phase} within the step: {d}");
         }
         let floor = report["weight_floor_ms"].as_f64().unwrap();
         assert!((d["ratio_to_floor"].as_f64().unwrap() - median / floor).abs() < 1e-9 * median / floor);
