@@ -19,6 +19,7 @@
 //! assert_eq!(sample(&logits, &params, 0).unwrap(), token); // same seed and step, same token
 //! ```
 
+mod byte_table;
 pub mod detok;
 pub mod logprobs;
 pub mod philox;
@@ -26,6 +27,8 @@ pub mod processors;
 pub mod request;
 pub mod sampler;
 pub mod stop;
+#[cfg(test)]
+mod test_tokenizers;
 
 pub use detok::IncrementalDetokenizer;
 pub use logprobs::{token_logprobs, TokenLogprobs};
