@@ -206,6 +206,12 @@ impl Engine {
         record_logits: bool,
     ) -> Result<Self> {
         let kv = executor.kv_capacity();
+        // Off the engine's thread: the first admitted request would otherwise build it, and a
+        // step would wait for it. A failed spawn leaves it to that request.
+        let warm = tokenizer.clone();
+        let _ = std::thread::Builder::new()
+            .name("detok-prepare".into())
+            .spawn(move || oracle::decode::IncrementalDetokenizer::prepare(&warm));
         Ok(Self {
             executor,
             tokenizer,
