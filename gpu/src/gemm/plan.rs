@@ -21,8 +21,7 @@
 //! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
 //! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
 //! SM); a W too small for that gets the fewest rows its epilogue takes, the most CTAs there can
-//! be. On the H200, the few asynct-0.5b shapes where that rule measured more than 5% slow take
-//! their measured rows instead (`MEASURED_ROWS`). The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
+//! be. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
 //! finished output: store it, or run the elementwise op that follows the GEMM in the model on it
 //! ([`GemmPlan::skinny_epilogue`]).
 
@@ -41,33 +40,6 @@ pub const SKINNY_THREADS: u32 = 256;
 pub const SKINNY_CTAS_PER_SM: usize = 2;
 /// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
 pub const MAX_K: usize = 1 << 30;
-
-/// A measured best rows of W per CTA for one x tile and weight shape, on [`MEASURED_SMS`] SMs.
-struct MeasuredRows {
-    m_tile: usize,
-    n: usize,
-    k: usize,
-    rows: usize,
-}
-
-/// The SM count of the device [`MEASURED_ROWS`] was measured on (the H200).
-const MEASURED_SMS: usize = 132;
-
-/// Where the rule of the module docs misses by more than 5% on asynct-0.5b's weights (RESULTS run
-/// 79, `asynct-bench --gemm`, graph-timed; the same in runs 80, 81 and 83). The rule wants two
-/// CTAs per SM, but a 1024-row weight cannot fill them at 16 rows per CTA, and with 8 it reads
-/// each x slab twice as often: o_proj takes 16 rows at every x tile (M 1: 1.77 against 1.94 us,
-/// M 8: 1.89 / 2.27, M 32: 3.18 / 3.58, M 64: 4.65 / 4.94, M 128 in two slabs: 4.84 / 5.58), and
-/// down_proj from 64 rows of x on (M 64: 9.95 / 11.08, M 128: 10.99 / 13.98; at 8 and 32 rows the
-/// rule's 8 is faster). gate/up at 32 rows of x takes 32 (7.74 / 8.18). The rule's choice holds
-/// for the rest (QKV's epilogue takes 16 rows at least, the LM head runs on cuBLASLt).
-const MEASURED_ROWS: [MeasuredRows; 5] = [
-    MeasuredRows { m_tile: 8, n: 1024, k: 1024, rows: 16 },
-    MeasuredRows { m_tile: 32, n: 1024, k: 1024, rows: 16 },
-    MeasuredRows { m_tile: 64, n: 1024, k: 1024, rows: 16 },
-    MeasuredRows { m_tile: 64, n: 1024, k: 3072, rows: 16 },
-    MeasuredRows { m_tile: 32, n: 6144, k: 1024, rows: 32 },
-];
 
 /// The entry point's name in errors about a shape, before a path is chosen.
 const ENTRY: &str = "gemm";
@@ -244,15 +216,10 @@ impl GemmPlan {
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);
         let slabs = shape.m.div_ceil(m_tile);
         let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
-        let measured = (sms == MEASURED_SMS)
-            .then(|| MEASURED_ROWS.iter().find(|r| (r.m_tile, r.n, r.k) == (m_tile, shape.n, shape.k)))
-            .flatten()
-            .map(|r| r.rows)
-            .filter(|&rows| takes(rows));
-        let rows = measured
-            .or_else(|| {
-                SKINNY_ROWS.into_iter().rev().find(|&rows| takes(rows) && shape.n.div_ceil(rows) * slabs >= fill)
-            })
+        let rows = SKINNY_ROWS
+            .into_iter()
+            .rev()
+            .find(|&rows| takes(rows) && shape.n.div_ceil(rows) * slabs >= fill)
             .or_else(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows)))
             .expect("every x tile takes 16 rows of W, and every epilogue 16");
         Self::skinny_rows_epilogue(shape, rows, epilogue)
@@ -369,39 +336,19 @@ mod tests {
 
     #[test]
     fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
-        // On a device the table was not measured on, the rule alone.
-        let rows = |m, n| skinny(&GemmPlan::auto(shape(m, n, 1024), H200_SMS - 1).unwrap()).rows;
+        let rows = |m, n| skinny(&GemmPlan::auto(shape(m, n, 1024), H200_SMS).unwrap()).rows;
         // asynct-0.5b's weights: O and down (N 1024), QKV (2048), gate/up (6144), LM head (151936).
         assert_eq!([rows(1, 1024), rows(1, 2048), rows(1, 6144), rows(1, 151_936)], [8, 8, 16, 64]);
         // Wider x tiles cap the rows (accumulators), never below what the grid allows.
         assert_eq!([rows(32, 151_936), rows(64, 151_936), rows(64, 6144)], [32, 16, 16]);
         for m_tile in SKINNY_M_TILES {
             for n in [1, 7, 1000, 6144, 151_936] {
-                let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS - 1).unwrap()).clone();
+                let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
                 assert!(rows_fit(t.m_tile, t.rows));
                 assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
                 assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
                 assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
             }
-        }
-    }
-
-    #[test]
-    fn measured_shapes_take_their_measured_rows_on_the_h200_only() {
-        let rows = |m, n, k, kind, sms| skinny(&GemmPlan::skinny_epilogue(shape(m, n, k), sms, kind).unwrap()).rows;
-        let periln = EpilogueKind::PeriLn;
-        // o_proj at every x tile but 16 (not measured), down_proj from 64 rows of x on.
-        for m in [1, 8, 17, 32, 33, 64, 65, 128] {
-            assert_eq!(rows(m, 1024, 1024, periln, H200_SMS), 16, "o_proj M {m}");
-            assert_eq!(rows(m, 1024, 1024, periln, 100), 8, "o_proj M {m} off the H200");
-        }
-        assert_eq!(rows(16, 1024, 1024, periln, H200_SMS), 8);
-        assert_eq!([1, 8, 32, 64, 128].map(|m| rows(m, 1024, 3072, periln, H200_SMS)), [8, 8, 8, 16, 16]);
-        assert_eq!(rows(32, 6144, 1024, EpilogueKind::SiluMul, H200_SMS), 32);
-        assert_eq!(rows(32, 6144, 1024, EpilogueKind::SiluMul, 100), 16);
-        // Every entry names a tile the kernel has, for an epilogue that takes it.
-        for r in &MEASURED_ROWS {
-            assert!(rows_fit(r.m_tile, r.rows) && SKINNY_ROWS.contains(&r.rows) && SKINNY_M_TILES.contains(&r.m_tile));
         }
     }
 
@@ -449,8 +396,7 @@ mod tests {
                 }
             }
         }
-        // down_proj at one row: the rule's 8 rows (o_proj's measured 16 is checked below).
-        let periln = GemmPlan::skinny_epilogue(shape(1, 1024, 3072), H200_SMS, EpilogueKind::PeriLn).unwrap();
+        let periln = GemmPlan::skinny_epilogue(shape(1, 1024, 1024), H200_SMS, EpilogueKind::PeriLn).unwrap();
         assert_eq!(periln.name(), "skinny-m8-r8-periln");
         assert_eq!(skinny(&periln).entry, "gemm_skinny_m8_r8_periln");
         for plan in [GemmPlan::cublaslt(shape(3, 64, 64)).unwrap(), GemmPlan::auto(shape(3, 64, 64), 132).unwrap()] {
