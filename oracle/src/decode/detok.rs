@@ -237,6 +237,15 @@ mod tests {
     }
 
     #[test]
+    fn new_suffix_takes_the_tail_after_the_emitted_text() {
+        assert_eq!(new_suffix("hello world", "hello"), " world");
+        assert_eq!(new_suffix("你好", "你"), "好");
+        // A rewritten start: cut at the old length, moved back onto a character boundary.
+        assert_eq!(new_suffix("é好x", "ab"), "好x");
+        assert_eq!(new_suffix("ab", "abc"), "");
+    }
+
+    #[test]
     fn a_character_split_by_finish_streams_the_same_text() {
         let tokenizer = Arc::new(constructed());
         let ids = tokenizer.encode("好好", false).unwrap().get_ids().to_vec();
