@@ -26,7 +26,9 @@
 //!   and the timed steps' lengths are centred on `--context`, as in the anchor's static cache.
 //! - `--profile-steps N`: after the warm-up, exactly N decode steps between `cuProfilerStart` and
 //!   `cuProfilerStop`, so `ncu --profile-from-start off` sees those steps' kernels alone
-//!   (`scripts/step_profile.py` turns its CSV into each kernel family's share).
+//!   (`scripts/step_profile.py` turns its CSV into each kernel family's share). With one
+//!   `--scenario` instead, the scenario's first N engine steps (after the untimed warm-up
+//!   request), which for prefill_heavy_b16 are its full-budget prefill steps (issue 18).
 //! - `--prompt-text FILE`: the prompts of both modes are windows of FILE tokenised with the model's
 //!   tokenizer, spread evenly over it, so a trained model's gate statistics (`gate_zero_fraction`)
 //!   are those of real text rather than of random ids.
@@ -215,12 +217,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         // scenario's prefill time. One request of the first scenario's shape (so it fits the
         // cache sized for the run) touches every kernel its steps run.
         let warm = scenario::Scenario { name: "warm-up".into(), requests: 1, ..first.clone() };
-        run_scenario(&mut engine, &warm, &prompts.for_run(0))?;
+        run_scenario(&mut engine, &warm, &prompts.for_run(0), None)?;
     }
     let mut runs = 1..;
     // The JSON is rewritten after every result, so a failure later in a long run keeps what came before.
     for s in &picked {
-        let r = run_scenario(&mut engine, s, &prompts.for_run(runs.next().expect("endless")))?;
+        let r = run_scenario(&mut engine, s, &prompts.for_run(runs.next().expect("endless")), args.profile_steps)?;
         print_scenario(&r);
         report.scenarios.push(r);
         report.save(args.out.as_deref())?;
@@ -285,18 +287,42 @@ fn text_ids(path: &Path, tokenizer: &Tokenizer) -> Result<Arc<[u32]>, String> {
     Ok(encoding.get_ids().into())
 }
 
+/// Starts or stops the profiler's collection on the current CUDA context (a no-op without a
+/// profiler attached); a failure is reported and the run goes on, since the timing stands alone.
+pub(crate) fn profiler(start: bool) {
+    use cudarc::driver::sys;
+    // SAFETY: both calls take no arguments and act on the thread's current context, the one the
+    // engine's steps ran on; `is_culib_present` first, so a machine without the driver never
+    // reaches the loader's panic.
+    let result = unsafe {
+        if !sys::is_culib_present() {
+            eprintln!("--profile-steps: no CUDA driver here, so nothing is profiled");
+            return;
+        }
+        if start {
+            sys::cuProfilerStart()
+        } else {
+            sys::cuProfilerStop()
+        }
+    };
+    if result != sys::CUresult::CUDA_SUCCESS {
+        eprintln!("--profile-steps: cuProfiler{} returned {result:?}", if start { "Start" } else { "Stop" });
+    }
+}
+
 /// Checks the decode flags; returns the number of decode steps to time per batch.
 fn check_decode_args(args: &BenchArgs, any_scenario: bool) -> Result<usize, String> {
     if !any_scenario && args.decode_batch.is_empty() {
         return Err("give --scenario NAME (or all), --decode-batch B,..., or both".into());
     }
     if let Some(n) = args.profile_steps {
-        if n == 0 || args.decode_batch.len() != 1 || any_scenario {
+        let one_batch = args.decode_batch.len() == 1 && !any_scenario;
+        let one_scenario = args.decode_batch.is_empty() && args.scenario.len() == 1 && args.scenario[0] != "all";
+        if n == 0 || !(one_batch || one_scenario) {
             return Err(format!(
-                "--profile-steps takes a positive count, one --decode-batch and no --scenario, so the profile holds \
-                 one batch's steps alone; got {n}, batches {:?}, {} scenarios",
-                args.decode_batch,
-                args.scenario.len()
+                "--profile-steps takes a positive count and either one --decode-batch or one --scenario, so the \
+                 profile holds one batch's or one scenario's steps alone; got {n}, batches {:?}, scenarios {:?}",
+                args.decode_batch, args.scenario
             ));
         }
     }

@@ -249,7 +249,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50)]
     pub steps: usize,
     /// Run the warm-up, then exactly this many decode steps between cuProfilerStart and
-    /// cuProfilerStop (for `ncu --profile-from-start off`); one --decode-batch only.
+    /// cuProfilerStop (for `ncu --profile-from-start off`); one --decode-batch only, or one
+    /// --scenario (its first this many steps).
     #[arg(long)]
     pub profile_steps: Option<usize>,
     /// decode_anchor.py's JSON: the decode table gets each batch's ratio to its best variant.

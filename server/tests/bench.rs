@@ -118,6 +118,26 @@ fn bad_flags_get_a_message_and_exit_code_1() {
             vec!["bench", "--model", m, "--device", "cpu", "--decode-batch", "1,2", "--profile-steps", "1"],
             "--profile-steps",
         ),
+        (
+            vec!["bench", "--model", m, "--device", "cpu", "--scenario", "all", "--profile-steps", "2"],
+            "--profile-steps",
+        ),
+        (
+            vec![
+                "bench",
+                "--model",
+                m,
+                "--device",
+                "cpu",
+                "--scenario",
+                "prefill_heavy_b16",
+                "--decode-batch",
+                "1",
+                "--profile-steps",
+                "2",
+            ],
+            "--profile-steps",
+        ),
         (vec!["bench", "--model", m, "--device", "cpu", "--decode-batch", "1", "--context", "20"], "--context"),
         (vec!["bench", "--model", m, "--device", "cpu", "--scenario", "long_decode_b32"], "long_decode_b32"),
         (

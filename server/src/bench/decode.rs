@@ -196,11 +196,11 @@ pub fn run_decode(
     }
     let profiled = args.profile_steps.is_some();
     if profiled {
-        profiler(true);
+        super::profiler(true);
     }
     let times = (0..timed).map(|_| step(engine, "timed")).collect::<Result<Vec<_>, String>>();
     if profiled {
-        profiler(false);
+        super::profiler(false);
     }
     let times = times?;
     let err = |e: model::Error| e.to_string();
@@ -267,29 +267,6 @@ impl DecodeResult {
         self.ratio_to_kv_floor = self.step_ms.median / self.kv_floor_ms;
         self.gate_zero_fraction = zero_fraction;
         self.sparse_kv_floor_ms = zero_fraction.map(|z| bytes.floor_ms(tokens, z, super::HBM_BYTES_PER_S));
-    }
-}
-
-/// Starts or stops the profiler's collection on the current CUDA context (a no-op without a
-/// profiler attached); a failure is reported and the run goes on, since the timing stands alone.
-fn profiler(start: bool) {
-    use cudarc::driver::sys;
-    // SAFETY: both calls take no arguments and act on the thread's current context, the one the
-    // engine's steps ran on; `is_culib_present` first, so a machine without the driver never
-    // reaches the loader's panic.
-    let result = unsafe {
-        if !sys::is_culib_present() {
-            eprintln!("--profile-steps: no CUDA driver here, so nothing is profiled");
-            return;
-        }
-        if start {
-            sys::cuProfilerStart()
-        } else {
-            sys::cuProfilerStop()
-        }
-    };
-    if result != sys::CUresult::CUDA_SUCCESS {
-        eprintln!("--profile-steps: cuProfiler{} returned {result:?}", if start { "Start" } else { "Stop" });
     }
 }
 

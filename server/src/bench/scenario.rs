@@ -7,7 +7,7 @@ use std::time::Instant;
 use model::engine::{Engine, EngineEvent};
 use serde::Serialize;
 
-use super::{PromptSource, StepCounts, Summary};
+use super::{profiler, PromptSource, StepCounts, Summary};
 
 /// An end-to-end scenario of SPEC section 7.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -84,8 +84,14 @@ pub struct ScenarioResult {
     preemptions: u64,
 }
 
-/// Runs one scenario to completion and checks every request got exactly its output length.
-pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -> Result<ScenarioResult, String> {
+/// Runs one scenario to completion and checks every request got exactly its output length; its
+/// first `profile_steps` steps run between `cuProfilerStart` and `cuProfilerStop`.
+pub fn run_scenario(
+    engine: &mut Engine,
+    s: &Scenario,
+    prompts: &PromptSource,
+    profile_steps: Option<usize>,
+) -> Result<ScenarioResult, String> {
     let preempted_before = engine.stats().num_preemptions;
     let mut waiting_first = BTreeSet::new();
     for prompt in prompts.prompts(&vec![s.prompt_len; s.requests])? {
@@ -95,9 +101,20 @@ pub fn run_scenario(engine: &mut Engine, s: &Scenario, prompts: &PromptSource) -
     let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
     let (mut decode_ms, mut executor_ms) = (Vec::new(), Vec::new());
     let start = Instant::now();
+    let mut unprofiled = profile_steps.unwrap_or(0);
+    if unprofiled > 0 {
+        profiler(true);
+    }
     while engine.has_work() {
         let t = Instant::now();
-        let events = engine.step().map_err(|e| format!("scenario {}: {e}", s.name))?;
+        let events = engine.step();
+        if unprofiled > 0 {
+            unprofiled = if events.is_err() { 0 } else { unprofiled - 1 };
+            if unprofiled == 0 {
+                profiler(false);
+            }
+        }
+        let events = events.map_err(|e| format!("scenario {}: {e}", s.name))?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         steps.add(engine.last_step());
         if engine.last_step().is_decode_only() {
