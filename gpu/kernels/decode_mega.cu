@@ -1,6 +1,6 @@
 #line 2 "decode_mega.cu"
 // decode_mega.cu: every decoder layer of a small decode step in one persistent launch (issue 15).
-// Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh, gemm_skinny.cuh and
+// Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh, gemm_epilogue.cuh, gemm_skinny.cuh and
 // hp1_attention.cuh before it; gpu::kernels concatenates them.
 //
 // WHY. A decode step of a few rows is a chain of ~175 small dependent launches (5 a layer), each
@@ -239,20 +239,20 @@ __device__ __forceinline__ void megakernel(const unsigned long long* __restrict_
     const Op op{ops + i * SLOTS};
     switch (op.kind()) {
       case GEMM_STORE:
-        run_gemm<MT, ROWS_PLAIN>(op, part, gemm_skinny::Store{op.ptr<bf16>(5)});
+        run_gemm<MT, ROWS_PLAIN>(op, part, gemm_epilogue::Store{op.ptr<bf16>(5)});
         break;
       case GEMM_PERILN:
         run_gemm<MT, ROWS_PLAIN>(op, part,
-                                 gemm_skinny::PeriLn<CoherentLoads>{op.ptr<const bf16>(5), op.uclip(6), op.uclip(12),
+                                 gemm_epilogue::PeriLn<CoherentLoads>{op.ptr<const bf16>(5), op.uclip(6), op.uclip(12),
                                                                     op.ptr<bf16>(18), op.ptr<bf16>(19)});
         break;
       case GEMM_SILU_MUL:
-        run_gemm<MT, ROWS_PAIRED>(op, part, gemm_skinny::SiluMul{op.ptr<bf16>(5)});
+        run_gemm<MT, ROWS_PAIRED>(op, part, gemm_epilogue::SiluMul{op.ptr<bf16>(5)});
         break;
       case GEMM_QK:
         run_gemm<MT, ROWS_PAIRED>(
             op, part,
-            gemm_skinny::QkNormRopeCache{op.ptr<const int>(5), op.ptr<const long long>(6), op.ptr<const float>(7),
+            gemm_epilogue::QkNormRopeCache{op.ptr<const int>(5), op.ptr<const long long>(6), op.ptr<const float>(7),
                                          op.i32(8), op.uclip(9), op.uclip(15), op.ptr<bf16>(21), op.ptr<bf16>(22),
                                          op.ptr<bf16>(23), op.i64(24), op.i32(25), op.i32(26), op.i32(27),
                                          op.ptr<unsigned>(28)});

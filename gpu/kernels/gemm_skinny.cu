@@ -1,34 +1,9 @@
 #line 2 "gemm_skinny.cu"
 // gemm_skinny.cu: the skinny GEMM's entry points, one per (MT, ROWS, epilogue); the algorithm,
-// the epilogues, the launch shape and the assumptions are in gemm_skinny.cuh's header, which
-// gpu::kernels prepends (after pdl.cuh, loads.cuh, ops_common.cuh and tensor_core.cuh). The
+// the launch shape and the assumptions are in gemm_skinny.cuh's header, the epilogues and their
+// parameters in gemm_epilogue.cuh, which gpu::kernels prepends (after pdl.cuh, loads.cuh,
+// ops_common.cuh and tensor_core.cuh). The
 // decode megakernel (decode_mega.cu) runs the same body, one W block at a time.
-
-// The epilogues' kernel parameters after (x, w, m, n, k), and the epilogue built from them.
-#define GEMM_SKINNY_UCLIP_PARAMS(p)                                                                  \
-  const float *p##_alpha, int p##_alpha_stride, const float *p##_weight, int p##_weight_stride, \
-      const float *p##_bias, int p##_bias_stride
-#define GEMM_SKINNY_UCLIP(p) UClip{p##_alpha, p##_weight, p##_bias, p##_alpha_stride, p##_weight_stride, p##_bias_stride}
-
-#define STORE_PARAMS bf16* __restrict__ y
-#define STORE_EPILOGUE gemm_skinny::Store{y}
-#define PERILN_PARAMS                                                                                 \
-  const bf16* __restrict__ x_res, GEMM_SKINNY_UCLIP_PARAMS(after), GEMM_SKINNY_UCLIP_PARAMS(before), \
-      bf16* __restrict__ x_out, bf16* __restrict__ h_out
-#define PERILN_EPILOGUE \
-  gemm_skinny::PeriLn<ReadOnlyLoads>{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
-#define SILU_MUL_PARAMS bf16* __restrict__ out
-#define SILU_MUL_EPILOGUE gemm_skinny::SiluMul{out}
-#define QK_PARAMS                                                                                      \
-  const int *__restrict__ positions, const long long *__restrict__ slot_mapping,                      \
-      const float *__restrict__ rope, int max_pos, GEMM_SKINNY_UCLIP_PARAMS(q_norm),                   \
-      GEMM_SKINNY_UCLIP_PARAMS(k_norm), bf16 *__restrict__ q_out, bf16 *__restrict__ key_cache,      \
-      bf16 *__restrict__ value_cache, long long num_slots, int num_heads, int num_kv_heads, int head_dim, \
-      unsigned *fault
-#define QK_EPILOGUE                                                                                  \
-  gemm_skinny::QkNormRopeCache{positions, slot_mapping, rope, max_pos, GEMM_SKINNY_UCLIP(q_norm),     \
-                               GEMM_SKINNY_UCLIP(k_norm), q_out, key_cache, value_cache, num_slots,  \
-                               num_heads, num_kv_heads, head_dim, fault}
 
 // gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
 #define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \

@@ -90,8 +90,8 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
 };
 
 /// The skinny GEMM of decode-sized batches ([`crate::gemm`]): `ops_common.cuh` (bf16 and its
-/// rounding), `tensor_core.cuh` (the mma wrapper), the body in `gemm_skinny.cuh` (its header
-/// gives the algorithm), then the entry points in `gemm_skinny.cu`.
+/// rounding), `tensor_core.cuh` (the mma wrapper), the epilogues in `gemm_epilogue.cuh`, the body
+/// in `gemm_skinny.cuh` (its header gives the algorithm), then the entry points in `gemm_skinny.cu`.
 pub const GEMM_SKINNY: Kernel = Kernel {
     name: "gemm_skinny.cu",
     source: concat!(
@@ -99,8 +99,26 @@ pub const GEMM_SKINNY: Kernel = Kernel {
         include_str!("../kernels/loads.cuh"),
         include_str!("../kernels/ops_common.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/gemm_epilogue.cuh"),
         include_str!("../kernels/gemm_skinny.cuh"),
         include_str!("../kernels/gemm_skinny.cu")
+    ),
+};
+
+/// The WGMMA GEMM of prefill rows with the model's fused epilogues (sm_90a; [`crate::gemm`]):
+/// `wgmma.cuh`, `tma.cuh` (the TMA copies and their mbarriers), `gemm_epilogue.cuh`, then the
+/// kernel; see `gemm_wgmma.cu`'s header.
+pub const GEMM_WGMMA: Kernel = Kernel {
+    name: "gemm_wgmma.cu",
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/loads.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/wgmma.cuh"),
+        include_str!("../kernels/tma.cuh"),
+        include_str!("../kernels/gemm_epilogue.cuh"),
+        include_str!("../kernels/gemm_wgmma.cu")
     ),
 };
 
@@ -114,6 +132,7 @@ pub const DECODE_MEGA: Kernel = Kernel {
         include_str!("../kernels/loads.cuh"),
         include_str!("../kernels/ops_common.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/gemm_epilogue.cuh"),
         include_str!("../kernels/gemm_skinny.cuh"),
         include_str!("../kernels/hp1_attention.cuh"),
         include_str!("../kernels/decode_mega.cu")
@@ -132,16 +151,17 @@ pub const ALL: &[Kernel] = &[
     SAMPLING,
     HP1_PREFILL_WGMMA,
     GEMM_SKINNY,
+    GEMM_WGMMA,
     HP1_GATE_STATS,
     DECODE_MEGA,
 ];
 
 /// The kernel files a device of compute capability `cc` runs: every one, less the tensor-core
-/// prefills it cannot run (a loader compiles these up front, the rest never).
+/// tensor-core kernels it cannot run (a loader compiles these up front, the rest never).
 pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
-        (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
+        ((*k == HP1_PREFILL_WGMMA || *k == GEMM_WGMMA) && !PrefillKernel::Wgmma.runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
     ALL.iter().filter(|k| !skipped(k)).copied().collect()
@@ -155,7 +175,8 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 1);
-        assert!(!ampere.contains(&HP1_PREFILL_WGMMA) && ampere.contains(&HP1_PREFILL_MMA));
+        assert_eq!(ampere.len(), ALL.len() - 2);
+        assert!(!ampere.contains(&HP1_PREFILL_WGMMA) && !ampere.contains(&GEMM_WGMMA));
+        assert!(ampere.contains(&HP1_PREFILL_MMA));
     }
 }

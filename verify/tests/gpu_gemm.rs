@@ -1,4 +1,4 @@
-//! The GEMMs of the GPU model (`gpu::gemm`: the skinny kernel and cuBLASLt) held
+//! The GEMMs of the GPU model (`gpu::gemm`: the skinny kernel, the WGMMA kernel on sm_90, cuBLASLt) held
 //! against an f64 reference on bf16 inputs (issue 9). Without a GPU every check says it skipped
 //! (`verify::gpu_harness`).
 //!
@@ -7,11 +7,12 @@
 //! 8, 32, 64, 128, 512 on every path that serves them, fresh inputs, outputs poisoned with NaN,
 //! every element, every row and the whole output within the bounds of `gpu_gemm/reference.rs`;
 //! a skinny row with the same bits alone and at every M up to 64 beside any rows (NaN and inf
-//! included) under every instantiation; the same past 64 rows (skinny slabs) and through cuBLASLt
-//! pinned at one reference M; two runs with the same bits on both paths; bad shapes
+//! included) under every instantiation; the same past 64 rows (skinny slabs), through the WGMMA
+//! kernel at M up to 2,100 and through cuBLASLt pinned at one reference M; two runs with the same
+//! bits on both paths; bad shapes
 //! and buffers refused by name; CUDA-graph replays with the eager bits on both paths; and each
-//! fused epilogue of the skinny kernel with the bits of the plain GEMM followed by the op it
-//! replaces (`gpu_gemm/epilogue.rs`).
+//! fused epilogue of the skinny and the WGMMA kernel with the bits of that kernel's plain GEMM
+//! followed by the op it replaces (`gpu_gemm/epilogue.rs`).
 
 #[path = "gpu_gemm/accuracy.rs"]
 mod accuracy;

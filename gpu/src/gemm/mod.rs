@@ -14,6 +14,11 @@
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
+//! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
+//!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
+//!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
+//!   `M` nor its place in the tile. Correct on the H200 but still 0.67-0.77x cuBLASLt's speed
+//!   at the prefill steps' M (RESULTS run 87), so the model does not plan it yet.
 //! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
 //!   one workspace of the device ([`CublasLt::shared`]). Its bits may change with `M`.
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the
@@ -22,7 +27,8 @@
 //!   o_proj and down_proj is [`crate::ops::PeriLn::residual`] on the product,
 //!   [`EpilogueKind::SiluMul`] after gate/up [`crate::ops::SiluMul::run`], and
 //!   [`EpilogueKind::QkNormRopeCache`] after qkv [`crate::ops::QkNormRopeCache::run`], each with
-//!   the same bits and one launch fewer. cuBLASLt plans only store.
+//!   the same bits and one launch fewer; the WGMMA kernel takes the same epilogues. cuBLASLt
+//!   plans only store.
 //! - [`layout`] defines the row orders of the weights whose epilogues pair outputs (gate/up
 //!   interleaved, each q and k head's RoPE pairs 8 rows apart), which the standalone ops read
 //!   too.
@@ -50,6 +56,7 @@ pub mod epilogue;
 pub mod layout;
 pub mod plan;
 pub mod skinny;
+mod wgmma;
 
 use std::sync::Arc;
 
@@ -59,8 +66,8 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, MAX_K, SKINNY_CTAS_PER_SM, SKINNY_MAX_M,
-    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS,
+    rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K, SKINNY_CTAS_PER_SM,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};
@@ -68,8 +75,9 @@ use crate::mega::MegaOp;
 use crate::runtime::{check_aligned, Gpu};
 use cublaslt::LtMatmul;
 use skinny::SkinnyGemm;
+use wgmma::WgmmaGemm;
 
-/// A plan's GEMM, loaded: the skinny kernel's entry point or cuBLASLt's pinned algorithm.
+/// A plan's GEMM, loaded: the skinny or WGMMA kernel's entry point, or cuBLASLt's algorithm.
 pub struct Gemm {
     plan: GemmPlan,
     stream: Arc<CudaStream>,
@@ -78,6 +86,7 @@ pub struct Gemm {
 
 enum Exec {
     Skinny(SkinnyGemm),
+    Wgmma(WgmmaGemm),
     CublasLt(LtMatmul),
 }
 
@@ -88,6 +97,7 @@ impl Gemm {
         plan.shape.validate()?;
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
+            GemmPath::Wgmma(tile) => Exec::Wgmma(WgmmaGemm::new(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m, pinned } => {
                 Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m, *pinned)?)
             }
@@ -103,7 +113,7 @@ impl Gemm {
     /// cuBLASLt's pinned algorithm, for a cuBLASLt plan.
     pub fn algorithm(&self) -> Option<LtAlgo> {
         match &self.exec {
-            Exec::Skinny(_) => None,
+            Exec::Skinny(_) | Exec::Wgmma(_) => None,
             Exec::CublasLt(lt) => Some(lt.algo()),
         }
     }
@@ -122,6 +132,7 @@ impl Gemm {
         self.check(x, w, &epilogue)?;
         match &self.exec {
             Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
+            Exec::Wgmma(k) => k.launch(&self.stream, x, w, &mut epilogue),
             Exec::CublasLt(lt) => match epilogue {
                 Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
                 other => Err(mismatch(&self.plan.name(), &self.plan, &other)),
@@ -143,8 +154,8 @@ impl Gemm {
             Exec::Skinny(k) => {
                 MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
             }
-            Exec::CublasLt(_) => {
-                Err(unsupported(&self.plan.name(), "a cuBLASLt GEMM cannot run in the megakernel".into()))
+            Exec::Wgmma(_) | Exec::CublasLt(_) => {
+                Err(unsupported(&self.plan.name(), "only a skinny GEMM runs in the megakernel".into()))
             }
         }
     }

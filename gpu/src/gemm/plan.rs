@@ -119,7 +119,7 @@ impl EpilogueKind {
         }
     }
 
-    /// The entry point's suffix after `gemm_skinny_m{m_tile}_r{rows}`.
+    /// The entry point's suffix after `gemm_skinny_m{m_tile}_r{rows}` or `gemm_wgmma`.
     pub fn suffix(self) -> &'static str {
         match self {
             EpilogueKind::Store => "",
@@ -164,11 +164,28 @@ pub struct SkinnyTile {
     pub grid: u32,
 }
 
+/// The WGMMA kernel's tile: `WGMMA_TILE` rows of x by `WGMMA_TILE` rows of W per CTA
+/// (`gemm_wgmma.cu`'s BM and BN).
+pub const WGMMA_TILE: usize = 128;
+/// The K block of the WGMMA kernel (its TMA box along K): K must be a multiple of it.
+pub const WGMMA_BK: usize = 64;
+
+/// The WGMMA kernel's entry point and grid.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WgmmaTile {
+    /// `gemm_wgmma{suffix}` (the epilogue's [`EpilogueKind::suffix`]).
+    pub entry: String,
+    /// `(ceil(N / 128), ceil(M / 128))` CTAs.
+    pub grid: (u32, u32),
+}
+
 /// Which implementation computes the GEMM.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum GemmPath {
     /// `gemm_skinny.cu`.
     Skinny(SkinnyTile),
+    /// `gemm_wgmma.cu` (sm_90a only).
+    Wgmma(WgmmaTile),
     /// cuBLASLt with the algorithm its heuristic picks for this shape at `heuristic_m` rows,
     /// chosen once; a pinned plan considers only algorithms that do not split K, and its
     /// algorithm is the same whatever its own `M` (even where that equals `heuristic_m`).
@@ -258,6 +275,31 @@ impl GemmPlan {
         Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, slabs, grid }), epilogue })
     }
 
+    /// The WGMMA kernel with `epilogue` (sm_90a; prefill rows). Its bits for a row of x depend on
+    /// neither `M` nor the row's place (`gemm_wgmma.cu`'s header), so no reference `M` is needed.
+    pub fn wgmma_epilogue(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
+        shape.validate()?;
+        epilogue.check(shape)?;
+        let entry = "gemm wgmma";
+        if !shape.k.is_multiple_of(WGMMA_BK) {
+            return Err(unsupported(entry, format!("`k` must be a multiple of {WGMMA_BK}, got {}", shape.k)));
+        }
+        if !shape.n.is_multiple_of(16) {
+            return Err(unsupported(entry, format!("`n` must be a multiple of 16, got {}", shape.n)));
+        }
+        let rows = shape.m.div_ceil(WGMMA_TILE);
+        if rows > u16::MAX as usize {
+            return Err(unsupported(entry, format!("{shape} needs more than 65535 tiles of x rows")));
+        }
+        // N < 2^31 (validated), so its tiles fit a u32.
+        let grid = (shape.n.div_ceil(WGMMA_TILE) as u32, rows as u32);
+        Ok(Self {
+            shape,
+            path: GemmPath::Wgmma(WgmmaTile { entry: format!("gemm_wgmma{}", epilogue.suffix()), grid }),
+            epilogue,
+        })
+    }
+
     /// cuBLASLt with the heuristic's algorithm for this very shape.
     pub fn cublaslt(shape: GemmShape) -> Result<Self> {
         shape.validate()?;
@@ -278,12 +320,13 @@ impl GemmPlan {
     }
 
     /// A short stable name: `skinny-m8-r64`, `skinny-m8-r16-periln` with an epilogue,
-    /// `cublaslt`, or `cublaslt-at-m512` when pinned.
+    /// `wgmma` (`wgmma-silu-mul`), `cublaslt`, or `cublaslt-at-m512` when pinned.
     pub fn name(&self) -> String {
         match &self.path {
             GemmPath::Skinny(t) => {
                 format!("skinny-m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
+            GemmPath::Wgmma(_) => format!("wgmma{}", self.epilogue.suffix().replace('_', "-")),
             GemmPath::CublasLt { pinned: false, .. } => "cublaslt".to_string(),
             GemmPath::CublasLt { heuristic_m, pinned: true } => format!("cublaslt-at-m{heuristic_m}"),
         }
@@ -316,8 +359,36 @@ mod tests {
     fn skinny(plan: &GemmPlan) -> &SkinnyTile {
         match &plan.path {
             GemmPath::Skinny(t) => t,
-            GemmPath::CublasLt { .. } => panic!("{} is not skinny", plan.name()),
+            _ => panic!("{} is not skinny", plan.name()),
         }
+    }
+
+    #[test]
+    fn a_wgmma_plan_names_its_epilogue_and_covers_every_tile() {
+        for kind in EpilogueKind::ALL {
+            let plan = GemmPlan::wgmma_epilogue(shape(8448, 6144, 1024), kind).unwrap();
+            let GemmPath::Wgmma(tile) = &plan.path else { panic!("{} is not wgmma", plan.name()) };
+            assert_eq!(tile.entry, format!("gemm_wgmma{}", kind.suffix()));
+            assert_eq!(tile.grid, (48, 66));
+            assert_eq!(plan.name(), format!("wgmma{}", kind.suffix().replace('_', "-")));
+        }
+        let GemmPath::Wgmma(tile) = GemmPlan::wgmma_epilogue(shape(129, 1040, 64), EpilogueKind::Store).unwrap().path
+        else {
+            panic!("not wgmma")
+        };
+        assert_eq!(tile.grid, (9, 2));
+    }
+
+    #[test]
+    fn a_wgmma_plan_refuses_what_its_tma_boxes_and_grid_cannot_take() {
+        let refused = |s: GemmShape, needle: &str| {
+            let err = GemmPlan::wgmma_epilogue(s, EpilogueKind::Store).unwrap_err().to_string();
+            assert!(err.contains(needle), "{s}: {err}");
+        };
+        refused(shape(64, 1024, 1000), "`k` must be a multiple of 64");
+        refused(shape(64, 1000, 1024), "`n` must be a multiple of 16");
+        refused(shape(128 * 65_536, 16, 64), "65535 tiles");
+        refused(shape(0, 16, 64), "`m`");
     }
 
     #[test]

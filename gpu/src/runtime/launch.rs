@@ -89,12 +89,21 @@ pub struct Launch<'a> {
     func: &'a CudaFunction,
     stream: &'a CudaStream,
     slots: Vec<u64>,
+    /// The tensor-map arguments (128 bytes each, too wide for a slot) and their positions.
+    maps: Vec<(usize, Box<sys::CUtensorMap>)>,
 }
 
 impl<'a> Launch<'a> {
     /// A launch of `func` on `stream`, no arguments yet.
     pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
-        Self { func, stream, slots: Vec::with_capacity(32) }
+        Self { func, stream, slots: Vec::with_capacity(32), maps: Vec::new() }
+    }
+
+    /// Appends a `const __grid_constant__` tensor-map parameter (`tma.cuh`'s TensorMap).
+    pub fn arg_tensor_map(&mut self, map: sys::CUtensorMap) -> &mut Self {
+        self.maps.push((self.slots.len(), Box::new(map)));
+        self.slots.push(0);
+        self
     }
 
     /// Appends the next argument.
@@ -104,8 +113,10 @@ impl<'a> Launch<'a> {
     }
 
     /// The argument slots, unlaunched: a megakernel op that runs this entry's body takes them
-    /// as its descriptor ([`crate::mega`]).
+    /// as its descriptor ([`crate::mega`]). Tensor maps have no slot form: no megakernel body
+    /// takes one.
     pub fn into_slots(self) -> Vec<u64> {
+        debug_assert!(self.maps.is_empty(), "a launch with tensor maps has no slot form");
         self.slots
     }
 
@@ -117,6 +128,9 @@ impl<'a> Launch<'a> {
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), DriverError> {
         self.stream.context().bind_to_thread()?;
         let mut params: Vec<*mut c_void> = self.slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
+        for (at, map) in &mut self.maps {
+            params[*at] = &mut **map as *mut sys::CUtensorMap as *mut c_void;
+        }
         // SAFETY: zero is a valid bit pattern of this plain C union; the one field set below is
         // the one the attribute's id names.
         let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();

@@ -1,5 +1,7 @@
 //! Timing the GEMMs of asynct-0.5b (`asynct-bench --gemm`): each weight shape at M of 1, 8, 32,
-//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked) and cuBLASLt.
+//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked) and cuBLASLt;
+//! with `--prefill`, at the prefill step's M of 2,048 and 8,448 (the default step budget, 8,192
+//! chunk rows beside 256 decode rows), the WGMMA kernel against cuBLASLt, in TFLOP/s too.
 //!
 //! Method ([`super::timing`]): one CUDA graph of `calls` GEMMs replayed `trials` times, the
 //! median per call reported, with back-to-back launches beside it. The weight is cycled through
@@ -12,7 +14,7 @@
 
 use std::sync::Arc;
 
-use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
@@ -30,6 +32,10 @@ pub const WEIGHTS: [(&str, usize, usize); 5] = [
 ];
 /// The batch sizes timed.
 pub const M_GRID: [usize; 5] = [1, 8, 32, 64, 128];
+/// The prefill steps' rows timed (`--prefill`).
+pub const PREFILL_M_GRID: [usize; 2] = [2048, 8448];
+/// The widest M at which the skinny kernel (slabs of 64 rows) is still timed.
+const SKINNY_TIMED_MAX_M: usize = 512;
 /// Issue 9's goal for the dispatcher at M up to [`GOAL_MAX_M`], effective TB/s.
 pub const GOAL_TBPS: f64 = 3.3;
 /// The widest M the goal applies to.
@@ -54,6 +60,9 @@ pub struct GemmTime {
     /// `min_bytes` over `graph_ms`, TB/s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graph_tbps: Option<f64>,
+    /// `2 M N K` over `graph_ms`, TFLOP/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graph_tflops: Option<f64>,
     /// Why a figure is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -103,11 +112,18 @@ impl GemmPoint {
     }
 }
 
-/// Every plan timed at `shape`: each skinny instantiation for its M (past 64 in slabs),
-/// cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
-fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
-    let mut plans: Vec<GemmPlan> =
-        gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect();
+/// Every plan timed at `shape` on a device of compute capability `cc`: each skinny instantiation
+/// for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the WGMMA kernel on sm_90 where the
+/// shape fits it, cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
+fn plans(shape: GemmShape, cc: (i32, i32)) -> Result<Vec<GemmPlan>, String> {
+    let mut plans: Vec<GemmPlan> = if shape.m <= SKINNY_TIMED_MAX_M {
+        gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect()
+    } else {
+        Vec::new()
+    };
+    if cc == (9, 0) {
+        plans.extend(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).ok());
+    }
     plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);
     plans.push(GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT).map_err(|e| e.to_string())?);
     Ok(plans)
@@ -143,7 +159,7 @@ pub fn measure(
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();
-        for plan in plans(shape)? {
+        for plan in plans(shape, gpu.info().compute_capability)? {
             let plan_name = plan.name();
             if only.is_some_and(|o| !plan_name.contains(o)) {
                 continue;
@@ -165,6 +181,7 @@ pub fn measure(
                 eager_ms: figures.eager_ms,
                 graph_ms: figures.graph_ms,
                 graph_tbps: figures.graph_ms.map(|ms| bytes / ms / 1e9),
+                graph_tflops: figures.graph_ms.map(|ms| 2.0 * (m * n * k) as f64 / ms / 1e9),
                 error: figures.error,
             });
         }
@@ -232,6 +249,7 @@ mod tests {
             eager_ms: graph_ms,
             graph_ms,
             graph_tbps: graph_ms.map(|ms| bytes as f64 / ms / 1e9),
+            graph_tflops: None,
             error: None,
         }
     }
@@ -268,10 +286,21 @@ mod tests {
     fn every_m_of_the_grid_gets_skinny_plans_cublaslt_and_the_head_pin() {
         for m in M_GRID {
             let names: Vec<String> =
-                plans(GemmShape { m, n: 1024, k: 1024 }).unwrap().iter().map(GemmPlan::name).collect();
+                plans(GemmShape { m, n: 1024, k: 1024 }, (8, 0)).unwrap().iter().map(GemmPlan::name).collect();
             let tail: Vec<&str> = names[names.len() - 2..].iter().map(String::as_str).collect();
             assert_eq!(tail, ["cublaslt", "cublaslt-at-m64"], "{m}");
             assert!(names.len() > 1 && names[0].starts_with("skinny-m"), "{m}: {names:?}");
+        }
+    }
+
+    #[test]
+    fn the_prefill_grid_times_wgmma_on_hopper_and_no_skinny_slabs() {
+        for m in PREFILL_M_GRID {
+            let shape = GemmShape { m, n: 6144, k: 1024 };
+            let names: Vec<String> = plans(shape, (9, 0)).unwrap().iter().map(GemmPlan::name).collect();
+            assert_eq!(names, ["wgmma", "cublaslt", "cublaslt-at-m64"], "{m}");
+            let ampere: Vec<String> = plans(shape, (8, 0)).unwrap().iter().map(GemmPlan::name).collect();
+            assert_eq!(ampere, ["cublaslt", "cublaslt-at-m64"], "{m}");
         }
     }
 }

@@ -72,7 +72,8 @@ struct Args {
     /// prefix (8 sequences), to place FAKE_DECODE_MAX_QUERY; instead of decode.
     #[arg(long)]
     prefill_crossover: bool,
-    /// Time the GEMMs of asynct-0.5b's weight shapes (skinny kernel, cuBLASLt) instead of attention.
+    /// Time the GEMMs of asynct-0.5b's weight shapes (skinny kernel, cuBLASLt; with --prefill at
+    /// the prefill steps' M, the WGMMA kernel and cuBLASLt) instead of attention.
     #[arg(long)]
     gemm: bool,
 }
@@ -248,7 +249,11 @@ fn measure_points(
 fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
     let timing = args.timing(50, 40);
     println!("asynct-bench gemm on {} ({})", gpu.info().name, method(&timing));
-    let ms: &[usize] = if args.quick { &[1, 32] } else { &gemm::M_GRID };
+    let ms: &[usize] = match (args.prefill, args.quick) {
+        (true, _) => &gemm::PREFILL_M_GRID,
+        (false, true) => &[1, 32],
+        (false, false) => &gemm::M_GRID,
+    };
     let mut points: Vec<GemmPoint> = Vec::new();
     let mut failures = Vec::new();
     for weight in gemm::WEIGHTS {
@@ -267,11 +272,12 @@ fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
                 let error = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
                 let algo = t.algo.as_ref().map_or(String::new(), |a| format!("  [{a}]"));
                 println!(
-                    "{:<12} {mark}{:<14} graph {:>9.2} us {:>5.2} TB/s  back-to-back {:>9.2} us{algo}{error}",
+                    "{:<12} {mark}{:<14} graph {:>9.2} us {:>5.2} TB/s {:>6.1} TFLOP/s  back-to-back {:>9.2} us{algo}{error}",
                     GemmPoint::key(&point.weight, point.m),
                     t.name,
                     us(t.graph_ms),
                     t.graph_tbps.unwrap_or(f64::NAN),
+                    t.graph_tflops.unwrap_or(f64::NAN),
                     us(t.eager_ms)
                 );
                 if let Some(e) = &t.error {

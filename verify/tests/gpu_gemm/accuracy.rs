@@ -18,7 +18,7 @@ fn every_path(gpu: &Gpu, shape: GemmShape, seed: u64) -> Result<Vec<String>, Str
     let reference = Reference::new(&x, &w, shape.k);
     let (x_d, w_d) = (g(gpu.upload(&x))?, g(gpu.upload(&w))?);
     let mut names = Vec::new();
-    for plan in plans(shape)? {
+    for plan in plans(gpu, shape)? {
         let gemm = g(Gemm::new(gpu, plan))?;
         let got = run(gpu, &gemm, &x_d, &w_d)?;
         reference.check(&label(&gemm), &got)?;
@@ -66,7 +66,7 @@ pub fn model_shapes(gpu: &Arc<Gpu>) -> Check {
             let reference = Reference::new(&x, &w, k);
             let x_d = g(gpu.upload(&x))?;
             let mut names = Vec::new();
-            for plan in plans(shape)? {
+            for plan in plans(gpu, shape)? {
                 let gemm = g(Gemm::new(gpu, plan))?;
                 let got = run(gpu, &gemm, &x_d, &w_d)?;
                 reference.check(&format!("{name} {}", label(&gemm)), &got)?;

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use gpu::gemm::{Gemm, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
 
-use super::device::{auto, g, label, plans, run, Check, MODEL_SHAPES, PINNED_AT};
+use super::device::{auto, g, label, plans, run, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
 
 /// An x of `m` rows holding `row` at `at`; the other rows are drawn from `seed` with larger
@@ -48,7 +48,7 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
         for m in 1..=64usize {
             let at = (m * 5 + 3) % m;
             let x_d = g(gpu.upload(&beside(&row, m, at, seed + 2 + m as u64)))?;
-            for plan in plans(GemmShape { m, n, k })?.into_iter().filter(|p| p.name().starts_with("skinny")) {
+            for plan in plans(gpu, GemmShape { m, n, k })?.into_iter().filter(|p| p.name().starts_with("skinny")) {
                 let gemm = g(Gemm::new(gpu, plan))?;
                 let y = run(gpu, &gemm, &x_d, &w_d)?;
                 let what = format!("{name}: row {at} of {}, against the row alone", label(&gemm));
@@ -65,7 +65,8 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
 type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
-/// kernel, beside drawn, NaN and infinite rows, has the same bits; through cuBLASLt pinned at
+/// kernel, beside drawn, NaN and infinite rows, has the same bits; through the WGMMA kernel at
+/// M = 7 to 2100, at every place in its tile the M puts it; through cuBLASLt pinned at
 /// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
 /// prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
 /// reference (`HEAD_PIN_AT`, 64), at the decode buckets' M 2 to 256, the reference itself
@@ -77,12 +78,17 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 3] = [
+        let paths: [(&str, PlanAt, &[usize]); 4] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
             ("head-pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, HEAD_PIN_AT), &[2, 8, 32, 64, 65, 128, 256]),
+            ("wgmma", |s| GemmPlan::wgmma_epilogue(s, EpilogueKind::Store), &[7, 65, 128, 129, 300, 1000, 2100]),
         ];
         for (path, plan, ms) in paths {
+            if path == "wgmma" && !wgmma_serves(gpu, GemmShape { m: 1, n, k }) {
+                println!("  {name}: this device runs no WGMMA GEMM; its invariance is not checked here");
+                continue;
+            }
             let solo = run(gpu, &g(Gemm::new(gpu, g(plan(GemmShape { m: 1, n, k }))?))?, &row_d, &w_d)?;
             for &m in ms {
                 let at = m - 1 - (m / 3);
@@ -113,7 +119,7 @@ pub fn two_runs(gpu: &Arc<Gpu>) -> Check {
         let shape = GemmShape { m, n, k };
         let seed = 4000 + i as u64;
         let (x_d, w_d) = (g(gpu.upload(&draw_x(seed, m, k)))?, g(gpu.upload(&draw_w(seed, n, k)))?);
-        let chosen = if wide { vec![g(GemmPlan::cublaslt(shape))?] } else { plans(shape)? };
+        let chosen = if wide { vec![g(GemmPlan::cublaslt(shape))?] } else { plans(gpu, shape)? };
         for plan in chosen.into_iter().filter(|p| wide || p.name().starts_with("skinny")) {
             let gemm = g(Gemm::new(gpu, plan))?;
             let first = run(gpu, &gemm, &x_d, &w_d)?;

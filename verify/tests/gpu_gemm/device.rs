@@ -2,7 +2,9 @@
 //! poisoned output.
 
 use cudarc::driver::CudaSlice;
-use gpu::gemm::{rows_fit, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS};
+use gpu::gemm::{
+    rows_fit, EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, WGMMA_BK,
+};
 use gpu::Gpu;
 use half::bf16;
 
@@ -25,14 +27,23 @@ pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
     ("lm_head", 151_936, 1024),
 ];
 
-/// Every plan that serves `shape`: each skinny instantiation for its `M` (the dispatcher's among
-/// them; past `SKINNY_MAX_M` rows in slabs of 64), cuBLASLt's own choice, and cuBLASLt pinned at
-/// the reference `M` of `PINNED_AT` where N and K are at least 64.
-pub fn plans(shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
+/// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of 16).
+pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
+    gpu.info().compute_capability == (9, 0) && shape.k.is_multiple_of(WGMMA_BK) && shape.n.is_multiple_of(16)
+}
+
+/// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
+/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the WGMMA kernel where it
+/// serves the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
+/// `PINNED_AT` where N and K are at least 64.
+pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
     for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
         plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
+    }
+    if wgmma_serves(gpu, shape) {
+        plans.push(g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?);
     }
     plans.push(g(GemmPlan::cublaslt(shape))?);
     // The model pins its weight shapes only (N and K of 64 and more); for a degenerate N such as

@@ -1,8 +1,9 @@
-//! The skinny kernel's fused epilogues held to the unfused sequence they replace, bit for bit: the
-//! plain skinny GEMM (the Store epilogue) into a buffer, then the standalone kernel of
-//! `gpu::ops` on it. Fresh bf16 inputs, every output poisoned with NaN first, every element, at
-//! M = 1, 3, 8, 17, 32, 64, 65, 128 on asynct-0.5b's shapes, under every rows per CTA the
-//! epilogue takes at that M (the dispatcher's among them). Plus the refusals of `run_with`.
+//! The fused epilogues of the skinny and the WGMMA kernels held to the unfused sequence they
+//! replace, bit for bit: the same kernel's plain GEMM (the Store epilogue) into a buffer, then the
+//! standalone kernel of `gpu::ops` on it. Fresh bf16 inputs, every output poisoned with NaN first,
+//! every element, at M = 1, 3, 8, 17, 32, 64, 65, 128 (and 300 for WGMMA) on asynct-0.5b's
+//! shapes, under every rows per CTA the skinny epilogue takes at that M (the dispatcher's among
+//! them), and through the WGMMA kernel where the device runs it. Plus the refusals of `run_with`.
 
 use std::sync::Arc;
 
@@ -15,29 +16,49 @@ use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
 
-use super::device::{g, Check};
+use super::device::{g, wgmma_serves, Check};
 use super::reference::{draw_w, draw_x, same_bits, uniform_bf16, POISON};
 
-/// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs.
-const MS: [usize; 8] = [1, 3, 8, 17, 32, 64, 65, 128];
+/// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs (the
+/// skinny kernel's below 65, the WGMMA kernel's tiles of 128 past it).
+const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
-/// Every skinny plan of `kind` for `shape`, one per rows of W per CTA the epilogue takes at this
-/// M; the dispatcher's plan (on `sms` SMs) is among them.
-fn epilogue_plans(shape: GemmShape, kind: EpilogueKind, sms: usize) -> Result<Vec<GemmPlan>, String> {
-    let plans: Vec<GemmPlan> =
-        SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok()).collect();
-    let chosen = g(GemmPlan::skinny_epilogue(shape, sms, kind))?;
-    if !plans.contains(&chosen) {
-        return Err(format!("{kind:?} {shape}: the dispatcher's {} is not among {} plans", chosen.name(), plans.len()));
+/// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
+/// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
+/// this M, the dispatcher's on `sms` SMs among them, against the dispatcher's Store plan), and the
+/// WGMMA kernel where `gpu` runs it (against its own Store plan).
+fn epilogue_plans(
+    gpu: &Gpu,
+    shape: GemmShape,
+    kind: EpilogueKind,
+    sms: usize,
+) -> Result<Vec<(GemmPlan, Vec<GemmPlan>)>, String> {
+    let mut families = Vec::new();
+    if shape.m <= 128 {
+        let plans: Vec<GemmPlan> =
+            SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok()).collect();
+        let chosen = g(GemmPlan::skinny_epilogue(shape, sms, kind))?;
+        if !plans.contains(&chosen) {
+            return Err(format!(
+                "{kind:?} {shape}: the dispatcher's {} is not among {} plans",
+                chosen.name(),
+                plans.len()
+            ));
+        }
+        families.push((g(GemmPlan::skinny(shape, sms))?, plans));
     }
-    Ok(plans)
+    if wgmma_serves(gpu, shape) {
+        let plain = g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?;
+        families.push((plain, vec![g(GemmPlan::wgmma_epilogue(shape, kind))?]));
+    }
+    Ok(families)
 }
 
-/// The rows of W per CTA of a skinny plan, for messages.
-fn rows(plan: &GemmPlan) -> usize {
+/// A fused plan for messages: its name (the skinny kernel's holds its rows of W per CTA).
+fn rows(plan: &GemmPlan) -> String {
     match &plan.path {
-        GemmPath::Skinny(t) => t.rows,
-        GemmPath::CublasLt { .. } => 0,
+        GemmPath::Skinny(t) => t.rows.to_string(),
+        _ => plan.name(),
     }
 }
 
@@ -97,42 +118,44 @@ pub fn periln(gpu: &Arc<Gpu>) -> Check {
                 let label =
                     format!("{name} M {m}, per-channel norm {}", if per_channel_after { "after" } else { "before" });
 
-                let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
-                let mut a = poisoned(gpu, m * n)?;
-                g(plain.run(&x.as_view(), &w.as_view(), &mut a.as_view_mut()))?;
-                let (mut x_want, mut h_want) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
-                g(op.residual(
-                    &a.as_view(),
-                    &residual.as_view(),
-                    &after,
-                    &before,
-                    &mut x_want.as_view_mut(),
-                    &mut h_want.as_view_mut(),
-                ))?;
-                let (x_want, h_want) = (g(gpu.download(&x_want))?, g(gpu.download(&h_want))?);
-                all_finite(&format!("unfused x_out {label}"), &x_want)?;
-
-                for plan in epilogue_plans(shape, EpilogueKind::PeriLn, sms)? {
-                    let r = rows(&plan);
-                    let fused = g(Gemm::new(gpu, plan))?;
-                    let (mut x_out, mut h_out) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
-                    g(fused.run_with(
-                        &x.as_view(),
-                        &w.as_view(),
-                        Epilogue::PeriLn {
-                            x: residual.as_view(),
-                            after: &after,
-                            before: &before,
-                            x_out: x_out.as_view_mut(),
-                            h_out: h_out.as_view_mut(),
-                        },
+                for (plain, fused_plans) in epilogue_plans(gpu, shape, EpilogueKind::PeriLn, sms)? {
+                    let plain = g(Gemm::new(gpu, plain))?;
+                    let mut a = poisoned(gpu, m * n)?;
+                    g(plain.run(&x.as_view(), &w.as_view(), &mut a.as_view_mut()))?;
+                    let (mut x_want, mut h_want) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
+                    g(op.residual(
+                        &a.as_view(),
+                        &residual.as_view(),
+                        &after,
+                        &before,
+                        &mut x_want.as_view_mut(),
+                        &mut h_want.as_view_mut(),
                     ))?;
-                    let (x_got, h_got) = (g(gpu.download(&x_out))?, g(gpu.download(&h_out))?);
-                    all_finite(&format!("x_out {label} rows {r}"), &x_got)?;
-                    all_finite(&format!("h_out {label} rows {r}"), &h_got)?;
-                    same_bits(&format!("x_out {label} rows {r}"), &x_got, &x_want)?;
-                    same_bits(&format!("h_out {label} rows {r}"), &h_got, &h_want)?;
-                    runs += 1;
+                    let (x_want, h_want) = (g(gpu.download(&x_want))?, g(gpu.download(&h_want))?);
+                    all_finite(&format!("unfused x_out {label}"), &x_want)?;
+
+                    for plan in fused_plans {
+                        let r = rows(&plan);
+                        let fused = g(Gemm::new(gpu, plan))?;
+                        let (mut x_out, mut h_out) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
+                        g(fused.run_with(
+                            &x.as_view(),
+                            &w.as_view(),
+                            Epilogue::PeriLn {
+                                x: residual.as_view(),
+                                after: &after,
+                                before: &before,
+                                x_out: x_out.as_view_mut(),
+                                h_out: h_out.as_view_mut(),
+                            },
+                        ))?;
+                        let (x_got, h_got) = (g(gpu.download(&x_out))?, g(gpu.download(&h_out))?);
+                        all_finite(&format!("x_out {label} rows {r}"), &x_got)?;
+                        all_finite(&format!("h_out {label} rows {r}"), &h_got)?;
+                        same_bits(&format!("x_out {label} rows {r}"), &x_got, &x_want)?;
+                        same_bits(&format!("h_out {label} rows {r}"), &h_got, &h_want)?;
+                        runs += 1;
+                    }
                 }
             }
             same_bits(&format!("{name} M {m}: the residual"), &g(gpu.download(&residual))?, &residual_host)?;
@@ -156,22 +179,24 @@ pub fn silu_mul(gpu: &Arc<Gpu>) -> Check {
     for (i, m) in MS.into_iter().enumerate() {
         let shape = GemmShape { m, n, k };
         let x = g(gpu.upload(&draw_x(seed + 1 + i as u64, m, k)))?;
-        let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
-        let mut gate_up = poisoned(gpu, m * n)?;
-        g(plain.run(&x.as_view(), &w.as_view(), &mut gate_up.as_view_mut()))?;
-        let mut want = poisoned(gpu, m * inter)?;
-        g(op.run(&gate_up.as_view(), inter, &mut want.as_view_mut()))?;
-        let want = g(gpu.download(&want))?;
-        all_finite(&format!("unfused gate/up M {m}"), &want)?;
-        for plan in epilogue_plans(shape, EpilogueKind::SiluMul, sms)? {
-            let label = format!("gate/up M {m} rows {}", rows(&plan));
-            let fused = g(Gemm::new(gpu, plan))?;
-            let mut out = poisoned(gpu, m * inter)?;
-            g(fused.run_with(&x.as_view(), &w.as_view(), Epilogue::SiluMul { out: out.as_view_mut() }))?;
-            let got = g(gpu.download(&out))?;
-            all_finite(&label, &got)?;
-            same_bits(&label, &got, &want)?;
-            runs += 1;
+        for (plain, fused_plans) in epilogue_plans(gpu, shape, EpilogueKind::SiluMul, sms)? {
+            let plain = g(Gemm::new(gpu, plain))?;
+            let mut gate_up = poisoned(gpu, m * n)?;
+            g(plain.run(&x.as_view(), &w.as_view(), &mut gate_up.as_view_mut()))?;
+            let mut want = poisoned(gpu, m * inter)?;
+            g(op.run(&gate_up.as_view(), inter, &mut want.as_view_mut()))?;
+            let want = g(gpu.download(&want))?;
+            all_finite(&format!("unfused gate/up M {m}"), &want)?;
+            for plan in fused_plans {
+                let label = format!("gate/up M {m} rows {}", rows(&plan));
+                let fused = g(Gemm::new(gpu, plan))?;
+                let mut out = poisoned(gpu, m * inter)?;
+                g(fused.run_with(&x.as_view(), &w.as_view(), Epilogue::SiluMul { out: out.as_view_mut() }))?;
+                let got = g(gpu.download(&out))?;
+                all_finite(&label, &got)?;
+                same_bits(&label, &got, &want)?;
+                runs += 1;
+            }
         }
     }
     println!("  gate/up N {n} K {k}: {runs} fused runs give the unfused bits");
@@ -249,69 +274,72 @@ pub fn qk_norm_rope_cache(gpu: &Arc<Gpu>) -> Check {
         let shape = GemmShape { m, n, k };
         let seed = seed + 10 * i as u64;
         let x = g(gpu.upload(&draw_x(seed, m, k)))?;
-        let plain = g(Gemm::new(gpu, g(GemmPlan::skinny(shape, sms))?))?;
-        let mut qkv = poisoned(gpu, m * n)?;
-        g(plain.run(&x.as_view(), &w.as_view(), &mut qkv.as_view_mut()))?;
-        for (variant, per_channel_q) in [(0u64, true), (1, false)] {
-            let q_norm = norm(gpu, seed + 1 + variant, heads.head_dim, per_channel_q)?;
-            let k_norm = norm(gpu, seed + 3 + variant, heads.head_dim, !per_channel_q)?;
-            let bad = m == 3 && variant == 0;
-            let label = format!(
-                "qkv M {m}, per-channel {} norm{}",
-                if per_channel_q { "q" } else { "k" },
-                if bad { ", bad inputs" } else { "" }
-            );
+        for (plain, fused_plans) in epilogue_plans(gpu, shape, EpilogueKind::QkNormRopeCache, sms)? {
+            let plain = g(Gemm::new(gpu, plain))?;
+            let mut qkv = poisoned(gpu, m * n)?;
+            g(plain.run(&x.as_view(), &w.as_view(), &mut qkv.as_view_mut()))?;
+            for (variant, per_channel_q) in [(0u64, true), (1, false)] {
+                let q_norm = norm(gpu, seed + 1 + variant, heads.head_dim, per_channel_q)?;
+                let k_norm = norm(gpu, seed + 3 + variant, heads.head_dim, !per_channel_q)?;
+                let bad = m == 3 && variant == 0;
+                let label = format!(
+                    "qkv M {m}, per-channel {} norm{}",
+                    if per_channel_q { "q" } else { "k" },
+                    if bad { ", bad inputs" } else { "" }
+                );
 
-            let mut want = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
-            let inputs = QkvInputs {
-                qkv: qkv.as_view(),
-                positions: want.positions.as_view(),
-                slot_mapping: want.slots.as_view(),
-            };
-            let mut outputs = QkvOutputs {
-                q: want.q.as_view_mut(),
-                key_cache: want.key_cache.as_view_mut(),
-                value_cache: want.value_cache.as_view_mut(),
-            };
-            g(op.run(&q_norm, &k_norm, &inputs, &mut outputs, &mut faults))?;
-            let want_faults = fault_report(&mut faults);
-            if want_faults.is_some() != bad {
-                return Err(format!("unfused {label}: fault word {want_faults:?}"));
-            }
-            let slots = want.slot_list.clone();
-            let want = want.written(gpu)?;
-            all_finite(&format!("unfused q {label}"), &want[0])?;
-            check_slots(&label, heads, &slots, &want[1], &want[2])?;
+                let mut want = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
+                let inputs = QkvInputs {
+                    qkv: qkv.as_view(),
+                    positions: want.positions.as_view(),
+                    slot_mapping: want.slots.as_view(),
+                };
+                let mut outputs = QkvOutputs {
+                    q: want.q.as_view_mut(),
+                    key_cache: want.key_cache.as_view_mut(),
+                    value_cache: want.value_cache.as_view_mut(),
+                };
+                g(op.run(&q_norm, &k_norm, &inputs, &mut outputs, &mut faults))?;
+                let want_faults = fault_report(&mut faults);
+                if want_faults.is_some() != bad {
+                    return Err(format!("unfused {label}: fault word {want_faults:?}"));
+                }
+                let slots = want.slot_list.clone();
+                let want = want.written(gpu)?;
+                all_finite(&format!("unfused q {label}"), &want[0])?;
+                check_slots(&label, heads, &slots, &want[1], &want[2])?;
 
-            for plan in epilogue_plans(shape, EpilogueKind::QkNormRopeCache, sms)? {
-                let label = format!("{label} rows {}", rows(&plan));
-                let fused = g(Gemm::new(gpu, plan))?;
-                let mut got = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
-                g(fused.run_with(
-                    &x.as_view(),
-                    &w.as_view(),
-                    Epilogue::QkNormRopeCache {
-                        heads,
-                        rope: op.rope(),
-                        q_norm: &q_norm,
-                        k_norm: &k_norm,
-                        positions: got.positions.as_view(),
-                        slot_mapping: got.slots.as_view(),
-                        q: got.q.as_view_mut(),
-                        key_cache: got.key_cache.as_view_mut(),
-                        value_cache: got.value_cache.as_view_mut(),
-                        faults: &mut faults,
-                    },
-                ))?;
-                let got_faults = fault_report(&mut faults);
-                if got_faults != want_faults {
-                    return Err(format!("{label}: fault word {got_faults:?}, unfused {want_faults:?}"));
+                for plan in &fused_plans {
+                    let plan = plan.clone();
+                    let label = format!("{label} rows {}", rows(&plan));
+                    let fused = g(Gemm::new(gpu, plan))?;
+                    let mut got = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
+                    g(fused.run_with(
+                        &x.as_view(),
+                        &w.as_view(),
+                        Epilogue::QkNormRopeCache {
+                            heads,
+                            rope: op.rope(),
+                            q_norm: &q_norm,
+                            k_norm: &k_norm,
+                            positions: got.positions.as_view(),
+                            slot_mapping: got.slots.as_view(),
+                            q: got.q.as_view_mut(),
+                            key_cache: got.key_cache.as_view_mut(),
+                            value_cache: got.value_cache.as_view_mut(),
+                            faults: &mut faults,
+                        },
+                    ))?;
+                    let got_faults = fault_report(&mut faults);
+                    if got_faults != want_faults {
+                        return Err(format!("{label}: fault word {got_faults:?}, unfused {want_faults:?}"));
+                    }
+                    let got = got.written(gpu)?;
+                    for ((what, got), want) in ["q", "key cache", "value cache"].into_iter().zip(&got).zip(&want) {
+                        same_bits(&format!("{what} {label}"), got, want)?;
+                    }
+                    runs += 1;
                 }
-                let got = got.written(gpu)?;
-                for ((what, got), want) in ["q", "key cache", "value cache"].into_iter().zip(&got).zip(&want) {
-                    same_bits(&format!("{what} {label}"), got, want)?;
-                }
-                runs += 1;
             }
         }
     }

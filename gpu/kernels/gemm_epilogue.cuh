@@ -1,0 +1,209 @@
+#line 2 "gemm_epilogue.cuh"
+// gemm_epilogue.cuh: what a GEMM of the model does with each finished output sum: store it, or
+// run on it the elementwise op that follows that GEMM in the model (the EPILOGUES of
+// gemm_skinny.cuh's header state each one's arithmetic and buffers). Shared by the skinny GEMM of
+// decode rows (gemm_skinny.cuh), the decode megakernel (decode_mega.cu) and the WGMMA GEMM of
+// prefill rows (gemm_wgmma.cu), so one row meets the same rounding points on every path. Needs
+// loads.cuh and ops_common.cuh before it.
+//
+// An epilogue is a functor with prefetch(t) and operator()(t), called by every thread of the
+// tile's T::THREADS (threadIdx.x below that), on a finished tile t of T::XR rows of x and T::WR
+// rows of W: t.sum(xr, wr) is the f32 output of x row t.row0 + xr and W row t.n0 + wr, t.has(xr,
+// wr) whether that output exists, t.n the GEMM's N. Consecutive threads take consecutive outputs
+// of one x row. The pairing epilogues (SiluMul, QkNormRopeCache) pair W rows 8 apart inside each
+// 16-row group, so T::WR is a multiple of 16 and t.n0 too.
+
+namespace gemm_epilogue {
+
+// silu(g) * u as silu_mul.cu computes it. Each operation is rounded on its own (the _rn
+// intrinsics are never contracted), so the two files give the same bits whatever the compiler
+// would fuse around them.
+__device__ __forceinline__ float silu_product(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
+// s, as qk_norm_rope_cache.cu computes it: products and fused adds written out, not left to
+// contraction, for the same bits in both files.
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& lo, float& hi) {
+  lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  hi = __fmaf_rn(a, s, __fmul_rn(b, c));
+}
+
+struct Store {
+  bf16* y;
+
+  template <class T>
+  __device__ __forceinline__ void prefetch(const T&) const {}
+
+  template <class T>
+  __device__ __forceinline__ void operator()(const T& t) const {
+    for (int e = threadIdx.x; e < T::XR * T::WR; e += T::THREADS) {
+      const int xr = e / T::WR, wr = e % T::WR;
+      if (t.has(xr, wr)) y[(t.row0 + xr) * t.n + t.n0 + wr] = (bf16)bf16_bits(t.sum(xr, wr));
+    }
+  }
+};
+
+// In: how the residual is read (loads.cuh).
+template <class In>
+struct PeriLn {
+  const bf16* x_res;
+  UClip after, before;
+  bf16* x_out;
+  bf16* h_out;
+
+  // The residual and both norms' parameters of this thread's outputs, asked for while the
+  // product runs: the epilogue's loads then find them near instead of waiting a memory latency.
+  template <class T>
+  __device__ __forceinline__ void prefetch(const T& t) const {
+    for (int e = threadIdx.x; e < T::XR * T::WR; e += T::THREADS) {
+      const int xr = e / T::WR, wr = e % T::WR;
+      if (!t.has(xr, wr)) continue;
+      const int c = t.n0 + wr;
+      In::prefetch(x_res + (t.row0 + xr) * t.n + c);
+      const auto params = [c](const UClip& u) {
+        prefetch_constant(u.alpha + c * u.alpha_stride);
+        prefetch_constant(u.weight + c * u.weight_stride);
+        prefetch_constant(u.bias + c * u.bias_stride);
+      };
+      params(after);
+      params(before);
+    }
+  }
+
+  template <class T>
+  __device__ __forceinline__ void operator()(const T& t) const {
+    for (int e = threadIdx.x; e < T::XR * T::WR; e += T::THREADS) {
+      const int xr = e / T::WR, wr = e % T::WR;
+      if (!t.has(xr, wr)) continue;
+      const int c = t.n0 + wr;
+      const long long i = (t.row0 + xr) * t.n + c;
+      const float a = round_bf16(t.sum(xr, wr));
+      const float normed = round_bf16(uclip(after, c, a));
+      const float x = round_bf16(__uint_as_float((unsigned)In::load(x_res + i) << 16) + normed);
+      x_out[i] = (bf16)bf16_bits(x);
+      h_out[i] = (bf16)bf16_bits(uclip(before, c, x));
+    }
+  }
+};
+
+// The pairing epilogues' walk: f(xr, o, wr) for x row xr and the rows wr and wr + 8 of one
+// 16-row tile, o the pair's index within the x row; consecutive threads take consecutive o.
+template <class T, class F>
+__device__ __forceinline__ void for_each_pair(const T& t, F f) {
+  for (int e = threadIdx.x; e < T::XR * T::WR / 2; e += T::THREADS) {
+    const int xr = e / (T::WR / 2), o = e % (T::WR / 2), wr = 16 * (o / 8) + o % 8;
+    if (t.has(xr, wr)) f(xr, o, wr);
+  }
+}
+
+struct SiluMul {
+  bf16* out;
+
+  template <class T>
+  __device__ __forceinline__ void prefetch(const T&) const {}
+
+  template <class T>
+  __device__ __forceinline__ void operator()(const T& t) const {
+    static_assert(T::WR >= 16 && T::WR % 16 == 0, "gate and up rows pair inside a 16-row tile");
+    // Output channel n0 / 2 + o: W rows 16 i + j and 16 i + 8 + j hold channel 8 i + j's gate and up.
+    for_each_pair(t, [&](int xr, int o, int wr) {
+      const float g = round_bf16(t.sum(xr, wr)), u = round_bf16(t.sum(xr, wr + 8));
+      out[(t.row0 + xr) * (t.n / 2) + t.n0 / 2 + o] = (bf16)bf16_bits(silu_product(g, u));
+    });
+  }
+};
+
+struct QkNormRopeCache {
+  const int* positions;
+  const long long* slot_mapping;
+  const float* rope;
+  int max_pos;
+  UClip q_norm, k_norm;
+  bf16* q_out;
+  bf16* key_cache;
+  bf16* value_cache;
+  long long num_slots;
+  int num_heads, num_kv_heads, head_dim;
+  unsigned* fault;
+
+  // Each pair's position and slot, asked for while the product runs (the rope row and the cache
+  // row the epilogue reaches depend on them).
+  template <class T>
+  __device__ __forceinline__ void prefetch(const T& t) const {
+    for_each_pair(t, [&](int xr, int, int) {
+      prefetch_constant(positions + t.row0 + xr);
+      prefetch_constant(slot_mapping + t.row0 + xr);
+    });
+  }
+
+  template <class T>
+  __device__ __forceinline__ void operator()(const T& t) const {
+    static_assert(T::WR >= 16 && T::WR % 16 == 0, "a RoPE pair's rows pair inside a 16-row tile");
+    const int half = head_dim / 2;
+    for_each_pair(t, [&](int xr, int, int wr) {
+      const long long tok = t.row0 + xr;
+      const int row = t.n0 + wr;  // the pair's first W row: 16 p + j of its head, j < 8
+      const int head = row / head_dim, at = row % head_dim;
+      int pos = positions[tok];
+      const long long slot = slot_mapping[tok];
+      const bool pos_ok = pos >= 0 && pos < max_pos;
+      const bool write_kv = slot >= 0 && slot < num_slots;
+      if (row == 0) {
+        if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+        if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
+      }
+      const float lo_in = round_bf16(t.sum(xr, wr)), hi_in = round_bf16(t.sum(xr, wr + 8));
+      if (head >= num_heads + num_kv_heads) {
+        if (!write_kv) return;
+        bf16* dst = value_cache + (slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
+        dst[0] = (bf16)bf16_bits(lo_in);
+        dst[8] = (bf16)bf16_bits(hi_in);
+        return;
+      }
+      const bool is_q = head < num_heads;
+      if (!is_q && !write_kv) return;
+      pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+      const UClip& norm = is_q ? q_norm : k_norm;
+      const int j = 8 * (at / 16) + at % 16;  // channels j and half + j
+      const float a = uclip(norm, j, lo_in);
+      const float b = uclip(norm, half + j, hi_in);
+      const float* angles = rope + (long long)pos * head_dim;
+      float lo, hi;
+      rope_rotate(a, b, angles[j], angles[half + j], lo, hi);
+      bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
+                       : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+      dst[j] = (bf16)bf16_bits(lo);
+      dst[half + j] = (bf16)bf16_bits(hi);
+    });
+  }
+};
+
+// The epilogues' kernel parameters after the operands and (m, n, k), and the epilogue built from them.
+#define GEMM_SKINNY_UCLIP_PARAMS(p)                                                                  \
+  const float *p##_alpha, int p##_alpha_stride, const float *p##_weight, int p##_weight_stride, \
+      const float *p##_bias, int p##_bias_stride
+#define GEMM_SKINNY_UCLIP(p) UClip{p##_alpha, p##_weight, p##_bias, p##_alpha_stride, p##_weight_stride, p##_bias_stride}
+
+#define STORE_PARAMS bf16* __restrict__ y
+#define STORE_EPILOGUE gemm_epilogue::Store{y}
+#define PERILN_PARAMS                                                                                 \
+  const bf16* __restrict__ x_res, GEMM_SKINNY_UCLIP_PARAMS(after), GEMM_SKINNY_UCLIP_PARAMS(before), \
+      bf16* __restrict__ x_out, bf16* __restrict__ h_out
+#define PERILN_EPILOGUE \
+  gemm_epilogue::PeriLn<ReadOnlyLoads>{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
+#define SILU_MUL_PARAMS bf16* __restrict__ out
+#define SILU_MUL_EPILOGUE gemm_epilogue::SiluMul{out}
+#define QK_PARAMS                                                                                      \
+  const int *__restrict__ positions, const long long *__restrict__ slot_mapping,                      \
+      const float *__restrict__ rope, int max_pos, GEMM_SKINNY_UCLIP_PARAMS(q_norm),                   \
+      GEMM_SKINNY_UCLIP_PARAMS(k_norm), bf16 *__restrict__ q_out, bf16 *__restrict__ key_cache,      \
+      bf16 *__restrict__ value_cache, long long num_slots, int num_heads, int num_kv_heads, int head_dim, \
+      unsigned *fault
+#define QK_EPILOGUE                                                                                  \
+  gemm_epilogue::QkNormRopeCache{positions, slot_mapping, rope, max_pos, GEMM_SKINNY_UCLIP(q_norm),     \
+                               GEMM_SKINNY_UCLIP(k_norm), q_out, key_cache, value_cache, num_slots,  \
+                               num_heads, num_kv_heads, head_dim, fault}
+
+}  // namespace gemm_epilogue

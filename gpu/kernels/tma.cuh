@@ -1,0 +1,63 @@
+#line 2 "tma.cuh"
+// tma.cuh: Hopper's tensor memory accelerator (TMA) and the shared-memory mbarriers that count
+// its bytes, as inline PTX (sm_90a only): what a warp-specialised kernel's producer and consumers
+// hand stages over with.
+//
+// A stage's handover: the producer arms the stage's `full` barrier with the bytes to come
+// (arrive_expect_tx, one arrival) and issues the TMA copies, which complete those bytes on it; a
+// consumer waits on `full` for the stage's phase, reads the stage, and arrives on its `empty`
+// barrier once the reads are done; the producer waits on `empty` before refilling. A barrier's
+// phase flips each time its arrivals (and bytes) complete, so the n-th use of a stage waits for
+// parity n & 1.
+//
+// TensorMap: a CUtensorMap (cuda.h; 128 opaque bytes, 128-byte aligned since CUDA 13) that the host encodes with
+// cuTensorMapEncodeTiled (gpu::gemm::wgmma) and passes by value as a __grid_constant__ kernel
+// parameter; a copy names it by its generic address.
+
+namespace tma {
+
+struct __align__(128) TensorMap {
+  unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+// Makes the initialised barriers visible to the async proxy (the TMA unit), before a CTA barrier.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+// Spins until the barrier has completed the phase of `parity`.
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Copies the box of `map` at coordinates (c0 along the inner dimension, c1 along the outer) into
+// shared memory at `dst` (aligned as the map's swizzle needs), completing its bytes on `bar`.
+// Coordinates past the tensor read as zeros, and still count as bytes.
+__device__ __forceinline__ void load_2d(unsigned dst, const TensorMap* map, int c0, int c1, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+}  // namespace tma
