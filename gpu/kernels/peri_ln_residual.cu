@@ -15,8 +15,9 @@
 // uclipnorm: y = bf16(norm(x)): the first layer's input_layernorm and the final norm.
 //
 // Buffers: a, x, x_out, h_out, y: bf16 [tokens, hidden]; norm parameters f32 over hidden
-// (ops_common.cuh). One thread per 8 consecutive elements (16-byte accesses) of the flattened
-// tensor, grid-stride; hidden % 8 == 0 keeps each vector inside one row. No shared memory.
+// (ops_common.cuh), read 8 channels at a time (UClip8). One thread per 8 consecutive elements
+// (16-byte accesses) of the flattened tensor, grid-stride; hidden % 8 == 0 keeps each vector
+// inside one row. No shared memory.
 // Assumes (checked by gpu::ops::norm): shapes as above, 16-byte aligned buffers.
 
 extern "C" __global__ void peri_ln_residual(
@@ -45,11 +46,12 @@ extern "C" __global__ void peri_ln_residual(
         float av[8], xv[8], hv[8];
         load8(a + e, av);
         load8(x + e, xv);
+        const UClip8 after8(after, c0), before8(before, c0);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            const float n = round_bf16(uclip(after, c0 + k, av[k]));
+            const float n = round_bf16(after8(k, av[k]));
             xv[k] = round_bf16(xv[k] + n);
-            hv[k] = uclip(before, c0 + k, xv[k]);
+            hv[k] = before8(k, xv[k]);
         }
         store8(x_out + e, xv);
         store8(h_out + e, hv);
@@ -73,9 +75,10 @@ extern "C" __global__ void uclipnorm(
         const int c0 = (int)(e % hidden);
         float xv[8];
         load8(x + e, xv);
+        const UClip8 norm8(norm, c0);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            xv[k] = uclip(norm, c0 + k, xv[k]);
+            xv[k] = norm8(k, xv[k]);
         }
         store8(y + e, xv);
     }

@@ -111,10 +111,11 @@ extern "C" __global__ void qk_norm_rope_cache(
             const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
             const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
             const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+            const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
-                const float a = uclip(norm, j0 + k, lo[k]);
-                const float b = uclip(norm, half + j0 + k, hi[k]);
+                const float a = norm_lo(k, lo[k]);
+                const float b = norm_hi(k, hi[k]);
                 rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
             }
             bf16* dst = is_q
