@@ -161,7 +161,8 @@ pub const ALL: &[Kernel] = &[
 pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
-        ((*k == HP1_PREFILL_WGMMA || *k == GEMM_WGMMA) && !PrefillKernel::Wgmma.runs_on(cc))
+        (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
+            || (*k == GEMM_WGMMA && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
     ALL.iter().filter(|k| !skipped(k)).copied().collect()

@@ -66,8 +66,8 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K, SKINNY_CTAS_PER_SM,
-    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
+    rows_fit, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K,
+    SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};

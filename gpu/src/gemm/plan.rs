@@ -170,6 +170,12 @@ pub const WGMMA_TILE: usize = 128;
 /// The K block of the WGMMA kernel (its TMA box along K): K must be a multiple of it.
 pub const WGMMA_BK: usize = 64;
 
+/// Whether a device of compute capability `cc` runs the WGMMA kernel: wgmma is sm_90's alone, as
+/// for the WGMMA prefill attention (one rule, [`crate::attention::PrefillKernel::runs_on`]).
+pub fn wgmma_runs_on(cc: (i32, i32)) -> bool {
+    crate::attention::PrefillKernel::Wgmma.runs_on(cc)
+}
+
 /// The WGMMA kernel's entry point and grid.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WgmmaTile {

@@ -121,7 +121,7 @@ fn plans(shape: GemmShape, cc: (i32, i32)) -> Result<Vec<GemmPlan>, String> {
     } else {
         Vec::new()
     };
-    if cc == (9, 0) {
+    if gpu::gemm::wgmma_runs_on(cc) {
         plans.extend(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).ok());
     }
     plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);

@@ -3,7 +3,7 @@
 
 use cudarc::driver::CudaSlice;
 use gpu::gemm::{
-    rows_fit, EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, WGMMA_BK,
+    rows_fit, wgmma_runs_on, EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -29,7 +29,7 @@ pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
 
 /// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of 16).
 pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
-    gpu.info().compute_capability == (9, 0) && shape.k.is_multiple_of(WGMMA_BK) && shape.n.is_multiple_of(16)
+    wgmma_runs_on(gpu.info().compute_capability) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()
 }
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
