@@ -12,6 +12,13 @@
 // wr) whether that output exists, t.n the GEMM's N. Consecutive threads take consecutive outputs
 // of one x row. The pairing epilogues (SiluMul, QkNormRopeCache) pair W rows 8 apart inside each
 // 16-row group, so T::WR is a multiple of 16 and t.n0 too.
+//
+// wide(t) is the same arithmetic on 8 consecutive outputs of one x row per thread (one 16-row
+// group per thread for the pairing epilogues), with 16-byte loads and stores, for a tile whose
+// t.sum8(xr, wr, v) reads the 8 sums of W rows wr .. wr + 7 at once (the WGMMA GEMM's staged
+// tile). It needs what load8/store8 need: N a multiple of 16, t.n0 and T::WR of 16, every buffer
+// 16-byte aligned, and for QkNormRopeCache a head_dim that is a multiple of 16. One output a
+// thread and store held the WGMMA GEMM's Store to a third of cuBLASLt's speed (RESULTS run 90).
 
 namespace gemm_epilogue {
 
@@ -30,6 +37,27 @@ __device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, 
   hi = __fmaf_rn(a, s, __fmul_rn(b, c));
 }
 
+// The wide walk: f(xr, wr) for x row xr and W rows wr .. wr + 7 (wr a multiple of 8) of the
+// tile; consecutive threads take consecutive octets of one x row. N is a multiple of 16 and t.n0
+// of 8, so an octet that starts inside N ends inside it.
+template <class T, class F>
+__device__ __forceinline__ void for_each_octet(const T& t, F f) {
+  for (int e = threadIdx.x; e < T::XR * (T::WR / 8); e += T::THREADS) {
+    const int xr = e / (T::WR / 8), wr = 8 * (e % (T::WR / 8));
+    if (t.has(xr, wr)) f(xr, wr);
+  }
+}
+
+// The wide walk of the pairing epilogues: f(xr, wr) for x row xr and the 16-row group of W rows
+// wr .. wr + 15 (wr a multiple of 16), whose rows wr + j and wr + 8 + j pair.
+template <class T, class F>
+__device__ __forceinline__ void for_each_group(const T& t, F f) {
+  for (int e = threadIdx.x; e < T::XR * (T::WR / 16); e += T::THREADS) {
+    const int xr = e / (T::WR / 16), wr = 16 * (e % (T::WR / 16));
+    if (t.has(xr, wr)) f(xr, wr);
+  }
+}
+
 struct Store {
   bf16* y;
 
@@ -42,6 +70,15 @@ struct Store {
       const int xr = e / T::WR, wr = e % T::WR;
       if (t.has(xr, wr)) y[(t.row0 + xr) * t.n + t.n0 + wr] = (bf16)bf16_bits(t.sum(xr, wr));
     }
+  }
+
+  template <class T>
+  __device__ __forceinline__ void wide(const T& t) const {
+    for_each_octet(t, [&](int xr, int wr) {
+      float v[8];
+      t.sum8(xr, wr, v);
+      store8(y + (t.row0 + xr) * t.n + t.n0 + wr, v);
+    });
   }
 };
 
@@ -86,6 +123,26 @@ struct PeriLn {
       h_out[i] = (bf16)bf16_bits(uclip(before, c, x));
     }
   }
+
+  template <class T>
+  __device__ __forceinline__ void wide(const T& t) const {
+    for_each_octet(t, [&](int xr, int wr) {
+      const int c = t.n0 + wr;
+      const long long i = (t.row0 + xr) * t.n + c;
+      float v[8], res[8], h[8];
+      t.sum8(xr, wr, v);
+      load8_raw(In::load(reinterpret_cast<const uint4*>(x_res + i)), res);
+      const UClip8 after8(after, c), before8(before, c);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float normed = round_bf16(after8(k, round_bf16(v[k])));
+        v[k] = round_bf16(res[k] + normed);
+        h[k] = before8(k, v[k]);
+      }
+      store8(x_out + i, v);
+      store8(h_out + i, h);
+    });
+  }
 };
 
 // The pairing epilogues' walk: f(xr, o, wr) for x row xr and the rows wr and wr + 8 of one
@@ -111,6 +168,19 @@ struct SiluMul {
     for_each_pair(t, [&](int xr, int o, int wr) {
       const float g = round_bf16(t.sum(xr, wr)), u = round_bf16(t.sum(xr, wr + 8));
       out[(t.row0 + xr) * (t.n / 2) + t.n0 / 2 + o] = (bf16)bf16_bits(silu_product(g, u));
+    });
+  }
+
+  template <class T>
+  __device__ __forceinline__ void wide(const T& t) const {
+    // The group's 8 gate rows and 8 up rows give output channels (n0 + wr) / 2 .. + 7.
+    for_each_group(t, [&](int xr, int wr) {
+      float g[8], u[8];
+      t.sum8(xr, wr, g);
+      t.sum8(xr, wr + 8, u);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) g[j] = silu_product(round_bf16(g[j]), round_bf16(u[j]));
+      store8(out + (t.row0 + xr) * (t.n / 2) + (t.n0 + wr) / 2, g);
     });
   }
 };
@@ -176,6 +246,63 @@ struct QkNormRopeCache {
                        : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
       dst[j] = (bf16)bf16_bits(lo);
       dst[half + j] = (bf16)bf16_bits(hi);
+    });
+  }
+
+  // A group holds 16 rows of one head (head_dim is a multiple of 16): channels j0 .. j0 + 7 and
+  // half + j0 .. half + j0 + 7 of a q or k head, or 16 consecutive channels of a v head.
+  template <class T>
+  __device__ __forceinline__ void wide(const T& t) const {
+    static_assert(T::WR >= 16 && T::WR % 16 == 0, "a RoPE pair's rows pair inside a 16-row tile");
+    const int half = head_dim / 2;
+    for_each_group(t, [&](int xr, int wr) {
+      const long long tok = t.row0 + xr;
+      const int row = t.n0 + wr;
+      const int head = row / head_dim, at = row % head_dim;
+      int pos = positions[tok];
+      const long long slot = slot_mapping[tok];
+      const bool pos_ok = pos >= 0 && pos < max_pos;
+      const bool write_kv = slot >= 0 && slot < num_slots;
+      if (row == 0) {
+        if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+        if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
+      }
+      float lo[8], hi[8];
+      t.sum8(xr, wr, lo);
+      t.sum8(xr, wr + 8, hi);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        lo[j] = round_bf16(lo[j]);
+        hi[j] = round_bf16(hi[j]);
+      }
+      if (head >= num_heads + num_kv_heads) {
+        if (!write_kv) return;
+        bf16* dst = value_cache + (slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
+        store8(dst, lo);
+        store8(dst + 8, hi);
+        return;
+      }
+      const bool is_q = head < num_heads;
+      if (!is_q && !write_kv) return;
+      pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+      const int j0 = at / 2;
+      // Chosen by value, field by field: a reference chosen at run time would put the functor
+      // in local memory.
+      const UClip norm = is_q ? q_norm : k_norm;
+      const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
+      const float* angles = rope + (long long)pos * head_dim;
+      float c[8], sn[8];
+      load_param8(angles, 1, j0, c);
+      load_param8(angles, 1, half + j0, sn);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float a = norm_lo(j, lo[j]), b = norm_hi(j, hi[j]);
+        rope_rotate(a, b, c[j], sn[j], lo[j], hi[j]);
+      }
+      bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
+                       : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+      store8(dst + j0, lo);
+      store8(dst + half + j0, hi);
     });
   }
 };

@@ -20,9 +20,10 @@
 //     four wgmma m64n128k16 (k16 slices in increasing k), one commit; after waiting until at
 //     most that group is in flight, the previous stage is released.
 // Epilogue: the 64 f32 accumulators of each consumer thread go to shared memory (the ring, no
-// longer read), [128][BN + 4] floats, then the 256 consumer threads run the epilogue functor on
-// that tile exactly as the skinny GEMM's CTA does on its own (consecutive threads on consecutive
-// outputs of an x row); Store instead writes 8 outputs a thread and store (store_rows). Two CTAs fit an SM, so one's epilogue overlaps the other's mainloop.
+// longer read), [128][BN + 4] floats, then the 256 consumer threads run the epilogue functor's
+// wide walk on that tile (gemm_epilogue.cuh: the skinny GEMM's arithmetic, 8 outputs of an x row
+// a thread with 16-byte loads and stores). Two CTAs fit an SM, so one's epilogue overlaps the
+// other's mainloop.
 //
 // BATCH INVARIANCE AND DETERMINISM. y[r][c] is the wgmma k16 slices over K in increasing order,
 // each added by the tensor core in its fixed order into an accumulator that depends only on row r
@@ -67,31 +68,14 @@ struct Staged {
 
   __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
   __device__ __forceinline__ float sum(int xr, int wr) const { return part[xr * PAD + wr]; }
-};
-
-template <class A, class B>
-struct same_type {
-  static constexpr bool value = false;
-};
-template <class A>
-struct same_type<A, A> {
-  static constexpr bool value = true;
-};
-
-// The Store epilogue, 8 outputs (16 bytes) a store: its functor stores one bf16 at a time, which
-// held the WGMMA GEMM to a third of cuBLASLt's speed where y is large (RESULTS run 90). The same
-// rounding of the same sums. N is a multiple of 16 and n0 of BN, so an 8-column group that
-// starts inside N ends inside it.
-__device__ __forceinline__ void store_rows(const Staged& t, bf16* y) {
-  for (int e = threadIdx.x; e < BM * (BN / 8); e += CONSUMERS) {
-    const int xr = e / (BN / 8), c = 8 * (e % (BN / 8));
-    if (!t.has(xr, c)) continue;
-    float v[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = t.sum(xr, c + j);
-    store8(y + (t.row0 + xr) * t.n + t.n0 + c, v);
+  // wr a multiple of 4: PAD is, and the staged tile is 16-byte aligned, so two 16-byte loads.
+  __device__ __forceinline__ void sum8(int xr, int wr, float v[8]) const {
+    const float4 lo = *reinterpret_cast<const float4*>(part + xr * PAD + wr);
+    const float4 hi = *reinterpret_cast<const float4*>(part + xr * PAD + wr + 4);
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
   }
-}
+};
 
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory");
@@ -171,11 +155,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   }
   consumers_sync();
   const Staged tile{part, (int)min((long long)BM, (long long)m - row0), row0, n0, n};
-  if constexpr (same_type<Epi, gemm_epilogue::Store>::value) {
-    store_rows(tile, epi.y);
-  } else {
-    epi(tile);
-  }
+  epi.wide(tile);
 }
 
 }  // namespace wgmma_gemm

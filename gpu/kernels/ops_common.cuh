@@ -45,15 +45,19 @@ __device__ __forceinline__ float round_bf16(float x) {
     return __uint_as_float(bf16_bits(x) << 16);
 }
 
-// Loads 8 consecutive bf16 values (16-byte aligned) as f32.
-__device__ __forceinline__ void load8(const bf16* p, float out[8]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// Widens 8 bf16 values, loaded as one 16-byte vector (by whatever load policy), to f32.
+__device__ __forceinline__ void load8_raw(const uint4 raw, float out[8]) {
     const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         out[2 * k] = __uint_as_float(w[k] << 16);
         out[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
     }
+}
+
+// Loads 8 consecutive bf16 values (16-byte aligned) as f32.
+__device__ __forceinline__ void load8(const bf16* p, float out[8]) {
+    load8_raw(*reinterpret_cast<const uint4*>(p), out);
 }
 
 // Rounds 8 f32 values to bf16 and stores them (16-byte aligned).
