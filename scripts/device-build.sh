@@ -19,6 +19,8 @@ for line in sys.stdin:
         print("test binary:", m["target"]["name"])
 '
 strip device-bin/*
+# The prefill anchor (issue 18) for device-run.sh's chunks stage, beside the binaries.
+[ -f ../shared/anchors/torch_prefill_anchor.py ] && cp ../shared/anchors/torch_prefill_anchor.py device-bin/
 # The large presets' tokenizer, for `asynct init --preset asynct-small|asynct-0.5b` on the device
 # (carry ".qwen3" and set ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 there); ignored by git like device-bin.
 if [ -d ../shared/tokenizers/qwen3 ]; then

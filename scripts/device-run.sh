@@ -35,6 +35,14 @@
 #             VARIANTS (default "pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse"): pdl0 sets
 #             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, noqkv ASYNCT_FUSION=peri_ln,silu, each
 #             to bench-decode-VARIANT.json/log
+#   chunks    issue 18's prefill comparison on asynct-0.5b (generated into /tmp/m05; carry ".qwen3"):
+#             the torch.compile prefill anchor (device-bin/torch_prefill_anchor.py, copied there by
+#             scripts/device-build.sh from ../shared/anchors; CHUNK_ANCHOR=0 skips it), then `asynct
+#             bench` of CHUNK_SCENARIOS (default prefill_heavy_b16) once per setting of
+#             CHUNK_VARIANTS (default "fused unfused fused unfused"): unfused sets
+#             ASYNCT_CHUNK_FUSION=none (chunk rows through cuBLASLt and separate ops), fused leaves
+#             the default (the WGMMA GEMM's epilogues on sm_90); each to bench-chunks-VARIANT-N.json/log
+#             and a line of prefill tok/s per run to chunks-summary.txt
 #   start     issue 16's fast start: `asynct serve` of asynct-0.5b (carry ".qwen3") timed from launch to
 #             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
 #             log shows "compiling kernel N of M"), again with the cache that start filled (the goal:
@@ -274,6 +282,27 @@ PY
         env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"
+      done ;;
+    chunks)
+      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 PYTHONUNBUFFERED=1
+      M=/tmp/m05
+      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/chunks-init.log" 2>&1
+      if [ "${CHUNK_ANCHOR:-1}" = 1 ] && [ -f $B/torch_prefill_anchor.py ]; then
+        export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-prefill-anchor TRITON_CACHE_DIR=/tmp/triton-prefill-anchor
+        OUT=$OUT python3 $B/torch_prefill_anchor.py default 2>&1 | tee "$OUT/torch-prefill-anchor.log" || status=1
+      fi
+      scenarios=(); for sc in ${CHUNK_SCENARIOS:-prefill_heavy_b16}; do scenarios+=(--scenario "$sc"); done
+      i=0
+      for v in ${CHUNK_VARIANTS:-fused unfused fused unfused}; do
+        i=$((i + 1))
+        fuse=(); [ "$v" = unfused ] && fuse=(ASYNCT_CHUNK_FUSION=none)
+        env "${fuse[@]}" $B/asynct bench --model $M "${scenarios[@]}" --out "$OUT/bench-chunks-$v-$i.json" \
+          > "$OUT/bench-chunks-$v-$i.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench-chunks-$v-$i.log"; }
+        python3 - "$OUT/bench-chunks-$v-$i.json" "$v" <<'PY' 2>&1 | tee -a "$OUT/chunks-summary.txt"
+import json, sys
+for s in json.load(open(sys.argv[1]))["scenarios"]:
+    print(f"{sys.argv[2]:>8} {s['name']:<18} prefill {s['prefill_tok_s']:>10.0f} tok/s, wall {s['wall_s']:.2f} s")
+PY
       done ;;
     start)
       export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3

@@ -16,6 +16,7 @@ use model::config::ModelConfig;
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::{logit_rows, Capacity};
+use model::gpu_backend::step_program::Fusion;
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
 use model::start_times::StartTimes;
@@ -252,8 +253,11 @@ const SENSITIVITY_FACTOR: f64 = 1.5;
 
 /// [`compare_steps`] on `preset`'s shape; with `scaled`, the bound is `bound` or, where larger,
 /// [`SENSITIVITY_FACTOR`] times the oracle's own f32-to-bf16 distance on the same step. Every
-/// step runs on two GPU models, decode steps through the graph path's kernels on one and the
-/// megakernel on the other: their logits must be the same bits, so the bound holds for both.
+/// step runs on three GPU models: decode steps through the graph path's kernels on one and the
+/// megakernel on another, whose logits must be the same bits, so the bound holds for both; and
+/// chunk rows through cuBLASLt and separate elementwise ops on the third (the route of a device
+/// without the WGMMA GEMM; on the H200 the other two fuse them into the WGMMA GEMM's epilogues),
+/// which must meet the same bound.
 fn compare_preset_steps(
     gpu: &Arc<Gpu>,
     preset: Preset,
@@ -278,6 +282,8 @@ fn compare_preset_steps(
     model.set_decode_kernel(DecodeKernel::Graph);
     let mut mega = gpu_model(gpu, &cfg, &host)?;
     mega.set_decode_kernel(DecodeKernel::Mega);
+    let mut unfused = gpu_model(gpu, &cfg, &host)?;
+    unfused.set_chunk_fusion(Fusion::NONE);
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
@@ -296,6 +302,8 @@ fn compare_preset_steps(
         let facts = mega.upload(&input, &logit_rows(&input)).map_err(|e| e.to_string())?;
         mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
+        let got_unfused = unfused.forward(&input).map_err(|e| e.to_string())?;
+        let (error_unfused, _) = errors(&got_unfused, &want).map_err(|e| format!("step {i}, unfused chunks: {e}"))?;
         let (limit, note) = match f32_oracle.as_mut() {
             None => (bound, String::new()),
             Some((f32_model, f32_cache)) => {
@@ -307,9 +315,10 @@ fn compare_preset_steps(
                 )
             }
         };
-        failed |= error > limit;
+        failed |= error > limit || error_unfused > limit;
         report.push(format!(
-            "step {i} ({} rows): logits relative L2 {error:.2e}, worst row {worst_row:.2e}{note}",
+            "step {i} ({} rows): logits relative L2 {error:.2e}, worst row {worst_row:.2e}{note}; chunk rows through \
+             cuBLASLt and separate ops {error_unfused:.2e}",
             ids.len()
         ));
         if i == 0 {

@@ -1,11 +1,13 @@
 //! The model's linear layers on the GPU, `y = x W^T` over a step's rows, with one rule that keeps
 //! every row's bits independent of the step it is in: a step's leading decode rows go through
 //! the skinny kernel (at any batch, in slabs of 64 past 64 rows), its prefill-chunk rows through
-//! cuBLASLt pinned at one reference `M` (the step capacity), and the rows that get logits (the LM
-//! head) through cuBLASLt pinned at [`HEAD_PIN_AT`]. Each of those computes a row the same way at
-//! every `M` and beside any rows (`gpu::gemm` says why; `gpu_gemm` checks it on the H200), so a
-//! decoding request's tokens do not depend on its neighbours, nor a prefilling one's first token
-//! on the chunks beside it.
+//! the WGMMA kernel where the step program fuses an epilogue into their GEMM (sm_90) and
+//! otherwise through cuBLASLt pinned at one reference `M` (the step capacity), and the rows that
+//! get logits (the LM head) through cuBLASLt pinned at [`HEAD_PIN_AT`]. Each of those computes a
+//! row the same way at every `M` and beside any rows (`gpu::gemm` says why; `gpu_gemm` checks it
+//! on the H200), so a decoding request's tokens do not depend on its neighbours, nor a
+//! prefilling one's first token on the chunks beside it. Which of the two a chunk GEMM takes is
+//! fixed for the life of the model (the step program's chunk fusion), never by the step.
 //!
 //! The head is the one GEMM of a decode step whose weight (vocab x hidden, 311 MB for
 //! asynct-0.5b) is read by every row at every batch: the skinny kernel streams it at 3.4 TB/s at
@@ -28,7 +30,8 @@ use crate::error::{Error, Result};
 pub enum Lane {
     /// Decode rows: the skinny kernel.
     Rows,
-    /// Prefill-chunk rows: cuBLASLt pinned at the step capacity.
+    /// Prefill-chunk rows: the WGMMA kernel with a fused epilogue, or cuBLASLt pinned at the
+    /// step capacity.
     Chunks,
 }
 
@@ -87,16 +90,15 @@ impl Linears {
         Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
     }
 
-    /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key). Only the
-    /// skinny kernel has epilogues: chunk rows take cuBLASLt and a separate op after it.
+    /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
+    /// kernel for decode rows; for chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt
+    /// (pinned) to store. A fused chunk epilogue on a device without the WGMMA kernel is refused.
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        if lane == Lane::Chunks && epilogue != EpilogueKind::Store {
-            return Err(Error::Executor(format!("chunk rows have no {epilogue:?} epilogue ({shape})")));
-        }
         let (sms, pin_at) = (self.sms, self.pin_at);
-        self.load(Key::Layer(lane, shape, epilogue), || match lane {
-            Lane::Rows => GemmPlan::skinny_epilogue(shape, sms, epilogue),
-            Lane::Chunks => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
+        self.load(Key::Layer(lane, shape, epilogue), || match (lane, epilogue) {
+            (Lane::Rows, _) => GemmPlan::skinny_epilogue(shape, sms, epilogue),
+            (Lane::Chunks, EpilogueKind::Store) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
+            (Lane::Chunks, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })
     }
 

@@ -6,10 +6,12 @@
 //! ([`RowSplit`]). Decode rows go through the skinny GEMM, whose epilogue can finish the
 //! elementwise op that follows (q/k norm + RoPE + cache write after qkv, the Peri-LN residual
 //! after o and down, `silu * up` after gate/up), so a layer of decode rows is five launches: qkv,
-//! attention, o, gate/up, down. Chunk rows go through cuBLASLt, whose epilogues cannot express UClipNorm, so
-//! their elementwise ops stay separate launches; where no decode row was fused, one separate
-//! launch covers every row. Either way each row meets every SPEC section 4 rounding point once,
-//! in forward order, which [`Op::rounds`] states and the tests check for every shape.
+//! attention, o, gate/up, down. Chunk rows go through the WGMMA GEMM with the same epilogues
+//! where the device runs it ([`ProgramShape::chunk_fusion`]), else through cuBLASLt, whose
+//! epilogues cannot express UClipNorm, with their elementwise ops as separate launches. A
+//! separate op covers the rows of both classes that were not fused, in one launch where that is
+//! every row. Either way each row meets every SPEC section 4 rounding point once, in forward
+//! order, which [`Op::rounds`] states and the tests check for every shape.
 //!
 //! A small decode-only step may run its layers in the persistent megakernel (`gpu::mega`) instead:
 //! [`StepProgram::build`] then moves every layer's five ops into [`StepProgram::persistent`], the
@@ -162,7 +164,7 @@ pub enum Buf {
     GateCounts,
 }
 
-/// Which elementwise ops the decode rows' GEMMs finish in their epilogue.
+/// Which elementwise ops a class of rows' GEMMs finish in their epilogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fusion {
     /// q/k norm + RoPE + cache write after the qkv GEMM.
@@ -179,16 +181,22 @@ impl Fusion {
     /// None: every elementwise op its own launch.
     pub const NONE: Fusion = Fusion { qkv: false, peri_ln: false, silu: false };
 
-    /// [`Fusion::ALL`], or what `ASYNCT_FUSION` names to measure a fusion by its absence: `none`,
-    /// or a comma list of the ones to keep: `qkv`, `peri_ln`, `silu`.
-    pub fn from_env() -> Self {
-        match std::env::var("ASYNCT_FUSION") {
-            Err(_) => Fusion::ALL,
-            Ok(v) => {
-                let on = |name: &str| v.split(',').any(|p| p.trim() == name);
-                Fusion { qkv: on("qkv"), peri_ln: on("peri_ln"), silu: on("silu") }
-            }
-        }
+    /// `default`, or what the environment variable `var` names to measure a fusion by its
+    /// absence: `none`, or a comma list of the ones to keep: `qkv`, `peri_ln`, `silu`.
+    pub fn from_env(var: &str, default: Fusion) -> Self {
+        std::env::var(var).map_or(default, |v| Self::parse(&v))
+    }
+
+    /// The fusions a comma list names (`qkv`, `peri_ln`, `silu`; anything else, `none` included,
+    /// names none).
+    pub fn parse(list: &str) -> Self {
+        let on = |name: &str| list.split(',').any(|p| p.trim() == name);
+        Fusion { qkv: on("qkv"), peri_ln: on("peri_ln"), silu: on("silu") }
+    }
+
+    /// Only the fusions both have.
+    pub fn and(self, other: Fusion) -> Self {
+        Fusion { qkv: self.qkv && other.qkv, peri_ln: self.peri_ln && other.peri_ln, silu: self.silu && other.silu }
     }
 }
 
@@ -206,8 +214,11 @@ pub struct ProgramShape {
     pub picked: usize,
     /// Whether the picked rows are every row, in order (no gather needed).
     pub picked_all: bool,
-    /// The fusions to apply to decode rows.
+    /// The fusions to apply to decode rows (the skinny GEMM's epilogues).
     pub fusion: Fusion,
+    /// The fusions to apply to chunk rows (the WGMMA GEMM's epilogues; [`Fusion::NONE`] where
+    /// the device does not run it, and chunk rows' unfused GEMMs stay on cuBLASLt).
+    pub chunk_fusion: Fusion,
     /// Whether to count the gate's zeros after each decode attention.
     pub gate_stats: bool,
     /// Whether the layers should run in the megakernel, where the step allows it: decode rows
@@ -228,29 +239,46 @@ impl StepProgram {
     /// The program of a step of `shape`.
     pub fn build(shape: ProgramShape) -> Self {
         let mut ops = vec![Op::Embed, Op::InputNorm];
-        let ProgramShape { layers, rows, attention_on_rows, picked, picked_all, fusion, gate_stats, persistent } =
-            shape;
+        let ProgramShape {
+            layers,
+            rows,
+            attention_on_rows,
+            picked,
+            picked_all,
+            fusion,
+            chunk_fusion,
+            gate_stats,
+            persistent,
+        } = shape;
         let decode_attention = rows.decodes > 0 || attention_on_rows;
         if decode_attention {
             ops.push(Op::BuildRows);
         }
         let prologue = ops.len();
         for layer in 0..layers {
-            // A GEMM over each lane's rows (decode rows with `epilogue` when `fused`), and the
-            // rows the separate op after it must cover, if any.
-            let sublayer = |weight: Weight, fused: bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
-                let fused = fused && rows.decodes > 0;
-                for lane in [Lane::Rows, Lane::Chunks] {
-                    let count = if lane == Lane::Rows { rows.decodes } else { rows.chunks };
+            // A GEMM over each lane's rows (with `epilogue` where that lane's fusion `on` says
+            // so), and the rows the separate op after it must cover, if any.
+            let sublayer = |weight: Weight, on: fn(Fusion) -> bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
+                let mut unfused = [false; 2];
+                for (i, (lane, count, fusion)) in
+                    [(Lane::Rows, rows.decodes, fusion), (Lane::Chunks, rows.chunks, chunk_fusion)]
+                        .into_iter()
+                        .enumerate()
+                {
                     if count > 0 {
-                        let epilogue = if lane == Lane::Rows && fused { epilogue } else { EpilogueKind::Store };
+                        let epilogue = if on(fusion) { epilogue } else { EpilogueKind::Store };
+                        unfused[i] = epilogue == EpilogueKind::Store;
                         ops.push(Op::Linear { layer, weight, lane, epilogue });
                     }
                 }
-                let rest = if fused { Rows::Chunks } else { Rows::All };
-                (rest != Rows::Chunks || rows.chunks > 0).then_some(rest)
+                match unfused {
+                    [true, true] => Some(Rows::All),
+                    [true, false] => Some(if rows.chunks > 0 { Rows::Decodes } else { Rows::All }),
+                    [false, true] => Some(if rows.decodes > 0 { Rows::Chunks } else { Rows::All }),
+                    [false, false] => None,
+                }
             };
-            if let Some(r) = sublayer(Weight::Qkv, fusion.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
+            if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
                 ops.push(Op::QkNormRopeCache { layer, rows: r });
             }
             let decode_part =
@@ -264,13 +292,13 @@ impl StepProgram {
             if !attention_on_rows {
                 ops.push(Op::Attention { layer, part: AttnPart::Prefill });
             }
-            if let Some(r) = sublayer(Weight::O, fusion.peri_ln, EpilogueKind::PeriLn, &mut ops) {
+            if let Some(r) = sublayer(Weight::O, |f| f.peri_ln, EpilogueKind::PeriLn, &mut ops) {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Attention, rows: r });
             }
-            if let Some(r) = sublayer(Weight::GateUp, fusion.silu, EpilogueKind::SiluMul, &mut ops) {
+            if let Some(r) = sublayer(Weight::GateUp, |f| f.silu, EpilogueKind::SiluMul, &mut ops) {
                 ops.push(Op::SiluMul { layer, rows: r });
             }
-            if let Some(r) = sublayer(Weight::Down, fusion.peri_ln, EpilogueKind::PeriLn, &mut ops) {
+            if let Some(r) = sublayer(Weight::Down, |f| f.peri_ln, EpilogueKind::PeriLn, &mut ops) {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Mlp, rows: r });
             }
         }
@@ -407,6 +435,7 @@ mod tests {
 
     use super::*;
 
+    /// A shape of 3 layers whose chunk rows are not fused (a device without the WGMMA GEMM).
     fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion) -> ProgramShape {
         let tokens = decodes + chunks;
         ProgramShape {
@@ -416,23 +445,28 @@ mod tests {
             picked: tokens.min(decodes + 2),
             picked_all: chunks == 0,
             fusion,
+            chunk_fusion: Fusion::NONE,
             gate_stats: false,
             persistent: false,
         }
     }
 
     /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
-    /// with every fusion setting, with and without the megakernel asked for.
+    /// with every fusion setting of either class of rows, with and without the megakernel asked
+    /// for.
     fn shapes() -> Vec<ProgramShape> {
+        let fusions = [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }, Fusion::parse("qkv,silu")];
         let mut all = Vec::new();
-        for fusion in [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }] {
-            for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
-                for persistent in [false, true] {
-                    let s = ProgramShape { persistent, ..shape(d, c, c == 0, fusion) };
-                    all.push(s);
-                    all.push(ProgramShape { gate_stats: true, ..s });
-                    if c > 0 {
-                        all.push(ProgramShape { attention_on_rows: true, ..s });
+        for fusion in fusions {
+            for chunk_fusion in fusions {
+                for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
+                    for persistent in [false, true] {
+                        let s = ProgramShape { persistent, chunk_fusion, ..shape(d, c, c == 0, fusion) };
+                        all.push(s);
+                        all.push(ProgramShape { gate_stats: true, ..s });
+                        if c > 0 {
+                            all.push(ProgramShape { attention_on_rows: true, ..s });
+                        }
                     }
                 }
             }
@@ -581,5 +615,50 @@ mod tests {
             .ops
             .iter()
             .all(|op| !matches!(op, Op::Linear { epilogue, .. } if *epilogue != EpilogueKind::Store)));
+    }
+
+    #[test]
+    fn fused_chunk_rows_take_the_epilogues_and_leave_no_separate_op() {
+        let chunked = |s: ProgramShape| ProgramShape { chunk_fusion: Fusion::ALL, ..s };
+        let prefill = StepProgram::build(chunked(shape(0, 512, false, Fusion::ALL)));
+        let layer1: Vec<_> = prefill.ops.iter().filter(|op| layer_of(op) == Some(1)).copied().collect();
+        assert_eq!(
+            layer1,
+            vec![
+                Op::Linear {
+                    layer: 1,
+                    weight: Weight::Qkv,
+                    lane: Lane::Chunks,
+                    epilogue: EpilogueKind::QkNormRopeCache
+                },
+                Op::Attention { layer: 1, part: AttnPart::Prefill },
+                Op::Linear { layer: 1, weight: Weight::O, lane: Lane::Chunks, epilogue: EpilogueKind::PeriLn },
+                Op::Linear { layer: 1, weight: Weight::GateUp, lane: Lane::Chunks, epilogue: EpilogueKind::SiluMul },
+                Op::Linear { layer: 1, weight: Weight::Down, lane: Lane::Chunks, epilogue: EpilogueKind::PeriLn },
+            ]
+        );
+        // Mixed: each lane its own fused GEMM, two attention parts, no separate op.
+        let mixed = StepProgram::build(chunked(shape(3, 100, false, Fusion::ALL)));
+        assert_eq!(mixed.ops.iter().filter(|op| layer_of(op) == Some(0)).count(), 10);
+        assert!(!mixed
+            .ops
+            .iter()
+            .any(|op| matches!(op, Op::PeriLn { .. } | Op::SiluMul { .. } | Op::QkNormRopeCache { .. })));
+        // Decode rows unfused beside fused chunks: the separate op covers the decode rows alone.
+        let decodes_unfused = StepProgram::build(chunked(shape(3, 100, false, Fusion::NONE)));
+        assert!(decodes_unfused.ops.contains(&Op::SiluMul { layer: 2, rows: Rows::Decodes }));
+        assert!(!decodes_unfused.ops.iter().any(|op| matches!(op, Op::SiluMul { rows: Rows::All | Rows::Chunks, .. })));
+        // A decode-only step is the same program whatever the chunk rows' fusion.
+        let decode = shape(32, 0, true, Fusion::ALL);
+        assert_eq!(StepProgram::build(chunked(decode)), StepProgram::build(decode));
+    }
+
+    #[test]
+    fn a_fusion_list_names_the_fusions_to_keep() {
+        assert_eq!(Fusion::parse("none"), Fusion::NONE);
+        assert_eq!(Fusion::parse("qkv, silu"), Fusion { qkv: true, peri_ln: false, silu: true });
+        assert_eq!(Fusion::parse("peri_ln,qkv,silu"), Fusion::ALL);
+        assert_eq!(Fusion::ALL.and(Fusion::parse("silu")), Fusion::parse("silu"));
+        assert_eq!(Fusion::parse("qkv").and(Fusion::NONE), Fusion::NONE);
     }
 }

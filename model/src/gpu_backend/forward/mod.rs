@@ -41,7 +41,7 @@ use oracle::model::weights::{ModelDims, ModelWeights};
 use gpu::attention::{
     plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath, StepGeometry,
 };
-use gpu::gemm::GemmShape;
+use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
@@ -136,6 +136,7 @@ pub struct GpuModel {
     gate: GateParams,
     heads: HeadShape,
     fusion: Fusion,
+    chunk_fusion: Fusion,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -285,6 +286,11 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
+        let chunk_fusion = Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::ALL).and(chunk_fusion_fits(
+            gpu.info().compute_capability,
+            &dims,
+            &heads,
+        ));
         Ok(Self {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
@@ -295,7 +301,8 @@ impl GpuModel {
             kernels,
             gate,
             heads,
-            fusion: Fusion::from_env(),
+            fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
+            chunk_fusion,
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
@@ -332,6 +339,13 @@ impl GpuModel {
     /// theirs).
     pub fn set_decode_kernel(&mut self, kernel: DecodeKernel) {
         self.decode_kernel = kernel;
+    }
+
+    /// The fusions chunk rows of steps planned after this take: `fusion`, less those the device
+    /// or the model's shapes do not allow (graphs hold decode rows only, so none is affected).
+    pub fn set_chunk_fusion(&mut self, fusion: Fusion) {
+        let cc = self.gpu.info().compute_capability;
+        self.chunk_fusion = fusion.and(chunk_fusion_fits(cc, &self.dims, &self.heads));
     }
 
     /// The gate counts since [`GpuModel::measure_gates`] began, if it is on (waits for the device).
@@ -406,6 +420,7 @@ impl GpuModel {
             picked: shape.picked,
             picked_all: shape.picked_all,
             fusion: self.fusion,
+            chunk_fusion: self.chunk_fusion,
             gate_stats: self.gates.is_some(),
             persistent: self.decode_kernel.persistent(shape.tokens),
         });
@@ -506,6 +521,27 @@ impl GpuModel {
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
         }
+    }
+}
+
+/// The fusions chunk rows can take on a device of compute capability `cc`: those whose GEMMs the
+/// WGMMA kernel runs there (sm_90) at the model's shapes. A model takes all of them unless
+/// `ASYNCT_CHUNK_FUSION` (as `ASYNCT_FUSION` for decode rows) or
+/// [`GpuModel::set_chunk_fusion`] keeps fewer. Unlike decode rows' fusion, this one moves a
+/// chunk GEMM from cuBLASLt to the WGMMA kernel, which sums in another order: chunk rows' bits
+/// differ between settings, never between the steps of one setting.
+fn chunk_fusion_fits(cc: (i32, i32), dims: &ModelDims, heads: &HeadShape) -> Fusion {
+    if !gpu::gemm::wgmma_runs_on(cc) {
+        return Fusion::NONE;
+    }
+    let fits = |weight: Weight, epilogue: EpilogueKind| {
+        let (n, k) = gemm_nk(dims, heads, weight);
+        GemmPlan::wgmma_epilogue(GemmShape { m: 1, n, k }, epilogue).is_ok()
+    };
+    Fusion {
+        qkv: fits(Weight::Qkv, EpilogueKind::QkNormRopeCache),
+        peri_ln: fits(Weight::O, EpilogueKind::PeriLn) && fits(Weight::Down, EpilogueKind::PeriLn),
+        silu: fits(Weight::GateUp, EpilogueKind::SiluMul),
     }
 }
 
