@@ -39,9 +39,10 @@
 #             the torch.compile prefill anchor (device-bin/torch_prefill_anchor.py, copied there by
 #             scripts/device-build.sh from ../shared/anchors; CHUNK_ANCHOR=0 skips it), then `asynct
 #             bench` of CHUNK_SCENARIOS (default prefill_heavy_b16) once per setting of
-#             CHUNK_VARIANTS (default "fused unfused fused unfused"): unfused sets
-#             ASYNCT_CHUNK_FUSION=none (chunk rows through cuBLASLt and separate ops), fused leaves
-#             the default (the WGMMA GEMM's epilogues on sm_90); each to bench-chunks-VARIANT-N.json/log
+#             CHUNK_VARIANTS (default "fused unfused fused unfused"): fused sets
+#             ASYNCT_CHUNK_FUSION=qkv,peri_ln,silu (the WGMMA GEMM's epilogues on sm_90), unfused
+#             leaves the default (chunk rows through cuBLASLt and separate ops); each to
+#             bench-chunks-VARIANT-N.json/log
 #             and a line of prefill tok/s per run to chunks-summary.txt
 #   start     issue 16's fast start: `asynct serve` of asynct-0.5b (carry ".qwen3") timed from launch to
 #             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
@@ -295,7 +296,7 @@ PY
       i=0
       for v in ${CHUNK_VARIANTS:-fused unfused fused unfused}; do
         i=$((i + 1))
-        fuse=(); [ "$v" = unfused ] && fuse=(ASYNCT_CHUNK_FUSION=none)
+        fuse=(); [ "$v" = fused ] && fuse=(ASYNCT_CHUNK_FUSION=qkv,peri_ln,silu)
         env "${fuse[@]}" $B/asynct bench --model $M "${scenarios[@]}" --out "$OUT/bench-chunks-$v-$i.json" \
           > "$OUT/bench-chunks-$v-$i.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench-chunks-$v-$i.log"; }
         python3 - "$OUT/bench-chunks-$v-$i.json" "$v" <<'PY' 2>&1 | tee -a "$OUT/chunks-summary.txt"

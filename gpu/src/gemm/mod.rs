@@ -17,8 +17,10 @@
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
-//!   `M` nor its place in the tile. Correct on the H200 but still 0.76-0.86x cuBLASLt's speed
-//!   at M 8,448 with the Store epilogue (RESULTS run 91), so the model does not plan it yet.
+//!   `M` nor its place in the tile. Correct on the H200 but 0.76-0.86x cuBLASLt's speed at M
+//!   8,448 with the Store epilogue (RESULTS run 91), and with the fused epilogues slower than
+//!   cuBLASLt plus the separate ops (RESULTS session 14), so the model plans it for chunk rows
+//!   only when asked (`ASYNCT_CHUNK_FUSION`).
 //! - cuBLASLt ([`cublaslt`]) gets one algorithm per plan, chosen by its heuristic once, and the
 //!   one workspace of the device ([`CublasLt::shared`]). Its bits may change with `M`.
 //! - The skinny kernel's epilogue fuses the elementwise op that follows a decode-row GEMM in the

@@ -4,7 +4,8 @@
 //!
 //! The model does not call [`GemmPlan::auto`]: `model`'s `gpu_backend::linear` plans decode
 //! rows with [`GemmPlan::skinny_epilogue`] (at any `M`), and chunk (prefill) rows and the LM
-//! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M`.
+//! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M` (chunk
+//! rows with [`GemmPlan::wgmma_epilogue`] where their elementwise ops are fused, when asked).
 //! [`GemmPlan::auto`] is the default that tests and benchmarks use: `M <= SKINNY_MAX_M` to the
 //! skinny kernel, wider `M` to cuBLASLt's per-`M` heuristic ([`GemmPlan::cublaslt`]). The skinny
 //! kernel's bits for a row of x do not depend on `M`, on the other rows or on the instantiation

@@ -1,8 +1,8 @@
 //! The model's linear layers on the GPU, `y = x W^T` over a step's rows, with one rule that keeps
 //! every row's bits independent of the step it is in: a step's leading decode rows go through
 //! the skinny kernel (at any batch, in slabs of 64 past 64 rows), its prefill-chunk rows through
-//! the WGMMA kernel where the step program fuses an epilogue into their GEMM (sm_90) and
-//! otherwise through cuBLASLt pinned at one reference `M` (the step capacity), and the rows that
+//! cuBLASLt pinned at one reference `M` (the step capacity), or through the WGMMA kernel where
+//! the step program fuses an epilogue into their GEMM (sm_90, when asked), and the rows that
 //! get logits (the LM head) through cuBLASLt pinned at [`HEAD_PIN_AT`]. Each of those computes a
 //! row the same way at every `M` and beside any rows (`gpu::gemm` says why; `gpu_gemm` checks it
 //! on the H200), so a decoding request's tokens do not depend on its neighbours, nor a

@@ -6,9 +6,10 @@
 //! ([`RowSplit`]). Decode rows go through the skinny GEMM, whose epilogue can finish the
 //! elementwise op that follows (q/k norm + RoPE + cache write after qkv, the Peri-LN residual
 //! after o and down, `silu * up` after gate/up), so a layer of decode rows is five launches: qkv,
-//! attention, o, gate/up, down. Chunk rows go through the WGMMA GEMM with the same epilogues
-//! where the device runs it ([`ProgramShape::chunk_fusion`]), else through cuBLASLt, whose
-//! epilogues cannot express UClipNorm, with their elementwise ops as separate launches. A
+//! attention, o, gate/up, down. Chunk rows go through cuBLASLt, whose epilogues cannot express
+//! UClipNorm, with their elementwise ops as separate launches, or, where the model asks for it
+//! ([`ProgramShape::chunk_fusion`]; off by default, measured slower) and the device runs it,
+//! through the WGMMA GEMM with the same epilogues as decode rows. A
 //! separate op covers the rows of both classes that were not fused, in one launch where that is
 //! every row. Either way each row meets every SPEC section 4 rounding point once, in forward
 //! order, which [`Op::rounds`] states and the tests check for every shape.

@@ -286,7 +286,7 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
-        let chunk_fusion = Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::ALL).and(chunk_fusion_fits(
+        let chunk_fusion = Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::NONE).and(chunk_fusion_fits(
             gpu.info().compute_capability,
             &dims,
             &heads,
@@ -525,11 +525,13 @@ impl GpuModel {
 }
 
 /// The fusions chunk rows can take on a device of compute capability `cc`: those whose GEMMs the
-/// WGMMA kernel runs there (sm_90) at the model's shapes. A model takes all of them unless
-/// `ASYNCT_CHUNK_FUSION` (as `ASYNCT_FUSION` for decode rows) or
-/// [`GpuModel::set_chunk_fusion`] keeps fewer. Unlike decode rows' fusion, this one moves a
-/// chunk GEMM from cuBLASLt to the WGMMA kernel, which sums in another order: chunk rows' bits
-/// differ between settings, never between the steps of one setting.
+/// WGMMA kernel runs there (sm_90) at the model's shapes. A model takes none of them unless
+/// `ASYNCT_CHUNK_FUSION` (a list as `ASYNCT_FUSION`'s for decode rows) or
+/// [`GpuModel::set_chunk_fusion`] names some: the WGMMA GEMM with its fused epilogues measured
+/// slower than cuBLASLt followed by the separate ops (prefill_heavy_b16 383-391K against
+/// 425-427K prompt tok/s on the H200, RESULTS session 14). Unlike decode rows' fusion, this one
+/// moves a chunk GEMM from cuBLASLt to the WGMMA kernel, which sums in another order: chunk rows'
+/// bits differ between settings, never between the steps of one setting.
 fn chunk_fusion_fits(cc: (i32, i32), dims: &ModelDims, heads: &HeadShape) -> Fusion {
     if !gpu::gemm::wgmma_runs_on(cc) {
         return Fusion::NONE;
