@@ -198,6 +198,25 @@ struct QkNormRopeCache {
   int num_heads, num_kv_heads, head_dim;
   unsigned* fault;
 
+  // A token's slot, its position clamped into the RoPE table, and whether its k and v are
+  // written (a negative slot is padding, one past the cache a fault). The walk over W row 0
+  // records the token's faults, once a token.
+  struct Token {
+    long long slot;
+    int pos;
+    bool write_kv;
+  };
+
+  __device__ __forceinline__ Token token(long long tok, int row) const {
+    const int pos = positions[tok];
+    const long long slot = slot_mapping[tok];
+    if (row == 0) {
+      if (pos < 0 || pos >= max_pos) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+      if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
+    }
+    return Token{slot, pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos), slot >= 0 && slot < num_slots};
+  }
+
   // Each pair's position and slot, asked for while the product runs (the rope row and the cache
   // row the epilogue reaches depend on them).
   template <class T>
@@ -216,14 +235,9 @@ struct QkNormRopeCache {
       const long long tok = t.row0 + xr;
       const int row = t.n0 + wr;  // the pair's first W row: 16 p + j of its head, j < 8
       const int head = row / head_dim, at = row % head_dim;
-      int pos = positions[tok];
-      const long long slot = slot_mapping[tok];
-      const bool pos_ok = pos >= 0 && pos < max_pos;
-      const bool write_kv = slot >= 0 && slot < num_slots;
-      if (row == 0) {
-        if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
-        if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
-      }
+      const Token facts = token(tok, row);
+      const long long slot = facts.slot;
+      const bool write_kv = facts.write_kv;
       const float lo_in = round_bf16(t.sum(xr, wr)), hi_in = round_bf16(t.sum(xr, wr + 8));
       if (head >= num_heads + num_kv_heads) {
         if (!write_kv) return;
@@ -234,7 +248,7 @@ struct QkNormRopeCache {
       }
       const bool is_q = head < num_heads;
       if (!is_q && !write_kv) return;
-      pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+      const int pos = facts.pos;
       const UClip& norm = is_q ? q_norm : k_norm;
       const int j = 8 * (at / 16) + at % 16;  // channels j and half + j
       const float a = uclip(norm, j, lo_in);
@@ -259,14 +273,9 @@ struct QkNormRopeCache {
       const long long tok = t.row0 + xr;
       const int row = t.n0 + wr;
       const int head = row / head_dim, at = row % head_dim;
-      int pos = positions[tok];
-      const long long slot = slot_mapping[tok];
-      const bool pos_ok = pos >= 0 && pos < max_pos;
-      const bool write_kv = slot >= 0 && slot < num_slots;
-      if (row == 0) {
-        if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
-        if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
-      }
+      const Token facts = token(tok, row);
+      const long long slot = facts.slot;
+      const bool write_kv = facts.write_kv;
       float lo[8], hi[8];
       t.sum8(xr, wr, lo);
       t.sum8(xr, wr + 8, hi);
@@ -284,7 +293,7 @@ struct QkNormRopeCache {
       }
       const bool is_q = head < num_heads;
       if (!is_q && !write_kv) return;
-      pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+      const int pos = facts.pos;
       const int j0 = at / 2;
       // Chosen by value, field by field: a reference chosen at run time would put the functor
       // in local memory.
