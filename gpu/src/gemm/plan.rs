@@ -131,8 +131,9 @@ impl EpilogueKind {
     }
 
     /// Checks what the kind needs of the GEMM's shape beyond [`GemmShape::validate`] (the
-    /// QkNormRopeCache epilogue checks N against its heads at the launch).
-    fn check(self, shape: GemmShape) -> Result<()> {
+    /// QkNormRopeCache epilogue checks N against its heads at the launch); a refusal names
+    /// `entry`, the kernel that was asked.
+    fn check(self, shape: GemmShape, entry: &str) -> Result<()> {
         let pairs = match self {
             EpilogueKind::SiluMul => "whole groups of 8 gate and 8 up rows",
             EpilogueKind::QkNormRopeCache => "whole 16-row groups of q, k and v heads",
@@ -142,7 +143,7 @@ impl EpilogueKind {
             Ok(())
         } else {
             Err(unsupported(
-                "gemm skinny",
+                entry,
                 format!("the {self:?} epilogue takes {pairs}: N must be a multiple of 16, got {}", shape.n),
             ))
         }
@@ -258,7 +259,7 @@ impl GemmPlan {
     /// The skinny kernel with `rows` rows of W per CTA and `epilogue`.
     pub fn skinny_rows_epilogue(shape: GemmShape, rows: usize, epilogue: EpilogueKind) -> Result<Self> {
         let m_tile = m_tile(shape)?;
-        epilogue.check(shape)?;
+        epilogue.check(shape, "gemm skinny")?;
         let takes = |rows: usize| SKINNY_ROWS.contains(&rows) && rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
         if !takes(rows) {
             let allowed: Vec<usize> = SKINNY_ROWS.into_iter().filter(|&r| takes(r)).collect();
@@ -286,8 +287,8 @@ impl GemmPlan {
     /// neither `M` nor the row's place (`gemm_wgmma.cu`'s header), so no reference `M` is needed.
     pub fn wgmma_epilogue(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
         shape.validate()?;
-        epilogue.check(shape)?;
         let entry = "gemm wgmma";
+        epilogue.check(shape, entry)?;
         if !shape.k.is_multiple_of(WGMMA_BK) {
             return Err(unsupported(entry, format!("`k` must be a multiple of {WGMMA_BK}, got {}", shape.k)));
         }
@@ -394,6 +395,8 @@ mod tests {
         };
         refused(shape(64, 1024, 1000), "`k` must be a multiple of 64");
         refused(shape(64, 1000, 1024), "`n` must be a multiple of 16");
+        let paired = GemmPlan::wgmma_epilogue(shape(64, 1000, 1024), EpilogueKind::SiluMul).unwrap_err().to_string();
+        assert!(paired.contains("gemm wgmma") && paired.contains("SiluMul epilogue takes"), "{paired}");
         refused(shape(128 * 65_536, 16, 64), "65535 tiles");
         refused(shape(0, 16, 64), "`m`");
     }
