@@ -9,10 +9,10 @@
 //! attention, o, gate/up, down. Chunk rows go through cuBLASLt, whose epilogues cannot express
 //! UClipNorm, with their elementwise ops as separate launches, or, where the model asks for it
 //! ([`ProgramShape::chunk_fusion`]; off by default, measured slower) and the device runs it,
-//! through the WGMMA GEMM with the same epilogues as decode rows. A
-//! separate op covers the rows of both classes that were not fused, in one launch where that is
-//! every row. Either way each row meets every SPEC section 4 rounding point once, in forward
-//! order, which [`Op::rounds`] states and the tests check for every shape.
+//! through the WGMMA GEMM with the same epilogues as decode rows. A separate op covers the rows
+//! of both classes that were not fused, in one launch where that is every row. Either way each
+//! row meets every SPEC section 4 rounding point once, in forward order, which [`Op::rounds`]
+//! states and the tests check for every shape.
 //!
 //! A small decode-only step may run its layers in the persistent megakernel (`gpu::mega`) instead:
 //! [`StepProgram::build`] then moves every layer's five ops into [`StepProgram::persistent`], the
@@ -217,8 +217,9 @@ pub struct ProgramShape {
     pub picked_all: bool,
     /// The fusions to apply to decode rows (the skinny GEMM's epilogues).
     pub fusion: Fusion,
-    /// The fusions to apply to chunk rows (the WGMMA GEMM's epilogues; [`Fusion::NONE`] where
-    /// the device does not run it, and chunk rows' unfused GEMMs stay on cuBLASLt).
+    /// The fusions to apply to chunk rows (the WGMMA GEMM's epilogues; [`Fusion::NONE`] unless
+    /// asked for, and always where the device does not run it; chunk rows' unfused GEMMs stay on
+    /// cuBLASLt).
     pub chunk_fusion: Fusion,
     /// Whether to count the gate's zeros after each decode attention.
     pub gate_stats: bool,
