@@ -1,8 +1,10 @@
 //! The GPU backend: the model run by the `gpu` crate's kernels. [`weights`] puts the checkpoint
 //! on the device in the layouts the kernels read, [`step_buffers`] holds one step's activations
-//! and metadata, [`forward`] runs a step through every layer, and [`executor`] is the
-//! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device. Steps run
-//! eagerly; whole-step CUDA graphs are next.
+//! and metadata, [`step_program`] lists a step's launches, [`linear`] picks each GEMM's kernel,
+//! [`forward`] runs a step through every layer, [`decode_graphs`] replays decode-only steps as
+//! whole-step CUDA graphs (or [`decode_kernel`]'s megakernel), and [`executor`] is the
+//! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device. Steps with
+//! prefill chunks run eagerly.
 
 pub mod decode_graphs;
 pub mod decode_kernel;
