@@ -259,25 +259,24 @@ impl StepProgram {
         let prologue = ops.len();
         for layer in 0..layers {
             // A GEMM over each lane's rows (with `epilogue` where that lane's fusion `on` says
-            // so), and the rows the separate op after it must cover, if any.
+            // so), and the rows the separate op after it must cover, if any: one launch over
+            // every row unless only one class of the step's rows was left unfused.
             let sublayer = |weight: Weight, on: fn(Fusion) -> bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
-                let mut unfused = [false; 2];
-                for (i, (lane, count, fusion)) in
+                let separate = |count: usize, fusion: Fusion| count > 0 && !on(fusion);
+                let (decodes, chunks) = (separate(rows.decodes, fusion), separate(rows.chunks, chunk_fusion));
+                for (lane, count, fusion) in
                     [(Lane::Rows, rows.decodes, fusion), (Lane::Chunks, rows.chunks, chunk_fusion)]
-                        .into_iter()
-                        .enumerate()
                 {
                     if count > 0 {
                         let epilogue = if on(fusion) { epilogue } else { EpilogueKind::Store };
-                        unfused[i] = epilogue == EpilogueKind::Store;
                         ops.push(Op::Linear { layer, weight, lane, epilogue });
                     }
                 }
-                match unfused {
-                    [true, true] => Some(Rows::All),
-                    [true, false] => Some(if rows.chunks > 0 { Rows::Decodes } else { Rows::All }),
-                    [false, true] => Some(if rows.decodes > 0 { Rows::Chunks } else { Rows::All }),
-                    [false, false] => None,
+                match (decodes, chunks) {
+                    (false, false) => None,
+                    (true, false) if rows.chunks > 0 => Some(Rows::Decodes),
+                    (false, true) if rows.decodes > 0 => Some(Rows::Chunks),
+                    _ => Some(Rows::All),
                 }
             };
             if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
@@ -437,7 +436,7 @@ mod tests {
 
     use super::*;
 
-    /// A shape of 3 layers whose chunk rows are not fused (a device without the WGMMA GEMM).
+    /// A shape of 3 layers whose chunk rows are not fused (the default).
     fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion) -> ProgramShape {
         let tokens = decodes + chunks;
         ProgramShape {
