@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use gpu::gemm::wgmma_runs_on;
 use gpu::ops::HeadShape;
 use gpu::Gpu;
 use half::bf16;
@@ -256,7 +255,8 @@ const SENSITIVITY_FACTOR: f64 = 1.5;
 /// [`SENSITIVITY_FACTOR`] times the oracle's own f32-to-bf16 distance on the same step. Every
 /// step runs on three GPU models: decode steps through the graph path's kernels on one and the
 /// megakernel on another, whose logits must be the same bits, so the bound holds for both; and,
-/// where the device runs the WGMMA GEMM, on a third whose chunk rows fuse their elementwise ops
+/// where the model can take every chunk-row fusion (the device runs the WGMMA GEMM and the
+/// shapes fit it), on a third whose chunk rows fuse their elementwise ops
 /// into its epilogues (`ASYNCT_CHUNK_FUSION`'s route; the other two send chunk rows through
 /// cuBLASLt and separate ops, the default), which must meet the same bound.
 fn compare_preset_steps(
@@ -285,7 +285,7 @@ fn compare_preset_steps(
     mega.set_decode_kernel(DecodeKernel::Mega);
     let mut fused = gpu_model(gpu, &cfg, &host)?;
     fused.set_chunk_fusion(Fusion::ALL);
-    let fused_runs = wgmma_runs_on(gpu.info().compute_capability);
+    let fused_runs = fused.chunk_fusion() == Fusion::ALL;
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
@@ -324,7 +324,7 @@ fn compare_preset_steps(
         };
         failed |= error > limit || error_fused.is_some_and(|e| e > limit);
         let fused_note = error_fused.map_or_else(
-            || "; no WGMMA GEMM here, chunk-row fusion not checked".to_string(),
+            || format!("; chunk-row fusion not checked: this device and shape allow only {:?}", fused.chunk_fusion()),
             |e| format!("; chunk rows fused into the WGMMA GEMM {e:.2e}"),
         );
         report.push(format!(

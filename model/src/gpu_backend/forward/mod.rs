@@ -286,12 +286,7 @@ impl GpuModel {
                 cap.max_blocks_per_seq * block_size
             )));
         }
-        let chunk_fusion = Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::NONE).and(chunk_fusion_fits(
-            gpu.info().compute_capability,
-            &dims,
-            &heads,
-        ));
-        Ok(Self {
+        let mut model = Self {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
@@ -302,11 +297,13 @@ impl GpuModel {
             gate,
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
-            chunk_fusion,
+            chunk_fusion: Fusion::NONE,
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
-        })
+        };
+        model.set_chunk_fusion(Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::NONE));
+        Ok(model)
     }
 
     /// The dimensions.
@@ -346,6 +343,11 @@ impl GpuModel {
     pub fn set_chunk_fusion(&mut self, fusion: Fusion) {
         let cc = self.gpu.info().compute_capability;
         self.chunk_fusion = fusion.and(chunk_fusion_fits(cc, &self.dims, &self.heads));
+    }
+
+    /// The fusions chunk rows of steps planned from now on take ([`GpuModel::set_chunk_fusion`]).
+    pub fn chunk_fusion(&self) -> Fusion {
+        self.chunk_fusion
     }
 
     /// The gate counts since [`GpuModel::measure_gates`] began, if it is on (waits for the device).
