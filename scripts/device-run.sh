@@ -128,6 +128,13 @@ http_get() {
 }
 # The kernel's listen-queue counters (SYNs dropped for a full backlog), or nothing without nstat.
 listen_drops() { nstat -az TcpExtListenOverflows TcpExtListenDrops 2>/dev/null | awk '/^TcpExt/ { printf "%s=%s ", $1, $2 }'; }
+# asynct-0.5b, generated into /tmp/m05 once per machine (its tokenizer from .qwen3, which the
+# stage must carry), named by $M from then on; the init's output to $OUT/$1-init.log.
+half_billion() {
+  export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+  M=/tmp/m05
+  [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/$1-init.log" 2>&1
+}
 # Stops the server start_serve left running (SIGTERM, then waits for it to drain and exit).
 stop_serve() { kill -TERM "$served" 2>/dev/null; wait "$served"; }
 echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
@@ -242,9 +249,7 @@ for stage in "$@"; do
         done
       fi ;;
     budget)
-      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
-      M=/tmp/m05
-      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/budget-init.log" 2>&1
+      half_billion budget
       scenarios=(); for sc in ${BUDGET_SCENARIOS:-prefill_heavy_b16 balanced_b32 long_decode_b32}; do scenarios+=(--scenario "$sc"); done
       jsons=()
       for n in ${BUDGETS:-2304 4352 8448 16640}; do
@@ -274,9 +279,7 @@ if len(sys.argv) > 1:
 PY
       ;;
     variants)
-      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
-      M=/tmp/m05
-      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/variants-init.log" 2>&1
+      half_billion variants
       for v in ${VARIANTS:-pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse}; do
         pdl=1; [[ $v == pdl0* ]] && pdl=0
         fuse=(); [[ $v == *nofuse ]] && fuse=(ASYNCT_FUSION=none); [[ $v == *noqkv ]] && fuse=(ASYNCT_FUSION=peri_ln,silu)
@@ -285,9 +288,8 @@ PY
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"
       done ;;
     chunks)
-      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 PYTHONUNBUFFERED=1
-      M=/tmp/m05
-      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/chunks-init.log" 2>&1
+      half_billion chunks
+      export PYTHONUNBUFFERED=1
       if [ "${CHUNK_ANCHOR:-1}" = 1 ] && [ -f $B/torch_prefill_anchor.py ]; then
         export TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor-prefill-anchor TRITON_CACHE_DIR=/tmp/triton-prefill-anchor
         OUT=$OUT python3 $B/torch_prefill_anchor.py default 2>&1 | tee "$OUT/torch-prefill-anchor.log" || status=1
@@ -306,9 +308,7 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
 PY
       done ;;
     start)
-      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
-      M=/tmp/m05
-      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/start-init.log" 2>&1
+      half_billion start
       # A cache of this stage's own, emptied, so the first start compiles every kernel.
       ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels-start
       rm -rf "$ASYNCT_KERNEL_CACHE"
@@ -319,9 +319,7 @@ PY
       ls -la "$ASYNCT_KERNEL_CACHE" > "$OUT/start-cache.txt"
       ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels ;;
     serve)
-      export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
-      M=/tmp/m05
-      [ -f $M/model.safetensors ] || $B/asynct init --preset asynct-0.5b --out $M > "$OUT/serve-init.log" 2>&1
+      half_billion serve
       n=${SERVE_PROMPTS:-256} c=${SERVE_CONCURRENCY:-256} in=${SERVE_INPUT:-128} gen=${SERVE_OUTPUT:-256}
       vocab=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['vocab_size'])" $M/config.json)
       # The engine alone: every request submitted at once, the same seeded ids bench-serve sends.
