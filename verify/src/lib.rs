@@ -45,6 +45,7 @@ pub mod case;
 pub mod check;
 pub mod error;
 pub mod fuzz;
+pub mod gemm_default;
 pub mod gpu_cases;
 pub mod gpu_harness;
 pub mod gpu_paths;

@@ -5,12 +5,10 @@
 //! A brief overview:
 //! - [`GemmPlan`] (in [`plan`]) is pure host code: from static facts ([`GemmShape`]: the rows the
 //!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
-//!   count) it picks the path. The model plans decode rows with [`GemmPlan::skinny_epilogue`]
-//!   (at any `M`, past 64 rows in slabs) and chunk (prefill) rows with
-//!   [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`); it does not call
-//!   [`GemmPlan::auto`], the default of tests and benchmarks (`M <= 64` to the skinny kernel,
-//!   wider `M` to cuBLASLt's per-`M` heuristic). [`GemmPlan::skinny_rows`] and
-//!   [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
+//!   count) it makes the path its caller names. The model plans decode rows with
+//!   [`GemmPlan::skinny_epilogue`] (at any `M`, past 64 rows in slabs) and chunk (prefill) rows
+//!   with [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`);
+//!   [`GemmPlan::skinny_rows`] and [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
@@ -44,7 +42,7 @@
 //! let gpu = gpu::Gpu::new()?;
 //! // o_proj of asynct-0.5b for a decode step of 8 sequences.
 //! let shape = GemmShape { m: 8, n: 1024, k: 1024 };
-//! let o_proj = Gemm::new(&gpu, GemmPlan::auto(shape, gpu.multiprocessors()?)?)?;
+//! let o_proj = Gemm::new(&gpu, GemmPlan::skinny(shape, gpu.multiprocessors()?)?)?;
 //! let x = gpu.zeros::<half::bf16>(8 * 1024)?;
 //! let w = gpu.zeros::<half::bf16>(1024 * 1024)?;
 //! let mut y = gpu.zeros::<half::bf16>(8 * 1024)?;

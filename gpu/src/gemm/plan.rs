@@ -2,12 +2,12 @@
 //! from static facts (the rows the launch covers, N, K, the SM count). Pure host code, tested on
 //! the CPU.
 //!
-//! The model does not call [`GemmPlan::auto`]: `model`'s `gpu_backend::linear` plans decode
+//! The caller picks the path by what its rows are: `model`'s `gpu_backend::linear` plans decode
 //! rows with [`GemmPlan::skinny_epilogue`] (at any `M`), and chunk (prefill) rows and the LM
 //! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M` (chunk
-//! rows with [`GemmPlan::wgmma_epilogue`] where their elementwise ops are fused, when asked).
-//! [`GemmPlan::auto`] is the default that tests and benchmarks use: `M <= SKINNY_MAX_M` to the
-//! skinny kernel, wider `M` to cuBLASLt's per-`M` heuristic ([`GemmPlan::cublaslt`]). The skinny
+//! rows with [`GemmPlan::wgmma_epilogue`] where their elementwise ops are fused, when asked);
+//! the tests and benchmarks' default (skinny up to [`SKINNY_MAX_M`] rows, cuBLASLt beyond) is
+//! theirs (`verify::gemm_default`). The skinny
 //! kernel's bits for a row of x do not depend on `M`, on the other rows or on the instantiation
 //! (`gemm_skinny.cu`'s header says why), so every decode step, at every batch bucket, computes a
 //! request's rows the same way; it takes any `M` (past 64 rows in
@@ -28,8 +28,7 @@
 
 use crate::error::{unsupported, Result};
 
-/// The widest `M` the skinny kernel serves in one slab, and [`GemmPlan::auto`]'s crossover to
-/// cuBLASLt.
+/// The widest `M` the skinny kernel serves in one slab (wider batches run in slabs of it).
 pub const SKINNY_MAX_M: usize = 64;
 /// Rows of W per CTA the skinny kernel is instantiated for.
 pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
@@ -218,17 +217,6 @@ pub struct GemmPlan {
 }
 
 impl GemmPlan {
-    /// The default plan for tests and benchmarks (the model does not call it; module docs): the
-    /// skinny kernel up to [`SKINNY_MAX_M`] rows, [`GemmPlan::cublaslt`] beyond; `sms` is the
-    /// device's SM count.
-    pub fn auto(shape: GemmShape, sms: usize) -> Result<Self> {
-        if shape.m <= SKINNY_MAX_M {
-            Self::skinny(shape, sms)
-        } else {
-            Self::cublaslt(shape)
-        }
-    }
-
     /// The skinny kernel with the rows per CTA picked for `sms` SMs (module docs).
     pub fn skinny(shape: GemmShape, sms: usize) -> Result<Self> {
         Self::skinny_epilogue(shape, sms, EpilogueKind::Store)
@@ -402,29 +390,15 @@ mod tests {
     }
 
     #[test]
-    fn the_dispatcher_sends_up_to_64_rows_to_the_skinny_kernel() {
-        for m in [1, 2, 3, 8, 9, 17, 32, 33, 64] {
-            let plan = GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap();
-            let tile = skinny(&plan);
-            assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
-        }
-        for m in [65, 128, 512, 100_000] {
-            let plan = GemmPlan::auto(shape(m, 2048, 1024), H200_SMS).unwrap();
-            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m, pinned: false });
-            assert_eq!(plan.name(), "cublaslt");
-        }
-    }
-
-    #[test]
     fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
-        let rows = |m, n| skinny(&GemmPlan::auto(shape(m, n, 1024), H200_SMS).unwrap()).rows;
+        let rows = |m, n| skinny(&GemmPlan::skinny(shape(m, n, 1024), H200_SMS).unwrap()).rows;
         // asynct-0.5b's weights: O and down (N 1024), QKV (2048), gate/up (6144), LM head (151936).
         assert_eq!([rows(1, 1024), rows(1, 2048), rows(1, 6144), rows(1, 151_936)], [8, 8, 16, 64]);
         // Wider x tiles cap the rows (accumulators), never below what the grid allows.
         assert_eq!([rows(32, 151_936), rows(64, 151_936), rows(64, 6144)], [32, 16, 16]);
         for m_tile in SKINNY_M_TILES {
             for n in [1, 7, 1000, 6144, 151_936] {
-                let t = skinny(&GemmPlan::auto(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
+                let t = skinny(&GemmPlan::skinny(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
                 assert!(rows_fit(t.m_tile, t.rows));
                 assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
                 assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
@@ -480,7 +454,7 @@ mod tests {
         let periln = GemmPlan::skinny_epilogue(shape(1, 1024, 1024), H200_SMS, EpilogueKind::PeriLn).unwrap();
         assert_eq!(periln.name(), "skinny-m8-r8-periln");
         assert_eq!(skinny(&periln).entry, "gemm_skinny_m8_r8_periln");
-        for plan in [GemmPlan::cublaslt(shape(3, 64, 64)).unwrap(), GemmPlan::auto(shape(3, 64, 64), 132).unwrap()] {
+        for plan in [GemmPlan::cublaslt(shape(3, 64, 64)).unwrap(), GemmPlan::skinny(shape(3, 64, 64), 132).unwrap()] {
             assert_eq!(plan.epilogue, EpilogueKind::Store);
         }
         // asynct-0.5b's gate/up at one row: 16 rows per CTA fill the SMs (384 CTAs).
@@ -522,10 +496,10 @@ mod tests {
             let err = err.to_string();
             assert!(err.contains(needle), "expected `{needle}` in: {err}");
         };
-        refused(GemmPlan::auto(shape(0, 64, 64), H200_SMS), "`m` must be 1 to");
-        refused(GemmPlan::auto(shape(1, 0, 64), H200_SMS), "`n` must be 1 to");
-        refused(GemmPlan::auto(shape(1, 64, 12), H200_SMS), "`k` must be a positive multiple of 8");
-        refused(GemmPlan::auto(shape(1, 64, 0), H200_SMS), "got 0");
+        refused(GemmPlan::skinny(shape(0, 64, 64), H200_SMS), "`m` must be 1 to");
+        refused(GemmPlan::skinny(shape(1, 0, 64), H200_SMS), "`n` must be 1 to");
+        refused(GemmPlan::skinny(shape(1, 64, 12), H200_SMS), "`k` must be a positive multiple of 8");
+        refused(GemmPlan::skinny(shape(1, 64, 0), H200_SMS), "got 0");
         refused(GemmPlan::cublaslt(shape(1, 64, MAX_K + 8)), "got 1073741832");
         refused(GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows` must be one of [8, 16] for M = 64");
         refused(GemmPlan::skinny_rows(shape(1, 64, 64), 24), "got 24");
@@ -546,7 +520,6 @@ mod tests {
         // The slabs count toward filling the SMs: 2048 / 16 = 128 blocks of W, x 4 slabs >= 264.
         assert_eq!(skinny(&GemmPlan::skinny(shape(256, 2048, 1024), H200_SMS).unwrap()).rows, 16);
         assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 8);
-        assert_eq!(GemmPlan::auto(shape(65, 1024, 1024), H200_SMS).unwrap().name(), "cublaslt");
         let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
         assert_eq!(pinned.name(), "cublaslt-at-m512");
         assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512, pinned: true });

@@ -1,5 +1,6 @@
 //! Timing the GEMMs of asynct-0.5b (`asynct-bench --gemm`): each weight shape at M of 1, 8, 32,
-//! 64 and 128, every skinny instantiation of that M (the dispatcher's choice marked) and cuBLASLt;
+//! 64 and 128, every skinny instantiation of that M and cuBLASLt, the default plan's marked
+//! ([`crate::gemm_default`]; the table and the JSON name it `dispatcher`, as since issue 9);
 //! with `--prefill`, at the prefill step's M of 2,048 and 8,448 (the default step budget, 8,192
 //! chunk rows beside 256 decode rows), the WGMMA kernel against cuBLASLt, in TFLOP/s too.
 //!
@@ -15,6 +16,8 @@
 use std::sync::Arc;
 
 use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
+
+use crate::gemm_default::default_plan;
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
@@ -46,7 +49,7 @@ pub const GOAL_MAX_M: usize = 32;
 pub struct GemmTime {
     /// The plan, e.g. `skinny-m8-r64` or `cublaslt`.
     pub name: String,
-    /// Whether the dispatcher picks this plan at this shape.
+    /// Whether the default plan ([`crate::gemm_default::default_plan`]) is this one at this shape.
     pub dispatcher: bool,
     /// cuBLASLt's pinned algorithm.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -155,7 +158,7 @@ pub fn measure(
     let mut points = Vec::new();
     for &m in ms {
         let shape = GemmShape { m, n, k };
-        let chosen = GemmPlan::auto(shape, sms).map_err(e)?;
+        let chosen = default_plan(shape, sms).map_err(e)?;
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();

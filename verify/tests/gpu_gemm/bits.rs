@@ -8,7 +8,7 @@ use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
 
-use super::device::{auto, g, label, plans, run, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
+use super::device::{default_plan, g, label, plans, run, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
 
 /// An x of `m` rows holding `row` at `at`; the other rows are drawn from `seed` with larger
@@ -39,7 +39,7 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let solo_shape = GemmShape { m: 1, n, k };
-        let solo_gemm = g(Gemm::new(gpu, auto(gpu, solo_shape)?))?;
+        let solo_gemm = g(Gemm::new(gpu, default_plan(gpu, solo_shape)?))?;
         let solo = run(gpu, &solo_gemm, &g(gpu.upload(&row))?, &w_d)?;
         if solo.iter().any(|v| !v.is_finite()) {
             return Err(format!("{name}: the row alone gave a non-finite output"));
@@ -144,14 +144,18 @@ fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> Check {
 pub fn refusals(gpu: &Arc<Gpu>) -> Check {
     let sms = g(gpu.multiprocessors())?;
     let shape = |m, n, k| GemmShape { m, n, k };
-    refused("M = 0", GemmPlan::auto(shape(0, 64, 64), sms), "`m`")?;
-    refused("N = 0", GemmPlan::auto(shape(4, 0, 64), sms), "`n`")?;
-    refused("K = 12", GemmPlan::auto(shape(4, 64, 12), sms), "`k` must be a positive multiple of 8")?;
+    refused("M = 0", verify::gemm_default::default_plan(shape(0, 64, 64), sms), "`m`")?;
+    refused("N = 0", verify::gemm_default::default_plan(shape(4, 0, 64), sms), "`n`")?;
+    refused(
+        "K = 12",
+        verify::gemm_default::default_plan(shape(4, 64, 12), sms),
+        "`k` must be a positive multiple of 8",
+    )?;
     refused("K = 0", GemmPlan::cublaslt(shape(200, 64, 0)), "`k`")?;
     refused("skinny rows 32 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows`")?;
     for m in [4usize, 65] {
         let s = shape(m, 64, 64);
-        let gemm = g(Gemm::new(gpu, auto(gpu, s)?))?;
+        let gemm = g(Gemm::new(gpu, default_plan(gpu, s)?))?;
         let x = g(gpu.upload(&draw_x(5000, m, 64)))?;
         let w = g(gpu.upload(&draw_w(5000, 64, 64)))?;
         let mut y = g(gpu.upload(&vec![POISON; m * 64]))?;
@@ -176,7 +180,7 @@ pub fn graph_replay(gpu: &Arc<Gpu>) -> Check {
     let (_, n, k) = MODEL_SHAPES[0];
     for (i, m) in [8usize, 128].into_iter().enumerate() {
         let shape = GemmShape { m, n, k };
-        let gemm = g(Gemm::new(gpu, auto(gpu, shape)?))?;
+        let gemm = g(Gemm::new(gpu, default_plan(gpu, shape)?))?;
         let seed = 6000 + i as u64;
         let (x, w) = (g(gpu.upload(&draw_x(seed, m, k)))?, g(gpu.upload(&draw_w(seed, n, k)))?);
         let eager = run(gpu, &gemm, &x, &w)?;

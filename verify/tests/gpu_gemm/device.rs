@@ -58,9 +58,9 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
 /// token capacity, a few hundred rows).
 pub const PINNED_AT: usize = 768;
 
-/// The dispatcher's plan on this device.
-pub fn auto(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
-    g(GemmPlan::auto(shape, g(gpu.multiprocessors())?))
+/// The tests' default plan on this device (`verify::gemm_default`).
+pub fn default_plan(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
+    g(verify::gemm_default::default_plan(shape, g(gpu.multiprocessors())?))
 }
 
 /// Runs `gemm` on `x` and `w` into a new output poisoned with NaN, and returns the output.

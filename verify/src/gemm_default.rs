@@ -1,0 +1,41 @@
+//! The GEMM plan the GEMM checks (`gpu_gemm`) and `asynct-bench --gemm` take where they do not
+//! force a path: the skinny kernel up to [`SKINNY_MAX_M`] rows, cuBLASLt's own per-`M` choice
+//! ([`GemmPlan::cublaslt`]) beyond. The model plans its GEMMs by lane instead (decode rows, chunk
+//! rows, logit rows: `model::gpu_backend::linear`), so this policy is test machinery and lives
+//! here, beside its users, rather than in `gpu`.
+
+use gpu::gemm::{GemmPlan, GemmShape, SKINNY_MAX_M};
+
+/// The skinny kernel (its rows per CTA picked for `sms` SMs) up to [`SKINNY_MAX_M`] rows,
+/// [`GemmPlan::cublaslt`] beyond.
+pub fn default_plan(shape: GemmShape, sms: usize) -> gpu::Result<GemmPlan> {
+    if shape.m <= SKINNY_MAX_M {
+        GemmPlan::skinny(shape, sms)
+    } else {
+        GemmPlan::cublaslt(shape)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu::gemm::GemmPath;
+
+    const H200_SMS: usize = 132;
+
+    #[test]
+    fn up_to_64_rows_go_to_the_skinny_kernel_and_wider_to_cublaslt() {
+        let shape = |m| GemmShape { m, n: 2048, k: 1024 };
+        for m in [1, 2, 3, 8, 9, 17, 32, 33, 64] {
+            let plan = default_plan(shape(m), H200_SMS).unwrap();
+            let GemmPath::Skinny(tile) = &plan.path else { panic!("M {m}: {} is not skinny", plan.name()) };
+            assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
+            assert_eq!(plan, GemmPlan::skinny(shape(m), H200_SMS).unwrap());
+        }
+        for m in [65, 128, 512, 100_000] {
+            let plan = default_plan(shape(m), H200_SMS).unwrap();
+            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m, pinned: false });
+            assert_eq!(plan.name(), "cublaslt");
+        }
+    }
+}
