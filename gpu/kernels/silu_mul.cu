@@ -5,9 +5,10 @@
 //
 // Buffers: gate_up bf16 [tokens, 2 I], each row the output of one GEMM against the gate/up weight
 // in its interleaved layout (gpu::gemm::layout): elements 16 i + j are gate channel 8 i + j and
-// elements 16 i + 8 + j up channel 8 i + j, j < 8; out bf16 [tokens, I]. One thread per 8
-// consecutive output channels (16-byte accesses: its 8 gates, then its 8 ups), grid-stride;
-// I % 8 == 0 keeps a vector inside one row. No shared memory.
+// elements 16 i + 8 + j up channel 8 i + j, j < 8; out bf16 [tokens, I]. Items are 8 consecutive
+// output channels (16-byte accesses: their 8 gates, then their 8 ups; I % 8 == 0) of ROW_TILE
+// tokens (RowTiles in ops_common.cuh: every token's loads issued before the first store),
+// grid-stride. No shared memory.
 // The skinny GEMM's SiluMul epilogue (gemm_skinny.cu) computes the same product with the same
 // silu_product, so the fused decode rows and these prefill rows give the same bits.
 // Assumes (checked by gpu::ops::silu_mul): shapes as above, 16-byte aligned buffers.
@@ -18,26 +19,39 @@ __device__ __forceinline__ float silu_product(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+// Rows a thread takes at one column (RowTiles); gpu::ops passes the same to row_tiles.
+#define ROW_TILE 4
+
 extern "C" __global__ void silu_mul(
     const bf16* __restrict__ gate_up,
     bf16* __restrict__ out,
-    long long num_vecs,
+    int tokens,
     int inter)
 {
     pdl_begin();
-    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
-         v += (long long)gridDim.x * blockDim.x) {
-        const long long e = v * 8;
-        const long long t = e / inter;
-        const long long c0 = e % inter;
-        const bf16* pair = gate_up + t * 2 * inter + 2 * c0;
-        float g[8], u[8];
-        load8(pair, g);
-        load8(pair + 8, u);
+    const RowTiles<ROW_TILE> tiles = {tokens, inter / 8};
+    for (int i = first_item(); i < tiles.count(); i += item_stride()) {
+        const int c0 = tiles.col(i) * 8, r0 = tiles.row0(i), live = tiles.live(r0);
+        const bf16* pair = gate_up + (long long)r0 * 2 * inter + 2 * c0;
+        uint4 gr[ROW_TILE], ur[ROW_TILE];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            g[k] = silu_product(g[k], u[k]);
+        for (int t = 0; t < ROW_TILE; ++t) {
+            if (t < live) {
+                gr[t] = *reinterpret_cast<const uint4*>(pair + (long long)t * 2 * inter);
+                ur[t] = *reinterpret_cast<const uint4*>(pair + (long long)t * 2 * inter + 8);
+            }
         }
-        store8(out + e, g);
+#pragma unroll
+        for (int t = 0; t < ROW_TILE; ++t) {
+            if (t >= live) break;
+            float g[8], u[8];
+            load8_raw(gr[t], g);
+            load8_raw(ur[t], u);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                g[k] = silu_product(g[k], u[k]);
+            }
+            store8(out + ((long long)r0 + t) * inter + c0, g);
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
+use super::{as_i32, check_aligned, check_len, row_tiles, unsupported, ROW_TILE};
 use crate::error::Result;
 use crate::kernels::SILU_MUL;
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -56,10 +56,9 @@ impl SiluMul {
             return Ok(());
         }
         let inter = as_i32(ENTRY, "intermediate", intermediate)?;
-        let num_vecs = (out.len() / 8) as i64;
-        let cfg = elementwise_config(num_vecs as u64);
+        let (cfg, tokens) = row_tiles(ENTRY, tokens, intermediate / 8, ROW_TILE)?;
         let mut b = Launch::new(&self.stream, &self.func);
-        b.arg(gate_up).arg(out).arg(&num_vecs).arg(&inter);
+        b.arg(gate_up).arg(out).arg(&tokens).arg(&inter);
         // SAFETY: the arguments match `silu_mul` in silu_mul.cu; sizes and alignment checked above.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
         Ok(())
