@@ -18,6 +18,9 @@ for line in sys.stdin:
         shutil.copy(m["executable"], "device-bin/" + m["target"]["name"])
         print("test binary:", m["target"]["name"])
 '
+# OLD_BIN=path: an `asynct` built from an earlier commit, carried as device-bin/asynct-old for
+# before/after runs in one call (device-run.sh's chunks variant "old", PREFILL_BINS).
+[ -n "${OLD_BIN:-}" ] && cp "$OLD_BIN" device-bin/asynct-old
 strip device-bin/*
 # The prefill anchor (issue 18) for device-run.sh's chunks stage, beside the binaries.
 [ -f ../shared/anchors/torch_prefill_anchor.py ] && cp ../shared/anchors/torch_prefill_anchor.py device-bin/

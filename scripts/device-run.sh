@@ -6,7 +6,8 @@
 # (.whl holds FlashInfer's wheels for the attention anchor, from scripts/anchor-wheels.sh; without it
 # the anchor times SDPA alone.)
 # Stages (any subset, in this order):
-#   tests     the GPU test binaries (every GPU path and op against the f64 oracle)
+#   tests     the GPU test binaries (every GPU path and op against the f64 oracle); TESTS names a
+#             subset (e.g. "gpu_ops gpu_gemm"), default every one
 #   sanitize  compute-sanitizer memcheck and racecheck on a few cases of each path
 #   fuzz      asynct-verify fuzz with the GPU paths for FUZZ_MINUTES (default 2), seed FUZZ_SEED,
 #             failing if a path ran fewer than FUZZ_MIN_CASES cases (default 0); each failure is
@@ -41,9 +42,16 @@
 #             bench` of CHUNK_SCENARIOS (default prefill_heavy_b16) once per setting of
 #             CHUNK_VARIANTS (default "fused unfused fused unfused"): fused sets
 #             ASYNCT_CHUNK_FUSION=qkv,peri_ln,silu (the WGMMA GEMM's epilogues on sm_90), unfused
-#             leaves the default (chunk rows through cuBLASLt and separate ops); each to
-#             bench-chunks-VARIANT-N.json/log
+#             leaves the default (chunk rows through cuBLASLt and separate ops), old runs the
+#             default on device-bin/asynct-old (an earlier build, from OLD_BIN in
+#             scripts/device-build.sh); each to bench-chunks-VARIANT-N.json/log
 #             and a line of prefill tok/s per run to chunks-summary.txt
+#   prefill   where prefill_heavy_b16's full-budget prefill steps go (issue 18): ncu of its first
+#             PREFILL_STEPS engine steps (default 4) on each binary of PREFILL_BINS (default
+#             "asynct"; add asynct-old for before/after), through scripts/step_profile.py (each
+#             kernel family's share, prefill-profile-BIN.txt/json); then, unless PREFILL_FULL=0,
+#             ncu's full section set on one launch of the WGMMA prefill attention in the last
+#             profiled step (ncu-prefill-attention.txt: stall reasons, pipes, memory)
 #   start     issue 16's fast start: `asynct serve` of asynct-0.5b (carry ".qwen3") timed from launch to
 #             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
 #             log shows "compiling kernel N of M"), again with the cache that start filled (the goal:
@@ -141,7 +149,9 @@ echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,drive
 for stage in "$@"; do
   case "$stage" in
     tests)
-      for t in $B/gpu_*; do
+      tests=(); for t in ${TESTS:-}; do tests+=("$B/$t"); done
+      [ ${#tests[@]} = 0 ] && tests=($B/gpu_*)
+      for t in "${tests[@]}"; do
         "$t" 2>&1 | tee "$OUT/$(basename "$t").log" || status=1
       done ;;
     sanitize)
@@ -299,7 +309,8 @@ PY
       for v in ${CHUNK_VARIANTS:-fused unfused fused unfused}; do
         i=$((i + 1))
         fuse=(); [ "$v" = fused ] && fuse=(ASYNCT_CHUNK_FUSION=qkv,peri_ln,silu)
-        env "${fuse[@]}" $B/asynct bench --model $M "${scenarios[@]}" --out "$OUT/bench-chunks-$v-$i.json" \
+        bin=asynct; [ "$v" = old ] && bin=asynct-old
+        env "${fuse[@]}" $B/$bin bench --model $M "${scenarios[@]}" --out "$OUT/bench-chunks-$v-$i.json" \
           > "$OUT/bench-chunks-$v-$i.log" 2>&1 || { status=1; tail -n 20 "$OUT/bench-chunks-$v-$i.log"; }
         python3 - "$OUT/bench-chunks-$v-$i.json" "$v" <<'PY' 2>&1 | tee -a "$OUT/chunks-summary.txt"
 import json, sys
@@ -307,6 +318,27 @@ for s in json.load(open(sys.argv[1]))["scenarios"]:
     print(f"{sys.argv[2]:>8} {s['name']:<18} prefill {s['prefill_tok_s']:>10.0f} tok/s, wall {s['wall_s']:.2f} s")
 PY
       done ;;
+    prefill)
+      half_billion prefill
+      steps=${PREFILL_STEPS:-4}
+      for bin in ${PREFILL_BINS:-asynct}; do
+        # Only the scenario's first $steps engine steps run between cuProfilerStart and Stop
+        # (--profile-steps); each kernel of a graph replay is its own result.
+        ncu --csv --log-file "$OUT/ncu-prefill-$bin.csv" --profile-from-start off --graph-profiling node \
+          --metrics gpu__time_duration.sum --print-units base --clock-control none --cache-control none \
+          $B/$bin bench --model $M --scenario prefill_heavy_b16 --output-len 2 --profile-steps $steps \
+          > "$OUT/ncu-prefill-$bin.log" 2>&1 || status=1
+        python3 scripts/step_profile.py "$OUT/ncu-prefill-$bin.csv" --steps $steps \
+          --json "$OUT/prefill-profile-$bin.json" 2>&1 | tee "$OUT/prefill-profile-$bin.txt" || status=1
+      done
+      if [ "${PREFILL_FULL:-1}" = 1 ]; then
+        # One attention launch per layer and step: skip to the last step's first layer.
+        ncu --set full --profile-from-start off --graph-profiling node --kernel-name regex:hp1_prefill_wgmma \
+          --launch-skip $(( (steps - 1) * 35 )) --launch-count 1 \
+          $B/asynct bench --model $M --scenario prefill_heavy_b16 --output-len 2 --profile-steps $steps \
+          2>&1 | grep -v "^==PROF==" > "$OUT/ncu-prefill-attention.txt" || status=1
+        tail -n 60 "$OUT/ncu-prefill-attention.txt"
+      fi ;;
     start)
       half_billion start
       # A cache of this stage's own, emptied, so the first start compiles every kernel.
