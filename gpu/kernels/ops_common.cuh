@@ -68,28 +68,6 @@ __device__ __forceinline__ void store8(bf16* p, const float in[8]) {
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Row tiles: the elementwise kernels walk [rows, cols] work items (cols = the items of one row,
-// e.g. its 16-byte vectors) TILE rows of one column at a time. A thread then reads its column's
-// parameters (norms, channel offsets) once for TILE rows, has every row's loads in flight before
-// its first store, and finds its row and column with one 32-bit division per tile instead of a
-// 64-bit one per vector (RESULTS run 88: one vector a thread ran the Peri-LN pass at 2.5 TB/s).
-// Consecutive threads take consecutive columns of one tile, so each row's accesses stay
-// coalesced. The host (gpu::ops::row_tiles, with the same TILE) checks that tiles * cols plus the
-// grid's threads fit an int. Usage: for (int i = first_item(); i < tiles.count(); i +=
-// item_stride()) { ... }
-template <int TILE>
-struct RowTiles {
-    int rows, cols;
-    __device__ __forceinline__ int count() const { return (rows + TILE - 1) / TILE * cols; }
-    __device__ __forceinline__ int col(int i) const { return i % cols; }
-    __device__ __forceinline__ int row0(int i) const { return i / cols * TILE; }
-    // Rows of the tile at row0 that exist (1 .. TILE).
-    __device__ __forceinline__ int live(int row0) const { return min(TILE, rows - row0); }
-};
-
-__device__ __forceinline__ int first_item() { return blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ int item_stride() { return gridDim.x * blockDim.x; }
-
 // One UClipNorm's parameters as the kernels receive them (strides 0 or 1, see above).
 struct UClip {
     const float* alpha;

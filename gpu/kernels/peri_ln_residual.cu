@@ -15,14 +15,10 @@
 // uclipnorm: y = bf16(norm(x)): the first layer's input_layernorm and the final norm.
 //
 // Buffers: a, x, x_out, h_out, y: bf16 [tokens, hidden]; norm parameters f32 over hidden
-// (ops_common.cuh), read 8 channels at a time (UClip8). Items are 8 consecutive channels (16-byte
-// accesses; hidden % 8 == 0) of ROW_TILE rows (RowTiles in ops_common.cuh: the parameters read
-// once for the tile, every row's loads issued before the first store), grid-stride. No shared
-// memory.
+// (ops_common.cuh), read 8 channels at a time (UClip8). One thread per 8 consecutive elements
+// (16-byte accesses) of the flattened tensor, grid-stride; hidden % 8 == 0 keeps each vector
+// inside one row. No shared memory.
 // Assumes (checked by gpu::ops::norm): shapes as above, 16-byte aligned buffers.
-
-// Rows a thread takes at one column (RowTiles); gpu::ops passes the same to row_tiles.
-#define ROW_TILE 4
 
 extern "C" __global__ void peri_ln_residual(
     const bf16* __restrict__ a,
@@ -35,7 +31,7 @@ extern "C" __global__ void peri_ln_residual(
     const float* before_bias, int before_bias_stride,
     bf16* __restrict__ x_out,
     bf16* __restrict__ h_out,
-    int rows,
+    long long num_vecs,
     int hidden)
 {
     pdl_begin();
@@ -43,34 +39,22 @@ extern "C" __global__ void peri_ln_residual(
                          after_alpha_stride, after_weight_stride, after_bias_stride};
     const UClip before = {before_alpha, before_weight, before_bias,
                           before_alpha_stride, before_weight_stride, before_bias_stride};
-    const RowTiles<ROW_TILE> tiles = {rows, hidden / 8};
-    for (int i = first_item(); i < tiles.count(); i += item_stride()) {
-        const int c0 = tiles.col(i) * 8, r0 = tiles.row0(i), live = tiles.live(r0);
-        const long long e0 = (long long)r0 * hidden + c0;
-        uint4 ar[ROW_TILE], xr[ROW_TILE];
-#pragma unroll
-        for (int t = 0; t < ROW_TILE; ++t) {
-            if (t < live) {
-                ar[t] = *reinterpret_cast<const uint4*>(a + e0 + (long long)t * hidden);
-                xr[t] = *reinterpret_cast<const uint4*>(x + e0 + (long long)t * hidden);
-            }
-        }
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
+         v += (long long)gridDim.x * blockDim.x) {
+        const long long e = v * 8;
+        const int c0 = (int)(e % hidden);
+        float av[8], xv[8], hv[8];
+        load8(a + e, av);
+        load8(x + e, xv);
         const UClip8 after8(after, c0), before8(before, c0);
 #pragma unroll
-        for (int t = 0; t < ROW_TILE; ++t) {
-            if (t >= live) break;
-            float av[8], xv[8], hv[8];
-            load8_raw(ar[t], av);
-            load8_raw(xr[t], xv);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float n = round_bf16(after8(k, av[k]));
-                xv[k] = round_bf16(xv[k] + n);
-                hv[k] = before8(k, xv[k]);
-            }
-            store8(x_out + e0 + (long long)t * hidden, xv);
-            store8(h_out + e0 + (long long)t * hidden, hv);
+        for (int k = 0; k < 8; ++k) {
+            const float n = round_bf16(after8(k, av[k]));
+            xv[k] = round_bf16(xv[k] + n);
+            hv[k] = before8(k, xv[k]);
         }
+        store8(x_out + e, xv);
+        store8(h_out + e, hv);
     }
 }
 
@@ -80,31 +64,22 @@ extern "C" __global__ void uclipnorm(
     const float* weight, int weight_stride,
     const float* bias, int bias_stride,
     bf16* __restrict__ y,
-    int rows,
+    long long num_vecs,
     int hidden)
 {
     pdl_begin();
     const UClip norm = {alpha, weight, bias, alpha_stride, weight_stride, bias_stride};
-    const RowTiles<ROW_TILE> tiles = {rows, hidden / 8};
-    for (int i = first_item(); i < tiles.count(); i += item_stride()) {
-        const int c0 = tiles.col(i) * 8, r0 = tiles.row0(i), live = tiles.live(r0);
-        const long long e0 = (long long)r0 * hidden + c0;
-        uint4 xr[ROW_TILE];
-#pragma unroll
-        for (int t = 0; t < ROW_TILE; ++t) {
-            if (t < live) xr[t] = *reinterpret_cast<const uint4*>(x + e0 + (long long)t * hidden);
-        }
+    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
+         v += (long long)gridDim.x * blockDim.x) {
+        const long long e = v * 8;
+        const int c0 = (int)(e % hidden);
+        float xv[8];
+        load8(x + e, xv);
         const UClip8 norm8(norm, c0);
 #pragma unroll
-        for (int t = 0; t < ROW_TILE; ++t) {
-            if (t >= live) break;
-            float xv[8];
-            load8_raw(xr[t], xv);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                xv[k] = norm8(k, xv[k]);
-            }
-            store8(y + e0 + (long long)t * hidden, xv);
+        for (int k = 0; k < 8; ++k) {
+            xv[k] = norm8(k, xv[k]);
         }
+        store8(y + e, xv);
     }
 }

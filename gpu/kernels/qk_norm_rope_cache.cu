@@ -29,11 +29,10 @@
 //   key_cache, value_cache  [num_slots = num_blocks * block_size, Hkv, D] (the vLLM flash layout)
 //   fault        ops_common.cuh
 //
-// Work: the items of a token are its (q or k head, 8-pair chunk)s, then its (v head, 8-channel
-// chunk)s; a thread takes one item of TOKEN_TILE consecutive tokens (RowTiles in ops_common.cuh: the
-// item's norm parameters read once, every token's loads issued before the first store),
-// grid-stride. Pair chunk p loads its 8 first-half channels and their 8 partners, 32 contiguous
-// bytes, and D must be a multiple of 16. Every access is 16 bytes. No shared memory.
+// Work: one thread per (token, q or k head, 8-pair chunk) and per (token, v head, 8-channel
+// chunk), in a grid-stride loop; pair chunk p loads its 8 first-half channels and their 8
+// partners, 32 contiguous bytes, and D must be a multiple of 16. Every access is 16 bytes. No
+// shared memory.
 //
 // Assumes (checked by gpu::ops::qk_norm_rope): D % 16 == 0, 16-byte aligned buffers, sizes as
 // above. A position outside [0, max_pos) is clamped into the table and a slot at or past
@@ -46,10 +45,6 @@ __device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, 
     lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
     hi = __fmaf_rn(a, s, __fmul_rn(b, c));
 }
-
-// Tokens a thread takes at one item (RowTiles; gpu::ops passes the same to row_tiles): 2, where 4
-// needed 168 registers (one CTA an SM).
-#define TOKEN_TILE 2
 
 extern "C" __global__ void qk_norm_rope_cache(
     const bf16* __restrict__ qkv,
@@ -82,85 +77,60 @@ extern "C" __global__ void qk_norm_rope_cache(
     const int pair_chunks = half / 8;
     const int v_chunks = head_dim / 8;
     const int qk_items = (num_heads + num_kv_heads) * pair_chunks;
-    const RowTiles<TOKEN_TILE> tiles = {tokens, qk_items + num_kv_heads * v_chunks};
+    const int per_token = qk_items + num_kv_heads * v_chunks;
     const long long row = (long long)(num_heads + 2 * num_kv_heads) * head_dim;
+    const long long total = (long long)tokens * per_token;
 
-    for (int i = first_item(); i < tiles.count(); i += item_stride()) {
-        const int r = tiles.col(i), t0 = tiles.row0(i), live = tiles.live(t0);
-        int pos[TOKEN_TILE];
-        long long slot[TOKEN_TILE];
-        bool write_kv[TOKEN_TILE];
-#pragma unroll
-        for (int u = 0; u < TOKEN_TILE; ++u) {
-            pos[u] = 0;
-            slot[u] = -1;
-            write_kv[u] = false;
-            if (u >= live) continue;
-            const int p = positions[t0 + u];
-            slot[u] = slot_mapping[t0 + u];
-            if (r == 0) {
-                if (p < 0 || p >= max_pos) record_fault(fault, FAULT_POSITION, (unsigned)p);
-                if (slot[u] >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot[u]);
-            }
-            pos[u] = p < 0 ? 0 : (p >= max_pos ? max_pos - 1 : p);
-            write_kv[u] = slot[u] >= 0 && slot[u] < num_slots;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int t = (int)(i / per_token);
+        const int r = (int)(i % per_token);
+        int pos = positions[t];
+        const long long slot = slot_mapping[t];
+        const bool pos_ok = pos >= 0 && pos < max_pos;
+        const bool write_kv = slot >= 0 && slot < num_slots;
+        if (r == 0) {
+            if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
+            if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
         }
-        const bf16* src = qkv + (long long)t0 * row;
+        pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+        const bf16* src = qkv + t * row;
 
         if (r < qk_items) {
             const int head = r / pair_chunks;  // q heads 0..Hq, then k heads
             const int j0 = (r % pair_chunks) * 8;
             const bool is_q = head < num_heads;
-            const bf16* x = src + (long long)head * head_dim + 2 * j0;
-            uint4 lo_raw[TOKEN_TILE], hi_raw[TOKEN_TILE];
-#pragma unroll
-            for (int u = 0; u < TOKEN_TILE; ++u) {
-                if (u < live && (is_q || write_kv[u])) {
-                    lo_raw[u] = *reinterpret_cast<const uint4*>(x + u * row);
-                    hi_raw[u] = *reinterpret_cast<const uint4*>(x + u * row + 8);
-                }
-            }
+            if (!is_q && !write_kv) continue;
             const UClip norm = is_q ? q_norm : k_norm;
+            const bf16* x = src + (long long)head * head_dim;
+            float lo[8], hi[8];
+            load8(x + 2 * j0, lo);
+            load8(x + 2 * j0 + 8, hi);
+            const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
+            const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
+            const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
+            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
             const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
 #pragma unroll
-            for (int u = 0; u < TOKEN_TILE; ++u) {
-                if (u >= live || (!is_q && !write_kv[u])) continue;
-                float lo[8], hi[8];
-                load8_raw(lo_raw[u], lo);
-                load8_raw(hi_raw[u], hi);
-                const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos[u] * head_dim + j0);
-                const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos[u] * head_dim + half + j0);
-                const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
-                const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-                const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-#pragma unroll
-                for (int k = 0; k < 8; ++k) {
-                    const float a = norm_lo(k, lo[k]);
-                    const float b = norm_hi(k, hi[k]);
-                    rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
-                }
-                const long long t = t0 + u;
-                bf16* dst = is_q
-                    ? q_out + (t * num_heads + head) * head_dim
-                    : key_cache + (slot[u] * num_kv_heads + (head - num_heads)) * head_dim;
-                store8(dst + j0, lo);
-                store8(dst + half + j0, hi);
+            for (int k = 0; k < 8; ++k) {
+                const float a = norm_lo(k, lo[k]);
+                const float b = norm_hi(k, hi[k]);
+                rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
             }
+            bf16* dst = is_q
+                ? q_out + ((long long)t * num_heads + head) * head_dim
+                : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+            store8(dst + j0, lo);
+            store8(dst + half + j0, hi);
         } else {
+            if (!write_kv) continue;
             const int rv = r - qk_items;
             const int g = rv / v_chunks;
             const int c0 = (rv % v_chunks) * 8;
             const bf16* v = src + (long long)(num_heads + num_kv_heads + g) * head_dim + c0;
-            uint4 raw[TOKEN_TILE];
-#pragma unroll
-            for (int u = 0; u < TOKEN_TILE; ++u) {
-                if (u < live && write_kv[u]) raw[u] = *reinterpret_cast<const uint4*>(v + u * row);
-            }
-#pragma unroll
-            for (int u = 0; u < TOKEN_TILE; ++u) {
-                if (!write_kv[u]) continue;
-                *reinterpret_cast<uint4*>(value_cache + (slot[u] * num_kv_heads + g) * head_dim + c0) = raw[u];
-            }
+            bf16* dst = value_cache + (slot * num_kv_heads + g) * head_dim + c0;
+            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
         }
     }
 }

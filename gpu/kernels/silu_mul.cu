@@ -7,7 +7,7 @@
 // in its interleaved layout (gpu::gemm::layout): elements 16 i + j are gate channel 8 i + j and
 // elements 16 i + 8 + j up channel 8 i + j, j < 8; out bf16 [tokens, I]. Items are 8 consecutive
 // output channels (16-byte accesses: their 8 gates, then their 8 ups; I % 8 == 0) of ROW_TILE
-// tokens (RowTiles in ops_common.cuh: every token's loads issued before the first store),
+// tokens (RowTiles below: every token's loads issued before the first store),
 // grid-stride. No shared memory.
 // The skinny GEMM's SiluMul epilogue (gemm_skinny.cu) computes the same product with the same
 // silu_product, so the fused decode rows and these prefill rows give the same bits.
@@ -19,8 +19,23 @@ __device__ __forceinline__ float silu_product(float g, float u) {
     return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
-// Rows a thread takes at one column (RowTiles); gpu::ops passes the same to row_tiles.
+// Row tiles: the kernel walks [tokens, I / 8] items ROW_TILE tokens of one column at a time, so
+// a thread has every token's loads in flight before its first store and finds its token and
+// column with one 32-bit division per tile instead of a 64-bit one per vector; consecutive threads
+// take consecutive columns, so each row's accesses stay coalesced. RESULTS run 99: 42.8 -> 40.4 us
+// on an 8,192-row prefill step. (The same walk made qk_norm_rope_cache slower, 29.6 -> 34.4 us, and
+// left peri_ln_residual even, so they keep one vector a thread.) The host (gpu::ops::silu_mul,
+// with the same ROW_TILE) checks that tiles * columns plus the grid's threads fit an int.
 #define ROW_TILE 4
+
+struct RowTiles {
+    int rows, cols;
+    __device__ __forceinline__ int count() const { return (rows + ROW_TILE - 1) / ROW_TILE * cols; }
+    __device__ __forceinline__ int col(int i) const { return i % cols; }
+    __device__ __forceinline__ int row0(int i) const { return i / cols * ROW_TILE; }
+    // Rows of the tile at row0 that exist (1 .. ROW_TILE).
+    __device__ __forceinline__ int live(int row0) const { return min(ROW_TILE, rows - row0); }
+};
 
 extern "C" __global__ void silu_mul(
     const bf16* __restrict__ gate_up,
@@ -29,8 +44,8 @@ extern "C" __global__ void silu_mul(
     int inter)
 {
     pdl_begin();
-    const RowTiles<ROW_TILE> tiles = {tokens, inter / 8};
-    for (int i = first_item(); i < tiles.count(); i += item_stride()) {
+    const RowTiles tiles = {tokens, inter / 8};
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < tiles.count(); i += gridDim.x * blockDim.x) {
         const int c0 = tiles.col(i) * 8, r0 = tiles.row0(i), live = tiles.live(r0);
         const bf16* pair = gate_up + (long long)r0 * 2 * inter + 2 * c0;
         uint4 gr[ROW_TILE], ur[ROW_TILE];

@@ -47,26 +47,6 @@ fn elementwise_config(items: u64) -> LaunchConfig {
     LaunchConfig { grid_dim: (ctas as u32, 1, 1), block_dim: (ELEMENTWISE_THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// Rows a thread takes at one column in `peri_ln_residual.cu` and `silu_mul.cu` (`ROW_TILE`).
-const ROW_TILE: u64 = 4;
-
-/// Tokens a thread takes at one item in `qk_norm_rope_cache.cu` (`TOKEN_TILE`).
-const TOKEN_TILE: u64 = 2;
-
-/// The launch of a row-tiled elementwise kernel (`RowTiles` in ops_common.cuh) over `rows` rows
-/// of `cols` items each (both at least one), `tile` rows a thread, with `rows` as the kernel's
-/// int. The kernel counts items, and steps by the grid's threads, in an int: an error names the
-/// entry where that would overflow.
-fn row_tiles(entry: &str, rows: usize, cols: usize, tile: u64) -> Result<(LaunchConfig, i32)> {
-    let items = (rows as u64).div_ceil(tile).saturating_mul(cols as u64);
-    let cfg = elementwise_config(items);
-    let threads = u64::from(cfg.grid_dim.0) * u64::from(cfg.block_dim.0);
-    if items.saturating_add(threads) > i32::MAX as u64 {
-        return Err(unsupported(entry, format!("{rows} rows of {cols} items do not fit the kernel's int indices")));
-    }
-    Ok((cfg, as_i32(entry, "rows", rows)?))
-}
-
 /// Fails unless buffer `what` holds exactly `want` elements.
 fn check_len(entry: &str, what: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
@@ -93,22 +73,6 @@ mod tests {
             assert!((1..=MAX_ELEMENTWISE_CTAS).contains(&ctas), "{items}: {ctas} CTAs");
             assert!(ctas * threads >= items || ctas == MAX_ELEMENTWISE_CTAS, "{items}: {ctas} x {threads}");
         }
-    }
-
-    #[test]
-    fn row_tiles_cover_every_tile_and_refuse_what_overflows_an_int() {
-        for (rows, cols) in [(1usize, 1usize), (3, 128), (4, 128), (5, 128), (8448, 384), (100_000, 160)] {
-            let (cfg, r) = row_tiles("k", rows, cols, ROW_TILE).unwrap();
-            let tiles = (rows as u64).div_ceil(ROW_TILE) * cols as u64;
-            let threads = u64::from(cfg.grid_dim.0) * u64::from(cfg.block_dim.0);
-            assert!(threads >= tiles || cfg.grid_dim.0 as u64 == MAX_ELEMENTWISE_CTAS, "{rows} x {cols}");
-            assert_eq!(r as usize, rows);
-        }
-        let e = row_tiles("peri_ln_residual", 1 << 30, 128, ROW_TILE).unwrap_err().to_string();
-        assert!(e.contains("peri_ln_residual") && e.contains("1073741824 rows of 128"), "{e}");
-        assert!(row_tiles("k", 1 << 31, 1, ROW_TILE).is_err());
-        assert!(row_tiles("k", 1 << 29, 8, TOKEN_TILE).is_err());
-        assert!(row_tiles("k", 1 << 28, 8, TOKEN_TILE).is_ok());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::{as_i32, check_aligned, check_len, row_tiles, unsupported, ROW_TILE};
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
 use crate::kernels::PERI_LN_RESIDUAL;
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -142,13 +142,13 @@ impl PeriLn {
         if num_vecs == 0 {
             return Ok(());
         }
-        let (cfg, rows) = row_tiles(ENTRY, a.len() / hidden, hidden / 8, ROW_TILE)?;
         let hidden = as_i32(ENTRY, "hidden", hidden)?;
+        let cfg = elementwise_config(num_vecs as u64);
         let mut b = Launch::new(&self.stream, &self.fused);
         b.arg(a).arg(x);
         after.push(&mut b);
         before.push(&mut b);
-        b.arg(x_out).arg(h_out).arg(&rows).arg(&hidden);
+        b.arg(x_out).arg(h_out).arg(&num_vecs).arg(&hidden);
         // SAFETY: the arguments match the kernel's signature in peri_ln_residual.cu, and every
         // buffer's size and alignment was checked above against the elements the kernel touches.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
@@ -167,12 +167,12 @@ impl PeriLn {
         if num_vecs == 0 {
             return Ok(());
         }
-        let (cfg, rows) = row_tiles(ENTRY, x.len() / hidden, hidden / 8, ROW_TILE)?;
         let hidden = as_i32(ENTRY, "hidden", hidden)?;
+        let cfg = elementwise_config(num_vecs as u64);
         let mut b = Launch::new(&self.stream, &self.plain);
         b.arg(x);
         norm.push(&mut b);
-        b.arg(y).arg(&rows).arg(&hidden);
+        b.arg(y).arg(&num_vecs).arg(&hidden);
         // SAFETY: as in `residual`: signature matched, sizes and alignment checked.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
         Ok(())

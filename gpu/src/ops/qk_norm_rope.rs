@@ -14,7 +14,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::{as_i32, check_aligned, check_len, row_tiles, unsupported, Faults, RopeTable, UClipNormParams, TOKEN_TILE};
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults, RopeTable, UClipNormParams};
 use crate::error::Result;
 use crate::kernels::QK_NORM_ROPE_CACHE;
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -180,7 +180,8 @@ impl QkNormRopeCache {
         }
         let per_token = (num_heads + num_kv_heads) * head_dim / 16 + num_kv_heads * head_dim / 8;
         let [max_pos, heads_i, kv_heads_i, head_dim_i] = self.heads.ints(ENTRY, &self.rope)?;
-        let (cfg, tokens_i) = row_tiles(ENTRY, tokens, per_token, TOKEN_TILE)?;
+        let tokens_i = as_i32(ENTRY, "tokens", tokens)?;
+        let cfg = elementwise_config((tokens * per_token) as u64);
         let mut b = Launch::new(&self.stream, &self.func);
         b.arg(&inputs.qkv).arg(&inputs.positions).arg(&inputs.slot_mapping).arg(self.rope.table()).arg(&max_pos);
         q_norm.push(&mut b);

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::{as_i32, check_aligned, check_len, row_tiles, unsupported, ROW_TILE};
+use cudarc::driver::LaunchConfig;
+
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
 use crate::kernels::SILU_MUL;
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -56,11 +58,49 @@ impl SiluMul {
             return Ok(());
         }
         let inter = as_i32(ENTRY, "intermediate", intermediate)?;
-        let (cfg, tokens) = row_tiles(ENTRY, tokens, intermediate / 8, ROW_TILE)?;
+        let (cfg, tokens) = row_tiles(ENTRY, tokens, intermediate / 8)?;
         let mut b = Launch::new(&self.stream, &self.func);
         b.arg(gate_up).arg(out).arg(&tokens).arg(&inter);
         // SAFETY: the arguments match `silu_mul` in silu_mul.cu; sizes and alignment checked above.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
         Ok(())
+    }
+}
+
+/// Rows a thread takes at one column in `silu_mul.cu` (`ROW_TILE`).
+const ROW_TILE: u64 = 4;
+
+/// The launch of `silu_mul.cu`'s row tiles over `rows` rows of `cols` items each (both at least
+/// one), with `rows` as the kernel's int. The kernel counts items, and steps by the grid's
+/// threads, in an int: an error names the entry where that would overflow.
+fn row_tiles(entry: &str, rows: usize, cols: usize) -> Result<(LaunchConfig, i32)> {
+    let items = (rows as u64).div_ceil(ROW_TILE).saturating_mul(cols as u64);
+    let cfg = elementwise_config(items);
+    let threads = u64::from(cfg.grid_dim.0) * u64::from(cfg.block_dim.0);
+    if items.saturating_add(threads) > i32::MAX as u64 {
+        return Err(unsupported(entry, format!("{rows} rows of {cols} items do not fit the kernel's int indices")));
+    }
+    Ok((cfg, as_i32(entry, "rows", rows)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MAX_ELEMENTWISE_CTAS;
+    use super::*;
+
+    #[test]
+    fn row_tiles_cover_every_tile_and_refuse_what_overflows_an_int() {
+        for (rows, cols) in [(1usize, 1usize), (3, 128), (4, 128), (5, 128), (8448, 384), (100_000, 160)] {
+            let (cfg, r) = row_tiles("k", rows, cols).unwrap();
+            let tiles = (rows as u64).div_ceil(ROW_TILE) * cols as u64;
+            let threads = u64::from(cfg.grid_dim.0) * u64::from(cfg.block_dim.0);
+            assert!(threads >= tiles || cfg.grid_dim.0 as u64 == MAX_ELEMENTWISE_CTAS, "{rows} x {cols}");
+            assert_eq!(r as usize, rows);
+        }
+        let e = row_tiles("silu_mul", 1 << 30, 128).unwrap_err().to_string();
+        assert!(e.contains("silu_mul") && e.contains("1073741824 rows of 128"), "{e}");
+        assert!(row_tiles("k", 1 << 31, 1).is_err());
+        assert!(row_tiles("k", 1 << 30, 8).is_err());
+        assert!(row_tiles("k", 1 << 29, 8).is_ok());
     }
 }
