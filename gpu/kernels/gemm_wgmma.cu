@@ -81,10 +81,9 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory");
 }
 
-template <int CLUSTER, class Epi>
+template <class Epi>
 __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::TensorMap* mw, int m, int n, int k,
                                      const Epi& epi) {
-  static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or a pair sharing the W tile");
   unsigned char* raw = tc::dynamic_smem();
   const unsigned raw_addr = tc::smem_addr(raw);
   const unsigned ring = (raw_addr + 1023u) & ~1023u;  // the swizzle's atoms are 1024-byte aligned
@@ -95,19 +94,15 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   const long long row0 = (long long)blockIdx.y * BM;
   const int blocks = k / BK;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const unsigned rank = CLUSTER > 1 ? tma::cluster_rank() : 0u;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tma::mbar_init(full0 + 8 * s, 1);
-      // A stage's W arrives from every CTA of the cluster, so every CTA's consumers release it.
-      tma::mbar_init(empty0 + 8 * s, CLUSTER * CONSUMERS / 32);
+      tma::mbar_init(empty0 + 8 * s, CONSUMERS / 32);
     }
     tma::mbar_init_fence();
   }
-  // The pair's barriers are initialised before either CTA's copies or arrivals reach them.
-  if constexpr (CLUSTER > 1) tma::cluster_sync();
-  else __syncthreads();
+  __syncthreads();
   // x and every buffer of the epilogue come from earlier kernels.
   pdl_begin();
 
@@ -119,67 +114,48 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
         const unsigned full = full0 + 8 * s, dst = ring + s * STAGE_BYTES;
         tma::mbar_arrive_expect_tx(full, STAGE_BYTES);
         tma::load_2d(dst, mx, i * BK, (int)row0, full);
-        if constexpr (CLUSTER == 1) {
-          tma::load_2d(dst + TILE_BYTES, mw, i * BK, n0, full);
-        } else {
-          // This CTA's share of the W block (BN / CLUSTER rows, a whole number of 1024-byte
-          // swizzle atoms) into every CTA of the pair, at its place in the tile.
-          tma::load_2d_multicast(dst + TILE_BYTES + rank * (TILE_BYTES / CLUSTER), mw, i * BK,
-                                 n0 + (int)rank * (BN / CLUSTER), full, (unsigned short)((1u << CLUSTER) - 1u));
-        }
+        tma::load_2d(dst + TILE_BYTES, mw, i * BK, n0, full);
       }
     }
-    __syncwarp();
-  } else {
-    const int wg = warp >> 2;
-    float acc[64];
-#pragma unroll
-    for (int j = 0; j < 64; ++j) acc[j] = 0.0f;
-    for (int i = 0; i < blocks; ++i) {
-      const int s = i % STAGES;
-      tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
-      const unsigned a = ring + s * STAGE_BYTES + wg * (BM / 2) * 128;
-      const unsigned b = ring + s * STAGE_BYTES + TILE_BYTES;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-        wgmma_ss_m64n128k16(acc, wgmma_desc(a + 32 * kk, 16, 1024), wgmma_desc(b + 32 * kk, 16, 1024), i > 0 || kk > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();
-      if (i > 0 && lane == 0) {
-        const unsigned empty = empty0 + 8 * ((i - 1) % STAGES);
-        if constexpr (CLUSTER == 1) {
-          tma::mbar_arrive(empty);
-        } else {
-#pragma unroll
-          for (unsigned r = 0; r < CLUSTER; ++r) tma::mbar_arrive_cluster(empty, r);
-        }
-      }
-    }
-    wgmma_wait<0>();
-    fence_proxy_async();
-    consumers_sync();
-
-    // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds rows 16 q + lane / 4
-    // (+ 8), columns 8 j + 2 (lane % 4) (+ 1) in acc[4 j + 2 h + (0, 1)]. Every byte the pair sent
-    // into this ring was waited for above, so the ring is free for the staged tile.
-    const int row = wg * 64 + (warp & 3) * 16 + (lane >> 2), col = 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        *reinterpret_cast<float2*>(part + (row + 8 * h) * PAD + 8 * j + col) =
-            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      }
-    }
-    consumers_sync();
-    // A pair's second CTA may lie wholly past M (the grid's y is rounded up to the pair): no rows.
-    const Staged tile{part, (int)max(0LL, min((long long)BM, (long long)m - row0)), row0, n0, n};
-    epi.wide(tile);
+    return;
   }
-  // Neither CTA of a pair leaves while the other may still arrive on its barriers.
-  if constexpr (CLUSTER > 1) tma::cluster_sync();
+
+  const int wg = warp >> 2;
+  float acc[64];
+#pragma unroll
+  for (int j = 0; j < 64; ++j) acc[j] = 0.0f;
+  for (int i = 0; i < blocks; ++i) {
+    const int s = i % STAGES;
+    tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+    const unsigned a = ring + s * STAGE_BYTES + wg * (BM / 2) * 128;
+    const unsigned b = ring + s * STAGE_BYTES + TILE_BYTES;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      wgmma_ss_m64n128k16(acc, wgmma_desc(a + 32 * kk, 16, 1024), wgmma_desc(b + 32 * kk, 16, 1024), i > 0 || kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (i > 0 && lane == 0) tma::mbar_arrive(empty0 + 8 * ((i - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+  fence_proxy_async();
+  consumers_sync();
+
+  // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds rows 16 q + lane / 4
+  // (+ 8), columns 8 j + 2 (lane % 4) (+ 1) in acc[4 j + 2 h + (0, 1)].
+  const int row = wg * 64 + (warp & 3) * 16 + (lane >> 2), col = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<float2*>(part + (row + 8 * h) * PAD + 8 * j + col) =
+          make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+  consumers_sync();
+  const Staged tile{part, (int)min((long long)BM, (long long)m - row0), row0, n0, n};
+  epi.wide(tile);
 }
 
 }  // namespace wgmma_gemm
@@ -188,12 +164,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   extern "C" __global__ void __launch_bounds__(wgmma_gemm::THREADS, 2)                                        \
       gemm_wgmma##SUFFIX(const __grid_constant__ tma::TensorMap mx, const __grid_constant__ tma::TensorMap mw, \
                          int m, int n, int k, EPI##_PARAMS) {                                                 \
-    wgmma_gemm::gemm<1>(&mx, &mw, m, n, k, EPI##_EPILOGUE);                                                   \
-  }                                                                                                           \
-  extern "C" __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(wgmma_gemm::THREADS, 2)              \
-      gemm_wgmma_pair##SUFFIX(const __grid_constant__ tma::TensorMap mx,                                      \
-                              const __grid_constant__ tma::TensorMap mw, int m, int n, int k, EPI##_PARAMS) { \
-    wgmma_gemm::gemm<2>(&mx, &mw, m, n, k, EPI##_EPILOGUE);                                                   \
+    wgmma_gemm::gemm(&mx, &mw, m, n, k, EPI##_EPILOGUE);                                                      \
   }
 
 GEMM_WGMMA_ENTRY(STORE, )

@@ -60,37 +60,4 @@ __device__ __forceinline__ void load_2d(unsigned dst, const TensorMap* map, int 
       : "memory");
 }
 
-// The same copy delivered to every CTA of the cluster in `mask` (bit r: rank r), at the same
-// shared-memory offset `dst` in each, completing its bytes on the barrier at offset `bar` in each.
-__device__ __forceinline__ void load_2d_multicast(unsigned dst, const TensorMap* map, int c0, int c1, unsigned bar,
-                                                  unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3}], [%4], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-
-// This CTA's rank in its cluster.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-// One arrival on the barrier at offset `bar` of cluster CTA `rank` (this one included), released
-// at cluster scope: what this CTA read before it is done before that CTA's waiter proceeds.
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
-      "r"(rank)
-      : "memory");
-}
-
-// Every thread of every CTA of the cluster meets here (release, then acquire).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 }  // namespace tma

@@ -182,11 +182,8 @@ pub fn wgmma_runs_on(cc: (i32, i32)) -> bool {
 pub struct WgmmaTile {
     /// `gemm_wgmma{suffix}` (the epilogue's [`EpilogueKind::suffix`]).
     pub entry: String,
-    /// `(ceil(N / 128), ceil(M / 128))` CTAs, the second rounded up to even for a pair.
+    /// `(ceil(N / 128), ceil(M / 128))` CTAs.
     pub grid: (u32, u32),
-    /// Whether CTAs run in clusters of two along the grid's y (`gemm_wgmma_pair*`): the two x
-    /// tiles of a pair share each W block, each CTA copying half of it into both.
-    pub pair: bool,
 }
 
 /// Which implementation computes the GEMM.
@@ -290,13 +287,13 @@ impl GemmPlan {
         if rows > u16::MAX as usize {
             return Err(unsupported(entry, format!("{shape} needs more than 65535 tiles of x rows")));
         }
-        // Experiment (RESULTS run 100): ASYNCT_WGMMA_PAIR=1 runs the clustered entries.
-        let pair = std::env::var("ASYNCT_WGMMA_PAIR").is_ok_and(|v| v == "1");
-        let y = if pair { rows.next_multiple_of(2) } else { rows };
         // N < 2^31 (validated), so its tiles fit a u32.
-        let grid = (shape.n.div_ceil(WGMMA_TILE) as u32, y as u32);
-        let entry = format!("gemm_wgmma{}{}", if pair { "_pair" } else { "" }, epilogue.suffix());
-        Ok(Self { shape, path: GemmPath::Wgmma(WgmmaTile { entry, grid, pair }), epilogue })
+        let grid = (shape.n.div_ceil(WGMMA_TILE) as u32, rows as u32);
+        Ok(Self {
+            shape,
+            path: GemmPath::Wgmma(WgmmaTile { entry: format!("gemm_wgmma{}", epilogue.suffix()), grid }),
+            epilogue,
+        })
     }
 
     /// cuBLASLt with the heuristic's algorithm for this very shape.

@@ -26,8 +26,6 @@ pub(super) struct WgmmaGemm {
     entry: String,
     cfg: LaunchConfig,
     shape: GemmShape,
-    /// Rows of W one CTA copies a block of: the tile's, or half of it in a pair.
-    w_box: usize,
 }
 
 impl WgmmaGemm {
@@ -41,8 +39,7 @@ impl WgmmaGemm {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: SMEM_BYTES,
         };
-        let w_box = if tile.pair { WGMMA_TILE / 2 } else { WGMMA_TILE };
-        Ok(Self { func, entry: tile.entry.clone(), cfg, shape, w_box })
+        Ok(Self { func, entry: tile.entry.clone(), cfg, shape })
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the
@@ -55,8 +52,8 @@ impl WgmmaGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let s = self.shape;
-        let mx = self.tensor_map(stream, x, s.m, WGMMA_TILE)?;
-        let mw = self.tensor_map(stream, w, s.n, self.w_box)?;
+        let mx = self.tensor_map(stream, x, s.m)?;
+        let mw = self.tensor_map(stream, w, s.n)?;
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let (m, n, k) = (int(s.m), int(s.n), int(s.k));
@@ -72,19 +69,13 @@ impl WgmmaGemm {
     }
 
     /// The tensor map of a row-major `[rows, K]` bf16 matrix at `buf`: boxes of 64 columns (128
-    /// bytes, the swizzle's span) by `box_rows` rows, 128-byte swizzle, zeros past the edges.
-    fn tensor_map(
-        &self,
-        stream: &CudaStream,
-        buf: &CudaView<'_, bf16>,
-        rows: usize,
-        box_rows: usize,
-    ) -> Result<sys::CUtensorMap> {
+    /// bytes, the swizzle's span) by 128 rows, 128-byte swizzle, zeros past the edges.
+    fn tensor_map(&self, stream: &CudaStream, buf: &CudaView<'_, bf16>, rows: usize) -> Result<sys::CUtensorMap> {
         let (ptr, _record) = buf.device_ptr(stream);
         let k = self.shape.k as u64;
         let dims = [k, rows as u64];
         let strides = [k * 2];
-        let boxes = [WGMMA_BK as u32, box_rows as u32];
+        let boxes = [WGMMA_BK as u32, WGMMA_TILE as u32];
         let element_strides = [1u32, 1];
         // SAFETY: zero is a valid bit pattern of the opaque map, which the call overwrites.
         let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
