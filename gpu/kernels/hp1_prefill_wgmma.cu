@@ -43,10 +43,10 @@
 // hp1_prefill_wgmma_d{64,128}_h{1,2} (the general gate: fir_k and relu_pre at run time) and
 // the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
 // gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
-// dispatcher sends D = 256 to the MMA path. Registers (ptxas, sm_90a): the _f3_relu entries fit
-// two CTAs per SM in 128 registers (d128_h2 reloads one 4-byte spilled value per key tile, from
+// dispatcher sends D = 256 to the MMA path. Registers (ptxas of NVRTC 13, sm_90a): the _f3_relu
+// entries fit two CTAs per SM in 128 registers (d128_h2 with an 8-byte stack frame, reloaded from
 // L1), except d128_h1 (223 registers, one CTA); the general entries take up to 255 registers,
-// one CTA per SM, and d128_h1 spills 36 bytes.
+// one CTA per SM, without spills.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
