@@ -51,7 +51,7 @@
 #             "asynct"; add asynct-old for before/after), through scripts/step_profile.py (each
 #             kernel family's share, prefill-profile-BIN.txt/json); then, unless PREFILL_FULL=0,
 #             ncu's full section set on one launch of the WGMMA prefill attention in the last
-#             profiled step (ncu-prefill-attention.txt: stall reasons, pipes, memory)
+#             profiled step (ncu-prefill-attention.txt: throughput, pipes, scheduler, occupancy)
 #   start     issue 16's fast start: `asynct serve` of asynct-0.5b (carry ".qwen3") timed from launch to
 #             its first 200 on /health with an empty kernel cache (NVRTC compiles every kernel; the
 #             log shows "compiling kernel N of M"), again with the cache that start filled (the goal:

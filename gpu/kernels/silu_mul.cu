@@ -7,8 +7,7 @@
 // in its interleaved layout (gpu::gemm::layout): elements 16 i + j are gate channel 8 i + j and
 // elements 16 i + 8 + j up channel 8 i + j, j < 8; out bf16 [tokens, I]. Items are 8 consecutive
 // output channels (16-byte accesses: their 8 gates, then their 8 ups; I % 8 == 0) of ROW_TILE
-// tokens (RowTiles below: every token's loads issued before the first store),
-// grid-stride. No shared memory.
+// tokens (RowTiles below), grid-stride. No shared memory.
 // The skinny GEMM's SiluMul epilogue (gemm_skinny.cu) computes the same product with the same
 // silu_product, so the fused decode rows and these prefill rows give the same bits.
 // Assumes (checked by gpu::ops::silu_mul): shapes as above, 16-byte aligned buffers.

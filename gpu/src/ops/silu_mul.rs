@@ -5,10 +5,8 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 use half::bf16;
-
-use cudarc::driver::LaunchConfig;
 
 use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported};
 use crate::error::Result;
