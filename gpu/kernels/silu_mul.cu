@@ -7,7 +7,7 @@
 // in its interleaved layout (gpu::gemm::layout): elements 16 i + j are gate channel 8 i + j and
 // elements 16 i + 8 + j up channel 8 i + j, j < 8; out bf16 [tokens, I]. Items are 8 consecutive
 // output channels (16-byte accesses: their 8 gates, then their 8 ups; I % 8 == 0) of ROW_TILE
-// tokens (RowTiles below), grid-stride. No shared memory.
+// tokens (row tiles, below), grid-stride. No shared memory.
 // The skinny GEMM's SiluMul epilogue (gemm_skinny.cu) computes the same product with the same
 // silu_product, so the fused decode rows and these prefill rows give the same bits.
 // Assumes (checked by gpu::ops::silu_mul): shapes as above, 16-byte aligned buffers.
@@ -27,15 +27,6 @@ __device__ __forceinline__ float silu_product(float g, float u) {
 // with the same ROW_TILE) checks that tiles * columns plus the grid's threads fit an int.
 #define ROW_TILE 4
 
-struct RowTiles {
-    int rows, cols;
-    __device__ __forceinline__ int count() const { return (rows + ROW_TILE - 1) / ROW_TILE * cols; }
-    __device__ __forceinline__ int col(int i) const { return i % cols; }
-    __device__ __forceinline__ int row0(int i) const { return i / cols * ROW_TILE; }
-    // Rows of the tile at row0 that exist (1 .. ROW_TILE).
-    __device__ __forceinline__ int live(int row0) const { return min(ROW_TILE, rows - row0); }
-};
-
 extern "C" __global__ void silu_mul(
     const bf16* __restrict__ gate_up,
     bf16* __restrict__ out,
@@ -43,9 +34,9 @@ extern "C" __global__ void silu_mul(
     int inter)
 {
     pdl_begin();
-    const RowTiles tiles = {tokens, inter / 8};
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < tiles.count(); i += gridDim.x * blockDim.x) {
-        const int c0 = tiles.col(i) * 8, r0 = tiles.row0(i), live = tiles.live(r0);
+    const int cols = inter / 8, items = (tokens + ROW_TILE - 1) / ROW_TILE * cols;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+        const int c0 = i % cols * 8, r0 = i / cols * ROW_TILE, live = min(ROW_TILE, tokens - r0);
         const bf16* pair = gate_up + (long long)r0 * 2 * inter + 2 * c0;
         uint4 gr[ROW_TILE], ur[ROW_TILE];
 #pragma unroll
