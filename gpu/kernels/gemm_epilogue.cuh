@@ -235,29 +235,26 @@ struct QkNormRopeCache {
       const long long tok = t.row0 + xr;
       const int row = t.n0 + wr;  // the pair's first W row: 16 p + j of its head, j < 8
       const int head = row / head_dim, at = row % head_dim;
-      const Token facts = token(tok, row);
-      const long long slot = facts.slot;
-      const bool write_kv = facts.write_kv;
+      const Token at_tok = token(tok, row);
       const float lo_in = round_bf16(t.sum(xr, wr)), hi_in = round_bf16(t.sum(xr, wr + 8));
       if (head >= num_heads + num_kv_heads) {
-        if (!write_kv) return;
-        bf16* dst = value_cache + (slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
+        if (!at_tok.write_kv) return;
+        bf16* dst = value_cache + (at_tok.slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
         dst[0] = (bf16)bf16_bits(lo_in);
         dst[8] = (bf16)bf16_bits(hi_in);
         return;
       }
       const bool is_q = head < num_heads;
-      if (!is_q && !write_kv) return;
-      const int pos = facts.pos;
+      if (!is_q && !at_tok.write_kv) return;
       const UClip& norm = is_q ? q_norm : k_norm;
       const int j = 8 * (at / 16) + at % 16;  // channels j and half + j
       const float a = uclip(norm, j, lo_in);
       const float b = uclip(norm, half + j, hi_in);
-      const float* angles = rope + (long long)pos * head_dim;
+      const float* angles = rope + (long long)at_tok.pos * head_dim;
       float lo, hi;
       rope_rotate(a, b, angles[j], angles[half + j], lo, hi);
       bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
-                       : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+                       : key_cache + (at_tok.slot * num_kv_heads + (head - num_heads)) * head_dim;
       dst[j] = (bf16)bf16_bits(lo);
       dst[half + j] = (bf16)bf16_bits(hi);
     });
@@ -273,9 +270,7 @@ struct QkNormRopeCache {
       const long long tok = t.row0 + xr;
       const int row = t.n0 + wr;
       const int head = row / head_dim, at = row % head_dim;
-      const Token facts = token(tok, row);
-      const long long slot = facts.slot;
-      const bool write_kv = facts.write_kv;
+      const Token at_tok = token(tok, row);
       float lo[8], hi[8];
       t.sum8(xr, wr, lo);
       t.sum8(xr, wr + 8, hi);
@@ -285,21 +280,20 @@ struct QkNormRopeCache {
         hi[j] = round_bf16(hi[j]);
       }
       if (head >= num_heads + num_kv_heads) {
-        if (!write_kv) return;
-        bf16* dst = value_cache + (slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
+        if (!at_tok.write_kv) return;
+        bf16* dst = value_cache + (at_tok.slot * num_kv_heads + (head - num_heads - num_kv_heads)) * head_dim + at;
         store8(dst, lo);
         store8(dst + 8, hi);
         return;
       }
       const bool is_q = head < num_heads;
-      if (!is_q && !write_kv) return;
-      const int pos = facts.pos;
+      if (!is_q && !at_tok.write_kv) return;
       const int j0 = at / 2;
       // Chosen by value, field by field: a reference chosen at run time would put the functor
       // in local memory.
       const UClip norm = is_q ? q_norm : k_norm;
       const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
-      const float* angles = rope + (long long)pos * head_dim;
+      const float* angles = rope + (long long)at_tok.pos * head_dim;
       float c[8], sn[8];
       load_param8(angles, 1, j0, c);
       load_param8(angles, 1, half + j0, sn);
@@ -309,7 +303,7 @@ struct QkNormRopeCache {
         rope_rotate(a, b, c[j], sn[j], lo[j], hi[j]);
       }
       bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
-                       : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
+                       : key_cache + (at_tok.slot * num_kv_heads + (head - num_heads)) * head_dim;
       store8(dst + j0, lo);
       store8(dst + half + j0, hi);
     });
