@@ -304,12 +304,11 @@ fn compare_preset_steps(
         let facts = mega.upload(&input, &logit_rows(&input)).map_err(|e| e.to_string())?;
         mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
-        let error_fused = match fused_runs {
-            true => {
-                let got_fused = fused.forward(&input).map_err(|e| e.to_string())?;
-                Some(errors(&got_fused, &want).map_err(|e| format!("step {i}, fused chunk rows: {e}"))?.0)
-            }
-            false => None,
+        let error_fused = if fused_runs {
+            let got_fused = fused.forward(&input).map_err(|e| e.to_string())?;
+            Some(errors(&got_fused, &want).map_err(|e| format!("step {i}, fused chunk rows: {e}"))?.0)
+        } else {
+            None
         };
         let (limit, note) = match f32_oracle.as_mut() {
             None => (bound, String::new()),
