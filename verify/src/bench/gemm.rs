@@ -16,13 +16,12 @@
 use std::sync::Arc;
 
 use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
-
-use crate::gemm_default::default_plan;
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
 
 use super::timing::{copies, Figures, Timing};
+use crate::gemm_default::default_plan;
 use crate::rng::Counter;
 
 /// asynct-0.5b's weights `(name, N, K)`: q/k/v fused, o, gate/up fused, down, the LM head.

@@ -7,6 +7,7 @@ use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
+use verify::gemm_default;
 
 use super::device::{default_plan, g, label, plans, run, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
@@ -144,13 +145,9 @@ fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> Check {
 pub fn refusals(gpu: &Arc<Gpu>) -> Check {
     let sms = g(gpu.multiprocessors())?;
     let shape = |m, n, k| GemmShape { m, n, k };
-    refused("M = 0", verify::gemm_default::default_plan(shape(0, 64, 64), sms), "`m`")?;
-    refused("N = 0", verify::gemm_default::default_plan(shape(4, 0, 64), sms), "`n`")?;
-    refused(
-        "K = 12",
-        verify::gemm_default::default_plan(shape(4, 64, 12), sms),
-        "`k` must be a positive multiple of 8",
-    )?;
+    refused("M = 0", gemm_default::default_plan(shape(0, 64, 64), sms), "`m`")?;
+    refused("N = 0", gemm_default::default_plan(shape(4, 0, 64), sms), "`n`")?;
+    refused("K = 12", gemm_default::default_plan(shape(4, 64, 12), sms), "`k` must be a positive multiple of 8")?;
     refused("K = 0", GemmPlan::cublaslt(shape(200, 64, 0)), "`k`")?;
     refused("skinny rows 32 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows`")?;
     for m in [4usize, 65] {
