@@ -7,11 +7,11 @@
 //! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M` (chunk
 //! rows with [`GemmPlan::wgmma_epilogue`] where their elementwise ops are fused, when asked);
 //! the tests and benchmarks' default (skinny up to [`SKINNY_MAX_M`] rows, cuBLASLt beyond) is
-//! theirs (`verify::gemm_default`). The skinny
-//! kernel's bits for a row of x do not depend on `M`, on the other rows or on the instantiation
-//! (`gemm_skinny.cu`'s header says why), so every decode step, at every batch bucket, computes a
-//! request's rows the same way; it takes any `M` (past 64 rows in
-//! slabs of 64), which is how the model runs decode rows of batches wider than 64.
+//! theirs (`verify::gemm_default`). The skinny kernel's bits for a row of x do not depend on `M`,
+//! on the other rows or on the instantiation (`gemm_skinny.cu`'s header says why), so every
+//! decode step, at every batch bucket, computes a request's rows the same way; it takes any `M`
+//! (past 64 rows in slabs of 64), which is how the model runs decode rows of batches wider than
+//! 64.
 //! [`GemmPlan::cublaslt`] lets cuBLASLt's heuristic choose per `M`, which may split K
 //! differently at different `M`; [`GemmPlan::cublaslt_pinned`] instead asks the heuristic once,
 //! at a reference `M`, for an algorithm that does not split K, and runs it at every `M`, so that
