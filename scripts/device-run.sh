@@ -333,8 +333,9 @@ PY
       done
       if [ "${PREFILL_FULL:-1}" = 1 ]; then
         # One attention launch per layer and step: skip to the last step's first layer.
+        layers=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["num_hidden_layers"])' $M/config.json)
         ncu --set full --profile-from-start off --graph-profiling node --kernel-name regex:hp1_prefill_wgmma \
-          --launch-skip $(( (steps - 1) * 35 )) --launch-count 1 \
+          --launch-skip $(( (steps - 1) * layers )) --launch-count 1 \
           $B/asynct bench --model $M --scenario prefill_heavy_b16 --output-len 2 --profile-steps $steps \
           2>&1 | grep -v "^==PROF==" > "$OUT/ncu-prefill-attention.txt" || status=1
         tail -n 60 "$OUT/ncu-prefill-attention.txt"
