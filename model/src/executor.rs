@@ -6,7 +6,7 @@
 //! every row when it records them (`--dump-logits`, a prompt's logprobs under `echo`), the
 //! sampled rows when a request wants its tokens' logprobs. Every backend samples with SPEC
 //! section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend calls the oracle's
-//! [`draw`](oracle::decode::draw), the GPU backend a kernel that draws the same token from the
+//! [`oracle::decode::draw`], the GPU backend a kernel that draws the same token from the
 //! same logits, and the oracle's `draw` on the host for a row whose request sets a parameter the
 //! kernel lacks ([`SamplingRow::on_device`]). Which path a row takes depends on its own request
 //! only, never on its neighbours, so a request's tokens do not depend on its batch.

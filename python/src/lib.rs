@@ -13,7 +13,7 @@
 //!   generate` and `asynct serve` and runs [`batch::Batch`]es of prompts on `model`'s engine with
 //!   the GIL released, stoppable by Ctrl-C and by `LLM.abort()`; [`sampling::SamplingParams`],
 //!   [`prompts`] and [`outputs`] are its arguments and results, in vLLM's shape.
-//! - [`hp1::hp1_attention`], [`norm::uclip_norm`] and [`forward::forward_logits`]
+//! - `hp1::hp1_attention`, `norm::uclip_norm` and `forward::forward_logits`
 //!   (`asynct.oracle`) run the oracle on NumPy arrays, with PyTorch's `[tokens, heads, D]`
 //!   layout mapped onto the oracle's paged inputs.
 //!
@@ -26,6 +26,9 @@
 //! The Python package around the module (`asynct/__init__.py`, `asynct/oracle.py`, the stubs in
 //! `asynct/_asynct.pyi`) and its tests (`tests/`, pytest) sit beside this crate.
 
+// The modules are private (the extension's API is Python's), so these docs link them for
+// `cargo doc --document-private-items`, the way to read this crate.
+#![allow(rustdoc::private_intra_doc_links)]
 #![deny(missing_docs)]
 
 mod args;

@@ -22,7 +22,7 @@
 //!   floor (every weight read once at [`HBM_BYTES_PER_S`]). The scheduler lets sequences that
 //!   finished their prefill decode while others still prefill, so each prompt is shortened by the
 //!   tokens its sequence will have drawn by then (found by running the engine's own scheduler on
-//!   the same limits, [`staggered_prompts`]): every timed step carries B sequences of one length,
+//!   the same limits, [`decode::staggered_prompts`]): every timed step carries B sequences of one length,
 //!   and the timed steps' lengths are centred on `--context`, as in the anchor's static cache.
 //! - `--profile-steps N`: after the warm-up, exactly N decode steps between `cuProfilerStart` and
 //!   `cuProfilerStop`, so `ncu --profile-from-start off` sees those steps' kernels alone

@@ -16,7 +16,7 @@
 //! [`conn`] (the listening socket, the accept loop and each connection's limits), [`http`] and
 //! [`respond`] (routes, JSON and SSE), [`engine_thread`] (the one owner of the engine, and the
 //! thread that delivers its events), [`metrics`], and [`load`] (the tokenizer, the executor for
-//! `--device` and the scheduler's limits, shared by `generate`, `serve` and [`bench`]).
+//! `--device` and the scheduler's limits, shared by `generate`, `serve` and [`bench`](mod@bench)).
 
 mod api;
 mod bench;

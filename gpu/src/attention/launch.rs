@@ -47,7 +47,7 @@ impl GateParams {
 
 /// The buffers every HP1 attention launch takes, decode and prefill alike: one layer's queries,
 /// its paged cache, its gate weights and the output (shapes in the kernel header of
-/// `hp1_decode.cu`). Both launches check them with [`LayerBuffers::check`].
+/// `hp1_decode.cu`). Both launches check their sizes and alignment before anything is launched.
 pub struct LayerBuffers<'a> {
     /// `[rows, q_row_stride]`: head `h` of row `r` at `r * q_row_stride + h * D`. Like the
     /// caches and the workspace, it must start on a 16-byte boundary (it is read in vectors).

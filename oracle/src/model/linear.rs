@@ -7,7 +7,7 @@
 //! number of rows. A packed GEMM would be faster for long prefills, but its summation order differs
 //! from the dot product's, and a row's result must not depend on how many rows share the call: that
 //! is what makes a request's output independent of its batch neighbours and of prefill chunking.
-//! Weight rows are visited in tiles of [`TILE`] so a tile stays in cache while every row of `x`
+//! Weight rows are visited in tiles of `TILE` rows so a tile stays in cache while every row of `x`
 //! passes over it. Results do not depend on the thread count either: the split is over outputs.
 
 use ndarray::{Array2, ArrayView2, Axis};
