@@ -15,9 +15,10 @@ use std::str::FromStr;
 
 use ndarray::Axis;
 
-use oracle::model::forward::{GateStats, LogitRows, Model, StepInput};
+use oracle::model::forward::{GateStats, Model};
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::Scalar;
 
 use crate::error::{Error, Result};

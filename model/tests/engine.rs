@@ -22,9 +22,10 @@ use model::Error;
 use ndarray::Array2;
 use oracle::decode::sampler::sample;
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::Scalar;
 
 const BLOCK: usize = 4;

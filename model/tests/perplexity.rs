@@ -18,9 +18,10 @@ use model::scheduler::SchedulerConfig;
 use model::start_times::StartTimes;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::{LogitRows, StepInput};
 
 /// Every row's logits of `ids` from position 0, the oracle in f64.
 fn oracle_logits(model: &Model<f64>, ids: &[u32]) -> Array2<f64> {

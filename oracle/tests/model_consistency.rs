@@ -6,10 +6,11 @@ mod model_common;
 
 use model_common::{prompt, rel_l2, step, tiny, Part};
 use ndarray::{s, Array2, Axis};
-use oracle::model::forward::{LogitRows, Model};
+use oracle::model::forward::Model;
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::LogitRows;
 use oracle::Scalar;
 
 fn model<T: Scalar>(seed: u64) -> Model<T> {

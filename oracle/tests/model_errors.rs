@@ -6,10 +6,11 @@ mod model_common;
 use model_common::{step, tiny, Part};
 use ndarray::{array, Array1, Array2};
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::model::weights::ModelWeights;
 
 fn weights() -> ModelWeights<f64> {

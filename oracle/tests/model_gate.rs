@@ -4,10 +4,11 @@
 mod model_common;
 
 use model_common::{prompt, small, step, tiny, Part};
-use oracle::model::forward::{LogitRows, Model};
+use oracle::model::forward::Model;
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::LogitRows;
 use oracle::model::weights::ModelDims;
 
 fn zero_fraction(dims: ModelDims, seed: u64, len: usize) -> f64 {

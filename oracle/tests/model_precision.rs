@@ -7,10 +7,11 @@ use std::collections::HashMap;
 
 use model_common::{prompt, rel_l2, step, tiny, Part};
 use ndarray::Array2;
-use oracle::model::forward::{LogitRows, Model, StepInput, Tap};
+use oracle::model::forward::{Model, Tap};
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::{RoundPoint, Rounding};
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::scalar::round_bf16;
 use oracle::Scalar;
 

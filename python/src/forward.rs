@@ -14,8 +14,9 @@ use model::cpu_backend::{rounding_of, Precision};
 use ndarray::Array2;
 use numpy::{Element, IntoPyArray};
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::kv_cache::KvCache;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::Scalar;
 use pyo3::prelude::*;
 

@@ -22,10 +22,11 @@ use model::presets::Preset;
 use model::start_times::StartTimes;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::model::weights::ModelWeights;
 
 fn main() {

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, StepInput};
+use oracle::model::step::{LogitRows, StepInput};
 
 use gpu::Graph;
 

@@ -28,7 +28,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, StepInput};
+use oracle::model::step::{LogitRows, StepInput};
 
 use gpu::gemm::CublasLt;
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};

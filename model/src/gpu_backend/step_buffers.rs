@@ -13,7 +13,7 @@
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use oracle::hp1::AttnMetadata;
-use oracle::model::forward::{LogitRows, StepInput};
+use oracle::model::step::{LogitRows, StepInput};
 
 /// The query rows of `step` its `logits` setting picks: every row, or each sequence's last.
 pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {

@@ -17,6 +17,7 @@ pub use super::gate_stats::GateStats;
 use super::kv_cache::KvCache;
 use super::linear::linear;
 use super::precision::{RoundPoint, Rounding};
+use super::step::{LogitRows, StepInput};
 use super::validate::{check_dims, check_step, check_weights};
 use super::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
 use crate::error::Result;
@@ -25,29 +26,6 @@ use crate::hp1::{Hp1Inputs, Hp1Params, QueryRow};
 use crate::norm::{uclipnorm, uclipnorm_inplace};
 use crate::rope::RopeAngles;
 use crate::scalar::Scalar;
-
-/// Which rows of the step get logits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitRows {
-    /// Every query row: `[num_tokens, vocab]`.
-    All,
-    /// The last query row of each sequence (what sampling needs): `[num_seqs, vocab]`.
-    LastPerSeq,
-}
-
-/// One batch step.
-#[derive(Clone, Copy, Debug)]
-pub struct StepInput<'a> {
-    /// `[num_tokens]` token ids, in `query_start_loc` order.
-    pub token_ids: &'a [u32],
-    /// Block table, sequence lengths after this step, query offsets; positions come from here.
-    pub meta: &'a crate::hp1::AttnMetadata,
-    /// `[num_tokens]` cache slot of each new token, `block * block_size + offset`; it must agree
-    /// with the block table.
-    pub slot_mapping: &'a [i64],
-    /// Which rows get logits.
-    pub logits: LogitRows,
-}
 
 /// One intermediate value of the forward, seen right after its [`RoundPoint`] (rounded when the
 /// model rounds): for comparing a GPU forward layer by layer, and for testing the rounding.

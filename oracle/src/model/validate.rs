@@ -4,8 +4,8 @@
 
 use ndarray::{Array1, Array2};
 
-use super::forward::{LogitRows, StepInput};
 use super::kv_cache::KvCache;
+use super::step::{LogitRows, StepInput};
 use super::weights::{AttnWeights, LayerWeights, ModelDims, ModelWeights};
 use crate::error::{invalid, Result};
 use crate::hp1::QueryRow;

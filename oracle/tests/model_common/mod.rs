@@ -6,9 +6,10 @@
 
 use ndarray::Array2;
 use oracle::hp1::{AttnMetadata, Hp1Params};
-use oracle::model::forward::{LogitRows, Model, StepInput};
+use oracle::model::forward::Model;
 use oracle::model::gate_stats::GateStats;
 use oracle::model::kv_cache::KvCache;
+use oracle::model::step::{LogitRows, StepInput};
 use oracle::model::weights::ModelDims;
 use oracle::{Result, Scalar};
 

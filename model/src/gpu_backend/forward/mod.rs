@@ -35,7 +35,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::Array2;
-use oracle::model::forward::StepInput;
+use oracle::model::step::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
