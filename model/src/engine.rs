@@ -231,7 +231,10 @@ impl Engine {
         let vocab = self.executor.vocab_size();
         req.processors.validate(vocab)?;
         if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
-            return Err(Error::Request(format!("prompt token id {bad} is outside the vocabulary of {vocab}")));
+            return Err(Error::Invalid {
+                param: "prompt",
+                reason: format!("token id {bad} is outside the vocabulary of {vocab}"),
+            });
         }
         if let Some(&bad) = req.stop.stop_token_ids.iter().find(|&&t| t as usize >= vocab) {
             return Err(Error::Invalid {

@@ -154,11 +154,14 @@ pub enum Error {
         /// Blocks in the pool.
         total: usize,
     },
-    /// A generation request can never be served as given.
+    /// A call the engine cannot serve as made (a request id already scheduled, a step past the
+    /// GPU buffers, logits recording switched mid-batch): the caller's fault, not a request
+    /// field's; a field at fault is [`Error::Invalid`].
     #[error("invalid request: {0}")]
     Request(String),
-    /// A request's parameter breaks a rule the engine checks (`min_tokens` above `max_tokens`,
-    /// a `stop_token_ids` id outside the vocabulary).
+    /// A request's parameter breaks a rule the engine checks (an empty or too long `prompt` or one
+    /// with an id outside the vocabulary, `min_tokens` above `max_tokens`, a `stop_token_ids` id
+    /// outside the vocabulary).
     #[error("`{param}` is invalid: {reason}")]
     Invalid {
         /// The parameter, by its OpenAI name.

@@ -210,14 +210,17 @@ impl Scheduler {
 
     fn enqueue(&mut self, id: u64, prompt: Vec<u32>, max_tokens: usize, prefix_lookup: bool) -> Result<()> {
         if prompt.is_empty() {
-            return Err(Error::Request("the prompt has no tokens".into()));
+            return Err(Error::Invalid { param: "prompt", reason: "it has no tokens".into() });
         }
         if prompt.len() >= self.cfg.max_model_len {
-            return Err(Error::Request(format!(
-                "the prompt has {} tokens, the model accepts at most {} in all",
-                prompt.len(),
-                self.cfg.max_model_len
-            )));
+            return Err(Error::Invalid {
+                param: "prompt",
+                reason: format!(
+                    "it has {} tokens, the model accepts at most {} in all",
+                    prompt.len(),
+                    self.cfg.max_model_len
+                ),
+            });
         }
         if self.waiting.iter().chain(&self.running).any(|s| s.id == id) {
             return Err(Error::Request(format!("request id {id} is already scheduled")));

@@ -68,12 +68,13 @@ impl Batch {
                     // What the engine refuses at admission is this prompt's to fix: too long for
                     // the KV cache, or for the model with these stop rules.
                     return Err(match e {
+                        model::Error::Invalid { param: "prompt", .. } => value_error(&format!("prompts[{i}]"), e),
                         model::Error::Invalid { param, .. } => value_error(param, e),
                         // A parameter the engine checks against the model (a logit_bias id).
                         model::Error::Oracle(oracle::Error::Invalid { name, .. }) if name != "prompt_len" => {
                             value_error(name, e)
                         }
-                        model::Error::Request(_) | model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
+                        model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
                             value_error(&format!("prompts[{i}]"), e)
                         }
                         other => from_model(other),

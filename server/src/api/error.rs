@@ -5,9 +5,9 @@
 //! route and stream goes through [`ApiError::body`] or [`IntoResponse`].
 //!
 //! An engine refusal becomes an [`ApiError`] in one place, `From<model::Error>`: a parameter the
-//! engine or the oracle refuses is a 400 naming that parameter, a request that cannot be served
-//! (a prompt outside the vocabulary or too long for the cache) a 400 on `prompt`, and anything
-//! else the engine's failure, a 500.
+//! engine or the oracle refuses is a 400 naming that parameter (the prompt's own refusals, empty,
+//! too long or outside the vocabulary, are the engine's `prompt`), a prompt too long for the free
+//! cache a 400 on `prompt`, and anything else the engine's failure, a 500.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -111,7 +111,7 @@ impl From<model::Error> for ApiError {
             model::Error::Oracle(oracle::Error::Invalid { name, .. }) => {
                 ApiError::invalid(request_param(name), message)
             }
-            model::Error::Request(_) | model::Error::OutOfBlocks { .. } => ApiError::invalid("prompt", message),
+            model::Error::OutOfBlocks { .. } => ApiError::invalid("prompt", message),
             _ => ApiError::internal(message),
         }
     }
@@ -189,7 +189,8 @@ mod tests {
                 Some("prompt"),
             ),
             (model::Error::OutOfBlocks { requested: 9, free: 1, total: 8 }, 400, Some("prompt")),
-            (model::Error::Request("token 9999".into()), 400, Some("prompt")),
+            (model::Error::Invalid { param: "prompt", reason: "token id 9999".into() }, 400, Some("prompt")),
+            (model::Error::Request("request id 4 is already scheduled".into()), 500, None),
             (model::Error::Executor("lost".into()), 500, None),
             (model::Error::UnknownRequest { id: 3 }, 500, None),
         ];
