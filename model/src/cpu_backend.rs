@@ -21,8 +21,9 @@ use oracle::model::precision::Rounding;
 use oracle::model::step::{LogitRows, StepInput};
 use oracle::Scalar;
 
+use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use crate::scheduler::StepPlan;
 
 /// The oracle mode a CPU backend computes in.

@@ -22,7 +22,7 @@ use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
 
-pub use crate::block_pool::KvCapacity;
+use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
 use crate::scheduler::StepPlan;
 

@@ -10,13 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use model::block_pool::blocks_for;
+use model::block_pool::KvCapacity;
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
 use model::engine::{
     Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StepRows, StepTimes,
     StopConditions,
 };
-use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
 use model::Error;
 use ndarray::Array2;

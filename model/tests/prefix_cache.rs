@@ -10,10 +10,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use model::block_pool::KvCapacity;
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
 use model::engine::{Completion, Engine, GenerationRequest, SamplingParams, StopConditions};
-use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::scheduler::{SchedulerConfig, StepPlan};
 use oracle::model::forward::Model;
 use oracle::model::precision::Rounding;

@@ -16,9 +16,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use gpu::Gpu;
+use model::block_pool::KvCapacity;
 use model::config::ModelConfig;
 use model::engine::{Completion, Engine, GenerationRequest, LogitsProcessors, SamplingParams, StopConditions};
-use model::executor::{KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::StepPlan;
 use model::start_times::StartTimes;

@@ -39,9 +39,10 @@ use super::decode_kernel::DecodeKernel;
 use super::forward::{GpuModel, KvSize};
 use super::step_buffers::Capacity;
 use crate::block_pool::blocks_for;
+use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, KvCapacity, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use crate::scheduler::StepPlan;
 use crate::start_times::{StartPhase, StartTimes};
 

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use model::block_pool::blocks_for;
+use model::block_pool::KvCapacity;
 use model::engine::{Engine, EngineEvent, StepTimes};
-use model::executor::KvCapacity;
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
