@@ -41,10 +41,9 @@
 //      keeps all).
 //   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
 //      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
-//      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0. A thread runs
-//      its stream of every head at once, issuing the loads of PB = 8 / HP entries of each head
-//      (128 bytes per thread) before their first fma, so a sparse chunk's short lists cost the
-//      CTA one round trip to memory, not one per head. The streams' sums are added through
+//      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
+//      loads of PU = 8 entries (128 bytes per thread) before their first fma; with HP = 2 a
+//      thread runs its stream of head 0, then of head 1. The streams' sums are added through
 //      shared memory in stream order 0, 1, ..., RG - 1.
 // The decode kernel (one CTA per (row, HP heads)) walks the chunks in order and adds each
 // chunk's partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a
@@ -258,35 +257,27 @@ __device__ __forceinline__ const unsigned short* cache_row(const unsigned short*
   return reinterpret_cast<const unsigned short*>(reinterpret_cast<const char*>(base) + offset);
 }
 
-// PV over PB list entries e0, e0 + RG, ... of each of the HP heads' lists: every load of both
-// heads issued before the first fma, so a short list costs one memory round trip for the CTA's
-// heads, not one per head; each head still adds its entries in list order. TAIL checks each entry
-// against its head's count. 8 dims (one 16-byte vector) per thread.
-template <class In, int HP, int RG, int PB, bool TAIL>
-__device__ __forceinline__ void pv_batch(const int2 (&entry)[HP][CHUNK], int e0, const int (&count)[HP],
-                                         const unsigned short* v, unsigned stride_bytes, float (&acc)[HP][8]) {
-  uint4 w[HP][PB];
+// PV over PU list entries e0, e0 + RG, ...: every load issued before the first fma; TAIL checks
+// each entry against count. 8 dims (one 16-byte vector) per thread.
+template <class In, int RG, int PU, bool TAIL>
+__device__ __forceinline__ void pv_batch(const int2* entry, int e0, int count, const unsigned short* v,
+                                         unsigned stride_bytes, float (&acc)[8]) {
+  uint4 w[PU];
 #pragma unroll
-  for (int hh = 0; hh < HP; ++hh) {
-#pragma unroll
-    for (int u = 0; u < PB; ++u) {
-      if (!TAIL || e0 + u * RG < count[hh]) {
-        w[hh][u] = In::load(reinterpret_cast<const uint4*>(cache_row(v, entry[hh][e0 + u * RG].x, stride_bytes)));
-      }
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      w[u] = In::load(reinterpret_cast<const uint4*>(cache_row(v, entry[e0 + u * RG].x, stride_bytes)));
     }
   }
 #pragma unroll
-  for (int hh = 0; hh < HP; ++hh) {
+  for (int u = 0; u < PU; ++u) {
+    if (!TAIL || e0 + u * RG < count) {
+      const float p = __int_as_float(entry[e0 + u * RG].y);
+      const unsigned x[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
 #pragma unroll
-    for (int u = 0; u < PB; ++u) {
-      if (!TAIL || e0 + u * RG < count[hh]) {
-        const float p = __int_as_float(entry[hh][e0 + u * RG].y);
-        const unsigned x[4] = {w[hh][u].x, w[hh][u].y, w[hh][u].z, w[hh][u].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          acc[hh][2 * i] = __fmaf_rn(p, bf16_lo(x[i]), acc[hh][2 * i]);
-          acc[hh][2 * i + 1] = __fmaf_rn(p, bf16_hi(x[i]), acc[hh][2 * i + 1]);
-        }
+      for (int i = 0; i < 4; ++i) {
+        acc[2 * i] = __fmaf_rn(p, bf16_lo(x[i]), acc[2 * i]);
+        acc[2 * i + 1] = __fmaf_rn(p, bf16_hi(x[i]), acc[2 * i + 1]);
       }
     }
   }
@@ -399,7 +390,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   constexpr int U = 64 * G / D;                     // keys per group step: 128 bytes of K per lane
   constexpr int TPR = D / 8;                        // PV threads per list entry, 8 dims each
   constexpr int RG = THREADS / TPR;                 // PV streams
-  constexpr int PB = 8 / HP;                        // entries of each head per PV batch: 128 bytes of V a thread
+  constexpr int PU = 8;                             // entries per PV batch: 128 bytes of V per thread
   constexpr int DPT = (D + THREADS - 1) / THREADS;  // output dims per thread after the stream sum
   static_assert(RG * D == 8 * THREADS, "the stream sums fill Shared::red");
   const int tid = cta.tid, warp = tid >> 5, lane = tid & 31;
@@ -570,33 +561,22 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     }
     cta.sync();
 
-    // 4. PV, the heads side by side: stream s adds each head's entries s, s + RG, s + 2 RG, ...
-    // in order, PB of each head a batch.
-    {
-      float acc[HP][8];
+    // 4. PV, head by head: stream s adds entries s, s + RG, s + 2 RG, ... in order, PU loads at
+    // a time.
 #pragma unroll
-      for (int hh = 0; hh < HP; ++hh)
+    for (int hh = 0; hh < HP; ++hh) {
+      float acc[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[hh][i] = 0.0f;
-      int fewest = count[0], most = count[0];
-#pragma unroll
-      for (int hh = 1; hh < HP; ++hh) {
-        fewest = min(fewest, count[hh]);
-        most = max(most, count[hh]);
-      }
+      for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
       int e0 = stream;
 #pragma unroll 1
-      for (; e0 + (PB - 1) * RG < fewest; e0 += PB * RG) {
-        pv_batch<In, HP, RG, PB, false>(sh.entry, e0, count, v_thread, token_bytes, acc);
+      for (; e0 + (PU - 1) * RG < count[hh]; e0 += PU * RG) {
+        pv_batch<In, RG, PU, false>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
       }
-#pragma unroll 1
-      for (; e0 < most; e0 += PB * RG) pv_batch<In, HP, RG, PB, true>(sh.entry, e0, count, v_thread, token_bytes, acc);
-#pragma unroll
-      for (int hh = 0; hh < HP; ++hh) {
-        float4* red = reinterpret_cast<float4*>(sh.red[hh] + stream * D + (tid % TPR) * 8);
-        red[0] = make_float4(acc[hh][0], acc[hh][1], acc[hh][2], acc[hh][3]);
-        red[1] = make_float4(acc[hh][4], acc[hh][5], acc[hh][6], acc[hh][7]);
-      }
+      if (e0 < count[hh]) pv_batch<In, RG, PU, true>(sh.entry[hh], e0, count[hh], v_thread, token_bytes, acc);
+      float4* red = reinterpret_cast<float4*>(sh.red[hh] + stream * D + (tid % TPR) * 8);
+      red[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      red[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
     cta.sync();
 
