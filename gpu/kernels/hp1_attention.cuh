@@ -316,12 +316,16 @@ struct Shared {
 };
 
 // The 128 threads that run one CTA's body: `bid` is its index in the grid of LAUNCH, `tid` the
-// thread's index among the 128, and sync() their barrier. A kernel of its own runs one such CTA
-// as a whole CTA; the decode megakernel runs two in one CTA of 256 (decode_mega.cu).
+// thread's index among the 128, sync() their barrier, and inputs() the wait for the kernel
+// before (pdl.cuh) that the body calls once it has read the row metadata and the block table and
+// before it touches q, the caches or its outputs. A kernel of its own runs one such CTA as a
+// whole CTA; the decode megakernel runs two in one CTA of 256 (decode_mega.cu), where every
+// input is ready when the op starts.
 struct WholeCta {
   long long bid;
   int tid;
   __device__ __forceinline__ void sync() const { __syncthreads(); }
+  __device__ __forceinline__ void inputs() const { pdl_begin(); }
 };
 
 // V consecutive floats as one vector load.
@@ -407,6 +411,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   const int num_chunks = (len + CHUNK - 1) / CHUNK;
   if (SPLIT && chunk >= num_chunks) {  // uniform over the CTA, before any barrier
     // An empty row has no last CTA: its chunk-0 CTA writes the zeros.
+    cta.inputs();
     if (chunk == 0)
       for (int e = tid; e < HP * D; e += THREADS) out[(row * a.num_heads + h0) * D + e] = 0;
     return;
@@ -423,6 +428,21 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     gamma[hh] = a.gamma[h0 + hh];
   }
   const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
+  const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
+
+  // 0. The cache row of every key QK reads in chunk c, clamped into [0, len) so that QK loads
+  // whole steps without bounds checks. The previous chunk read slot[] only before its list
+  // barrier. The first chunk's slots come before inputs(): the row metadata and the block table
+  // are settled before the kernel before this one starts (or inputs() was called already).
+  const auto fill_slots = [&](int c) {
+    const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
+    for (int i = tid; i < SLOTS; i += THREADS) {
+      const int t = max(0, min(c * CHUNK + jstart + i, len - 1));
+      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
+    }
+  };
+  fill_slots(c_begin);
+  cta.inputs();
 
   // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
   const int grp = tid / G, gl = tid % G;
@@ -454,20 +474,13 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
 #pragma unroll
     for (int i = 0; i < DPT; ++i) o[hh][i] = 0.0f;
 
-  const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
   for (int c = c_begin; SPLIT ? c == c_begin : c < c_end; ++c) {  // a split CTA: once, visibly to the compiler
     const int c0 = c * CHUNK;
     const int n = min(CHUNK, len - c0);
     // The decode kernel's later chunks find their overlap carried in score[hh][OV - fir_k + 1 .. OV).
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
-
-    // 0. The cache row of every key QK reads, clamped into [0, len) so that QK loads whole steps
-    // without bounds checks. The previous chunk read slot[] only before its list barrier.
-    for (int i = tid; i < SLOTS; i += THREADS) {
-      const int t = max(0, min(c0 + jstart + i, len - 1));
-      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
-    }
+    if (c != c_begin) fill_slots(c);
     cta.sync();
 
     // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1,

@@ -19,19 +19,22 @@
         clip_min, clip_max                                                                            \
   }
 
+// rows_settled = 1: the kernel launched before this one did not write row_seq, row_len or the
+// block table, so the body reads them (and fills its first chunk's slots) before it waits for
+// that kernel (hp1::WholeCta::inputs); 0: it waits first.
 #define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
-      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out) {            \
+      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled) { \
     __shared__ hp1::Shared<HP> sh;                                                                  \
-    pdl_begin();                                                                                    \
+    if (!rows_settled) pdl_begin();                                                                 \
     hp1::attention<D, G, HP, SPARSE, false, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
                                                            sh, out, nullptr, nullptr);              \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
       hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters,     \
-                                           unsigned short* out) {                                   \
+                                           unsigned short* out, int rows_settled) {                 \
     __shared__ hp1::Shared<HP> sh;                                                                  \
-    pdl_begin();                                                                                    \
+    if (!rows_settled) pdl_begin();                                                                 \
     hp1::attention<D, G, HP, SPARSE, true, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
                                                           sh, out, partial, counters);              \
   }

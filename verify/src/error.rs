@@ -18,6 +18,9 @@ pub enum Error {
         /// Why, with the values involved.
         reason: String,
     },
+    /// A GPU call failed (a launch, a copy, a plan or a kernel refusing its inputs).
+    #[error(transparent)]
+    Gpu(#[from] gpu::Error),
     /// A path produced an output of the wrong shape or could not run.
     #[error("path `{path}`: {reason}")]
     Path {

@@ -152,7 +152,12 @@ pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
 
 /// Runs HP1 attention for `data` on the GPU over `rows` query rows (the batch padded to that
 /// many; at least its own): upload, plan, NaN-poisoned output, row metadata, attention, download.
-pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> gpu::Result<GpuRun> {
+///
+/// Both launch forms run: right after the row metadata (`rows_settled` false, as every caller
+/// may launch), and, on a freshly poisoned output, a launch whose predecessor is another
+/// attention launch, so that it reads the metadata while that one finishes (`rows_settled`
+/// true, as the engine launches). Their outputs must be the same bits, or this is an error.
+pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> Result<GpuRun> {
     let host = HostCase::new(data);
     let geometry = geometry(data, rows);
     let plan = make_plan(geometry, choice)?;
@@ -161,8 +166,17 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> g
     bufs.reserve_workspace(gpu, plan.workspace_len)?;
     bufs.poison_output(gpu)?;
     attention.build_rows(bufs.row_operands())?;
-    attention.run(bufs.operands(), &host.gate())?;
+    attention.run(bufs.operands(false), &host.gate())?;
     let mut out = bufs.download_output(gpu)?;
+    bufs.poison_output(gpu)?;
+    attention.run(bufs.operands(false), &host.gate())?;
+    attention.run(bufs.operands(true), &host.gate())?;
+    if bufs.download_output(gpu)? != out {
+        return Err(Error::Path {
+            path: plan.path.name().to_string(),
+            reason: "reading the row metadata before the wait for the kernel before changed the output bits".into(),
+        });
+    }
     let (num_tokens, heads, dim) = data.out_shape();
     out.truncate(num_tokens * heads * dim);
     let (row_seq, row_len) = bufs.download_rows(gpu)?;
@@ -179,7 +193,7 @@ pub fn step_geometry(data: &CaseData) -> StepGeometry {
 /// Runs a step plan for `data`: a tensor-core prefill over the batch as it is, or fake decode
 /// through the row metadata; upload, NaN-poisoned output, launch, download. Returns the output
 /// bits `[num_tokens, Hq, D]`.
-pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &PrefillPath) -> gpu::Result<Vec<bf16>> {
+pub fn run_step(gpu: &Gpu, data: &CaseData, plan: &PrefillPath) -> Result<Vec<bf16>> {
     let prefill = match plan {
         PrefillPath::FakeDecode(plan) => {
             return run_gpu(gpu, data, plan.geometry.rows, PlanChoice::Plan(plan.clone())).map(|r| r.out)
@@ -275,7 +289,10 @@ impl Path for GpuPath {
                 return self.finish(data, &plan, out);
             }
         };
-        let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| path_err(e.to_string()))?;
+        let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| match e {
+            Error::Gpu(e) => path_err(e.to_string()),
+            e => e,
+        })?;
         let got = run.widen(data.out_shape())?;
         if got.dim() != out.dim() {
             return Err(path_err(format!("output has shape {:?}, expected {:?}", got.shape(), out.shape())));
@@ -289,7 +306,10 @@ impl GpuPath {
     /// Runs `plan` on `data` and widens its output into `out`.
     fn finish(&self, data: &CaseData, plan: &PrefillPath, out: &mut Array3<f64>) -> Result<()> {
         let path_err = |reason: String| Error::Path { path: self.name(), reason };
-        let bits = run_step(&self.gpu, data, plan).map_err(|e| path_err(e.to_string()))?;
+        let bits = run_step(&self.gpu, data, plan).map_err(|e| match e {
+            Error::Gpu(e) => path_err(e.to_string()),
+            e => e,
+        })?;
         let got = widen_bits(&bits, data.out_shape()).map_err(|e| path_err(e.to_string()))?;
         out.assign(&got);
         Ok(())

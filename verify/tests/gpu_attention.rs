@@ -285,7 +285,11 @@ fn unsupported_head_dim(gpu: &Arc<Gpu>) -> Check {
     }
     let data = c.materialise().map_err(msg)?;
     match run_gpu(gpu, &data, 2, PlanChoice::Auto) {
-        Err(gpu::Error::Unsupported { reason, .. }) if reason.contains("head_dim") && reason.contains("96") => Ok(()),
+        Err(verify::Error::Gpu(gpu::Error::Unsupported { reason, .. }))
+            if reason.contains("head_dim") && reason.contains("96") =>
+        {
+            Ok(())
+        }
         Err(e) => Err(format!("D = 96 refused without naming it: {e}")),
         Ok(_) => Err("D = 96 ran".into()),
     }
@@ -308,13 +312,13 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
     let mut bufs = AttnBuffers::upload(gpu, geometry, &HostInputs { seq_lens: &dummy, ..inputs }).map_err(msg)?;
     bufs.reserve_workspace(gpu, plan.workspace_len).map_err(msg)?;
     attention.build_rows(bufs.row_operands()).map_err(msg)?;
-    attention.run(bufs.operands(), &host.gate()).map_err(msg)?;
+    attention.run(bufs.operands(false), &host.gate()).map_err(msg)?;
     // A fault of the eager run surfaces here rather than as a failed capture.
     gpu.synchronize().map_err(msg)?;
     let graph = gpu
         .capture(|| {
             attention.build_rows(bufs.row_operands())?;
-            attention.run(bufs.operands(), &host.gate())
+            attention.run(bufs.operands(false), &host.gate())
         })
         .map_err(msg)?;
 
@@ -435,7 +439,7 @@ fn device_counts(gpu: &Arc<Gpu>, stats: &GateStats, data: &CaseData, launches: u
     attention.build_rows(bufs.row_operands())?;
     let mut counters = gpu.upload(&[u64::MAX, 12345])?;
     stats.zero(&mut counters.as_view_mut())?;
-    let ops = bufs.operands();
+    let ops = bufs.operands(false);
     for _ in 0..launches {
         stats.run(&ops.layer, &ops.row_seq, &ops.row_len, &g, &host.gate(), &mut counters.as_view_mut())?;
     }

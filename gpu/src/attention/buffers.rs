@@ -275,14 +275,15 @@ impl AttnBuffers {
         }
     }
 
-    /// The buffers of the attention launch.
-    pub fn operands(&mut self) -> Operands<'_> {
+    /// The buffers of the attention launch; `rows_settled` as [`Operands::rows_settled`] says.
+    pub fn operands(&mut self, rows_settled: bool) -> Operands<'_> {
         Operands {
             layer: self.layer.views(&self.geometry),
             row_seq: self.row_seq.as_view(),
             row_len: self.row_len.as_view(),
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
+            rows_settled,
         }
     }
 }

@@ -105,6 +105,11 @@ pub struct Operands<'a> {
     /// At least [`Plan::counter_len`] i32s for split-K, all zero (a launch leaves them zero);
     /// `None` is fine for decode.
     pub counters: Option<CudaViewMut<'a, i32>>,
+    /// True when the kernel launched just before this one on the stream did not write `row_seq`,
+    /// `row_len` or the block table (they were written before it started): the kernel then reads
+    /// them while that kernel finishes (PDL), two memory round trips off its start. False is
+    /// always safe; true right after [`Hp1Attention::build_rows`] is a race.
+    pub rows_settled: bool,
 }
 
 /// A plan with its entry points loaded, ready to launch on the GPU's stream.
@@ -145,7 +150,7 @@ impl Hp1Attention {
         self.push(&mut launch, ops, gate)?;
         // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
         // decode, or the partials, the counters (zero, as every launch leaves them) and `out` for
-        // split-K), and every buffer was checked against the grid's reach.
+        // split-K, then `rows_settled`), and every buffer was checked against the grid's reach.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
@@ -162,7 +167,7 @@ impl Hp1Attention {
     /// arguments.
     fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands { layer, row_seq, row_len, workspace, counters } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
         layer.check(entry, &g, &self.stream)?;
@@ -201,9 +206,10 @@ impl Hp1Attention {
             .arg(&relu_pre)
             .arg(&gate.clip_min)
             .arg(&gate.clip_max);
+        let rows_settled = i32::from(rows_settled);
         match self.plan.path {
             AttentionPath::Decode(_) => {
-                launch.arg(&mut out);
+                launch.arg(&mut out).arg(&rows_settled);
             }
             AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
@@ -215,7 +221,7 @@ impl Hp1Attention {
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
                 check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
                 check_aligned(&self.stream, entry, "workspace", &workspace)?;
-                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out);
+                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out).arg(&rows_settled);
             }
         }
         Ok(())

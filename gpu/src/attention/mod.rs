@@ -48,7 +48,7 @@
 //! `let mut bufs = AttnBuffers::upload(&gpu, geometry, &host)?;` and
 //! `bufs.reserve_workspace(&gpu, attn.plan().workspace_len)?;` once (it also allocates the
 //! split-K counters), then
-//! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(), &gate)?;` per step.
+//! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(false), &gate)?;` per step.
 
 pub mod buffers;
 pub mod gate_stats;

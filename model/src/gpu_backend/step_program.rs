@@ -578,6 +578,20 @@ mod tests {
     }
 
     #[test]
+    fn no_attention_follows_the_op_that_writes_the_row_metadata() {
+        // The attention launches with `rows_settled` (it reads the row metadata before waiting
+        // for the kernel before it), which is a race right after the op that writes them.
+        for s in shapes() {
+            let ops = StepProgram::build(s).expanded();
+            for pair in ops.windows(2) {
+                if matches!(pair[1], Op::Attention { .. }) {
+                    assert!(!pair[0].access().1.contains(&Buf::RowMeta), "{:?} right after {:?} in {s:?}", pair[1], pair[0]);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn gate_statistics_follow_each_decode_attention_and_only_when_asked() {
         let count =
             |s: ProgramShape| StepProgram::build(s).ops.iter().filter(|op| matches!(op, Op::GateStats { .. })).count();

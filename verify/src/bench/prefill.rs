@@ -213,7 +213,7 @@ pub fn measure(
                 if rows {
                     attn.build_rows(b.row_operands())?;
                 }
-                attn.run(b.operands(), &gate)
+                attn.run(b.operands(false), &gate)
             }),
             Ok(Launcher::Prefill(prefill)) => {
                 timing.measure(gpu, |i| prefill.run(bufs[i % copies].prefill_operands(), &gate))

@@ -320,6 +320,9 @@ fn attention_part(
             row_len: b.row_len.slice(..rows),
             workspace: ws,
             counters,
+            // The op before an attention op is a GEMM or an op on q, never BuildRows
+            // (StepProgram's tests), and the block table is uploaded before the step.
+            rows_settled: true,
         };
         match sink {
             Sink::Launch => Ok(a.run(ops, layer.gate)?),
