@@ -48,8 +48,8 @@
 // The decode kernel (one CTA per (row, HP heads)) walks the chunks in order and adds each
 // chunk's partial into an f32 accumulator that starts at 0; it carries the last FIR scores of a
 // chunk to the next in shared memory instead of recomputing them (same code, same bits). The
-// split-K kernel (one CTA per (row, HP heads, chunk)) writes its chunk's partials, fences them and
-// counts the chunk on the (row, HP heads)' counter; the CTA that counts the row's last chunk
+// split-K kernel (one CTA per (row, HP heads, chunk)) writes its chunk's partials, then publishes
+// and counts them on the (row, HP heads)' counter; the CTA that counts the row's last chunk
 // reads every chunk's partials back and adds them in chunk order starting from 0, then resets the
 // counter to 0. The counter picks only which CTA adds, never the order. Both kernels therefore
 // add the same f32 values in the same order: split-K
@@ -346,9 +346,10 @@ struct FloatVec<4> {
 
 // Split-K's last CTA of a (row, HP heads): adds the row's partials of every chunk in chunk order
 // from 0 (exactly the decode kernel's additions) and writes out. The partials of other CTAs are
-// read through L2 (__ldcg), after the fence that pairs with theirs. A thread owns V consecutive
-// elements of the HP heads' outputs and issues the vector loads of up to PU chunks before its
-// first add, so a row of up to PU chunks costs one L2 round trip here, not one per PU / V.
+// read through L2 (__ldcg), after the acquire that pairs with their releases. A thread owns V
+// consecutive elements of the HP heads' outputs and issues the vector loads of up to PU chunks
+// before its first add, so a row of up to PU chunks costs one L2 round trip here, not one per
+// PU / V.
 template <int D, int HP>
 __device__ __forceinline__ void split_finish(int tid, const float* partial, unsigned short* __restrict__ out,
                                              long long row, int h0, int num_heads, int max_chunks, int num_chunks) {
@@ -619,15 +620,20 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     // Publish the partials, then count this chunk; the CTA that counts the row's last chunk adds
     // them all. The count picks only which CTA adds, never the order, and goes back to 0 so the
     // next launch (or graph replay) starts from a clean counter.
+    // One release-acquire add by thread 0 between two barriers: the first barrier orders every
+    // thread's partial writes before the release (which is cumulative), the second the acquire
+    // before every thread's reads of the other CTAs' partials; no fence per thread.
     int* counter = counters + row * (a.num_heads / HP) + h0 / HP;
-    __threadfence();
     cta.sync();
     // The row's chunk count from row_len again: cheaper than keeping it live through the body.
     const int total = (__ldg(a.row_len + row) + CHUNK - 1) / CHUNK;
-    if (tid == 0) sh.last = atomicAdd(counter, 1) == total - 1;
+    if (tid == 0) {
+      int before;
+      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+      sh.last = before == total - 1;
+    }
     cta.sync();
     if (sh.last) {
-      __threadfence();
       split_finish<D, HP>(tid, partial, out, row, h0, a.num_heads, a.max_chunks, total);
       if (tid == 0) *counter = 0;
     }
