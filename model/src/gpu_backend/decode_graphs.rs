@@ -28,11 +28,11 @@ use super::forward::{GpuModel, StepFacts, StepLaunch};
 use super::step_buffers::Split;
 use crate::error::Result;
 
-/// The widest batch bucket whose graph launches with programmatic dependent launch: measured on
-/// the H200 (`verify/RESULTS.md`, run 44), PDL takes 11% off a B1 step, nothing at B32, and
-/// adds 4% at B128 (not yet profiled: an early-launched kernel's waiting CTAs hold SM slots
-/// that a many-CTA attention could use, is the suspicion).
-const PDL_MAX_ROWS: usize = 64;
+/// The widest batch bucket whose graph launches with programmatic dependent launch. Measured on
+/// the H200 (`verify/RESULTS.md`): run 44 found PDL taking 11% off a B1 step, nothing at B32 and
+/// adding 4% at B128, so it stopped at 64 rows; with today's kernels (runs 114-115) it takes
+/// 2% off B128 as well (five pairs of runs, each faster). Past 128 rows it is unmeasured.
+const PDL_MAX_ROWS: usize = 128;
 
 /// The context of the narrowest width bucket, in tokens; each next bucket is 4x wider.
 const FIRST_WIDTH_TOKENS: usize = 1024;
