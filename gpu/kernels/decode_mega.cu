@@ -1,7 +1,7 @@
 #line 2 "decode_mega.cu"
 // decode_mega.cu: every decoder layer of a small decode step in one persistent launch (issue 15).
-// Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh, gemm_epilogue.cuh, gemm_skinny.cuh and
-// hp1_attention.cuh before it; gpu::kernels concatenates them.
+// Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh, gemm_epilogue.cuh, gemm_skinny.cuh,
+// hp1_qk_pv.cuh and hp1_attention.cuh before it; gpu::kernels concatenates them.
 //
 // WHY. A decode step of a few rows is a chain of ~175 small dependent launches (5 a layer), each
 // paying a launch gap, a ramp and a tail that its 2-12 MB of weights do not hide. Here one grid

@@ -1,8 +1,8 @@
 #line 2 "hp1_decode.cu"
 // hp1_decode.cu: the entry points of the decode and split-K HP1 attention, one per instantiation;
 // the algorithm, the launch shape and the assumptions are in hp1_attention.cuh's header, which
-// gpu::kernels prepends (after pdl.cuh and loads.cuh). The decode megakernel (decode_mega.cu) runs
-// the same body as its tasks.
+// gpu::kernels prepends (after pdl.cuh, loads.cuh and hp1_qk_pv.cuh). The decode megakernel
+// (decode_mega.cu) runs the same body as its tasks.
 
 // One extern "C" entry per instantiation, so the host finds each by name without C++ mangling.
 #define HP1_ATTENTION_PARAMS                                                                          \

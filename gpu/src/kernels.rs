@@ -7,12 +7,14 @@
 use crate::runtime::Kernel;
 
 /// HP1 attention, decode and split-K (dense or sparse-index PV): the body in
-/// `hp1_attention.cuh` (its header gives the algorithm), the entry points in `hp1_decode.cu`.
+/// `hp1_attention.cuh` (its header gives the algorithm) over the per-thread arithmetic of
+/// `hp1_qk_pv.cuh`, the entry points in `hp1_decode.cu`.
 pub const HP1_DECODE: Kernel = Kernel {
     name: "hp1_decode.cu",
     source: concat!(
         include_str!("../kernels/pdl.cuh"),
         include_str!("../kernels/loads.cuh"),
+        include_str!("../kernels/hp1_qk_pv.cuh"),
         include_str!("../kernels/hp1_attention.cuh"),
         include_str!("../kernels/hp1_decode.cu")
     ),
@@ -134,6 +136,7 @@ pub const DECODE_MEGA: Kernel = Kernel {
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/gemm_epilogue.cuh"),
         include_str!("../kernels/gemm_skinny.cuh"),
+        include_str!("../kernels/hp1_qk_pv.cuh"),
         include_str!("../kernels/hp1_attention.cuh"),
         include_str!("../kernels/decode_mega.cu")
     ),
