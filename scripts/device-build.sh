@@ -4,6 +4,11 @@
 # Then run there:  scripts/device-run.sh [tests] [sanitize] [fuzz] [bench]  (or, packed, see the end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# OLD_BIN and OLD_BENCH (below) may point into device-bin itself: keep them before it is emptied.
+keep=$(mktemp -d)
+trap 'rm -rf "$keep"' EXIT
+[ -n "${OLD_BIN:-}" ] && cp "$OLD_BIN" "$keep/asynct-old"
+[ -n "${OLD_BENCH:-}" ] && cp "$OLD_BENCH" "$keep/asynct-bench-old"
 rm -rf device-bin && mkdir -p device-bin
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p verify --bins -p server
@@ -19,8 +24,10 @@ for line in sys.stdin:
         print("test binary:", m["target"]["name"])
 '
 # OLD_BIN=path: an `asynct` built from an earlier commit, carried as device-bin/asynct-old for
-# before/after runs in one call (device-run.sh's chunks variant "old", PREFILL_BINS).
-[ -n "${OLD_BIN:-}" ] && cp "$OLD_BIN" device-bin/asynct-old
+# before/after runs in one call (device-run.sh's chunks variant "old", PREFILL_BINS); OLD_BENCH
+# likewise an `asynct-bench`, carried as device-bin/asynct-bench-old (the attention grid before
+# and after). Build them in a worktree of that commit with CARGO_TARGET_DIR of their own.
+cp "$keep"/* device-bin/ 2>/dev/null || true
 strip device-bin/*
 # The prefill anchor (issue 18) for device-run.sh's chunks stage, beside the binaries.
 [ -f ../shared/anchors/torch_prefill_anchor.py ] && cp ../shared/anchors/torch_prefill_anchor.py device-bin/
