@@ -13,7 +13,6 @@ use rayon::prelude::*;
 use crate::check::{check_data, Reference};
 use crate::fuzz::PathCount;
 use crate::gpu_paths::gpu_supports;
-use half::bf16;
 use ndarray::{s, Array2};
 use oracle::hp1::AttnMetadata;
 
@@ -148,9 +147,4 @@ pub fn alone(data: &CaseData, s: usize) -> CaseData {
     let mut f32 = data.f32.clone();
     f32.q = data.f32.q.slice(s![q0..q1, .., ..]).to_owned();
     CaseData::new(meta, f32)
-}
-
-/// Bit-for-bit equality (bf16's `==` would let +0 equal -0 and refuse NaN = NaN).
-pub fn same_bits(a: &[bf16], b: &[bf16]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }

@@ -150,6 +150,11 @@ pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
     }
 }
 
+/// Bit-for-bit equality (bf16's `==` would let +0 equal -0 and refuse NaN = NaN).
+pub fn same_bits(a: &[bf16], b: &[bf16]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// Runs HP1 attention for `data` on the GPU over `rows` query rows (the batch padded to that
 /// many; at least its own): upload, plan, NaN-poisoned output, row metadata, attention, download.
 ///
@@ -171,7 +176,7 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> R
     bufs.poison_output(gpu)?;
     attention.run(bufs.operands(false), &host.gate())?;
     attention.run(bufs.operands(true), &host.gate())?;
-    if bufs.download_output(gpu)? != out {
+    if !same_bits(&bufs.download_output(gpu)?, &out) {
         return Err(Error::Path {
             path: plan.path.name().to_string(),
             reason: "reading the row metadata before the wait for the kernel before changed the output bits".into(),

@@ -27,10 +27,11 @@ use oracle::hp1::fake_decode::expand;
 use oracle::hp1::AttnMetadata;
 use oracle::model::gate_stats::GateStats as OracleGateStats;
 use rayon::prelude::*;
-use verify::gpu_cases::{alone, case, check_cases, decodes, draw, same_bits, spread};
+use verify::gpu_cases::{alone, case, check_cases, decodes, draw, spread};
 use verify::gpu_harness::{run, GpuCheck};
 use verify::gpu_paths::{
-    geometry, gpu_paths, gpu_supports, run_gpu, widen_bits, GpuPath, GpuPathKind, HostCase, PlanChoice, GPU_TOLERANCE,
+    geometry, gpu_paths, gpu_supports, run_gpu, same_bits, widen_bits, GpuPath, GpuPathKind, HostCase, PlanChoice,
+    GPU_TOLERANCE,
 };
 use verify::regression::regressions_dir;
 use verify::{check_data, compare, large_case, load_dir, small_case, Bound, Case, CaseData, Reference};

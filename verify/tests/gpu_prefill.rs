@@ -14,9 +14,11 @@ use std::sync::Arc;
 
 use gpu::attention::{plan_step, PrefillKernel, PrefillPath, PrefillPlan, FAKE_DECODE_MAX_QUERY};
 use gpu::Gpu;
-use verify::gpu_cases::{alone, case, check_cases, decodes, same_bits, spread};
+use verify::gpu_cases::{alone, case, check_cases, decodes, spread};
 use verify::gpu_harness::{run, GpuCheck};
-use verify::gpu_paths::{prefill_kinds, run_step, step_geometry, widen_bits, GpuPath, TENSOR_CORE_TOLERANCE};
+use verify::gpu_paths::{
+    prefill_kinds, run_step, same_bits, step_geometry, widen_bits, GpuPath, TENSOR_CORE_TOLERANCE,
+};
 use verify::{compare, Bound, Case, Path, Reference};
 
 type Check = Result<(), String>;
