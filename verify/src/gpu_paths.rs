@@ -285,19 +285,16 @@ impl Path for GpuPath {
             GpuPathKind::FakeDecode => (num_tokens, PlanChoice::Auto),
             GpuPathKind::Auto => (bucket(num_tokens), PlanChoice::Auto),
             GpuPathKind::Prefill(kernel) => {
-                let plan = PrefillPlan::new(step_geometry(data), kernel).map_err(|e| path_err(e.to_string()))?;
+                let plan = PrefillPlan::new(step_geometry(data), kernel).map_err(|e| self.named(e.into()))?;
                 return self.finish(data, &PrefillPath::Prefill(plan), out);
             }
             GpuPathKind::Step => {
                 let cc = self.gpu.info().compute_capability;
-                let plan = plan_step(step_geometry(data), cc).map_err(|e| path_err(e.to_string()))?;
+                let plan = plan_step(step_geometry(data), cc).map_err(|e| self.named(e.into()))?;
                 return self.finish(data, &plan, out);
             }
         };
-        let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| match e {
-            Error::Gpu(e) => path_err(e.to_string()),
-            e => e,
-        })?;
+        let run = run_gpu(&self.gpu, data, rows, choice).map_err(|e| self.named(e))?;
         let got = run.widen(data.out_shape())?;
         if got.dim() != out.dim() {
             return Err(path_err(format!("output has shape {:?}, expected {:?}", got.shape(), out.shape())));
@@ -308,14 +305,19 @@ impl Path for GpuPath {
 }
 
 impl GpuPath {
+    /// A GPU call's failure as this path's; an error that names its path already passes as it is.
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::Gpu(e) => Error::Path { path: self.name(), reason: e.to_string() },
+            e => e,
+        }
+    }
+
     /// Runs `plan` on `data` and widens its output into `out`.
     fn finish(&self, data: &CaseData, plan: &PrefillPath, out: &mut Array3<f64>) -> Result<()> {
-        let path_err = |reason: String| Error::Path { path: self.name(), reason };
-        let bits = run_step(&self.gpu, data, plan).map_err(|e| match e {
-            Error::Gpu(e) => path_err(e.to_string()),
-            e => e,
-        })?;
-        let got = widen_bits(&bits, data.out_shape()).map_err(|e| path_err(e.to_string()))?;
+        let bits = run_step(&self.gpu, data, plan).map_err(|e| self.named(e))?;
+        let got = widen_bits(&bits, data.out_shape())
+            .map_err(|e| Error::Path { path: self.name(), reason: e.to_string() })?;
         out.assign(&got);
         Ok(())
     }
