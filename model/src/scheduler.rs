@@ -43,8 +43,7 @@ use std::collections::VecDeque;
 use ndarray::Array2;
 use oracle::hp1::AttnMetadata;
 
-use crate::block_pool::KvCapacity;
-use crate::block_pool::{blocks_for, BlockPool};
+use crate::block_pool::{blocks_for, BlockPool, KvCapacity};
 use crate::error::{Error, Result};
 use crate::prefix_index::ROOT;
 

@@ -415,9 +415,10 @@ impl GpuModel {
     /// GEMM the program names.
     pub fn plan(&mut self, shape: StepFacts) -> Result<StepLaunch> {
         let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
+        let rows = row_split(shape);
         let program = StepProgram::build(ProgramShape {
             layers: self.dims.num_layers,
-            rows: row_split(shape),
+            rows,
             attention_on_rows: matches!(attn, AttnPlan::Decode(_)),
             picked: shape.picked,
             picked_all: shape.picked_all,
@@ -426,7 +427,6 @@ impl GpuModel {
             gate_stats: self.gates.is_some(),
             persistent: self.decode_kernel.persistent(shape.tokens),
         });
-        let rows = row_split(shape);
         for op in &program.expanded() {
             match *op {
                 Op::Linear { weight, lane, epilogue, .. } => {
