@@ -7,7 +7,7 @@
 // the entry points are in hp1_decode.cu, and the decode megakernel (decode_mega.cu) runs
 // attention(), the body of one CTA, as its tasks.
 //
-// ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 128 keys. A chunk's
+// ALGORITHM. The keys 0 .. row_len-1 of a row are cut into chunks of CHUNK = 126 keys. A chunk's
 // partial output is computed by one piece of code, the chunk loop body of attention(), for HP =
 // 1 or 2 query heads of one kv head at once (their q in registers side by side):
 //   0. Slots: one pass looks up the cache row (block_table[t / block] * block + t % block) of
@@ -79,9 +79,12 @@
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
 // padded to 16 bytes (544), 8 * CHUNK list entries (1024), 4 * ROUNDS * WARPS counts (16) and
 // 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (576) shared by the heads: 6256 bytes
-// for HP = 1, 11936 for HP = 2, plus split-K's last-CTA flag. CHUNK = 128 (one key per thread
-// and round) rather than 256: twice the split-K CTAs of a short row, which a small decode batch
-// needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even).
+// for HP = 1, 11936 for HP = 2, plus split-K's last-CTA flag. CHUNK is about 128 (one key per
+// thread and round) rather than 256: twice the split-K CTAs of a short row, which a small decode
+// batch needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even). It is
+// 126, not 128, so that a split-K chunk and its FIR overlap are 128 keys at the SPEC's fir_k = 3:
+// two QK rounds of 64 keys (NG groups of U keys), where 130 keys took a third round, one more
+// memory latency on every CTA's path for the 2 keys of one group.
 //
 // TEMPLATE PARAMETERS (one extern "C" entry per combination, named below):
 //   D      head dim, 64, 128 or 256
@@ -115,8 +118,8 @@ namespace hp1 {
 
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
-constexpr int CHUNK = 128;
-constexpr int ROUNDS = CHUNK / THREADS;
+constexpr int CHUNK = 126;
+constexpr int ROUNDS = (CHUNK + THREADS - 1) / THREADS;
 constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
 // CTAs per SM the launch bounds ask for: per instantiation the most at which ptxas still issues

@@ -25,7 +25,7 @@
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
 //!
-//! Every path, group size and head count per CTA gives the same bits for a row (fixed 128-key
+//! Every path, group size and head count per CTA gives the same bits for a row (fixed 126-key
 //! chunks, fixed reduction orders, an ordered nonzero list): the dispatcher's choice and a
 //! request's batch never change its output.
 //!
@@ -38,10 +38,10 @@
 //! };
 //! let plan = Plan::auto(geometry).unwrap();
 //! assert!(matches!(plan.path, AttentionPath::SplitK(_)));
-//! assert_eq!(plan.attention.grid, 8 * 64); // rows x heads x 128-key chunks of the capacity
+//! assert_eq!(plan.attention.grid, 8 * 66); // rows x heads x 126-key chunks of the capacity
 //! // 32 rows make a grid large enough to give each CTA the two heads of a kv head.
 //! let plan = Plan::auto(Geometry { rows: 32, ..geometry }).unwrap();
-//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 64));
+//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 66));
 //! ```
 //!
 //! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and

@@ -41,8 +41,9 @@
 
 use crate::error::{Error, Result};
 
-/// Keys per chunk, in decode and split-K alike (the kernel's `CHUNK`).
-pub const CHUNK: usize = 128;
+/// Keys per chunk, in decode and split-K alike (the kernel's `CHUNK`): with the FIR overlap of
+/// `fir_k = 3` a split-K chunk reads 128 keys, two QK rounds.
+pub const CHUNK: usize = 126;
 /// Threads per CTA of every attention kernel.
 pub const THREADS: u32 = 128;
 /// The head dims the kernels are instantiated for.
@@ -335,19 +336,19 @@ pub(crate) mod tests {
     #[test]
     fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
         let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
-        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 128).
+        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 126).
         for (rows, context, split, kernel) in [
-            (1, 8192, true, one),    // 512 CTAs
-            (15, 1024, true, one),   // 960
-            (16, 1024, true, two),   // 1024
-            (1, 16384, true, two),   // 1024
+            (1, 8192, true, one),    // 528 CTAs
+            (14, 1024, true, one),   // 1008
+            (15, 1024, true, two),   // 1080
+            (1, 16384, true, two),   // 1048
             (32, 4096, true, two),   // 8192
             (128, 16384, true, two), // 131072
             (4096, 200, true, two),  // two chunks
-            (1, 128, false, one),
+            (1, 112, false, one), // 7 blocks of 16: one chunk
             (127, 16, false, one), // 1016 CTAs of one chunk each
             (128, 16, false, two), // 1024
-            (1, 129, true, one),
+            (1, 127, true, one),  // 8 blocks: 128 keys, two chunks
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
@@ -355,7 +356,7 @@ pub(crate) mod tests {
             assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
-        let wide_blocks = Geometry { block_size: 128, max_blocks_per_seq: 1, ..geometry(8, 0) };
+        let wide_blocks = Geometry { block_size: 64, max_blocks_per_seq: 1, ..geometry(8, 0) };
         assert!(matches!(dispatch(&wide_blocks).0, AttentionPath::Decode(_)));
         assert!(matches!(dispatch(&Geometry { max_blocks_per_seq: 2, ..wide_blocks }).0, AttentionPath::SplitK(_)));
         // An odd number of query heads per kv head never pairs, however large the grid.
@@ -373,16 +374,16 @@ pub(crate) mod tests {
         let a = Plan::auto(geometry(1, 8192)).unwrap();
         assert_eq!(a, Plan::auto(geometry(1, 8192)).unwrap());
         assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
-        assert_eq!(a.geometry.max_chunks(), 64);
-        assert_eq!(a.attention.grid, 8 * 64);
-        assert_eq!((a.workspace_len, a.counter_len), (8 * 64 * 128, 8));
+        assert_eq!(a.geometry.max_chunks(), 66);
+        assert_eq!(a.attention.grid, 8 * 66);
+        assert_eq!((a.workspace_len, a.counter_len), (8 * 66 * 128, 8));
         assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
-        // One row more makes 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
+        // One row more makes 1056 one-head CTAs: paired heads, half the stage-1 CTAs, the same
         // partials and counters per (row, head).
         let b = Plan::auto(geometry(2, 8192)).unwrap();
-        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 2 * 4 * 64));
-        assert_eq!((b.workspace_len, b.counter_len), (2 * 8 * 64 * 128, 2 * 8));
+        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 2 * 4 * 66));
+        assert_eq!((b.workspace_len, b.counter_len), (2 * 8 * 66 * 128, 2 * 8));
     }
 
     #[test]
