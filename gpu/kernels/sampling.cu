@@ -7,8 +7,17 @@
 // the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
 // [rows] (seed, step, temperature, top_k, top_p: gpu::ops::sampling::SamplingRow, same layout);
 // tokens u32 [rows]; survivors u32 [rows] (how many tokens top-k/top-p left, 1 at temperature 0,
-// 0 for a faulted row); fault as in ops_common.cuh. Launch: one CTA of THREADS threads per row,
-// static shared memory (Scratch, about 38 KiB); vocab < 2^31.
+// 0 for a faulted row); fault as in ops_common.cuh. Launch: ROW_CTAS CTAs of THREADS threads per
+// row (one thread-block cluster, below), rows * ROW_CTAS CTAs in x, static shared memory (Scratch,
+// about 38 KiB); vocab < 2^31.
+//
+// ROW SCAN. Steps 1 and, for a row whose temperature is its only filter (no top-k below the vocab,
+// top-p 1), 5 read the whole row once; they are split over the ROW_CTAS CTAs of a cluster (sm_90
+// and later; one CTA before), CTA c taking the c-th slice of the ids. Each CTA keeps its slice's
+// argmax, fault and best score; CTA 0 reads the others' from their shared memory and combines
+// them. Every one is the best pair of a total order or an or, so the token does not depend on the
+// slicing. CTA 0 alone then runs steps 2 to 5 of a row that has top-k or top-p, as one CTA did
+// for every row before.
 //
 // The order of step 3 (logit descending, ties by lower id; -0 == +0) is the order of the pair
 // (order_key(logit) descending, id ascending), order_key being the usual order-preserving map of
@@ -42,18 +51,23 @@
 // weight or a Gumbel draw may differ in its last bit; this changes a token only on a near-exact
 // tie (two scores within ~1e-15 relative, or a running sum within that of p * Z).
 //
-// Cost per row (vocab V, one CTA on one SM; rows run on separate SMs): step 1 one pass over the
-// row; top-k 4 passes (+4 when a tie group is split); top-p up to SORT_CAP survivors: one gather
-// pass and a shared-memory sort; beyond: 8 mass passes (an f64 exp per token still in the
-// interval, all V in the first) + 1 count pass (+4); the final pass computes Philox and two f64
-// logs per survivor. At V = 151936 a pass reads 594 KiB of f32 or 297 KiB of bf16 (from L2 after
-// the first). Step 1 reads 16-byte vectors, four in flight per thread, where the row is 16-byte
-// aligned: a row is one CTA's, so its pass runs at the bytes one SM keeps in flight (one scalar
-// load per thread took 54 us for 128 greedy f32 rows, 44.5 us for bf16: RESULTS runs 72, 75).
-// Estimated, not measured: some tens of microseconds for temperature alone (the final pass's f64
-// logs dominate), on the order of 100 for top-p without top-k.
+// Cost per row (vocab V): steps 1 and 5 of a greedy or temperature-only row, one pass over V / 8
+// ids on each of 8 SMs (Philox and two f64 logs per id for temperature); a row with top-k or
+// top-p then runs on one SM: top-k 4 passes (+4 when a tie group is split); top-p up to SORT_CAP
+// survivors: one gather pass and a shared-memory sort; beyond: 8 mass passes (an f64 exp per
+// token still in the interval, all V in the first) + 1 count pass (+4); the final pass computes
+// Philox and two f64 logs per survivor. At V = 151936 a pass reads 297 KiB of bf16 (from L2
+// after the first). One CTA reading a whole row was what held greedy decoding: 17.6 us a step at
+// B1 (RESULTS run 77).
 
 #define THREADS 512
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define ROW_CTAS 8
+#define ROW_CLUSTER __cluster_dims__(ROW_CTAS, 1, 1)
+#else
+#define ROW_CTAS 1
+#define ROW_CLUSTER
+#endif
 #define WARPS (THREADS / 32)
 #define SORT_CAP 2048
 #define MASS_BITS 4
@@ -470,11 +484,24 @@ __device__ Threshold nucleus_by_mass(L l, unsigned n, Threshold th, double t, do
     return cut;
 }
 
-// Step 1 of the header: the row's argmax, and whether the row is unusable.
+// What one CTA of a row's cluster found in its slice (the header's ROW SCAN).
+struct RowPart {
+    double best;        // the largest logit (NEG_INF if none)
+    double score;       // the best step-5 score, for a row whose temperature is its only filter
+    unsigned best_id;   // ALL_IDS if none
+    unsigned score_id;
+    int bad;            // a NaN or +inf seen
+};
+
+// Steps 1 and, where `simple`, 5 over CTA `slice` of `slices`'s ids: ceil(n / slices) rounded up to
+// 8 ids (16 bytes of bf16), so every slice of an aligned row starts aligned. Thread 0 writes `part`.
 template <class L>
-__device__ bool argmax_and_check(L l, unsigned n, double& best, unsigned& best_id, Scratch& sh) {
-    best = NEG_INF;
-    best_id = ALL_IDS;
+__device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, bool simple, const SamplingRow& p,
+                           RowPart& part, Scratch& sh) {
+    const unsigned per = ((n + slices - 1) / slices + 7u) & ~7u;
+    const unsigned lo = min(n, slice * per), hi = min(n, lo + per);
+    double best = NEG_INF;
+    unsigned best_id = ALL_IDS;
     int bad = 0;
     const auto take = [&](float x, unsigned v) {
         if (x != x || x == POS_INF_F) bad = 1;
@@ -485,11 +512,11 @@ __device__ bool argmax_and_check(L l, unsigned n, double& best, unsigned& best_i
     };
     // (value, id) is a total order and the fault an or, so the order in which a thread meets its
     // tokens changes nothing: the vector loop takes VEC consecutive ids a load and UNROLL loads in
-    // flight (a row is one CTA's, so its bytes in flight bound the pass), the scalar loop the rest.
+    // flight (the slice's bytes in flight bound the pass), the scalar loop the rest.
     constexpr unsigned VEC = L::VEC, UNROLL = 4, STEP = VEC * THREADS;
-    unsigned v0 = 0;
+    unsigned v0 = lo;
     if (l.aligned()) {
-        for (; v0 + UNROLL * STEP <= n; v0 += UNROLL * STEP) {
+        for (; v0 + UNROLL * STEP <= hi; v0 += UNROLL * STEP) {
             float x[UNROLL][VEC];
 #pragma unroll
             for (unsigned u = 0; u < UNROLL; ++u) l.vec(v0 + u * STEP + threadIdx.x * VEC, x[u]);
@@ -499,32 +526,129 @@ __device__ bool argmax_and_check(L l, unsigned n, double& best, unsigned& best_i
                 for (unsigned k = 0; k < VEC; ++k) take(x[u][k], v0 + u * STEP + threadIdx.x * VEC + k);
         }
     }
-    for (unsigned v = v0 + threadIdx.x; v < n; v += THREADS) take(l[v], v);
+    for (unsigned v = v0 + threadIdx.x; v < hi; v += THREADS) take(l[v], v);
     bad = __syncthreads_or(bad);
     block_best(best, best_id, sh);
-    return bad || best == NEG_INF;
+    // Step 5 with every token surviving: the same score, token for token, as the final pass of
+    // sample_row. Drawn before the row's fault is known; a faulted row discards it.
+    double score = NEG_INF;
+    unsigned score_id = ALL_IDS;
+    if (simple) {
+        const double t = (double)p.temperature;
+        for (unsigned v = lo + threadIdx.x; v < hi; v += THREADS) {
+            const double s = (double)l[v] / t + gumbel(p.seed, p.step, v);
+            if (better(s, v, score, score_id)) {
+                score = s;
+                score_id = v;
+            }
+        }
+        block_best(score, score_id, sh);
+    }
+    if (threadIdx.x == 0) part = RowPart{best, score, best_id, score_id, bad};
 }
 
+#if ROW_CTAS > 1
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Every thread of every CTA of the cluster meets here; what each wrote before is visible after.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The shared-memory address of `p`'s twin in cluster CTA `rank`.
+__device__ __forceinline__ unsigned remote(const void* p, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ double ld_remote_f64(unsigned a) {
+    double v;
+    asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned ld_remote_u32(unsigned a) {
+    unsigned v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+#endif
+
+// The row's findings, from every CTA of its cluster, in `all` of CTA 0 (every thread of it);
+// false in the other CTAs, which then have nothing left to do. Each finding is a best pair of a
+// total order or an or, so the row's result does not depend on how its ids were sliced.
+__device__ bool gather_row(RowPart& mine, RowPart& all) {
+#if ROW_CTAS > 1
+    cluster_sync();
+    const unsigned rank = cluster_rank();
+    if (rank == 0 && threadIdx.x == 0) {
+        RowPart a = mine;
+        for (unsigned c = 1; c < ROW_CTAS; ++c) {
+            RowPart o;
+            o.best = ld_remote_f64(remote(&mine.best, c));
+            o.score = ld_remote_f64(remote(&mine.score, c));
+            o.best_id = ld_remote_u32(remote(&mine.best_id, c));
+            o.score_id = ld_remote_u32(remote(&mine.score_id, c));
+            o.bad = (int)ld_remote_u32(remote(&mine.bad, c));
+            if (better(o.best, o.best_id, a.best, a.best_id)) {
+                a.best = o.best;
+                a.best_id = o.best_id;
+            }
+            if (better(o.score, o.score_id, a.score, a.score_id)) {
+                a.score = o.score;
+                a.score_id = o.score_id;
+            }
+            a.bad |= o.bad;
+        }
+        all = a;
+    }
+    // Also keeps every CTA's `mine` alive until CTA 0 has read it.
+    cluster_sync();
+    return rank == 0;
+#else
+    __syncthreads();
+    all = mine;
+    __syncthreads();
+    return true;
+#endif
+}
+
+// The row this CTA serves and its slice: ROW_CTAS consecutive CTAs (one cluster) a row.
+struct RowCta {
+    unsigned row = blockIdx.x / ROW_CTAS;
+    unsigned slice = blockIdx.x % ROW_CTAS;
+};
+
 template <class L>
-__device__ void argmax_row(L l, unsigned* __restrict__ tokens, unsigned vocab, unsigned row, unsigned* fault) {
+__device__ void argmax_row(L l, unsigned* __restrict__ tokens, unsigned vocab, RowCta at, unsigned* fault) {
     __shared__ Scratch sh;
-    double best;
-    unsigned best_id;
-    const bool faulted = argmax_and_check(l, vocab, best, best_id, sh);
+    __shared__ RowPart mine, all;
+    const SamplingRow greedy = {};
+    scan_slice(l, vocab, at.slice, ROW_CTAS, false, greedy, mine, sh);
+    if (!gather_row(mine, all)) return;
     if (threadIdx.x == 0) {
-        if (faulted) record_fault(fault, FAULT_LOGITS, row);
-        tokens[row] = best_id == ALL_IDS ? 0u : best_id;
+        if (all.bad || all.best == NEG_INF) record_fault(fault, FAULT_LOGITS, at.row);
+        tokens[at.row] = all.best_id == ALL_IDS ? 0u : all.best_id;
     }
 }
 
 template <class L>
 __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ params, unsigned* __restrict__ tokens,
-                           unsigned* __restrict__ survivors, unsigned row, unsigned* fault) {
+                           unsigned* __restrict__ survivors, RowCta at, unsigned* fault) {
     __shared__ Scratch sh;
+    __shared__ RowPart mine, all;
+    const unsigned row = at.row;
     const SamplingRow p = params[row];
-    double best;
-    unsigned best_id;
-    if (argmax_and_check(l, n, best, best_id, sh)) {
+    const bool sampled = p.temperature > 0.0f;
+    const bool simple = sampled && (p.top_k == 0 || p.top_k >= n) && !(p.top_p < 1.0f);
+    scan_slice(l, n, at.slice, ROW_CTAS, simple, p, mine, sh);
+    if (!gather_row(mine, all)) return;
+    const double best = all.best;
+    const unsigned best_id = all.best_id;
+    if (all.bad || best == NEG_INF) {
         if (threadIdx.x == 0) {
             record_fault(fault, FAULT_LOGITS, row);
             tokens[row] = best_id == ALL_IDS ? 0u : best_id;
@@ -532,10 +656,10 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
         }
         return;
     }
-    if (!(p.temperature > 0.0f)) {
+    if (!sampled || simple) {
         if (threadIdx.x == 0) {
-            tokens[row] = best_id;
-            survivors[row] = 1;
+            tokens[row] = sampled ? all.score_id : best_id;
+            survivors[row] = sampled ? n : 1u;
         }
         return;
     }
@@ -570,32 +694,36 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
 }
 
 // The entries, one CTA per row: f32 rows, and the LM head's bf16 rows (`_bf16`, the engine's).
-extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
+extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows(
     const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
     pdl_begin();
-    argmax_row(F32Row{logits + (long long)blockIdx.x * vocab}, tokens, vocab, blockIdx.x, fault);
+    const RowCta at;
+    argmax_row(F32Row{logits + (long long)at.row * vocab}, tokens, vocab, at, fault);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows_bf16(
+extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows_bf16(
     const unsigned short* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
     pdl_begin();
-    argmax_row(Bf16Row{logits + (long long)blockIdx.x * vocab}, tokens, vocab, blockIdx.x, fault);
+    const RowCta at;
+    argmax_row(Bf16Row{logits + (long long)at.row * vocab}, tokens, vocab, at, fault);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
+extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) sample_rows(
     const float* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
     unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
 {
     pdl_begin();
-    sample_row(F32Row{logits + (long long)blockIdx.x * vocab}, vocab, params, tokens, survivors, blockIdx.x, fault);
+    const RowCta at;
+    sample_row(F32Row{logits + (long long)at.row * vocab}, vocab, params, tokens, survivors, at, fault);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) sample_rows_bf16(
+extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) sample_rows_bf16(
     const unsigned short* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
     unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
 {
     pdl_begin();
-    sample_row(Bf16Row{logits + (long long)blockIdx.x * vocab}, vocab, params, tokens, survivors, blockIdx.x, fault);
+    const RowCta at;
+    sample_row(Bf16Row{logits + (long long)at.row * vocab}, vocab, params, tokens, survivors, at, fault);
 }
