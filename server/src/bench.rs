@@ -130,6 +130,8 @@ struct Report {
     /// The step budget the engine ran with (`--max-num-batched-tokens` or the device's default).
     max_num_batched_tokens: usize,
     seed: u64,
+    /// `--temperature`: every request's; 0 is greedy.
+    temperature: f32,
     /// `--prompt-text`'s file and its token count; null for seeded random ids.
     prompt_text: Option<String>,
     prompt_text_tokens: Option<usize>,
@@ -143,6 +145,7 @@ struct Report {
 /// Runs the command; the error is the message to print.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let picked = scenarios(&args.scenario, args.requests, args.prompt_len, args.output_len)?;
+    SamplingParams::with_temperature(args.temperature, 0).validate().map_err(|e| format!("--temperature: {e}"))?;
     let timed = check_decode_args(args, !picked.is_empty())?;
     let anchor = args.anchor.as_deref().map(read_anchor).transpose()?;
     let cfg = ModelConfig::load(&args.model).map_err(|e| e.to_string())?;
@@ -201,6 +204,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         max_num_seqs,
         max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
         seed: args.seed,
+        temperature: args.temperature,
         prompt_text: args.prompt_text.as_ref().map(|p| p.display().to_string()),
         prompt_text_tokens: text.as_ref().map(|t| t.len()),
         weight_bytes: bytes,
@@ -209,8 +213,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         scenarios: Vec::new(),
         decode: Vec::new(),
     };
-    let prompts =
-        PromptSource { seed: args.seed, vocab: cfg.vocab_size, eos: cfg.eos_token_id.clone(), model_len, text };
+    let prompts = PromptSource {
+        seed: args.seed,
+        vocab: cfg.vocab_size,
+        eos: cfg.eos_token_id.clone(),
+        model_len,
+        temperature: args.temperature,
+        text,
+    };
     if let Some(first) = picked.first() {
         // Untimed: the first prefill of a process compiles (NVRTC, on a fresh machine) and loads
         // the tensor-core prefill and opens cuBLASLt, which would otherwise land in the first
@@ -362,6 +372,7 @@ struct PromptSource {
     vocab: usize,
     eos: Vec<u32>,
     model_len: usize,
+    temperature: f32,
     /// `--prompt-text`'s token ids, when given.
     text: Option<Arc<[u32]>>,
 }
@@ -376,10 +387,12 @@ impl PromptSource {
         }
     }
 
-    fn request(&self, prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+    /// Request `index` of the run: greedy, or at the run's temperature with a seed of its own.
+    fn request(&self, index: usize, prompt: Vec<u32>, max_tokens: usize) -> GenerationRequest {
+        let mut state = self.seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         GenerationRequest {
             prompt,
-            sampling: SamplingParams::greedy(),
+            sampling: SamplingParams::with_temperature(self.temperature, splitmix64(&mut state)),
             stop: StopConditions {
                 eos_token_ids: self.eos.clone(),
                 stop: Vec::new(),

@@ -285,6 +285,10 @@ pub struct BenchArgs {
     /// Seed of the random prompts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Every request's sampling temperature (no top-k or top-p; each request's Philox seed drawn
+    /// from --seed); 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
     /// Take the prompts from this text file instead of random ids: tokenised with the model's
     /// tokenizer, each request's prompt a different window of it (spread evenly from its start to
     /// its end, the same on every run), so the gate statistics are those of real text.

@@ -1,5 +1,5 @@
 //! `asynct bench` on a tiny checkpoint on the CPU: its JSON's counts agree with what was asked
-//! (every token generated, every step counted), the anchor's best variant is read, and bad
+//! (every token generated, every step counted, with the requests sampled at a temperature), the anchor's best variant is read, and bad
 //! flags get a message and exit code 1; and on the shipped trained model, decode batches over
 //! windows of its held-out text (`--prompt-text`) report that text's gate statistics.
 
@@ -47,6 +47,8 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         "4",
         "--anchor",
         anchor.to_str().unwrap(),
+        "--temperature",
+        "0.7",
         "--out",
         json.to_str().unwrap(),
     ]);
@@ -56,6 +58,8 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["max_num_seqs"], 3, "the largest batch the run needs");
     assert_eq!(report["prefix_caching"], true, "on unless --no-prefix-caching");
+    let temperature = report["temperature"].as_f64().expect("the temperature is recorded");
+    assert!((temperature - 0.7).abs() < 1e-6, "every request sampled at --temperature: {temperature}");
 
     let scenarios = report["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 2);
@@ -140,6 +144,36 @@ fn bad_flags_get_a_message_and_exit_code_1() {
         ),
         (vec!["bench", "--model", m, "--device", "cpu", "--decode-batch", "1", "--context", "20"], "--context"),
         (vec!["bench", "--model", m, "--device", "cpu", "--scenario", "long_decode_b32"], "long_decode_b32"),
+        (
+            vec![
+                "bench",
+                "--model",
+                m,
+                "--device",
+                "cpu",
+                "--decode-batch",
+                "1",
+                "--context",
+                "64",
+                "--temperature=-0.5",
+            ],
+            "--temperature",
+        ),
+        (
+            vec![
+                "bench",
+                "--model",
+                m,
+                "--device",
+                "cpu",
+                "--decode-batch",
+                "1",
+                "--context",
+                "64",
+                "--temperature=nan",
+            ],
+            "--temperature",
+        ),
         (
             vec![
                 "bench",

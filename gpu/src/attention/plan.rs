@@ -345,10 +345,10 @@ pub(crate) mod tests {
             (32, 4096, true, two),   // 8192
             (128, 16384, true, two), // 131072
             (4096, 200, true, two),  // two chunks
-            (1, 112, false, one), // 7 blocks of 16: one chunk
-            (127, 16, false, one), // 1016 CTAs of one chunk each
-            (128, 16, false, two), // 1024
-            (1, 127, true, one),  // 8 blocks: 128 keys, two chunks
+            (1, 112, false, one),    // 7 blocks of 16: one chunk
+            (127, 16, false, one),   // 1016 CTAs of one chunk each
+            (128, 16, false, two),   // 1024
+            (1, 127, true, one),     // 8 blocks: 128 keys, two chunks
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");

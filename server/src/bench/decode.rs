@@ -161,8 +161,8 @@ pub fn run_decode(
     let (start_len, end_len) = decode_lengths(args.context, args.warmup_steps, timed);
     let (lens, drawn) = staggered_prompts(engine.scheduler().config(), batch, start_len, end_len)?;
     let mut ids = Vec::with_capacity(batch);
-    for (prompt, &len) in prompts.prompts(&lens)?.into_iter().zip(&lens) {
-        let request = prompts.request(prompt, end_len - len);
+    for (i, (prompt, &len)) in prompts.prompts(&lens)?.into_iter().zip(&lens).enumerate() {
+        let request = prompts.request(i, prompt, end_len - len);
         ids.push(engine.add_request(request).map_err(|e| e.to_string())?);
     }
     let mut generated: BTreeMap<u64, usize> = ids.iter().map(|&id| (id, 0)).collect();

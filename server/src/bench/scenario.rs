@@ -94,8 +94,8 @@ pub fn run_scenario(
 ) -> Result<ScenarioResult, String> {
     let preempted_before = engine.stats().num_preemptions;
     let mut waiting_first = BTreeSet::new();
-    for prompt in prompts.prompts(&vec![s.prompt_len; s.requests])? {
-        let request = prompts.request(prompt, s.output_len);
+    for (i, prompt) in prompts.prompts(&vec![s.prompt_len; s.requests])?.into_iter().enumerate() {
+        let request = prompts.request(i, prompt, s.output_len);
         waiting_first.insert(engine.add_request(request).map_err(|e| e.to_string())?);
     }
     let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
