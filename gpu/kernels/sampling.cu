@@ -610,7 +610,7 @@ __device__ bool gather_row(RowPart& mine, RowPart& all) {
     return rank == 0;
 #else
     __syncthreads();
-    all = mine;
+    if (threadIdx.x == 0) all = mine;
     __syncthreads();
     return true;
 #endif
