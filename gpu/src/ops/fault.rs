@@ -5,11 +5,12 @@
 //! The kernels that read them mask what is out of range (a NaN row for a bad token id, a clamped
 //! RoPE position, a skipped cache write, a sampled row marked with 0 survivors) and record it
 //! here: per [`FaultKind`], a count and one offending value (layout in `ops_common.cuh`). The
-//! engine calls [`Faults::check`] once per step, after it has synchronised for the sampled tokens.
+//! engine reads it once per step with [`Faults::check_after`], in the same wait as the sampled
+//! tokens.
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
 
 use crate::error::{Error, Result};
 use crate::runtime::Gpu;
@@ -76,12 +77,18 @@ pub fn describe(word: &[u32]) -> Option<String> {
 pub struct Faults {
     stream: Arc<CudaStream>,
     word: CudaSlice<u32>,
+    /// The word's copy on the host, page-locked so that the copy is enqueued, not waited for.
+    host: PinnedHostSlice<u32>,
 }
 
 impl Faults {
     /// A clean fault word.
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        Ok(Self { stream: gpu.stream().clone(), word: gpu.zeros::<u32>(FaultKind::WORDS)? })
+        Ok(Self {
+            stream: gpu.stream().clone(),
+            word: gpu.zeros::<u32>(FaultKind::WORDS)?,
+            host: gpu.pinned::<u32>(FaultKind::WORDS)?,
+        })
     }
 
     /// The buffer the kernels record into.
@@ -92,9 +99,17 @@ impl Faults {
     /// Waits for the stream, reads the word, clears it, and fails with
     /// [`Error::DeviceFault`] naming every kind that fired since the last check.
     pub fn check(&mut self) -> Result<()> {
-        let word = self.stream.clone_dtoh(&self.word)?;
+        self.check_after(|_| Ok(()))
+    }
+
+    /// [`Faults::check`] with `enqueue`'s copies (the step's other results, into page-locked
+    /// memory) behind the word's on the stream: one wait for all of them.
+    pub fn check_after(&mut self, enqueue: impl FnOnce(&Arc<CudaStream>) -> Result<()>) -> Result<()> {
+        self.stream.memcpy_dtoh(&self.word, &mut self.host)?;
         self.stream.memset_zeros(&mut self.word)?;
-        match describe(&word) {
+        enqueue(&self.stream)?;
+        self.stream.synchronize()?;
+        match describe(self.host.as_slice()?) {
             None => Ok(()),
             Some(what) => Err(Error::DeviceFault(what)),
         }

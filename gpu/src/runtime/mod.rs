@@ -20,7 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PinnedHostSlice,
+    ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -151,6 +152,18 @@ impl Gpu {
     /// Copies a device buffer back (synchronising the stream).
     pub fn download<T: DeviceRepr>(&self, dev: &CudaSlice<T>) -> Result<Vec<T>> {
         Ok(self.stream.clone_dtoh(dev)?)
+    }
+
+    /// `n` (at least 1) zeroed values of page-locked host memory (cached: the host reads it
+    /// back), the destination of a copy from the device that is enqueued, not waited for.
+    pub fn pinned<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<PinnedHostSlice<T>> {
+        // SAFETY: flags 0 asks for plain page-locked memory; every value is zeroed below before
+        // anything reads it (T is valid as zero bits).
+        let n = n.max(1);
+        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<T>(n, 0) }?;
+        // SAFETY: zero bytes are a valid T.
+        unsafe { std::ptr::write_bytes(host.as_mut_ptr()?, 0, n) };
+        Ok(host)
     }
 
     /// A zeroed device buffer of `n` elements.

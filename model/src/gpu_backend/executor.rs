@@ -24,7 +24,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
 use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
@@ -85,6 +85,8 @@ pub struct GpuExecutor {
     sampler: Sampler,
     params: CudaSlice<DeviceSamplingRow>,
     tokens: CudaSlice<u32>,
+    /// The drawn tokens' copy on the host (page-locked: read in the fault word's wait).
+    tokens_host: PinnedHostSlice<u32>,
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
@@ -173,6 +175,7 @@ impl GpuExecutor {
             sampler: Sampler::new(gpu)?,
             params: gpu.upload(&vec![greedy(); rows])?,
             tokens: gpu.zeros(rows)?,
+            tokens_host: gpu.pinned(rows)?,
             survivors: gpu.zeros(rows)?,
             model,
             graphs: None,
@@ -258,8 +261,9 @@ impl GpuExecutor {
 
     /// Waits for the step, checks its fault word and returns the first `n` sampled tokens.
     fn finish(&mut self, n: usize) -> Result<Vec<u32>> {
-        self.model.faults().check()?;
-        Ok(self.gpu.stream().clone_dtoh(&self.tokens.slice(..n)).map_err(gpu::Error::from)?)
+        let (tokens, host) = (&self.tokens, &mut self.tokens_host);
+        self.model.faults().check_after(|stream| Ok(stream.memcpy_dtoh(&tokens.slice(..n), host)?))?;
+        Ok(self.tokens_host.as_slice().map_err(gpu::Error::from)?[..n].to_vec())
     }
 
     /// Runs a step of decode rows only (in sampling order) by replaying its bucket's graph; `None`
