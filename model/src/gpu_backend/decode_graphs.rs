@@ -18,7 +18,7 @@
 
 use std::collections::BTreeMap;
 
-use ndarray::Array2;
+use ndarray::{s, Array2};
 use oracle::hp1::AttnMetadata;
 use oracle::model::step::{LogitRows, StepInput};
 
@@ -158,8 +158,13 @@ pub fn pad_decode_step(step: &StepInput<'_>, shape: StepFacts) -> PaddedStep {
     let (rows, width) = (shape.tokens, shape.width);
     let real = step.token_ids.len();
     let table = &step.meta.block_table;
-    let block_table =
-        Array2::from_shape_fn((rows, width), |(s, j)| if s < real && j < table.ncols() { table[[s, j]] } else { 0 });
+    // Row by row: an element at a time through a closure took most of a B128 step's 135 us of
+    // host upload (RESULTS run 119).
+    let mut block_table = Array2::zeros((rows, width));
+    let cols = table.ncols().min(width);
+    for (s, row) in table.rows().into_iter().take(real.min(rows)).enumerate() {
+        block_table.slice_mut(s![s, ..cols]).assign(&row.slice(s![..cols]));
+    }
     let mut ids = step.token_ids.to_vec();
     ids.resize(rows, 0);
     let mut slots = step.slot_mapping.to_vec();

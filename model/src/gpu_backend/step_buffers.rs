@@ -10,8 +10,11 @@
 //! Their sizes are known before anything is allocated ([`step_memory`]), so the loader refuses a
 //! step budget whose buffers cannot fit, and the KV cache is sized from the memory they leave.
 
+use std::borrow::Cow;
+
 use cudarc::driver::CudaSlice;
 use half::bf16;
+use ndarray::s;
 use oracle::hp1::AttnMetadata;
 use oracle::model::step::{LogitRows, StepInput};
 
@@ -62,12 +65,16 @@ impl DeviceMeta {
     /// to start at 0).
     fn write(&mut self, gpu: &Gpu, meta: &AttnMetadata, seqs: std::ops::Range<usize>) -> gpu::Result<()> {
         let stream = gpu.stream();
-        let table: Vec<i32> =
-            meta.block_table.rows().into_iter().skip(seqs.start).take(seqs.len()).flatten().copied().collect();
+        // The rows' values in place where they lie contiguous (the scheduler's tables do).
+        let rows = meta.block_table.slice(s![seqs.clone(), ..]);
+        let table: Cow<'_, [i32]> = match rows.as_slice() {
+            Some(flat) => Cow::Borrowed(flat),
+            None => Cow::Owned(rows.iter().copied().collect()),
+        };
         let base = meta.query_start_loc[seqs.start];
         let qsl: Vec<i32> = meta.query_start_loc[seqs.start..=seqs.end].iter().map(|&q| q - base).collect();
         if !table.is_empty() {
-            stream.memcpy_htod(&table, &mut self.block_table.slice_mut(..table.len()))?;
+            stream.memcpy_htod(&*table, &mut self.block_table.slice_mut(..table.len()))?;
         }
         stream.memcpy_htod(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
         stream.memcpy_htod(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
