@@ -73,8 +73,17 @@ pub const SILU_MUL: Kernel = with_ops_common!("silu_mul.cu");
 /// Embedding gather ([`crate::ops::embedding`]).
 pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 
-/// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]).
-pub const SAMPLING: Kernel = with_ops_common!("sampling.cu");
+/// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]): `pdl.cuh`,
+/// `ops_common.cuh`, `sampling_common.cuh`, then the file.
+pub const SAMPLING: Kernel = Kernel {
+    name: "sampling.cu",
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/sampling_common.cuh"),
+        include_str!("../kernels/sampling.cu")
+    ),
+};
 
 /// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (the bf16 typedef),
 /// `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`, `wgmma.cuh`, then the file.

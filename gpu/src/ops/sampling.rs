@@ -2,9 +2,9 @@
 //! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
 //! token), a cluster of `ROW_CTAS` CTAs per row of logits on Hopper (one CTA before it). The
 //! kernel's header states the algorithm, its cost, and the one place it is not the oracle's
-//! arithmetic to the bit. Rows are f32, or bf16 (the LM head's
-//! output, read as it is: each element widens exactly to the f32 the oracle's row holds, so a bf16
-//! row and its widened f32 copy give the same token).
+//! arithmetic to the bit. Rows are f32, or bf16 (the LM head's output, read as it is: each element
+//! widens exactly to the f32 the oracle's row holds, so a bf16 row and its widened f32 copy give
+//! the same token).
 
 use std::sync::Arc;
 
@@ -16,11 +16,11 @@ use crate::error::{Error, Result};
 use crate::kernels::SAMPLING;
 use crate::runtime::{launch_error, Gpu, Launch};
 
-/// Threads per row: `THREADS` in sampling.cu (512 keeps the 16 f64 mass bins of the top-p
+/// Threads per CTA: `THREADS` in sampling_common.cuh (512 keeps the 16 f64 mass bins of the top-p
 /// search in registers without spills).
 const THREADS: u32 = 512;
 
-/// CTAs per row on sm_90 and later: `ROW_CTAS` in sampling.cu, the size of the thread-block
+/// CTAs per row on sm_90 and later: `ROW_CTAS` in sampling_common.cuh, the size of the thread-block
 /// cluster that splits a row's scan (8, the portable cluster size). Earlier GPUs have no clusters
 /// and run a row in one CTA.
 const ROW_CTAS: u32 = 8;
@@ -35,7 +35,7 @@ fn row_ctas_for((major, _): (i32, i32)) -> u32 {
     }
 }
 
-/// One row's sampling parameters, laid out as `SamplingRow` in sampling.cu.
+/// One row's sampling parameters, laid out as `SamplingRow` in sampling_common.cuh.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SamplingRow {
@@ -213,7 +213,7 @@ mod tests {
     fn the_row_struct_has_the_kernel_layout() {
         assert_eq!(std::mem::size_of::<SamplingRow>(), 32);
         assert_eq!(std::mem::align_of::<SamplingRow>(), 8);
-        let src = include_str!("../../kernels/sampling.cu");
+        let src = include_str!("../../kernels/sampling_common.cuh");
         let fields = [
             "unsigned long long seed;",
             "unsigned long long step;",
@@ -222,15 +222,18 @@ mod tests {
             "float top_p;",
             "unsigned pad;",
         ];
-        let mut at = src.find("struct SamplingRow {").expect("sampling.cu defines SamplingRow");
+        let mut at = src.find("struct SamplingRow {").expect("sampling_common.cuh defines SamplingRow");
         for f in fields {
             let next = src[at..].find(f).unwrap_or_else(|| panic!("SamplingRow lacks `{f}` in this order"));
             at += next;
         }
-        assert!(src.contains(&format!("#define THREADS {THREADS}")), "THREADS differs from sampling.cu");
-        let hopper = src.find("__CUDA_ARCH__ >= 900").expect("sampling.cu picks ROW_CTAS by architecture");
+        assert!(src.contains(&format!("#define THREADS {THREADS}")), "THREADS differs from sampling_common.cuh");
+        let hopper = src.find("__CUDA_ARCH__ >= 900").expect("sampling_common.cuh picks ROW_CTAS by architecture");
         let ctas = src[hopper..].find("#define ROW_CTAS ").map(|i| &src[hopper + i..]).expect("ROW_CTAS defined");
-        assert!(ctas.starts_with(&format!("#define ROW_CTAS {ROW_CTAS}\n")), "ROW_CTAS differs from sampling.cu");
+        assert!(
+            ctas.starts_with(&format!("#define ROW_CTAS {ROW_CTAS}\n")),
+            "ROW_CTAS differs from sampling_common.cuh"
+        );
         assert_eq!((row_ctas_for((9, 0)), row_ctas_for((10, 0)), row_ctas_for((8, 6))), (ROW_CTAS, ROW_CTAS, 1));
     }
 
