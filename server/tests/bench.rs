@@ -111,6 +111,7 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
 fn bad_flags_get_a_message_and_exit_code_1() {
     let dir = tiny("bad");
     let m = dir.to_str().unwrap();
+    let decode = ["bench", "--model", m, "--device", "cpu", "--decode-batch", "1", "--context", "64"];
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["bench", "--model", m, "--device", "cpu"], "--scenario"),
         (vec!["bench", "--model", m, "--device", "cpu", "--scenario", "huge_b64"], "huge_b64"),
@@ -144,52 +145,9 @@ fn bad_flags_get_a_message_and_exit_code_1() {
         ),
         (vec!["bench", "--model", m, "--device", "cpu", "--decode-batch", "1", "--context", "20"], "--context"),
         (vec!["bench", "--model", m, "--device", "cpu", "--scenario", "long_decode_b32"], "long_decode_b32"),
-        (
-            vec![
-                "bench",
-                "--model",
-                m,
-                "--device",
-                "cpu",
-                "--decode-batch",
-                "1",
-                "--context",
-                "64",
-                "--temperature=-0.5",
-            ],
-            "--temperature",
-        ),
-        (
-            vec![
-                "bench",
-                "--model",
-                m,
-                "--device",
-                "cpu",
-                "--decode-batch",
-                "1",
-                "--context",
-                "64",
-                "--temperature=nan",
-            ],
-            "--temperature",
-        ),
-        (
-            vec![
-                "bench",
-                "--model",
-                m,
-                "--device",
-                "cpu",
-                "--decode-batch",
-                "1",
-                "--context",
-                "64",
-                "--anchor",
-                "/nonexistent/a.json",
-            ],
-            "/nonexistent/a.json",
-        ),
+        ([&decode[..], &["--temperature=-0.5"]].concat(), "--temperature"),
+        ([&decode[..], &["--temperature=nan"]].concat(), "--temperature"),
+        ([&decode[..], &["--anchor", "/nonexistent/a.json"]].concat(), "/nonexistent/a.json"),
     ];
     for (args, needle) in cases {
         let out = asynct(&args);
