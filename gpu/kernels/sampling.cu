@@ -8,17 +8,17 @@
 // the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
 // [rows] (seed, step, temperature, top_k, top_p: gpu::ops::sampling::SamplingRow, same layout);
 // tokens u32 [rows]; survivors u32 [rows] (how many tokens top-k/top-p left, 1 at temperature 0,
-// 0 for a faulted row); fault as in ops_common.cuh. Launch: ROW_CTAS CTAs of THREADS threads per
-// row (one thread-block cluster, below), rows * ROW_CTAS CTAs in x, static shared memory (Scratch,
-// about 38 KiB); vocab < 2^31.
+// 0 for a faulted row); fault as in ops_common.cuh. Launch: C CTAs of THREADS threads per row,
+// rows * C CTAs in x, in clusters of C along x (the row's cluster, below; C = 1 launches no
+// clusters), static shared memory (Scratch, about 38 KiB); vocab < 2^31.
 //
 // ROW SCAN. Steps 1 and, for a row whose temperature is its only filter (no top-k below the vocab,
-// top-p 1), 5 read the whole row once; they are split over the ROW_CTAS CTAs of a cluster (sm_90
-// and later; one CTA before), CTA c taking the c-th slice of the ids. Each CTA keeps its slice's
-// argmax, fault and best score; CTA 0 reads the others' from their shared memory and combines
-// them. Every one is the best pair of a total order or an or, so the token does not depend on the
-// slicing. CTA 0 alone then runs steps 2 to 5 of a row that has top-k or top-p, as one CTA did
-// for every row before.
+// top-p 1), 5 read the whole row once; they are split over the C CTAs of the row's cluster (sm_90
+// and later; the host picks C from the rows, gpu::ops::sampling), CTA c taking the c-th slice of
+// the ids. Each CTA keeps its slice's argmax, fault and best score; CTA 0 reads the others' from
+// their shared memory and combines them. Every one is the best pair of a total order or an or, so
+// the token does not depend on the slicing. CTA 0 alone then runs steps 2 to 5 of a row that has
+// top-k or top-p, as one CTA did for every row before.
 //
 // The order of step 3 (logit descending, ties by lower id; -0 == +0) is the order of the pair
 // (order_key(logit) descending, id ascending), order_key being the usual order-preserving map of
@@ -52,8 +52,8 @@
 // weight or a Gumbel draw may differ in its last bit; this changes a token only on a near-exact
 // tie (two scores within ~1e-15 relative, or a running sum within that of p * Z).
 //
-// Cost per row (vocab V): steps 1 and 5 of a greedy or temperature-only row, one pass over V / 8
-// ids on each of 8 SMs (Philox and two f64 logs per id for temperature); a row with top-k or
+// Cost per row (vocab V): steps 1 and 5 of a greedy or temperature-only row, one pass over V / C
+// ids on each of C SMs (Philox and two f64 logs per id for temperature); a row with top-k or
 // top-p then runs on one SM: top-k 4 passes (+4 when a tie group is split); top-p up to SORT_CAP
 // survivors: one gather pass and a shared-memory sort; beyond: 8 mass passes (an f64 exp per
 // token still in the interval, all V in the first) + 1 count pass (+4); the final pass computes
@@ -345,13 +345,29 @@ __device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, boo
     if (threadIdx.x == 0) part = RowPart{best, score, best_id, score_id, bad};
 }
 
-#if ROW_CTAS > 1
+// The row's CTAs are a cluster along x (sm_90 and later), of the size the host launched; a grid
+// launched without one, or a GPU without clusters, has clusters of one CTA.
+__device__ __forceinline__ unsigned cluster_size() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    unsigned n;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+#else
+    return 1;
+#endif
+}
+
 __device__ __forceinline__ unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
+#else
+    return 0;
+#endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Every thread of every CTA of the cluster meets here; what each wrote before is visible after.
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -375,49 +391,51 @@ __device__ __forceinline__ unsigned ld_remote_u32(unsigned a) {
 }
 #endif
 
-// The row's findings, from every CTA of its cluster, in `all` of CTA 0 (every thread of it);
-// false in the other CTAs, which then have nothing left to do. Each finding is a best pair of a
-// total order or an or, so the row's result does not depend on how its ids were sliced.
-__device__ bool gather_row(RowPart& mine, RowPart& all) {
-#if ROW_CTAS > 1
-    cluster_sync();
-    const unsigned rank = cluster_rank();
-    if (rank == 0 && threadIdx.x == 0) {
-        RowPart a = mine;
-        for (unsigned c = 1; c < ROW_CTAS; ++c) {
-            RowPart o;
-            o.best = ld_remote_f64(remote(&mine.best, c));
-            o.score = ld_remote_f64(remote(&mine.score, c));
-            o.best_id = ld_remote_u32(remote(&mine.best_id, c));
-            o.score_id = ld_remote_u32(remote(&mine.score_id, c));
-            o.bad = (int)ld_remote_u32(remote(&mine.bad, c));
-            if (better(o.best, o.best_id, a.best, a.best_id)) {
-                a.best = o.best;
-                a.best_id = o.best_id;
+// The row's findings, from every CTA of its cluster of `ctas`, in `all` of CTA 0 (every thread
+// of it); false in the other CTAs, which then have nothing left to do. Each finding is a best
+// pair of a total order or an or, so the row's result does not depend on how its ids were sliced.
+__device__ bool gather_row(RowPart& mine, RowPart& all, unsigned ctas) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (ctas > 1) {
+        cluster_sync();
+        const unsigned rank = cluster_rank();
+        if (rank == 0 && threadIdx.x == 0) {
+            RowPart a = mine;
+            for (unsigned c = 1; c < ctas; ++c) {
+                RowPart o;
+                o.best = ld_remote_f64(remote(&mine.best, c));
+                o.score = ld_remote_f64(remote(&mine.score, c));
+                o.best_id = ld_remote_u32(remote(&mine.best_id, c));
+                o.score_id = ld_remote_u32(remote(&mine.score_id, c));
+                o.bad = (int)ld_remote_u32(remote(&mine.bad, c));
+                if (better(o.best, o.best_id, a.best, a.best_id)) {
+                    a.best = o.best;
+                    a.best_id = o.best_id;
+                }
+                if (better(o.score, o.score_id, a.score, a.score_id)) {
+                    a.score = o.score;
+                    a.score_id = o.score_id;
+                }
+                a.bad |= o.bad;
             }
-            if (better(o.score, o.score_id, a.score, a.score_id)) {
-                a.score = o.score;
-                a.score_id = o.score_id;
-            }
-            a.bad |= o.bad;
+            all = a;
         }
-        all = a;
+        // Also keeps every CTA's `mine` alive until CTA 0 has read it.
+        cluster_sync();
+        return rank == 0;
     }
-    // Also keeps every CTA's `mine` alive until CTA 0 has read it.
-    cluster_sync();
-    return rank == 0;
-#else
+#endif
     __syncthreads();
     if (threadIdx.x == 0) all = mine;
     __syncthreads();
     return true;
-#endif
 }
 
-// The row this CTA serves and its slice: ROW_CTAS consecutive CTAs (one cluster) a row.
+// The row this CTA serves and its slice: the CTAs of one cluster (consecutive along x) a row.
 struct RowCta {
-    unsigned row = blockIdx.x / ROW_CTAS;
-    unsigned slice = blockIdx.x % ROW_CTAS;
+    unsigned ctas = cluster_size();
+    unsigned row = blockIdx.x / ctas;
+    unsigned slice = cluster_rank();
 };
 
 template <class L>
@@ -425,8 +443,8 @@ __device__ void argmax_row(L l, unsigned* __restrict__ tokens, unsigned vocab, R
     __shared__ Scratch sh;
     __shared__ RowPart mine, all;
     const SamplingRow greedy = {};
-    scan_slice(l, vocab, at.slice, ROW_CTAS, false, greedy, mine, sh);
-    if (!gather_row(mine, all)) return;
+    scan_slice(l, vocab, at.slice, at.ctas, false, greedy, mine, sh);
+    if (!gather_row(mine, all, at.ctas)) return;
     if (threadIdx.x == 0) {
         if (all.bad || all.best == NEG_INF) record_fault(fault, FAULT_LOGITS, at.row);
         tokens[at.row] = all.best_id == ALL_IDS ? 0u : all.best_id;
@@ -442,8 +460,8 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
     const SamplingRow p = params[row];
     const bool sampled = p.temperature > 0.0f;
     const bool simple = sampled && (p.top_k == 0 || p.top_k >= n) && !(p.top_p < 1.0f);
-    scan_slice(l, n, at.slice, ROW_CTAS, simple, p, mine, sh);
-    if (!gather_row(mine, all)) return;
+    scan_slice(l, n, at.slice, at.ctas, simple, p, mine, sh);
+    if (!gather_row(mine, all, at.ctas)) return;
     const double best = all.best;
     const unsigned best_id = all.best_id;
     if (all.bad || best == NEG_INF) {
@@ -492,7 +510,7 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
 }
 
 // The entries, one CTA per row: f32 rows, and the LM head's bf16 rows (`_bf16`, the engine's).
-extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows(
+extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
     const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
     pdl_begin();
@@ -500,7 +518,7 @@ extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows(
     argmax_row(F32Row{logits + (long long)at.row * vocab}, tokens, vocab, at, fault);
 }
 
-extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows_bf16(
+extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows_bf16(
     const unsigned short* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
     pdl_begin();
@@ -508,7 +526,7 @@ extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) argmax_rows_bf
     argmax_row(Bf16Row{logits + (long long)at.row * vocab}, tokens, vocab, at, fault);
 }
 
-extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) sample_rows(
+extern "C" __global__ void __launch_bounds__(THREADS) sample_rows(
     const float* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
     unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
 {
@@ -517,7 +535,7 @@ extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) sample_rows(
     sample_row(F32Row{logits + (long long)at.row * vocab}, vocab, params, tokens, survivors, at, fault);
 }
 
-extern "C" __global__ void ROW_CLUSTER __launch_bounds__(THREADS) sample_rows_bf16(
+extern "C" __global__ void __launch_bounds__(THREADS) sample_rows_bf16(
     const unsigned short* __restrict__ logits, unsigned vocab, const SamplingRow* __restrict__ params,
     unsigned* __restrict__ tokens, unsigned* __restrict__ survivors, unsigned* fault)
 {

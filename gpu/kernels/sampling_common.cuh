@@ -1,19 +1,12 @@
 #line 2 "sampling_common.cuh"
-// sampling_common.cuh: what sampling.cu's steps share: its launch constants (THREADS, ROW_CTAS
-// by architecture, SORT_CAP, the mass bins), the two row types (f32, and the LM head's bf16
-// widened exactly), SamplingRow (gpu::ops::sampling::SamplingRow's layout), the Threshold of a
-// top-k/top-p cut, the shared Scratch, the order on logits (order_key, better), Philox4x32-10
-// and the Gumbel draw, and the fixed-order block reductions. sampling.cu's header has the
+// sampling_common.cuh: what sampling.cu's steps share: its launch constants (THREADS, SORT_CAP,
+// the mass bins), the two row types (f32, and the LM head's bf16 widened exactly), SamplingRow
+// (gpu::ops::sampling::SamplingRow's layout), the Threshold of a top-k/top-p cut, the shared
+// Scratch, the order on logits (order_key, better), Philox4x32-10 and the Gumbel draw, and the
+// fixed-order block reductions. sampling.cu's header has the
 // algorithm; gpu::kernels prepends this file to it (after pdl.cuh and ops_common.cuh).
 
 #define THREADS 512
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define ROW_CTAS 8
-#define ROW_CLUSTER __cluster_dims__(ROW_CTAS, 1, 1)
-#else
-#define ROW_CTAS 1
-#define ROW_CLUSTER
-#endif
 #define WARPS (THREADS / 32)
 #define SORT_CAP 2048
 #define MASS_BITS 4

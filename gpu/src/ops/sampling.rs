@@ -1,7 +1,7 @@
 //! Token selection on the device (`sampling.cu`): greedy argmax and the Gumbel-max sampler of
 //! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
-//! token), a cluster of `ROW_CTAS` CTAs per row of logits on Hopper (one CTA before it). The
-//! kernel's header states the algorithm, its cost, and the one place it is not the oracle's
+//! token), a thread-block cluster of CTAs per row of logits on Hopper ([`row_ctas`]; one CTA
+//! before it). The kernel's header states the algorithm, its cost, and the one place it is not the oracle's
 //! arithmetic to the bit. Rows are f32, or bf16 (the LM head's output, read as it is: each element
 //! widens exactly to the f32 the oracle's row holds, so a bf16 row and its widened f32 copy give
 //! the same token).
@@ -20,19 +20,20 @@ use crate::runtime::{launch_error, Gpu, Launch};
 /// search in registers without spills).
 const THREADS: u32 = 512;
 
-/// CTAs per row on sm_90 and later: `ROW_CTAS` in sampling_common.cuh, the size of the thread-block
-/// cluster that splits a row's scan (8, the portable cluster size). Earlier GPUs have no clusters
-/// and run a row in one CTA.
-const ROW_CTAS: u32 = 8;
+/// The most CTAs a row's cluster takes: 8, the largest cluster every GPU with clusters launches.
+const MAX_ROW_CTAS: u32 = 8;
 
-/// CTAs per row on a GPU of compute capability `(major, _)`: the kernel's `ROW_CTAS` for the
-/// architecture NVRTC compiled it for.
-fn row_ctas_for((major, _): (i32, i32)) -> u32 {
-    if major >= 9 {
-        ROW_CTAS
-    } else {
-        1
+/// CTAs per row for `rows` rows on `sms` multiprocessors of compute capability `(major, _)`: as
+/// many as keep the grid within one CTA an SM (a CTA holds 49K registers, so an SM runs one), up
+/// to [`MAX_ROW_CTAS`], in a power of two; one where the GPU has no clusters (before sm_90). With more CTAs than SMs
+/// a greedy row's short slices wait in waves: 8 CTAs a row took the B128 sampler from 20 to 51 us
+/// under ncu (RESULTS run 121). The token does not depend on it (the kernel's ROW SCAN).
+pub fn row_ctas(rows: u32, sms: u32, (major, _): (i32, i32)) -> u32 {
+    if major < 9 || rows == 0 {
+        return 1;
     }
+    let fit = (sms / rows).clamp(1, MAX_ROW_CTAS);
+    1 << fit.ilog2()
 }
 
 /// One row's sampling parameters, laid out as `SamplingRow` in sampling_common.cuh.
@@ -112,7 +113,8 @@ impl Entries {
 /// `sampling.cu`, loaded.
 pub struct Sampler {
     stream: Arc<CudaStream>,
-    row_ctas: u32,
+    sms: u32,
+    compute_capability: (i32, i32),
     argmax: Entries,
     sample: Entries,
 }
@@ -122,7 +124,8 @@ impl Sampler {
     pub fn new(gpu: &Gpu) -> Result<Self> {
         Ok(Self {
             stream: gpu.stream().clone(),
-            row_ctas: row_ctas_for(gpu.info().compute_capability),
+            sms: u32::try_from(gpu.multiprocessors()?).unwrap_or(u32::MAX),
+            compute_capability: gpu.info().compute_capability,
             argmax: Entries::load(gpu, "argmax_rows", "argmax_rows_bf16")?,
             sample: Entries::load(gpu, "sample_rows", "sample_rows_bf16")?,
         })
@@ -138,17 +141,19 @@ impl Sampler {
         faults: &mut Faults,
     ) -> Result<()> {
         let (func, entry) = self.argmax.of::<T>();
-        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab, self.row_ctas)?;
+        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab)?;
         check_len(entry, "tokens", tokens.len(), rows as usize)?;
         if rows == 0 {
             return Ok(());
         }
-        let cfg = row_config(rows, self.row_ctas);
+        let ctas = row_ctas(rows, self.sms, self.compute_capability);
+        let cfg = row_config(rows, ctas);
         let mut b = Launch::new(&self.stream, func);
+        b.cluster_x(ctas);
         b.arg(logits).arg(&vocab_u).arg(tokens).arg(faults.word());
         // SAFETY: the arguments match `argmax_rows` (f32) and `argmax_rows_bf16` in sampling.cu,
-        // the entry of T's rows; `row_ctas` CTAs per row of `vocab` logits (the kernel's
-        // ROW_CTAS for this GPU's architecture), sizes checked above.
+        // the entry of T's rows; `ctas` CTAs per row of `vocab` logits, one cluster (none before
+        // sm_90, where `ctas` is 1), sizes checked above.
         unsafe { b.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
@@ -166,27 +171,29 @@ impl Sampler {
         faults: &mut Faults,
     ) -> Result<()> {
         let (func, entry) = self.sample.of::<T>();
-        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab, self.row_ctas)?;
+        let (rows, vocab_u) = rows_of(entry, logits.len(), vocab)?;
         check_len(entry, "params", params.len(), rows as usize)?;
         check_len(entry, "tokens", tokens.len(), rows as usize)?;
         check_len(entry, "survivors", survivors.len(), rows as usize)?;
         if rows == 0 {
             return Ok(());
         }
-        let cfg = row_config(rows, self.row_ctas);
+        let ctas = row_ctas(rows, self.sms, self.compute_capability);
+        let cfg = row_config(rows, ctas);
         let mut b = Launch::new(&self.stream, func);
+        b.cluster_x(ctas);
         b.arg(logits).arg(&vocab_u).arg(params).arg(tokens).arg(survivors).arg(faults.word());
         // SAFETY: the arguments match `sample_rows` (f32) and `sample_rows_bf16` in sampling.cu,
-        // the entry of T's rows; `row_ctas` CTAs per row of `vocab` logits (the kernel's
-        // ROW_CTAS for this GPU's architecture), sizes checked above.
+        // the entry of T's rows; `ctas` CTAs per row of `vocab` logits, one cluster (none before
+        // sm_90, where `ctas` is 1), sizes checked above.
         unsafe { b.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
 }
 
-/// Rows of `len` logits of `vocab` each (`1 <= vocab < 2^31`, at most 2^31 - 1 CTAs of
-/// `row_ctas` a row).
-fn rows_of(entry: &str, len: usize, vocab: usize, row_ctas: u32) -> Result<(u32, u32)> {
+/// Rows of `len` logits of `vocab` each (`1 <= vocab < 2^31`, at most 2^31 - 1 rows; with
+/// [`row_ctas`] CTAs a row the grid stays within max(rows, SMs) CTAs).
+fn rows_of(entry: &str, len: usize, vocab: usize) -> Result<(u32, u32)> {
     if vocab == 0 || vocab > i32::MAX as usize {
         return Err(unsupported(entry, format!("vocab must be 1 to 2^31 - 1, got {vocab}")));
     }
@@ -195,14 +202,14 @@ fn rows_of(entry: &str, len: usize, vocab: usize, row_ctas: u32) -> Result<(u32,
     }
     let rows = u32::try_from(len / vocab)
         .ok()
-        .filter(|&r| r as u64 * row_ctas as u64 <= i32::MAX as u64)
+        .filter(|&r| r <= i32::MAX as u32)
         .ok_or_else(|| unsupported(entry, format!("{} rows is more than a grid holds", len / vocab)))?;
     Ok((rows, vocab as u32))
 }
 
-/// `row_ctas` consecutive CTAs a row: with clusters, one cluster (its size fixed by the kernel).
-fn row_config(rows: u32, row_ctas: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (rows * row_ctas, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+/// `ctas` consecutive CTAs a row (its cluster).
+fn row_config(rows: u32, ctas: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (rows * ctas, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
 #[cfg(test)]
@@ -228,13 +235,6 @@ mod tests {
             at += next;
         }
         assert!(src.contains(&format!("#define THREADS {THREADS}")), "THREADS differs from sampling_common.cuh");
-        let hopper = src.find("__CUDA_ARCH__ >= 900").expect("sampling_common.cuh picks ROW_CTAS by architecture");
-        let ctas = src[hopper..].find("#define ROW_CTAS ").map(|i| &src[hopper + i..]).expect("ROW_CTAS defined");
-        assert!(
-            ctas.starts_with(&format!("#define ROW_CTAS {ROW_CTAS}\n")),
-            "ROW_CTAS differs from sampling_common.cuh"
-        );
-        assert_eq!((row_ctas_for((9, 0)), row_ctas_for((10, 0)), row_ctas_for((8, 6))), (ROW_CTAS, ROW_CTAS, 1));
     }
 
     #[test]
@@ -256,13 +256,22 @@ mod tests {
 
     #[test]
     fn logit_rows_must_be_whole() {
-        assert_eq!(rows_of("k", 3 * 512, 512, 8).unwrap(), (3, 512));
-        assert!(rows_of("k", 1000, 512, 8).unwrap_err().to_string().contains("not whole rows of 512"));
-        assert!(rows_of("k", 0, 0, 8).is_err());
-        assert_eq!(rows_of("k", 0, 512, 8).unwrap(), (0, 512));
-        let most = (i32::MAX as u32 / 8) as usize;
-        assert_eq!(rows_of("k", most, 1, 8).unwrap(), (most as u32, 1));
-        assert!(rows_of("k", most + 1, 1, 8).unwrap_err().to_string().contains("more than a grid holds"));
+        assert_eq!(rows_of("k", 3 * 512, 512).unwrap(), (3, 512));
+        assert!(rows_of("k", 1000, 512).unwrap_err().to_string().contains("not whole rows of 512"));
+        assert!(rows_of("k", 0, 0).is_err());
+        assert_eq!(rows_of("k", 0, 512).unwrap(), (0, 512));
         assert_eq!(row_config(3, 8).grid_dim, (24, 1, 1));
+    }
+
+    #[test]
+    fn a_row_takes_the_sms_a_batch_leaves_up_to_eight_ctas() {
+        let hopper = (9, 0);
+        let ctas: Vec<u32> = [1, 16, 17, 32, 64, 66, 67, 128, 256].iter().map(|&r| row_ctas(r, 132, hopper)).collect();
+        assert_eq!(ctas, vec![8, 8, 4, 4, 2, 2, 1, 1, 1]);
+        assert_eq!((row_ctas(1, 132, (8, 0)), row_ctas(1, 132, (10, 0)), row_ctas(0, 132, hopper)), (1, 8, 1));
+        // The grid stays within max(rows, SMs) CTAs, so any row count a grid holds still fits.
+        for rows in [1, 5, 33, 131, 132, 133, 100_000] {
+            assert!(rows * row_ctas(rows, 132, hopper) <= rows.max(132), "{rows} rows");
+        }
     }
 }

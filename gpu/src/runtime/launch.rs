@@ -91,18 +91,27 @@ pub struct Launch<'a> {
     slots: Vec<u64>,
     /// The tensor-map arguments (128 bytes each, too wide for a slot) and their positions.
     maps: Vec<(usize, Box<sys::CUtensorMap>)>,
+    /// CTAs per thread-block cluster along x; 1 launches no clusters.
+    cluster_x: u32,
 }
 
 impl<'a> Launch<'a> {
     /// A launch of `func` on `stream`, no arguments yet.
     pub fn new(stream: &'a CudaStream, func: &'a CudaFunction) -> Self {
-        Self { func, stream, slots: Vec::with_capacity(32), maps: Vec::new() }
+        Self { func, stream, slots: Vec::with_capacity(32), maps: Vec::new(), cluster_x: 1 }
     }
 
     /// Appends a `const __grid_constant__` tensor-map parameter (`tma.cuh`'s TensorMap).
     pub fn arg_tensor_map(&mut self, map: sys::CUtensorMap) -> &mut Self {
         self.maps.push((self.slots.len(), Box::new(map)));
         self.slots.push(0);
+        self
+    }
+
+    /// Groups the grid's CTAs into clusters of `x` consecutive CTAs along x (sm_90 and later;
+    /// the grid's x a multiple of `x`, at most 8 for every GPU to take it); 1 is no clusters.
+    pub fn cluster_x(&mut self, x: u32) -> &mut Self {
+        self.cluster_x = x;
         self
     }
 
@@ -120,7 +129,8 @@ impl<'a> Launch<'a> {
         self.slots
     }
 
-    /// Launches with `cfg`, with the PDL attribute when [`programmatic`].
+    /// Launches with `cfg`, with the PDL attribute when [`programmatic`] and the cluster size of
+    /// [`Launch::cluster_x`].
     ///
     /// # Safety
     /// The arguments must match the kernel's parameters in number, order and size, and every
@@ -131,11 +141,22 @@ impl<'a> Launch<'a> {
         for (at, map) in &mut self.maps {
             params[*at] = &mut **map as *mut sys::CUtensorMap as *mut c_void;
         }
-        // SAFETY: zero is a valid bit pattern of this plain C union; the one field set below is
-        // the one the attribute's id names.
-        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        // SAFETY: zero is a valid bit pattern of this plain C union; the one field set in each
+        // attribute below is the one its id names.
+        let mut attrs: [sys::CUlaunchAttribute; 2] = [std::mem::zeroed(), std::mem::zeroed()];
+        let mut used = 0;
+        if programmatic() {
+            attrs[used].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[used].value.programmaticStreamSerializationAllowed = 1;
+            used += 1;
+        }
+        if self.cluster_x > 1 {
+            attrs[used].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[used].value.clusterDim.x = self.cluster_x;
+            attrs[used].value.clusterDim.y = 1;
+            attrs[used].value.clusterDim.z = 1;
+            used += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -145,11 +166,11 @@ impl<'a> Launch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(programmatic()),
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: used as u32,
         };
         // SAFETY: `params` points at one live slot per argument (the caller vouches for their
-        // meaning); `config` and `attr` outlive the call, which copies them.
+        // meaning); `config` and `attrs` outlive the call, which copies them.
         sys::cuLaunchKernelEx(&config, self.func.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()).result()
     }
 }

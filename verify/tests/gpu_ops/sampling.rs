@@ -152,7 +152,7 @@ fn as_bf16(logits: &[f32]) -> Option<Vec<bf16>> {
 
 pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
     let sampler = g(Sampler::new(gpu))?;
-    // 37: rows off 16-byte alignment, and on Hopper (8 CTAs a row) slices left empty.
+    // 37: rows off 16-byte alignment and, split over a row's CTAs on Hopper, slices left empty.
     for vocab in [37usize, 512, 151_936] {
         for tied in [false, true] {
             for round in 0..3u64 {
@@ -168,6 +168,19 @@ pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
                 let steps: Vec<u64> = (0..ROWS as u64).map(|r| round * 1_000_003 + r * (1 << 33)).collect();
                 let label = format!("vocab {vocab} tied {tied} round {round}");
                 sample_and_compare(gpu, &sampler, &logits, vocab, &params, &steps, &label, tied)?;
+                // Every configuration once in a batch small enough for 8 CTAs a row (64 rows take 2).
+                let few = CONFIGS.len();
+                let label = format!("{label}, {few} rows");
+                sample_and_compare(
+                    gpu,
+                    &sampler,
+                    &logits[..few * vocab],
+                    vocab,
+                    &params[..few],
+                    &steps[..few],
+                    &label,
+                    tied,
+                )?;
             }
         }
     }
@@ -222,6 +235,13 @@ pub fn argmax_takes_the_lowest_id_of_the_largest_logit(gpu: &Arc<Gpu>) -> Check 
         let got = g(gpu.download(&tokens))?;
         if let Some(r) = (0..ROWS).find(|&r| got[r] != want[r]) {
             return Err(format!("vocab {vocab} row {r}: GPU argmax {}, oracle {}", got[r], want[r]));
+        }
+        // The planted rows alone: a batch of 4 takes 8 CTAs a row, 64 rows take 2.
+        let mut four = g(gpu.upload(&[u32::MAX; 4]))?;
+        g(sampler.argmax(&logits_d.slice(..4 * vocab), vocab, &mut four.as_view_mut(), &mut faults))?;
+        let got = g(gpu.download(&four))?;
+        if got[..] != want[..4] {
+            return Err(format!("vocab {vocab}, 4 rows: GPU argmax {got:?}, oracle {:?}", &want[..4]));
         }
         let narrow = g(gpu.upload(&as_bf16(&logits).ok_or("the tied rows are bf16 values")?))?;
         let mut tokens = g(gpu.upload(&vec![u32::MAX; ROWS]))?;
