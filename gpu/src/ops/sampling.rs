@@ -1,10 +1,10 @@
 //! Token selection on the device (`sampling.cu`): greedy argmax and the Gumbel-max sampler of
 //! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
 //! token), a thread-block cluster of CTAs per row of logits on Hopper ([`row_ctas`]; one CTA
-//! before it). The kernel's header states the algorithm, its cost, and the one place it is not the oracle's
-//! arithmetic to the bit. Rows are f32, or bf16 (the LM head's output, read as it is: each element
-//! widens exactly to the f32 the oracle's row holds, so a bf16 row and its widened f32 copy give
-//! the same token).
+//! before it). The kernel's header states the algorithm, its cost, and the one place it is not
+//! the oracle's arithmetic to the bit. Rows are f32, or bf16 (the LM head's output, read as it is:
+//! each element widens exactly to the f32 the oracle's row holds, so a bf16 row and its widened
+//! f32 copy give the same token).
 
 use std::sync::Arc;
 
@@ -25,9 +25,10 @@ const MAX_ROW_CTAS: u32 = 8;
 
 /// CTAs per row for `rows` rows on `sms` multiprocessors of compute capability `(major, _)`: as
 /// many as keep the grid within one CTA an SM (a CTA holds 49K registers, so an SM runs one), up
-/// to [`MAX_ROW_CTAS`], in a power of two; one where the GPU has no clusters (before sm_90). With more CTAs than SMs
-/// a greedy row's short slices wait in waves: 8 CTAs a row took the B128 sampler from 20 to 51 us
-/// under ncu (RESULTS run 121). The token does not depend on it (the kernel's ROW SCAN).
+/// to [`MAX_ROW_CTAS`], in a power of two; one where the GPU has no clusters (before sm_90). With
+/// more CTAs than SMs a greedy row's short slices wait in waves: 8 CTAs a row took the B128
+/// sampler from 20 to 51 us under ncu (RESULTS run 121). The token does not depend on it (the
+/// kernel's ROW SCAN).
 pub fn row_ctas(rows: u32, sms: u32, (major, _): (i32, i32)) -> u32 {
     if major < 9 || rows == 0 {
         return 1;
