@@ -57,9 +57,12 @@
 // top-p then runs on one SM: top-k 4 passes (+4 when a tie group is split); top-p up to SORT_CAP
 // survivors: one gather pass and a shared-memory sort; beyond: 8 mass passes (an f64 exp per
 // token still in the interval, all V in the first) + 1 count pass (+4); the final pass computes
-// Philox and two f64 logs per survivor. At V = 151936 a pass reads 297 KiB of bf16 (from L2
-// after the first). One CTA reading a whole row was what held greedy decoding: 17.6 us a step at
-// B1 (RESULTS run 77).
+// Philox and two f64 logs per survivor. At V = 151936 a pass reads 594 KiB of f32 or 297 KiB of
+// bf16 (from L2 after the first). Step 1 reads 16-byte vectors, four in flight per thread, where
+// the row is 16-byte aligned: a slice's pass runs at the bytes its SM keeps in flight (step 5
+// reads the slice again, an element a thread at a time, its f64 work the longer part). A greedy B1
+// step's sampler took 17.6 us in one CTA and 8.4 in 8 (RESULTS runs 77, 122), and a B1 step at
+// temperature 1.0 took 0.27 ms less with 8 (run 119).
 
 // Over sh.hist scanned from digit 255 down (descending) or from 0 up: the digit holding the
 // rank-th element (1-based) and how many elements come before that digit, into sh.digit and
