@@ -512,7 +512,8 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
     }
 }
 
-// The entries, one CTA per row: f32 rows, and the LM head's bf16 rows (`_bf16`, the engine's).
+// The entries, a cluster of CTAs a row (RowCta): f32 rows, and the LM head's bf16 rows (`_bf16`, the
+// engine's).
 extern "C" __global__ void __launch_bounds__(THREADS) argmax_rows(
     const float* __restrict__ logits, unsigned vocab, unsigned* __restrict__ tokens, unsigned* fault)
 {
