@@ -97,8 +97,18 @@ pub struct Split {
 
 impl Split {
     /// The split of `meta`. The scheduler puts decode rows first; a step that mixes them
-    /// otherwise is refused rather than run with bits that depend on the mix.
+    /// otherwise is refused rather than run with bits that depend on the mix, and so is metadata
+    /// whose query offsets, lengths and table rows disagree on the number of sequences (the
+    /// upload slices each by it).
     pub fn of(meta: &AttnMetadata) -> Result<Self> {
+        let n = meta.seq_lens.len();
+        if meta.query_start_loc.len() != n + 1 || meta.block_table.nrows() != n {
+            return Err(Error::Scheduler(format!(
+                "step metadata for {n} sequences has {} query offsets and {} block-table rows",
+                meta.query_start_loc.len(),
+                meta.block_table.nrows()
+            )));
+        }
         let lens: Vec<usize> = meta.query_start_loc.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
         let decodes = lens.iter().take_while(|&&l| l == 1).count();
         if let Some(late) = lens[decodes..].iter().position(|&l| l == 1) {
@@ -317,5 +327,19 @@ mod tests {
         assert_eq!(Split::of(&meta(&[(5, 1)])).unwrap(), Split { decodes: 1, seqs: 1, max_query_len: 0 });
         let err = Split::of(&meta(&[(7, 3), (5, 1)])).unwrap_err().to_string();
         assert!(err.contains("sequence 1") && err.contains("decode rows first"), "{err}");
+    }
+
+    #[test]
+    fn metadata_that_disagrees_on_its_sequences_is_refused() {
+        let good = meta(&[(5, 1), (7, 3)]);
+        for bad in [
+            AttnMetadata { block_table: Array2::zeros((1, 4)), ..good.clone() },
+            AttnMetadata { query_start_loc: vec![0, 1], ..good.clone() },
+            AttnMetadata { seq_lens: vec![5, 7, 2], ..good.clone() },
+        ] {
+            let err = Split::of(&bad).unwrap_err().to_string();
+            assert!(err.contains("query offsets") && err.contains("block-table rows"), "{err}");
+        }
+        assert!(Split::of(&good).is_ok());
     }
 }
