@@ -98,17 +98,10 @@ pub struct Split {
 impl Split {
     /// The split of `meta`. The scheduler puts decode rows first; a step that mixes them
     /// otherwise is refused rather than run with bits that depend on the mix, and so is metadata
-    /// whose query offsets, lengths and table rows disagree on the number of sequences (the
-    /// upload slices each by it).
+    /// whose parts disagree on the number of sequences ([`AttnMetadata::check_shape`]: the
+    /// upload slices each part by it).
     pub fn of(meta: &AttnMetadata) -> Result<Self> {
-        let n = meta.seq_lens.len();
-        if meta.query_start_loc.len() != n + 1 || meta.block_table.nrows() != n {
-            return Err(Error::Scheduler(format!(
-                "step metadata for {n} sequences has {} query offsets and {} block-table rows",
-                meta.query_start_loc.len(),
-                meta.block_table.nrows()
-            )));
-        }
+        meta.check_shape()?;
         let lens: Vec<usize> = meta.query_start_loc.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
         let decodes = lens.iter().take_while(|&&l| l == 1).count();
         if let Some(late) = lens[decodes..].iter().position(|&l| l == 1) {
@@ -332,13 +325,13 @@ mod tests {
     #[test]
     fn metadata_that_disagrees_on_its_sequences_is_refused() {
         let good = meta(&[(5, 1), (7, 3)]);
-        for bad in [
-            AttnMetadata { block_table: Array2::zeros((1, 4)), ..good.clone() },
-            AttnMetadata { query_start_loc: vec![0, 1], ..good.clone() },
-            AttnMetadata { seq_lens: vec![5, 7, 2], ..good.clone() },
+        for (bad, part) in [
+            (AttnMetadata { block_table: Array2::zeros((1, 4)), ..good.clone() }, "block_table"),
+            (AttnMetadata { query_start_loc: vec![0, 1], ..good.clone() }, "query_start_loc"),
+            (AttnMetadata { seq_lens: vec![5, 7, 2], ..good.clone() }, "block_table"),
         ] {
             let err = Split::of(&bad).unwrap_err().to_string();
-            assert!(err.contains("query offsets") && err.contains("block-table rows"), "{err}");
+            assert!(err.contains(part), "{err}");
         }
         assert!(Split::of(&good).is_ok());
     }

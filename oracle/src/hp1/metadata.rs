@@ -80,9 +80,10 @@ impl AttnMetadata {
         (self.block_table[[seq, t / block_size]] as usize, t % block_size)
     }
 
-    /// Checks every rule a kernel relies on, against a cache of `num_blocks` blocks of
-    /// `block_size` tokens and a `q` of `num_tokens` rows.
-    pub fn validate(&self, num_blocks: usize, block_size: usize, num_tokens: usize) -> Result<()> {
+    /// Checks that the three parts agree on the number of sequences: a block-table row and a
+    /// length per sequence, and `query_start_loc` one entry more, from 0. Constant time, for the
+    /// paths that index the parts by sequence without [`AttnMetadata::validate`]'s walk.
+    pub fn check_shape(&self) -> Result<()> {
         let n = self.seq_lens.len();
         if self.block_table.nrows() != n {
             return invalid("block_table", format!("has {} rows for {} sequences", self.block_table.nrows(), n));
@@ -93,6 +94,14 @@ impl AttnMetadata {
                 format!("must have {} entries starting at 0, got {:?}", n + 1, self.query_start_loc),
             );
         }
+        Ok(())
+    }
+
+    /// Checks every rule a kernel relies on, against a cache of `num_blocks` blocks of
+    /// `block_size` tokens and a `q` of `num_tokens` rows.
+    pub fn validate(&self, num_blocks: usize, block_size: usize, num_tokens: usize) -> Result<()> {
+        self.check_shape()?;
+        let n = self.seq_lens.len();
         if self.num_tokens() != num_tokens {
             return invalid("query_start_loc", format!("ends at {} but q has {} rows", self.num_tokens(), num_tokens));
         }
