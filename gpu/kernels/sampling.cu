@@ -349,26 +349,23 @@ __device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, boo
 }
 
 // The row's CTAs are a cluster along x (sm_90 and later), of the size the host launched; a grid
-// launched without one, or a GPU without clusters, has clusters of one CTA.
-__device__ __forceinline__ unsigned cluster_size() {
+// launched without one, or a GPU without clusters, has clusters of one CTA. `rank`: this CTA's
+// place in the cluster, else the cluster's size.
+__device__ __forceinline__ unsigned cluster_reg(bool rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned n;
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-    return n;
+    unsigned v;
+    if (rank) {
+        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
+    } else {
+        asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(v));
+    }
+    return v;
 #else
-    return 1;
+    return rank ? 0u : 1u;
 #endif
 }
-
-__device__ __forceinline__ unsigned cluster_rank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-#else
-    return 0;
-#endif
-}
+__device__ __forceinline__ unsigned cluster_size() { return cluster_reg(false); }
+__device__ __forceinline__ unsigned cluster_rank() { return cluster_reg(true); }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Every thread of every CTA of the cluster meets here; what each wrote before is visible after.
