@@ -77,7 +77,7 @@ impl RequestDecoder {
         let mut finish = None;
         if !is_eos && (!is_stop_token || include) {
             let chunk = self.detok.push(token)?;
-            let matched = self.matcher.push(&chunk);
+            let matched = self.matcher.push(chunk);
             text = matched.text;
             if let Some(stop) = matched.stop {
                 if include {
@@ -91,7 +91,7 @@ impl RequestDecoder {
             finish = self.limit_reached(token, is_eos, is_stop_token);
             if finish.is_some() {
                 let tail = self.detok.finish()?;
-                let matched = self.matcher.push(&tail);
+                let matched = self.matcher.push(tail);
                 text.push_str(&matched.text);
                 match matched.stop {
                     Some(stop) => {

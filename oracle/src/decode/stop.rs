@@ -107,9 +107,14 @@ impl StopMatcher {
     }
 
     /// Appends `chunk`; returns the text that can no longer be part of a stop string, or the text
-    /// before the first stop string and that string.
-    pub fn push(&mut self, chunk: &str) -> Matched {
-        self.held.push_str(chunk);
+    /// before the first stop string and that string. Without stop strings nothing is ever held,
+    /// and the chunk comes back as it is, not copied.
+    pub fn push(&mut self, chunk: impl Into<String>) -> Matched {
+        let chunk = chunk.into();
+        if self.stop.is_empty() {
+            return Matched { text: chunk, stop: None };
+        }
+        self.held.push_str(&chunk);
         if let Some((start, stop)) = self.first_match() {
             let text = self.held[..start].to_string();
             self.held.clear();
@@ -227,6 +232,16 @@ mod tests {
         assert_eq!(m.push("你好").text, "你");
         assert_eq!(m.push("的").text, "");
         assert_eq!(m.push("吗").text, "好的吗");
+        assert_eq!(m.finish(), "");
+    }
+
+    #[test]
+    fn without_stop_strings_every_chunk_comes_back_whole() {
+        let mut m = matcher(&[]);
+        for chunk in ["go", " ST", "OP", "é", ""] {
+            assert_eq!(m.push(chunk), Matched { text: chunk.to_string(), stop: None });
+            assert_eq!(m.held(), "");
+        }
         assert_eq!(m.finish(), "");
     }
 
