@@ -306,3 +306,32 @@ proptest! {
         prop_assert_eq!(s.pool().num_used(), 0);
     }
 }
+
+#[test]
+fn a_plans_sequences_are_found_in_running_in_any_order() {
+    let mut s = scheduler(64);
+    for id in 0..4 {
+        s.add(id, vec![1, 2, 3], 4).unwrap();
+    }
+    let mut plan = step(&mut s, 7);
+    while plan.seqs.len() < 4 {
+        plan = step(&mut s, 7);
+    }
+    let ids = |seqs: &[ScheduledSeq]| -> Vec<u64> {
+        s.running_indices(seqs).into_iter().map(|j| s.running[j.unwrap()].id).collect()
+    };
+    assert_eq!(ids(&plan.seqs), [0, 1, 2, 3]);
+    // Out of running's order (which no plan is), each is still found by its search.
+    let mut shuffled = plan.seqs.clone();
+    shuffled.swap(0, 3);
+    shuffled.swap(1, 2);
+    assert_eq!(ids(&shuffled), [3, 2, 1, 0]);
+    shuffled[1].id = 99;
+    assert_eq!(s.running_indices(&shuffled)[1], None);
+    // A plan naming a request that no longer runs is refused by name before any is touched.
+    s.finish(2).unwrap();
+    let before: Vec<(usize, usize)> = s.running.iter().map(|q| (q.num_computed, q.tokens.len())).collect();
+    let err = s.commit(&plan, &[Some(1), Some(1), Some(1), Some(1)]).unwrap_err();
+    assert!(err.to_string().contains("request 2 is not running"), "{err}");
+    assert_eq!(s.running.iter().map(|q| (q.num_computed, q.tokens.len())).collect::<Vec<_>>(), before);
+}
