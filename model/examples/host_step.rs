@@ -1,0 +1,154 @@
+//! The engine's host work per decode step, on the CPU alone: the scheduler, the detokenizer and the
+//! stop rules of `Engine::step` over an executor that hands back a token per sampling row at once.
+//! On the GPU the device idles through this work (the `schedule` and `hand_out` phases of `asynct
+//! bench`); here it can be profiled (`perf record --call-graph dwarf`) without one.
+//!
+//! ```text
+//! cargo run --release -p model --example host_step -- [--tokenizer PATH] [--batch 128]
+//!     [--prompt 1000] [--steps 500] [--wait-us 0]
+//! ```
+//!
+//! `--tokenizer` defaults to the large presets' (`../shared/tokenizers/qwen3/tokenizer.json`). The
+//! drawn ids are spread over the whole vocabulary, as a model with random weights draws them.
+//! `--wait-us` makes each step spin that long, as the wait for a GPU step does: the phases then
+//! run on colder caches, about twice as long (RESULTS runs 125-126). Prints the medians of the
+//! `schedule` and `hand_out` phases over `--steps` decode steps of `--batch` sequences.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use model::block_pool::KvCapacity;
+use model::engine::{Engine, GenerationRequest};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use model::scheduler::{SchedulerConfig, StepPlan};
+use tokenizers::Tokenizer;
+
+/// Qwen3's logits rows.
+const VOCAB: usize = 151_936;
+const BLOCK_SIZE: usize = 16;
+
+/// Draws a spread of ids at once, after spinning `wait`.
+struct InstantDraws {
+    steps: usize,
+    wait: Duration,
+    blocks: usize,
+}
+
+impl StepExecutor for InstantDraws {
+    fn execute(&mut self, _: &StepPlan, rows: &[SamplingRow<'_>], _: LogitsWanted) -> model::Result<StepOutput> {
+        self.steps += 1;
+        let start = Instant::now();
+        while start.elapsed() < self.wait {
+            std::hint::spin_loop();
+        }
+        let draw = |i: usize| ((self.steps * 7_919 + i * 104_729) % VOCAB) as u32;
+        Ok(StepOutput { sampled: (0..rows.len()).map(draw).collect(), logits: None })
+    }
+
+    fn kv_capacity(&self) -> KvCapacity {
+        KvCapacity { num_blocks: self.blocks, block_size: BLOCK_SIZE }
+    }
+
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn describe(&self) -> String {
+        "instant draws".into()
+    }
+}
+
+struct Args {
+    tokenizer: String,
+    batch: usize,
+    prompt: usize,
+    steps: usize,
+    wait_us: u64,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        tokenizer: "../shared/tokenizers/qwen3/tokenizer.json".into(),
+        batch: 128,
+        prompt: 1000,
+        steps: 500,
+        wait_us: 0,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let number = || value.parse::<usize>().map_err(|e| format!("{flag} {value}: {e}"));
+        match flag.as_str() {
+            "--tokenizer" => args.tokenizer = value.clone(),
+            "--batch" => args.batch = number()?.max(1),
+            "--prompt" => args.prompt = number()?.max(1),
+            "--steps" => args.steps = number()?.max(1),
+            "--wait-us" => args.wait_us = number()? as u64,
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    Ok(args)
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e6
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let tokenizer = Tokenizer::from_file(&args.tokenizer).map_err(|e| format!("{}: {e}", args.tokenizer))?;
+    let max_len = args.prompt + args.steps + 2;
+    let blocks = args.batch * max_len.div_ceil(BLOCK_SIZE);
+    let executor = InstantDraws { steps: 0, wait: Duration::from_micros(args.wait_us), blocks };
+    let cfg = SchedulerConfig {
+        max_num_seqs: args.batch,
+        max_batched_tokens: 8192 + args.batch,
+        prefill_chunk: 512,
+        max_model_len: max_len,
+        prefix_caching: true,
+    };
+    let err = |e: model::Error| e.to_string();
+    let mut engine = Engine::new(Box::new(executor), Arc::new(tokenizer), cfg, false).map_err(err)?;
+    for i in 0..args.batch {
+        let prompt = (0..args.prompt).map(|j| ((i * 31 + j * 17) % 100_000 + 10) as u32).collect();
+        let mut request = GenerationRequest { prompt, ..Default::default() };
+        request.stop.max_tokens = args.steps + 1;
+        request.stop.max_model_len = max_len;
+        request.stop.ignore_eos = true;
+        engine.add_request(request).map_err(err)?;
+    }
+    // Every prompt's chunks, then the first step of only decode rows.
+    let prefill_steps = args.batch * args.prompt.div_ceil(512) + 1;
+    for _ in 0..=prefill_steps {
+        engine.step().map_err(err)?;
+        if engine.last_step().num_decodes == args.batch {
+            break;
+        }
+    }
+    if engine.last_step().num_decodes != args.batch {
+        return Err(format!("the batch did not reach {} decode rows", args.batch));
+    }
+    let (mut schedule, mut hand_out) = (Vec::new(), Vec::new());
+    for _ in 0..args.steps {
+        engine.step().map_err(err)?;
+        let times = engine.last_step_times();
+        schedule.push(times.schedule);
+        hand_out.push(times.hand_out);
+    }
+    println!(
+        "B{} decode steps: median schedule {:.1} us, hand_out {:.1} us over {} steps (wait {} us)",
+        args.batch,
+        median(schedule),
+        median(hand_out),
+        args.steps,
+        args.wait_us
+    );
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = parse().and_then(run) {
+        eprintln!("host_step: {e}");
+        std::process::exit(2);
+    }
+}
