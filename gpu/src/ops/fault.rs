@@ -103,12 +103,14 @@ impl Faults {
     }
 
     /// [`Faults::check`] with `enqueue`'s copies (the step's other results, into page-locked
-    /// memory) behind the word's on the stream: one wait for all of them.
+    /// memory) behind the word's on the stream: one wait for all of them. The word is cleared
+    /// behind the wait, so the clearing runs while the host works between steps, not between the
+    /// step's last kernel and its results; every later launch is queued after it.
     pub fn check_after(&mut self, enqueue: impl FnOnce(&Arc<CudaStream>) -> Result<()>) -> Result<()> {
         self.stream.memcpy_dtoh(&self.word, &mut self.host)?;
-        self.stream.memset_zeros(&mut self.word)?;
         enqueue(&self.stream)?;
         self.stream.synchronize()?;
+        self.stream.memset_zeros(&mut self.word)?;
         match describe(self.host.as_slice()?) {
             None => Ok(()),
             Some(what) => Err(Error::DeviceFault(what)),
