@@ -454,6 +454,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_request_is_sampled_at_the_runs_temperature_with_a_seed_of_its_own() {
+        let source =
+            |temperature| PromptSource { seed: 9, vocab: 50, eos: vec![0], model_len: 64, temperature, text: None };
+        let greedy = source(0.0).request(3, vec![1, 2], 4);
+        assert_eq!(greedy.sampling.temperature, 0.0);
+        let hot = source(0.7);
+        let params: Vec<SamplingParams> = (0..4).map(|i| hot.request(i, vec![1, 2], 4).sampling).collect();
+        assert!(params.iter().all(|p| p.temperature == 0.7 && p.top_k == 0 && p.top_p == 1.0), "{params:?}");
+        let seeds: std::collections::HashSet<u64> = params.iter().map(|p| p.seed).collect();
+        assert_eq!(seeds.len(), 4, "a seed per request: {params:?}");
+        assert_eq!(hot.request(2, vec![5], 4).sampling, params[2], "the same request index, the same seed");
+    }
+
+    #[test]
     fn text_windows_spread_over_the_text_and_refuse_a_short_one() {
         let text: Vec<u32> = (100..120).collect();
         let windows = text_windows(&text, &[4, 5, 3]).unwrap();

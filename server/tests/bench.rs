@@ -1,7 +1,8 @@
 //! `asynct bench` on a tiny checkpoint on the CPU: its JSON's counts agree with what was asked
-//! (every token generated, every step counted, with the requests sampled at a temperature), the anchor's best variant is read, and bad
-//! flags get a message and exit code 1; and on the shipped trained model, decode batches over
-//! windows of its held-out text (`--prompt-text`) report that text's gate statistics.
+//! (every token generated, every step counted, the requests sampled at a temperature, which the
+//! JSON records), the anchor's best variant is read, and bad flags get a message and exit code 1;
+//! and on the shipped trained model, decode batches over windows of its held-out text
+//! (`--prompt-text`) report that text's gate statistics.
 
 mod asynct_bin;
 
@@ -59,7 +60,7 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
     assert_eq!(report["max_num_seqs"], 3, "the largest batch the run needs");
     assert_eq!(report["prefix_caching"], true, "on unless --no-prefix-caching");
     let temperature = report["temperature"].as_f64().expect("the temperature is recorded");
-    assert!((temperature - 0.7).abs() < 1e-6, "every request sampled at --temperature: {temperature}");
+    assert!((temperature - 0.7).abs() < 1e-6, "the run's --temperature recorded: {temperature}");
 
     let scenarios = report["scenarios"].as_array().unwrap();
     assert_eq!(scenarios.len(), 2);
