@@ -72,7 +72,9 @@ impl ByteTable {
         table
     }
 
-    /// Builds the table of `tokenizer`; `None` when its decoder is not a plain `ByteLevel` one.
+    /// Builds the table of `tokenizer`; `None` when its decoder is not a plain `ByteLevel` one, or
+    /// when an entry cannot hold a token's length or its spill offset (a token of 64 KiB, or 4 GiB
+    /// of long tokens), so that the detokenizer calls `decode` instead.
     pub fn build(tokenizer: &Tokenizer) -> Option<Self> {
         // The decoder's settings (prefix space, offset trimming) shape encoding only.
         let Some(DecoderWrapper::ByteLevel(_)) = tokenizer.get_decoder() else {
@@ -91,7 +93,6 @@ impl ByteTable {
             if let Some(token) = token {
                 push_token_bytes(&token, &mut bytes);
             }
-            // A token of 64 KiB, or 4 GiB of long tokens, leaves the detokenizer to `decode`.
             entry.len = u16::try_from(bytes.len()).ok()?;
             if bytes.len() <= INLINE {
                 entry.inline[..bytes.len()].copy_from_slice(&bytes);
