@@ -78,11 +78,12 @@ fn parse() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let number = || value.parse::<usize>().map_err(|e| format!("{flag} {value}: {e}"));
+        let positive = || number().and_then(|n| if n > 0 { Ok(n) } else { Err(format!("{flag} must be at least 1")) });
         match flag.as_str() {
             "--tokenizer" => args.tokenizer = value.clone(),
-            "--batch" => args.batch = number()?.max(1),
-            "--prompt" => args.prompt = number()?.max(1),
-            "--steps" => args.steps = number()?.max(1),
+            "--batch" => args.batch = positive()?,
+            "--prompt" => args.prompt = positive()?,
+            "--steps" => args.steps = positive()?,
             "--wait-us" => args.wait_us = number()? as u64,
             _ => return Err(format!("unknown flag {flag}")),
         }
