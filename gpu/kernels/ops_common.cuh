@@ -33,7 +33,7 @@ __device__ __forceinline__ void record_fault(unsigned* fault, int kind, unsigned
 }
 
 // The bits of the bf16 nearest to x (ties to even; NaN stays a quiet NaN; overflow goes to inf),
-// as half::bf16::from_f32 rounds.
+// as half::bf16::from_f32 rounds: the definition of every bf16 rounding in the kernels.
 __device__ __forceinline__ unsigned bf16_bits(float x) {
     const unsigned u = __float_as_uint(x);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (u >> 16) | 0x0040u;
@@ -43,6 +43,43 @@ __device__ __forceinline__ unsigned bf16_bits(float x) {
 // Rounds to the nearest bf16 and widens back: a bf16 store without the store.
 __device__ __forceinline__ float round_bf16(float x) {
     return __uint_as_float(bf16_bits(x) << 16);
+}
+
+// Whether any of 8 values is NaN: four two-operand compares (setp.nan is true when either is NaN).
+__device__ __forceinline__ bool any_nan8(const float v[8]) {
+    unsigned r;
+    asm("{\n\t.reg .pred p;\n\t"
+        "setp.nan.f32 p, %1, %2;\n\t"
+        "setp.nan.or.f32 p, %3, %4, p;\n\t"
+        "setp.nan.or.f32 p, %5, %6, p;\n\t"
+        "setp.nan.or.f32 p, %7, %8, p;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(r)
+        : "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]), "f"(v[4]), "f"(v[5]), "f"(v[6]), "f"(v[7]));
+    return r != 0;
+}
+
+// bf16_bits of 8 values, packed in pairs as they sit in memory (element 2k in the low half of
+// word k), by the hardware: one cvt.rn.bf16x2 a pair, which rounds every number as bf16_bits
+// does (ties to even, overflow to inf, subnormals kept: no .ftz); when any of the 8 is NaN,
+// whose payload the conversion need not keep, all 8 take bf16_bits instead (a branch).
+// gpu_ops holds this to bf16_bits on every one of the 2^32 f32 bit patterns (bf16_rounding.cu).
+//
+// WHICH FORM. The _cvt forms take a fraction of bf16_bits' instructions. The elementwise passes
+// over [tokens, hidden] (peri_ln_residual, uclipnorm, silu_mul, qk_norm_rope_cache) were bound by
+// those (peri_ln_residual: ALU 75% busy, DRAM 27%, RESULTS run 129) and use them. The GEMM
+// epilogues keep bf16_bits: rounding is a small share of a GEMM, and a first form that also
+// rounded their scalar outputs by the hardware (with an out-of-line NaN path) made the decode
+// step 2% slower at B1 (run 130).
+__device__ __forceinline__ uint4 pack8_cvt(const float v[8]) {
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w[k]) : "f"(v[2 * k + 1]), "f"(v[2 * k]));
+    if (any_nan8(v)) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = bf16_bits(v[2 * k]) | (bf16_bits(v[2 * k + 1]) << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // Widens 8 bf16 values, loaded as one 16-byte vector (by whatever load policy), to f32.
@@ -66,6 +103,16 @@ __device__ __forceinline__ void store8(bf16* p, const float in[8]) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) w[k] = bf16_bits(in[2 * k]) | (bf16_bits(in[2 * k + 1]) << 16);
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// store8 through pack8_cvt (the same bits).
+__device__ __forceinline__ void store8_cvt(bf16* p, const float in[8]) {
+    *reinterpret_cast<uint4*>(p) = pack8_cvt(in);
+}
+
+// v[k] = round_bf16(v[k]) for 8 values at once, through pack8_cvt (the same bits).
+__device__ __forceinline__ void round8_cvt(float v[8]) {
+    load8_raw(pack8_cvt(v), v);
 }
 
 // One UClipNorm's parameters as the kernels receive them (strides 0 or 1, see above).

@@ -48,13 +48,17 @@ extern "C" __global__ void peri_ln_residual(
         load8(x + e, xv);
         const UClip8 after8(after, c0), before8(before, c0);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float n = round_bf16(after8(k, av[k]));
-            xv[k] = round_bf16(xv[k] + n);
-            hv[k] = before8(k, xv[k]);
-        }
-        store8(x_out + e, xv);
-        store8(h_out + e, hv);
+        for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
+        round8_cvt(av);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) xv[k] += av[k];
+        // x_out's bits, stored as they are and widened for the next norm (rounded once).
+        const uint4 x_bits = pack8_cvt(xv);
+        load8_raw(x_bits, xv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) hv[k] = before8(k, xv[k]);
+        *reinterpret_cast<uint4*>(x_out + e) = x_bits;
+        store8_cvt(h_out + e, hv);
     }
 }
 
@@ -80,6 +84,6 @@ extern "C" __global__ void uclipnorm(
         for (int k = 0; k < 8; ++k) {
             xv[k] = norm8(k, xv[k]);
         }
-        store8(y + e, xv);
+        store8_cvt(y + e, xv);
     }
 }

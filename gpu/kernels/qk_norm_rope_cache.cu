@@ -121,8 +121,8 @@ extern "C" __global__ void qk_norm_rope_cache(
             bf16* dst = is_q
                 ? q_out + ((long long)t * num_heads + head) * head_dim
                 : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
-            store8(dst + j0, lo);
-            store8(dst + half + j0, hi);
+            store8_cvt(dst + j0, lo);
+            store8_cvt(dst + half + j0, hi);
         } else {
             if (!write_kv) continue;
             const int rv = r - qk_items;

@@ -56,7 +56,7 @@ extern "C" __global__ void silu_mul(
             for (int k = 0; k < 8; ++k) {
                 g[k] = silu_product(g[k], u[k]);
             }
-            store8(out + ((long long)r0 + t) * inter + c0, g);
+            store8_cvt(out + ((long long)r0 + t) * inter + c0, g);
         }
     }
 }

@@ -70,6 +70,10 @@ pub const PERI_LN_RESIDUAL: Kernel = with_ops_common!("peri_ln_residual.cu");
 /// `silu(gate) * up` ([`crate::ops::silu_mul`]).
 pub const SILU_MUL: Kernel = with_ops_common!("silu_mul.cu");
 
+/// The check of `ops_common.cuh`'s hardware bf16 rounding against its integer definition on every f32
+/// ([`crate::rounding_check`]); in [`CHECKS`], not [`ALL`]: no model loads it.
+pub const BF16_ROUNDING: Kernel = with_ops_common!("bf16_rounding.cu");
+
 /// Embedding gather ([`crate::ops::embedding`]).
 pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 
@@ -167,6 +171,10 @@ pub const ALL: &[Kernel] = &[
     HP1_GATE_STATS,
     DECODE_MEGA,
 ];
+
+/// Kernel files that check the other kernels' shared arithmetic (verify runs them; a model never
+/// loads them, so a start does not compile them).
+pub const CHECKS: &[Kernel] = &[BF16_ROUNDING];
 
 /// The kernel files a device of compute capability `cc` runs: every one, less the tensor-core
 /// tensor-core kernels it cannot run (a loader compiles these up front, the rest never).

@@ -26,6 +26,7 @@ pub mod gemm;
 pub mod kernels;
 pub mod mega;
 pub mod ops;
+pub mod rounding_check;
 pub mod runtime;
 
 pub use device::{probe, DeviceInfo};

@@ -4,7 +4,7 @@
 //! too. A `harness = false` target, so that without NVRTC the line saying it skipped is shown
 //! rather than captured as a silent pass.
 
-use gpu::kernels::ALL;
+use gpu::kernels::{ALL, CHECKS};
 use gpu::runtime::cubin::functions;
 use gpu::runtime::kernel_cache::compile;
 use gpu::runtime::nvrtc_available;
@@ -13,13 +13,13 @@ fn main() {
     if !nvrtc_available() {
         println!(
             "kernels_compile: SKIPPED compiling {} kernel files: no NVRTC library here (run scripts/local-nvrtc.sh, then set LD_LIBRARY_PATH as it says)",
-            ALL.len()
+            ALL.len() + CHECKS.len()
         );
-        println!("0 passed, 0 failed, {} skipped", ALL.len());
+        println!("0 passed, 0 failed, {} skipped", ALL.len() + CHECKS.len());
         return;
     }
     let mut failed = 0;
-    for k in ALL {
+    for k in ALL.iter().chain(CHECKS) {
         match compile(k, "sm_90a").map(|cubin| functions(&cubin)) {
             Ok(Ok(names)) if !names.is_empty() => println!("test {} ... ok ({} functions)", k.name, names.len()),
             Ok(Ok(_)) => {
@@ -36,7 +36,7 @@ fn main() {
             }
         }
     }
-    println!("{} passed, {failed} failed", ALL.len() - failed);
+    println!("{} passed, {failed} failed", ALL.len() + CHECKS.len() - failed);
     if failed > 0 {
         std::process::exit(1);
     }

@@ -1,8 +1,9 @@
 //! The small kernels of the GPU model (`gpu::ops`) held against the oracle, one check per op:
 //! fresh seeded inputs, every output poisoned before the launch, every element compared (bounds
 //! in `gpu_ops/compare.rs`), odd sizes, every UClipNorm shape, shuffled and padded cache slots,
-//! and sampled tokens equal to `oracle::decode::sampler`'s. Without a GPU every check prints
-//! that it was skipped (`verify::gpu_harness`).
+//! and sampled tokens equal to `oracle::decode::sampler`'s; and the elementwise passes' hardware
+//! bf16 rounding against its integer definition on every f32 bit pattern. Without a GPU every
+//! check prints that it was skipped (`verify::gpu_harness`).
 
 #[path = "gpu_ops/compare.rs"]
 mod compare;
@@ -17,6 +18,10 @@ fn main() {
     verify::gpu_harness::run(
         "gpu_ops",
         &[
+            (
+                "bf16_rounding_matches_its_definition_on_every_f32",
+                elementwise::bf16_rounding_matches_its_definition_on_every_f32,
+            ),
             ("embedding_gathers_rows_bit_for_bit", elementwise::embedding_gathers_rows_bit_for_bit),
             ("silu_mul_matches_the_oracle", elementwise::silu_mul_matches_the_oracle),
             ("peri_ln_residual_rounds_like_the_oracle", elementwise::peri_ln_residual_rounds_like_the_oracle),

@@ -177,3 +177,26 @@ pub fn uclipnorm_matches_the_oracle_in_every_shape(gpu: &Arc<Gpu>) -> Check {
     }
     Ok(())
 }
+
+/// The elementwise passes' hardware bf16 rounding (`cvt.rn`, the integer form for NaN) gives the
+/// integer definition's bits on every f32 bit pattern, and the check catches a difference planted
+/// in it.
+pub fn bf16_rounding_matches_its_definition_on_every_f32(gpu: &Arc<Gpu>) -> Check {
+    let real = g(gpu::rounding_check::bf16_rounding(gpu, None))?;
+    if real.mismatches != 0 {
+        let first = real.first.unwrap_or_default();
+        return Err(format!(
+            "{} f32 patterns round differently from the integer definition; the lowest {first:#010x} ({:e}), whose bf16 is {:#06x}",
+            real.mismatches,
+            f32::from_bits(first),
+            half::bf16::from_f32(f32::from_bits(first)).to_bits()
+        ));
+    }
+    for planted in [0x3F80_8000u32, 0x0000_0001, 0xFF7F_FFFF] {
+        let found = g(gpu::rounding_check::bf16_rounding(gpu, Some(planted)))?;
+        if found.mismatches == 0 || found.first != Some(planted) {
+            return Err(format!("a difference planted at {planted:#010x} was reported as {found:?}"));
+        }
+    }
+    Ok(())
+}
