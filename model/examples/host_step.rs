@@ -108,6 +108,7 @@ fn run(args: Args) -> Result<(), String> {
         max_model_len: max_len,
         prefix_caching: true,
     };
+    let chunk = cfg.prefill_chunk;
     let err = |e: model::Error| e.to_string();
     let mut engine = Engine::new(Box::new(executor), Arc::new(tokenizer), cfg, false).map_err(err)?;
     for i in 0..args.batch {
@@ -119,7 +120,7 @@ fn run(args: Args) -> Result<(), String> {
         engine.add_request(request).map_err(err)?;
     }
     // Every prompt's chunks, then the first step of only decode rows.
-    let prefill_steps = args.batch * args.prompt.div_ceil(512) + 1;
+    let prefill_steps = args.batch * args.prompt.div_ceil(chunk) + 1;
     for _ in 0..=prefill_steps {
         engine.step().map_err(err)?;
         if engine.last_step().num_decodes == args.batch {
