@@ -69,8 +69,9 @@ __device__ __forceinline__ bool any_nan8(const float v[8]) {
 // over [tokens, hidden] (peri_ln_residual, uclipnorm, silu_mul, qk_norm_rope_cache) were bound by
 // those (peri_ln_residual: ALU 75% busy, DRAM 27%, RESULTS run 129) and use them. The GEMM
 // epilogues keep bf16_bits: rounding is a small share of a GEMM, and a first form that also
-// rounded their scalar outputs by the hardware (with an out-of-line NaN path) made the decode
-// step 2% slower at B1 (run 130).
+// rounded their outputs by the hardware (scalars with an out-of-line NaN call, vectors through
+// pack8_cvt, and a max.NaN clamp) made the decode step 2% slower at B1 (run 130). Which of the
+// three cost it was not measured apart; store8 in the epilogues alone is untried.
 __device__ __forceinline__ uint4 pack8_cvt(const float v[8]) {
     unsigned w[4];
 #pragma unroll

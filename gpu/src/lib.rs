@@ -1,7 +1,8 @@
 //! The CUDA side of asynct: device discovery, the HP1 attention kernels and the model's small ops
 //! (CUDA C++ compiled at run time by NVRTC), the linear layers' GEMMs ([`gemm`]: a skinny
 //! tensor-core kernel for decode batches, cuBLASLt for prefill), the persistent decode megakernel
-//! ([`mega`]: every layer of a small decode step in one launch), and CUDA graphs ([`Gpu::capture`]).
+//! ([`mega`]: every layer of a small decode step in one launch), and CUDA graphs ([`Gpu::capture`]);
+//! [`rounding_check`] holds the kernels' hardware bf16 rounding to its integer definition.
 //!
 //! cudarc is built with dynamic loading, so this crate compiles and its users run on machines
 //! without CUDA: [`probe`] says whether a driver and a device are there, and every GPU test
