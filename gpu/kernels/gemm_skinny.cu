@@ -61,3 +61,16 @@ GEMM_SKINNY_ENTRY(16, 64, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(32, 16, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(32, 32, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)
+
+// gemm_skinny_sx_m64_r16{SUFFIX}: the shared-x form (gemm_skinny.cuh's SHARED X), one CTA an SM;
+// the one tile it is measured faster at (RESULTS runs 133-135).
+#define GEMM_SKINNY_SX_ENTRY(MT, ROWS, EPI, SUFFIX)                                                              \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 1) gemm_skinny_sx_m##MT##_r##ROWS##SUFFIX( \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {              \
+    gemm_skinny::gemm_shared_x<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                    \
+  }
+
+GEMM_SKINNY_SX_ENTRY(64, 16, STORE, )
+GEMM_SKINNY_SX_ENTRY(64, 16, PERILN, _periln)
+GEMM_SKINNY_SX_ENTRY(64, 16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_SX_ENTRY(64, 16, QK, _qk_norm_rope_cache)

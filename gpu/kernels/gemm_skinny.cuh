@@ -91,6 +91,27 @@
 // where a lane holds 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200
 // (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less.
 //
+// SHARED X (gemm_shared_x; entries gemm_skinny_sx_m64_r16{suffix}). At 64 rows of x a plain CTA
+// reads its whole slab of x (128 KB at K = 1024) from L2 for 16 rows of W (32 KB), and its U = 1
+// leaves each warp one step of loads in flight: gate/up at 64 and 128 rows ran at 1 TB/s, held
+// by load latency (ncu, RESULTS run 134). The shared-x form runs one CTA an SM (launch bounds 1,
+// ptxas 155 to 158 registers, no spills) that copies its slab of x into dynamic shared memory
+// once (cp.async; zeros past K and in rows past M, the zeros gemm_block keeps in registers there,
+// so the loads below take no predicate), then computes W blocks blockIdx.x / slabs, + gridDim.x
+// / slabs, ... in turn. Each block is gemm_block's: the same steps per warp in the same order,
+// the same mma (step_mma) on the same fragment registers, x's fragments now 16-byte shared
+// loads, the same partial sums (store_partials, Tile::sum) and epilogue, so the same bits at
+// every M. A warp holds CH = 8 / WV steps of W in registers (128 bytes a lane: a whole block at
+// K = 1024), and loads the next chunk (of this block or the next) before multiplying the
+// current one, so W streams during the mma and the epilogue; the block after next is asked of L2
+// as each block starts. A row of x takes shared_x_stride(K) elements: 64 bytes past a multiple
+// of 128 (the two rows of one phase of a 16-byte load in different banks) and at least the 16
+// bytes a last, partial step reads past K. Dynamic shared memory 64 * stride * 2 + WARPS * 64 *
+// 20 * 4 bytes (176 KB at K = 1024; gpu::gemm::shared_x_bytes, up to 227 KB). Grid: slabs
+// times the CTAs sharing one slab's W blocks evenly (gpu::gemm::GemmPlan::skinny_shared_x);
+// gridDim.x must be a multiple of slabs. gpu::gemm::GemmPlan::decode_rows takes it where each
+// CTA gets 3 blocks or more.
+//
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
 //   Store            y [M, N] out
@@ -126,6 +147,13 @@ struct Config {
   static_assert(R * MT <= 8, "accumulators past 32 registers");
 };
 
+// The shared-x form's registers of W: CH steps of a warp's W vectors in flight per lane (128
+// bytes), twice (the chunk being multiplied and the next).
+template <int MT, int ROWS>
+struct SharedX {
+  static constexpr int CH = 8 / Config<MT, ROWS>::WV > 0 ? 8 / Config<MT, ROWS>::WV : 1;
+};
+
 // The CTA's finished tile: the 8 warps' partials in shared memory, and where the tile sits.
 template <int MT, int ROWS>
 struct Tile {
@@ -149,6 +177,49 @@ struct Tile {
     return s;
   }
 };
+
+// One K step of a warp: the two mma of each (16-row W tile r, 8-row x tile j), W's vectors wv
+// (vector 2 r + h is row 16 r + g + 8 h; r alone at ROWS = 8) as A and x's as B, in the order every
+// form of the kernel keeps (the fragment layout is in the header's ALGORITHM).
+template <int MT, int ROWS>
+__device__ __forceinline__ void step_mma(float (&acc)[Config<MT, ROWS>::R][MT][4],
+                                         const uint4 (&wv)[Config<MT, ROWS>::WV], const uint4 (&xv)[MT]) {
+  using C = Config<MT, ROWS>;
+#pragma unroll
+  for (int r = 0; r < C::R; ++r) {
+    const uint4 lo = wv[C::HI ? 2 * r : r];
+    const uint4 hi = C::HI ? wv[2 * r + 1] : zero4();
+    const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y};
+    const unsigned a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      tc::mma_bf16_16816(acc[r][j], a0, xv[j].x, xv[j].y);
+      tc::mma_bf16_16816(acc[r][j], a1, xv[j].z, xv[j].w);
+    }
+  }
+}
+
+// The warp's accumulators to shared memory: part[warp][x row][W row]. Fragment c0, c1 are W row
+// 16 r + g and x rows 8 j + 2 t, 8 j + 2 t + 1; c2, c3 the same x rows of W row 16 r + g + 8.
+template <int MT, int ROWS>
+__device__ __forceinline__ void store_partials(float* part, const float (&acc)[Config<MT, ROWS>::R][MT][4]) {
+  using C = Config<MT, ROWS>;
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  float* mine = part + warp * MT * 8 * C::PAD;
+#pragma unroll
+  for (int r = 0; r < C::R; ++r) {
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      const int xr = 8 * j + 2 * t, wr = 16 * r + g;
+      mine[xr * C::PAD + wr] = acc[r][j][0];
+      mine[(xr + 1) * C::PAD + wr] = acc[r][j][1];
+      if (C::HI) {
+        mine[xr * C::PAD + wr + 8] = acc[r][j][2];
+        mine[(xr + 1) * C::PAD + wr + 8] = acc[r][j][3];
+      }
+    }
+  }
+}
 
 // Where CTA `block` of a launch (or task `block` of a megakernel op) works: its W block's first
 // row, and its slab of x. Slabs of 8 MT rows of x; the slabs of one W block are adjacent CTAs, so
@@ -241,39 +312,11 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
     for (int u = 0; u < C::U; ++u) {
       // Warp-uniform: a step past the last adds nothing, not even zeros, so the additions into an
       // accumulator are the same for every U.
-      if (s0 + u * WARPS < steps) {
-#pragma unroll
-        for (int r = 0; r < C::R; ++r) {
-          const uint4 lo = wv[u][C::HI ? 2 * r : r];
-          const uint4 hi = C::HI ? wv[u][2 * r + 1] : zero4();
-          const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y};
-          const unsigned a1[4] = {lo.z, hi.z, lo.w, hi.w};
-#pragma unroll
-          for (int j = 0; j < MT; ++j) {
-            tc::mma_bf16_16816(acc[r][j], a0, xv[u][j].x, xv[u][j].y);
-            tc::mma_bf16_16816(acc[r][j], a1, xv[u][j].z, xv[u][j].w);
-          }
-        }
-      }
+      if (s0 + u * WARPS < steps) step_mma<MT, ROWS>(acc, wv[u], xv[u]);
     }
   }
 
-  // Partials to shared memory: part[warp][x row][W row]. Fragment c0, c1 are W row 16 r + g and
-  // x rows 8 j + 2 t, 8 j + 2 t + 1; c2, c3 the same x rows of W row 16 r + g + 8.
-  float* mine = part + warp * MT * 8 * C::PAD;
-#pragma unroll
-  for (int r = 0; r < C::R; ++r) {
-#pragma unroll
-    for (int j = 0; j < MT; ++j) {
-      const int xr = 8 * j + 2 * t, wr = 16 * r + g;
-      mine[xr * C::PAD + wr] = acc[r][j][0];
-      mine[(xr + 1) * C::PAD + wr] = acc[r][j][1];
-      if (C::HI) {
-        mine[xr * C::PAD + wr + 8] = acc[r][j][2];
-        mine[(xr + 1) * C::PAD + wr + 8] = acc[r][j][3];
-      }
-    }
-  }
+  store_partials<MT, ROWS>(part, acc);
   __syncthreads();
 
   epi(Tile<MT, ROWS>{part, m, row0, n0, n});
@@ -285,6 +328,120 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
                                      const Epi& epi) {
   __shared__ float part[WARPS * MT * 8 * Config<MT, ROWS>::PAD];
   gemm_block<MT, ROWS, ReadOnlyLoads, true>(blockIdx.x, part, x, w, m, n, k, epi);
+}
+
+// Elements a row of x takes in the shared-x form's shared memory: K padded so that a row's bytes
+// are 64 more than a multiple of 128. The 8 lanes of one phase of a 16-byte shared load read
+// rows g and g + 1 at 16 t: with that stride the two rows' 64 bytes fall in different banks.
+__device__ __forceinline__ int shared_x_stride(int k) { return k + ((64 - 2 * k) % 128 + 128) % 128 / 2; }
+
+// The shared-x form (SHARED X in the header): CTA blockIdx.x keeps slab blockIdx.x % slabs of x in
+// dynamic shared memory and computes W blocks blockIdx.x / slabs, + gridDim.x / slabs, ... in
+// turn, each exactly as gemm_block does (the same steps per warp, the same mma on the same
+// fragment registers, the same partial sums and epilogue), with the next block's W in flight
+// during each block's mma and epilogue.
+template <int MT, int ROWS, class Epi>
+__device__ __forceinline__ void gemm_shared_x(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n,
+                                              int k, const Epi& epi) {
+  using C = Config<MT, ROWS>;
+  constexpr int CH = SharedX<MT, ROWS>::CH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int xs = shared_x_stride(k);
+  unsigned char* smem = tc::dynamic_smem();
+  const unsigned x_base = tc::smem_addr(smem);
+  float* part = reinterpret_cast<float*>(smem + (long long)8 * MT * xs * 2);
+
+  const int slabs = (m + 8 * MT - 1) / (8 * MT);
+  const int slab = blockIdx.x % slabs, stride = gridDim.x / slabs;
+  const int blocks = (n + ROWS - 1) / ROWS;
+  const long long row0 = (long long)slab * 8 * MT;
+  const int rows = min(m - (int)row0, 8 * MT);
+  const int steps = (k + STEP_K - 1) / STEP_K;
+  const int chunks = ((steps + WARPS - 1) / WARPS + CH - 1) / CH;  // W loads a warp issues a block
+
+  // This lane's W vectors of chunk c of W block b: steps warp + WARPS (c CH + u), u < CH.
+  auto load_w = [&](uint4(&wv)[CH][C::WV], int b, int c) {
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int kk = (warp + WARPS * (c * CH + u)) * STEP_K;
+      const bool k_ok = kk + 8 * t < k;  // false for every step past the last
+#pragma unroll
+      for (int v = 0; v < C::WV; ++v) {
+        const int row = b * ROWS + (C::HI ? 16 * (v >> 1) + 8 * (v & 1) : 0) + g;
+        wv[u][v] = k_ok && row < n ? tc::ld_stream_16(w + (long long)row * k + 8 * t + kk) : zero4();
+      }
+    }
+  };
+  auto prefetch = [&](int b) {
+    if (threadIdx.x == 0 && b < blocks) {
+      const long long bytes = (long long)min(ROWS, n - b * ROWS) * k * 2;
+      prefetch_l2(w + (long long)b * ROWS * k, (unsigned)min(bytes, 1LL << 30));
+    }
+  };
+
+  // W is constant: its first chunk is asked for before waiting on the kernel that writes x.
+  int b = blockIdx.x / slabs;
+  uint4 next[CH][C::WV];
+  if (b < blocks) load_w(next, b, 0);
+  prefetch(b + stride);
+  pdl_begin();
+  // The slab's rows, zeros past K (the padding) and in the rows past the slab's last: the zeros
+  // gemm_block puts in its registers there, so no load below needs a predicate.
+  for (int r = warp; r < 8 * MT; r += WARPS)
+    for (int v = lane; v < xs / 8; v += 32) {
+      const unsigned dst = x_base + (r * xs + 8 * v) * 2;
+      if (r < rows && 8 * v < k) {
+        tc::cp_async_16(dst, x + (row0 + r) * k + 8 * v, true);
+      } else {
+        tc::st_shared_16(dst, zero4());
+      }
+    }
+  tc::cp_async_commit();
+  tc::cp_async_wait<0>();
+  __syncthreads();
+
+  unsigned x_row[MT];
+#pragma unroll
+  for (int j = 0; j < MT; ++j) x_row[j] = x_base + ((8 * j + g) * xs + 8 * t) * 2;
+
+  for (; b < blocks; b += stride) {
+    prefetch(b + 2 * stride);
+    float acc[C::R][MT][4];
+#pragma unroll
+    for (int r = 0; r < C::R; ++r)
+#pragma unroll
+      for (int j = 0; j < MT; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[r][j][c] = 0.0f;
+    for (int c = 0; c < chunks; ++c) {
+      uint4 wv[CH][C::WV];
+#pragma unroll
+      for (int u = 0; u < CH; ++u)
+#pragma unroll
+        for (int v = 0; v < C::WV; ++v) wv[u][v] = next[u][v];
+      if (c + 1 < chunks) {
+        load_w(next, b, c + 1);
+      } else if (b + stride < blocks) {
+        load_w(next, b + stride, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int s = warp + WARPS * (c * CH + u);
+        if (s < steps) {  // warp-uniform, as in gemm_block
+          const unsigned at = s * STEP_K * 2;
+          uint4 xv[MT];
+#pragma unroll
+          for (int j = 0; j < MT; ++j) xv[j] = tc::ld_shared_16(x_row[j] + at);
+          step_mma<MT, ROWS>(acc, wv[u], xv);
+        }
+      }
+    }
+    store_partials<MT, ROWS>(part, acc);
+    __syncthreads();
+    epi(Tile<MT, ROWS>{part, rows, row0, b * ROWS, n});
+    __syncthreads();
+  }
 }
 
 }  // namespace gemm_skinny

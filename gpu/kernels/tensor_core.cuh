@@ -1,8 +1,8 @@
 #line 2 "tensor_core.cuh"
 // tensor_core.cuh: thin inline-PTX wrappers for the tensor-core kernels (the prefills and the
 // skinny GEMM; sm_80 and newer): the bf16 mma.sync m16n8k16, ldmatrix, cp.async with its
-// commit/wait groups, a streaming 16-byte load, the bf16x2 pack, and the dynamic shared memory
-// base. Every inline asm of those kernels lives here and nowhere else, so a CPU emulator can
+// commit/wait groups, a streaming 16-byte load, 16-byte shared loads and stores, the bf16x2 pack, and the
+// dynamic shared memory base. Every inline asm of those kernels lives here and nowhere else, so a CPU emulator can
 // replace this one file with C++ versions and run the kernels as written.
 //
 // Shared memory is addressed by 32-bit shared-window addresses (smem_addr), as ldmatrix and
@@ -71,6 +71,21 @@ __device__ __forceinline__ uint4 ld_stream_16(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
+}
+
+// 16 bytes from shared memory at the shared-window address addr (16-byte aligned).
+__device__ __forceinline__ uint4 ld_shared_16(unsigned addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+// 16 bytes to shared memory at the shared-window address addr (16-byte aligned).
+__device__ __forceinline__ void st_shared_16(unsigned addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
 
 // Closes the group of this thread's cp.async issued since the last commit.

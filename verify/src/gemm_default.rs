@@ -1,16 +1,17 @@
 //! The GEMM plan the GEMM checks (`gpu_gemm`) and `asynct-bench --gemm` take where they do not
-//! force a path: the skinny kernel up to [`SKINNY_MAX_M`] rows, cuBLASLt's own per-`M` choice
+//! force a path: the skinny kernel up to [`SKINNY_MAX_M`] rows, in the form and rows per CTA the
+//! model plans decode rows with ([`GemmPlan::decode_rows`]), cuBLASLt's own per-`M` choice
 //! ([`GemmPlan::cublaslt`]) beyond. The model plans its GEMMs by lane instead (decode rows, chunk
 //! rows, logit rows: `model::gpu_backend::linear`), so this policy is test machinery and lives
 //! here, beside its users, rather than in `gpu`.
 
 use gpu::gemm::{GemmPlan, GemmShape, SKINNY_MAX_M};
 
-/// The skinny kernel (its rows per CTA picked for `sms` SMs) up to [`SKINNY_MAX_M`] rows,
+/// The skinny kernel as decode rows plan it for `sms` SMs up to [`SKINNY_MAX_M`] rows,
 /// [`GemmPlan::cublaslt`] beyond.
 pub fn default_plan(shape: GemmShape, sms: usize) -> gpu::Result<GemmPlan> {
     if shape.m <= SKINNY_MAX_M {
-        GemmPlan::skinny(shape, sms)
+        GemmPlan::decode_rows(shape, sms, gpu::gemm::EpilogueKind::Store)
     } else {
         GemmPlan::cublaslt(shape)
     }
@@ -30,7 +31,7 @@ mod tests {
             let plan = default_plan(shape(m), H200_SMS).unwrap();
             let GemmPath::Skinny(tile) = &plan.path else { panic!("M {m}: {} is not skinny", plan.name()) };
             assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
-            assert_eq!(plan, GemmPlan::skinny(shape(m), H200_SMS).unwrap());
+            assert_eq!(plan, GemmPlan::decode_rows(shape(m), H200_SMS, gpu::gemm::EpilogueKind::Store).unwrap());
         }
         for m in [65, 128, 512, 100_000] {
             let plan = default_plan(shape(m), H200_SMS).unwrap();

@@ -6,12 +6,15 @@
 //! - [`GemmPlan`] (in [`plan`]) is pure host code: from static facts ([`GemmShape`]: the rows the
 //!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
 //!   count) it makes the path its caller names. The model plans decode rows with
-//!   [`GemmPlan::skinny_epilogue`] (at any `M`, past 64 rows in slabs) and chunk (prefill) rows
+//!   [`GemmPlan::decode_rows`] (at any `M`, past 64 rows in slabs) and chunk (prefill) rows
 //!   with [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`);
 //!   [`GemmPlan::skinny_rows`] and [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
-//!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics).
+//!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics). Its shared-x
+//!   form ([`GemmPlan::skinny_shared_x`]) keeps a 64-row slab of x in shared memory and walks
+//!   several W blocks per CTA, with the same bits; [`GemmPlan::decode_rows`] picks it where each
+//!   CTA gets three blocks or more.
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
@@ -66,8 +69,9 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K,
-    SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
+    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K,
+    SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM, SKINNY_MAX_M,
+    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};
@@ -209,6 +213,11 @@ mod tests {
                     };
                     let GemmPath::Skinny(tile) = &plan.path else { unreachable!("a skinny plan") };
                     assert!(names.contains(&tile.entry), "{} missing", tile.entry);
+                    if let Ok(GemmPath::Skinny(tile)) =
+                        GemmPlan::skinny_shared_x(GemmShape { m, n: 128, k: 64 }, kind, 132).map(|p| p.path)
+                    {
+                        assert!(names.contains(&tile.entry), "{} missing", tile.entry);
+                    }
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! the CPU.
 //!
 //! The caller picks the path by what its rows are: `model`'s `gpu_backend::linear` plans decode
-//! rows with [`GemmPlan::skinny_epilogue`] (at any `M`), and chunk (prefill) rows and the LM
+//! rows with [`GemmPlan::decode_rows`] (at any `M`), and chunk (prefill) rows and the LM
 //! head's logit rows with [`GemmPlan::cublaslt_pinned`], each at its own reference `M` (chunk
 //! rows with [`GemmPlan::wgmma_epilogue`] where their elementwise ops are fused, when asked);
 //! the tests and benchmarks' default (skinny up to [`SKINNY_MAX_M`] rows, cuBLASLt beyond) is
@@ -40,6 +40,15 @@ pub const SKINNY_THREADS: u32 = 256;
 pub const SKINNY_CTAS_PER_SM: usize = 2;
 /// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
 pub const MAX_K: usize = 1 << 30;
+/// The x tile of the skinny kernel's shared-x form (`gemm_skinny.cuh`, SHARED X): slabs of 64 rows.
+pub const SHARED_X_M_TILE: usize = 64;
+/// Rows of W per CTA and block of the shared-x form.
+pub const SHARED_X_ROWS: usize = 16;
+/// The fewest W blocks each shared-x CTA must take for [`GemmPlan::decode_rows`] to pick the form.
+pub const SHARED_X_MIN_BLOCKS: usize = 3;
+/// Dynamic shared memory a CTA may opt into on sm_90 (227 KB): the shared-x form's slab of x and
+/// partial sums must fit it.
+pub const SHARED_X_MAX_BYTES: usize = 232_448;
 
 /// The entry point's name in errors about a shape, before a path is chosen.
 const ENTRY: &str = "gemm";
@@ -161,8 +170,20 @@ pub struct SkinnyTile {
     pub rows: usize,
     /// Slabs of `m_tile` rows of x: `ceil(M / m_tile)`.
     pub slabs: usize,
-    /// CTAs: `ceil(N / rows) * slabs`.
+    /// CTAs: `ceil(N / rows) * slabs`, or for the shared-x form `slabs` times the CTAs that share
+    /// one slab's W blocks.
     pub grid: u32,
+    /// The shared-x form's dynamic shared memory (its slab of x and the partial sums); 0 for the
+    /// plain form, which needs none.
+    pub shared_bytes: u32,
+}
+
+/// The dynamic shared memory of the shared-x form for `m_tile` rows of x, `rows` rows of W and
+/// K `k`: x's rows padded as the kernel's `shared_x_stride` pads them (64 bytes past a multiple
+/// of 128), then the 8 warps' partial sums of `m_tile` x `rows + 4` floats.
+pub fn shared_x_bytes(m_tile: usize, rows: usize, k: usize) -> usize {
+    let row_bytes = 2 * k + (64 + 128 - (2 * k) % 128) % 128;
+    m_tile * row_bytes + 8 * m_tile * (rows + 4) * 4
 }
 
 /// The WGMMA kernel's tile: `WGMMA_TILE` rows of x by `WGMMA_TILE` rows of W per CTA
@@ -238,6 +259,20 @@ impl GemmPlan {
         Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
+    /// The model's plan for decode rows: the shared-x form where each of its CTAs (one an SM)
+    /// takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x in shared memory
+    /// serves several W blocks where the plain form reads it again from L2 for each (measured
+    /// faster only there: RESULTS runs 133-135); elsewhere [`GemmPlan::skinny_epilogue`]. Both forms
+    /// give a row the same bits, so the choice is free to change with `M`.
+    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
+        let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
+        let shared = Self::skinny_shared_x(shape, epilogue, sms).ok().filter(|plan| match &plan.path {
+            GemmPath::Skinny(t) => shape.n.div_ceil(t.rows) * t.slabs >= SHARED_X_MIN_BLOCKS * t.grid as usize,
+            _ => false,
+        });
+        Ok(shared.unwrap_or(plain))
+    }
+
     /// The skinny kernel with `rows` rows of W per CTA (for benchmarks and the bitwise checks
     /// across instantiations).
     pub fn skinny_rows(shape: GemmShape, rows: usize) -> Result<Self> {
@@ -268,7 +303,46 @@ impl GemmPlan {
             .filter(|&g| g <= i32::MAX as u32)
             .ok_or_else(|| unsupported("gemm skinny", format!("{shape} needs more than 2^31 CTAs")))?;
         let entry = format!("gemm_skinny_m{m_tile}_r{rows}{}", epilogue.suffix());
-        Ok(Self { shape, path: GemmPath::Skinny(SkinnyTile { entry, m_tile, rows, slabs, grid }), epilogue })
+        let tile = SkinnyTile { entry, m_tile, rows, slabs, grid, shared_bytes: 0 };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+
+    /// The skinny kernel's shared-x form with `epilogue`, for `sms` SMs: one CTA an SM keeps a
+    /// slab of [`SHARED_X_M_TILE`] rows of x in shared memory and takes W blocks of
+    /// [`SHARED_X_ROWS`] rows in turn, the CTAs of one slab sharing its W blocks evenly. The same
+    /// bits as the plain form (`gemm_skinny.cuh`, SHARED X). It takes `M` past 32 rows (a 64-row
+    /// x tile, as the plain form's) and a K whose slab fits [`SHARED_X_MAX_BYTES`].
+    pub fn skinny_shared_x(shape: GemmShape, epilogue: EpilogueKind, sms: usize) -> Result<Self> {
+        let entry = "gemm skinny shared-x";
+        let (m_tile, rows) = (m_tile(shape)?, SHARED_X_ROWS);
+        epilogue.check(shape, entry)?;
+        if m_tile != SHARED_X_M_TILE {
+            let why = format!("an x tile of {SHARED_X_M_TILE} rows only, M = {} has {m_tile}", shape.m);
+            return Err(unsupported(entry, why));
+        }
+        let slabs = shape.m.div_ceil(m_tile);
+        let bytes = shared_x_bytes(m_tile, rows, shape.k);
+        if bytes > SHARED_X_MAX_BYTES {
+            let why = format!("{shape} needs {bytes} bytes of shared memory, past {SHARED_X_MAX_BYTES}");
+            return Err(unsupported(entry, why));
+        }
+        let blocks = shape.n.div_ceil(rows);
+        let most = (sms / slabs).max(1);
+        let per_slab = blocks.div_ceil(blocks.div_ceil(most));
+        let grid = per_slab
+            .checked_mul(slabs)
+            .and_then(|g| u32::try_from(g).ok())
+            .filter(|&g| g <= i32::MAX as u32)
+            .ok_or_else(|| unsupported(entry, format!("{shape} needs more than 2^31 CTAs")))?;
+        let tile = SkinnyTile {
+            entry: format!("gemm_skinny_sx_m{m_tile}_r{rows}{}", epilogue.suffix()),
+            m_tile,
+            rows,
+            slabs,
+            grid,
+            shared_bytes: bytes as u32,
+        };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 
     /// The WGMMA kernel with `epilogue` (sm_90a; prefill rows). Its bits for a row of x depend on
@@ -320,7 +394,8 @@ impl GemmPlan {
     pub fn name(&self) -> String {
         match &self.path {
             GemmPath::Skinny(t) => {
-                format!("skinny-m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
+                let form = if t.shared_bytes > 0 { "sx-" } else { "" };
+                format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
             GemmPath::Wgmma(_) => format!("wgmma{}", self.epilogue.suffix().replace('_', "-")),
             GemmPath::CublasLt { pinned: false, .. } => "cublaslt".to_string(),
@@ -529,6 +604,73 @@ mod tests {
             (at_own.name().as_str(), &at_own.path),
             ("cublaslt-at-m512", &GemmPath::CublasLt { heuristic_m: 512, pinned: true })
         );
+    }
+
+    #[test]
+    fn the_shared_x_form_shares_each_slab_s_w_blocks_evenly_and_fits_shared_memory() {
+        let sx = |m, n, k, kind| GemmPlan::skinny_shared_x(shape(m, n, k), kind, H200_SMS);
+        // gate/up at 128 rows: two slabs, 66 CTAs each at most, 384 blocks -> 64 CTAs of 6 blocks.
+        let plan = sx(128, 6144, 1024, EpilogueKind::SiluMul).unwrap();
+        let t = skinny(&plan);
+        assert_eq!((t.entry.as_str(), t.m_tile, t.rows, t.slabs), ("gemm_skinny_sx_m64_r16_silu_mul", 64, 16, 2));
+        assert_eq!(t.grid, 128);
+        assert_eq!(t.shared_bytes as usize, 64 * (2048 + 64) + 8 * 64 * 20 * 4);
+        assert_eq!(plan.name(), "skinny-sx-m64-r16-silu-mul");
+        // One slab, 500 blocks over at most 132 CTAs: 4 blocks each, 125 CTAs.
+        assert_eq!(skinny(&sx(40, 8000, 64, EpilogueKind::Store).unwrap()).grid, 125);
+        // More slabs than SMs: one CTA a slab.
+        assert_eq!(skinny(&sx(64 * 200, 64, 64, EpilogueKind::Store).unwrap()).grid, 200);
+        // A row of x: 2 K bytes padded to 64 past a multiple of 128, enough for a last step's
+        // 16-byte loads past K.
+        for (k, row) in [(8, 64), (32, 64), (64, 192), (1024, 2112), (1000, 2112)] {
+            assert_eq!(shared_x_bytes(1, 0, k), row + 8 * 4 * 4, "K {k}");
+            assert_eq!(row % 128, 64, "K {k}");
+            assert!(row >= 2 * k.next_multiple_of(32), "K {k}");
+        }
+        let refused = |plan: Result<GemmPlan>, needle: &str| {
+            let err = plan.unwrap_err().to_string();
+            assert!(err.contains(needle), "expected `{needle}` in: {err}");
+        };
+        refused(sx(32, 6144, 1024, EpilogueKind::Store), "an x tile of 64 rows only, M = 32 has 32");
+        refused(sx(64, 1024, 3072, EpilogueKind::PeriLn), "bytes of shared memory, past 232448");
+        refused(sx(64, 1000, 1024, EpilogueKind::SiluMul), "multiple of 16, got 1000");
+        refused(sx(0, 1024, 1024, EpilogueKind::Store), "`m` must be 1 to");
+    }
+
+    #[test]
+    fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
+        let pick = |m, n, k, kind| GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind).unwrap().name();
+        let silu = EpilogueKind::SiluMul;
+        // asynct-0.5b's gate/up: 384 blocks, 3 a CTA at one slab, 6 at two.
+        assert_eq!(pick(128, 6144, 1024, silu), "skinny-sx-m64-r16-silu-mul");
+        assert_eq!(pick(33, 6144, 1024, silu), "skinny-sx-m64-r16-silu-mul");
+        // Up to 32 rows, at 2 blocks a CTA (QKV at 128 rows), on small N, or where the slab does
+        // not fit: the plain form.
+        assert_eq!(pick(32, 6144, 1024, silu), "skinny-m32-r16-silu-mul");
+        assert_eq!(pick(128, 2048, 1024, EpilogueKind::QkNormRopeCache), "skinny-m64-r16-qk-norm-rope-cache");
+        assert_eq!(pick(128, 1024, 1024, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
+        assert_eq!(pick(128, 1024, 3072, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
+        for m in [1, 17, 33, 64, 65, 128, 300] {
+            for kind in EpilogueKind::ALL {
+                let plan = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind).unwrap();
+                let t = skinny(&plan);
+                assert_eq!(plan.epilogue, kind);
+                assert_eq!(t.shared_bytes > 0, m > 32, "{m} {kind:?}: {t:?}");
+                assert_eq!(plan, GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn the_shared_x_instantiations_are_the_kernels_list() {
+        let src = crate::kernels::GEMM_SKINNY.source;
+        for kind in EpilogueKind::ALL {
+            let line = format!("GEMM_SKINNY_SX_ENTRY(64, 16, {}, {})", macro_name(kind), kind.suffix());
+            assert!(src.contains(&line), "{line}");
+            let plan = GemmPlan::skinny_shared_x(shape(64, 64, 64), kind, H200_SMS).unwrap();
+            assert_eq!(skinny(&plan).entry, format!("gemm_skinny_sx_m64_r16{}", kind.suffix()));
+        }
+        assert_eq!(src.matches("\nGEMM_SKINNY_SX_ENTRY(").count(), EpilogueKind::ALL.len());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Launching `gemm_skinny.cu`: one entry point, loaded once, and its launch shape from the plan.
+//! Launching `gemm_skinny.cu`: one entry point, loaded once, and its launch shape (the grid, and
+//! the shared-x form's dynamic shared memory) from the plan.
 
 use std::sync::Arc;
 
@@ -24,17 +25,18 @@ pub(super) struct SkinnyGemm {
 impl SkinnyGemm {
     /// Loads `tile`'s entry point (compiling `gemm_skinny.cu` on first use).
     pub(super) fn new(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
-        let cfg = LaunchConfig { grid_dim: (tile.grid, 1, 1), block_dim: (SKINNY_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig {
+            grid_dim: (tile.grid, 1, 1),
+            block_dim: (SKINNY_THREADS, 1, 1),
+            shared_mem_bytes: tile.shared_bytes,
+        };
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
-        Ok(Self {
-            func: gpu.function(&GEMM_SKINNY, &tile.entry)?,
-            entry: tile.entry.clone(),
-            cfg,
-            m: int(shape.m),
-            n: int(shape.n),
-            k: int(shape.k),
-        })
+        let func = gpu.function(&GEMM_SKINNY, &tile.entry)?;
+        if tile.shared_bytes > 0 {
+            gpu.set_max_dynamic_smem(&func, tile.shared_bytes)?;
+        }
+        Ok(Self { func, entry: tile.entry.clone(), cfg, m: int(shape.m), n: int(shape.n), k: int(shape.k) })
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the

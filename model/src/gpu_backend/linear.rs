@@ -91,13 +91,13 @@ impl Linears {
     }
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
-    /// kernel for decode rows; for chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt
+    /// kernel for decode rows (its shared-x form where [`GemmPlan::decode_rows`] picks it); for chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt
     /// (pinned) to store. The model fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
         let (sms, pin_at) = (self.sms, self.pin_at);
         self.load(Key::Layer(lane, shape, epilogue), || match (lane, epilogue) {
-            (Lane::Rows, _) => GemmPlan::skinny_epilogue(shape, sms, epilogue),
+            (Lane::Rows, _) => GemmPlan::decode_rows(shape, sms, epilogue),
             (Lane::Chunks, EpilogueKind::Store) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })

@@ -198,7 +198,7 @@ mod tests {
         let mut want = String::new();
         let mut want_stop = None;
         for c in text.chars() {
-            let m = by_char.push(&c.to_string());
+            let m = by_char.push(c.to_string());
             want.push_str(&m.text);
             if m.stop.is_some() {
                 want_stop = m.stop;

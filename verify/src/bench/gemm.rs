@@ -114,12 +114,13 @@ impl GemmPoint {
     }
 }
 
-/// Every plan timed at `shape` on a device of compute capability `cc`: each skinny instantiation
-/// for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the WGMMA kernel on sm_90 where the
+/// Every plan timed at `shape` on a device of compute capability `cc` with `sms` SMs: each skinny
+/// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`) in both forms, the WGMMA kernel on sm_90 where the
 /// shape fits it, cuBLASLt, and cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
-fn plans(shape: GemmShape, cc: (i32, i32)) -> Result<Vec<GemmPlan>, String> {
+fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> = if shape.m <= SKINNY_TIMED_MAX_M {
-        gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok()).collect()
+        let plain = gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok());
+        plain.chain(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok()).collect()
     } else {
         Vec::new()
     };
@@ -161,7 +162,7 @@ pub fn measure(
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();
-        for plan in plans(shape, gpu.info().compute_capability)? {
+        for plan in plans(shape, gpu.info().compute_capability, sms)? {
             let plan_name = plan.name();
             if only.is_some_and(|o| !plan_name.contains(o)) {
                 continue;
@@ -288,7 +289,7 @@ mod tests {
     fn every_m_of_the_grid_gets_skinny_plans_cublaslt_and_the_head_pin() {
         for m in M_GRID {
             let names: Vec<String> =
-                plans(GemmShape { m, n: 1024, k: 1024 }, (8, 0)).unwrap().iter().map(GemmPlan::name).collect();
+                plans(GemmShape { m, n: 1024, k: 1024 }, (8, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
             let tail: Vec<&str> = names[names.len() - 2..].iter().map(String::as_str).collect();
             assert_eq!(tail, ["cublaslt", "cublaslt-at-m64"], "{m}");
             assert!(names.len() > 1 && names[0].starts_with("skinny-m"), "{m}: {names:?}");
@@ -299,9 +300,9 @@ mod tests {
     fn the_prefill_grid_times_wgmma_on_hopper_and_no_skinny_slabs() {
         for m in PREFILL_M_GRID {
             let shape = GemmShape { m, n: 6144, k: 1024 };
-            let names: Vec<String> = plans(shape, (9, 0)).unwrap().iter().map(GemmPlan::name).collect();
+            let names: Vec<String> = plans(shape, (9, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
             assert_eq!(names, ["wgmma", "cublaslt", "cublaslt-at-m64"], "{m}");
-            let ampere: Vec<String> = plans(shape, (8, 0)).unwrap().iter().map(GemmPlan::name).collect();
+            let ampere: Vec<String> = plans(shape, (8, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
             assert_eq!(ampere, ["cublaslt", "cublaslt-at-m64"], "{m}");
         }
     }

@@ -66,7 +66,8 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
 type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
-/// kernel, beside drawn, NaN and infinite rows, has the same bits; through the WGMMA kernel at
+/// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as
+/// decode rows are planned (the shared-x form where it serves); through the WGMMA kernel at
 /// M = 7 to 2100, at every place in its tile the M puts it; through cuBLASLt pinned at
 /// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
 /// prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
@@ -79,8 +80,9 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 4] = [
+        let paths: [(&str, PlanAt, &[usize]); 5] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
+            ("decode rows", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store), &[65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
             ("head-pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, HEAD_PIN_AT), &[2, 8, 32, 64, 65, 128, 256]),
             ("wgmma", |s| GemmPlan::wgmma_epilogue(s, EpilogueKind::Store), &[7, 65, 128, 129, 300, 1000, 2100]),
@@ -101,7 +103,9 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
                     &solo,
                 )?;
             }
-            println!("  {name} N {n} K {k}: {path} gives the row alone's bits at M {ms:?}");
+            let names: Vec<String> =
+                ms.iter().filter_map(|&m| plan(GemmShape { m, n, k }).ok()).map(|p| p.name()).collect();
+            println!("  {name} N {n} K {k}: {path} ({names:?}) gives the row alone's bits at M {ms:?}");
         }
     }
     Ok(())

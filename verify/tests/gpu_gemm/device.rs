@@ -33,7 +33,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 }
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
-/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the WGMMA kernel where it
+/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) in the plain form and, where
+/// it takes the shape (x tiles of 32 and 64 rows, the slab in shared memory), the shared-x form, the WGMMA kernel where it
 /// serves the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
 /// `PINNED_AT` where N and K are at least 64.
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
@@ -42,6 +43,8 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
         plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
     }
+    let sms = g(gpu.multiprocessors())?;
+    plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());
     if wgmma_serves(gpu, shape) {
         plans.push(g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?);
     }

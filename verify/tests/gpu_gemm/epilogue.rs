@@ -2,8 +2,9 @@
 //! replace, bit for bit: the same kernel's plain GEMM (the Store epilogue) into a buffer, then the
 //! standalone kernel of `gpu::ops` on it. Fresh bf16 inputs, every output poisoned with NaN first,
 //! every element, at M = 1, 3, 8, 17, 32, 64, 65, 128 (and 300 for WGMMA) on asynct-0.5b's
-//! shapes, under every rows per CTA the skinny epilogue takes at that M (the dispatcher's among
-//! them), and through the WGMMA kernel where the device runs it. Plus the refusals of `run_with`.
+//! shapes, under every rows per CTA the skinny epilogue takes at that M in both of its forms (the
+//! model's choice among them), and through the WGMMA kernel where the device runs it. Plus the
+//! refusals of `run_with`.
 
 use std::sync::Arc;
 
@@ -25,7 +26,8 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
-/// this M, the dispatcher's on `sms` SMs among them, against the dispatcher's Store plan), and the
+/// this M, plain and shared-x, the model's on `sms` SMs among them, against the plain form's
+/// Store plan), and the
 /// WGMMA kernel where `gpu` runs it (against its own Store plan).
 fn epilogue_plans(
     gpu: &Gpu,
@@ -35,9 +37,9 @@ fn epilogue_plans(
 ) -> Result<Vec<(GemmPlan, Vec<GemmPlan>)>, String> {
     let mut families = Vec::new();
     if shape.m <= 128 {
-        let plans: Vec<GemmPlan> =
-            SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok()).collect();
-        let chosen = g(GemmPlan::skinny_epilogue(shape, sms, kind))?;
+        let plain = SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok());
+        let plans: Vec<GemmPlan> = plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).collect();
+        let chosen = g(GemmPlan::decode_rows(shape, sms, kind))?;
         if !plans.contains(&chosen) {
             return Err(format!(
                 "{kind:?} {shape}: the dispatcher's {} is not among {} plans",
@@ -57,6 +59,7 @@ fn epilogue_plans(
 /// A fused plan for messages: its name (the skinny kernel's holds its rows of W per CTA).
 fn rows(plan: &GemmPlan) -> String {
     match &plan.path {
+        GemmPath::Skinny(t) if t.shared_bytes > 0 => format!("{} shared-x", t.rows),
         GemmPath::Skinny(t) => t.rows.to_string(),
         _ => plan.name(),
     }
