@@ -63,7 +63,7 @@ GEMM_SKINNY_ENTRY(32, 32, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)
 
 // gemm_skinny_sx_m64_r16{SUFFIX}: the shared-x form (gemm_skinny.cuh's SHARED X), one CTA an SM;
-// the one tile it is measured faster at (RESULTS runs 133-135).
+// the one tile it is measured faster at (RESULTS runs 133-136).
 #define GEMM_SKINNY_SX_ENTRY(MT, ROWS, EPI, SUFFIX)                                                              \
   extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 1) gemm_skinny_sx_m##MT##_r##ROWS##SUFFIX( \
       const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {              \

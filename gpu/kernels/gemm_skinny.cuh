@@ -93,7 +93,7 @@
 //
 // SHARED X (gemm_shared_x; entries gemm_skinny_sx_m64_r16{suffix}). At 64 rows of x a plain CTA
 // reads its whole slab of x (128 KB at K = 1024) from L2 for 16 rows of W (32 KB), and its U = 1
-// leaves each warp one step of loads in flight: gate/up at 64 and 128 rows ran at 1 TB/s, held
+// leaves each warp one step of loads in flight: gate/up at 64 and 128 rows ran under 1 TB/s, held
 // by load latency (ncu, RESULTS run 134). The shared-x form runs one CTA an SM (launch bounds 1,
 // ptxas 155 to 158 registers, no spills) that copies its slab of x into dynamic shared memory
 // once (cp.async; zeros past K and in rows past M, the zeros gemm_block keeps in registers there,

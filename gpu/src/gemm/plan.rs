@@ -262,7 +262,7 @@ impl GemmPlan {
     /// The model's plan for decode rows: the shared-x form where each of its CTAs (one an SM)
     /// takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x in shared memory
     /// serves several W blocks where the plain form reads it again from L2 for each (measured
-    /// faster only there: RESULTS runs 133-135); elsewhere [`GemmPlan::skinny_epilogue`]. Both forms
+    /// faster only there: RESULTS runs 133-136); elsewhere [`GemmPlan::skinny_epilogue`]. Both forms
     /// give a row the same bits, so the choice is free to change with `M`.
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
