@@ -22,7 +22,7 @@
 //! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
 //! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
 //! SM); a W too small for that gets the fewest rows its epilogue takes, the most CTAs there can
-//! be, but never fewer than [`WIDE_TILE_MIN_ROWS`] at the 64-row x tile. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
+//! be. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
 //! finished output: store it, or run the elementwise op that follows the GEMM in the model on it
 //! ([`GemmPlan::skinny_epilogue`]).
 
@@ -38,10 +38,6 @@ pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
 pub const SKINNY_THREADS: u32 = 256;
 /// Skinny CTAs resident per SM (the kernel's launch bounds).
 pub const SKINNY_CTAS_PER_SM: usize = 2;
-/// The fewest rows of W per CTA the plans pick at the widest x tile (64 rows): 8 rows leave half
-/// of each mma's A tile zero and measured slower than 16 there on o_proj and down_proj, by 6-28%
-/// (RESULTS runs 133 and 135 alone, 137 in the step), where at narrower tiles they can win by doubling a small grid.
-pub const WIDE_TILE_MIN_ROWS: usize = 16;
 /// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
 pub const MAX_K: usize = 1 << 30;
 /// The x tile of the skinny kernel's shared-x form (`gemm_skinny.cuh`, SHARED X): slabs of 64 rows.
@@ -253,8 +249,7 @@ impl GemmPlan {
         let m_tile = m_tile(shape)?;
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);
         let slabs = shape.m.div_ceil(m_tile);
-        let least = if m_tile == SKINNY_MAX_M { WIDE_TILE_MIN_ROWS } else { SKINNY_ROWS[0] };
-        let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows().max(least);
+        let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
         let rows = SKINNY_ROWS
             .into_iter()
             .rev()
@@ -470,7 +465,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_per_cta_fill_the_sms_twice_or_fall_to_the_fewest_the_tile_takes() {
+    fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
         let rows = |m, n| skinny(&GemmPlan::skinny(shape(m, n, 1024), H200_SMS).unwrap()).rows;
         // asynct-0.5b's weights: O and down (N 1024), QKV (2048), gate/up (6144), LM head (151936).
         assert_eq!([rows(1, 1024), rows(1, 2048), rows(1, 6144), rows(1, 151_936)], [8, 8, 16, 64]);
@@ -481,8 +476,7 @@ mod tests {
                 let t = skinny(&GemmPlan::skinny(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
                 assert!(rows_fit(t.m_tile, t.rows));
                 assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
-                let least = if m_tile == 64 { WIDE_TILE_MIN_ROWS } else { 8 };
-                assert!(t.rows == least || t.grid as usize >= 2 * H200_SMS, "{t:?}");
+                assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
                 assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
             }
         }
@@ -600,7 +594,7 @@ mod tests {
         }
         // The slabs count toward filling the SMs: 2048 / 16 = 128 blocks of W, x 4 slabs >= 264.
         assert_eq!(skinny(&GemmPlan::skinny(shape(256, 2048, 1024), H200_SMS).unwrap()).rows, 16);
-        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 16);
+        assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 8);
         let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
         assert_eq!(pinned.name(), "cublaslt-at-m512");
         assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512, pinned: true });
@@ -654,9 +648,8 @@ mod tests {
         // not fit: the plain form.
         assert_eq!(pick(32, 6144, 1024, silu), "skinny-m32-r16-silu-mul");
         assert_eq!(pick(128, 2048, 1024, EpilogueKind::QkNormRopeCache), "skinny-m64-r16-qk-norm-rope-cache");
-        assert_eq!(pick(128, 1024, 1024, EpilogueKind::PeriLn), "skinny-m64-r16-periln");
-        assert_eq!(pick(128, 1024, 3072, EpilogueKind::PeriLn), "skinny-m64-r16-periln");
-        assert_eq!(pick(32, 1024, 3072, EpilogueKind::PeriLn), "skinny-m32-r8-periln");
+        assert_eq!(pick(128, 1024, 1024, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
+        assert_eq!(pick(128, 1024, 3072, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
         for m in [1, 17, 33, 64, 65, 128, 300] {
             for kind in EpilogueKind::ALL {
                 let plan = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind).unwrap();
