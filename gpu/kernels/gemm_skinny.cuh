@@ -234,12 +234,28 @@ struct BlockPlace {
   }
 };
 
+// Asks L2 for the ROWS rows of W from row n0 (fewer at the end of W).
+template <int ROWS>
+__device__ __forceinline__ void prefetch_w_rows(const bf16* w, int n0, int n, int k) {
+  const long long bytes = (long long)min(ROWS, n - n0) * k * 2;
+  prefetch_l2(w + (long long)n0 * k, (unsigned)min(bytes, 1LL << 30));
+}
+
 // Asks L2 for the W block at `at` (its first slab's CTA only, so each byte is asked for once).
 template <int MT, int ROWS>
 __device__ __forceinline__ void prefetch_w_block(const BlockPlace<MT>& at, const bf16* w, int n, int k) {
-  if (at.slab != 0) return;
-  const long long bytes = (long long)min(ROWS, n - at.n0) * k * 2;
-  prefetch_l2(w + (long long)at.n0 * k, (unsigned)min(bytes, 1LL << 30));
+  if (at.slab == 0) prefetch_w_rows<ROWS>(w, at.n0, n, k);
+}
+
+// Zeroes a warp's accumulators.
+template <int MT, int ROWS>
+__device__ __forceinline__ void zero_acc(float (&acc)[Config<MT, ROWS>::R][MT][4]) {
+#pragma unroll
+  for (int r = 0; r < Config<MT, ROWS>::R; ++r)
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[r][j][c] = 0.0f;
 }
 
 // The product of W block `block / slabs` and slab `block % slabs` of x (CTA `block` of the grid
@@ -288,12 +304,7 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
   }
 
   float acc[C::R][MT][4];
-#pragma unroll
-  for (int r = 0; r < C::R; ++r)
-#pragma unroll
-    for (int j = 0; j < MT; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[r][j][c] = 0.0f;
+  zero_acc<MT, ROWS>(acc);
 
   for (int s0 = warp; s0 < steps; s0 += WARPS * C::U) {
     uint4 wv[C::U][C::WV];
@@ -374,10 +385,7 @@ __device__ __forceinline__ void gemm_shared_x(const bf16* __restrict__ x, const 
     }
   };
   auto prefetch = [&](int b) {
-    if (threadIdx.x == 0 && b < blocks) {
-      const long long bytes = (long long)min(ROWS, n - b * ROWS) * k * 2;
-      prefetch_l2(w + (long long)b * ROWS * k, (unsigned)min(bytes, 1LL << 30));
-    }
+    if (threadIdx.x == 0 && b < blocks) prefetch_w_rows<ROWS>(w, b * ROWS, n, k);
   };
 
   // W is constant: its first chunk is asked for before waiting on the kernel that writes x.
@@ -408,12 +416,7 @@ __device__ __forceinline__ void gemm_shared_x(const bf16* __restrict__ x, const 
   for (; b < blocks; b += stride) {
     prefetch(b + 2 * stride);
     float acc[C::R][MT][4];
-#pragma unroll
-    for (int r = 0; r < C::R; ++r)
-#pragma unroll
-      for (int j = 0; j < MT; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[r][j][c] = 0.0f;
+    zero_acc<MT, ROWS>(acc);
     for (int c = 0; c < chunks; ++c) {
       uint4 wv[CH][C::WV];
 #pragma unroll
