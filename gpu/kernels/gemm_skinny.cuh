@@ -24,8 +24,9 @@
 // 8t + (0, 1, 2, 3) and those of the second 8t + (4, 5, 6, 7), the same for A and B. Each warp
 // issues the loads of U steps before their mmas, so U steps of W are in flight per lane. W is
 // read with ld.global.nc.L1::no_allocate (streamed once: L1 is left to x, which every CTA
-// reads, through L1 in a kernel of its own and at L2 in the megakernel: loads.cuh); rows of W past N and rows of x past M are not read (their registers are 0), nor is
-// k past K (the last step of a K that is not a multiple of 32 is zero-padded).
+// reads, through L1 in a kernel of its own and at L2 in the megakernel: loads.cuh); rows of W
+// past N and rows of x past M are not read (their registers are 0), nor is k past K (the last
+// step of a K that is not a multiple of 32 is zero-padded).
 // Reduction: each warp's f32 accumulators go to shared memory, then each output is the sum of the
 // 8 warps' partials in warp order ((p0 + p1) + p2) + ..., and the epilogue takes that sum.
 //

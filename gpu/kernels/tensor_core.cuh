@@ -1,9 +1,10 @@
 #line 2 "tensor_core.cuh"
 // tensor_core.cuh: thin inline-PTX wrappers for the tensor-core kernels (the prefills and the
 // skinny GEMM; sm_80 and newer): the bf16 mma.sync m16n8k16, ldmatrix, cp.async with its
-// commit/wait groups, a streaming 16-byte load, 16-byte shared loads and stores, the bf16x2 pack, and the
-// dynamic shared memory base. Every inline asm of those kernels lives here and nowhere else, so a CPU emulator can
-// replace this one file with C++ versions and run the kernels as written.
+// commit/wait groups, a streaming 16-byte load, 16-byte shared loads and stores, the bf16x2 pack,
+// and the dynamic shared memory base. Every inline asm of those kernels lives here and nowhere
+// else, so a CPU emulator can replace this one file with C++ versions and run the kernels as
+// written.
 //
 // Shared memory is addressed by 32-bit shared-window addresses (smem_addr), as ldmatrix and
 // cp.async take them; a kernel computes them once from dynamic_smem() and adds offsets.

@@ -33,9 +33,9 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 }
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
-/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) in the plain form and, where
-/// it takes the shape (x tiles of 32 and 64 rows, the slab in shared memory), the shared-x form, the WGMMA kernel where it
-/// serves the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
+/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
+/// takes the shape (M past 32, the slab fitting shared memory), the WGMMA kernel where it serves
+/// the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
 /// `PINNED_AT` where N and K are at least 64.
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
