@@ -5,13 +5,13 @@
 //! rows, logit rows: `model::gpu_backend::linear`), so this policy is test machinery and lives
 //! here, beside its users, rather than in `gpu`.
 
-use gpu::gemm::{GemmPlan, GemmShape, SKINNY_MAX_M};
+use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape, SKINNY_MAX_M};
 
 /// The skinny kernel as decode rows plan it for `sms` SMs up to [`SKINNY_MAX_M`] rows,
 /// [`GemmPlan::cublaslt`] beyond.
 pub fn default_plan(shape: GemmShape, sms: usize) -> gpu::Result<GemmPlan> {
     if shape.m <= SKINNY_MAX_M {
-        GemmPlan::decode_rows(shape, sms, gpu::gemm::EpilogueKind::Store)
+        GemmPlan::decode_rows(shape, sms, EpilogueKind::Store)
     } else {
         GemmPlan::cublaslt(shape)
     }
@@ -31,7 +31,14 @@ mod tests {
             let plan = default_plan(shape(m), H200_SMS).unwrap();
             let GemmPath::Skinny(tile) = &plan.path else { panic!("M {m}: {} is not skinny", plan.name()) };
             assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
-            assert_eq!(plan, GemmPlan::decode_rows(shape(m), H200_SMS, gpu::gemm::EpilogueKind::Store).unwrap());
+            assert_eq!(plan.epilogue, EpilogueKind::Store, "M {m}");
+        }
+        // The model's decode-row form: shared-x where each CTA gets three W blocks (gate/up's N
+        // past 32 rows), the plain form below.
+        for m in [1, 32, 33, 64] {
+            let plan = default_plan(GemmShape { m, n: 6144, k: 1024 }, H200_SMS).unwrap();
+            let GemmPath::Skinny(tile) = &plan.path else { panic!("M {m}: {} is not skinny", plan.name()) };
+            assert_eq!(tile.shared_bytes > 0, m > 32, "M {m}: {}", plan.name());
         }
         for m in [65, 128, 512, 100_000] {
             let plan = default_plan(shape(m), H200_SMS).unwrap();

@@ -239,7 +239,6 @@ fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
             let t = skinny(&plan);
             assert_eq!(plan.epilogue, kind);
             assert_eq!(t.shared_bytes > 0, m > 32, "{m} {kind:?}: {t:?}");
-            assert_eq!(plan, GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind).unwrap());
         }
     }
 }
