@@ -148,13 +148,6 @@ struct Config {
   static_assert(R * MT <= 8, "accumulators past 32 registers");
 };
 
-// The shared-x form's registers of W: CH steps of a warp's W vectors in flight per lane (128
-// bytes), twice (the chunk being multiplied and the next).
-template <int MT, int ROWS>
-struct SharedX {
-  static constexpr int CH = 8 / Config<MT, ROWS>::WV > 0 ? 8 / Config<MT, ROWS>::WV : 1;
-};
-
 // The CTA's finished tile: the 8 warps' partials in shared memory, and where the tile sits.
 template <int MT, int ROWS>
 struct Tile {
@@ -356,7 +349,9 @@ template <int MT, int ROWS, class Epi>
 __device__ __forceinline__ void gemm_shared_x(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n,
                                               int k, const Epi& epi) {
   using C = Config<MT, ROWS>;
-  constexpr int CH = SharedX<MT, ROWS>::CH;
+  // Steps of a warp's W vectors in registers per lane (128 bytes: WV <= 8 at ROWS <= 64), twice
+  // (the chunk being multiplied and the next).
+  constexpr int CH = 8 / C::WV;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int xs = shared_x_stride(k);
