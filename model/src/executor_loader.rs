@@ -81,13 +81,6 @@ pub fn check_step_budget(tokens: usize, max_num_seqs: usize, option: &str) -> Re
     Ok(tokens)
 }
 
-/// The most query rows a step with budget `tokens` can bring: a sequence computes at most one
-/// chunk per step, so past `max_num_seqs` whole chunks the budget is never used, and the GPU's
-/// buffers (and the M its chunk GEMMs are pinned at) are sized for what a step can hold.
-pub fn step_rows(tokens: usize, max_num_seqs: usize) -> usize {
-    tokens.min(max_num_seqs.saturating_mul(PREFILL_CHUNK))
-}
-
 /// The CPU KV cache's memory when none is given, in GiB (vLLM's CPU backend also takes 4).
 pub const DEFAULT_CPU_KV_CACHE_GIB: f64 = 4.0;
 
@@ -185,7 +178,7 @@ pub fn load_executor(
             }
             let options = GpuOptions {
                 max_num_seqs: opts.max_num_seqs,
-                max_batched_tokens: step_rows(max_batched_tokens, opts.max_num_seqs),
+                max_batched_tokens,
                 max_model_len: opts.max_model_len,
                 block_size: BLOCK_SIZE,
                 memory_utilization: utilization,
@@ -265,8 +258,8 @@ fn check_step_memory(gpu: &gpu::Gpu, cfg: &ModelConfig, options: &GpuOptions, to
     if need.is_none_or(|n| n > allowed) {
         return Err(Error::Memory {
             what: format!(
-                "the GPU's step buffers for --max-num-batched-tokens {tokens} ({} rows, {} sequences of {} tokens)",
-                options.max_batched_tokens, options.max_num_seqs, options.max_model_len
+                "the GPU's step buffers for --max-num-batched-tokens {tokens} ({} sequences of {} tokens)",
+                options.max_num_seqs, options.max_model_len
             ),
             need: need.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
             limit: format!(
@@ -361,13 +354,6 @@ mod tests {
         }
         let msg = check_step_budget(5, usize::MAX, "max_num_batched_tokens").unwrap_err().to_string();
         assert!(msg.contains(&format!("max_num_batched_tokens: must be at least {}", usize::MAX)), "{msg}");
-    }
-
-    #[test]
-    fn a_step_never_brings_more_rows_than_a_chunk_per_sequence() {
-        assert_eq!(step_rows(8192 + 16, 16), 16 * 512);
-        assert_eq!(step_rows(2304, 256), 2304);
-        assert_eq!(step_rows(usize::MAX, usize::MAX), usize::MAX);
     }
 
     #[test]

@@ -12,7 +12,12 @@
 //!   chunk, the one sampled token when decoding, or the next `prefill_chunk` tokens still to
 //!   compute (fewer at the end). Chunk boundaries are thus multiples of `prefill_chunk` from the
 //!   sequence's start whatever else is running, and a chunk that does not fit the step's token
-//!   budget waits whole for the next step.
+//!   budget waits whole for the next step. A prefilling sequence then takes its following whole
+//!   chunks too, while they fit the budget less a row for each running sequence behind it and
+//!   their blocks are free without preempting anyone (and unless it is a one-token chunk, a
+//!   decode row): a step of a large budget carries many chunks of few prompts (the GEMMs run at
+//!   large M, as issue 18 asks), at the same boundaries, so no bit of a request depends on how
+//!   its chunks were grouped into steps.
 //! - Then waiting requests are admitted, FIFO, while the budget, `max_num_seqs` and the free
 //!   blocks allow; admission needs only the blocks of the first chunk, not of the whole life.
 //!   Nothing is admitted in a step that preempted: the blocks just freed are for the running.
@@ -296,6 +301,8 @@ impl Scheduler {
             if !self.grow(i, len)? {
                 break;
             }
+            let behind = self.running.len() - i - 1;
+            let len = self.more_chunks(i, len, budget.saturating_sub(behind))?;
             budget -= len;
             seqs.push(self.running[i].scheduled(len));
             i += 1;
@@ -333,6 +340,29 @@ impl Scheduler {
         Ok(true)
     }
 
+    /// `len`, the tokens `running[i]` already has blocks for this step, grown by the whole prompt
+    /// chunks that follow while the total stays within `room` and their blocks are free (never by
+    /// preempting: only a sequence's first chunk of a step may do that). A chunk of one token
+    /// stays in a step of its own: alone it is a decode row, which the GPU computes with other
+    /// kernels than a chunk's rows, so joining it to the chunk before would change its bits.
+    fn more_chunks(&mut self, i: usize, mut len: usize, room: usize) -> Result<usize> {
+        loop {
+            let s = &self.running[i];
+            let at = s.num_computed + len;
+            if at >= s.prompt_len {
+                return Ok(len);
+            }
+            let next = s.chunk_after(at, self.cfg.prefill_chunk);
+            let need = s.blocks_short(len + next, self.block_size);
+            if next == 1 || len + next > room || need > self.pool.num_free() {
+                return Ok(len);
+            }
+            let new = self.pool.get_new_blocks(need)?;
+            self.running[i].blocks.extend(new);
+            len += next;
+        }
+    }
+
     fn preempt(&mut self, i: usize) -> Result<()> {
         let mut s = self.running.remove(i);
         self.pool.free_blocks(&s.blocks)?;
@@ -360,9 +390,11 @@ impl Scheduler {
             let mut seq = self.waiting.pop_front().expect("front exists");
             self.take_prefix(&mut seq, &hit)?;
             seq.blocks.extend(self.pool.get_new_blocks(need)?);
-            *budget -= len;
-            seqs.push(seq.scheduled(len));
             self.running.push(seq);
+            let i = self.running.len() - 1;
+            let len = self.more_chunks(i, len, *budget)?;
+            *budget -= len;
+            seqs.push(self.running[i].scheduled(len));
         }
         Ok(())
     }

@@ -86,11 +86,13 @@ struct Opts {
     prefill_chunk: usize,
     num_blocks: usize,
     max_num_seqs: usize,
+    /// The step budget (`max_batched_tokens`).
+    budget: usize,
 }
 
 impl Default for Opts {
     fn default() -> Self {
-        Self { record: false, prefill_chunk: 16, num_blocks: 256, max_num_seqs: 8 }
+        Self { record: false, prefill_chunk: 16, num_blocks: 256, max_num_seqs: 8, budget: 64 }
     }
 }
 
@@ -102,7 +104,7 @@ fn engine_over(exec: Box<dyn StepExecutor>, o: Opts) -> Engine {
     let tok = Arc::new(byte_tokenizer::build().unwrap());
     let sched = SchedulerConfig {
         max_num_seqs: o.max_num_seqs,
-        max_batched_tokens: 64,
+        max_batched_tokens: o.budget,
         prefill_chunk: o.prefill_chunk,
         max_model_len: MAX_MODEL_LEN,
         prefix_caching: true,
@@ -361,9 +363,10 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
 }
 
 /// A sequence holds the blocks its computed tokens need: a prompt chunk's worth after admission,
-/// then one more each time `BLOCK` decoded tokens fill one; all come back when it finishes.
+/// then one more each time `BLOCK` decoded tokens fill one; all come back when it finishes. A
+/// budget of one chunk makes a step of each chunk.
 fn blocks_are_taken_as_tokens_are_computed_and_all_come_back(b: Backend) {
-    let mut e = engine(b, Opts { prefill_chunk: 4, ..Opts::default() });
+    let mut e = engine(b, Opts { prefill_chunk: 4, budget: 4, ..Opts::default() });
     assert_eq!(e.stats().num_blocks, 256, "the pool is the executor's cache");
     e.add_request(greedy((0..10).collect(), 12)).unwrap();
     let (mut steps, mut generated, mut used) = (0, 0, Vec::new());
@@ -397,9 +400,9 @@ fn last_step_tells_decode_steps_from_prefill_and_mixed_ones(b: Backend) {
             e.add_request(greedy((10..16).collect(), 2)).unwrap();
         }
     }
-    // A first chunk alone; the first's last chunk beside the second's first; a decode row beside
-    // the second's last chunk; then both decoding, until both have their tokens.
-    assert_eq!(shapes, vec![(1, 4, 0, false), (2, 6, 0, false), (2, 3, 1, false), (2, 2, 2, true)]);
+    // The first's two chunks alone (the budget holds both); a decode row beside the second's two
+    // chunks; then both decoding, until both have their tokens.
+    assert_eq!(shapes, vec![(1, 6, 0, false), (2, 7, 1, false), (2, 2, 2, true)]);
     e.step().unwrap();
     assert_eq!(e.last_step(), StepRows::default(), "a step with nothing to run");
 }
@@ -449,13 +452,14 @@ fn abort_frees_blocks_at_once_and_leaves_the_others_alone(b: Backend) {
     let reqs = mixed(4, 8);
     let ids: Vec<u64> = reqs[1..].iter().map(|r| e.add_request(r.clone()).unwrap()).collect();
     e.step().unwrap();
-    // Prompts of 12 and 21 tokens: 12 and 16 computed, in 3 and 4 blocks; the third waits.
+    // Prompts of 12 and 21 tokens, all computed (the second in two chunks) in 3 and 6 blocks;
+    // the third waits.
     let s = e.stats();
-    assert_eq!((s.num_running, s.num_waiting, s.num_blocks_used), (2, 1, 7));
+    assert_eq!((s.num_running, s.num_waiting, s.num_blocks_used), (2, 1, 9));
     e.abort(ids[0]).unwrap();
-    assert_eq!((e.stats().num_running, e.stats().num_blocks_used), (1, 4));
+    assert_eq!((e.stats().num_running, e.stats().num_blocks_used), (1, 6));
     e.abort(ids[2]).unwrap();
-    assert_eq!((e.stats().num_waiting, e.stats().num_blocks_used), (0, 4));
+    assert_eq!((e.stats().num_waiting, e.stats().num_blocks_used), (0, 6));
     e.scheduler().pool().check_invariants();
     for id in [ids[0], ids[2], 99] {
         assert!(matches!(e.abort(id), Err(Error::UnknownRequest { id: got }) if got == id));

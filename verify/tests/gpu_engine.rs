@@ -4,6 +4,8 @@
 //!   (some of them prefilling beside its decode rows), after a preemption, and with every decode
 //!   step run eagerly instead of replaying its whole-step CUDA graph, with each decode kernel
 //!   (`--decode-kernel graph` and `mega`: alone, its decode steps run in the megakernel);
+//! - a prompt whose chunks run several to a step (a large step budget) gives the tokens and
+//!   logits bits it gives one chunk a step, alone and beside others;
 //! - a request resumed from a prefix-cache hit (whole chunks of another request's prompt, or of
 //!   its own earlier run) gives the tokens and logits bits it gives with no cache;
 //! - device memory after 1,000 requests through the engine equals device memory after the first.
@@ -21,8 +23,8 @@ use model::config::ModelConfig;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
 use model::gpu_backend::decode_kernel::DecodeKernel;
-use model::gpu_backend::executor::GpuExecutor;
-use model::scheduler::Scheduler;
+use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
+use model::scheduler::{Scheduler, SchedulerConfig};
 use model::start_times::StartTimes;
 use small_model::{err, gpu_options, scheduler_config, write_model};
 
@@ -33,6 +35,7 @@ fn main() {
         "gpu_engine",
         &[
             ("a_request_has_the_same_bits_alone_batched_preempted_and_eager", same_bits_everywhere),
+            ("several_chunks_of_a_prompt_in_one_step_change_no_bit", same_bits_in_wide_steps),
             ("a_prefix_cache_hit_changes_no_token_and_no_logits_bit", same_bits_after_a_prefix_hit),
             ("device_memory_after_1000_requests_equals_after_the_first", no_leak),
         ],
@@ -61,7 +64,7 @@ fn executor_with(
     kernel: DecodeKernel,
 ) -> Result<GpuExecutor, String> {
     let options = gpu_options(MAX_SEQS, max_model_len(cfg, kv_blocks), kv_blocks);
-    let options = model::gpu_backend::executor::GpuOptions { decode_kernel: kernel, ..options };
+    let options = GpuOptions { decode_kernel: kernel, ..options };
     GpuExecutor::load(gpu, dir, cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)
 }
 
@@ -96,11 +99,11 @@ fn request(id: u64, len: usize) -> Request {
 }
 
 /// What the watched request produced: its tokens and, per token, the bits of the logits row it
-/// was drawn from.
-#[derive(PartialEq)]
+/// was drawn from; and the most of its rows one step computed.
 struct Watched {
     tokens: Vec<u32>,
     logits: Vec<Vec<u32>>,
+    widest: usize,
 }
 
 /// Runs `requests` (added in order, each generating `GENERATED` tokens) to the end through `exec`
@@ -123,7 +126,7 @@ fn drive_on(
     for r in requests {
         sched.add(r.id, r.prompt.clone(), GENERATED).map_err(err)?;
     }
-    let mut watched = Watched { tokens: Vec::new(), logits: Vec::new() };
+    let mut watched = Watched { tokens: Vec::new(), logits: Vec::new(), widest: 0 };
     let mut mixed_with_watched = 0;
     while let Some(plan) = sched.schedule().map_err(err)? {
         let sampling: Vec<SamplingRow> = plan
@@ -134,8 +137,9 @@ fn drive_on(
             .collect();
         let out = exec.execute(&plan, &sampling, LogitsWanted::Discard).map_err(err)?;
         let sampling_ids: Vec<u64> = plan.seqs.iter().filter(|s| s.samples).map(|s| s.id).collect();
-        if plan.seqs.iter().any(|s| s.id == WATCHED) && plan.seqs.iter().any(|s| s.len > 1) {
-            mixed_with_watched += 1;
+        if let Some(w) = plan.seqs.iter().find(|s| s.id == WATCHED) {
+            watched.widest = watched.widest.max(w.len);
+            mixed_with_watched += usize::from(plan.seqs.iter().any(|s| s.len > 1));
         }
         if let Some(j) = sampling_ids.iter().position(|&id| id == WATCHED) {
             let logits = exec.last_logits(sampling_ids.len()).map_err(err)?;
@@ -225,6 +229,47 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
         "  {GENERATED} tokens: the same tokens and logits bits alone, beside 64 others ({mixed} mixed steps), \
          eager, twice, and after {preemptions} preemptions, with the graph path and the megakernel; tokens {:?}",
         alone.tokens
+    );
+    Ok(())
+}
+
+/// The watched request with a 300-token prompt (chunks of 128, 128 and 44) on an executor sized
+/// for four chunks beside the decode rows: one chunk a step (a scheduler whose budget is one chunk
+/// beside the rows), then the whole prompt in one step, then beside 16 others, some admitted
+/// before it with long prompts, so its chunks run in steps grouped as the budget falls out. The
+/// same tokens and logits bits each time: a chunk's rows do not depend on the step's size.
+fn same_bits_in_wide_steps(gpu: &Arc<Gpu>) -> Check {
+    let (dir, cfg) = write_model("gpu-engine", "wide")?;
+    let wide = 4 * small_model::CHUNK + MAX_SEQS;
+    let max_model_len = cfg.max_position_embeddings;
+    let options = GpuOptions { max_batched_tokens: wide, ..gpu_options(MAX_SEQS, max_model_len, None) };
+    let mut exec =
+        GpuExecutor::load(gpu, &dir, &cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
+    let mut run = |budget: usize, requests: &[Request]| {
+        let sched = SchedulerConfig { max_batched_tokens: budget, ..scheduler_config(MAX_SEQS, max_model_len, false) };
+        let mut sched = Scheduler::new(sched, exec.kv_capacity()).map_err(err)?;
+        drive_on(&mut exec, &mut sched, requests)
+    };
+    let watched = || request(WATCHED, 300);
+    let (one, _, _) = run(small_model::CHUNK + MAX_SEQS, &[watched()])?;
+    let (whole, _, _) = run(wide, &[watched()])?;
+    if (one.widest, whole.widest) != (128, 300) {
+        return Err(format!(
+            "the prompt's widest step: {} and {} rows, expected 128 and 300",
+            one.widest, whole.widest
+        ));
+    }
+    compare("the whole prompt in one step", &whole, &one)?;
+    let mut crowd: Vec<Request> = (2020..2028).map(|i| request(i, [520, 33, 300, 5][i as usize % 4])).collect();
+    crowd.push(watched());
+    crowd.extend((2028..2036).map(|i| request(i, [200, 9, 140, 700][i as usize % 4])));
+    let (beside, _, mixed) = run(wide, &crowd)?;
+    compare(&format!("beside 16 others ({mixed} mixed steps, widest {} rows)", beside.widest), &beside, &one)?;
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    println!(
+        "  300-token prompt on an executor of {wide} rows: the same tokens and logits bits one chunk a step, in one \
+         step, and beside 16 others (its widest step {} rows); tokens {:?}",
+        beside.widest, one.tokens
     );
     Ok(())
 }

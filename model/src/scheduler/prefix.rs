@@ -127,10 +127,11 @@ mod tests {
 
     const BS: usize = 4;
 
+    /// One chunk a step: the tests below see each chunk in a step of its own.
     fn config(prefill_chunk: usize, prefix_caching: bool) -> SchedulerConfig {
         SchedulerConfig {
             max_num_seqs: 4,
-            max_batched_tokens: prefill_chunk + 4,
+            max_batched_tokens: prefill_chunk,
             prefill_chunk,
             max_model_len: 48,
             prefix_caching,
@@ -260,9 +261,10 @@ mod tests {
     }
 
     /// Checks `plan` against a model of the cache's contents, then records what it writes: each
-    /// chunk starts where a run without hits starts one, every position before it reads a slot
-    /// written by exactly the computation a run without hits makes there, and no write lands
-    /// in a cached or shared block.
+    /// sequence's share of the step is whole chunks of a run without hits (no one-token chunk,
+    /// a decode row, joined to another), every position before it reads a slot written by
+    /// exactly the computation a run without hits makes there, and no write lands in a cached
+    /// or shared block.
     fn check_plan(
         s: &Scheduler,
         plan: &StepPlan,
@@ -275,7 +277,14 @@ mod tests {
             let (tokens, prompt_len) = own(p.id);
             let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
             prop_assert_eq!(&plan.token_ids[q.clone()], &tokens[p.start..p.start + p.len]);
-            prop_assert_eq!((p.start, p.len), uncached_chunk(p.start, prompt_len, chunk), "request {}", p.id);
+            let mut at = p.start;
+            while at < p.start + p.len {
+                let piece = uncached_chunk(at, prompt_len, chunk);
+                prop_assert_eq!(piece.0, at, "request {}: a chunk cut at {}", p.id, at);
+                prop_assert!(piece.1 > 1 || p.len == 1, "request {}: a one-token chunk joined at {}", p.id, at);
+                at += piece.1;
+            }
+            prop_assert_eq!(at, p.start + p.len, "request {}: a chunk cut at its end", p.id);
             for t in 0..p.start {
                 let slot = i64::from(plan.meta.block_table[[i, t / BS]]) * BS as i64 + (t % BS) as i64;
                 let want = Written { prefix: tokens[..=t].to_vec(), chunk: uncached_chunk(t, prompt_len, chunk) };
@@ -285,7 +294,10 @@ mod tests {
                 let block = (slot / BS as i64) as u32;
                 prop_assert!(s.pool().ref_count(block) == 1 && !s.pool().index().is_cached(block));
                 let t = p.start + k;
-                writes.push((slot, Written { prefix: tokens[..=t].to_vec(), chunk: (p.start, p.len) }));
+                writes.push((
+                    slot,
+                    Written { prefix: tokens[..=t].to_vec(), chunk: uncached_chunk(t, prompt_len, chunk) },
+                ));
             }
         }
         slots.extend(writes);
@@ -295,14 +307,15 @@ mod tests {
     proptest! {
         /// Requests sharing prefixes of any length over a two-token alphabet (so equal blocks
         /// follow different prefixes), arriving over time on a cache that may preempt and evict,
-        /// with a strong or a colliding hash: every chunk is the one a run without hits
-        /// computes, over the K/V a run without hits computed, and every request draws its own
+        /// with a strong or a colliding hash, at budgets of one chunk to many: every chunk is
+        /// the one a run without hits computes, over the K/V a run without hits computed, and every request draws its own
         /// tokens.
         #[test]
         fn a_hit_reads_exactly_what_an_uncached_run_computes(
             stems in prop::collection::vec(prop::collection::vec(0u32..2, 24), 2),
             reqs in prop::collection::vec((0usize..2, 0usize..25, 0usize..10, 1usize..8, 0usize..40), 1..10),
             prefill_chunk in prop::sample::select(vec![2usize, 4, 6, 8]),
+            budget_chunks in prop::sample::select(vec![1usize, 2, 3, 64]),
             spare_blocks in 0usize..8,
             colliding: bool,
         ) {
@@ -325,7 +338,8 @@ mod tests {
                 std::hash::Hasher::finish(&h)
             } };
             let pool = BlockPool::with_index(PrefixIndex::with_hash(longest + spare_blocks, hash));
-            let mut s = Scheduler::over_pool(config(prefill_chunk, true), BS, pool).unwrap();
+            let cfg = SchedulerConfig { max_batched_tokens: budget_chunks * prefill_chunk + 4, ..config(prefill_chunk, true) };
+            let mut s = Scheduler::over_pool(cfg, BS, pool).unwrap();
             let draw = |id: u64, n: usize| ((id as usize + n) % 2) as u32;
             let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
             let mut slots = HashMap::new();

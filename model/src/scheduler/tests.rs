@@ -19,7 +19,12 @@ fn cfg() -> SchedulerConfig {
 }
 
 fn scheduler(num_blocks: usize) -> Scheduler {
-    Scheduler::new(cfg(), KvCapacity { num_blocks, block_size: 4 }).unwrap()
+    scheduler_at(cfg().max_batched_tokens, num_blocks)
+}
+
+fn scheduler_at(budget: usize, num_blocks: usize) -> Scheduler {
+    let cfg = SchedulerConfig { max_batched_tokens: budget, ..cfg() };
+    Scheduler::new(cfg, KvCapacity { num_blocks, block_size: 4 }).unwrap()
 }
 
 /// Plans and commits one step, every sampling sequence drawing `token`; returns the plan.
@@ -87,26 +92,68 @@ fn chunk_history(budget: usize, lens: &[usize]) -> (BTreeMap<u64, Vec<(usize, us
     (history, most)
 }
 
+/// `history`'s entries cut at the chunk boundaries (chunks of 5) of prompts of `lens` tokens.
+fn cut_at_chunks(history: &BTreeMap<u64, Vec<(usize, usize)>>, lens: &[usize]) -> BTreeMap<u64, Vec<(usize, usize)>> {
+    let cut = |prompt: usize, &(start, len): &(usize, usize)| {
+        let mut pieces = vec![];
+        let mut at = start;
+        while at < start + len {
+            let end = if at < prompt { ((at / 5 + 1) * 5).min(prompt) } else { at + 1 };
+            pieces.push((at, end.min(start + len) - at));
+            at = end;
+        }
+        pieces
+    };
+    history.iter().map(|(&id, h)| (id, h.iter().flat_map(|c| cut(lens[id as usize], c)).collect())).collect()
+}
+
 #[test]
 fn a_large_budget_carries_several_chunks_at_the_same_boundaries() {
-    let lens = [12, 17, 9, 23];
-    // The least budget the loader takes (a chunk beside a row of every sequence), and larger.
-    let (least, few) = chunk_history(5 + 4, &lens);
-    assert!(few < 4, "at the least budget a full chunk leaves room for a short one at most: {few}");
-    for budget in [4 * 5 + 4, 1 << 20] {
-        let (history, most) = chunk_history(budget, &lens);
-        assert_eq!(most, 4, "budget {budget}: every sequence's chunk in one step");
-        assert_eq!(history, least, "budget {budget}: chunk boundaries depend on the budget");
+    // The last prompt ends in a one-token chunk, which is a decode row and never joins another.
+    let lens = [12, 17, 9, 23, 16];
+    // One chunk a step (the scheduler's least budget), then the loader's least (a chunk beside a
+    // row of every sequence), and larger.
+    let (one, few) = chunk_history(5, &lens);
+    assert_eq!(few, 1);
+    assert_eq!(one[&3][..5], [(0, 5), (5, 5), (10, 5), (15, 5), (20, 3)]);
+    for budget in [5 + 4, 2 * 5 + 4, 4 * 5 + 4, 1 << 20] {
+        let (history, _) = chunk_history(budget, &lens);
+        assert_eq!(cut_at_chunks(&history, &lens), one, "budget {budget}: chunk boundaries depend on the budget");
+        assert!(history[&4].contains(&(15, 1)), "budget {budget}: the one-token chunk joined another");
     }
-    assert_eq!(least[&3][..5], [(0, 5), (5, 5), (10, 5), (15, 5), (20, 3)]);
+    let (history, most) = chunk_history(1 << 20, &lens);
+    assert_eq!(most, 4, "every running sequence's chunks in one step");
+    let prompt_steps: Vec<usize> =
+        history.iter().map(|(id, h)| h.iter().filter(|c| c.0 < lens[*id as usize]).count()).collect();
+    assert_eq!(prompt_steps, [1, 1, 1, 1, 2], "each prompt in one step, the one-token chunk apart");
+    let (history, _) = chunk_history(2 * 5 + 4, &lens);
+    assert_eq!(history[&0][0], (0, 12), "the first admitted takes its whole prompt");
 }
 
 #[test]
 fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
-    let mut s = scheduler(16);
+    let mut s = scheduler_at(5, 16);
     s.add(7, (0..12).collect(), 3).unwrap();
     let got: Vec<_> = (0..5).flat_map(|_| chunks(&step(&mut s, 100))).collect();
     assert_eq!(got, vec![(7, 0, 5, false), (7, 5, 5, false), (7, 10, 2, true), (7, 12, 1, true), (7, 13, 1, true)]);
+    // With room for more, a step takes the following whole chunks, at the same boundaries.
+    let mut s = scheduler_at(8, 16);
+    s.add(7, (0..12).collect(), 3).unwrap();
+    let got: Vec<_> = (0..3).flat_map(|_| chunks(&step(&mut s, 100))).collect();
+    assert_eq!(got, vec![(7, 0, 5, false), (7, 5, 7, true), (7, 12, 1, true)]);
+}
+
+#[test]
+fn a_following_chunk_never_preempts_and_waits_for_free_blocks() {
+    // The first chunk's two blocks are free, a second chunk's third is held by request 1.
+    let mut s = scheduler_at(16, 3);
+    s.add(1, vec![9, 9], 2).unwrap();
+    step(&mut s, 100);
+    s.add(2, (0..10).collect(), 1).unwrap();
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 2, 1, true), (2, 0, 5, false)]);
+    s.finish(1).unwrap();
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(2, 5, 5, true)]);
+    assert_eq!(s.num_preemptions(), 0);
 }
 
 #[test]
@@ -135,7 +182,7 @@ fn a_chunk_that_does_not_fit_waits_whole() {
 
 #[test]
 fn admission_takes_the_first_chunks_blocks_and_decoding_adds_one_per_block() {
-    let mut s = scheduler(16);
+    let mut s = scheduler_at(5, 16);
     s.add(1, (0..12).collect(), 12).unwrap();
     step(&mut s, 100);
     assert_eq!(s.pool().num_used(), 2, "5 of 24 tokens computed: 2 blocks, not the 6 of its whole life");
@@ -155,10 +202,10 @@ fn admission_takes_the_first_chunks_blocks_and_decoding_adds_one_per_block() {
 #[test]
 fn admission_waits_for_blocks_and_finish_frees_them_at_once() {
     let mut s = scheduler(2);
-    s.add(1, (0..7).collect(), 1).unwrap();
+    s.add(1, (0..5).collect(), 3).unwrap();
     s.add(2, (0..3).collect(), 1).unwrap();
     let plan = step(&mut s, 100);
-    assert_eq!(chunks(&plan), vec![(1, 0, 5, false)], "request 2 fits the budget but not the free blocks");
+    assert_eq!(chunks(&plan), vec![(1, 0, 5, true)], "request 2 fits the budget but not the free blocks");
     assert_eq!((s.num_running(), s.num_waiting()), (1, 1));
     s.finish(1).unwrap();
     assert_eq!(s.pool().num_used(), 0);
