@@ -30,13 +30,15 @@ pub const CHUNKS_PER_STEP: usize = 4;
 /// The GPU's step budget when `--max-num-batched-tokens` is not given, beside a decode row of
 /// every sequence: prefill chunk rows go through cuBLASLt, which on the H200 runs this model's
 /// GEMMs at 678-739 TFLOP/s only at M in the tens of thousands (issue 18), so a prefill-heavy step
-/// should carry many chunks. 16 chunks, from RESULTS run 55 (`scripts/device-run.sh budget`,
-/// asynct-0.5b): against 4 chunks, prefill_heavy_b16 goes from 229K to 403K prompt tokens/s,
-/// balanced_b32 from 262K to 440K and long_decode_b32 from 175K to 323K, decode steps unchanged;
-/// 32 chunks add nothing to prefill_heavy_b16 (401K) and 7-8% to the other two, but double how
-/// long a decoding request can wait behind one step's prefill (vLLM's online default is also
-/// 8192).
-pub const GPU_STEP_TOKENS: usize = 8192;
+/// should carry many chunks. RESULTS run 55 took 16 chunks (8,192) while a sequence brought one
+/// chunk a step: past that only more sequences could fill a step. Since a sequence takes as many
+/// whole chunks as fit (runs 141-142, asynct-0.5b, prompt tokens/s, 2-3 passes each):
+/// prefill_heavy_b16 435-445K at 8,192, 462-481K at 16,384, 475-495K at 32,768; balanced_b32
+/// 486-495K, 543-551K and 521-540K; the decode steps between them unchanged. 32 chunks: the
+/// largest gain that is not within the passes' spread comes at 16,384, while a decoding request
+/// waits behind one step's prefill twice as long at 32,768 (about 65 ms). vLLM's offline default
+/// is also 16,384.
+pub const GPU_STEP_TOKENS: usize = 16384;
 
 /// Where a step budget's default comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

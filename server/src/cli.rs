@@ -96,7 +96,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
     pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
+    /// decode row of each running request; at least 512 + --batch [default: 16384 + --batch on the
     /// GPU, 2048 + --batch on the CPU].
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<usize>,
@@ -138,7 +138,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
     pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --batch [default: 8192 + --batch on the
+    /// decode row of each running request; at least 512 + --batch [default: 16384 + --batch on the
     /// GPU, 2048 + --batch on the CPU].
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<usize>,
@@ -188,7 +188,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
     pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
+    /// decode row of each running request; at least 512 + --max-num-seqs [default: 16384 + --max-num-seqs on the
     /// GPU, 2048 + --max-num-seqs on the CPU].
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<usize>,
@@ -270,7 +270,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
     pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --max-num-seqs [default: 8192 + --max-num-seqs on the
+    /// decode row of each running request; at least 512 + --max-num-seqs [default: 16384 + --max-num-seqs on the
     /// GPU, 2048 + --max-num-seqs on the CPU].
     #[arg(long, value_name = "N")]
     pub max_num_batched_tokens: Option<usize>,
