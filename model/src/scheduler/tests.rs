@@ -144,6 +144,18 @@ fn prefill_is_chunked_at_fixed_boundaries_then_decodes() {
 }
 
 #[test]
+fn a_prefilling_sequence_leaves_a_row_for_each_running_sequence_behind_it() {
+    let mut s = scheduler_at(13, 16);
+    s.add(1, (0..23).collect(), 2).unwrap();
+    s.add(2, vec![7, 7, 7], 3).unwrap();
+    // Two chunks of the first fit 13 tokens, three do not; the second's prompt takes the rest.
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 0, 10, false), (2, 0, 3, true)]);
+    // 13 would hold the first's whole rest (10..23), but request 2 decodes behind it.
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 10, 10, false), (2, 3, 1, true)]);
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 20, 3, true), (2, 4, 1, true)]);
+}
+
+#[test]
 fn a_following_chunk_never_preempts_and_waits_for_free_blocks() {
     // The first chunk's two blocks are free, a second chunk's third is held by request 1.
     let mut s = scheduler_at(16, 3);
