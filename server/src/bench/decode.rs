@@ -92,7 +92,11 @@ impl StepBytes {
 /// the tokens it has drawn by then. Those counts come from running the scheduler itself (pure host
 /// planning with the engine's limits, nothing computed) over a cache too large to preempt, as the
 /// engine's is for this plan (the CPU's is sized for it, the GPU's from memory); they depend on the
-/// prompts only through their chunk counts, so a few rounds reach a fixed point. `max_tokens`
+/// prompts mostly through their chunk counts, so a few rounds reach a fixed point. Not always: a
+/// prompt one token past a chunk boundary runs its last token in a step of its own (a decode row,
+/// see [`model::scheduler`]), one step later than a prompt a token longer, so where such a length
+/// falls in the batch's range no length gives that sequence exactly `start_len` and the rounds
+/// alternate; the last round's plan is returned, that sequence one token off. `max_tokens`
 /// bounds each request's drawing. Returns the prompt lengths and the tokens each will have drawn.
 pub fn staggered_prompts(
     cfg: &SchedulerConfig,
@@ -103,7 +107,7 @@ pub fn staggered_prompts(
     let blocks = batch * blocks_for(start_len + max_tokens, BLOCK_SIZE);
     let kv = KvCapacity { num_blocks: blocks, block_size: BLOCK_SIZE };
     let mut lens = vec![start_len.saturating_sub(1).max(1); batch];
-    for _ in 0..8 {
+    for _ in 0..16 {
         let drawn = drawn_at_last_first_token(cfg, kv, &lens, max_tokens)?;
         let next: Vec<usize> = drawn.iter().map(|&g| start_len.saturating_sub(g).max(1)).collect();
         if next == lens {
@@ -178,6 +182,9 @@ pub fn run_decode(
     // The first decode step attends over each sequence's prompt and drawn tokens.
     let first: Vec<usize> = ids.iter().zip(&lens).map(|(id, len)| len + generated[id]).collect();
     let expected: Vec<usize> = lens.iter().zip(&drawn).map(|(l, g)| l + g).collect();
+    if expected.iter().any(|&l| l != start_len) {
+        eprintln!("decode B{batch}: no prompt lengths bring every sequence to {start_len}; planned {expected:?}");
+    }
     if first != expected {
         eprintln!("decode B{batch}: the engine's prefill differed from the plan; sequence lengths {first:?}");
     }
@@ -339,8 +346,8 @@ mod tests {
 
     #[test]
     fn staggered_prompts_bring_every_sequence_to_one_length() {
-        // Chunks of 512 with room for one per step (the bench's budget is a chunk and a row per
-        // sequence): sequence i finishes its prefill after sequence i - 1 and decodes meanwhile.
+        // Chunks of 512 with room for about one per step (a chunk and a row per sequence):
+        // sequence i finishes its prefill after sequence i - 1 and decodes meanwhile.
         let cfg = SchedulerConfig {
             max_num_seqs: 32,
             max_batched_tokens: 544,
@@ -348,10 +355,16 @@ mod tests {
             max_model_len: 4096,
             prefix_caching: true,
         };
-        // Two chunks each; and lengths where the first sequences' prompts drop to one chunk.
-        for start_len in [1000, 530, 40] {
+        // Two chunks each; lengths where the first sequences' prompts drop to one chunk; and one
+        // where a prompt of 513 tokens (a one-token last chunk, a step of its own) falls in the
+        // range, so one sequence ends a token off.
+        for (start_len, off) in [(1000, 0), (530, 1), (40, 0)] {
             let (lens, drawn) = staggered_prompts(&cfg, 32, start_len, start_len + 10).unwrap();
-            assert!(lens.iter().zip(&drawn).all(|(l, g)| l + g == start_len), "{start_len}: {lens:?} {drawn:?}");
+            let ends: Vec<usize> = lens.iter().zip(&drawn).map(|(l, g)| l + g).collect();
+            let missed: Vec<usize> = ends.iter().filter(|&&e| e != start_len).copied().collect();
+            assert_eq!(missed.len(), off, "{start_len}: {lens:?} {drawn:?}");
+            assert!(missed.iter().all(|&e| e.abs_diff(start_len) == 1), "{start_len}: {ends:?}");
+            assert!(off == 0 || lens.iter().any(|&l| l == 513 || l == 514), "{start_len}: {lens:?}");
             assert!(drawn[0] >= drawn[31] && drawn[31] == 1, "the first drew the most: {drawn:?}");
             let kv = KvCapacity { num_blocks: 32 * 128, block_size: BLOCK_SIZE };
             assert_eq!(drawn_at_last_first_token(&cfg, kv, &lens, start_len + 10).unwrap(), drawn);
