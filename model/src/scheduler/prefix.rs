@@ -308,8 +308,8 @@ mod tests {
         /// Requests sharing prefixes of any length over a two-token alphabet (so equal blocks
         /// follow different prefixes), arriving over time on a cache that may preempt and evict,
         /// with a strong or a colliding hash, at budgets of one chunk to many: every chunk is
-        /// the one a run without hits computes, over the K/V a run without hits computed, and every request draws its own
-        /// tokens.
+        /// the one a run without hits computes, over the K/V a run without hits computed, and
+        /// every request draws its own tokens.
         #[test]
         fn a_hit_reads_exactly_what_an_uncached_run_computes(
             stems in prop::collection::vec(prop::collection::vec(0u32..2, 24), 2),
@@ -338,7 +338,8 @@ mod tests {
                 std::hash::Hasher::finish(&h)
             } };
             let pool = BlockPool::with_index(PrefixIndex::with_hash(longest + spare_blocks, hash));
-            let cfg = SchedulerConfig { max_batched_tokens: budget_chunks * prefill_chunk + 4, ..config(prefill_chunk, true) };
+            let budget = budget_chunks * prefill_chunk + 4;
+            let cfg = SchedulerConfig { max_batched_tokens: budget, ..config(prefill_chunk, true) };
             let mut s = Scheduler::over_pool(cfg, BS, pool).unwrap();
             let draw = |id: u64, n: usize| ((id as usize + n) % 2) as u32;
             let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
