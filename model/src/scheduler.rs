@@ -14,7 +14,7 @@
 //!   sequence's start whatever else is running, and a chunk that does not fit the step's token
 //!   budget waits whole for the next step. A prefilling sequence then takes its following whole
 //!   chunks too, while they fit the budget less a row for each running sequence behind it and
-//!   their blocks are free without preempting anyone (and unless it is a one-token chunk, a
+//!   their blocks are free, a block left for each of those, without preempting anyone (and unless it is a one-token chunk, a
 //!   decode row): a step of a large budget carries many chunks of few prompts (the GEMMs run at
 //!   large M, as issue 18 asks), at the same boundaries, so no bit of a request depends on how
 //!   its chunks were grouped into steps.
@@ -302,7 +302,7 @@ impl Scheduler {
                 break;
             }
             let behind = self.running.len() - i - 1;
-            let len = self.more_chunks(i, len, budget.saturating_sub(behind))?;
+            let len = self.more_chunks(i, len, budget.saturating_sub(behind), behind)?;
             budget -= len;
             seqs.push(self.running[i].scheduled(len));
             i += 1;
@@ -341,11 +341,13 @@ impl Scheduler {
     }
 
     /// `len`, the tokens `running[i]` already has blocks for this step, grown by the whole prompt
-    /// chunks that follow while the total stays within `room` and their blocks are free (never by
-    /// preempting: only a sequence's first chunk of a step may do that). A chunk of one token
-    /// stays in a step of its own: alone it is a decode row, which the GPU computes with other
-    /// kernels than a chunk's rows, so joining it to the chunk before would change its bits.
-    fn more_chunks(&mut self, i: usize, mut len: usize, room: usize) -> Result<usize> {
+    /// chunks that follow while the total stays within `room` and their blocks are free with
+    /// `keep_free` left over, a block for each running sequence behind it (never by preempting:
+    /// only a sequence's first chunk of a step may do that, and a later chunk must not make the
+    /// sequences behind it preempt). A chunk of one token stays in a step of its own: alone it is
+    /// a decode row, which the GPU computes with other kernels than a chunk's rows, so joining it
+    /// to the chunk before would change its bits.
+    fn more_chunks(&mut self, i: usize, mut len: usize, room: usize, keep_free: usize) -> Result<usize> {
         loop {
             let s = &self.running[i];
             let at = s.num_computed + len;
@@ -354,7 +356,7 @@ impl Scheduler {
             }
             let next = s.chunk_after(at, self.cfg.prefill_chunk);
             let need = s.blocks_short(len + next, self.block_size);
-            if next == 1 || len + next > room || need > self.pool.num_free() {
+            if next == 1 || len + next > room || need + keep_free > self.pool.num_free() {
                 return Ok(len);
             }
             let new = self.pool.get_new_blocks(need)?;
@@ -392,7 +394,7 @@ impl Scheduler {
             seq.blocks.extend(self.pool.get_new_blocks(need)?);
             self.running.push(seq);
             let i = self.running.len() - 1;
-            let len = self.more_chunks(i, len, *budget)?;
+            let len = self.more_chunks(i, len, *budget, 0)?;
             *budget -= len;
             seqs.push(self.running[i].scheduled(len));
         }

@@ -156,6 +156,18 @@ fn a_prefilling_sequence_leaves_a_row_for_each_running_sequence_behind_it() {
 }
 
 #[test]
+fn a_following_chunk_leaves_a_block_for_each_running_sequence_behind_it() {
+    let mut s = scheduler_at(19, 9);
+    s.add(1, (0..30).collect(), 1).unwrap();
+    s.add(2, vec![7; 4], 3).unwrap();
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 0, 15, false), (2, 0, 4, true)]);
+    // Request 2's next token needs a fifth block of the nine, so request 1 stops at 25 tokens
+    // (7 blocks) where 30 (8) fit the budget but would leave request 2 to preempt itself.
+    assert_eq!(chunks(&step(&mut s, 100)), vec![(1, 15, 10, false), (2, 4, 1, true)]);
+    assert_eq!(s.num_preemptions(), 0);
+}
+
+#[test]
 fn a_following_chunk_never_preempts_and_waits_for_free_blocks() {
     // The first chunk's two blocks are free, a second chunk's third is held by request 1.
     let mut s = scheduler_at(16, 3);
