@@ -14,12 +14,13 @@
 //!   sequence's start whatever else is running, and a chunk that does not fit the step's token
 //!   budget waits whole for the next step. A prefilling sequence then takes its following whole
 //!   chunks too, while they fit the budget less a row for each running sequence behind it and
-//!   their blocks are free, a block left for each of those, without preempting anyone (and unless it is a one-token chunk, a
-//!   decode row): a step of a large budget carries many chunks of few prompts (the GEMMs run at
-//!   large M, as issue 18 asks), at the same boundaries, so no bit of a request depends on how
-//!   its chunks were grouped into steps.
+//!   their blocks are free with a block left for each of those, never by preempting, and never
+//!   a one-token chunk (a decode row on the GPU): a step of a large budget carries many chunks
+//!   of few prompts (the GEMMs run at large M, as issue 18 asks), at the same boundaries, so no
+//!   bit of a request depends on how its chunks were grouped into steps.
 //! - Then waiting requests are admitted, FIFO, while the budget, `max_num_seqs` and the free
-//!   blocks allow; admission needs only the blocks of the first chunk, not of the whole life.
+//!   blocks allow; admission needs only the blocks of the first chunk, not of the whole life (an
+//!   admitted prompt's following chunks join as above).
 //!   Nothing is admitted in a step that preempted: the blocks just freed are for the running.
 //! - Preemption by recompute: when a running sequence cannot get its blocks, the most recently
 //!   admitted running sequence (possibly itself) gives all of its blocks back and goes to the
