@@ -189,7 +189,7 @@ pub fn load_executor(
                 kv_blocks: None,
             };
             check_gpu_sizes(&gpu, cfg, opts)?;
-            check_step_memory(&gpu, cfg, &options, max_batched_tokens)?;
+            check_step_memory(&gpu, cfg, &options)?;
             times.time(StartPhase::KernelLoad, || load_kernels(&gpu))?;
             let executor = GpuExecutor::load(&gpu, dir, cfg, options, progress, times)?;
             Ok(LoadedExecutor { executor: Box::new(executor), max_batched_tokens })
@@ -253,15 +253,15 @@ fn check_gpu_sizes(gpu: &gpu::Gpu, cfg: &ModelConfig, opts: &ExecutorOptions) ->
 /// workspace, all sized by the step's rows) that would leave no room in the memory
 /// `--gpu-memory-utilization` allows: a large `--max-num-batched-tokens` is an error naming it,
 /// not a failed allocation part-way through the load.
-fn check_step_memory(gpu: &gpu::Gpu, cfg: &ModelConfig, options: &GpuOptions, tokens: usize) -> Result<()> {
+fn check_step_memory(gpu: &gpu::Gpu, cfg: &ModelConfig, options: &GpuOptions) -> Result<()> {
     let (_, total) = gpu.memory()?;
     let allowed = (options.memory_utilization * total as f64) as u64;
     let need = step_memory(&cfg.dims(), &options.capacity(), BLOCK_SIZE, gpu.info().compute_capability)?;
     if need.is_none_or(|n| n > allowed) {
         return Err(Error::Memory {
             what: format!(
-                "the GPU's step buffers for --max-num-batched-tokens {tokens} ({} sequences of {} tokens)",
-                options.max_num_seqs, options.max_model_len
+                "the GPU's step buffers for --max-num-batched-tokens {} ({} sequences of {} tokens)",
+                options.max_batched_tokens, options.max_num_seqs, options.max_model_len
             ),
             need: need.map_or_else(|| "more than 2^64 bytes".into(), format_bytes),
             limit: format!(
