@@ -264,6 +264,12 @@ fn same_bits_in_wide_steps(gpu: &Arc<Gpu>) -> Check {
     crowd.push(watched());
     crowd.extend((2028..2036).map(|i| request(i, [200, 9, 140, 700][i as usize % 4])));
     let (beside, _, mixed) = run(wide, &crowd)?;
+    if beside.widest <= small_model::CHUNK {
+        return Err(format!(
+            "beside 16 others the prompt never ran several chunks to a step: widest {} rows",
+            beside.widest
+        ));
+    }
     compare(&format!("beside 16 others ({mixed} mixed steps, widest {} rows)", beside.widest), &beside, &one)?;
     std::fs::remove_dir_all(&dir).map_err(err)?;
     println!(
