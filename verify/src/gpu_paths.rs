@@ -13,8 +13,9 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, plan_step, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS, MAX_FIR_K,
+    bucket, dispatch, prefill_path, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta,
+    HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS,
+    MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -290,7 +291,7 @@ impl Path for GpuPath {
             }
             GpuPathKind::Step => {
                 let cc = self.gpu.info().compute_capability;
-                let plan = plan_step(step_geometry(data), cc).map_err(|e| self.named(e.into()))?;
+                let plan = prefill_path(step_geometry(data), cc).map_err(|e| self.named(e.into()))?;
                 return self.finish(data, &plan, out);
             }
         };

@@ -12,7 +12,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use gpu::attention::{plan_step, PrefillKernel, PrefillPath, PrefillPlan, FAKE_DECODE_MAX_QUERY};
+use gpu::attention::{prefill_path, PrefillKernel, PrefillPath, PrefillPlan, FAKE_DECODE_MAX_QUERY};
 use gpu::Gpu;
 use verify::gpu_cases::{alone, case, check_cases, decodes, spread};
 use verify::gpu_harness::{run, GpuCheck};
@@ -155,7 +155,7 @@ fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
         (case(&[(20, 300), (0, 100)], (4, 2), 256, 16, 404), "prefill-mma"),
     ] {
         let data = c.materialise().map_err(msg)?;
-        let plan = plan_step(step_geometry(&data), cc).map_err(msg)?;
+        let plan = prefill_path(step_geometry(&data), cc).map_err(msg)?;
         if plan.name() != want {
             return Err(format!(
                 "{:?} on {cc:?}: the dispatcher picked {}, expected {want}",

@@ -15,7 +15,7 @@
 //!   attention of one layer on it. Both only launch, so a benchmark times them alone and a CUDA
 //!   graph captures them.
 //! - [`PrefillPlan`] (in [`prefill_plan`]) is the plan of a tensor-core prefill, and
-//!   [`plan_step`] the step dispatcher choosing among fake decode, MMA and WGMMA from static
+//!   [`prefill_path`] the step dispatcher choosing among fake decode, MMA and WGMMA from static
 //!   facts ([`StepGeometry`]: the decode geometry, the most sequences, the longest query a
 //!   sequence may bring) and the device. [`Hp1Prefill`] launches it on [`PrefillOperands`].
 //!   The prefill kernels round P to bf16 for the tensor-core PV, so their bits differ from the
@@ -67,6 +67,6 @@ pub use plan::{
 };
 pub use prefill_launch::{Hp1Prefill, PrefillOperands};
 pub use prefill_plan::{
-    plan_step, PrefillKernel, PrefillPath, PrefillPlan, StepGeometry, FAKE_DECODE_MAX_QUERY, KEY_TILE,
+    prefill_path, PrefillKernel, PrefillPath, PrefillPlan, StepGeometry, FAKE_DECODE_MAX_QUERY, KEY_TILE,
 };
 pub use rows::{row_metadata, RowOperands};

@@ -14,7 +14,7 @@
 //! partial tile); the CTAs past the batch's real tile count exit at once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
 //! real lengths from device buffers.
 //!
-//! The dispatcher ([`plan_step`]) takes a [`StepGeometry`]: the decode-path [`Geometry`] plus
+//! The dispatcher ([`prefill_path`]) takes a [`StepGeometry`]: the decode-path [`Geometry`] plus
 //! the step's static prefill facts (the most sequences, the longest query a sequence may bring:
 //! the scheduler's prefill chunk) and the device's compute capability. A step whose queries are
 //! all short runs as fake decode (the decode kernels over one row per query token, whose split-K
@@ -162,7 +162,7 @@ pub struct PrefillPlan {
 }
 
 impl PrefillPlan {
-    /// A plan for `kernel` (tests and benchmarks force one; [`plan_step`] picks one). Refuses a
+    /// A plan for `kernel` (tests and benchmarks force one; [`prefill_path`] picks one). Refuses a
     /// head dim the kernel is not built for, naming the ones it is.
     pub fn new(geometry: StepGeometry, kernel: PrefillKernel) -> Result<Self> {
         let g = geometry.base;
@@ -241,7 +241,7 @@ impl PrefillPath {
 
 /// The dispatcher: fake decode for short queries (at most [`FAKE_DECODE_MAX_QUERY`]) and on
 /// GPUs without tensor-core support; else WGMMA where the device and head dim allow, else MMA.
-pub fn plan_step(geometry: StepGeometry, compute_capability: (i32, i32)) -> Result<PrefillPath> {
+pub fn prefill_path(geometry: StepGeometry, compute_capability: (i32, i32)) -> Result<PrefillPath> {
     let pick = [PrefillKernel::Wgmma, PrefillKernel::Mma]
         .into_iter()
         .find(|k| k.runs_on(compute_capability) && k.head_dims().contains(&geometry.base.head_dim));
@@ -282,7 +282,7 @@ mod tests {
             (step(65, 1, FAKE_DECODE_MAX_QUERY + 1, 128), HOPPER, "prefill-wgmma"),
             (step(32, 32, 1, 128), HOPPER, "fake-decode"),
         ] {
-            assert_eq!(plan_step(g, cc).unwrap().name(), want, "{g:?} on {cc:?}");
+            assert_eq!(prefill_path(g, cc).unwrap().name(), want, "{g:?} on {cc:?}");
         }
     }
 

@@ -29,7 +29,7 @@ use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
 use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
-use gpu::attention::{plan_step, Geometry, Plan, PrefillPath, StepGeometry};
+use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
 use gpu::Gpu;
 
@@ -257,7 +257,7 @@ pub(crate) fn widest_decode_plan(
     // and head dim alone: one such chunk asks.
     let long = FAKE_DECODE_MAX_QUERY + 1;
     let long_chunk = StepGeometry { base: geometry(long), max_seqs: 1, max_query_len: long };
-    let rows = match plan_step(long_chunk, compute_capability)? {
+    let rows = match prefill_path(long_chunk, compute_capability)? {
         PrefillPath::Prefill(_) => cap.max_tokens.min(cap.max_seqs.saturating_mul(FAKE_DECODE_MAX_QUERY)),
         PrefillPath::FakeDecode(_) => cap.max_tokens,
     };

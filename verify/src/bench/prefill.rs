@@ -12,7 +12,7 @@
 //!   step and shared by all layers).
 //! - `fake-decode+rows`: the same with `build_rows` before every launch: a one-layer step.
 //! - `prefill-mma`, `prefill-wgmma`: [`Hp1Prefill::run`] (WGMMA only where it runs: sm_90).
-//! - `auto`: whatever [`plan_step`] picks, timed as above.
+//! - `auto`: whatever [`prefill_path`] picks, timed as above.
 //!
 //! Each path is timed in a CUDA graph (the figure reported) and back-to-back, by `super::timing`,
 //! with inputs cycled through copies by the anchor's rule: at (32, 256) q, K and V are 34 MB,
@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    plan_step, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan,
+    prefill_path, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan,
     StepGeometry,
 };
 use gpu::Gpu;
@@ -183,7 +183,7 @@ pub fn measure(
     } else {
         skipped.push(format!("prefill-wgmma: compute capability {}.{} is not 9.0", cc.0, cc.1));
     }
-    choices.push(("auto", Choice::from_step(plan_step(step, cc).map_err(e)?)));
+    choices.push(("auto", Choice::from_step(prefill_path(step, cc).map_err(e)?)));
     choices.retain(|(name, _)| only.is_none_or(|o| name.contains(o)));
 
     let workspace = choices.iter().map(|(_, c)| c.workspace_len()).max().unwrap_or(0);

@@ -39,7 +39,8 @@ use oracle::model::step::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    plan_step, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath, StepGeometry,
+    prefill_path, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath,
+    StepGeometry,
 };
 use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
@@ -514,7 +515,7 @@ impl GpuModel {
             max_seqs: split.seqs - split.decodes,
             max_query_len: split.max_query_len,
         };
-        match plan_step(geometry, self.gpu.info().compute_capability)? {
+        match prefill_path(geometry, self.gpu.info().compute_capability)? {
             // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
             // one launch serves decodes and chunks alike.
             PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
