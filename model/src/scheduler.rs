@@ -55,14 +55,14 @@ use crate::prefix_index::ROOT;
 
 pub mod prefix;
 
-/// Limits of one engine's steps. The cache's size is not here: it is the executor's
-/// ([`crate::executor::StepExecutor::kv_capacity`]).
+/// Limits of one engine's steps. The cache's size is not here: [`Scheduler::new`] takes it as a
+/// [`KvCapacity`] (the engine passes the size of the cache that runs the steps).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
     /// Sequences in one step, at most.
     pub max_num_seqs: usize,
-    /// Query tokens in one step, at most (at least `prefill_chunk`, for progress; the executor
-    /// loader asks for a chunk beside a decode row of every sequence, so prefills overlap decodes).
+    /// Query tokens in one step, at most (at least `prefill_chunk`, for progress; a chunk beside
+    /// a decode row of every sequence lets prefills overlap decodes).
     pub max_batched_tokens: usize,
     /// Tokens a sequence computes per step, at most, while it prefills or recomputes.
     pub prefill_chunk: usize,
