@@ -232,11 +232,20 @@ impl Scheduler {
         }
         let max_len = (prompt.len() + max_tokens).min(self.cfg.max_model_len);
         let need = blocks_for(max_len, self.block_size);
-        if need > self.pool.num_blocks() {
-            return Err(Error::OutOfBlocks {
-                requested: need,
-                free: self.pool.num_free(),
-                total: self.pool.num_blocks(),
+        let total = self.pool.num_blocks();
+        if need > total {
+            // The request's own field is at fault: the prompt when it alone passes the cache.
+            let (param, what) = if blocks_for(prompt.len(), self.block_size) > total {
+                ("prompt", format!("its {} tokens", prompt.len()))
+            } else {
+                ("max_tokens", format!("the prompt's {} tokens and up to {max_tokens} more", prompt.len()))
+            };
+            return Err(Error::Invalid {
+                param,
+                reason: format!(
+                    "{what} need {need} KV-cache blocks of {} tokens and the whole cache holds {total}",
+                    self.block_size
+                ),
             });
         }
         let prompt_len = prompt.len();

@@ -65,8 +65,9 @@ impl Batch {
                 Ok(id) => id,
                 Err(e) => {
                     batch.abort_unfinished(engine);
-                    // What the engine refuses at admission is this prompt's to fix: too long for
-                    // the KV cache, or for the model with these stop rules.
+                    // What the engine refuses at admission names the field to fix: this prompt
+                    // (too long for the model or the KV cache) or a parameter (max_tokens past the
+                    // KV cache, a logit_bias id).
                     return Err(match e {
                         model::Error::Invalid { param: "prompt", .. } => value_error(&format!("prompts[{i}]"), e),
                         model::Error::Invalid { param, .. } => value_error(param, e),
@@ -74,9 +75,7 @@ impl Batch {
                         model::Error::Oracle(oracle::Error::Invalid { name, .. }) if name != "prompt_len" => {
                             value_error(name, e)
                         }
-                        model::Error::Oracle(_) | model::Error::OutOfBlocks { .. } => {
-                            value_error(&format!("prompts[{i}]"), e)
-                        }
+                        model::Error::Oracle(_) => value_error(&format!("prompts[{i}]"), e),
                         other => from_model(other),
                     });
                 }

@@ -299,7 +299,9 @@ fn impossible_requests_are_refused_with_reasons() {
     assert!(s.add(1, vec![], 4).unwrap_err().to_string().contains("no tokens"));
     assert!(s.add(1, (0..40).collect(), 4).unwrap_err().to_string().contains("at most 32"));
     let mut small = scheduler(2);
-    assert!(matches!(small.add(1, (0..10).collect(), 5), Err(Error::OutOfBlocks { .. })));
+    // Two blocks of 4: a 10-token prompt passes them alone, a 4-token one with 5 more to draw.
+    assert!(matches!(small.add(1, (0..10).collect(), 5), Err(Error::Invalid { param: "prompt", .. })));
+    assert!(matches!(small.add(1, (0..4).collect(), 5), Err(Error::Invalid { param: "max_tokens", .. })));
     small.add(2, (0..4).collect(), 4).unwrap();
     s.add(3, vec![1], 1).unwrap();
     assert!(s.add(3, vec![1], 1).is_err());

@@ -111,7 +111,6 @@ impl From<model::Error> for ApiError {
             model::Error::Oracle(oracle::Error::Invalid { name, .. }) => {
                 ApiError::invalid(request_param(name), message)
             }
-            model::Error::OutOfBlocks { .. } => ApiError::invalid("prompt", message),
             _ => ApiError::internal(message),
         }
     }
@@ -188,7 +187,8 @@ mod tests {
                 400,
                 Some("prompt"),
             ),
-            (model::Error::OutOfBlocks { requested: 9, free: 1, total: 8 }, 400, Some("prompt")),
+            (model::Error::Invalid { param: "max_tokens", reason: "needs 9 blocks".into() }, 400, Some("max_tokens")),
+            (model::Error::OutOfBlocks { requested: 9, free: 1, total: 8 }, 500, None),
             (model::Error::Invalid { param: "prompt", reason: "token id 9999".into() }, 400, Some("prompt")),
             (model::Error::Request("request id 4 is already scheduled".into()), 500, None),
             (model::Error::Executor("lost".into()), 500, None),
