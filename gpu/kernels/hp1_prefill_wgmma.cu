@@ -94,11 +94,11 @@ template <int D>
 struct Acc;
 template <>
 struct Acc<64> {
-  static __device__ __forceinline__ void pv(float (&o)[32], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n64k16(o, a, d); }
+  static __device__ __forceinline__ void pv(float (&o)[32], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n64k16<1>(o, a, d); }
 };
 template <>
 struct Acc<128> {
-  static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16(o, a, d); }
+  static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16<1>(o, a, d); }
 };
 
 template <int D, int FIR, int RELU, int HPC>

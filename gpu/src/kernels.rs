@@ -137,6 +137,21 @@ pub const GEMM_WGMMA: Kernel = Kernel {
     ),
 };
 
+/// The skinny GEMM's warpgroup form (sm_90a; [`crate::gemm`]): the skinny kernel's sums on wgmma
+/// for decode batches past 32 rows; see `gemm_skinny_wg.cu`'s header.
+pub const GEMM_SKINNY_WG: Kernel = Kernel {
+    name: "gemm_skinny_wg.cu",
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/loads.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/tensor_core.cuh"),
+        include_str!("../kernels/wgmma.cuh"),
+        include_str!("../kernels/gemm_epilogue.cuh"),
+        include_str!("../kernels/gemm_skinny_wg.cu")
+    ),
+};
+
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
@@ -168,6 +183,7 @@ pub const ALL: &[Kernel] = &[
     HP1_PREFILL_WGMMA,
     GEMM_SKINNY,
     GEMM_WGMMA,
+    GEMM_SKINNY_WG,
     HP1_GATE_STATS,
     DECODE_MEGA,
 ];
@@ -182,7 +198,7 @@ pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
         (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
-            || (*k == GEMM_WGMMA && !crate::gemm::wgmma_runs_on(cc))
+            || ((*k == GEMM_WGMMA || *k == GEMM_SKINNY_WG) && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
     ALL.iter().filter(|k| !skipped(k)).copied().collect()
@@ -196,8 +212,10 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 2);
-        assert!(!ampere.contains(&HP1_PREFILL_WGMMA) && !ampere.contains(&GEMM_WGMMA));
+        assert_eq!(ampere.len(), ALL.len() - 3);
+        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG] {
+            assert!(!ampere.contains(&wgmma), "{}", wgmma.name);
+        }
         assert!(ampere.contains(&HP1_PREFILL_MMA));
     }
 }

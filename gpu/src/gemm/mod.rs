@@ -7,14 +7,17 @@
 //!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
 //!   count) it makes the path its caller names. The model plans decode rows with
 //!   [`GemmPlan::decode_rows`] (at any `M`, past 64 rows in slabs) and chunk (prefill) rows
-//!   with [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`);
+//!   with [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`), which says whether
+//!   the device runs wgmma;
 //!   [`GemmPlan::skinny_rows`] and [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics). Its shared-x
 //!   form ([`GemmPlan::skinny_shared_x`]) keeps a 64-row slab of x in shared memory and walks
 //!   several W blocks per CTA, with the same bits; [`GemmPlan::decode_rows`] picks it where each
-//!   CTA gets three blocks or more.
+//!   CTA gets three blocks or more. Its warpgroup form (`gemm_skinny_wg.cu`, sm_90a,
+//!   [`GemmPlan::skinny_wgmma`]) computes the same sums, bit for bit, on wgmma, one CTA a 64 x 64
+//!   tile; decode rows take it at 33 to 64 rows on wide weights (gate/up).
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
@@ -69,9 +72,10 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyTile, WgmmaTile, MAX_K,
-    SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM, SKINNY_MAX_M,
-    SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, WGMMA_BK, WGMMA_TILE,
+    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile,
+    WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_BYTES, SKINNY_WG_MIN_FILL, SKINNY_WG_M_TILE,
+    SKINNY_WG_ROWS, SKINNY_WG_STAGES, SKINNY_WG_THREADS, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};
@@ -155,9 +159,13 @@ impl Gemm {
     ) -> Result<MegaOp> {
         self.check(x, w, &epilogue)?;
         match &self.exec {
-            Exec::Skinny(k) => {
+            Exec::Skinny(k) if !k.warpgroup() => {
                 MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
             }
+            Exec::Skinny(_) => Err(unsupported(
+                &self.plan.name(),
+                "the skinny kernel's warpgroup form does not run in the megakernel".into(),
+            )),
             Exec::Wgmma(_) | Exec::CublasLt(_) => {
                 Err(unsupported(&self.plan.name(), "only a skinny GEMM runs in the megakernel".into()))
             }

@@ -49,6 +49,24 @@ pub const SHARED_X_MIN_BLOCKS: usize = 3;
 /// Dynamic shared memory a CTA may opt into on sm_90 (227 KB): the shared-x form's slab of x and
 /// partial sums must fit it.
 pub const SHARED_X_MAX_BYTES: usize = 232_448;
+/// The x tile (rows of x a slab) of the skinny kernel's warpgroup form (`gemm_skinny_wg.cu`): the
+/// wgmma's N.
+pub const SKINNY_WG_M_TILE: usize = 64;
+/// Rows of W a block of the warpgroup form: the wgmma's M.
+pub const SKINNY_WG_ROWS: usize = 64;
+/// [`GemmPlan::decode_rows`] takes the warpgroup form where its W blocks number at least the SMs
+/// over this.
+pub const SKINNY_WG_MIN_FILL: usize = 2;
+/// Threads a CTA of the warpgroup form: two warpgroups.
+pub const SKINNY_WG_THREADS: u32 = 256;
+/// 64-column tiles of W and x in flight a warpgroup (`gemm_skinny_wg.cu`'s STAGES).
+pub const SKINNY_WG_STAGES: usize = 6;
+/// The dynamic shared memory of the warpgroup form (`gemm_skinny_wg.cu`'s LAUNCH), whatever the
+/// shape: 1 KB of alignment and each warpgroup's ring of W and x tiles (64 rows of 128 bytes
+/// each). One CTA an SM: its registers (about 220 a thread) leave no room for a second.
+pub const SKINNY_WG_BYTES: usize = 1024 + 2 * SKINNY_WG_STAGES * (SKINNY_WG_ROWS + SKINNY_WG_M_TILE) * 128;
+// With the kernel's 1 KB of static shared memory, within what a CTA may opt into.
+const _: () = assert!(SKINNY_WG_BYTES + 1024 <= SHARED_X_MAX_BYTES);
 
 /// The entry point's name in errors about a shape, before a path is chosen.
 const ENTRY: &str = "gemm";
@@ -158,9 +176,22 @@ impl EpilogueKind {
     }
 }
 
+/// Which kernel body computes a skinny plan's sums; every form gives a row the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SkinnyForm {
+    /// `gemm_skinny.cuh`'s CTA per (W block, slab of x), x read from L2.
+    Plain,
+    /// `gemm_skinny.cuh`'s SHARED X: one CTA an SM keeps its slab of x in shared memory.
+    SharedX,
+    /// `gemm_skinny_wg.cu` (sm_90a): the same sums on warpgroup MMAs, x in shared memory.
+    Warpgroup,
+}
+
 /// The skinny kernel's instantiation and grid.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SkinnyTile {
+    /// The kernel body.
+    pub form: SkinnyForm,
     /// The entry point, `gemm_skinny_m{m_tile}_r{rows}{suffix}` (the epilogue's
     /// [`EpilogueKind::suffix`]).
     pub entry: String,
@@ -170,11 +201,11 @@ pub struct SkinnyTile {
     pub rows: usize,
     /// Slabs of `m_tile` rows of x: `ceil(M / m_tile)`.
     pub slabs: usize,
-    /// CTAs: `ceil(N / rows) * slabs`, or for the shared-x form `slabs` times the CTAs that share
-    /// one slab's W blocks.
+    /// CTAs: `ceil(N / rows) * slabs`, or for the shared-x and warpgroup forms `slabs` times the
+    /// CTAs that share one slab's W blocks.
     pub grid: u32,
-    /// The shared-x form's dynamic shared memory (its slab of x and the partial sums); 0 for the
-    /// plain form, which needs none.
+    /// The dynamic shared memory of the shared-x and warpgroup forms; 0 for the plain form, which
+    /// needs none.
     pub shared_bytes: u32,
 }
 
@@ -259,13 +290,22 @@ impl GemmPlan {
         Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
-    /// The model's plan for decode rows: the shared-x form where each of its CTAs (one an SM)
-    /// takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x in shared memory
-    /// serves several W blocks where the plain form reads it again from L2 for each (measured
-    /// faster only there: RESULTS runs 133-136); elsewhere [`GemmPlan::skinny_epilogue`]. Both forms
-    /// give a row the same bits, so the choice is free to change with `M`.
-    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind) -> Result<Self> {
+    /// The model's plan for decode rows. On a device that runs wgmma (`wgmma`), the warpgroup
+    /// form ([`GemmPlan::skinny_wgmma`]) at 33 to 64 rows where its 64-row W blocks number at
+    /// least half the SMs ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of
+    /// asynct-0.5b; RESULTS run 153), its one CTA a tile leaving SMs idle on small N and its
+    /// second slab re-reading W at 65 rows and more. Elsewhere the shared-x form where each of its
+    /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
+    /// in shared memory serves several W blocks where the plain form reads it again from L2 for
+    /// each (measured faster only there: RESULTS runs 133-136); else
+    /// [`GemmPlan::skinny_epilogue`]. Every form gives a row the same bits, so the choice is free
+    /// to change with `M`.
+    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
+        let fills = shape.n.div_ceil(SKINNY_WG_ROWS) * SKINNY_WG_MIN_FILL >= sms;
+        if wgmma && (33..=SKINNY_WG_M_TILE).contains(&shape.m) && fills {
+            return Self::skinny_wgmma(shape, epilogue);
+        }
         let shared = Self::skinny_shared_x(shape, epilogue, sms).ok().filter(|plan| match &plan.path {
             GemmPath::Skinny(t) => shape.n.div_ceil(t.rows) * t.slabs >= SHARED_X_MIN_BLOCKS * t.grid as usize,
             _ => false,
@@ -295,15 +335,9 @@ impl GemmPlan {
             ));
         }
         let slabs = shape.m.div_ceil(m_tile);
-        let grid = shape
-            .n
-            .div_ceil(rows)
-            .checked_mul(slabs)
-            .and_then(|g| u32::try_from(g).ok())
-            .filter(|&g| g <= i32::MAX as u32)
-            .ok_or_else(|| unsupported("gemm skinny", format!("{shape} needs more than 2^31 CTAs")))?;
+        let grid = grid("gemm skinny", shape, shape.n.div_ceil(rows).checked_mul(slabs))?;
         let entry = format!("gemm_skinny_m{m_tile}_r{rows}{}", epilogue.suffix());
-        let tile = SkinnyTile { entry, m_tile, rows, slabs, grid, shared_bytes: 0 };
+        let tile = SkinnyTile { form: SkinnyForm::Plain, entry, m_tile, rows, slabs, grid, shared_bytes: 0 };
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 
@@ -329,18 +363,36 @@ impl GemmPlan {
         let blocks = shape.n.div_ceil(rows);
         let most = (sms / slabs).max(1);
         let per_slab = blocks.div_ceil(blocks.div_ceil(most));
-        let grid = per_slab
-            .checked_mul(slabs)
-            .and_then(|g| u32::try_from(g).ok())
-            .filter(|&g| g <= i32::MAX as u32)
-            .ok_or_else(|| unsupported(entry, format!("{shape} needs more than 2^31 CTAs")))?;
+        let grid = grid(entry, shape, per_slab.checked_mul(slabs))?;
         let tile = SkinnyTile {
+            form: SkinnyForm::SharedX,
             entry: format!("gemm_skinny_sx_m{m_tile}_r{rows}{}", epilogue.suffix()),
             m_tile,
             rows,
             slabs,
             grid,
             shared_bytes: bytes as u32,
+        };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+
+    /// The skinny kernel's warpgroup form with `epilogue` (sm_90a; the caller knows the device
+    /// runs wgmma): a CTA a tile of [`SKINNY_WG_ROWS`] rows of W by a slab of
+    /// [`SKINNY_WG_M_TILE`] rows of x, over all of K. The same bits as the plain form
+    /// (`gemm_skinny_wg.cu`'s header).
+    pub fn skinny_wgmma(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
+        let entry = "gemm skinny warpgroup";
+        shape.validate()?;
+        epilogue.check(shape, entry)?;
+        let slabs = shape.m.div_ceil(SKINNY_WG_M_TILE);
+        let tile = SkinnyTile {
+            form: SkinnyForm::Warpgroup,
+            entry: format!("gemm_skinny_wg_m{SKINNY_WG_M_TILE}{}", epilogue.suffix()),
+            m_tile: SKINNY_WG_M_TILE,
+            rows: SKINNY_WG_ROWS,
+            slabs,
+            grid: grid(entry, shape, shape.n.div_ceil(SKINNY_WG_ROWS).checked_mul(slabs))?,
+            shared_bytes: SKINNY_WG_BYTES as u32,
         };
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
@@ -390,11 +442,16 @@ impl GemmPlan {
     }
 
     /// A short stable name: `skinny-m8-r64`, `skinny-m8-r16-periln` with an epilogue,
+    /// `skinny-sx-m64-r16` and `skinny-wg-m64-r64` for the shared-x and warpgroup forms,
     /// `wgmma` (`wgmma-silu-mul`), `cublaslt`, or `cublaslt-at-m512` when pinned.
     pub fn name(&self) -> String {
         match &self.path {
             GemmPath::Skinny(t) => {
-                let form = if t.shared_bytes > 0 { "sx-" } else { "" };
+                let form = match t.form {
+                    SkinnyForm::Plain => "",
+                    SkinnyForm::SharedX => "sx-",
+                    SkinnyForm::Warpgroup => "wg-",
+                };
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
             GemmPath::Wgmma(_) => format!("wgmma{}", self.epilogue.suffix().replace('_', "-")),
@@ -402,6 +459,13 @@ impl GemmPlan {
             GemmPath::CublasLt { heuristic_m, pinned: true } => format!("cublaslt-at-m{heuristic_m}"),
         }
     }
+}
+
+/// `ctas` (None where counting them overflowed) as a grid, refused past 2^31 CTAs.
+fn grid(entry: &str, shape: GemmShape, ctas: Option<usize>) -> Result<u32> {
+    ctas.and_then(|g| u32::try_from(g).ok())
+        .filter(|&g| g <= i32::MAX as u32)
+        .ok_or_else(|| unsupported(entry, format!("{shape} needs more than 2^31 CTAs")))
 }
 
 /// The smallest x tile holding `shape.m` (the widest past it), after checking the shape.

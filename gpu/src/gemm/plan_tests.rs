@@ -222,7 +222,7 @@ fn the_shared_x_form_shares_each_slab_s_w_blocks_evenly_and_fits_shared_memory()
 
 #[test]
 fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
-    let pick = |m, n, k, kind| GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind).unwrap().name();
+    let pick = |m, n, k, kind| GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, false).unwrap().name();
     let silu = EpilogueKind::SiluMul;
     // asynct-0.5b's gate/up: 384 blocks, 3 a CTA at one slab, 6 at two.
     assert_eq!(pick(128, 6144, 1024, silu), "skinny-sx-m64-r16-silu-mul");
@@ -235,24 +235,69 @@ fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
     assert_eq!(pick(128, 1024, 3072, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
     for m in [1, 17, 33, 64, 65, 128, 300] {
         for kind in EpilogueKind::ALL {
-            let plan = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind).unwrap();
+            let plan = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind, false).unwrap();
             let t = skinny(&plan);
             assert_eq!(plan.epilogue, kind);
-            assert_eq!(t.shared_bytes > 0, m > 32, "{m} {kind:?}: {t:?}");
+            assert_eq!(t.form, if m > 32 { SkinnyForm::SharedX } else { SkinnyForm::Plain }, "{m} {kind:?}: {t:?}");
         }
     }
 }
 
 #[test]
-fn the_shared_x_instantiations_are_the_kernels_list() {
-    let src = crate::kernels::GEMM_SKINNY.source;
+fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_half_the_sms() {
+    let plan = |m, n, k, kind| GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, true).unwrap();
     for kind in EpilogueKind::ALL {
-        let line = format!("GEMM_SKINNY_SX_ENTRY(64, 16, {}, {})", macro_name(kind), kind.suffix());
-        assert!(src.contains(&line), "{line}");
-        let plan = GemmPlan::skinny_shared_x(shape(64, 64, 64), kind, H200_SMS).unwrap();
-        assert_eq!(skinny(&plan).entry, format!("gemm_skinny_sx_m64_r16{}", kind.suffix()));
+        // gate/up's 96 blocks of 64 rows fill 132 SMs by half; one slab of x.
+        for m in [33, 40, 64] {
+            let p = plan(m, 6144, 1024, kind);
+            assert_eq!(skinny(&p).form, SkinnyForm::Warpgroup, "{m} {kind:?}");
+            assert_eq!(p.name(), format!("skinny-wg-m64-r64{}", kind.suffix().replace('_', "-")));
+        }
+        assert_eq!(skinny(&plan(64, 64 * 66, 1024, kind)).form, SkinnyForm::Warpgroup);
+        // Up to 32 rows, past 64, on small N (qkv, o, down: 16 to 32 blocks), or without wgmma:
+        // as without wgmma.
+        for (m, n, k) in [
+            (1, 6144, 1024),
+            (32, 6144, 1024),
+            (65, 6144, 1024),
+            (128, 6144, 1024),
+            (64, 2048, 1024),
+            (64, 1024, 3072),
+            (64, 64 * 65, 1024),
+        ] {
+            let with = plan(m, n, k, kind);
+            assert_ne!(skinny(&with).form, SkinnyForm::Warpgroup, "{m} {n} {k} {kind:?}");
+            assert_eq!(with, GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, false).unwrap());
+        }
     }
-    assert_eq!(src.matches("\nGEMM_SKINNY_SX_ENTRY(").count(), EpilogueKind::ALL.len());
+}
+
+#[test]
+fn the_warpgroup_form_takes_a_cta_a_64_by_64_tile_and_fits_shared_memory() {
+    let plan = GemmPlan::skinny_wgmma(shape(128, 6144, 1024), EpilogueKind::SiluMul).unwrap();
+    let t = skinny(&plan);
+    assert_eq!((t.entry.as_str(), t.m_tile, t.rows, t.slabs, t.grid), ("gemm_skinny_wg_m64_silu_mul", 64, 64, 2, 192));
+    assert_eq!(plan.name(), "skinny-wg-m64-r64-silu-mul");
+    // The rings of W and x, whatever K.
+    assert_eq!(t.shared_bytes as usize, 1024 + 2 * 6 * (8192 + 8192));
+    for k in [8, 3072, 1 << 20] {
+        assert_eq!(skinny(&GemmPlan::skinny_wgmma(shape(65, 1024, k), EpilogueKind::PeriLn).unwrap()).grid, 32);
+    }
+    let err = GemmPlan::skinny_wgmma(shape(64, 1000, 1024), EpilogueKind::SiluMul).unwrap_err().to_string();
+    assert!(err.contains("multiple of 16, got 1000"), "{err}");
+}
+
+#[test]
+fn the_warpgroup_instantiations_are_the_kernels_list() {
+    let src = crate::kernels::GEMM_SKINNY_WG.source;
+    assert!(src.contains(&format!("constexpr int STAGES = {SKINNY_WG_STAGES};")), "the ring's depth");
+    for kind in EpilogueKind::ALL {
+        let line = format!("GEMM_SKINNY_WG_ENTRY({}, {})", macro_name(kind), kind.suffix());
+        assert!(src.contains(&line), "{line}");
+        let plan = GemmPlan::skinny_wgmma(shape(64, 64, 64), kind).unwrap();
+        assert_eq!(skinny(&plan).entry, format!("gemm_skinny_wg_m64{}", kind.suffix()));
+    }
+    assert_eq!(src.matches("\nGEMM_SKINNY_WG_ENTRY(").count(), EpilogueKind::ALL.len());
 }
 
 #[test]

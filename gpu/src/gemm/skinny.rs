@@ -1,5 +1,6 @@
-//! Launching `gemm_skinny.cu`: one entry point, loaded once, and its launch shape (the grid, and
-//! the shared-x form's dynamic shared memory) from the plan.
+//! Launching `gemm_skinny.cu` and `gemm_skinny_wg.cu`: one entry point, loaded once, its launch
+//! shape (the grid, and the shared-x and warpgroup forms' dynamic shared memory) from the plan, and
+//! the warpgroup form's block size.
 
 use std::sync::Arc;
 
@@ -7,9 +8,9 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
 use super::epilogue::Epilogue;
-use super::plan::{GemmShape, SkinnyTile, SKINNY_THREADS};
+use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS, SKINNY_WG_THREADS};
 use crate::error::Result;
-use crate::kernels::GEMM_SKINNY;
+use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
 use crate::runtime::{launch_error, Gpu, Launch};
 
 /// The skinny kernel of one plan, loaded.
@@ -20,23 +21,46 @@ pub(super) struct SkinnyGemm {
     m: i32,
     n: i32,
     k: i32,
+    form: SkinnyForm,
 }
 
 impl SkinnyGemm {
-    /// Loads `tile`'s entry point (compiling `gemm_skinny.cu` on first use).
+    /// Loads `tile`'s entry point (compiling `gemm_skinny.cu`, or `gemm_skinny_wg.cu` for the
+    /// warpgroup form, on first use).
     pub(super) fn new(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
+        let threads = match tile.form {
+            SkinnyForm::Plain | SkinnyForm::SharedX => SKINNY_THREADS,
+            SkinnyForm::Warpgroup => SKINNY_WG_THREADS,
+        };
         let cfg = LaunchConfig {
             grid_dim: (tile.grid, 1, 1),
-            block_dim: (SKINNY_THREADS, 1, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: tile.shared_bytes,
         };
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
-        let func = gpu.function(&GEMM_SKINNY, &tile.entry)?;
+        let kernel = match tile.form {
+            SkinnyForm::Plain | SkinnyForm::SharedX => &GEMM_SKINNY,
+            SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
+        };
+        let func = gpu.function(kernel, &tile.entry)?;
         if tile.shared_bytes > 0 {
             gpu.set_max_dynamic_smem(&func, tile.shared_bytes)?;
         }
-        Ok(Self { func, entry: tile.entry.clone(), cfg, m: int(shape.m), n: int(shape.n), k: int(shape.k) })
+        Ok(Self {
+            func,
+            entry: tile.entry.clone(),
+            cfg,
+            m: int(shape.m),
+            n: int(shape.n),
+            k: int(shape.k),
+            form: tile.form,
+        })
+    }
+
+    /// Whether this is the warpgroup form, which the megakernel does not run.
+    pub(super) fn warpgroup(&self) -> bool {
+        self.form == SkinnyForm::Warpgroup
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the
@@ -50,7 +74,8 @@ impl SkinnyGemm {
     ) -> Result<()> {
         let mut b = Launch::new(stream, &self.func);
         self.push(&mut b, x, w, epilogue)?;
-        // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu with the epilogue's
+        // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu (and
+        // GEMM_SKINNY_WG_ENTRY in gemm_skinny_wg.cu, the same list) with the epilogue's
         // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
         // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
@@ -70,7 +95,8 @@ impl SkinnyGemm {
         Ok(b.into_slots())
     }
 
-    /// GEMM_SKINNY_ENTRY's parameters: x, w, m, n, k, then the epilogue's.
+    /// GEMM_SKINNY_ENTRY's parameters (and GEMM_SKINNY_WG_ENTRY's): x, w, m, n, k, then the
+    /// epilogue's.
     fn push(
         &self,
         b: &mut Launch<'_>,

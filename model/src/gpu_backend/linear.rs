@@ -80,6 +80,8 @@ enum Key {
 pub struct Linears {
     gpu: Arc<Gpu>,
     sms: usize,
+    /// Whether the device runs wgmma (the skinny kernel's warpgroup form for decode rows).
+    wgmma: bool,
     pin_at: usize,
     loaded: HashMap<Key, Gemm>,
 }
@@ -87,17 +89,19 @@ pub struct Linears {
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize) -> Result<Self> {
-        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
+        let wgmma = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
+        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, wgmma, pin_at, loaded: HashMap::new() })
     }
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
-    /// kernel for decode rows (its shared-x form where [`GemmPlan::decode_rows`] picks it); for
+    /// kernel for decode rows (its warpgroup or shared-x form where [`GemmPlan::decode_rows`]
+    /// picks it); for
     /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, pin_at) = (self.sms, self.pin_at);
+        let (sms, wgmma, pin_at) = (self.sms, self.wgmma, self.pin_at);
         self.load(Key::Layer(lane, shape, epilogue), || match (lane, epilogue) {
-            (Lane::Rows, _) => GemmPlan::decode_rows(shape, sms, epilogue),
+            (Lane::Rows, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
             (Lane::Chunks, EpilogueKind::Store) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })

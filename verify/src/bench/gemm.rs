@@ -116,7 +116,8 @@ impl GemmPoint {
 
 /// Every plan timed at `shape` on a device of compute capability `cc` with `sms` SMs: each skinny
 /// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the shared-x form
-/// where it takes the shape, the WGMMA kernel on sm_90 where the shape fits it, cuBLASLt, and
+/// where it takes the shape, on sm_90 the warpgroup form (up to `SKINNY_TIMED_MAX_M`) and the
+/// WGMMA kernel where the shape fits them, cuBLASLt, and
 /// cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
 fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> = if shape.m <= SKINNY_TIMED_MAX_M {
@@ -126,6 +127,9 @@ fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, 
         Vec::new()
     };
     if gpu::gemm::wgmma_runs_on(cc) {
+        if shape.m <= SKINNY_TIMED_MAX_M {
+            plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
+        }
         plans.extend(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).ok());
     }
     plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);
@@ -159,7 +163,7 @@ pub fn measure(
     let mut points = Vec::new();
     for &m in ms {
         let shape = GemmShape { m, n, k };
-        let chosen = default_plan(shape, sms).map_err(e)?;
+        let chosen = default_plan(shape, sms, gpu::gemm::wgmma_runs_on(gpu.info().compute_capability)).map_err(e)?;
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();

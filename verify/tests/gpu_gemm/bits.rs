@@ -9,7 +9,7 @@ use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
 use verify::gemm_default;
 
-use super::device::{default_plan, g, label, plans, run, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
+use super::device::{default_plan, g, label, plans, run, runs_wgmma, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
 
 /// An x of `m` rows holding `row` at `at`; the other rows are drawn from `seed` with larger
@@ -67,7 +67,8 @@ type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
 /// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as
-/// decode rows are planned (the shared-x form where it serves); through the WGMMA kernel at
+/// decode rows are planned (the shared-x form where it serves, and on a device that runs wgmma the
+/// warpgroup form, from M = 33); through the WGMMA kernel at
 /// M = 7 to 2100, at every place in its tile the M puts it; through cuBLASLt pinned at
 /// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
 /// prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
@@ -80,9 +81,10 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 5] = [
+        let paths: [(&str, PlanAt, &[usize]); 6] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
-            ("decode rows", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store), &[65, 130, 256]),
+            ("decode rows", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, false), &[65, 130, 256]),
+            ("decode rows on wgmma", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, true), &[33, 65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
             ("head-pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, HEAD_PIN_AT), &[2, 8, 32, 64, 65, 128, 256]),
             ("wgmma", |s| GemmPlan::wgmma_epilogue(s, EpilogueKind::Store), &[7, 65, 128, 129, 300, 1000, 2100]),
@@ -90,6 +92,10 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         for (path, plan, ms) in paths {
             if path == "wgmma" && !wgmma_serves(gpu, GemmShape { m: 1, n, k }) {
                 println!("  {name}: this device runs no WGMMA GEMM; its invariance is not checked here");
+                continue;
+            }
+            if path == "decode rows on wgmma" && !runs_wgmma(gpu) {
+                println!("  {name}: this device runs no wgmma; the warpgroup form is not checked here");
                 continue;
             }
             let solo = run(gpu, &g(Gemm::new(gpu, g(plan(GemmShape { m: 1, n, k }))?))?, &row_d, &w_d)?;
@@ -149,9 +155,10 @@ fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> Check {
 pub fn refusals(gpu: &Arc<Gpu>) -> Check {
     let sms = g(gpu.multiprocessors())?;
     let shape = |m, n, k| GemmShape { m, n, k };
-    refused("M = 0", gemm_default::default_plan(shape(0, 64, 64), sms), "`m`")?;
-    refused("N = 0", gemm_default::default_plan(shape(4, 0, 64), sms), "`n`")?;
-    refused("K = 12", gemm_default::default_plan(shape(4, 64, 12), sms), "`k` must be a positive multiple of 8")?;
+    let plan = |s| gemm_default::default_plan(s, sms, runs_wgmma(gpu));
+    refused("M = 0", plan(shape(0, 64, 64)), "`m`")?;
+    refused("N = 0", plan(shape(4, 0, 64)), "`n`")?;
+    refused("K = 12", plan(shape(4, 64, 12)), "`k` must be a positive multiple of 8")?;
     refused("K = 0", GemmPlan::cublaslt(shape(200, 64, 0)), "`k`")?;
     refused("skinny rows 32 at M = 64", GemmPlan::skinny_rows(shape(64, 64, 64), 32), "`rows`")?;
     for m in [4usize, 65] {

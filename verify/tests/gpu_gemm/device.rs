@@ -27,14 +27,20 @@ pub const MODEL_SHAPES: [(&str, usize, usize); 5] = [
     ("lm_head", 151_936, 1024),
 ];
 
+/// Whether `gpu` runs wgmma (sm_90 alone): the WGMMA GEMM and the skinny kernel's warpgroup form.
+pub fn runs_wgmma(gpu: &Gpu) -> bool {
+    wgmma_runs_on(gpu.info().compute_capability)
+}
+
 /// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of 16).
 pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
-    wgmma_runs_on(gpu.info().compute_capability) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()
+    runs_wgmma(gpu) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()
 }
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
-/// takes the shape (M past 32, the slab fitting shared memory), the WGMMA kernel where it serves
+/// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
+/// device runs wgmma and the slab fits, the WGMMA kernel where it serves
 /// the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
 /// `PINNED_AT` where N and K are at least 64.
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
@@ -45,6 +51,9 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     }
     let sms = g(gpu.multiprocessors())?;
     plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());
+    if runs_wgmma(gpu) {
+        plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
+    }
     if wgmma_serves(gpu, shape) {
         plans.push(g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?);
     }
@@ -63,7 +72,7 @@ pub const PINNED_AT: usize = 768;
 
 /// The tests' default plan on this device (`verify::gemm_default`).
 pub fn default_plan(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
-    g(verify::gemm_default::default_plan(shape, g(gpu.multiprocessors())?))
+    g(verify::gemm_default::default_plan(shape, g(gpu.multiprocessors())?, runs_wgmma(gpu)))
 }
 
 /// Runs `gemm` on `x` and `w` into a new output poisoned with NaN, and returns the output.

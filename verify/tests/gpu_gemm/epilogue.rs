@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaViewMut};
-use gpu::gemm::{Epilogue, EpilogueKind, Gemm, GemmPath, GemmPlan, GemmShape, SKINNY_ROWS};
+use gpu::gemm::{Epilogue, EpilogueKind, Gemm, GemmPath, GemmPlan, GemmShape, SkinnyForm, SKINNY_ROWS};
 use gpu::ops::{
     Faults, HeadShape, PeriLn, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, SiluMul, UClipNormParams,
 };
@@ -17,7 +17,7 @@ use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
 
-use super::device::{g, wgmma_serves, Check};
+use super::device::{g, runs_wgmma, wgmma_serves, Check};
 use super::reference::{draw_w, draw_x, same_bits, uniform_bf16, POISON};
 
 /// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs (the
@@ -26,7 +26,8 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
-/// this M, plain and shared-x, the model's on `sms` SMs among them, against the plain form's
+/// this M, plain, shared-x and (where the device runs wgmma) warpgroup, the model's on `sms` SMs
+/// among them, against the plain form's
 /// Store plan), and the WGMMA kernel where `gpu` runs it (against its own Store plan).
 fn epilogue_plans(
     gpu: &Gpu,
@@ -37,8 +38,11 @@ fn epilogue_plans(
     let mut families = Vec::new();
     if shape.m <= 128 {
         let plain = SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok());
-        let plans: Vec<GemmPlan> = plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).collect();
-        let chosen = g(GemmPlan::decode_rows(shape, sms, kind))?;
+        let wgmma = runs_wgmma(gpu);
+        let warpgroup = GemmPlan::skinny_wgmma(shape, kind).ok().filter(|_| wgmma);
+        let plans: Vec<GemmPlan> =
+            plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).chain(warpgroup).collect();
+        let chosen = g(GemmPlan::decode_rows(shape, sms, kind, wgmma))?;
         if !plans.contains(&chosen) {
             return Err(format!(
                 "{kind:?} {shape}: the dispatcher's {} is not among {} plans",
@@ -58,7 +62,8 @@ fn epilogue_plans(
 /// A fused plan for messages: its name (the skinny kernel's holds its rows of W per CTA).
 fn rows(plan: &GemmPlan) -> String {
     match &plan.path {
-        GemmPath::Skinny(t) if t.shared_bytes > 0 => format!("{} shared-x", t.rows),
+        GemmPath::Skinny(t) if t.form == SkinnyForm::SharedX => format!("{} shared-x", t.rows),
+        GemmPath::Skinny(t) if t.form == SkinnyForm::Warpgroup => format!("{} warpgroup", t.rows),
         GemmPath::Skinny(t) => t.rows.to_string(),
         _ => plan.name(),
     }
