@@ -35,9 +35,10 @@
 // the warps in order. Which steps a warp takes depends on K alone (not on M, ROWS or U), a step
 // past the last one runs no mma at all, and an output element of an mma depends only on its own
 // row of A and column of B. So y[m] has the same bits at every M, with any neighbours in x (NaN
-// included), under every (MT, ROWS) instantiation, and on every run. No atomics. An epilogue
-// only decides what becomes of each finished sum (and of the sum 8 rows of W below it, in the
-// same CTA), so every epilogue keeps all of this.
+// included), under every (MT, ROWS) instantiation, and on every run. No atomics.
+// gemm_skinny_wg.cu computes the same sums on wgmma (sm_90a), so this order is the contract of
+// both files. An epilogue only decides what becomes of each finished sum (and of the sum 8 rows
+// of W below it, in the same CTA), so every epilogue keeps all of this.
 //
 // EPILOGUES (a template parameter; each output's sum s of x row r and W row c, a = round_bf16(s)
 // the GEMM's own round point, then exactly the arithmetic of the standalone kernel that would
