@@ -75,7 +75,7 @@ pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
     SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_BYTES, SKINNY_WG_MIN_FILL, SKINNY_WG_M_TILE,
-    SKINNY_WG_ROWS, SKINNY_WG_STAGES, SKINNY_WG_THREADS, WGMMA_BK, WGMMA_TILE,
+    SKINNY_WG_ROWS, SKINNY_WG_STAGES, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};

@@ -34,7 +34,7 @@ pub const SKINNY_MAX_M: usize = 64;
 pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
 /// The x tiles (rows of x per instantiation) of the skinny kernel.
 pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
-/// Threads per skinny CTA (the kernel's `THREADS`: 8 warps).
+/// Threads per skinny CTA (the kernel's `THREADS`: 8 warps; the warpgroup form's two warpgroups).
 pub const SKINNY_THREADS: u32 = 256;
 /// Skinny CTAs resident per SM (the kernel's launch bounds).
 pub const SKINNY_CTAS_PER_SM: usize = 2;
@@ -57,8 +57,6 @@ pub const SKINNY_WG_ROWS: usize = 64;
 /// [`GemmPlan::decode_rows`] takes the warpgroup form where its W blocks number at least the SMs
 /// over this.
 pub const SKINNY_WG_MIN_FILL: usize = 2;
-/// Threads a CTA of the warpgroup form: two warpgroups.
-pub const SKINNY_WG_THREADS: u32 = 256;
 /// 64-column tiles of W and x in flight a warpgroup (`gemm_skinny_wg.cu`'s STAGES).
 pub const SKINNY_WG_STAGES: usize = 6;
 /// The dynamic shared memory of the warpgroup form (`gemm_skinny_wg.cu`'s LAUNCH), whatever the
@@ -201,8 +199,8 @@ pub struct SkinnyTile {
     pub rows: usize,
     /// Slabs of `m_tile` rows of x: `ceil(M / m_tile)`.
     pub slabs: usize,
-    /// CTAs: `ceil(N / rows) * slabs`, or for the shared-x and warpgroup forms `slabs` times the
-    /// CTAs that share one slab's W blocks.
+    /// CTAs: `ceil(N / rows) * slabs` (the plain and warpgroup forms), or for the shared-x form
+    /// `slabs` times the CTAs that share one slab's W blocks.
     pub grid: u32,
     /// The dynamic shared memory of the shared-x and warpgroup forms; 0 for the plain form, which
     /// needs none.

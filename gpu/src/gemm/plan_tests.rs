@@ -291,6 +291,9 @@ fn the_warpgroup_form_takes_a_cta_a_64_by_64_tile_and_fits_shared_memory() {
 fn the_warpgroup_instantiations_are_the_kernels_list() {
     let src = crate::kernels::GEMM_SKINNY_WG.source;
     assert!(src.contains(&format!("constexpr int STAGES = {SKINNY_WG_STAGES};")), "the ring's depth");
+    // Launched with the plain form's block: two warpgroups.
+    let groups = SKINNY_THREADS / 128;
+    assert!(src.contains(&format!("constexpr int GROUPS = {groups};")) && groups == 2, "the block size");
     for kind in EpilogueKind::ALL {
         let line = format!("GEMM_SKINNY_WG_ENTRY({}, {})", macro_name(kind), kind.suffix());
         assert!(src.contains(&line), "{line}");

@@ -1,6 +1,6 @@
-//! Launching `gemm_skinny.cu` and `gemm_skinny_wg.cu`: one entry point, loaded once, its launch
-//! shape (the grid, and the shared-x and warpgroup forms' dynamic shared memory) from the plan, and
-//! the warpgroup form's block size.
+//! Launching `gemm_skinny.cu` and `gemm_skinny_wg.cu`: one entry point, loaded once, and its
+//! launch shape (the grid, and the shared-x and warpgroup forms' dynamic shared memory) from the
+//! plan.
 
 use std::sync::Arc;
 
@@ -8,7 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
 use super::epilogue::Epilogue;
-use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS, SKINNY_WG_THREADS};
+use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS};
 use crate::error::Result;
 use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -28,13 +28,9 @@ impl SkinnyGemm {
     /// Loads `tile`'s entry point (compiling `gemm_skinny.cu`, or `gemm_skinny_wg.cu` for the
     /// warpgroup form, on first use).
     pub(super) fn new(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
-        let threads = match tile.form {
-            SkinnyForm::Plain | SkinnyForm::SharedX => SKINNY_THREADS,
-            SkinnyForm::Warpgroup => SKINNY_WG_THREADS,
-        };
         let cfg = LaunchConfig {
             grid_dim: (tile.grid, 1, 1),
-            block_dim: (threads, 1, 1),
+            block_dim: (SKINNY_THREADS, 1, 1),
             shared_mem_bytes: tile.shared_bytes,
         };
         // GemmShape::validate keeps all three below 2^31.
