@@ -61,6 +61,26 @@ macro_rules! with_ops_common {
     };
 }
 
+/// A GEMM file or one that runs GEMM bodies: `pdl.cuh`, `loads.cuh`, `ops_common.cuh` (bf16 and
+/// its rounding), `tensor_core.cuh` (the mma wrappers) and the epilogues in `gemm_epilogue.cuh`,
+/// then `$header`s in order, then the file.
+macro_rules! with_gemm_epilogue {
+    ($file:literal $(, $header:literal)*) => {
+        Kernel {
+            name: $file,
+            source: concat!(
+                include_str!("../kernels/pdl.cuh"),
+                include_str!("../kernels/loads.cuh"),
+                include_str!("../kernels/ops_common.cuh"),
+                include_str!("../kernels/tensor_core.cuh"),
+                include_str!("../kernels/gemm_epilogue.cuh"),
+                $(include_str!(concat!("../kernels/", $header)),)*
+                include_str!(concat!("../kernels/", $file))
+            ),
+        }
+    };
+}
+
 /// Fused q/k UClipNorm + RoPE + paged KV-cache write ([`crate::ops::qk_norm_rope`]).
 pub const QK_NORM_ROPE_CACHE: Kernel = with_ops_common!("qk_norm_rope_cache.cu");
 
@@ -104,71 +124,24 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
     ),
 };
 
-/// The skinny GEMM of decode-sized batches ([`crate::gemm`]): `ops_common.cuh` (bf16 and its
-/// rounding), `tensor_core.cuh` (the mma wrapper), the epilogues in `gemm_epilogue.cuh`, the body
-/// in `gemm_skinny.cuh` (its header gives the algorithm), then the entry points in `gemm_skinny.cu`.
-pub const GEMM_SKINNY: Kernel = Kernel {
-    name: "gemm_skinny.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/loads.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/gemm_epilogue.cuh"),
-        include_str!("../kernels/gemm_skinny.cuh"),
-        include_str!("../kernels/gemm_skinny.cu")
-    ),
-};
+/// The skinny GEMM of decode-sized batches ([`crate::gemm`]): the body in `gemm_skinny.cuh` (its
+/// header gives the algorithm), then the entry points in `gemm_skinny.cu`.
+pub const GEMM_SKINNY: Kernel = with_gemm_epilogue!("gemm_skinny.cu", "gemm_skinny.cuh");
 
 /// The WGMMA GEMM of prefill rows with the model's fused epilogues (sm_90a; [`crate::gemm`]):
-/// `wgmma.cuh`, `tma.cuh` (the TMA copies and their mbarriers), `gemm_epilogue.cuh`, then the
-/// kernel; see `gemm_wgmma.cu`'s header.
-pub const GEMM_WGMMA: Kernel = Kernel {
-    name: "gemm_wgmma.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/loads.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/wgmma.cuh"),
-        include_str!("../kernels/tma.cuh"),
-        include_str!("../kernels/gemm_epilogue.cuh"),
-        include_str!("../kernels/gemm_wgmma.cu")
-    ),
-};
+/// `wgmma.cuh`, `tma.cuh` (the TMA copies and their mbarriers), then the kernel; see
+/// `gemm_wgmma.cu`'s header.
+pub const GEMM_WGMMA: Kernel = with_gemm_epilogue!("gemm_wgmma.cu", "wgmma.cuh", "tma.cuh");
 
 /// The skinny GEMM's warpgroup form (sm_90a; [`crate::gemm`]): the skinny kernel's sums on wgmma
 /// for decode batches past 32 rows; see `gemm_skinny_wg.cu`'s header.
-pub const GEMM_SKINNY_WG: Kernel = Kernel {
-    name: "gemm_skinny_wg.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/loads.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/wgmma.cuh"),
-        include_str!("../kernels/gemm_epilogue.cuh"),
-        include_str!("../kernels/gemm_skinny_wg.cu")
-    ),
-};
+pub const GEMM_SKINNY_WG: Kernel = with_gemm_epilogue!("gemm_skinny_wg.cu", "wgmma.cuh");
 
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
-pub const DECODE_MEGA: Kernel = Kernel {
-    name: "decode_mega.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/loads.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/gemm_epilogue.cuh"),
-        include_str!("../kernels/gemm_skinny.cuh"),
-        include_str!("../kernels/hp1_qk_pv.cuh"),
-        include_str!("../kernels/hp1_attention.cuh"),
-        include_str!("../kernels/decode_mega.cu")
-    ),
-};
+pub const DECODE_MEGA: Kernel =
+    with_gemm_epilogue!("decode_mega.cu", "gemm_skinny.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
 
 /// Every kernel file of the crate.
 pub const ALL: &[Kernel] = &[
