@@ -74,8 +74,7 @@ pub use epilogue::Epilogue;
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
-    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_BYTES, SKINNY_WG_MIN_FILL, SKINNY_WG_M_TILE,
-    SKINNY_WG_ROWS, SKINNY_WG_STAGES, WGMMA_BK, WGMMA_TILE,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};
@@ -149,7 +148,8 @@ impl Gemm {
     }
 
     /// What [`Gemm::run_with`] would launch, as a task of the decode megakernel instead
-    /// ([`crate::mega`]): the same checks, then the skinny entry's arguments. A cuBLASLt plan
+    /// ([`crate::mega`]): the same checks, then the skinny entry's arguments (the same list in
+    /// every form; the megakernel computes the same sums with its own tiles). A cuBLASLt plan
     /// has no such form.
     pub fn record_with(
         &self,
@@ -159,13 +159,9 @@ impl Gemm {
     ) -> Result<MegaOp> {
         self.check(x, w, &epilogue)?;
         match &self.exec {
-            Exec::Skinny(k) if !k.warpgroup() => {
+            Exec::Skinny(k) => {
                 MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
             }
-            Exec::Skinny(_) => Err(unsupported(
-                &self.plan.name(),
-                "the skinny kernel's warpgroup form does not run in the megakernel".into(),
-            )),
             Exec::Wgmma(_) | Exec::CublasLt(_) => {
                 Err(unsupported(&self.plan.name(), "only a skinny GEMM runs in the megakernel".into()))
             }

@@ -21,7 +21,6 @@ pub(super) struct SkinnyGemm {
     m: i32,
     n: i32,
     k: i32,
-    form: SkinnyForm,
 }
 
 impl SkinnyGemm {
@@ -43,20 +42,7 @@ impl SkinnyGemm {
         if tile.shared_bytes > 0 {
             gpu.set_max_dynamic_smem(&func, tile.shared_bytes)?;
         }
-        Ok(Self {
-            func,
-            entry: tile.entry.clone(),
-            cfg,
-            m: int(shape.m),
-            n: int(shape.n),
-            k: int(shape.k),
-            form: tile.form,
-        })
-    }
-
-    /// Whether this is the warpgroup form, which the megakernel does not run.
-    pub(super) fn warpgroup(&self) -> bool {
-        self.form == SkinnyForm::Warpgroup
+        Ok(Self { func, entry: tile.entry.clone(), cfg, m: int(shape.m), n: int(shape.n), k: int(shape.k) })
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the

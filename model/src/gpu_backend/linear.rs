@@ -80,8 +80,6 @@ enum Key {
 pub struct Linears {
     gpu: Arc<Gpu>,
     sms: usize,
-    /// Whether the device runs wgmma (the skinny kernel's warpgroup form for decode rows).
-    wgmma: bool,
     pin_at: usize,
     loaded: HashMap<Key, Gemm>,
 }
@@ -89,8 +87,7 @@ pub struct Linears {
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize) -> Result<Self> {
-        let wgmma = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
-        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, wgmma, pin_at, loaded: HashMap::new() })
+        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
     }
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
@@ -99,7 +96,8 @@ impl Linears {
     /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, wgmma, pin_at) = (self.sms, self.wgmma, self.pin_at);
+        let (sms, pin_at) = (self.sms, self.pin_at);
+        let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
         self.load(Key::Layer(lane, shape, epilogue), || match (lane, epilogue) {
             (Lane::Rows, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
             (Lane::Chunks, EpilogueKind::Store) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
