@@ -9,7 +9,9 @@ use half::bf16;
 use model::gpu_backend::linear::HEAD_PIN_AT;
 use verify::gemm_default;
 
-use super::device::{default_plan, g, label, plans, run, runs_wgmma, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT};
+use super::device::{
+    default_plan, g, label, plans, run, runs_wgmma, wgmma_left_out, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT,
+};
 use super::reference::{draw_w, draw_x, same_bits, POISON};
 
 /// An x of `m` rows holding `row` at `at`; the other rows are drawn from `seed` with larger
@@ -57,7 +59,7 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
                 runs += 1;
             }
         }
-        println!("  {name} N {n} K {k}: {runs} runs at M 1..=64 give the row's bits");
+        println!("  {name} N {n} K {k}: {runs} runs at M 1..=64 give the row's bits{}", wgmma_left_out(gpu));
     }
     Ok(())
 }

@@ -32,6 +32,16 @@ pub fn runs_wgmma(gpu: &Gpu) -> bool {
     wgmma_runs_on(gpu.info().compute_capability)
 }
 
+/// What a check's summary adds on a device without wgmma: the plans that `plans` and the epilogue
+/// checks leave out there, said rather than skipped silently.
+pub fn wgmma_left_out(gpu: &Gpu) -> &'static str {
+    if runs_wgmma(gpu) {
+        ""
+    } else {
+        " (this device runs no wgmma: the warpgroup form and the WGMMA kernel are not checked)"
+    }
+}
+
 /// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of 16).
 pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
     runs_wgmma(gpu) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()

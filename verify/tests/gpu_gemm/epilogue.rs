@@ -17,7 +17,7 @@ use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
 
-use super::device::{g, runs_wgmma, wgmma_serves, Check};
+use super::device::{g, runs_wgmma, wgmma_left_out, wgmma_serves, Check};
 use super::reference::{draw_w, draw_x, same_bits, uniform_bf16, POISON};
 
 /// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs (the
@@ -167,7 +167,7 @@ pub fn periln(gpu: &Arc<Gpu>) -> Check {
             }
             same_bits(&format!("{name} M {m}: the residual"), &g(gpu.download(&residual))?, &residual_host)?;
         }
-        println!("  {name} N {n} K {k}: {runs} fused runs give the unfused bits");
+        println!("  {name} N {n} K {k}: {runs} fused runs give the unfused bits{}", wgmma_left_out(gpu));
     }
     Ok(())
 }
@@ -206,7 +206,7 @@ pub fn silu_mul(gpu: &Arc<Gpu>) -> Check {
             }
         }
     }
-    println!("  gate/up N {n} K {k}: {runs} fused runs give the unfused bits");
+    println!("  gate/up N {n} K {k}: {runs} fused runs give the unfused bits{}", wgmma_left_out(gpu));
     Ok(())
 }
 
@@ -350,7 +350,7 @@ pub fn qk_norm_rope_cache(gpu: &Arc<Gpu>) -> Check {
             }
         }
     }
-    println!("  qkv N {n} K {k}: {runs} fused runs give the unfused bits");
+    println!("  qkv N {n} K {k}: {runs} fused runs give the unfused bits{}", wgmma_left_out(gpu));
     Ok(())
 }
 
