@@ -12,6 +12,11 @@
 // grid barrier, are visible. Both policies load the same bits; only the path differs.
 // Constant data (weights, norms, the block table, the row metadata) keeps the read-only path.
 
+// Asks L2 for p's line under either policy: for data read soon, but not by this thread alone.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // prefetch(p) asks for p's line where load(p) will look for it (a hint: no register waits).
 struct ReadOnlyLoads {
   template <class T>
@@ -28,9 +33,7 @@ struct CoherentLoads {
   __device__ __forceinline__ static T load(const T* p) {
     return __ldcg(p);
   }
-  __device__ __forceinline__ static void prefetch(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-  }
+  __device__ __forceinline__ static void prefetch(const void* p) { prefetch_l2(p); }
 };
 
 // Constant data is read through L1 under either policy.
