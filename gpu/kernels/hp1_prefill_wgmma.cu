@@ -151,6 +151,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
+  const WgmmaDesc q_desc(q_tile, 16, 1024), k_desc(k_tile, 16, 1024), v_desc(v_tile, 8192, 1024);
   const int tiles = (key_end + BN - 1) / BN;
   for (int j = 0; j < tiles; ++j) {
     const int stage = j & 1;
@@ -166,14 +167,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     // A warpgroup whose rows all end before this key tile has nothing left to add (uniform over
     // the warpgroup, as wgmma needs); it still loads and meets the barriers.
     if (wg_rows == 0 || j * BN > wg_last) continue;
-    const unsigned kt = k_tile + stage * TILE, vt = v_tile + stage * TILE;
+    const WgmmaDesc kd = k_desc.advanced(stage * TILE), vd = v_desc.advanced(stage * TILE);
 
     float s[32];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const unsigned off = (kk >> 2) * 8192 + (kk & 3) * 32;
-      wgmma_ss_m64n64k16(s, wgmma_desc(q_tile + off, 16, 1024), wgmma_desc(kt + off, 16, 1024), kk);
+      wgmma_ss_m64n64k16(s, q_desc.at(off), kd.at(off), kk);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -196,7 +197,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     }
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) Acc<D>::pv(o, a[kk], wgmma_desc(vt + kk * 2048, 8192, 1024));
+    for (int kk = 0; kk < BN / 16; ++kk) Acc<D>::pv(o, a[kk], vd.at(kk * 2048));
     wgmma_commit();
     wgmma_wait<0>();
   }

@@ -22,6 +22,28 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, uns
          ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
+// A descriptor split so that a loop can advance its address with one 32-bit add: the fields
+// other than the address are constants of the call site (the high word, and the leading byte
+// offset in the low one), and at(bytes) adds bytes >> 4 to the address field, which cannot carry
+// out of its 14 bits while the operand stays under the 256 KB that the field spans (every shared
+// memory of sm_90). wgmma_desc(addr + bytes, lbo, sbo) == WgmmaDesc(addr, lbo, sbo).at(bytes)
+// for 16-byte multiples; the compiler otherwise recomputes every field at every wgmma.
+struct WgmmaDesc {
+  unsigned lo, hi;
+  __device__ __forceinline__ WgmmaDesc(unsigned smem_addr, unsigned lbo, unsigned sbo) {
+    const unsigned long long d = wgmma_desc(smem_addr, lbo, sbo);
+    lo = (unsigned)d;
+    hi = (unsigned)(d >> 32);
+  }
+  __device__ __forceinline__ unsigned long long at(unsigned bytes) const {
+    return ((unsigned long long)hi << 32) | (lo + (bytes >> 4));
+  }
+  __device__ __forceinline__ WgmmaDesc advanced(unsigned bytes) const { return WgmmaDesc(lo + (bytes >> 4), hi); }
+
+ private:
+  __device__ __forceinline__ WgmmaDesc(unsigned lo_, unsigned hi_) : lo(lo_), hi(hi_) {}
+};
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
