@@ -30,13 +30,40 @@
 //   fault        ops_common.cuh
 //
 // Work: one thread per (token, q or k head, 8-pair chunk) and per (token, v head, 8-channel
-// chunk), in a grid-stride loop; pair chunk p loads its 8 first-half channels and their 8
-// partners, 32 contiguous bytes, and D must be a multiple of 16. Every access is 16 bytes. No
-// shared memory.
+// chunk), in a grid-stride loop (a StrideWalk over item r of token t); pair chunk p loads its 8
+// first-half channels and their 8 partners, 32 contiguous bytes, and D must be a multiple of 16.
+// Every access is 16 bytes. No shared memory.
 //
 // Assumes (checked by gpu::ops::qk_norm_rope): D % 16 == 0, 16-byte aligned buffers, sizes as
 // above. A position outside [0, max_pos) is clamped into the table and a slot at or past
 // num_slots is skipped; the first item of the token records either in the fault word.
+
+// A grid-stride walk over a row-major [rows, per_row] item space: this thread's items i =
+// first, first + stride, ... (first its index in the grid, stride the grid's threads) as (row,
+// col), advanced by adds instead of a 64-bit division per item, which took a large share of this
+// kernel's instructions (the division is a called routine; RESULTS run 162). Assumes a
+// grid of fewer than 2^31 threads (gpu::ops launches at most 4096 x 256).
+struct StrideWalk {
+    long long row;
+    int col;
+    int drow, dcol, per_row;
+
+    __device__ __forceinline__ explicit StrideWalk(int per_row_) : per_row(per_row_) {
+        const unsigned first = blockIdx.x * blockDim.x + threadIdx.x, stride = gridDim.x * blockDim.x;
+        row = first / (unsigned)per_row;
+        col = (int)(first % (unsigned)per_row);
+        drow = (int)(stride / (unsigned)per_row);
+        dcol = (int)(stride % (unsigned)per_row);
+    }
+    __device__ __forceinline__ void advance() {
+        row += drow;
+        col += dcol;
+        if (col >= per_row) {
+            col -= per_row;
+            ++row;
+        }
+    }
+};
 
 // The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
 // s, as gemm_skinny.cu's copy computes it: the _rn intrinsics are never contracted, so the two
@@ -79,12 +106,10 @@ extern "C" __global__ void qk_norm_rope_cache(
     const int qk_items = (num_heads + num_kv_heads) * pair_chunks;
     const int per_token = qk_items + num_kv_heads * v_chunks;
     const long long row = (long long)(num_heads + 2 * num_kv_heads) * head_dim;
-    const long long total = (long long)tokens * per_token;
 
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int t = (int)(i / per_token);
-        const int r = (int)(i % per_token);
+    for (StrideWalk walk(per_token); walk.row < tokens; walk.advance()) {
+        const int t = (int)walk.row;
+        const int r = walk.col;
         int pos = positions[t];
         const long long slot = slot_mapping[t];
         const bool pos_ok = pos >= 0 && pos < max_pos;
