@@ -5,8 +5,13 @@
 // warp's share of a Hopper wgmma m64n64 accumulator (warp w of the warpgroup holds rows 16w ..
 // 16w+15), so the MMA and WGMMA kernels share this file.
 //
-// LAYOUT. Lane = 4 g + t. s[j][0], s[j][1] are row g, keys key0 + 8j + 2t and + 1; s[j][2], s[j][3]
-// are row g + 8, the same keys. A row's 64 keys thus live in one quad (4 lanes), 16 per lane.
+// LAYOUT. Lane = 4 g + t. s[j][0], s[j][1] are row g, s[j][2], s[j][3] row g + 8, of accumulator
+// columns 8j + 2t and + 1. The kernels store each 64-key tile of K and V with key key_of_column(n)
+// in row n (so column n of Q K^T is that key, and P's column n meets V's row n), which puts keys
+// key0 + 16t + 2j + e in s[j][2h + e]: a row's 64 keys live in one quad, 16 consecutive keys per
+// lane. Every wgmma (mma) k-step of P V still covers 16 whole keys of the tile (columns 16kk ..
+// 16kk + 15 are keys 16t + 4kk .. + 3 of every lane t), a set other than the plain order's: the
+// order of a row's additions changes from the unpermuted tile, not their determinism.
 //
 // GATE, exactly as oracle::hp1::gate::Gate::apply in f32, every operation an explicitly rounded
 // intrinsic so no instantiation can contract it differently:
@@ -23,21 +28,20 @@
 // prefill attention from 118.8 to 108.5 us a layer (RESULTS run 101); the kernel is bound by
 // issuing the gate's instructions (run 99).
 //
-// FIR WINDOW. Key c = key0 + 8j + 2t + e needs r of keys c-1 .. c-F+1 (F <= 8), all in the row's
-// quad: the pair of lane t-k (k = 1, 2, 3) of n-tile j when t >= k, else of n-tile j-1, plus (for
-// F = 8) this lane's own pair of n-tile j-1. Which n-tile the reader wants depends only on the
-// source lane's t (t + k <= 3 means the reader's t is >= k), so the source picks before one
-// __shfl_sync per (k, element): up to 6 per n-tile and row, only as many as the compile-time
-// taps need (2 for 3 taps). The full-warp mask is right here: a warp calls the gate as a whole
-// (every lane the same trip counts, no shuffle under a run-time condition), never from divergent
-// code. N-tile -1 of key tile 0 is the FIR tail.
+// FIR WINDOW. Key 16t + m (m < 16) needs r of keys 16t + m - 1 .. 16t + m - F + 1: this lane's
+// own for m - f >= 0, else the last F - 1 keys of lane t - 1, which lane 0 takes from lane 3's
+// previous tile. One __shfl_sync per key back (F - 1 of them per row, 2 for 3 taps) and a select
+// at the source (lane 3 sends its tail) serve the whole row: the interleaved layout this replaced
+// took a shuffle and a select per score (RESULTS run 163). The full-warp mask is right here: a
+// warp calls the gate as a whole (every lane the same trip counts, no shuffle under a run-time
+// condition), never from divergent code.
 //
-// FIR TAIL. FirTail holds this lane's r of the previous key tile's n-tile 7 (keys key0 - 8 + 2t
-// and key0 - 7 + 2t) for row g (r[0][0..1]) and row g + 8 (r[1][0..1]): exactly the values n-tile
-// -1 stands for. fir_tail_init sets it to 0 (the r of keys before 0) before a row's first key
-// tile, which must have key0 = 0; gate_tile then reads it and leaves this tile's n-tile 7 there,
-// so key tiles must be gated in order key0 = 0, 64, 128, ... A warp may stop calling gate_tile
-// once every key of a tile is past both of its rows' positions (later tiles are then all masked).
+// FIR TAIL. FirTail holds this lane's r of the previous key tile's last F - 1 keys (16t + 15,
+// 16t + 14, ...) for each row half: what lane 0 of the next tile reads from lane 3. fir_tail_init
+// sets it to 0 (the r of keys before 0) before a row's first key tile, which must have key0 =
+// 0; gate_tile then reads it and leaves this tile's keys there, so key tiles must be gated in
+// order key0 = 0, 64, 128, ... A warp may stop calling gate_tile once every key of a tile is
+// past both of its rows' positions (later tiles are then all masked).
 
 namespace hp1_prefill {
 
@@ -48,13 +52,27 @@ struct GateParams {
   int relu_pre;  // 0 or 1
 };
 
-// This lane's r of the previous key tile's last n-tile, per row half (g, g + 8) and element.
+// The key (0 .. 63) that row n of a 64-key tile of K and V holds (LAYOUT).
+__device__ __forceinline__ int key_of_column(int n) { return ((n >> 1) & 3) * 16 + (n >> 3) * 2 + (n & 1); }
+
+// The taps a gate_tile<FIR> variant may sum (FIR 0: the run-time fir_k, up to 8).
+template <int FIR>
+constexpr int fir_taps() {
+  return FIR > 0 ? FIR : 8;
+}
+
+// This lane's r of the previous key tile's last keys, per row half: r[h][i] is key 16t + 15 - i.
+template <int FIR>
 struct FirTail {
-  float r[2][2];
+  float r[2][fir_taps<FIR>() > 1 ? fir_taps<FIR>() - 1 : 1];
 };
 
-__device__ __forceinline__ void fir_tail_init(FirTail& tail) {
-  tail.r[0][0] = tail.r[0][1] = tail.r[1][0] = tail.r[1][1] = 0.0f;
+template <int FIR>
+__device__ __forceinline__ void fir_tail_init(FirTail<FIR>& tail) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int i = 0; i < fir_taps<FIR>() - 1; ++i) tail.r[h][i] = 0.0f;
 }
 
 // min(max(z, lo), hi) with a NaN z giving NaN (lo < hi), in two instructions (see GATE above).
@@ -81,63 +99,45 @@ __device__ __forceinline__ float gate_rectify(float s, int relu_pre) {
 //   MASK  whether any key of the tile may lie past a row's position (the diagonal tiles); the
 //         tiles wholly below both rows of every lane skip the per-key test.
 template <int FIR, int RELU, bool MASK>
-__device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail& tail, int key0, int pos_lo, int pos_hi,
+__device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, int key0, int pos_lo, int pos_hi,
                                           const GateParams& gp) {
   const unsigned FULL = 0xffffffffu;
-  constexpr int TAPS = FIR > 0 ? FIR : 8;  // the most taps this variant may sum
+  constexpr int TAPS = fir_taps<FIR>();  // the most taps this variant may sum
+  constexpr int BACK = TAPS - 1;         // keys before a lane's first that a window may reach
   const int fir_k = FIR > 0 ? FIR : gp.fir_k;
   const int lane = threadIdx.x & 31, t = lane & 3, quad = lane & ~3;
+  const int from = quad | ((t + 3) & 3);  // lane t - 1 of the quad (lane 3 for lane 0)
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int c = 0; c < 4; ++c) s[j][c] = __fmul_rn(gp.scale, s[j][c]);
-  // The next tile's tail, taken before n-tile 7 becomes p.
-  FirTail next;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h) {
+    // r of this lane's keys 16t + m, then of keys 16t - 1 - i (back[i]).
+    float r[16];
 #pragma unroll
-    for (int e = 0; e < 2; ++e) next.r[h][e] = gate_rectify<RELU>(s[7][2 * h + e], gp.relu_pre);
-  // Descending j, so that n-tile j - 1 still holds scores while n-tile j is gated.
+    for (int m = 0; m < 16; ++m) r[m] = gate_rectify<RELU>(s[m >> 1][2 * h + (m & 1)], gp.relu_pre);
+    float back[BACK > 0 ? BACK : 1];
 #pragma unroll
-  for (int j = 7; j >= 0; --j) {
+    for (int i = 0; i < BACK; ++i) {
+      back[i] = __shfl_sync(FULL, t == 3 ? tail.r[h][i] : r[15 - i], from);
+      tail.r[h][i] = r[15 - i];
+    }
+    const int pos = h == 0 ? pos_lo : pos_hi;
+    const int key = key0 + 16 * t;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float cur0 = gate_rectify<RELU>(s[j][2 * h], gp.relu_pre);
-      const float cur1 = gate_rectify<RELU>(s[j][2 * h + 1], gp.relu_pre);
-      const float prev0 = j == 0 ? tail.r[h][0] : gate_rectify<RELU>(s[j > 0 ? j - 1 : 0][2 * h], gp.relu_pre);
-      const float prev1 = j == 0 ? tail.r[h][1] : gate_rectify<RELU>(s[j > 0 ? j - 1 : 0][2 * h + 1], gp.relu_pre);
-      // w[i] = r of key (key0 + 8j + 2t + 1) - i; key c + 1 - i needs w[0 .. TAPS].
-      float w[9];
-      w[0] = cur1;
-      w[1] = cur0;
-#pragma unroll
-      for (int k = 1; k <= 3; ++k) {
-        const bool same_tile = t + k <= 3;  // as the reader (lane t + k mod 4) needs it
-        const int src = quad | ((t - k) & 3);
-        if (2 * k <= TAPS) w[2 * k] = __shfl_sync(FULL, same_tile ? cur1 : prev1, src);
-        if (2 * k + 1 <= TAPS) w[2 * k + 1] = __shfl_sync(FULL, same_tile ? cur0 : prev0, src);
-      }
-      w[8] = prev1;
-      float sum1 = w[0], sum0 = w[1];
+    for (int m = 0; m < 16; ++m) {
+      float sum = r[m];
 #pragma unroll
       for (int f = 1; f < TAPS; ++f) {
-        if (FIR > 0 || f < fir_k) {
-          sum1 = __fadd_rn(sum1, w[f]);
-          sum0 = __fadd_rn(sum0, w[f + 1]);
-        }
+        if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, m - f >= 0 ? r[m - f >= 0 ? m - f : 0] : back[f - m - 1 >= 0 ? f - m - 1 : 0]);
       }
-      const int pos = h == 0 ? pos_lo : pos_hi;
-      const int key = key0 + 8 * j + 2 * t;
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float sc = s[j][2 * h + e];
-        const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(e == 0 ? sum0 : sum1, gp.inv_f)));
-        const float p = __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max));
-        s[j][2 * h + e] = !MASK || key + e <= pos ? p : 0.0f;
-      }
+      const float sc = s[m >> 1][2 * h + (m & 1)];
+      const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(sum, gp.inv_f)));
+      const float p = __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max));
+      s[m >> 1][2 * h + (m & 1)] = !MASK || key + m <= pos ? p : 0.0f;
     }
   }
-  tail = next;
 }
 
 // Whether the tile of keys key0 .. key0 + 63 needs the causal test for a warp whose rows end at

@@ -118,8 +118,8 @@ struct Args {
   float clip_max;
 };
 
-// cp.async of key tile [key0, key0 + BN) of both caches into the swizzled tiles k_dst and v_dst;
-// keys at or past key_end are zero-filled without reading the caches or the block table. Chunk
+// cp.async of key tile [key0, key0 + BN) of both caches into the swizzled tiles k_dst and v_dst,
+// key key0 + key_of_column(r) in row r (hp1_prefill_gate.cuh's layout); keys at or past key_end are zero-filled without reading the caches or the block table. Chunk
 // idx = tid + THREADS * i is row idx / CPR, chunk idx % CPR, so a warp's i-th cp.async covers
 // R = 32 / CPR whole rows, and the warp's 16 rows of the tile are looked up once: lane l < 16
 // (and its copy l + 16) reads the cache row of the warp's row for (i, r) = (l / R, l % R), which
@@ -133,13 +133,13 @@ __device__ __forceinline__ void load_kv_tiles(unsigned k_dst, unsigned v_dst, co
   static_assert(BN * CPR % THREADS == 0 && BN * CPR / THREADS * R == 16, "16 rows per warp, whole rows per cp.async");
   const unsigned FULL = 0xffffffffu;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, l = lane & 15;
-  const int my_key = key0 + warp * R + l % R + 4 * R * (l / R);
+  const int my_key = key0 + key_of_column(warp * R + l % R + 4 * R * (l / R));
   const int my_row = my_key < key_end ? (table[my_key >> log2_block] << log2_block) | (my_key & ((1 << log2_block) - 1)) : 0;
 #pragma unroll
   for (int i = 0; i < 16 / R; ++i) {
     const int row = warp * R + lane / CPR + 4 * R * i, chunk = lane % CPR;
     const int cache_row = __shfl_sync(FULL, my_row, i * R + lane / CPR);
-    const bool valid = key0 + row < key_end;
+    const bool valid = key0 + key_of_column(row) < key_end;
     // Bytes from the head's first element; 0 (an address never read) when masked.
     const unsigned long long offset = valid ? (unsigned long long)(unsigned)cache_row * token_bytes + chunk * 16 : 0;
     const unsigned dst = swizzle<D>(row, chunk);
@@ -228,7 +228,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
     __syncthreads();  // every warp holds its Q before key tile 1's V lands on the staging buffer
   }
 
-  FirTail tail;
+  FirTail<0> tail;
   fir_tail_init(tail);
   float o[DT][4];
 #pragma unroll

@@ -16,7 +16,9 @@
 //      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A thread looks a key's cache row up
 //      once for its K and V chunks. Keys past the CTA's last position (so past seq_len) are
 //      zero-filled (cp.async with source size 0: nothing is read, the block table is not even
-//      looked up). K and V have two stages: tile j + 1 loads while tile j computes.
+//      looked up). K and V have two stages: tile j + 1 loads while tile j computes. A tile's
+//      rows hold its keys in the gate's order (hp1_prefill_gate.cuh LAYOUT: row n is key
+//      key_of_column(n)), for both K and V, so S's columns and P V's k-steps agree.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
 //      memory), all issued before one commit and one wait. Scale is applied in the gate.
 //   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
@@ -63,7 +65,8 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
 }
 
 // The K and V rows of keys k0 .. k0 + 63 of one kv head into two swizzled tiles, by all THREADS
-// threads; rows at or past `end` are zero-filled without a read. A thread owns one 16-byte chunk
+// threads, key k0 + key_of_column(r) in row r (the gate's layout); keys at or past `end` are
+// zero-filled without a read. A thread owns one 16-byte chunk
 // column c and the keys r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's
 // cache row up once for its K and its V chunk. col is the element offset of the thread's chunk
 // of kv head g within a cache row (g * D + 8 c); a row is row_stride = Hkv * D elements long.
@@ -79,7 +82,7 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
 #pragma unroll
   for (int m = 0; m < BN / PASS; ++m) {
-    const int r = r0 + m * PASS, t = k0 + r;
+    const int r = r0 + m * PASS, t = k0 + hp1_prefill::key_of_column(r);
     const bool valid = t < end;
     const int key = valid ? t : 0;
     const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
@@ -144,7 +147,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int row_a = 16 * warp + (lane >> 2);
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate{scale, sigma[h], gamma[h], __fdiv_rn(1.0f, (float)fir_k), clip_min, clip_max, fir_k, relu_pre};
-  hp1_prefill::FirTail tail;
+  hp1_prefill::FirTail<FIR> tail;
   hp1_prefill::fir_tail_init(tail);
 
   float o[D / 2];
