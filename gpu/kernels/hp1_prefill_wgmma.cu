@@ -66,30 +66,47 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
 
 // The K and V rows of keys k0 .. k0 + 63 of one kv head into two swizzled tiles, by all THREADS
 // threads, key k0 + key_of_column(r) in row r (the gate's layout); keys at or past `end` are
-// zero-filled without a read. A thread owns one 16-byte chunk
-// column c and the keys r0, r0 + P, r0 + 2P, ... (P = THREADS / (D / 8)), so it looks each key's
-// cache row up once for its K and its V chunk. col is the element offset of the thread's chunk
-// of kv head g within a cache row (g * D + 8 c); a row is row_stride = Hkv * D elements long.
-// Branch-free: a key past `end` looks up key 0 (every sequence with a query has it) and copies
-// 0 bytes.
+// zero-filled without a read. A thread owns one 16-byte chunk column c and the rows r0, r0 + P,
+// r0 + 2P, ... (P = THREADS / (D / 8)), which hold keys kc, kc + P/4, kc + 2P/4, ... (kc =
+// key_of_column(r0)): all in one 16-key group of the tile. col is the element offset of the
+// thread's chunk of kv head g within a cache row (g * D + 8 c); a row is row_stride = Hkv * D
+// elements long. With blocks of 16 keys or more the group is in one block, so the thread looks
+// the block up once and steps its cache rows by P/4; smaller blocks look each key up. Branch-free
+// per key: a key past `end` copies 0 bytes from an address inside a looked-up block.
 template <int D>
 __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ table,
                                         int log2_block, unsigned row_stride, int col, int k0, int end) {
   constexpr int CHUNKS = D / 8;
   constexpr int PASS = THREADS / CHUNKS;
+  constexpr int KEY_STEP = PASS / 4;  // keys between a thread's rows r and r + PASS
+  static_assert(PASS % 8 == 0 && KEY_STEP * (BN / PASS) <= 16, "a thread's keys in one 16-key group");
   const int mask = (1 << log2_block) - 1;
   const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
+  const int t0 = k0 + hp1_prefill::key_of_column(r0);
+  const unsigned at = swizzled(r0, c);  // row r0 + m PASS is PASS * 128 bytes further per m
+  if (log2_block >= 4) {
+    const int key = t0 < end ? t0 : 0;
+    const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
+    unsigned long long off = (unsigned long long)row * row_stride + col;
+#pragma unroll
+    for (int m = 0; m < BN / PASS; ++m) {
+      const bool valid = t0 + m * KEY_STEP < end;
+      tc::cp_async_16(k_dst + at + m * PASS * 128, key_cache + off, valid);
+      tc::cp_async_16(v_dst + at + m * PASS * 128, value_cache + off, valid);
+      off += (unsigned long long)KEY_STEP * row_stride;
+    }
+    return;
+  }
 #pragma unroll
   for (int m = 0; m < BN / PASS; ++m) {
-    const int r = r0 + m * PASS, t = k0 + hp1_prefill::key_of_column(r);
+    const int t = t0 + m * KEY_STEP;
     const bool valid = t < end;
     const int key = valid ? t : 0;
     const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
     const unsigned long long off = (unsigned long long)row * row_stride + col;
-    const unsigned at = swizzled(r, c);
-    tc::cp_async_16(k_dst + at, key_cache + off, valid);
-    tc::cp_async_16(v_dst + at, value_cache + off, valid);
+    tc::cp_async_16(k_dst + at + m * PASS * 128, key_cache + off, valid);
+    tc::cp_async_16(v_dst + at + m * PASS * 128, value_cache + off, valid);
   }
 }
 

@@ -3,10 +3,11 @@
 //!
 //! Checks: a few small cases of each path (for compute-sanitizer); a targeted grid (1 to 64
 //! sequences, query lengths 1 to 8K, prefixes 0 to 8K, mixed in one batch, GQA 1 to 8, D 64,
-//! 128 and 256, blocks of 16 and 32, every FIR length, gate zero fractions under 10% and over
-//! 95%); two runs giving the same bits; a sequence giving the same bits alone and in a batch;
-//! and the dispatcher's choices with their fallbacks (short queries to fake decode, D = 256 to
-//! MMA where WGMMA is not built for it), each choice agreeing with the oracle. The drawn cases
+//! 128 and 256, blocks of 2 to 32 (under 16 keys the WGMMA loads look each key's block up),
+//! every FIR length, gate zero fractions under 10% and over 95%); two runs giving the same bits;
+//! a sequence giving the same bits alone and in a batch; and the dispatcher's choices with their
+//! fallbacks (short queries to fake decode, D = 256 to MMA where WGMMA is not built for it),
+//! each choice agreeing with the oracle. The drawn cases
 //! of `gpu_attention` run these paths too (they are in `gpu_paths`).
 
 use std::fmt::Display;
@@ -63,6 +64,7 @@ fn sanitize_cases(gpu: &Arc<Gpu>) -> Check {
         case(&[(0, 70), (33, 5), (10, 1)], (8, 4), 128, 16, 101),
         Case { relu_pre: false, fir_k: 8, ..case(&[(100, 130)], (4, 1), 64, 32, 102) },
         case(&[(17, 65), (0, 3)], (2, 2), 256, 16, 103),
+        case(&[(21, 90)], (8, 4), 128, 8, 104),
     ];
     check_cases(&prefill_paths(gpu), &cases).map(|_| ())
 }
@@ -89,6 +91,9 @@ fn targeted_grid(gpu: &Arc<Gpu>) -> Check {
         Case { fir_k: 5, relu_pre: false, clip_min: -0.5, ..case(&[(9, 250)], (4, 4), 256, 32, 209) },
         Case { fir_k: 8, ..case(&[(130, 257), (0, 191)], (8, 2), 128, 32, 210) },
         case(&decodes(&spread(24, 3000, 11)), (8, 4), 128, 16, 211),
+        // Blocks under 16 keys: each key of a load looks its block up.
+        case(&[(37, 150), (0, 70)], (8, 4), 128, 8, 214),
+        case(&[(5, 200), (64, 33)], (4, 2), 64, 2, 215),
     ];
     // Gate zero fractions at both ends, as in gpu_attention's grid.
     let few_zeros = Case {
