@@ -113,14 +113,15 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
     for (int c = 0; c < 4; ++c) s[j][c] = __fmul_rn(gp.scale, s[j][c]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // r of this lane's keys 16t + m, then of keys 16t - 1 - i (back[i]).
-    float r[16];
+    // r of keys 16t - BACK .. 16t + 15: w[BACK + m] is key 16t + m, the BACK before it come from
+    // lane t - 1 (lane 3's previous tile for lane 0).
+    float w[BACK + 16];
+    float* const r = w + BACK;
 #pragma unroll
     for (int m = 0; m < 16; ++m) r[m] = gate_rectify<RELU>(s[m >> 1][2 * h + (m & 1)], gp.relu_pre);
-    float back[BACK > 0 ? BACK : 1];
 #pragma unroll
     for (int i = 0; i < BACK; ++i) {
-      back[i] = __shfl_sync(FULL, t == 3 ? tail.r[h][i] : r[15 - i], from);
+      w[BACK - 1 - i] = __shfl_sync(FULL, t == 3 ? tail.r[h][i] : r[15 - i], from);
       tail.r[h][i] = r[15 - i];
     }
     const int pos = h == 0 ? pos_lo : pos_hi;
@@ -130,7 +131,7 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
       float sum = r[m];
 #pragma unroll
       for (int f = 1; f < TAPS; ++f) {
-        if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, m - f >= 0 ? r[m - f >= 0 ? m - f : 0] : back[f - m - 1 >= 0 ? f - m - 1 : 0]);
+        if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, r[m - f]);
       }
       const float sc = s[m >> 1][2 * h + (m & 1)];
       const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(sum, gp.inv_f)));
