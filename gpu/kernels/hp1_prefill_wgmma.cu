@@ -85,28 +85,27 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
   const int t0 = k0 + hp1_prefill::key_of_column(r0);
   const unsigned at = swizzled(r0, c);  // row r0 + m PASS is PASS * 128 bytes further per m
-  if (log2_block >= 4) {
-    const int key = t0 < end ? t0 : 0;
+  // The cache offset of key t's chunk (key 0's for a key past `end`, whose copy reads nothing).
+  const auto offset = [&](int t) {
+    const int key = t < end ? t : 0;
     const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
-    unsigned long long off = (unsigned long long)row * row_stride + col;
-#pragma unroll
-    for (int m = 0; m < BN / PASS; ++m) {
-      const bool valid = t0 + m * KEY_STEP < end;
-      tc::cp_async_16(k_dst + at + m * PASS * 128, key_cache + off, valid);
-      tc::cp_async_16(v_dst + at + m * PASS * 128, value_cache + off, valid);
-      off += (unsigned long long)KEY_STEP * row_stride;
-    }
-    return;
-  }
-#pragma unroll
-  for (int m = 0; m < BN / PASS; ++m) {
-    const int t = t0 + m * KEY_STEP;
-    const bool valid = t < end;
-    const int key = valid ? t : 0;
-    const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
-    const unsigned long long off = (unsigned long long)row * row_stride + col;
+    return (unsigned long long)row * row_stride + col;
+  };
+  // Row r0 + m PASS of both tiles from offset off, key t0 + m KEY_STEP.
+  const auto copy = [&](int m, unsigned long long off) {
+    const bool valid = t0 + m * KEY_STEP < end;
     tc::cp_async_16(k_dst + at + m * PASS * 128, key_cache + off, valid);
     tc::cp_async_16(v_dst + at + m * PASS * 128, value_cache + off, valid);
+  };
+  // Two loops, not one with a select per key: merged, ptxas predicates the per-key lookups into
+  // the one-block path, whose issue slots they then take.
+  if (log2_block >= 4) {
+    const unsigned long long first = offset(t0);
+#pragma unroll
+    for (int m = 0; m < BN / PASS; ++m) copy(m, first + (unsigned long long)(m * KEY_STEP) * row_stride);
+  } else {
+#pragma unroll
+    for (int m = 0; m < BN / PASS; ++m) copy(m, offset(t0 + m * KEY_STEP));
   }
 }
 
