@@ -119,8 +119,9 @@ struct Args {
 };
 
 // cp.async of key tile [key0, key0 + BN) of both caches into the swizzled tiles k_dst and v_dst,
-// key key0 + key_of_column(r) in row r (hp1_prefill_gate.cuh's layout); keys at or past key_end are zero-filled without reading the caches or the block table. Chunk
-// idx = tid + THREADS * i is row idx / CPR, chunk idx % CPR, so a warp's i-th cp.async covers
+// key key0 + key_of_column(r) in row r (hp1_prefill_gate.cuh's layout); keys at or past key_end
+// are zero-filled without reading the caches or the block table. Chunk idx = tid + THREADS * i
+// is row idx / CPR, chunk idx % CPR, so a warp's i-th cp.async covers
 // R = 32 / CPR whole rows, and the warp's 16 rows of the tile are looked up once: lane l < 16
 // (and its copy l + 16) reads the cache row of the warp's row for (i, r) = (l / R, l % R), which
 // serves K and V, and each cp.async takes its row by a shuffle (the whole warp calls this).

@@ -13,12 +13,12 @@
 //   1. Loads: each warpgroup's Q (once) and each key tile's K and V rows are gathered from the
 //      paged cache by cp.async in 16-byte chunks into 128-byte-swizzled shared tiles (layout in
 //      wgmma.cuh): row r of a 64-row tile, 16-byte chunk c of head dims 8c .. 8c + 7, at
-//      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A thread looks a key's cache row up
-//      once for its K and V chunks. Keys past the CTA's last position (so past seq_len) are
-//      zero-filled (cp.async with source size 0: nothing is read, the block table is not even
-//      looked up). K and V have two stages: tile j + 1 loads while tile j computes. A tile's
-//      rows hold its keys in the gate's order (hp1_prefill_gate.cuh LAYOUT: row n is key
-//      key_of_column(n)), for both K and V, so S's columns and P V's k-steps agree.
+//      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A tile's rows hold its keys in the
+//      gate's order (hp1_prefill_gate.cuh LAYOUT: row n is key key_of_column(n)), for both K and
+//      V, so S's columns and P V's k-steps agree; a thread's cache rows serve its K and V chunks
+//      and, with blocks of 16 keys or more, come from one block-table lookup (load_kv). Keys
+//      past the CTA's last position (so past seq_len) are zero-filled (cp.async with source size
+//      0: nothing is read). K and V have two stages: tile j + 1 loads while tile j computes.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
 //      memory), all issued before one commit and one wait. Scale is applied in the gate.
 //   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
