@@ -6,10 +6,10 @@
 //! - [`GemmPlan`] (in [`plan`]) is pure host code: from static facts ([`GemmShape`]: the rows the
 //!   launch covers, which under a CUDA graph is the captured batch bucket, N and K; and the SM
 //!   count) it makes the path its caller names. The model plans decode rows with
-//!   [`GemmPlan::decode_rows`] (at any `M`, past 64 rows in slabs) and chunk (prefill) rows
-//!   with [`GemmPlan::cublaslt_pinned`] (`model`'s `gpu_backend::linear`), which says whether
-//!   the device runs wgmma;
-//!   [`GemmPlan::skinny_rows`] and [`GemmPlan::cublaslt`] force a path for tests and benchmarks.
+//!   [`GemmPlan::decode_rows`] (at any `M`, past 64 rows in slabs; the caller says whether the
+//!   device runs wgmma) and chunk (prefill) rows with [`GemmPlan::cublaslt_pinned`] (`model`'s
+//!   `gpu_backend::linear`); [`GemmPlan::skinny_rows`] and [`GemmPlan::cublaslt`] force a path
+//!   for tests and benchmarks.
 //! - The skinny kernel (`gemm_skinny.cu`, launched from [`skinny`]) streams W once with 16-byte
 //!   loads and multiplies it on the tensor cores against all rows of x; a row's bits depend on
 //!   neither `M` nor the other rows (batch-invariant, deterministic, no atomics). Its shared-x

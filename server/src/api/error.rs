@@ -6,8 +6,9 @@
 //!
 //! An engine refusal becomes an [`ApiError`] in one place, `From<model::Error>`: a parameter the
 //! engine or the oracle refuses is a 400 naming that parameter (the prompt's own refusals, empty,
-//! too long or outside the vocabulary, are the engine's `prompt`), a prompt too long for the free
-//! cache a 400 on `prompt`, and anything else the engine's failure, a 500.
+//! too long or outside the vocabulary, are the engine's `prompt`; a request whose life passes the
+//! whole KV cache names `prompt` or `max_tokens`, whichever alone passes it), and anything else
+//! is the engine's failure, a 500 (a cache allocation failing past admission among them).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
