@@ -47,7 +47,8 @@ pub const HP1_PREFILL_MMA: Kernel = Kernel {
     ),
 };
 
-/// A small per-token kernel: `ops_common.cuh` (bf16 vectors, UClipNorm, the fault word), then the file.
+/// A small per-token kernel: `ops_common.cuh` (bf16 vectors, UClipNorm, the fault word), then the
+/// file.
 macro_rules! with_ops_common {
     ($file:literal) => {
         Kernel {
@@ -90,8 +91,8 @@ pub const PERI_LN_RESIDUAL: Kernel = with_ops_common!("peri_ln_residual.cu");
 /// `silu(gate) * up` ([`crate::ops::silu_mul`]).
 pub const SILU_MUL: Kernel = with_ops_common!("silu_mul.cu");
 
-/// The check of `ops_common.cuh`'s hardware bf16 rounding against its integer definition on every f32
-/// ([`crate::rounding_check`]); in [`CHECKS`], not [`ALL`]: no model loads it.
+/// The check of `ops_common.cuh`'s hardware bf16 rounding against its integer definition on every
+/// f32 ([`crate::rounding_check`]); in [`CHECKS`], not [`ALL`]: no model loads it.
 pub const BF16_ROUNDING: Kernel = with_ops_common!("bf16_rounding.cu");
 
 /// Embedding gather ([`crate::ops::embedding`]).

@@ -33,8 +33,9 @@ mod tests {
             assert!(tile.m_tile >= m && tile.m_tile < 2 * m.max(8), "M {m}: tile {}", tile.m_tile);
             assert_eq!(plan.epilogue, EpilogueKind::Store, "M {m}");
         }
-        // The model's decode-row form past 32 rows: the warpgroup form where wgmma runs (to 64 rows), else
-        // shared-x where each CTA gets three W blocks (gate/up's N); the plain form below.
+        // The model's decode-row form past 32 rows: the warpgroup form where wgmma runs (to 64
+        // rows), else shared-x where each CTA gets three W blocks (gate/up's N); the plain form
+        // below.
         for m in [1, 32, 33, 64] {
             for (wgmma, wide) in [(false, SkinnyForm::SharedX), (true, SkinnyForm::Warpgroup)] {
                 let plan = default_plan(GemmShape { m, n: 6144, k: 1024 }, H200_SMS, wgmma).unwrap();

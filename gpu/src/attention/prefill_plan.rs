@@ -11,8 +11,9 @@
 //! with the most keys, first), where
 //! `tile_slots` bounds the tile count of any batch of at most `rows` query rows in at most
 //! `max_seqs` sequences (`ceil(rows / tile_rows) + max_seqs`: each sequence adds at most one
-//! partial tile); the CTAs past the batch's real tile count exit at once. So, as for the decode paths, the grid comes from static facts and the kernel reads the
-//! real lengths from device buffers.
+//! partial tile); the CTAs past the batch's real tile count exit at once. So, as for the decode
+//! paths, the grid comes from static facts and the kernel reads the real lengths from device
+//! buffers.
 //!
 //! The dispatcher ([`prefill_path`]) takes a [`StepGeometry`]: the decode-path [`Geometry`] plus
 //! the step's static prefill facts (the most sequences, the longest query a sequence may bring:

@@ -92,8 +92,8 @@ impl Linears {
 
     /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
     /// kernel for decode rows (its warpgroup or shared-x form where [`GemmPlan::decode_rows`]
-    /// picks it); for
-    /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model fuses chunk rows only where the device runs the WGMMA kernel
+    /// picks it); for chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to
+    /// store. The model fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
         let (sms, pin_at) = (self.sms, self.pin_at);

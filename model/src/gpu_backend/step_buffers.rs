@@ -265,7 +265,8 @@ pub(crate) fn widest_decode_plan(
 }
 
 /// Device bytes of a model's step buffers for `cap`, the split-K workspace and its counters
-/// included; `None` past 2^64. What [`super::forward::GpuModel::new`] allocates before it sizes the cache.
+/// included; `None` past 2^64. What [`super::forward::GpuModel::new`] allocates before it sizes
+/// the cache.
 pub fn step_memory(
     dims: &ModelDims,
     cap: &Capacity,

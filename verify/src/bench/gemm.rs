@@ -115,10 +115,10 @@ impl GemmPoint {
 }
 
 /// Every plan timed at `shape` on a device of compute capability `cc` with `sms` SMs: each skinny
-/// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the shared-x form
-/// where it takes the shape, on sm_90 the warpgroup form (up to `SKINNY_TIMED_MAX_M`) and the
-/// WGMMA kernel where the shape fits them, cuBLASLt, and
-/// cuBLASLt pinned as the LM head pins it (`cublaslt-at-m64`).
+/// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the shared-x form where
+/// it takes the shape, on sm_90 the warpgroup form (up to `SKINNY_TIMED_MAX_M`) and the WGMMA
+/// kernel where the shape fits them, cuBLASLt, and cuBLASLt pinned as the LM head pins it
+/// (`cublaslt-at-m64`).
 fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> = if shape.m <= SKINNY_TIMED_MAX_M {
         let plain = gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok());

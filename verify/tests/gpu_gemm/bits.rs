@@ -68,15 +68,14 @@ pub fn batch_invariance(gpu: &Arc<Gpu>) -> Check {
 type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
-/// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as
-/// decode rows are planned (the shared-x form where it serves, and on a device that runs wgmma the
-/// warpgroup form, from M = 33); through the WGMMA kernel at
-/// M = 7 to 2100, at every place in its tile the M puts it; through cuBLASLt pinned at
-/// one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so a
-/// prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
-/// reference (`HEAD_PIN_AT`, 64), at the decode buckets' M 2 to 256, the reference itself
-/// included (so a request's logits do not depend on its batch); for the QKV, down and LM-head
-/// weights.
+/// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as decode
+/// rows are planned (the shared-x form where it serves, and on a device that runs wgmma the
+/// warpgroup form, from M = 33); through the WGMMA kernel at M = 7 to 2100, at every place in its
+/// tile the M puts it; through cuBLASLt pinned at one reference M, a row alone and at M = 7, 65,
+/// 300, 768 and 1000 has the same bits (so a prefill chunk's rows do not depend on the chunks
+/// beside them); and pinned at the LM head's reference (`HEAD_PIN_AT`, 64), at the decode buckets'
+/// M 2 to 256, the reference itself included (so a request's logits do not depend on its batch);
+/// for the QKV, down and LM-head weights.
 pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
     for (s, &(name, n, k)) in [MODEL_SHAPES[0], MODEL_SHAPES[3], MODEL_SHAPES[4]].iter().enumerate() {
         let seed = 7000 + 100 * s as u64;

@@ -42,7 +42,8 @@ pub fn wgmma_left_out(gpu: &Gpu) -> &'static str {
     }
 }
 
-/// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of 16).
+/// Whether `gpu` runs the WGMMA GEMM (sm_90 alone) and `shape` fits it (K a multiple of 64, N of
+/// 16).
 pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
     runs_wgmma(gpu) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()
 }
@@ -50,9 +51,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
 /// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
-/// device runs wgmma and the slab fits, the WGMMA kernel where it serves
-/// the shape, cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of
-/// `PINNED_AT` where N and K are at least 64.
+/// device runs wgmma and the slab fits, the WGMMA kernel where it serves the shape, cuBLASLt's own
+/// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64.
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
