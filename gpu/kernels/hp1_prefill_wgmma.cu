@@ -170,7 +170,11 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
-  const WgmmaDesc q_desc(q_tile, 16, 1024), k_desc(k_tile, 16, 1024), v_desc(v_tile, 8192, 1024);
+  // q_tile differs between warpgroups, so ptxas cannot prove it warp-uniform and keeps its
+  // descriptor in vector registers, moved to uniform ones (R2UR) at every wgmma; taken from lane
+  // 0 it is provably uniform and stays in uniform registers.
+  const WgmmaDesc q_desc(__shfl_sync(0xffffffffu, q_tile, 0), 16, 1024), k_desc(k_tile, 16, 1024),
+      v_desc(v_tile, 8192, 1024);
   const int tiles = (key_end + BN - 1) / BN;
   for (int j = 0; j < tiles; ++j) {
     const int stage = j & 1;
