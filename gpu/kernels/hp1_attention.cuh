@@ -33,8 +33,9 @@
 //      and G = 16 give the same scores, with U-fold fewer shuffles. Shuffles use the group's own
 //      lane mask: groups of one warp may run different trip counts (SPEC section 8).
 //   2. Gate, per key, exactly as oracle::hp1::gate::Gate::apply in f32: r = relu_pre ? max(s, 0)
-//      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * (1/F); z = s - sigma * m;
-//      p = gamma * clamp(z, clip_min, clip_max) with NaN passing the clamp. Every operation is an
+//      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; z = fma(-sigma_over_f, sum, s) with
+//      sigma_over_f = sigma * (1/F) per head; p = gamma * clamp(z, clip_min, clip_max) with NaN
+//      passing the clamp. Every operation is an
 //      explicitly rounded intrinsic, so no instantiation can contract it differently.
 //   3. List, per head: (cache row, weight) of each key to visit, in key order. Sparse: the keys
 //      with p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
@@ -272,13 +273,14 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   const int block_mask = (1 << a.log2_block) - 1;
   const int* __restrict__ table = a.block_table + (long long)a.row_seq[row] * a.max_blocks_per_seq;
   const unsigned token_bytes = (unsigned)(a.num_kv_heads * D * 2);
-  float sigma[HP], gamma[HP];
+  // sigma / F rounded once per head, as oracle::hp1::gate computes it.
+  const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
+  float sigma_over_f[HP], gamma[HP];
 #pragma unroll
   for (int hh = 0; hh < HP; ++hh) {
-    sigma[hh] = a.sigma[h0 + hh];
+    sigma_over_f[hh] = __fmul_rn(a.sigma[h0 + hh], inv_f);
     gamma[hh] = a.gamma[h0 + hh];
   }
-  const float inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
   const int c_begin = SPLIT ? chunk : 0, c_end = SPLIT ? chunk + 1 : num_chunks;
 
   // 0. The cache row of every key QK reads in chunk c, clamped into [0, len) so that QK loads
@@ -391,7 +393,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
             const float s = sh.score[hh][OV + j - f];
             sum = __fadd_rn(sum, a.relu_pre ? fmaxf(s, 0.0f) : s);
           }
-          const float z = __fsub_rn(sh.score[hh][OV + j], __fmul_rn(sigma[hh], __fmul_rn(sum, inv_f)));
+          const float z = __fmaf_rn(-sigma_over_f[hh], sum, sh.score[hh][OV + j]);
           const float clamped = z < a.clip_min ? a.clip_min : (z > a.clip_max ? a.clip_max : z);
           p = __fmul_rn(gamma[hh], clamped);
         }

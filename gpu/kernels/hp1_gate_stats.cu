@@ -21,8 +21,8 @@
 //        butterfly of the decode kernel's thread group, whose pairing (not the lanes) fixes the
 //        bits, since a + b and b + a round alike. s = scale * dot.
 //   gate: r = relu_pre ? max(s, 0) : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1};
-//        m = sum * (1/F); z = s - sigma * m; p = gamma * clamp(z, clip_min, clip_max), NaN passing
-//        the clamp. Every operation is an explicitly rounded intrinsic, so nothing is contracted.
+//        z = fma(-sigma_over_f, sum, s), sigma_over_f = sigma * (1/F) per head;
+//        p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp. Every operation is an explicitly rounded intrinsic, so nothing is contracted.
 //
 // LAUNCH. Block THREADS = 128 (4 warps), grid rows * Hq, blockIdx.x = row * Hq + h. Static shared
 // memory: 4 * 256 (q as f32) + 4 * (7 + 128) (scores) + 4 * 4 (warp counts) = 1580 bytes. Rows with
@@ -113,8 +113,8 @@ extern "C" __global__ void __launch_bounds__(gate_stats::THREADS)
   const unsigned short* __restrict__ k_head = key_cache + (long long)g * d;
   const unsigned short* __restrict__ q_head = q + row * q_row_stride + (long long)h * d;
   for (int i = tid; i < d; i += THREADS) qs[i] = __uint_as_float((unsigned)q_head[i] << 16);
-  const float sig = sigma[h], gam = gamma[h];
-  const float inv_f = __fdiv_rn(1.0f, (float)fir_k);
+  // sigma / F rounded once per head, as oracle::hp1::gate computes it.
+  const float sigma_over_f = __fmul_rn(sigma[h], __fdiv_rn(1.0f, (float)fir_k)), gam = gamma[h];
   __syncthreads();
 
   unsigned zeros = 0;
@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(gate_stats::THREADS)
         const float s = sc[OV + tid - f];
         sum = __fadd_rn(sum, relu_pre ? fmaxf(s, 0.0f) : s);
       }
-      const float z = __fsub_rn(sc[OV + tid], __fmul_rn(sig, __fmul_rn(sum, inv_f)));
+      const float z = __fmaf_rn(-sigma_over_f, sum, sc[OV + tid]);
       const float clamped = z < clip_min ? clip_min : (z > clip_max ? clip_max : z);
       zeros += __fmul_rn(gam, clamped) == 0.0f ? 1u : 0u;
     }

@@ -16,8 +16,9 @@
 // GATE, exactly as oracle::hp1::gate::Gate::apply in f32, every operation an explicitly rounded
 // intrinsic so no instantiation can contract it differently:
 //   s = scale * acc; r = relu_pre ? max(s, 0) : s (r = 0 for keys before 0);
-//   sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; m = sum * inv_f (inv_f = 1/F rounded);
-//   z = s - sigma * m; p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp.
+//   sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1};
+//   z = fma(-sigma_over_f, sum, s) (sigma_over_f = sigma * (1/F), rounded per head);
+//   p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp.
 // Keys past the row's position get p = 0 (causal mask; a row with position -1 is all masked).
 // Two departures from that text change at most the sign of a zero p, and so no output bit: the
 // sum starts at r_t (0 + r_t differs from r_t only when r_t is -0), and the clamp is max.NaN then
@@ -45,9 +46,10 @@
 
 namespace hp1_prefill {
 
-// Per-head gate parameters (inv_f = __fdiv_rn(1, fir_k), as the oracle computes 1/F).
+// Per-head gate parameters; sigma_over_f = __fmul_rn(sigma, __fdiv_rn(1, fir_k)), as the oracle
+// computes it (oracle::hp1::gate).
 struct GateParams {
-  float scale, sigma, gamma, inv_f, clip_min, clip_max;
+  float scale, sigma_over_f, gamma, clip_min, clip_max;
   int fir_k;     // 1 .. 8
   int relu_pre;  // 0 or 1
 };
@@ -134,7 +136,7 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
         if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, r[m - f]);
       }
       const float sc = s[m >> 1][2 * h + (m & 1)];
-      const float z = __fsub_rn(sc, __fmul_rn(gp.sigma, __fmul_rn(sum, gp.inv_f)));
+      const float z = __fmaf_rn(-gp.sigma_over_f, sum, sc);
       const float p = __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max));
       s[m >> 1][2 * h + (m & 1)] = !MASK || key + m <= pos ? p : 0.0f;
     }

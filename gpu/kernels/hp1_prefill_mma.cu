@@ -193,9 +193,8 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   const int* __restrict__ table = a.block_table + (long long)tile.seq * a.max_blocks;
   GateParams gp;
   gp.scale = a.scale;
-  gp.sigma = a.sigma[h];
+  gp.sigma_over_f = __fmul_rn(a.sigma[h], __fdiv_rn(1.0f, (float)a.fir_k));
   gp.gamma = a.gamma[h];
-  gp.inv_f = __fdiv_rn(1.0f, (float)a.fir_k);
   gp.clip_min = a.clip_min;
   gp.clip_max = a.clip_max;
   gp.fir_k = a.fir_k;

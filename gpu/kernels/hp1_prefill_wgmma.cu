@@ -85,27 +85,33 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
   const int t0 = k0 + hp1_prefill::key_of_column(r0);
   const unsigned at = swizzled(r0, c);  // row r0 + m PASS is PASS * 128 bytes further per m
-  // The cache offset of key t's chunk (key 0's for a key past `end`, whose copy reads nothing).
-  const auto offset = [&](int t) {
+  // Byte arithmetic: the cache row of key t's chunk in the key cache; the value cache's is
+  // v_minus_k bytes further (the same offset in the other buffer).
+  const char* const k_col = reinterpret_cast<const char*>(key_cache + col);
+  const long long v_minus_k = reinterpret_cast<const char*>(value_cache) - reinterpret_cast<const char*>(key_cache);
+  const unsigned row_bytes = row_stride * 2;
+  // Key t's chunk in the key cache (key 0's for a key past `end`, whose copy reads nothing).
+  const auto source = [&](int t) {
     const int key = t < end ? t : 0;
     const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
-    return (unsigned long long)row * row_stride + col;
+    return k_col + (unsigned long long)row * row_bytes;
   };
-  // Row r0 + m PASS of both tiles from offset off, key t0 + m KEY_STEP.
-  const auto copy = [&](int m, unsigned long long off) {
+  // Row r0 + m PASS of both tiles from the key cache's src (the value cache's alongside), key
+  // t0 + m KEY_STEP.
+  const auto copy = [&](int m, const char* src) {
     const bool valid = t0 + m * KEY_STEP < end;
-    tc::cp_async_16(k_dst + at + m * PASS * 128, key_cache + off, valid);
-    tc::cp_async_16(v_dst + at + m * PASS * 128, value_cache + off, valid);
+    tc::cp_async_16(k_dst + at + m * PASS * 128, src, valid);
+    tc::cp_async_16(v_dst + at + m * PASS * 128, src + v_minus_k, valid);
   };
   // Two loops, not one with a select per key: merged, ptxas predicates the per-key lookups into
   // the one-block path, whose issue slots they then take.
   if (log2_block >= 4) {
-    const unsigned long long first = offset(t0);
+    const char* const first = source(t0);
 #pragma unroll
-    for (int m = 0; m < BN / PASS; ++m) copy(m, first + (unsigned long long)(m * KEY_STEP) * row_stride);
+    for (int m = 0; m < BN / PASS; ++m) copy(m, first + m * KEY_STEP * row_bytes);
   } else {
 #pragma unroll
-    for (int m = 0; m < BN / PASS; ++m) copy(m, offset(t0 + m * KEY_STEP));
+    for (int m = 0; m < BN / PASS; ++m) copy(m, source(t0 + m * KEY_STEP));
   }
 }
 
@@ -162,7 +168,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int warp = wtid >> 5, lane = threadIdx.x & 31;
   const int row_a = 16 * warp + (lane >> 2);
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
-  const hp1_prefill::GateParams gate{scale, sigma[h], gamma[h], __fdiv_rn(1.0f, (float)fir_k), clip_min, clip_max, fir_k, relu_pre};
+  const hp1_prefill::GateParams gate{scale, __fmul_rn(sigma[h], __fdiv_rn(1.0f, (float)fir_k)), gamma[h], clip_min, clip_max,
+                                     fir_k, relu_pre};
   hp1_prefill::FirTail<FIR> tail;
   hp1_prefill::fir_tail_init(tail);
 

@@ -455,7 +455,6 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
     let p = inp.params;
     let (_, hq, d) = data.out_shape();
     let group = hq / data.f32.key_cache.dim().2;
-    let inv_f = 1.0f32 / p.fir_k as f32;
     let mut counts = GateCounts::default();
     for row in data.meta.rows() {
         for h in 0..hq {
@@ -481,7 +480,8 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
             };
             for (t, &s) in scores.iter().enumerate() {
                 let sum = (0..p.fir_k).fold(0.0f32, |acc, back| acc + r(t, back));
-                let z = s - inp.sigma[h] * (sum * inv_f);
+                let sigma_over_f = inp.sigma[h] * (1.0f32 / p.fir_k as f32);
+                let z = (-sigma_over_f).mul_add(sum, s);
                 let clamped = if z < p.clip_min {
                     p.clip_min
                 } else if z > p.clip_max {

@@ -7,6 +7,14 @@
 //! p_t = gamma * clamp(z_t, clip_min, clip_max)
 //! ```
 //!
+//! Computed as `z_t = fma(-(sigma / F), r_t + ... + r_{t-F+1}, s_t)`: `sigma / F` is rounded once
+//! per head (`sigma * (1 / F)`, each product rounded) and the key's sum meets it in one fused
+//! multiply-add, the same value as SPEC section 2's in exact arithmetic. Every GPU path computes
+//! these operations in f32 in this order (`hp1_prefill_gate.cuh`, `hp1_attention.cuh`,
+//! `hp1_gate_stats.cu`), which the f32 instantiation here reproduces bit for bit; the fused form
+//! is one instruction a key where `s - sigma * (sum / F)` took three, in kernels bound by issuing
+//! the gate's instructions.
+//!
 //! The gate of key `t` reads the raw scores of keys `t-F+1..=t` only, so a chunk of keys can
 //! be gated alone once it is handed the `F - 1` scores to its left: that is the whole of the
 //! split-K and prefill-tile decompositions.
@@ -54,7 +62,7 @@ impl<T: Scalar> Gate<T> {
         let f = self.params.fir_k;
         debug_assert!(left.len() < f, "left context holds {} scores, F - 1 = {}", left.len(), f - 1);
         debug_assert_eq!(scores.len(), out.len());
-        let inv_f = T::one() / T::of(f as f64);
+        let sigma_over_f = self.sigma * (T::one() / T::of(f as f64));
         let at = |i: isize| -> T {
             if i < 0 {
                 let li = left.len() as isize + i;
@@ -72,7 +80,7 @@ impl<T: Scalar> Gate<T> {
             for back in 0..f as isize {
                 sum = sum + at(i as isize - back);
             }
-            let z = s - self.sigma * (sum * inv_f);
+            let z = (-sigma_over_f).mul_add(sum, s);
             *o = self.gamma * self.clamp(z);
         }
     }
