@@ -29,10 +29,13 @@
 //   key_cache, value_cache  [num_slots = num_blocks * block_size, Hkv, D] (the vLLM flash layout)
 //   fault        ops_common.cuh
 //
-// Work: one thread per (token, q or k head, 8-pair chunk) and per (token, v head, 8-channel
-// chunk), in a grid-stride loop (a StrideWalk over item r of token t); pair chunk p loads its 8
-// first-half channels and their 8 partners, 32 contiguous bytes, and D must be a multiple of 16.
-// Every access is 16 bytes. No shared memory.
+// Work: one thread per (token, 8-pair chunk p), in a grid-stride loop (a StrideWalk over chunk
+// p of token t). The thread reads the chunk's 8 cosines and sines and each norm's parameters of
+// its channels once, then norms and rotates chunk p of every q head and every k head (its 8
+// first-half channels and their 8 partners, 32 contiguous bytes a head) and copies channels
+// 16 p .. 16 p + 15 of every v head: the table and parameters are read once a chunk, not once a
+// head (they took most of the loads when a thread did one head's chunk). D must be a multiple
+// of 16. Every access is 16 bytes. No shared memory.
 //
 // Assumes (checked by gpu::ops::qk_norm_rope): D % 16 == 0, 16-byte aligned buffers, sizes as
 // above. A position outside [0, max_pos) is clamped into the table and a slot at or past
@@ -102,60 +105,64 @@ extern "C" __global__ void qk_norm_rope_cache(
                           k_norm_alpha_stride, k_norm_weight_stride, k_norm_bias_stride};
     const int half = head_dim / 2;
     const int pair_chunks = half / 8;
-    const int v_chunks = head_dim / 8;
-    const int qk_items = (num_heads + num_kv_heads) * pair_chunks;
-    const int per_token = qk_items + num_kv_heads * v_chunks;
     const long long row = (long long)(num_heads + 2 * num_kv_heads) * head_dim;
 
-    for (StrideWalk walk(per_token); walk.row < tokens; walk.advance()) {
+    for (StrideWalk walk(pair_chunks); walk.row < tokens; walk.advance()) {
         const int t = (int)walk.row;
-        const int r = walk.col;
+        const int j0 = walk.col * 8;
         int pos = positions[t];
         const long long slot = slot_mapping[t];
         const bool pos_ok = pos >= 0 && pos < max_pos;
         const bool write_kv = slot >= 0 && slot < num_slots;
-        if (r == 0) {
+        if (j0 == 0) {
             if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
             if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
         }
         pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
         const bf16* src = qkv + t * row;
-
-        if (r < qk_items) {
-            const int head = r / pair_chunks;  // q heads 0..Hq, then k heads
-            const int j0 = (r % pair_chunks) * 8;
-            const bool is_q = head < num_heads;
-            if (!is_q && !write_kv) continue;
-            const UClip norm = is_q ? q_norm : k_norm;
+        const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
+        const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
+        const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
+        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+        const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+        // Pair chunk j0 of head `head` (q heads 0 .. Hq, then k heads) into dst.
+        const auto norm_rope = [&](const UClip8& norm_lo, const UClip8& norm_hi, int head, bf16* dst) {
             const bf16* x = src + (long long)head * head_dim;
             float lo[8], hi[8];
             load8(x + 2 * j0, lo);
             load8(x + 2 * j0 + 8, hi);
-            const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
-            const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
-            const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
-            const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-            const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
-            const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
 #pragma unroll
             for (int k = 0; k < 8; ++k) {
                 const float a = norm_lo(k, lo[k]);
                 const float b = norm_hi(k, hi[k]);
                 rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
             }
-            bf16* dst = is_q
-                ? q_out + ((long long)t * num_heads + head) * head_dim
-                : key_cache + (slot * num_kv_heads + (head - num_heads)) * head_dim;
             store8_cvt(dst + j0, lo);
             store8_cvt(dst + half + j0, hi);
-        } else {
-            if (!write_kv) continue;
-            const int rv = r - qk_items;
-            const int g = rv / v_chunks;
-            const int c0 = (rv % v_chunks) * 8;
-            const bf16* v = src + (long long)(num_heads + num_kv_heads + g) * head_dim + c0;
-            bf16* dst = value_cache + (slot * num_kv_heads + g) * head_dim + c0;
-            *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(v);
+        };
+        {
+            const UClip8 norm_lo(q_norm, j0), norm_hi(q_norm, half + j0);
+            bf16* q_row = q_out + (long long)t * num_heads * head_dim;
+#pragma unroll 2
+            for (int h = 0; h < num_heads; ++h) norm_rope(norm_lo, norm_hi, h, q_row + (long long)h * head_dim);
+        }
+        if (!write_kv) continue;
+        {
+            const UClip8 norm_lo(k_norm, j0), norm_hi(k_norm, half + j0);
+            bf16* k_row = key_cache + slot * num_kv_heads * head_dim;
+#pragma unroll 2
+            for (int g = 0; g < num_kv_heads; ++g)
+                norm_rope(norm_lo, norm_hi, num_heads + g, k_row + (long long)g * head_dim);
+        }
+        // v chunks 2 j0 .. 2 j0 + 15 of every v head, copied bit for bit.
+        const bf16* v_row = src + (long long)(num_heads + num_kv_heads) * head_dim + 2 * j0;
+        bf16* v_dst = value_cache + slot * num_kv_heads * head_dim + 2 * j0;
+        for (int g = 0; g < num_kv_heads; ++g) {
+            const uint4* from = reinterpret_cast<const uint4*>(v_row + (long long)g * head_dim);
+            uint4* to = reinterpret_cast<uint4*>(v_dst + (long long)g * head_dim);
+            const uint4 v0 = from[0], v1 = from[1];
+            to[0] = v0;
+            to[1] = v1;
         }
     }
 }

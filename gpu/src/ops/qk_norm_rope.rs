@@ -164,7 +164,7 @@ impl QkNormRopeCache {
         out: &mut QkvOutputs<'_>,
         faults: &mut Faults,
     ) -> Result<()> {
-        let HeadShape { num_heads, num_kv_heads, head_dim } = self.heads;
+        let head_dim = self.heads.head_dim;
         self.heads.check_norms(ENTRY, q_norm, k_norm)?;
         let tokens = inputs.positions.len();
         check_len(ENTRY, "slot_mapping", inputs.slot_mapping.len(), tokens)?;
@@ -178,7 +178,8 @@ impl QkNormRopeCache {
         if tokens == 0 {
             return Ok(());
         }
-        let per_token = (num_heads + num_kv_heads) * head_dim / 16 + num_kv_heads * head_dim / 8;
+        // One thread per 8-pair chunk of a token (qk_norm_rope_cache.cu, Work).
+        let per_token = head_dim / 16;
         let [max_pos, heads_i, kv_heads_i, head_dim_i] = self.heads.ints(ENTRY, &self.rope)?;
         let tokens_i = as_i32(ENTRY, "tokens", tokens)?;
         let cfg = elementwise_config((tokens * per_token) as u64);
