@@ -46,9 +46,8 @@
 // the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
 // gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
 // dispatcher sends D = 256 to the MMA path. Registers (ptxas of NVRTC 13, sm_90a): the _f3_relu
-// entries fit two CTAs per SM in 128 registers (d128_h2 with a 16-byte stack frame, reloaded from
-// L1), except d128_h1 (166 registers, one CTA); the general entries take 168 to 203 registers,
-// one CTA per SM, without spills.
+// entries fit two CTAs per SM in 128 registers without spills, except d128_h1 (168 registers, one
+// CTA); the general entries take 164 to 228 registers, one CTA per SM, without spills.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
