@@ -85,9 +85,11 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   const int t0 = k0 + hp1_prefill::key_of_column(r0);
   const unsigned at = swizzled(r0, c);  // row r0 + m PASS is PASS * 128 bytes further per m
   // Byte arithmetic: the cache row of key t's chunk in the key cache; the value cache's is
-  // v_minus_k bytes further (the same offset in the other buffer).
+  // v_minus_k bytes further (the same offset in the other buffer, reached as an address, since
+  // the two are separate allocations).
   const char* const k_col = reinterpret_cast<const char*>(key_cache + col);
-  const long long v_minus_k = reinterpret_cast<const char*>(value_cache) - reinterpret_cast<const char*>(key_cache);
+  const unsigned long long v_minus_k =
+      reinterpret_cast<unsigned long long>(value_cache) - reinterpret_cast<unsigned long long>(key_cache);
   const unsigned row_bytes = row_stride * 2;
   // Key t's chunk in the key cache (key 0's for a key past `end`, whose copy reads nothing).
   const auto source = [&](int t) {
@@ -100,7 +102,8 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf
   const auto copy = [&](int m, const char* src) {
     const bool valid = t0 + m * KEY_STEP < end;
     tc::cp_async_16(k_dst + at + m * PASS * 128, src, valid);
-    tc::cp_async_16(v_dst + at + m * PASS * 128, src + v_minus_k, valid);
+    tc::cp_async_16(v_dst + at + m * PASS * 128,
+                    reinterpret_cast<const void*>(reinterpret_cast<unsigned long long>(src) + v_minus_k), valid);
   };
   // Two loops, not one with a select per key: merged, ptxas predicates the per-key lookups into
   // the one-block path, whose issue slots they then take.
