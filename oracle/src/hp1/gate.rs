@@ -7,9 +7,9 @@
 //! p_t = gamma * clamp(z_t, clip_min, clip_max)
 //! ```
 //!
-//! Computed as `z_t = fma(-(sigma / F), r_t + ... + r_{t-F+1}, s_t)`: `sigma / F` is rounded once
-//! per head (`sigma * (1 / F)`, each product rounded) and the key's sum meets it in one fused
-//! multiply-add, the same value as SPEC section 2's in exact arithmetic. Every GPU path computes
+//! Computed as `z_t = fma(-(sigma / F), r_t + ... + r_{t-F+1}, s_t)`: `sigma / F` is formed once
+//! per head as `sigma * (1 / F)` (the quotient and the product each rounded) and the key's sum
+//! meets it in one fused multiply-add, the same value as SPEC section 2's in exact arithmetic. Every GPU path computes
 //! these operations in f32 in this order (`hp1_prefill_gate.cuh`, `hp1_attention.cuh`,
 //! `hp1_gate_stats.cu`), which the f32 instantiation here reproduces bit for bit; the fused form
 //! is one instruction a key where `s - sigma * (sum / F)` took three, in kernels bound by issuing
