@@ -35,8 +35,8 @@
 //   2. Gate, per key, exactly as oracle::hp1::gate::Gate::apply in f32: r = relu_pre ? max(s, 0)
 //      : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1}; z = fma(-sigma_over_f, sum, s) with
 //      sigma_over_f = sigma * (1/F) per head; p = gamma * clamp(z, clip_min, clip_max) with NaN
-//      passing the clamp. Every operation is an
-//      explicitly rounded intrinsic, so no instantiation can contract it differently.
+//      passing the clamp. Every operation is an explicitly rounded intrinsic, so no instantiation
+//      can contract it differently.
 //   3. List, per head: (cache row, weight) of each key to visit, in key order. Sparse: the keys
 //      with p != 0 (NaN kept), ranked by warp ballot + popc within a warp and a prefix over the
 //      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same code

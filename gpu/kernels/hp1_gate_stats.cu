@@ -22,7 +22,8 @@
 //        bits, since a + b and b + a round alike. s = scale * dot.
 //   gate: r = relu_pre ? max(s, 0) : s; sum = ((0 + r_t) + r_{t-1}) + ... + r_{t-F+1};
 //        z = fma(-sigma_over_f, sum, s), sigma_over_f = sigma * (1/F) per head;
-//        p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp. Every operation is an explicitly rounded intrinsic, so nothing is contracted.
+//        p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp. Every operation is an
+//        explicitly rounded intrinsic, so nothing is contracted.
 //
 // LAUNCH. Block THREADS = 128 (4 warps), grid rows * Hq, blockIdx.x = row * Hq + h. Static shared
 // memory: 4 * 256 (q as f32) + 4 * (7 + 128) (scores) + 4 * 4 (warp counts) = 1580 bytes. Rows with

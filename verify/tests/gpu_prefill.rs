@@ -7,8 +7,8 @@
 //! every FIR length, gate zero fractions under 10% and over 95%); two runs giving the same bits;
 //! a sequence giving the same bits alone and in a batch; and the dispatcher's choices with their
 //! fallbacks (short queries to fake decode, D = 256 to MMA where WGMMA is not built for it),
-//! each choice agreeing with the oracle. The drawn cases
-//! of `gpu_attention` run these paths too (they are in `gpu_paths`).
+//! each choice agreeing with the oracle. The drawn cases of `gpu_attention` run these paths too
+//! (they are in `gpu_paths`).
 
 use std::fmt::Display;
 use std::sync::Arc;

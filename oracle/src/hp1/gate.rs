@@ -9,11 +9,11 @@
 //!
 //! Computed as `z_t = fma(-(sigma / F), r_t + ... + r_{t-F+1}, s_t)`: `sigma / F` is formed once
 //! per head as `sigma * (1 / F)` (the quotient and the product each rounded) and the key's sum
-//! meets it in one fused multiply-add, the same value as SPEC section 2's in exact arithmetic. Every GPU path computes
-//! these operations in f32 in this order (`hp1_prefill_gate.cuh`, `hp1_attention.cuh`,
-//! `hp1_gate_stats.cu`), which the f32 instantiation here reproduces bit for bit; the fused form
-//! is one instruction a key where `s - sigma * (sum / F)` took three, in kernels bound by issuing
-//! the gate's instructions.
+//! meets it in one fused multiply-add, the same value as SPEC section 2's in exact arithmetic.
+//! Every GPU path computes these operations in f32 in this order (`hp1_prefill_gate.cuh`,
+//! `hp1_attention.cuh`, `hp1_gate_stats.cu`), which the f32 instantiation here reproduces bit
+//! for bit; the fused form is one instruction a key where `s - sigma * (sum / F)` took three, in
+//! kernels bound by issuing the gate's instructions.
 //!
 //! The gate of key `t` reads the raw scores of keys `t-F+1..=t` only, so a chunk of keys can
 //! be gated alone once it is handed the `F - 1` scores to its left: that is the whole of the
