@@ -46,13 +46,19 @@
 
 namespace hp1_prefill {
 
-// Per-head gate parameters; sigma_over_f = __fmul_rn(sigma, __fdiv_rn(1, fir_k)), as the oracle
-// computes it (oracle::hp1::gate).
+// Per-head gate parameters (gate_params).
 struct GateParams {
   float scale, sigma_over_f, gamma, clip_min, clip_max;
   int fir_k;     // 1 .. 8
   int relu_pre;  // 0 or 1
 };
+
+// A head's gate parameters from its sigma and gamma: sigma_over_f = sigma * (1 / fir_k), each
+// rounded, as the oracle computes it (oracle::hp1::gate).
+__device__ __forceinline__ GateParams gate_params(float scale, float sigma, float gamma, float clip_min, float clip_max,
+                                                  int fir_k, int relu_pre) {
+  return GateParams{scale, __fmul_rn(sigma, __fdiv_rn(1.0f, (float)fir_k)), gamma, clip_min, clip_max, fir_k, relu_pre};
+}
 
 // The key (0 .. 63) that row n of a 64-key tile of K and V holds (LAYOUT).
 __device__ __forceinline__ int key_of_column(int n) { return ((n >> 1) & 3) * 16 + (n >> 3) * 2 + (n & 1); }

@@ -191,14 +191,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   const unsigned short* __restrict__ kc = a.key_cache + (long long)kvh * D;
   const unsigned short* __restrict__ vc = a.value_cache + (long long)kvh * D;
   const int* __restrict__ table = a.block_table + (long long)tile.seq * a.max_blocks;
-  GateParams gp;
-  gp.scale = a.scale;
-  gp.sigma_over_f = __fmul_rn(a.sigma[h], __fdiv_rn(1.0f, (float)a.fir_k));
-  gp.gamma = a.gamma[h];
-  gp.clip_min = a.clip_min;
-  gp.clip_max = a.clip_max;
-  gp.fir_k = a.fir_k;
-  gp.relu_pre = a.relu_pre;
+  const GateParams gp = gate_params(a.scale, a.sigma[h], a.gamma[h], a.clip_min, a.clip_max, a.fir_k, a.relu_pre);
 
   const unsigned sm = tc::smem_addr(tc::dynamic_smem());
   // cp.async groups: {Q, key tile 0}, then one per key tile kt: {key tile kt + 1} (empty past the

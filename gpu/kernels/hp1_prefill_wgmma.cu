@@ -170,8 +170,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int warp = wtid >> 5, lane = threadIdx.x & 31;
   const int row_a = 16 * warp + (lane >> 2);
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
-  const hp1_prefill::GateParams gate{scale, __fmul_rn(sigma[h], __fdiv_rn(1.0f, (float)fir_k)), gamma[h], clip_min, clip_max,
-                                     fir_k, relu_pre};
+  const hp1_prefill::GateParams gate =
+      hp1_prefill::gate_params(scale, sigma[h], gamma[h], clip_min, clip_max, fir_k, relu_pre);
   hp1_prefill::FirTail<FIR> tail;
   hp1_prefill::fir_tail_init(tail);
 
