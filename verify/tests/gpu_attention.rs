@@ -458,6 +458,7 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
     let mut counts = GateCounts::default();
     for row in data.meta.rows() {
         for h in 0..hq {
+            let sigma_over_f = inp.sigma[h] * (1.0f32 / p.fir_k as f32);
             let q = data.f32.q.slice(s![row.token, h, ..]);
             let scores: Vec<f32> = (0..=row.pos)
                 .map(|t| {
@@ -480,7 +481,6 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
             };
             for (t, &s) in scores.iter().enumerate() {
                 let sum = (0..p.fir_k).fold(0.0f32, |acc, back| acc + r(t, back));
-                let sigma_over_f = inp.sigma[h] * (1.0f32 / p.fir_k as f32);
                 let z = (-sigma_over_f).mul_add(sum, s);
                 let clamped = if z < p.clip_min {
                     p.clip_min
