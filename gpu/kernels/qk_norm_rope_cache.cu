@@ -120,8 +120,9 @@ extern "C" __global__ void qk_norm_rope_cache(
         }
         pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
         const bf16* src = qkv + t * row;
-        const float4* cs = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + j0);
-        const float4* sn = reinterpret_cast<const float4*>(rope + (long long)pos * head_dim + half + j0);
+        const float* rope_row = rope + (long long)pos * head_dim;
+        const float4* cs = reinterpret_cast<const float4*>(rope_row + j0);
+        const float4* sn = reinterpret_cast<const float4*>(rope_row + half + j0);
         const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
         const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
         const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
