@@ -4,7 +4,7 @@
 // gemm_skinny.cuh's header state each one's arithmetic and buffers). Shared by the skinny GEMM of
 // decode rows (gemm_skinny.cuh), the decode megakernel (decode_mega.cu) and the WGMMA GEMM of
 // prefill rows (gemm_wgmma.cu), so one row meets the same rounding points on every path. Needs
-// loads.cuh and ops_common.cuh before it.
+// loads.cuh, ops_common.cuh and norm_rope.cuh (rope_rotate) before it.
 //
 // An epilogue is a functor with prefetch(t) and operator()(t), called by every thread of the
 // tile's T::THREADS (threadIdx.x below that), on a finished tile t of T::XR rows of x and T::WR
@@ -27,14 +27,6 @@ namespace gemm_epilogue {
 // would fuse around them.
 __device__ __forceinline__ float silu_product(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
-
-// The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
-// s, as qk_norm_rope_cache.cu computes it: products and fused adds written out, not left to
-// contraction, for the same bits in both files.
-__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& lo, float& hi) {
-  lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
-  hi = __fmaf_rn(a, s, __fmul_rn(b, c));
 }
 
 // The wide walk: f(xr, wr) for x row xr and W rows wr .. wr + 7 (wr a multiple of 8) of the

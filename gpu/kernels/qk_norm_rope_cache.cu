@@ -6,13 +6,12 @@
 //   q[t, h]            = bf16(rope(q_norm(qkv q head h), pos))        h < Hq
 //   key_cache[slot, g] = bf16(rope(k_norm(qkv k head g), pos))        g < Hkv
 //   value_cache[slot, g] = qkv v head g (already bf16, copied bit for bit)
-// with slot = slot_mapping[t]. The norm and the rotation run in f32 and round once, at the
-// store: the oracle's QNormRope / KNormRope round points. RoPE is the rotate-half form over the
-// whole head: for j < D/2, y[j] = x[j] cos - x[j + D/2] sin, y[j + D/2] = x[j + D/2] cos + x[j] sin,
-// with cos/sin read from a table the host computed in f64 and rounded to f32 once, and each
-// product and fused add written out (rope_rotate), not left to contraction: the skinny GEMM's
-// QkNormRopeCache epilogue (gemm_skinny.cu) computes the decode rows with the same arithmetic,
-// and both give the same bits.
+// with slot = slot_mapping[t]. The arithmetic of a chunk is norm_rope.cuh's norm_rope_chunk
+// (the oracle's QNormRope / KNormRope round points), which the prefill attention kernels share
+// when they norm their own queries; the skinny GEMM's QkNormRopeCache epilogue (gemm_skinny.cu)
+// computes the decode rows with the same arithmetic, and all give the same bits.
+// q_out may be null: then no q is written (the prefill attention norms the rows' queries from
+// qkv itself), and the pass moves only k and v.
 //
 // Buffers (bf16 unless said):
 //   qkv          [tokens, (Hq + 2 Hkv) * D]  the fused projection: Hq q heads, then Hkv k heads,
@@ -25,7 +24,7 @@
 //   slot_mapping int64 [tokens]   block * block_size + offset; negative = padding, nothing written
 //   rope         f32 [max_pos, D]  row p = cos(p f_0..f_{D/2-1}) then sin(p f_0..f_{D/2-1})
 //   q_norm_*, k_norm_*  f32 UClipNorm parameters over D (ops_common.cuh)
-//   q_out        [tokens, Hq, D]
+//   q_out        [tokens, Hq, D], or null
 //   key_cache, value_cache  [num_slots = num_blocks * block_size, Hkv, D] (the vLLM flash layout)
 //   fault        ops_common.cuh
 //
@@ -67,14 +66,6 @@ struct StrideWalk {
         }
     }
 };
-
-// The rotate-half RoPE of the pair (a, b) = (x[j], x[j + D/2]) by the angle of cosine c and sine
-// s, as gemm_skinny.cu's copy computes it: the _rn intrinsics are never contracted, so the two
-// files give the same bits whatever the compiler would fuse around them.
-__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& lo, float& hi) {
-    lo = __fmaf_rn(a, c, -__fmul_rn(b, s));
-    hi = __fmaf_rn(a, s, __fmul_rn(b, c));
-}
 
 extern "C" __global__ void qk_norm_rope_cache(
     const bf16* __restrict__ qkv,
@@ -118,30 +109,17 @@ extern "C" __global__ void qk_norm_rope_cache(
             if (!pos_ok) record_fault(fault, FAULT_POSITION, (unsigned)pos);
             if (slot >= num_slots) record_fault(fault, FAULT_SLOT, (unsigned)slot);
         }
-        pos = pos < 0 ? 0 : (pos >= max_pos ? max_pos - 1 : pos);
+        pos = clamp_position(pos, max_pos);
         const bf16* src = qkv + t * row;
-        const float* rope_row = rope + (long long)pos * head_dim;
-        const float4* cs = reinterpret_cast<const float4*>(rope_row + j0);
-        const float4* sn = reinterpret_cast<const float4*>(rope_row + half + j0);
-        const float4 c0 = cs[0], c1 = cs[1], s0 = sn[0], s1 = sn[1];
-        const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-        const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+        const RopeChunk rope_chunk(rope, pos, head_dim, j0);
         // Pair chunk j0 of head `head` (q heads 0 .. Hq, then k heads) into dst.
         const auto norm_rope = [&](const UClip8& norm_lo, const UClip8& norm_hi, int head, bf16* dst) {
-            const bf16* x = src + (long long)head * head_dim;
-            float lo[8], hi[8];
-            load8(x + 2 * j0, lo);
-            load8(x + 2 * j0 + 8, hi);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float a = norm_lo(k, lo[k]);
-                const float b = norm_hi(k, hi[k]);
-                rope_rotate(a, b, c[k], s[k], lo[k], hi[k]);
-            }
-            store8_cvt(dst + j0, lo);
-            store8_cvt(dst + half + j0, hi);
+            uint4 lo, hi;
+            norm_rope_chunk(src + (long long)head * head_dim, j0, norm_lo, norm_hi, rope_chunk, lo, hi);
+            *reinterpret_cast<uint4*>(dst + j0) = lo;
+            *reinterpret_cast<uint4*>(dst + half + j0) = hi;
         };
-        {
+        if (q_out) {
             const UClip8 norm_lo(q_norm, j0), norm_hi(q_norm, half + j0);
             bf16* q_row = q_out + (long long)t * num_heads * head_dim;
 #pragma unroll 2

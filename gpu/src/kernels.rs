@@ -33,13 +33,16 @@ pub const HP1_GATE_STATS: Kernel = Kernel {
     source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_gate_stats.cu")),
 };
 
-/// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the inline-PTX
+/// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the bf16
+/// helpers and UClipNorm, the q norm + RoPE of a query tile read from qkv, the inline-PTX
 /// wrappers, the register-fragment FIR gate, the query-tile lookup, then the kernel; see
 /// `hp1_prefill_mma.cu`'s header.
 pub const HP1_PREFILL_MMA: Kernel = Kernel {
     name: "hp1_prefill_mma.cu",
     source: concat!(
         include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/norm_rope.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/hp1_prefill_gate.cuh"),
         include_str!("../kernels/hp1_prefill_tiles.cuh"),
@@ -63,8 +66,8 @@ macro_rules! with_ops_common {
 }
 
 /// A GEMM file or one that runs GEMM bodies: `pdl.cuh`, `loads.cuh`, `ops_common.cuh` (bf16 and
-/// its rounding), `tensor_core.cuh` (the mma wrappers) and the epilogues in `gemm_epilogue.cuh`,
-/// then `$header`s in order, then the file.
+/// its rounding), `norm_rope.cuh` (the RoPE rotation), `tensor_core.cuh` (the mma wrappers) and
+/// the epilogues in `gemm_epilogue.cuh`, then `$header`s in order, then the file.
 macro_rules! with_gemm_epilogue {
     ($file:literal $(, $header:literal)*) => {
         Kernel {
@@ -73,6 +76,7 @@ macro_rules! with_gemm_epilogue {
                 include_str!("../kernels/pdl.cuh"),
                 include_str!("../kernels/loads.cuh"),
                 include_str!("../kernels/ops_common.cuh"),
+                include_str!("../kernels/norm_rope.cuh"),
                 include_str!("../kernels/tensor_core.cuh"),
                 include_str!("../kernels/gemm_epilogue.cuh"),
                 $(include_str!(concat!("../kernels/", $header)),)*
@@ -82,8 +86,17 @@ macro_rules! with_gemm_epilogue {
     };
 }
 
-/// Fused q/k UClipNorm + RoPE + paged KV-cache write ([`crate::ops::qk_norm_rope`]).
-pub const QK_NORM_ROPE_CACHE: Kernel = with_ops_common!("qk_norm_rope_cache.cu");
+/// Fused q/k UClipNorm + RoPE + paged KV-cache write ([`crate::ops::qk_norm_rope`]):
+/// `ops_common.cuh`, the per-chunk arithmetic in `norm_rope.cuh`, then the file.
+pub const QK_NORM_ROPE_CACHE: Kernel = Kernel {
+    name: "qk_norm_rope_cache.cu",
+    source: concat!(
+        include_str!("../kernels/pdl.cuh"),
+        include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/norm_rope.cuh"),
+        include_str!("../kernels/qk_norm_rope_cache.cu")
+    ),
+};
 
 /// Peri-LN: fused norm + residual + norm, and the plain norm ([`crate::ops::norm`]).
 pub const PERI_LN_RESIDUAL: Kernel = with_ops_common!("peri_ln_residual.cu");
@@ -110,13 +123,15 @@ pub const SAMPLING: Kernel = Kernel {
     ),
 };
 
-/// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (the bf16 typedef),
-/// `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`, `wgmma.cuh`, then the file.
+/// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (bf16 and UClipNorm),
+/// `norm_rope.cuh`, `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`,
+/// `wgmma.cuh`, then the file.
 pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
     name: "hp1_prefill_wgmma.cu",
     source: concat!(
         include_str!("../kernels/pdl.cuh"),
         include_str!("../kernels/ops_common.cuh"),
+        include_str!("../kernels/norm_rope.cuh"),
         include_str!("../kernels/tensor_core.cuh"),
         include_str!("../kernels/hp1_prefill_gate.cuh"),
         include_str!("../kernels/hp1_prefill_tiles.cuh"),

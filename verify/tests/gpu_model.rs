@@ -16,7 +16,7 @@ use model::config::ModelConfig;
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::step_buffers::{logit_rows, Capacity};
-use model::gpu_backend::step_program::Fusion;
+use model::gpu_backend::step_program::{AttnPart, Fusion, Op};
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
 use model::start_times::StartTimes;
@@ -255,7 +255,9 @@ const SENSITIVITY_FACTOR: f64 = 1.5;
 /// [`compare_steps`] on `preset`'s shape; with `scaled`, the bound is `bound` or, where larger,
 /// [`SENSITIVITY_FACTOR`] times the oracle's own f32-to-bf16 distance on the same step. Every
 /// step runs on three GPU models: decode steps through the graph path's kernels on one and the
-/// megakernel on another, whose logits must be the same bits, so the bound holds for both; and,
+/// megakernel on another, whose logits must be the same bits, so the bound holds for both (the
+/// second also has its tensor-core prefill read queries the qk pass normed, where the first's
+/// norms them from qkv itself: those steps' logits must be the same bits too); and,
 /// where the model can take every chunk-row fusion (the device runs the WGMMA GEMM and the
 /// shapes fit it), on a third whose chunk rows fuse their elementwise ops
 /// into its epilogues (`ASYNCT_CHUNK_FUSION`'s route; the other two send chunk rows through
@@ -284,13 +286,14 @@ fn compare_preset_steps(
     model.set_decode_kernel(DecodeKernel::Graph);
     let mut mega = gpu_model(gpu, &cfg, &host)?;
     mega.set_decode_kernel(DecodeKernel::Mega);
+    mega.set_prefill_norms_queries(false);
     let mut fused = gpu_model(gpu, &cfg, &host)?;
     fused.set_chunk_fusion(Fusion::ALL);
     let fused_runs = fused.chunk_fusion() == Fusion::ALL;
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
-    let mut mega_steps = 0;
+    let (mut mega_steps, mut norming_steps, mut prefill_steps) = (0, 0, 0);
     for (i, step) in steps.iter().enumerate() {
         let (ids, meta, slots) = step_input(&seqs, step);
         let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
@@ -298,12 +301,21 @@ fn compare_preset_steps(
         let got = model.forward(&input).map_err(|e| e.to_string())?;
         let got_mega = mega.forward(&input).map_err(|e| e.to_string())?;
         if let Some(at) = got.iter().zip(&got_mega).position(|(a, b)| a.to_bits() != b.to_bits()) {
-            return Err(format!("step {i}: logit {at} differs between the graph path's kernels and the megakernel"));
+            return Err(format!(
+                "step {i}: logit {at} differs between the graph path's kernels and the megakernel, \
+                 or between a prefill norming its queries and one reading them normed"
+            ));
         }
-        // The comparison means something only where the step did run in the megakernel: plan the
-        // step's shape again and look.
+        // The comparisons mean something only where the step did run in the megakernel, or did
+        // norm its queries in the prefill: plan the step's shape again and look.
         let facts = mega.upload(&input, &logit_rows(&input)).map_err(|e| e.to_string())?;
         mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
+        let facts = model.upload(&input, &logit_rows(&input)).map_err(|e| e.to_string())?;
+        let program = model.plan(facts).map_err(|e| e.to_string())?.program().clone();
+        let has =
+            |want: AttnPart| program.ops.iter().any(|op| matches!(op, Op::Attention { part, .. } if *part == want));
+        norming_steps += usize::from(has(AttnPart::PrefillNormingQueries));
+        prefill_steps += usize::from(has(AttnPart::PrefillNormingQueries) || has(AttnPart::Prefill));
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
         let error_fused = if fused_runs {
             let got_fused = fused.forward(&input).map_err(|e| e.to_string())?;
@@ -340,6 +352,13 @@ fn compare_preset_steps(
         return Err(format!("{mega_steps} of the {decode_steps} decode-only steps ran in the megakernel"));
     }
     report.push(format!("{mega_steps} decode steps in the megakernel, the same bits as the graph path's kernels"));
+    // The default model norms the queries in every tensor-core prefill (decode rows fused).
+    if norming_steps != prefill_steps {
+        return Err(format!("{norming_steps} of the {prefill_steps} tensor-core prefill steps normed their queries"));
+    }
+    report.push(format!(
+        "{norming_steps} steps whose prefill normed its own queries, the same bits as with the qk pass's"
+    ));
     match failed {
         false => Ok(report),
         true => Err(format!("{}\nlogits differ from the oracle's bf16 mode beyond the bound", report.join("\n"))),

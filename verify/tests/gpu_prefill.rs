@@ -7,19 +7,26 @@
 //! every FIR length, gate zero fractions under 10% and over 95%); two runs giving the same bits;
 //! a sequence giving the same bits alone and in a batch; and the dispatcher's choices with their
 //! fallbacks (short queries to fake decode, D = 256 to MMA where WGMMA is not built for it),
-//! each choice agreeing with the oracle. The drawn cases of `gpu_attention` run these paths too
-//! (they are in `gpu_paths`).
+//! each choice agreeing with the oracle; and each kernel norming and rotating its queries from a
+//! qkv buffer itself giving the bits it gives on the queries `qk_norm_rope_cache` normed. The
+//! drawn cases of `gpu_attention` run these paths too (they are in `gpu_paths`).
 
 use std::fmt::Display;
 use std::sync::Arc;
 
-use gpu::attention::{prefill_path, PrefillKernel, PrefillPath, PrefillPlan, FAKE_DECODE_MAX_QUERY};
+use gpu::attention::{
+    prefill_path, AttnBuffers, Hp1Prefill, PrefillKernel, PrefillPath, PrefillPlan, QueryNorm, FAKE_DECODE_MAX_QUERY,
+};
+use gpu::ops::{Faults, HeadShape, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 use gpu::Gpu;
+use half::bf16;
 use verify::gpu_cases::{alone, case, check_cases, decodes, spread};
 use verify::gpu_harness::{run, GpuCheck};
+use verify::gpu_paths::HostCase;
 use verify::gpu_paths::{
     prefill_kinds, run_step, same_bits, step_geometry, widen_bits, GpuPath, TENSOR_CORE_TOLERANCE,
 };
+use verify::rng::Counter;
 use verify::{compare, Bound, Case, Path, Reference};
 
 type Check = Result<(), String>;
@@ -31,6 +38,7 @@ fn main() {
         ("prefill_two_runs_give_the_same_bits", same_bits_twice),
         ("prefill_a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
         ("the_step_dispatcher_falls_back_and_agrees_with_the_oracle", dispatcher_choices),
+        ("prefill_norming_its_queries_gives_the_bits_of_the_normed_queries", norming_queries),
     ];
     run("gpu_prefill", checks);
 }
@@ -179,4 +187,92 @@ fn dispatcher_choices(gpu: &Arc<Gpu>) -> Check {
         Err(gpu::Error::Unsupported { reason, .. }) if reason.contains("256") => Ok(()),
         other => Err(format!("WGMMA at D = 256 should be refused naming it, got {other:?}")),
     }
+}
+
+/// Each kernel on a case's cache and batch, its queries once normed and rotated by
+/// `qk_norm_rope_cache` and once by the kernel itself from the same qkv rows (random, in any
+/// layout: both read it the same way), with per-channel alpha and bias and a scalar gain: the
+/// outputs must be the same bits, and finite. One position past the RoPE table and one below 0
+/// are clamped alike (the pass reports them; nothing else is checked of its fault word here).
+fn norming_queries(gpu: &Arc<Gpu>) -> Check {
+    let cases = [
+        case(&[(300, 200), (0, 129), (77, 1)], (8, 4), 128, 16, 501),
+        case(&[(10, 150), (0, 70)], (2, 2), 64, 8, 502),
+        case(&[(40, 90), (0, 70)], (4, 2), 256, 16, 503),
+    ];
+    let max_pos = 1024;
+    for (seed, c) in (600..).zip(cases) {
+        let data = c.materialise().map_err(msg)?;
+        let (tokens, heads, d) = data.out_shape();
+        let kv_heads = c.num_kv_heads;
+        let shape = HeadShape { num_heads: heads, num_kv_heads: kv_heads, head_dim: d };
+        let rng = Counter::new(seed, 40);
+        let qkv: Vec<bf16> =
+            (0..tokens * shape.qkv_width()).map(|i| bf16::from_f64(3.0 * rng.uniform(&[i as u64]))).collect();
+        let mut positions: Vec<i32> =
+            (0..tokens).map(|t| Counter::new(seed, 41).below(max_pos, &[t as u64]) as i32).collect();
+        positions[0] = max_pos as i32 + 9;
+        positions[tokens - 1] = -4;
+        let param = |stream: u64, n: usize, lo: f64| -> Vec<f32> {
+            (0..n).map(|i| (lo + Counter::new(seed, stream).uniform(&[i as u64])) as f32).collect()
+        };
+        let (alpha, weight, bias) = (param(42, d, 1.5), param(43, 1, 1.25), param(44, d, 0.0));
+        let norm = UClipNormParams::upload(gpu, "q_norm", d, &alpha, &weight, Some(&bias)).map_err(msg)?;
+        let rope = RopeTable::new(gpu, d, max_pos as usize, 1e6).map_err(msg)?;
+        let (qkv_dev, positions_dev) = (gpu.upload(&qkv).map_err(msg)?, gpu.upload(&positions).map_err(msg)?);
+        // The pass's q: every slot is padding, so it writes q alone.
+        let pass = QkNormRopeCache::new(gpu, shape, RopeTable::new(gpu, d, max_pos as usize, 1e6).map_err(msg)?)
+            .map_err(msg)?;
+        let slots = gpu.upload(&vec![-1i64; tokens]).map_err(msg)?;
+        let mut q = gpu.upload(&vec![bf16::NAN; tokens * shape.q_width()]).map_err(msg)?;
+        let (mut key, mut value) =
+            (gpu.zeros::<bf16>(kv_heads * d).map_err(msg)?, gpu.zeros::<bf16>(kv_heads * d).map_err(msg)?);
+        let mut faults = Faults::new(gpu).map_err(msg)?;
+        let inputs =
+            QkvInputs { qkv: qkv_dev.as_view(), positions: positions_dev.as_view(), slot_mapping: slots.as_view() };
+        let mut outputs =
+            QkvOutputs { q: Some(q.as_view_mut()), key_cache: key.as_view_mut(), value_cache: value.as_view_mut() };
+        pass.run(&norm, &norm, &inputs, &mut outputs, &mut faults).map_err(msg)?;
+        if faults.check().is_ok() {
+            return Err("the qk pass should report the positions outside its table".into());
+        }
+        let host = HostCase::new(&data);
+        for kernel in kernels(gpu) {
+            let plan = match forced(&data, kernel)? {
+                PrefillPath::Prefill(plan) => plan,
+                PrefillPath::FakeDecode(_) => return Err("a forced plan is a tensor-core prefill".into()),
+            };
+            let attention = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?;
+            let mut bufs = AttnBuffers::upload(gpu, plan.geometry.base, &host.inputs()).map_err(msg)?;
+            let mut run = |norming: bool| -> Result<Vec<bf16>, String> {
+                bufs.poison_output(gpu).map_err(msg)?;
+                let mut ops = bufs.prefill_operands();
+                if norming {
+                    ops.layer.q = qkv_dev.as_view();
+                    ops.layer.q_row_stride = shape.qkv_width();
+                    ops.query_norm = Some(QueryNorm { positions: positions_dev.as_view(), rope: &rope, norm: &norm });
+                } else {
+                    ops.layer.q = q.as_view();
+                }
+                attention.run(ops, &host.gate()).map_err(msg)?;
+                let mut out = bufs.download_output(gpu).map_err(msg)?;
+                out.truncate(tokens * shape.q_width());
+                Ok(out)
+            };
+            let (read, normed) = (run(false)?, run(true)?);
+            if let Some(at) = read.iter().position(|v| !v.is_finite()) {
+                return Err(format!("{}: output element {at} is {} reading normed queries", kernel.name(), read[at]));
+            }
+            if let Some(at) = read.iter().zip(&normed).position(|(a, b)| a.to_bits() != b.to_bits()) {
+                return Err(format!(
+                    "{} D {d}: output element {at} is {} norming the queries, {} reading them normed",
+                    kernel.name(),
+                    normed[at],
+                    read[at]
+                ));
+            }
+            println!("  {} D {d}, {tokens} rows: the same bits norming the queries", kernel.name());
+        }
+    }
+    Ok(())
 }

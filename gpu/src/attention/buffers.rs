@@ -272,6 +272,7 @@ impl AttnBuffers {
             seq_lens: self.seq_lens.as_view(),
             query_start_loc: self.query_start_loc.as_view(),
             num_seqs: self.num_seqs,
+            query_norm: None,
         }
     }
 

@@ -65,7 +65,7 @@ pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
     MAX_FIR_K, PAIR_MIN_CTAS,
 };
-pub use prefill_launch::{Hp1Prefill, PrefillOperands};
+pub use prefill_launch::{Hp1Prefill, PrefillOperands, QueryNorm};
 pub use prefill_plan::{
     prefill_path, PrefillKernel, PrefillPath, PrefillPlan, StepGeometry, FAKE_DECODE_MAX_QUERY, KEY_TILE,
 };

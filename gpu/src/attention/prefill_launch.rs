@@ -1,7 +1,9 @@
 //! Launching a [`PrefillPlan`]: [`Hp1Prefill`] holds the plan and its loaded entry point, and
 //! [`Hp1Prefill::run`] checks buffer sizes and launches, nothing else, so a benchmark times it
 //! alone. The prefill kernels read the batch straight from `seq_lens` and `query_start_loc`
-//! (no row metadata).
+//! (no row metadata). Given a [`QueryNorm`], they read their queries from the qkv projection and
+//! norm and rotate them themselves (`norm_rope.cuh`), with the bits of
+//! [`crate::ops::QkNormRopeCache`], which then need not write q at all.
 
 use std::sync::Arc;
 
@@ -11,7 +13,21 @@ use super::launch::{check_len, GateParams, LayerBuffers};
 use super::prefill_plan::{PrefillKernel, PrefillPlan};
 use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_PREFILL_MMA, HP1_PREFILL_WGMMA};
+use crate::ops::{RopeTable, UClipNormParams};
 use crate::runtime::{launch_error, Gpu, Launch};
+
+/// The q norm and RoPE a prefill kernel applies to its queries itself: `layer.q` is then the
+/// qkv projection's rows (`[rows, (Hq + 2 Hkv) * D]`, q heads first, each in the permuted
+/// layout of [`crate::gemm::layout`]) and `q_row_stride` their width.
+pub struct QueryNorm<'a> {
+    /// `[rows]` absolute positions of the query rows; one outside the table is clamped into it
+    /// (the qk pass over the same rows records it as a fault).
+    pub positions: CudaView<'a, i32>,
+    /// The RoPE table over D.
+    pub rope: &'a RopeTable,
+    /// The layer's q norm over D.
+    pub norm: &'a UClipNormParams,
+}
 
 /// The device buffers of one prefill call: the layer's buffers and the batch metadata the
 /// prefill kernels read directly (no row metadata; shapes in the header of `hp1_prefill_mma.cu`).
@@ -25,6 +41,9 @@ pub struct PrefillOperands<'a> {
     pub query_start_loc: CudaView<'a, i32>,
     /// Sequences in the batch, at most the plan's `max_seqs`.
     pub num_seqs: usize,
+    /// `Some`: `layer.q` holds the qkv rows, normed and rotated by the kernel; `None`: `layer.q`
+    /// holds the normed, rotated queries.
+    pub query_norm: Option<QueryNorm<'a>>,
 }
 
 /// A prefill plan with its entry points loaded: the general gate and, where the kernel has one,
@@ -71,7 +90,7 @@ impl Hp1Prefill {
     /// Launches the prefill kernel; checks the gate parameters and every buffer's size first.
     pub fn run(&self, ops: PrefillOperands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let PrefillOperands { layer, seq_lens, query_start_loc, num_seqs } = ops;
+        let PrefillOperands { layer, seq_lens, query_start_loc, num_seqs, query_norm } = ops;
         let sg = self.plan.geometry;
         let g = sg.base;
         let entry = self.plan.entry_for(gate);
@@ -86,6 +105,17 @@ impl Hp1Prefill {
         check_len(entry, "block_table", layer.block_table.len(), num_seqs * g.max_blocks_per_seq)?;
         check_len(entry, "seq_lens", seq_lens.len(), num_seqs)?;
         check_len(entry, "query_start_loc", query_start_loc.len(), num_seqs + 1)?;
+        if let Some(qn) = &query_norm {
+            check_len(entry, "positions", qn.positions.len(), g.rows)?;
+            for (what, d) in [("the RoPE table", qn.rope.head_dim()), ("the q norm", qn.norm.channels())] {
+                if d != g.head_dim {
+                    return Err(unsupported(
+                        entry,
+                        format!("{what} is over {d} channels, not head_dim {}", g.head_dim),
+                    ));
+                }
+            }
+        }
         let LayerBuffers { q, q_row_stride, key_cache, value_cache, block_table, sigma, gamma, mut out } = layer;
 
         let q_row_stride = q_row_stride as i64;
@@ -99,9 +129,23 @@ impl Hp1Prefill {
             shared_mem_bytes: self.plan.shared_bytes,
         };
         let mut launch = Launch::new(&self.stream, function);
+        launch.arg(&q).arg(&q_row_stride);
+        match &query_norm {
+            Some(qn) => {
+                let max_pos = i32::try_from(qn.rope.max_pos())
+                    .map_err(|_| unsupported(entry, "the RoPE table has more than i32::MAX rows".into()))?;
+                launch.arg(&qn.positions).arg(qn.rope.table()).arg(&max_pos);
+                qn.norm.push(&mut launch);
+            }
+            // Null positions: q is already normed; the table and norm are never read.
+            None => {
+                launch.arg(&0u64).arg(&0u64).arg(&0i32);
+                for _ in 0..3 {
+                    launch.arg(&0u64).arg(&0i32);
+                }
+            }
+        }
         launch
-            .arg(&q)
-            .arg(&q_row_stride)
             .arg(&key_cache)
             .arg(&value_cache)
             .arg(&block_table)
@@ -122,7 +166,8 @@ impl Hp1Prefill {
             .arg(&mut out);
         // SAFETY: the arguments match the prefill entries' signature (the header of
         // hp1_prefill_mma.cu, shared by hp1_prefill_wgmma.cu), and every buffer was checked above
-        // against what the grid reaches; block-table entries were checked when uploaded.
+        // against what the grid reaches (positions are clamped into the table on the device);
+        // block-table entries were checked when uploaded.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }

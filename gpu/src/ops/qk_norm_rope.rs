@@ -4,7 +4,8 @@
 //! One launch per layer reads the fused projection `[tokens, (Hq + 2 Hkv) * D]` (q heads, then
 //! k heads, then v heads, each q and k head's channels in the permuted order of the qkv weight,
 //! [`crate::gemm::layout`]), writes the normed, rotated, bf16-rounded queries `[tokens, Hq, D]`
-//! for attention, and stores the normed, rotated keys and the values into the paged cache at each
+//! for attention (unless the prefill attention norms them itself,
+//! [`crate::attention::QueryNorm`]), and stores the normed, rotated keys and the values into the paged cache at each
 //! token's slot (a negative slot is padding: nothing is written). The skinny GEMM's
 //! [`crate::gemm::EpilogueKind::QkNormRopeCache`] does the same inside the qkv GEMM, with the
 //! same bits (decode rows); this op serves the rows cuBLASLt computes.
@@ -119,8 +120,9 @@ pub struct QkvInputs<'a> {
 
 /// Where one step's results go.
 pub struct QkvOutputs<'a> {
-    /// `[tokens, Hq, D]` bf16 queries, normed and rotated.
-    pub q: CudaViewMut<'a, bf16>,
+    /// `[tokens, Hq, D]` bf16 queries, normed and rotated; `None` writes no queries (the
+    /// prefill attention norms them from qkv itself).
+    pub q: Option<CudaViewMut<'a, bf16>>,
     /// `[num_blocks, block_size, Hkv, D]` bf16; the keys land at their slots.
     pub key_cache: CudaViewMut<'a, bf16>,
     /// `[num_blocks, block_size, Hkv, D]` bf16; the values land at their slots.
@@ -153,7 +155,7 @@ impl QkNormRopeCache {
         &self.rope
     }
 
-    /// Norms and rotates q and k of every token, writes q to `out.q` and k, v to the caches at
+    /// Norms and rotates q and k of every token, writes q to `out.q` (if any) and k, v to the caches at
     /// the token's slot. `q_norm` and `k_norm` are over `D`. A position outside the table or a
     /// slot past the cache is masked and recorded in `faults`. Launch only.
     pub fn run(
@@ -169,10 +171,12 @@ impl QkNormRopeCache {
         let tokens = inputs.positions.len();
         check_len(ENTRY, "slot_mapping", inputs.slot_mapping.len(), tokens)?;
         check_len(ENTRY, "qkv", inputs.qkv.len(), tokens * self.heads.qkv_width())?;
-        check_len(ENTRY, "q", out.q.len(), tokens * self.heads.q_width())?;
+        if let Some(q) = &out.q {
+            check_len(ENTRY, "q", q.len(), tokens * self.heads.q_width())?;
+            check_aligned(&self.stream, ENTRY, "q", q)?;
+        }
         let num_slots = self.heads.cache_slots(ENTRY, out.key_cache.len(), out.value_cache.len())?;
         check_aligned(&self.stream, ENTRY, "qkv", &inputs.qkv)?;
-        check_aligned(&self.stream, ENTRY, "q", &out.q)?;
         check_aligned(&self.stream, ENTRY, "key_cache", &out.key_cache)?;
         check_aligned(&self.stream, ENTRY, "value_cache", &out.value_cache)?;
         if tokens == 0 {
@@ -187,8 +191,11 @@ impl QkNormRopeCache {
         b.arg(&inputs.qkv).arg(&inputs.positions).arg(&inputs.slot_mapping).arg(self.rope.table()).arg(&max_pos);
         q_norm.push(&mut b);
         k_norm.push(&mut b);
-        b.arg(&mut out.q)
-            .arg(&mut out.key_cache)
+        match &mut out.q {
+            Some(q) => b.arg(q),
+            None => b.arg(&0u64),
+        };
+        b.arg(&mut out.key_cache)
             .arg(&mut out.value_cache)
             .arg(&num_slots)
             .arg(&tokens_i)
@@ -197,8 +204,8 @@ impl QkNormRopeCache {
             .arg(&head_dim_i)
             .arg(faults.word());
         // SAFETY: the arguments match `qk_norm_rope_cache` in qk_norm_rope_cache.cu; every
-        // buffer's size and alignment was checked above, positions are clamped into the table
-        // and slots outside [0, num_slots) are skipped by the kernel.
+        // buffer's size and alignment was checked above (a null q is never written), positions
+        // are clamped into the table and slots outside [0, num_slots) are skipped by the kernel.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
         Ok(())
     }

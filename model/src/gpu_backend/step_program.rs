@@ -12,7 +12,10 @@
 //! through the WGMMA GEMM with the same epilogues as decode rows. A separate op covers the rows
 //! of both classes that were not fused, in one launch where that is every row. Either way each
 //! row meets every SPEC section 4 rounding point once, in forward order, which [`Op::rounds`]
-//! states and the tests check for every shape.
+//! states and the tests check for every shape. A tensor-core prefill may norm and rotate its
+//! chunk rows' queries from the qkv buffer itself ([`AttnPart::PrefillNormingQueries`]): the qk
+//! op then writes only their keys and values, and no normed q makes a round trip through
+//! memory (half of the pass's bytes at asynct-0.5b).
 //!
 //! A small decode-only step may run its layers in the persistent megakernel (`gpu::mega`) instead:
 //! [`StepProgram::build`] then moves every layer's five ops into [`StepProgram::persistent`], the
@@ -88,6 +91,9 @@ pub enum AttnPart {
     Decodes,
     /// A tensor-core prefill over the chunk rows.
     Prefill,
+    /// A tensor-core prefill over the chunk rows that norms and rotates their queries from the
+    /// qkv buffer itself, so the qk op before it writes only their keys and values.
+    PrefillNormingQueries,
 }
 
 /// One launch of the step. `layer` is the decoder layer an op belongs to; `rows` the rows it
@@ -103,8 +109,8 @@ pub enum Op {
     BuildRows,
     /// `x W^T` over `lane`'s rows, and what `epilogue` does with the result.
     Linear { layer: usize, weight: Weight, lane: Lane, epilogue: EpilogueKind },
-    /// q/k norm + RoPE + cache write over the qkv buffer.
-    QkNormRopeCache { layer: usize, rows: Rows },
+    /// q/k norm + RoPE + cache write over the qkv buffer; q only where `queries`.
+    QkNormRopeCache { layer: usize, rows: Rows, queries: bool },
     /// HP1 attention.
     Attention { layer: usize, part: AttnPart },
     /// The gate's exact zeros over the decode kernels' rows of a layer, counted (a measurement,
@@ -223,6 +229,10 @@ pub struct ProgramShape {
     pub chunk_fusion: Fusion,
     /// Whether to count the gate's zeros after each decode attention.
     pub gate_stats: bool,
+    /// Whether a tensor-core prefill should norm its chunk rows' queries itself
+    /// ([`AttnPart::PrefillNormingQueries`]), where no other op needs them normed: the chunk
+    /// rows' qkv GEMM unfused and any decode rows' fused.
+    pub prefill_norms_queries: bool,
     /// Whether the layers should run in the megakernel, where the step allows it: decode rows
     /// only, every fusion on, no gate statistics.
     pub persistent: bool,
@@ -250,9 +260,17 @@ impl StepProgram {
             fusion,
             chunk_fusion,
             gate_stats,
+            prefill_norms_queries,
             persistent,
         } = shape;
         let decode_attention = rows.decodes > 0 || attention_on_rows;
+        // The separate qk op then covers chunk rows only (every row when there are no decode
+        // rows), and nothing but the prefill reads their queries.
+        let norming = prefill_norms_queries
+            && !attention_on_rows
+            && rows.chunks > 0
+            && !chunk_fusion.qkv
+            && (rows.decodes == 0 || fusion.qkv);
         if decode_attention {
             ops.push(Op::BuildRows);
         }
@@ -280,7 +298,7 @@ impl StepProgram {
                 }
             };
             if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
-                ops.push(Op::QkNormRopeCache { layer, rows: r });
+                ops.push(Op::QkNormRopeCache { layer, rows: r, queries: !norming });
             }
             let decode_part =
                 if attention_on_rows { Some(AttnPart::Rows) } else { (rows.decodes > 0).then_some(AttnPart::Decodes) };
@@ -291,7 +309,8 @@ impl StepProgram {
                 }
             }
             if !attention_on_rows {
-                ops.push(Op::Attention { layer, part: AttnPart::Prefill });
+                let part = if norming { AttnPart::PrefillNormingQueries } else { AttnPart::Prefill };
+                ops.push(Op::Attention { layer, part });
             }
             if let Some(r) = sublayer(Weight::O, |f| f.peri_ln, EpilogueKind::PeriLn, &mut ops) {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Attention, rows: r });
@@ -350,7 +369,7 @@ impl Op {
             Op::Attention { part, .. } | Op::GateStats { part, .. } => Some(match part {
                 AttnPart::Rows => Rows::All,
                 AttnPart::Decodes => Rows::Decodes,
-                AttnPart::Prefill => Rows::Chunks,
+                AttnPart::Prefill | AttnPart::PrefillNormingQueries => Rows::Chunks,
             }),
         }
     }
@@ -386,7 +405,9 @@ impl Op {
                 }
                 points
             }
-            Op::QkNormRopeCache { .. } => qk.to_vec(),
+            Op::QkNormRopeCache { queries: true, .. } => qk.to_vec(),
+            Op::QkNormRopeCache { queries: false, .. } => vec![KNormRope],
+            Op::Attention { part: AttnPart::PrefillNormingQueries, .. } => vec![QNormRope, AttnOutput],
             Op::Attention { .. } => vec![AttnOutput],
             Op::PeriLn { sublayer: Sublayer::Attention, .. } => attn_close.to_vec(),
             Op::PeriLn { layer, sublayer: Sublayer::Mlp, .. } => mlp_close(layer),
@@ -414,9 +435,11 @@ impl Op {
                 (Weight::Down, EpilogueKind::PeriLn) => (vec![Mlp, XNext], vec![X, H]),
                 (Weight::Down, _) => (vec![Mlp], vec![Proj]),
             },
-            Op::QkNormRopeCache { layer, .. } => (vec![Qkv, PositionsSlots], vec![Q, Cache(layer)]),
+            Op::QkNormRopeCache { layer, queries: true, .. } => (vec![Qkv, PositionsSlots], vec![Q, Cache(layer)]),
+            Op::QkNormRopeCache { layer, queries: false, .. } => (vec![Qkv, PositionsSlots], vec![Cache(layer)]),
             Op::Attention { layer, part } => match part {
                 AttnPart::Prefill => (vec![Q, Cache(layer), PrefillMeta], vec![Attn]),
+                AttnPart::PrefillNormingQueries => (vec![Qkv, PositionsSlots, Cache(layer), PrefillMeta], vec![Attn]),
                 _ => (vec![Q, Cache(layer), Meta, RowMeta], vec![Attn]),
             },
             Op::GateStats { layer, .. } => (vec![Q, Cache(layer), Meta, RowMeta], vec![GateCounts]),

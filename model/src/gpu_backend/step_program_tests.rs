@@ -6,7 +6,8 @@ use std::collections::HashSet;
 
 use super::*;
 
-/// A shape of 3 layers whose chunk rows are not fused (the default).
+/// A shape of 3 layers whose chunk rows are not fused and whose prefill norms its queries (the
+/// defaults).
 fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion) -> ProgramShape {
     let tokens = decodes + chunks;
     ProgramShape {
@@ -18,13 +19,14 @@ fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion)
         fusion,
         chunk_fusion: Fusion::NONE,
         gate_stats: false,
+        prefill_norms_queries: true,
         persistent: false,
     }
 }
 
 /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
 /// with every fusion setting of either class of rows, with and without the megakernel asked
-/// for.
+/// for, and with the prefill norming its queries or not.
 fn shapes() -> Vec<ProgramShape> {
     let fusions = [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }, Fusion::parse("qkv,silu")];
     let mut all = Vec::new();
@@ -37,6 +39,7 @@ fn shapes() -> Vec<ProgramShape> {
                     all.push(ProgramShape { gate_stats: true, ..s });
                     if c > 0 {
                         all.push(ProgramShape { attention_on_rows: true, ..s });
+                        all.push(ProgramShape { prefill_norms_queries: false, ..s });
                     }
                 }
             }
@@ -105,11 +108,18 @@ fn every_row_meets_every_rounding_point_once_in_forward_order() {
             if present == 0 {
                 continue;
             }
-            let got: Vec<_> = p
+            let mut got: Vec<_> = p
                 .iter()
                 .filter(|op| op.rows().is_some_and(|r| r.covers(class)))
                 .flat_map(|op| op.rounds(s.layers))
                 .collect();
+            // q's norm and k's read neither's output, so a program may round k first (a prefill
+            // that norms its queries does q after the qk op's k): forward order holds either way.
+            for i in 1..got.len() {
+                if got[i - 1] == RoundPoint::KNormRope && got[i] == RoundPoint::QNormRope {
+                    got.swap(i - 1, i);
+                }
+            }
             assert_eq!(got, want, "{class:?} rows of {s:?}");
         }
         let head: Vec<_> = p.iter().filter(|op| op.rows().is_none()).flat_map(|op| op.rounds(s.layers)).collect();
@@ -195,7 +205,7 @@ fn chunk_rows_keep_their_separate_ops_and_decode_rows_their_epilogues() {
         epilogue: EpilogueKind::PeriLn
     }));
     assert!(layer0.contains(&&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::Chunks }));
-    assert!(layer0.contains(&&Op::Attention { layer: 0, part: AttnPart::Prefill }));
+    assert!(layer0.contains(&&Op::Attention { layer: 0, part: AttnPart::PrefillNormingQueries }));
     let none = StepProgram::build(shape(3, 100, false, Fusion::NONE));
     assert!(none.ops.contains(&Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::All }));
     assert!(none.ops.iter().all(|op| !matches!(op, Op::Linear { epilogue, .. } if *epilogue != EpilogueKind::Store)));
@@ -230,6 +240,29 @@ fn fused_chunk_rows_take_the_epilogues_and_leave_no_separate_op() {
     // A decode-only step is the same program whatever the chunk rows' fusion.
     let decode = shape(32, 0, true, Fusion::ALL);
     assert_eq!(StepProgram::build(chunked(decode)), StepProgram::build(decode));
+}
+
+#[test]
+fn a_prefill_that_norms_its_queries_leaves_the_qk_op_keys_and_values() {
+    let layer0 = |s: ProgramShape| -> Vec<Op> {
+        StepProgram::build(s).ops.into_iter().filter(|op| layer_of(op) == Some(0)).collect()
+    };
+    for (decodes, rows) in [(0, Rows::All), (3, Rows::Chunks)] {
+        let ops = layer0(shape(decodes, 100, false, Fusion::ALL));
+        assert!(ops.contains(&Op::QkNormRopeCache { layer: 0, rows, queries: false }), "{ops:?}");
+        assert!(ops.contains(&Op::Attention { layer: 0, part: AttnPart::PrefillNormingQueries }), "{ops:?}");
+    }
+    // Where any other op reads normed queries of chunk rows, or the chunks' qkv GEMM norms them
+    // in its epilogue, the qk op writes them and the prefill reads them.
+    let off = |s: ProgramShape| {
+        let ops = layer0(s);
+        assert!(!ops.iter().any(|op| matches!(op, Op::QkNormRopeCache { queries: false, .. })), "{ops:?}");
+        assert!(!ops.contains(&Op::Attention { layer: 0, part: AttnPart::PrefillNormingQueries }), "{ops:?}");
+    };
+    off(ProgramShape { prefill_norms_queries: false, ..shape(3, 100, false, Fusion::ALL) });
+    off(shape(3, 100, false, Fusion::NONE));
+    off(shape(3, 100, true, Fusion::ALL));
+    off(ProgramShape { chunk_fusion: Fusion::ALL, ..shape(0, 100, false, Fusion::ALL) });
 }
 
 #[test]

@@ -302,7 +302,7 @@ pub fn qk_norm_rope_cache(gpu: &Arc<Gpu>) -> Check {
                     slot_mapping: want.slots.as_view(),
                 };
                 let mut outputs = QkvOutputs {
-                    q: want.q.as_view_mut(),
+                    q: Some(want.q.as_view_mut()),
                     key_cache: want.key_cache.as_view_mut(),
                     value_cache: want.value_cache.as_view_mut(),
                 };

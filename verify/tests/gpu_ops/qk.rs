@@ -55,12 +55,14 @@ struct Written {
     value_cache: Vec<bf16>,
 }
 
+/// One launch; with `queries` false it is given no q buffer (q stays poisoned).
 fn launch(
     gpu: &Arc<Gpu>,
     op: &QkNormRopeCache,
     norms: (&DrawnNorm, &DrawnNorm),
     step: &Step,
     faults: &mut Faults,
+    queries: bool,
 ) -> Result<Written, String> {
     let h = op.heads();
     let cache_len = step.num_slots * h.num_kv_heads * h.head_dim;
@@ -77,7 +79,7 @@ fn launch(
     let inputs = QkvInputs { qkv: qkv.as_view(), positions: positions.as_view(), slot_mapping: slots.as_view() };
     {
         let mut outputs = QkvOutputs {
-            q: q.as_view_mut(),
+            q: queries.then(|| q.as_view_mut()),
             key_cache: key_cache.as_view_mut(),
             value_cache: value_cache.as_view_mut(),
         };
@@ -165,9 +167,17 @@ pub fn qk_norm_rope_cache_matches_the_oracle(gpu: &Arc<Gpu>) -> Check {
             let q_norm = draw_norm(gpu, seed, ALL_NORM_SHAPES[i], head_dim)?;
             let k_norm = draw_norm(gpu, seed + 1000, ALL_NORM_SHAPES[7 - i], head_dim)?;
             let step = Step::draw(seed, tokens, h, max_pos);
-            let got = launch(gpu, &op, (&q_norm, &k_norm), &step, &mut faults)?;
+            let got = launch(gpu, &op, (&q_norm, &k_norm), &step, &mut faults, true)?;
             let label = format!("tokens {tokens} heads {num_heads}/{num_kv_heads} D {head_dim} norms {i}/{}", 7 - i);
             check_written(&label, &got, &step, h, (&q_norm, &k_norm), max_pos)?;
+            g(faults.check())?;
+            // Without a q buffer (a prefill that norms its own queries): the same caches, no q.
+            let kv_only = launch(gpu, &op, (&q_norm, &k_norm), &step, &mut faults, false)?;
+            same_bits(&format!("key cache without q, {label}"), &kv_only.key_cache, &got.key_cache)?;
+            same_bits(&format!("value cache without q, {label}"), &kv_only.value_cache, &got.value_cache)?;
+            if kv_only.q.iter().any(|v| v.to_bits() != POISON.to_bits()) {
+                return Err(format!("{label}: q was written though none was given"));
+            }
             g(faults.check())?;
         }
     }
@@ -183,7 +193,7 @@ pub fn qk_norm_rope_cache_masks_and_reports_bad_positions_and_slots(gpu: &Arc<Gp
     let mut step = Step::draw(3, 7, h, max_pos);
     step.positions[0] = max_pos as i32 + 3;
     step.slots[1] = (step.num_slots + 7) as i64;
-    let got = launch(gpu, &op, (&q_norm, &k_norm), &step, &mut faults)?;
+    let got = launch(gpu, &op, (&q_norm, &k_norm), &step, &mut faults, true)?;
     // Token 0 is rotated at the clamped position; token 1 writes nothing; the rest as usual.
     check_written("with bad inputs", &got, &step, h, (&q_norm, &k_norm), max_pos)?;
     let report = faults.check().map_err(|e| e.to_string());

@@ -5,10 +5,10 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 
-use gpu::attention::{GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, RowOperands};
+use gpu::attention::{GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands};
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::mega::MegaOp;
-use gpu::ops::{QkvInputs, QkvOutputs, UClipNormParams};
+use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 
 use super::{gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
@@ -124,7 +124,7 @@ impl GpuModel {
                         Sink::Record(ops) => ops.push(gemm.record_with(&x, &wv, epi)?),
                     }
                 }
-                Op::QkNormRopeCache { layer, rows: r } => {
+                Op::QkNormRopeCache { layer, rows: r, queries } => {
                     let r = span(r);
                     let lw = &w.layers[layer];
                     let inputs = QkvInputs {
@@ -133,15 +133,15 @@ impl GpuModel {
                         slot_mapping: b.slots.slice(r.clone()),
                     };
                     let mut outputs = QkvOutputs {
-                        q: b.q.slice_mut(el(&r, q_width)),
+                        q: queries.then(|| b.q.slice_mut(el(&r, q_width))),
                         key_cache: cache.key[layer].as_view_mut(),
                         value_cache: cache.value[layer].as_view_mut(),
                     };
                     k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
                 }
                 Op::Attention { layer, part } => {
-                    let l = LayerRef::of(cache, w, layer, gate, q_width, width);
-                    attention_part(&launch.attn, part, l, b, split, sink)?;
+                    let l = LayerRef::of(cache, w, layer, gate, heads, width);
+                    attention_part(&launch.attn, part, l, b, k.qk.rope(), split, sink)?;
                 }
                 Op::Megakernel => {
                     let (mega, table) = launch
@@ -162,8 +162,9 @@ impl GpuModel {
                     let seqs = if part == AttnPart::Rows { split.seqs } else { split.decodes };
                     let geometry = a.plan().geometry;
                     let n = geometry.rows;
-                    let l = LayerRef::of(cache, w, layer, gate, q_width, width);
-                    let bufs = l.buffers(&b.q, 0..n, &b.meta.block_table, seqs, b.attn.slice_mut(..n * q_width));
+                    let l = LayerRef::of(cache, w, layer, gate, heads, width);
+                    let bufs =
+                        l.buffers(&b.q, q_width, 0..n, &b.meta.block_table, seqs, b.attn.slice_mut(..n * q_width));
                     meter.kernel.run(
                         &bufs,
                         &b.row_seq.slice(..n),
@@ -259,6 +260,7 @@ struct LayerRef<'a> {
     weights: &'a DeviceLayer,
     gate: &'a GateParams,
     q_width: usize,
+    qkv_width: usize,
     width: usize,
 }
 
@@ -269,24 +271,28 @@ impl<'a> LayerRef<'a> {
         w: &'a DeviceWeights,
         layer: usize,
         gate: &'a GateParams,
-        q_width: usize,
+        heads: &HeadShape,
         width: usize,
     ) -> Self {
-        Self { key: &cache.key[layer], value: &cache.value[layer], weights: &w.layers[layer], gate, q_width, width }
+        let (q_width, qkv_width) = (heads.q_width(), heads.qkv_width());
+        let (key, value, weights) = (&cache.key[layer], &cache.value[layer], &w.layers[layer]);
+        Self { key, value, weights, gate, q_width, qkv_width, width }
     }
 
-    /// The launch buffers over query rows `rows`, table rows `seqs` of `table`, into `out`.
+    /// The launch buffers over query rows `rows` of `q` (rows of `q_row` elements: the queries,
+    /// or the qkv rows for a prefill that norms them), table rows `seqs` of `table`, into `out`.
     fn buffers(
         &self,
         q: &'a CudaSlice<bf16>,
+        q_row: usize,
         rows: std::ops::Range<usize>,
         table: &'a CudaSlice<i32>,
         seqs: usize,
         out: CudaViewMut<'a, bf16>,
     ) -> LayerBuffers<'a> {
         LayerBuffers {
-            q: q.slice(rows.start * self.q_width..rows.end * self.q_width),
-            q_row_stride: self.q_width,
+            q: q.slice(rows.start * q_row..rows.end * q_row),
+            q_row_stride: q_row,
             key_cache: self.key.as_view(),
             value_cache: self.value.as_view(),
             block_table: table.slice(..seqs * self.width),
@@ -297,12 +303,14 @@ impl<'a> LayerRef<'a> {
     }
 }
 
-/// One part of a layer's attention over `b.q` into `b.attn`, as the step's plan says.
+/// One part of a layer's attention over `b.q` (or `b.qkv`, normed with `rope` by a prefill that
+/// norms its queries) into `b.attn`, as the step's plan says.
 fn attention_part(
     attn: &AttnPlan,
     part: AttnPart,
     layer: LayerRef<'_>,
     b: &mut StepBuffers,
+    rope: &RopeTable,
     split: Split,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
@@ -315,7 +323,7 @@ fn attention_part(
             len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
         };
         let ops = Operands {
-            layer: layer.buffers(&b.q, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
+            layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
             row_seq: b.row_seq.slice(..rows),
             row_len: b.row_len.slice(..rows),
             workspace: ws,
@@ -335,18 +343,30 @@ fn attention_part(
     match (attn, part) {
         (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs),
         (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes),
-        (AttnPlan::Split { .. }, AttnPart::Prefill) if matches!(sink, Sink::Record(_)) => {
+        (AttnPlan::Split { .. }, AttnPart::Prefill | AttnPart::PrefillNormingQueries)
+            if matches!(sink, Sink::Record(_)) =>
+        {
             Err(Error::Executor("a tensor-core prefill has no megakernel form".into()))
         }
-        (AttnPlan::Split { prefill, rows, .. }, AttnPart::Prefill) => {
+        (AttnPlan::Split { prefill, rows, .. }, AttnPart::Prefill | AttnPart::PrefillNormingQueries) => {
             let rows = *rows;
             let (start, seqs) = (split.decodes, split.seqs - split.decodes);
             let out = b.attn.slice_mut(start * qw..(start + rows) * qw);
+            let r = start..start + rows;
+            let table = &b.prefill_meta.block_table;
+            let (buffers, query_norm) = match part {
+                AttnPart::PrefillNormingQueries => (
+                    layer.buffers(&b.qkv, layer.qkv_width, r.clone(), table, seqs, out),
+                    Some(QueryNorm { positions: b.positions.slice(r), rope, norm: &layer.weights.q_norm }),
+                ),
+                _ => (layer.buffers(&b.q, qw, r, table, seqs, out), None),
+            };
             let ops = PrefillOperands {
-                layer: layer.buffers(&b.q, start..start + rows, &b.prefill_meta.block_table, seqs, out),
+                layer: buffers,
                 seq_lens: b.prefill_meta.seq_lens.slice(..seqs),
                 query_start_loc: b.prefill_meta.query_start_loc.slice(..seqs + 1),
                 num_seqs: seqs,
+                query_norm,
             };
             Ok(prefill.run(ops, layer.gate)?)
         }

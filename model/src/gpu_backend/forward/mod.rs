@@ -8,7 +8,9 @@
 //! qkv  = h Wqkv^T                       one GEMM for q, k and v (stacked weights)
 //! q, K, V cache <- qk_norm_rope_cache(qkv)
 //! attn = HP1(q, cache)                  decode kernels for decode rows, the step dispatcher
-//!                                       (fake decode or a tensor-core prefill) for the chunks
+//!                                       (fake decode or a tensor-core prefill) for the chunks;
+//!                                       a tensor-core prefill norms its rows' q from qkv
+//!                                       itself, and the pass writes their K and V only
 //! x', h = peri_ln(attn Wo^T, x)         post-attention norm + residual + pre-FFN norm
 //! m    = silu_mul(h Wgu^T)              one GEMM for gate and up
 //! x, h = peri_ln(m Wd^T, x')            post-FFN norm + residual + next input norm (final
@@ -138,6 +140,7 @@ pub struct GpuModel {
     heads: HeadShape,
     fusion: Fusion,
     chunk_fusion: Fusion,
+    prefill_norms_queries: bool,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -299,6 +302,7 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             chunk_fusion: Fusion::NONE,
+            prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
@@ -344,6 +348,14 @@ impl GpuModel {
     pub fn set_chunk_fusion(&mut self, fusion: Fusion) {
         let cc = self.gpu.info().compute_capability;
         self.chunk_fusion = fusion.and(chunk_fusion_fits(cc, &self.dims, &self.heads));
+    }
+
+    /// Whether the tensor-core prefill of steps planned after this norms and rotates its chunk
+    /// rows' queries from the qkv buffer itself (on by default; `ASYNCT_PREFILL_QUERY_NORM=0`
+    /// starts a model with it off), so the qk pass writes only their keys and values. The
+    /// bits are the same either way.
+    pub fn set_prefill_norms_queries(&mut self, on: bool) {
+        self.prefill_norms_queries = on;
     }
 
     /// The fusions chunk rows of steps planned from now on take ([`GpuModel::set_chunk_fusion`]).
@@ -426,6 +438,7 @@ impl GpuModel {
             fusion: self.fusion,
             chunk_fusion: self.chunk_fusion,
             gate_stats: self.gates.is_some(),
+            prefill_norms_queries: self.prefill_norms_queries,
             persistent: self.decode_kernel.persistent(shape.tokens),
         });
         for op in &program.expanded() {
