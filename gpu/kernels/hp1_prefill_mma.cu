@@ -49,11 +49,12 @@
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q               [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D: the
-//                   normed, rotated queries, or, with q_positions, the qkv projection's rows
+//                   normed, rotated queries, or, with a RoPE table, the qkv projection's rows
 //                   (q_row_stride its width), whose q heads the kernel norms (q_norm_*, over D)
-//                   and rotates (rope [max_pos, D] at q_positions[r]) into its Q tile itself,
-//                   with qk_norm_rope_cache.cu's arithmetic and bits (norm_rope.cuh)
-//   q_positions     [rows] int32, or null (q already normed and rotated; rope, q_norm unread)
+//                   and rotates (rope [max_pos, D] at the row's place in its sequence) into its
+//                   Q tile itself, with qk_norm_rope_cache.cu's arithmetic and bits
+//                   (norm_rope.cuh)
+//   rope            [max_pos, D] f32, or null (q already normed and rotated; q_norm_* unread)
 //   key_cache       [num_blocks, block_size, Hkv, D] bf16
 //   value_cache     [num_blocks, block_size, Hkv, D] bf16
 //   block_table     [num_seqs, max_blocks] int32 (physical block numbers, any order)
@@ -202,15 +203,15 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   const unsigned sm = tc::smem_addr(tc::dynamic_smem());
   // cp.async groups: {Q, key tile 0}, then one per key tile kt: {key tile kt + 1} (empty past the
   // last tile).
-  if (!a.qn.positions)
+  if (!a.qn.rope)
     load_q_tile<D>(sm + L::Q, a.q + (long long)(q_start + i0) * a.q_row_stride + (long long)h * D, a.q_row_stride,
                    rows_here);
   load_kv_tiles<D>(sm + L::K0, sm + L::V0, kc, vc, table, a.log2_block, token_bytes, 0, key_end);
   tc::cp_async_commit();
   // Queries from qkv: normed and rotated here while the first key tile flies; the barrier
   // before Q's first read orders these stores.
-  if (a.qn.positions)
-    norm_rope_q_tile<D, BM, THREADS>(a.q, a.q_row_stride, a.qn, (long long)q_start + i0, rows_here, h,
+  if (a.qn.rope)
+    norm_rope_q_tile<D, BM, THREADS>(a.q, a.q_row_stride, a.qn, (long long)q_start + i0, prefix + i0, rows_here, h,
                                      (int)threadIdx.x, [&](int r, int c, uint4 v) {
                                        tc::st_shared_16(sm + L::Q + swizzle<D>(r, c), v);
                                      });
@@ -325,7 +326,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
 }  // namespace hp1_prefill
 
 #define HP1_PREFILL_PARAMS                                                                              \
-  const unsigned short *q, long long q_row_stride, const int *q_positions, const float *rope,          \
+  const unsigned short *q, long long q_row_stride, const float *rope,                                 \
       int max_pos, const float *q_norm_alpha, int q_norm_alpha_stride, const float *q_norm_weight,    \
       int q_norm_weight_stride, const float *q_norm_bias, int q_norm_bias_stride,                     \
       const unsigned short *key_cache,                                                                \
@@ -338,7 +339,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   extern "C" __global__ void __launch_bounds__(hp1_prefill::THREADS, hp1_prefill::min_ctas(D))           \
       hp1_prefill_mma_d##D(HP1_PREFILL_PARAMS) {                                                        \
     pdl_begin();                                                                                      \
-    const QNormRope qn = {q_positions, rope, max_pos,                                                 \
+    const QNormRope qn = {rope, max_pos,                                                              \
                           {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride,               \
                            q_norm_weight_stride, q_norm_bias_stride}};                                  \
     hp1_prefill::prefill<D>(hp1_prefill::Args{q, q_row_stride, qn, key_cache, value_cache, block_table,     \

@@ -11,7 +11,7 @@
 // which is how a wgmma m64 accumulator is spread over the warpgroup. The CTA's keys 0 .. last_pos
 // are walked in tiles of BN = 64:
 //   1. Loads: each warpgroup's Q (once; or normed and rotated from the qkv rows by the warpgroup,
-//      norm_rope_q_tile, while the first key tile loads, when the host passes q_positions) and
+//      norm_rope_q_tile, while the first key tile loads, when the host passes a RoPE table) and
 //      each key tile's K and V rows are gathered from the
 //      paged cache by cp.async in 16-byte chunks into 128-byte-swizzled shared tiles (layout in
 //      wgmma.cuh): row r of a 64-row tile, 16-byte chunk c of head dims 8c .. 8c + 7, at
@@ -158,7 +158,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int wg_last = first_pos + rb + wg_rows - 1;
 
   const long long q_row0 = tile.token0 + tile.row0 + rb;
-  if (!qn.positions) {
+  if (!qn.rope) {
 #pragma unroll
     for (int i = wtid; i < 64 * CHUNKS; i += 128) {
       const int r = i / CHUNKS, c = i % CHUNKS;
@@ -174,8 +174,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   tc::cp_async_commit();
   // Queries from qkv: normed and rotated here while the first key tile flies; the fence at the
   // top of the key loop orders these generic stores before the wgmmas read them.
-  if (qn.positions)
-    norm_rope_q_tile<D, 64, 128>(q, q_row_stride, qn, q_row0, wg_rows, h, wtid,
+  if (qn.rope)
+    norm_rope_q_tile<D, 64, 128>(q, q_row_stride, qn, q_row0, first_pos + rb, wg_rows, h, wtid,
                                  [&](int r, int c, uint4 v) { tc::st_shared_16(q_tile + swizzled(r, c), v); });
 
   const int warp = wtid >> 5, lane = threadIdx.x & 31;
@@ -266,8 +266,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 // parameters are exactly that.
 #define HP1_PREFILL_WGMMA_ENTRY(D, HPC, NAME, FIR, RELU, MIN_CTAS)                                                     \
   extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS, MIN_CTAS) NAME(                                     \
-      const bf16* __restrict__ q, long long q_row_stride, const int* __restrict__ q_positions,                        \
-      const float* __restrict__ rope, int max_pos, const float* q_norm_alpha, int q_norm_alpha_stride,                \
+      const bf16* __restrict__ q, long long q_row_stride, const float* __restrict__ rope, int max_pos,                \
+      const float* q_norm_alpha, int q_norm_alpha_stride,                                                             \
       const float* q_norm_weight, int q_norm_weight_stride, const float* q_norm_bias, int q_norm_bias_stride,         \
       const bf16* __restrict__ key_cache, const bf16* __restrict__ value_cache, const int* __restrict__ block_table,  \
       int max_blocks,                                                                                                 \
@@ -275,7 +275,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
       float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                 \
     pdl_begin();                                                                                                      \
-    const QNormRope qn = {q_positions, rope, max_pos,                                                                 \
+    const QNormRope qn = {rope, max_pos,                                                                              \
                           {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride, q_norm_weight_stride,       \
                            q_norm_bias_stride}};                                                                      \
     hp1_wgmma::prefill<D, FIR, RELU, HPC>(q, q_row_stride, qn, key_cache, value_cache, block_table, max_blocks, seq_lens, \

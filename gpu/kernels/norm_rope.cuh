@@ -34,7 +34,7 @@ __device__ __forceinline__ int clamp_position(int pos, int max_pos) {
 struct RopeChunk {
     float c[8], s[8];
 
-    __device__ __forceinline__ RopeChunk(const float* __restrict__ rope, int pos, int head_dim, int j0) {
+    __device__ __forceinline__ void load(const float* __restrict__ rope, int pos, int head_dim, int j0) {
         const float* row = rope + (long long)pos * head_dim;
         const float4* cs = reinterpret_cast<const float4*>(row + j0);
         const float4* sn = reinterpret_cast<const float4*>(row + head_dim / 2 + j0);
@@ -44,15 +44,16 @@ struct RopeChunk {
     }
 };
 
-// Pair chunk j0 / 8 of the head whose qkv elements start at x: normed by norm_lo (channels j0 ..)
-// and norm_hi (channels D/2 + j0 ..), rotated, rounded, as 8 packed bf16 each: lo the channels
-// j0 .. j0 + 7, hi the channels D/2 + j0 .. D/2 + j0 + 7.
-__device__ __forceinline__ void norm_rope_chunk(const bf16* __restrict__ x, int j0, const UClip8& norm_lo,
+// Pair chunk j0 / 8 of a head from its two raw 16-byte vectors (qkv elements 2 j0 .. 2 j0 + 15 of
+// the head): normed by norm_lo (channels j0 ..) and norm_hi (channels D/2 + j0 ..), rotated,
+// rounded, as 8 packed bf16 each: lo the channels j0 .. j0 + 7, hi the channels D/2 + j0 ..
+// D/2 + j0 + 7. The loads are the caller's, so it can have several chunks' in flight at once.
+__device__ __forceinline__ void norm_rope_chunk(uint4 raw_lo, uint4 raw_hi, const UClip8& norm_lo,
                                                 const UClip8& norm_hi, const RopeChunk& r, uint4& lo_out,
                                                 uint4& hi_out) {
     float lo[8], hi[8];
-    load8(x + 2 * j0, lo);
-    load8(x + 2 * j0 + 8, hi);
+    load8_raw(raw_lo, lo);
+    load8_raw(raw_hi, hi);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
         const float a = norm_lo(k, lo[k]);
@@ -63,38 +64,71 @@ __device__ __forceinline__ void norm_rope_chunk(const bf16* __restrict__ x, int 
     hi_out = pack8_cvt(hi);
 }
 
+// The two raw 16-byte vectors of pair chunk j0 / 8 of the head whose qkv elements start at x.
+__device__ __forceinline__ void load_pair_chunk(const bf16* __restrict__ x, int j0, uint4& raw_lo, uint4& raw_hi) {
+    raw_lo = *reinterpret_cast<const uint4*>(x + 2 * j0);
+    raw_hi = *reinterpret_cast<const uint4*>(x + 2 * j0 + 8);
+}
+
 // What a prefill attention kernel needs to norm and rotate its own queries: q then points at
-// the qkv buffer (q_row_stride its row), and positions at the step's positions of the same rows.
-// positions == nullptr: q is already normed and rotated (the qk pass wrote it).
+// the qkv buffer (q_row_stride its row). rope == nullptr: q is already normed and rotated (the
+// qk pass wrote it).
 struct QNormRope {
-    const int* __restrict__ positions;
     const float* __restrict__ rope;
     int max_pos;
     UClip norm;
 };
 
 // A prefill attention kernel's query tile normed and rotated from the qkv buffer: rows 0 .. R-1
-// of head h, row r being qkv row token0 + r, by THREADS threads (this one tid), each holding one
+// of head h, row r being qkv row token0 + r at position first_pos + r (a query's place in its
+// sequence: what the causal mask takes it for, and what the engine's positions buffer holds for
+// it, gpu_backend::step_buffers::positions), by THREADS threads (this one tid), each holding one
 // pair chunk p = tid % (D / 16) (its norm parameters read once) over rows tid / (D / 16), ...;
 // store(r, c, v) puts natural 16-byte chunk c (channels 8 c .. 8 c + 7) of row r. Rows at or
 // past `rows` are stored as zeros, as the cp.async path zero-fills them.
+// Latency, not arithmetic, is the cost here (RESULTS runs 176-177): a row's loads must not wait
+// for another row's. So no load waits on a loaded position (positions come from the tile), the
+// rows are branch-free (a row past `rows` reads the last one and is dropped), every row's qkv
+// vectors are loaded first, and the RoPE rows two rows at a time: the rounding's NaN branch ends
+// a block that later loads cannot be hoisted past, and all four rows' RoPE values at once would
+// not fit the register budget. Every row is computed before any is stored: a shared store (with
+// its memory clobber) would hold the loads after it.
 template <int D, int R, int THREADS, class Store>
 __device__ __forceinline__ void norm_rope_q_tile(const bf16* __restrict__ qkv, long long row_stride,
-                                                 const QNormRope& qn, long long token0, int rows, int h, int tid,
-                                                 Store store) {
-    constexpr int P = D / 16;
-    static_assert(THREADS % P == 0 && R % (THREADS / P) == 0, "one pair chunk a thread, whole row passes");
-    const int p = tid % P, j0 = 8 * p;
+                                                 const QNormRope& qn, long long token0, int first_pos, int rows,
+                                                 int h, int tid, Store store) {
+    constexpr int P = D / 16, PASS = THREADS / P, ROWS = R / PASS;
+    constexpr int BATCH = ROWS % 2 == 0 ? 2 : 1;
+    static_assert(THREADS % P == 0 && R % PASS == 0, "one pair chunk a thread, whole row passes");
+    const int p = tid % P, j0 = 8 * p, r0 = tid / P;
     const UClip8 norm_lo(qn.norm, j0), norm_hi(qn.norm, D / 2 + j0);
+    uint4 lo[ROWS], hi[ROWS];
+    if (rows > 0) {
+        int row[ROWS];
+        uint4 raw[ROWS][2];
 #pragma unroll
-    for (int r = tid / P; r < R; r += THREADS / P) {
-        uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-        if (r < rows) {
-            const long long t = token0 + r;
-            const RopeChunk chunk(qn.rope, clamp_position(qn.positions[t], qn.max_pos), D, j0);
-            norm_rope_chunk(qkv + t * row_stride + (long long)h * D, j0, norm_lo, norm_hi, chunk, lo, hi);
+        for (int i = 0; i < ROWS; ++i) {
+            row[i] = min(r0 + i * PASS, rows - 1);
+            load_pair_chunk(qkv + (token0 + row[i]) * row_stride + (long long)h * D, j0, raw[i][0], raw[i][1]);
         }
-        store(r, p, lo);
-        store(r, P + p, hi);
+#pragma unroll
+        for (int i0 = 0; i0 < ROWS; i0 += BATCH) {
+            RopeChunk chunk[BATCH];
+#pragma unroll
+            for (int b = 0; b < BATCH; ++b)
+                chunk[b].load(qn.rope, clamp_position(first_pos + row[i0 + b], qn.max_pos), D, j0);
+#pragma unroll
+            for (int b = 0; b < BATCH; ++b)
+                norm_rope_chunk(raw[i0 + b][0], raw[i0 + b][1], norm_lo, norm_hi, chunk[b], lo[i0 + b], hi[i0 + b]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        if (r0 + i * PASS >= rows) lo[i] = hi[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+        store(r0 + i * PASS, p, lo[i]);
+        store(r0 + i * PASS, P + p, hi[i]);
     }
 }

@@ -111,11 +111,13 @@ extern "C" __global__ void qk_norm_rope_cache(
         }
         pos = clamp_position(pos, max_pos);
         const bf16* src = qkv + t * row;
-        const RopeChunk rope_chunk(rope, pos, head_dim, j0);
+        RopeChunk rope_chunk;
+        rope_chunk.load(rope, pos, head_dim, j0);
         // Pair chunk j0 of head `head` (q heads 0 .. Hq, then k heads) into dst.
         const auto norm_rope = [&](const UClip8& norm_lo, const UClip8& norm_hi, int head, bf16* dst) {
-            uint4 lo, hi;
-            norm_rope_chunk(src + (long long)head * head_dim, j0, norm_lo, norm_hi, rope_chunk, lo, hi);
+            uint4 raw_lo, raw_hi, lo, hi;
+            load_pair_chunk(src + (long long)head * head_dim, j0, raw_lo, raw_hi);
+            norm_rope_chunk(raw_lo, raw_hi, norm_lo, norm_hi, rope_chunk, lo, hi);
             *reinterpret_cast<uint4*>(dst + j0) = lo;
             *reinterpret_cast<uint4*>(dst + half + j0) = hi;
         };

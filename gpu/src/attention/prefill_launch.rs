@@ -18,11 +18,11 @@ use crate::runtime::{launch_error, Gpu, Launch};
 
 /// The q norm and RoPE a prefill kernel applies to its queries itself: `layer.q` is then the
 /// qkv projection's rows (`[rows, (Hq + 2 Hkv) * D]`, q heads first, each in the permuted
-/// layout of [`crate::gemm::layout`]) and `q_row_stride` their width.
+/// layout of [`crate::gemm::layout`]) and `q_row_stride` their width. A query is rotated at its
+/// place in its sequence (`seq_len - query_len + i`), which is where the causal mask puts it and
+/// what the engine's positions hold for it; past the table it is clamped into it, as the qk pass
+/// clamps (and reports) it.
 pub struct QueryNorm<'a> {
-    /// `[rows]` absolute positions of the query rows; one outside the table is clamped into it
-    /// (the qk pass over the same rows records it as a fault).
-    pub positions: CudaView<'a, i32>,
     /// The RoPE table over D.
     pub rope: &'a RopeTable,
     /// The layer's q norm over D.
@@ -106,7 +106,6 @@ impl Hp1Prefill {
         check_len(entry, "seq_lens", seq_lens.len(), num_seqs)?;
         check_len(entry, "query_start_loc", query_start_loc.len(), num_seqs + 1)?;
         if let Some(qn) = &query_norm {
-            check_len(entry, "positions", qn.positions.len(), g.rows)?;
             for (what, d) in [("the RoPE table", qn.rope.head_dim()), ("the q norm", qn.norm.channels())] {
                 if d != g.head_dim {
                     return Err(unsupported(
@@ -134,12 +133,12 @@ impl Hp1Prefill {
             Some(qn) => {
                 let max_pos = i32::try_from(qn.rope.max_pos())
                     .map_err(|_| unsupported(entry, "the RoPE table has more than i32::MAX rows".into()))?;
-                launch.arg(&qn.positions).arg(qn.rope.table()).arg(&max_pos);
+                launch.arg(qn.rope.table()).arg(&max_pos);
                 qn.norm.push(&mut launch);
             }
-            // Null positions: q is already normed; the table and norm are never read.
+            // No table: q is already normed; the norm is never read.
             None => {
-                launch.arg(&0u64).arg(&0u64).arg(&0i32);
+                launch.arg(&0u64).arg(&0i32);
                 for _ in 0..3 {
                     launch.arg(&0u64).arg(&0i32);
                 }
@@ -166,7 +165,7 @@ impl Hp1Prefill {
             .arg(&mut out);
         // SAFETY: the arguments match the prefill entries' signature (the header of
         // hp1_prefill_mma.cu, shared by hp1_prefill_wgmma.cu), and every buffer was checked above
-        // against what the grid reaches (positions are clamped into the table on the device);
+        // against what the grid reaches (positions are clamped into the RoPE table on the device);
         // block-table entries were checked when uploaded.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())

@@ -356,8 +356,8 @@ fn attention_part(
             let table = &b.prefill_meta.block_table;
             let (buffers, query_norm) = match part {
                 AttnPart::PrefillNormingQueries => (
-                    layer.buffers(&b.qkv, layer.qkv_width, r.clone(), table, seqs, out),
-                    Some(QueryNorm { positions: b.positions.slice(r), rope, norm: &layer.weights.q_norm }),
+                    layer.buffers(&b.qkv, layer.qkv_width, r, table, seqs, out),
+                    Some(QueryNorm { rope, norm: &layer.weights.q_norm }),
                 ),
                 _ => (layer.buffers(&b.q, qw, r, table, seqs, out), None),
             };
