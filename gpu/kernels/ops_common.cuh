@@ -126,8 +126,15 @@ struct UClip {
     int bias_stride;
 };
 
+// clamp(v, -1, 1), NaN kept: max.NaN and min.NaN return NaN when either input is, in two
+// instructions where the compare-and-select form took three (RESULTS run 178). Their NaN is the
+// canonical one where the select form kept v's payload; every use multiplies the result, which
+// makes any NaN canonical, so uclip's bits are the same either way.
 __device__ __forceinline__ float clip_unit(float v) {
-    return v < -1.0f ? -1.0f : (v > 1.0f ? 1.0f : v);
+    float r;
+    asm("max.NaN.f32 %0, %1, 0fBF800000;" : "=f"(r) : "f"(v));
+    asm("min.NaN.f32 %0, %1, 0f3F800000;" : "=f"(r) : "f"(r));
+    return r;
 }
 
 // UClipNorm of channel c of value x, in f32.
