@@ -5,9 +5,9 @@
 // WHO. qk_norm_rope_cache.cu norms q and k of the rows cuBLASLt projects; the prefill attention
 // kernels (hp1_prefill_mma.cu, hp1_prefill_wgmma.cu) may instead norm their own query tile
 // straight from the qkv buffer, so no normed q goes through memory for those rows. Both call
-// norm_rope_chunk, so both give the same bits. (The skinny GEMM's QkNormRopeCache epilogue,
-// gemm_skinny.cu, computes decode rows with the same arithmetic written out again on its
-// accumulator layout; gpu_gemm holds it to this pass bit for bit.)
+// norm_rope_chunk, so both give the same bits. (The GEMMs' QkNormRopeCache epilogue,
+// gemm_epilogue.cuh, computes decode rows with the same arithmetic written out again on its
+// f32 sums; gpu_gemm holds it to this pass bit for bit.)
 //
 // LAYOUT. In a q or k head of the qkv projection (the permuted layout of gpu::gemm::layout),
 // elements 16 p + j hold channel 8 p + j and elements 16 p + 8 + j channel D/2 + 8 p + j (j < 8):
@@ -86,13 +86,16 @@ struct QNormRope {
 // pair chunk p = tid % (D / 16) (its norm parameters read once) over rows tid / (D / 16), ...;
 // store(r, c, v) puts natural 16-byte chunk c (channels 8 c .. 8 c + 7) of row r. Rows at or
 // past `rows` are stored as zeros, as the cp.async path zero-fills them.
-// Latency, not arithmetic, is the cost here (RESULTS runs 176-177): a row's loads must not wait
-// for another row's. So no load waits on a loaded position (positions come from the tile), the
-// rows are branch-free (a row past `rows` reads the last one and is dropped), every row's qkv
-// vectors are loaded first, and the RoPE rows two rows at a time: the rounding's NaN branch ends
-// a block that later loads cannot be hoisted past, and all four rows' RoPE values at once would
-// not fit the register budget. Every row is computed before any is stored: a shared store (with
-// its memory clobber) would hold the loads after it.
+// COST (RESULTS runs 176-178): about 630 instructions a thread at D = 128 (64 elements at 8 to 9
+// rounded operations each, plus addressing), more than one key tile of the WGMMA kernel, whose
+// time follows its instruction count; the attention takes 14 us more a layer at 16K rows, the
+// pass 20 us less. The loads are arranged so that rows do not also wait on each other: no load
+// waits on a loaded position (positions come from the tile), the rows are branch-free (a row
+// past `rows` reads the last one and is dropped), every row's qkv vectors are loaded first, and
+// the RoPE rows two rows at a time (the rounding's NaN branch ends a block that later loads are
+// not hoisted past, and all four rows' RoPE values at once would not fit 128 registers). Every
+// row is computed before any is stored: a shared store, with its memory clobber, would hold the
+// loads after it.
 template <int D, int R, int THREADS, class Store>
 __device__ __forceinline__ void norm_rope_q_tile(const bf16* __restrict__ qkv, long long row_stride,
                                                  const QNormRope& qn, long long token0, int first_pos, int rows,
