@@ -5,8 +5,8 @@
 //! k heads, then v heads, each q and k head's channels in the permuted order of the qkv weight,
 //! [`crate::gemm::layout`]), writes the normed, rotated, bf16-rounded queries `[tokens, Hq, D]`
 //! for attention (unless the prefill attention norms them itself,
-//! [`crate::attention::QueryNorm`]), and stores the normed, rotated keys and the values into the paged cache at each
-//! token's slot (a negative slot is padding: nothing is written). The skinny GEMM's
+//! [`crate::attention::QueryNorm`]), and stores the normed, rotated keys and the values into the
+//! paged cache at each token's slot (a negative slot is padding: nothing is written). The skinny GEMM's
 //! [`crate::gemm::EpilogueKind::QkNormRopeCache`] does the same inside the qkv GEMM, with the
 //! same bits (decode rows); this op serves the rows cuBLASLt computes.
 
@@ -155,8 +155,8 @@ impl QkNormRopeCache {
         &self.rope
     }
 
-    /// Norms and rotates q and k of every token, writes q to `out.q` (if any) and k, v to the caches at
-    /// the token's slot. `q_norm` and `k_norm` are over `D`. A position outside the table or a
+    /// Norms and rotates q and k of every token, writes q to `out.q` (if any) and k, v to the
+    /// caches at the token's slot. `q_norm` and `k_norm` are over `D`. A position outside the table or a
     /// slot past the cache is masked and recorded in `faults`. Launch only.
     pub fn run(
         &self,
