@@ -439,7 +439,8 @@ impl Op {
             Op::QkNormRopeCache { layer, queries: false, .. } => (vec![Qkv, PositionsSlots], vec![Cache(layer)]),
             Op::Attention { layer, part } => match part {
                 AttnPart::Prefill => (vec![Q, Cache(layer), PrefillMeta], vec![Attn]),
-                AttnPart::PrefillNormingQueries => (vec![Qkv, PositionsSlots, Cache(layer), PrefillMeta], vec![Attn]),
+                // Its queries' positions are their places in their sequences (PrefillMeta).
+                AttnPart::PrefillNormingQueries => (vec![Qkv, Cache(layer), PrefillMeta], vec![Attn]),
                 _ => (vec![Q, Cache(layer), Meta, RowMeta], vec![Attn]),
             },
             Op::GateStats { layer, .. } => (vec![Q, Cache(layer), Meta, RowMeta], vec![GateCounts]),
