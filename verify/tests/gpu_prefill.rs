@@ -220,9 +220,9 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
         };
         let (alpha, weight, bias) = (param(42, d, 1.5), param(43, 1, 1.25), param(44, d, 0.0));
         let norm = UClipNormParams::upload(gpu, "q_norm", d, &alpha, &weight, Some(&bias)).map_err(msg)?;
-        let rope = RopeTable::new(gpu, d, max_pos, 1e6).map_err(msg)?;
         let (qkv_dev, positions_dev) = (gpu.upload(&qkv).map_err(msg)?, gpu.upload(&positions).map_err(msg)?);
-        // The pass's q: every slot is padding, so it writes q alone.
+        // The pass's q: every slot is padding, so it writes q alone. The kernel rotates by the
+        // pass's table, as the model's do.
         let pass = QkNormRopeCache::new(gpu, shape, RopeTable::new(gpu, d, max_pos, 1e6).map_err(msg)?).map_err(msg)?;
         let slots = gpu.upload(&vec![-1i64; tokens]).map_err(msg)?;
         let mut q = gpu.upload(&vec![bf16::NAN; tokens * shape.q_width()]).map_err(msg)?;
@@ -253,7 +253,7 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
                 if norming {
                     ops.layer.q = qkv_dev.as_view();
                     ops.layer.q_row_stride = shape.qkv_width();
-                    ops.query_norm = Some(QueryNorm { rope: &rope, norm: &norm });
+                    ops.query_norm = Some(QueryNorm { rope: pass.rope(), norm: &norm });
                 } else {
                     ops.layer.q = q.as_view();
                 }
