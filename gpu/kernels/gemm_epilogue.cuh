@@ -4,7 +4,7 @@
 // gemm_skinny.cuh's header state each one's arithmetic and buffers). Shared by the skinny GEMM of
 // decode rows (gemm_skinny.cuh), the decode megakernel (decode_mega.cu) and the WGMMA GEMM of
 // prefill rows (gemm_wgmma.cu), so one row meets the same rounding points on every path. Needs
-// loads.cuh, ops_common.cuh and norm_rope.cuh (rope_rotate) before it.
+// loads.cuh, ops_common.cuh and norm_rope.cuh (rope_rotate, RopeChunk) before it.
 //
 // An epilogue is a functor with prefetch(t) and operator()(t), called by every thread of the
 // tile's T::THREADS (threadIdx.x below that), on a finished tile t of T::XR rows of x and T::WR
@@ -285,14 +285,12 @@ struct QkNormRopeCache {
       // in local memory.
       const UClip norm = is_q ? q_norm : k_norm;
       const UClip8 norm_lo(norm, j0), norm_hi(norm, half + j0);
-      const float* angles = rope + (long long)at_tok.pos * head_dim;
-      float c[8], sn[8];
-      load_param8(angles, 1, j0, c);
-      load_param8(angles, 1, half + j0, sn);
+      RopeChunk angles;
+      angles.load(rope, at_tok.pos, head_dim, j0);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float a = norm_lo(j, lo[j]), b = norm_hi(j, hi[j]);
-        rope_rotate(a, b, c[j], sn[j], lo[j], hi[j]);
+        rope_rotate(a, b, angles.c[j], angles.s[j], lo[j], hi[j]);
       }
       bf16* dst = is_q ? q_out + (tok * num_heads + head) * head_dim
                        : key_cache + (at_tok.slot * num_kv_heads + (head - num_heads)) * head_dim;
