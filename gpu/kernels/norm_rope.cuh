@@ -101,8 +101,8 @@ __device__ __forceinline__ void norm_rope_q_tile(const bf16* __restrict__ qkv, l
                                                  const QNormRope& qn, long long token0, int first_pos, int rows,
                                                  int h, int tid, Store store) {
     constexpr int P = D / 16, PASS = THREADS / P, ROWS = R / PASS;
-    constexpr int BATCH = ROWS % 2 == 0 ? 2 : 1;
     static_assert(THREADS % P == 0 && R % PASS == 0, "one pair chunk a thread, whole row passes");
+    static_assert(ROWS % 2 == 0, "rows in pairs");
     const int p = tid % P, j0 = 8 * p, r0 = tid / P;
     const UClip8 norm_lo(qn.norm, j0), norm_hi(qn.norm, D / 2 + j0);
     uint4 lo[ROWS], hi[ROWS];
@@ -115,13 +115,13 @@ __device__ __forceinline__ void norm_rope_q_tile(const bf16* __restrict__ qkv, l
             load_pair_chunk(qkv + (token0 + row[i]) * row_stride + (long long)h * D, j0, raw[i][0], raw[i][1]);
         }
 #pragma unroll
-        for (int i0 = 0; i0 < ROWS; i0 += BATCH) {
-            RopeChunk chunk[BATCH];
+        for (int i0 = 0; i0 < ROWS; i0 += 2) {
+            RopeChunk chunk[2];
 #pragma unroll
-            for (int b = 0; b < BATCH; ++b)
+            for (int b = 0; b < 2; ++b)
                 chunk[b].load(qn.rope, clamp_position(first_pos + row[i0 + b], qn.max_pos), D, j0);
 #pragma unroll
-            for (int b = 0; b < BATCH; ++b)
+            for (int b = 0; b < 2; ++b)
                 norm_rope_chunk(raw[i0 + b][0], raw[i0 + b][1], norm_lo, norm_hi, chunk[b], lo[i0 + b], hi[i0 + b]);
         }
     }
