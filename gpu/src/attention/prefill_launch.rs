@@ -139,9 +139,7 @@ impl Hp1Prefill {
             // No table: q is already normed; the norm is never read.
             None => {
                 launch.arg(&0u64).arg(&0i32);
-                for _ in 0..3 {
-                    launch.arg(&0u64).arg(&0i32);
-                }
+                UClipNormParams::push_absent(&mut launch);
             }
         }
         launch

@@ -65,6 +65,14 @@ impl UClipNormParams {
             .arg(&self.bias)
             .arg(&self.strides[2]);
     }
+
+    /// Pushes the same six arguments for no norm (null arrays, zero strides), to a kernel told
+    /// by another argument not to read them.
+    pub(crate) fn push_absent(builder: &mut Launch<'_>) {
+        for _ in 0..3 {
+            builder.arg(&0u64).arg(&0i32);
+        }
+    }
 }
 
 /// The kernel strides of alpha, weight and bias (0 for `[1]`, 1 for `[C]`; an absent bias is a
