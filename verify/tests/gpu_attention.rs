@@ -449,7 +449,7 @@ fn device_counts(gpu: &Arc<Gpu>, stats: &GateStats, data: &CaseData, launches: u
 
 /// `hp1_gate_stats.cu`'s arithmetic on the host, operation for operation (its header, SAME BITS):
 /// each of 16 D-slices summed from 0 with fma in element order, then c_i + c_{i+8}, + 4, + 2, + 1;
-/// the gate rounded to f32 at every step.
+/// then the oracle's gate in f32 (`oracle::hp1::Gate`), whose order the kernel follows.
 fn mirror_counts(data: &CaseData) -> GateCounts {
     let inp = data.inputs_f32();
     let p = inp.params;
@@ -458,7 +458,6 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
     let mut counts = GateCounts::default();
     for row in data.meta.rows() {
         for h in 0..hq {
-            let sigma_over_f = inp.sigma[h] * (1.0f32 / p.fir_k as f32);
             let q = data.f32.q.slice(s![row.token, h, ..]);
             let scores: Vec<f32> = (0..=row.pos)
                 .map(|t| {
@@ -474,24 +473,10 @@ fn mirror_counts(data: &CaseData) -> GateCounts {
                     p.scale * part[0]
                 })
                 .collect();
-            let r = |t: usize, back: usize| match t.checked_sub(back) {
-                None => 0.0f32,
-                Some(u) if p.relu_pre => scores[u].max(0.0),
-                Some(u) => scores[u],
-            };
-            for (t, &s) in scores.iter().enumerate() {
-                let sum = (0..p.fir_k).fold(0.0f32, |acc, back| acc + r(t, back));
-                let z = (-sigma_over_f).mul_add(sum, s);
-                let clamped = if z < p.clip_min {
-                    p.clip_min
-                } else if z > p.clip_max {
-                    p.clip_max
-                } else {
-                    z
-                };
-                counts.zeros += u64::from(inp.gamma[h] * clamped == 0.0);
-                counts.total += 1;
-            }
+            let mut weights = vec![0.0f32; scores.len()];
+            inp.gate(h).apply(&[], &scores, &mut weights);
+            counts.zeros += weights.iter().filter(|&&w| w == 0.0).count() as u64;
+            counts.total += weights.len() as u64;
         }
     }
     counts
