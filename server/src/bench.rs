@@ -60,7 +60,7 @@ use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
 
 /// What each reported figure means; printed before the results and kept in the JSON.
-pub const DEFINITIONS: [(&str, &str); 8] = [
+pub const DEFINITIONS: [(&str, &str); 9] = [
     ("wall_s", "seconds from the first step to the last, every request submitted before the first"),
     ("prefill_tok_s", "prompt tokens / seconds until every request has its first token"),
     ("decode_tok_s", "tokens after each request's first / (wall_s - those seconds)"),
@@ -68,6 +68,7 @@ pub const DEFINITIONS: [(&str, &str); 8] = [
     ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),
     ("executor_ms", "the part of a step inside StepExecutor::execute (forward, sampling, launches); the rest is the engine's host work: scheduling, detokenising, stop rules"),
     ("host_ms", "a decode step's host work by phase: schedule (the scheduler's plan), hand_out (each drawn token to its request: logprobs, detokenising, stop rules, and the commit)"),
+    ("prefill_steps", "each step with a prefill chunk: its tokens and decode rows, its wall ms, and that time's parts: schedule, executor (the forward and the draw, until the tokens are on the host) and hand_out"),
     ("ratio", "ours / theirs: below 1 is faster than the anchor or nearer the floor"),
 ];
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use model::engine::{Engine, EngineEvent};
+use model::engine::{Engine, EngineEvent, StepRows, StepTimes};
 use serde::Serialize;
 
 use super::{profiler, PromptSource, StepCounts, Summary};
@@ -81,7 +81,34 @@ pub struct ScenarioResult {
     /// The executor's part of those steps.
     decode_step_executor_ms: Option<Summary>,
     steps: StepCounts,
+    /// Every step that carried a prefill chunk, in order.
+    prefill_steps: Vec<PrefillStep>,
     preemptions: u64,
+}
+
+/// One step with a prefill chunk: its rows and where its wall time went.
+#[derive(Clone, Debug, Serialize)]
+struct PrefillStep {
+    tokens: usize,
+    decodes: usize,
+    wall_ms: f64,
+    schedule_ms: f64,
+    executor_ms: f64,
+    hand_out_ms: f64,
+}
+
+impl PrefillStep {
+    fn new(rows: StepRows, wall_ms: f64, times: StepTimes) -> Self {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        PrefillStep {
+            tokens: rows.num_tokens,
+            decodes: rows.num_decodes,
+            wall_ms,
+            schedule_ms: ms(times.schedule),
+            executor_ms: ms(times.execute),
+            hand_out_ms: ms(times.hand_out),
+        }
+    }
 }
 
 /// Runs one scenario to completion and checks every request got exactly its output length; its
@@ -99,7 +126,7 @@ pub fn run_scenario(
         waiting_first.insert(engine.add_request(request).map_err(|e| e.to_string())?);
     }
     let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
-    let (mut decode_ms, mut executor_ms) = (Vec::new(), Vec::new());
+    let (mut decode_ms, mut executor_ms, mut prefill_steps) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     let mut unprofiled = profile_steps.unwrap_or(0);
     if unprofiled > 0 {
@@ -117,9 +144,12 @@ pub fn run_scenario(
         let events = events.map_err(|e| format!("scenario {}: {e}", s.name))?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         steps.add(engine.last_step());
-        if engine.last_step().is_decode_only() {
+        let rows = engine.last_step();
+        if rows.is_decode_only() {
             decode_ms.push(ms);
             executor_ms.push(engine.last_step_times().execute.as_secs_f64() * 1e3);
+        } else if rows.num_seqs > 0 {
+            prefill_steps.push(PrefillStep::new(rows, ms, engine.last_step_times()));
         }
         for ev in &events {
             if let EngineEvent::Token { request, .. } = ev {
@@ -162,6 +192,7 @@ pub fn run_scenario(
         decode_step_ms: Summary::of(&decode_ms),
         decode_step_executor_ms: Summary::of(&executor_ms),
         steps,
+        prefill_steps,
         preemptions: engine.stats().num_preemptions - preempted_before,
     })
 }
@@ -191,6 +222,12 @@ pub fn print_scenario(r: &ScenarioResult) {
         r.steps.prefill,
         r.preemptions
     );
+    for p in &r.prefill_steps {
+        println!(
+            "  step of {} tokens ({} decode rows): wall {:.3} ms = schedule {:.3} + executor {:.3} + hand_out {:.3} + rest",
+            p.tokens, p.decodes, p.wall_ms, p.schedule_ms, p.executor_ms, p.hand_out_ms
+        );
+    }
 }
 
 #[cfg(test)]
