@@ -77,6 +77,17 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         let step = s["decode_step_ms"]["median"].as_f64().unwrap();
         assert!(s["decode_tok_s"].as_f64().unwrap() > 0.0 && step > 0.0, "{s}");
         assert!(s["decode_step_executor_ms"]["median"].as_f64().unwrap() <= step, "{s}");
+        // Every step with a prefill chunk, in order, its parts within its wall time; together
+        // they carry every prompt token.
+        let prefill_steps = s["prefill_steps"].as_array().unwrap();
+        assert_eq!(prefill_steps.len() as u64, count(&steps["mixed"]) + count(&steps["prefill"]), "{s}");
+        let rows: u64 = prefill_steps.iter().map(|p| count(&p["tokens"]) - count(&p["decodes"])).sum();
+        assert_eq!(rows, 3 * 40, "{s}");
+        for p in prefill_steps {
+            let ms = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{k} in {p}"));
+            let parts = ms("schedule_ms") + ms("executor_ms") + ms("hand_out_ms");
+            assert!(ms("executor_ms") > 0.0 && parts <= ms("wall_ms") + 1e-9, "{p}");
+        }
     }
 
     let decode = report["decode"].as_array().unwrap();
