@@ -3,6 +3,7 @@
 # silu_mul. Ten calls a CUDA graph, median us a call over 30 replays. RESULTS run 185.
 # Run on the device: python3 scripts/probes/elementwise_bandwidth.py
 import torch
+from graph_timing import graph_median_us
 M, H = 16384, 1024
 a = torch.randn(M, H, device='cuda', dtype=torch.bfloat16)
 x = torch.randn(M, H, device='cuda', dtype=torch.bfloat16)
@@ -23,20 +24,8 @@ def r1w1(a, w):
 def r2w1(a, x, w):
     return (a.float() * w * x.float()).to(torch.bfloat16)
 
-def timed(fn, reps=30):
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for _ in range(3): fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10): fn()
-    g.replay(); torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize(); ts.append(e0.elapsed_time(e1) * 100)
-    ts.sort(); return ts[len(ts) // 2]
+def timed(fn):
+    return graph_median_us(fn, reps=30, calls=10)
 
 mb = M * H * 2 / 1e6
 for name, fn, n in [("2r2w", lambda: r2w2(a, x, w), 4), ("1r1w", lambda: r1w1(a, w), 2), ("2r1w", lambda: r2w1(a, x, w), 3)]:

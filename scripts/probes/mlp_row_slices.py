@@ -2,7 +2,8 @@
 # intermediates fit in L2) beat the whole-step MLP? asynct-0.5b shapes, bf16, torch's cuBLAS and
 # a torch.compile'd SiLU-mul, each variant one CUDA graph, median us of 20 replays. RESULTS run
 # 184. Run on the device: python3 scripts/probes/mlp_row_slices.py
-import torch, sys
+import torch
+from graph_timing import graph_median_us
 torch.manual_seed(0)
 M, H, I = 16384, 1024, 3072
 dev = 'cuda'
@@ -32,22 +33,8 @@ def make(rows, reuse):
             if 'd' in parts: torch.matmul(mlp, wd.t(), out=out[r])
     return body
 
-def timed(fn, reps=20):
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for _ in range(3): fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3): g.replay()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ts = []
-    for _ in range(reps):
-        a.record(); g.replay(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+def timed(fn):
+    return graph_median_us(fn, reps=20, calls=1)
 
 for rows, reuse in [(16384, False), (4096, False), (2048, False), (2048, True), (1024, False), (1024, True), (512, True)]:
     body = make(rows, reuse)
