@@ -60,9 +60,10 @@ use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
 
 /// What each reported figure means; printed before the results and kept in the JSON.
-pub const DEFINITIONS: [(&str, &str); 9] = [
+pub const DEFINITIONS: [(&str, &str); 10] = [
     ("wall_s", "seconds from the first step to the last, every request submitted before the first"),
     ("prefill_tok_s", "prompt tokens / seconds until every request has its first token"),
+    ("ttft_ms", "each request's milliseconds from the first step to its first token (mean, median, least; the most is prefill_s)"),
     ("decode_tok_s", "tokens after each request's first / (wall_s - those seconds)"),
     ("decode_step_ms", "wall time of the steps whose every row was a decode row (mean, median)"),
     ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),

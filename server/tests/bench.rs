@@ -74,6 +74,12 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         // steps follow the first token.
         assert!(total >= 5, "{s}");
         assert!(s["wall_s"].as_f64().unwrap() >= s["prefill_s"].as_f64().unwrap(), "{s}");
+        // Each request's time to its first token: the last of them is prefill_s.
+        let ttft = &s["ttft_ms"];
+        let (min, median, mean) =
+            (ttft["min"].as_f64().unwrap(), ttft["median"].as_f64().unwrap(), ttft["mean"].as_f64().unwrap());
+        let most = s["prefill_s"].as_f64().unwrap() * 1e3;
+        assert!(0.0 < min && min <= median && median <= most && min <= mean && mean <= most, "{s}");
         let step = s["decode_step_ms"]["median"].as_f64().unwrap();
         assert!(s["decode_tok_s"].as_f64().unwrap() > 0.0 && step > 0.0, "{s}");
         assert!(s["decode_step_executor_ms"]["median"].as_f64().unwrap() <= step, "{s}");

@@ -75,6 +75,7 @@ pub struct ScenarioResult {
     wall_s: f64,
     prefill_s: f64,
     prefill_tok_s: f64,
+    ttft_ms: Option<Summary>,
     /// `None` when no token follows the first (an output length of 1).
     decode_tok_s: Option<f64>,
     decode_step_ms: Option<Summary>,
@@ -127,6 +128,7 @@ pub fn run_scenario(
     }
     let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
     let (mut decode_ms, mut executor_ms, mut prefill_steps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ttft_ms = Vec::with_capacity(s.requests);
     let start = Instant::now();
     let mut unprofiled = profile_steps.unwrap_or(0);
     if unprofiled > 0 {
@@ -154,7 +156,9 @@ pub fn run_scenario(
         for ev in &events {
             if let EngineEvent::Token { request, .. } = ev {
                 generated += 1;
-                waiting_first.remove(request);
+                if waiting_first.remove(request) {
+                    ttft_ms.push(start.elapsed().as_secs_f64() * 1e3);
+                }
             }
         }
         if prefill_s.is_none() && waiting_first.is_empty() {
@@ -188,6 +192,7 @@ pub fn run_scenario(
         wall_s,
         prefill_s,
         prefill_tok_s: prompt_tokens as f64 / prefill_s,
+        ttft_ms: Summary::of(&ttft_ms),
         decode_tok_s: (after_first > 0 && decode_s > 0.0).then(|| after_first as f64 / decode_s),
         decode_step_ms: Summary::of(&decode_ms),
         decode_step_executor_ms: Summary::of(&executor_ms),
@@ -201,12 +206,15 @@ pub fn run_scenario(
 pub fn print_scenario(r: &ScenarioResult) {
     let s = &r.scenario;
     let decode = r.decode_tok_s.map_or("no decode tokens".into(), |t| format!("{t:.0} tok/s"));
+    let ttft = r
+        .ttft_ms
+        .map_or(String::new(), |t| format!(", time to first token mean {:.1} ms, median {:.1}", t.mean, t.median));
     let step = match (r.decode_step_ms, r.decode_step_executor_ms) {
         (Some(m), Some(e)) => format!("mean {:.3} ms, median {:.3} ms (executor {:.3})", m.mean, m.median, e.median),
         _ => "no decode-only step".into(),
     };
     println!(
-        "scenario {}: {} x {} -> {}: wall {:.3} s; prefill {:.0} tok/s ({} tokens by {:.3} s); decode {decode} \
+        "scenario {}: {} x {} -> {}: wall {:.3} s; prefill {:.0} tok/s ({} tokens by {:.3} s{ttft}); decode {decode} \
          ({} tokens); decode step {step}; steps {} decode, {} mixed, {} prefill; {} preemptions",
         s.name,
         s.requests,
