@@ -37,7 +37,10 @@ pub const CHUNKS_PER_STEP: usize = 4;
 /// 486-495K, 543-551K and 521-540K; the decode steps between them unchanged. 32 chunks: the
 /// largest gain that is not within the passes' spread comes at 16,384, while a decoding request
 /// waits behind one step's prefill twice as long at 32,768 (about 65 ms). vLLM's offline default
-/// is also 16,384.
+/// is also 16,384. Run 189 measured the cost in time to first token: at 32,800 prefill_heavy_b16
+/// gains 3-7% prompt tok/s (a figure that waits for the last request) but loses 27-31% of its
+/// mean time to first token, balanced_b32 4-8%, and long_decode_b32's decoders wait 80 ms behind
+/// a step instead of 41.
 pub const GPU_STEP_TOKENS: usize = 16384;
 
 /// Where a step budget's default comes from.
