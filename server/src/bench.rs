@@ -69,9 +69,14 @@ pub const DEFINITIONS: [(&str, &str); 10] = [
     ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),
     ("executor_ms", "the part of a step inside StepExecutor::execute (forward, sampling, launches); the rest is the engine's host work: scheduling, detokenising, stop rules"),
     ("host_ms", "a decode step's host work by phase: schedule (the scheduler's plan), hand_out (each drawn token to its request: logprobs, detokenising, stop rules, and the commit)"),
-    ("prefill_steps", "each step with a prefill chunk: its tokens and decode rows, its wall ms, and that time's parts: schedule, executor (the forward and the draw, until the tokens are on the host) and hand_out"),
+    ("chunk_steps", "each step with a prefill chunk: its tokens and decode rows, its wall ms, and that time's parts: schedule, executor (the forward and the draw, until the tokens are on the host) and hand_out"),
     ("ratio", "ours / theirs: below 1 is faster than the anchor or nearer the floor"),
 ];
+
+/// A duration in milliseconds, the unit of every timing the bench reports.
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
 
 /// Mean, median and least of some milliseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

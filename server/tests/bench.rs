@@ -85,11 +85,11 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
         assert!(s["decode_step_executor_ms"]["median"].as_f64().unwrap() <= step, "{s}");
         // Every step with a prefill chunk, in order, its parts within its wall time; together
         // they carry every prompt token.
-        let prefill_steps = s["prefill_steps"].as_array().unwrap();
-        assert_eq!(prefill_steps.len() as u64, count(&steps["mixed"]) + count(&steps["prefill"]), "{s}");
-        let rows: u64 = prefill_steps.iter().map(|p| count(&p["tokens"]) - count(&p["decodes"])).sum();
+        let chunk_steps = s["chunk_steps"].as_array().unwrap();
+        assert_eq!(chunk_steps.len() as u64, count(&steps["mixed"]) + count(&steps["prefill"]), "{s}");
+        let rows: u64 = chunk_steps.iter().map(|p| count(&p["tokens"]) - count(&p["decodes"])).sum();
         assert_eq!(rows, 3 * 40, "{s}");
-        for p in prefill_steps {
+        for p in chunk_steps {
             let ms = |k: &str| p[k].as_f64().unwrap_or_else(|| panic!("{k} in {p}"));
             let parts = ms("schedule_ms") + ms("executor_ms") + ms("hand_out_ms");
             assert!(ms("executor_ms") > 0.0 && parts <= ms("wall_ms") + 1e-9, "{p}");

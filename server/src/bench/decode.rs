@@ -12,7 +12,7 @@ use model::engine::{Engine, EngineEvent, StepTimes};
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
-use super::{PromptSource, Summary};
+use super::{millis, PromptSource, Summary};
 use crate::cli::BenchArgs;
 use model::executor_loader::BLOCK_SIZE;
 
@@ -191,7 +191,7 @@ pub fn run_decode(
     let step = |engine: &mut Engine, what: &str| -> Result<(f64, StepTimes), String> {
         let t = Instant::now();
         engine.step().map_err(|e| e.to_string())?;
-        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let ms = millis(t.elapsed());
         let shape = engine.last_step();
         if !shape.is_decode_only() || shape.num_seqs != batch {
             return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
@@ -226,7 +226,7 @@ pub fn run_decode(
         engine.abort(id).map_err(|e| e.to_string())?;
     }
     let phase = |of: fn(&StepTimes) -> Duration| -> Summary {
-        let ms: Vec<f64> = times.iter().map(|(_, t)| of(t).as_secs_f64() * 1e3).collect();
+        let ms: Vec<f64> = times.iter().map(|(_, t)| millis(of(t))).collect();
         Summary::of(&ms).expect("at least one timed step")
     };
     let step: Vec<f64> = times.iter().map(|&(ms, _)| ms).collect();

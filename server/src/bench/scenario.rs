@@ -7,7 +7,7 @@ use std::time::Instant;
 use model::engine::{Engine, EngineEvent, StepRows, StepTimes};
 use serde::Serialize;
 
-use super::{profiler, PromptSource, StepCounts, Summary};
+use super::{millis, profiler, PromptSource, StepCounts, Summary};
 
 /// An end-to-end scenario of SPEC section 7.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -83,13 +83,13 @@ pub struct ScenarioResult {
     decode_step_executor_ms: Option<Summary>,
     steps: StepCounts,
     /// Every step that carried a prefill chunk, in order.
-    prefill_steps: Vec<PrefillStep>,
+    chunk_steps: Vec<ChunkStep>,
     preemptions: u64,
 }
 
 /// One step with a prefill chunk: its rows and where its wall time went.
 #[derive(Clone, Debug, Serialize)]
-struct PrefillStep {
+struct ChunkStep {
     tokens: usize,
     decodes: usize,
     wall_ms: f64,
@@ -98,16 +98,15 @@ struct PrefillStep {
     hand_out_ms: f64,
 }
 
-impl PrefillStep {
+impl ChunkStep {
     fn new(rows: StepRows, wall_ms: f64, times: StepTimes) -> Self {
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        PrefillStep {
+        ChunkStep {
             tokens: rows.num_tokens,
             decodes: rows.num_decodes,
             wall_ms,
-            schedule_ms: ms(times.schedule),
-            executor_ms: ms(times.execute),
-            hand_out_ms: ms(times.hand_out),
+            schedule_ms: millis(times.schedule),
+            executor_ms: millis(times.execute),
+            hand_out_ms: millis(times.hand_out),
         }
     }
 }
@@ -127,7 +126,7 @@ pub fn run_scenario(
         waiting_first.insert(engine.add_request(request).map_err(|e| e.to_string())?);
     }
     let (mut steps, mut generated, mut prefill_s) = (StepCounts::default(), 0, None);
-    let (mut decode_ms, mut executor_ms, mut prefill_steps) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut decode_ms, mut executor_ms, mut chunk_steps) = (Vec::new(), Vec::new(), Vec::new());
     let mut ttft_ms = Vec::with_capacity(s.requests);
     let start = Instant::now();
     let mut unprofiled = profile_steps.unwrap_or(0);
@@ -144,20 +143,20 @@ pub fn run_scenario(
             }
         }
         let events = events.map_err(|e| format!("scenario {}: {e}", s.name))?;
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        steps.add(engine.last_step());
-        let rows = engine.last_step();
+        let ms = millis(t.elapsed());
+        let (rows, times) = (engine.last_step(), engine.last_step_times());
+        steps.add(rows);
         if rows.is_decode_only() {
             decode_ms.push(ms);
-            executor_ms.push(engine.last_step_times().execute.as_secs_f64() * 1e3);
+            executor_ms.push(millis(times.execute));
         } else if rows.num_seqs > 0 {
-            prefill_steps.push(PrefillStep::new(rows, ms, engine.last_step_times()));
+            chunk_steps.push(ChunkStep::new(rows, ms, times));
         }
         for ev in &events {
             if let EngineEvent::Token { request, .. } = ev {
                 generated += 1;
                 if waiting_first.remove(request) {
-                    ttft_ms.push(start.elapsed().as_secs_f64() * 1e3);
+                    ttft_ms.push(millis(start.elapsed()));
                 }
             }
         }
@@ -197,7 +196,7 @@ pub fn run_scenario(
         decode_step_ms: Summary::of(&decode_ms),
         decode_step_executor_ms: Summary::of(&executor_ms),
         steps,
-        prefill_steps,
+        chunk_steps,
         preemptions: engine.stats().num_preemptions - preempted_before,
     })
 }
@@ -230,7 +229,7 @@ pub fn print_scenario(r: &ScenarioResult) {
         r.steps.prefill,
         r.preemptions
     );
-    for p in &r.prefill_steps {
+    for p in &r.chunk_steps {
         println!(
             "  step of {} tokens ({} decode rows): wall {:.3} ms = schedule {:.3} + executor {:.3} + hand_out {:.3} + rest",
             p.tokens, p.decodes, p.wall_ms, p.schedule_ms, p.executor_ms, p.hand_out_ms
