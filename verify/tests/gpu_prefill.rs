@@ -242,7 +242,10 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
             let plan = match PrefillPlan::new(step_geometry(&data), kernel) {
                 Ok(plan) => plan,
                 // WGMMA is not built for D = 256 (dispatcher_choices checks that it says so).
-                Err(_) if kernel == PrefillKernel::Wgmma && d == 256 => continue,
+                Err(_) if kernel == PrefillKernel::Wgmma && d == 256 => {
+                    println!("  {} D {d}: not run, its plan refuses this head dim", kernel.name());
+                    continue;
+                }
                 Err(e) => return Err(msg(e)),
             };
             let attention = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?;
