@@ -24,10 +24,7 @@ def r1w1(a, w):
 def r2w1(a, x, w):
     return (a.float() * w * x.float()).to(torch.bfloat16)
 
-def timed(fn):
-    return graph_median_us(fn, reps=30, calls=10)
-
 mb = M * H * 2 / 1e6
 for name, fn, n in [("2r2w", lambda: r2w2(a, x, w), 4), ("1r1w", lambda: r1w1(a, w), 2), ("2r1w", lambda: r2w1(a, x, w), 3)]:
-    us = timed(fn)
+    us = graph_median_us(fn, reps=30, calls=10)
     print(f"{name}: {us:.1f} us, {n * mb / us:.2f} TB/s", flush=True)

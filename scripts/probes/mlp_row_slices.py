@@ -33,10 +33,7 @@ def make(rows, reuse):
             if 'd' in parts: torch.matmul(mlp, wd.t(), out=out[r])
     return body
 
-def timed(fn):
-    return graph_median_us(fn, reps=20, calls=1)
-
 for rows, reuse in [(16384, False), (4096, False), (2048, False), (2048, True), (1024, False), (1024, True), (512, True)]:
     body = make(rows, reuse)
-    res = {p: timed(lambda p=p: body(p)) for p in ['gsd', 'g', 's', 'd', 'gs']}
+    res = {p: graph_median_us(lambda p=p: body(p), reps=20) for p in ['gsd', 'g', 's', 'd', 'gs']}
     print(f"rows {rows:5d} reuse {int(reuse)}: all {res['gsd']:.1f} us = gate_up {res['g']:.1f} + silu {res['s']:.1f} + down {res['d']:.1f}; gate_up+silu {res['gs']:.1f}", flush=True)
