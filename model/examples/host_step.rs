@@ -5,14 +5,17 @@
 //!
 //! ```text
 //! cargo run --release -p model --example host_step -- [--tokenizer PATH] [--batch 128]
-//!     [--prompt 1000] [--steps 500] [--wait-us 0]
+//!     [--prompt 1000] [--steps 500] [--wait-us 0] [--budget N]
 //! ```
 //!
 //! `--tokenizer` defaults to the large presets' (`../shared/tokenizers/qwen3/tokenizer.json`). The
 //! drawn ids are spread over the whole vocabulary, as a model with random weights draws them.
 //! `--wait-us` makes each step spin that long, as the wait for a GPU step does: the phases then
-//! run on colder caches, about twice as long (RESULTS runs 125-126). Prints the medians of the
-//! `schedule` and `hand_out` phases over `--steps` decode steps of `--batch` sequences.
+//! run on colder caches, about twice as long (RESULTS runs 125-126). `--budget` is the step's
+//! token budget (the GPU's default, 16,384 plus a row a sequence, unless given). Prints the
+//! `schedule` and `hand_out` phases summed over the steps that prefill the prompts (where the
+//! prefix cache takes each full block), and their medians over `--steps` decode steps of
+//! `--batch` sequences.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -64,6 +67,7 @@ struct Args {
     prompt: usize,
     steps: usize,
     wait_us: u64,
+    budget: Option<usize>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -73,6 +77,7 @@ fn parse() -> Result<Args, String> {
         prompt: 1000,
         steps: 500,
         wait_us: 0,
+        budget: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,6 +90,7 @@ fn parse() -> Result<Args, String> {
             "--prompt" => args.prompt = positive()?,
             "--steps" => args.steps = positive()?,
             "--wait-us" => args.wait_us = number()? as u64,
+            "--budget" => args.budget = Some(positive()?),
             _ => return Err(format!("unknown flag {flag}")),
         }
     }
@@ -103,7 +109,7 @@ fn run(args: Args) -> Result<(), String> {
     let executor = InstantDraws { steps: 0, wait: Duration::from_micros(args.wait_us), blocks };
     let cfg = SchedulerConfig {
         max_num_seqs: args.batch,
-        max_batched_tokens: 8192 + args.batch,
+        max_batched_tokens: args.budget.unwrap_or(16_384 + args.batch),
         prefill_chunk: 512,
         max_model_len: max_len,
         prefix_caching: true,
@@ -121,15 +127,30 @@ fn run(args: Args) -> Result<(), String> {
     }
     // Every prompt's chunks, then the first step of only decode rows.
     let prefill_steps = args.batch * args.prompt.div_ceil(chunk) + 1;
+    let (mut chunk_schedule, mut chunk_hand_out, mut chunk_tokens) = (Vec::new(), Vec::new(), 0);
     for _ in 0..=prefill_steps {
         engine.step().map_err(err)?;
-        if engine.last_step().num_decodes == args.batch {
+        let rows = engine.last_step();
+        if rows.num_decodes == args.batch {
             break;
         }
+        let times = engine.last_step_times();
+        chunk_schedule.push(times.schedule);
+        chunk_hand_out.push(times.hand_out);
+        chunk_tokens += rows.num_tokens - rows.num_decodes;
     }
     if engine.last_step().num_decodes != args.batch {
         return Err(format!("the batch did not reach {} decode rows", args.batch));
     }
+    let total = |v: Vec<Duration>| v.iter().sum::<Duration>().as_secs_f64() * 1e6;
+    println!(
+        "B{} prefill: {} steps, {} prompt tokens; schedule {:.1} us, hand_out {:.1} us in all",
+        args.batch,
+        chunk_schedule.len(),
+        chunk_tokens,
+        total(chunk_schedule),
+        total(chunk_hand_out)
+    );
     let (mut schedule, mut hand_out) = (Vec::new(), Vec::new());
     for _ in 0..args.steps {
         engine.step().map_err(err)?;
