@@ -139,9 +139,6 @@ fn run(args: Args) -> Result<(), String> {
         chunk_hand_out.push(times.hand_out);
         chunk_tokens += rows.num_tokens - rows.num_decodes;
     }
-    if engine.last_step().num_decodes != args.batch {
-        return Err(format!("the batch did not reach {} decode rows", args.batch));
-    }
     let total = |v: Vec<Duration>| v.iter().sum::<Duration>().as_secs_f64() * 1e6;
     println!(
         "B{} prefill: {} steps, {} prompt tokens; schedule {:.1} us, hand_out {:.1} us in all",
@@ -151,6 +148,9 @@ fn run(args: Args) -> Result<(), String> {
         total(chunk_schedule),
         total(chunk_hand_out)
     );
+    if engine.last_step().num_decodes != args.batch {
+        return Err(format!("the batch did not reach {} decode rows", args.batch));
+    }
     let (mut schedule, mut hand_out) = (Vec::new(), Vec::new());
     for _ in 0..args.steps {
         engine.step().map_err(err)?;

@@ -61,9 +61,10 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
-    /// A pool with every one of `num_blocks` blocks free, handed out in id order at first.
-    pub fn new(num_blocks: usize) -> Self {
-        Self::with_index(PrefixIndex::new(num_blocks))
+    /// A pool with every one of `num_blocks` blocks of `block_size` tokens free, handed out in id
+    /// order at first.
+    pub fn new(num_blocks: usize, block_size: usize) -> Self {
+        Self::with_index(PrefixIndex::new(num_blocks, block_size))
     }
 
     /// A pool over an empty `index` of its size (a test passes one with a weak hash).
@@ -82,6 +83,11 @@ impl BlockPool {
     /// Blocks in the pool.
     pub fn num_blocks(&self) -> usize {
         self.ref_count.len()
+    }
+
+    /// Tokens a block holds.
+    pub fn block_size(&self) -> usize {
+        self.index.block_size()
     }
 
     /// Blocks free now: uncached, or cached and held by no sequence (evicted when needed).
@@ -154,13 +160,18 @@ impl BlockPool {
 
     /// Caches `block`, which holds `tokens` right after the cached prefix `parent` and is held
     /// by the caller; returns the entry id of that prefix (another block's when one already
-    /// holds it, and then `block` stays uncached). Refuses a block that is not held.
+    /// holds it, and then `block` stays uncached). Refuses a block that is not held, and tokens
+    /// that are not a whole block.
     pub fn cache(&mut self, block: u32, parent: u64, tokens: &[u32]) -> Result<u64> {
         if self.ref_count(block) == 0 {
             return Err(Error::Scheduler(format!("block {block} is cached by a sequence that does not hold it")));
         }
         if self.index.is_cached(block) {
             return Err(Error::Scheduler(format!("block {block} is cached already")));
+        }
+        if tokens.len() != self.index.block_size() {
+            let (got, want) = (tokens.len(), self.index.block_size());
+            return Err(Error::Scheduler(format!("block {block} is cached with {got} tokens, not a block of {want}")));
         }
         Ok(self.index.insert(block, parent, tokens))
     }
@@ -253,7 +264,7 @@ mod tests {
 
     #[test]
     fn allocation_is_all_or_nothing() {
-        let mut pool = BlockPool::new(4);
+        let mut pool = BlockPool::new(4, 2);
         let a = pool.get_new_blocks(3).unwrap();
         assert_eq!(a, vec![0, 1, 2]);
         let err = pool.get_new_blocks(2).unwrap_err();
@@ -264,7 +275,7 @@ mod tests {
 
     #[test]
     fn bad_frees_change_nothing() {
-        let mut pool = BlockPool::new(4);
+        let mut pool = BlockPool::new(4, 2);
         let a = pool.get_new_blocks(2).unwrap();
         assert!(pool.free_blocks(&[a[0], a[0]]).is_err());
         assert!(pool.free_blocks(&[a[0], 3]).is_err());
@@ -277,12 +288,14 @@ mod tests {
 
     #[test]
     fn a_shared_block_is_free_once_its_last_holder_lets_go() {
-        let mut pool = BlockPool::new(4);
+        let mut pool = BlockPool::new(4, 2);
         let a = pool.get_new_blocks(2).unwrap();
         assert!(pool.share(&[a[0]]).is_err(), "an uncached block is never shared");
         let e = pool.cache(a[0], ROOT, &[1, 2]).unwrap();
         assert!(pool.cache(a[0], ROOT, &[1, 2]).is_err());
         assert!(pool.cache(3, ROOT, &[5, 6]).is_err(), "block 3 is held by no one");
+        let err = pool.cache(a[1], ROOT, &[5, 6, 7]).unwrap_err().to_string();
+        assert!(err.contains("3 tokens, not a block of 2"), "{err}");
         pool.share(&[a[0]]).unwrap();
         assert_eq!(pool.ref_count(a[0]), 2);
         pool.free_blocks(&a).unwrap();
@@ -297,7 +310,7 @@ mod tests {
 
     #[test]
     fn uncached_blocks_go_first_then_cached_ones_least_recently_released_first() {
-        let mut pool = BlockPool::new(6);
+        let mut pool = BlockPool::new(6, 1);
         let a = pool.get_new_blocks(3).unwrap();
         let b = pool.get_new_blocks(2).unwrap();
         let mut parent = ROOT;
@@ -338,7 +351,7 @@ mod tests {
                 (0usize..8).prop_map(Op::Share),
             ], 1..120),
         ) {
-            let mut pool = BlockPool::with_index(PrefixIndex::with_hash(num_blocks, |_, t| u64::from(t[0] % 3)));
+            let mut pool = BlockPool::with_index(PrefixIndex::with_hash(num_blocks, 1, |_, t| u64::from(t[0] % 3)));
             let mut owned: Vec<Vec<u32>> = Vec::new();
             let mut next_token = 0u32;
             for op in ops {

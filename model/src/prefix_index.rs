@@ -17,9 +17,14 @@
 //!
 //! The index knows nothing of references or free blocks: the [`crate::block_pool::BlockPool`]
 //! owns it, and drops a block's entry when it evicts the block for new contents.
+//!
+//! A prefill step caches every block it completes (1,024 of them in a 16K-token step), so an
+//! insert allocates nothing: a block's tokens live in one array of `block_size` tokens a block,
+//! and the blocks under one hash form a chain through their entries, the map holding only the
+//! first. The map's keys are hashes already, so it uses them as they are.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 
 /// The parent of a sequence's first block.
 pub const ROOT: u64 = 0;
@@ -35,12 +40,36 @@ fn sip_hash(parent: u64, tokens: &[u32]) -> u64 {
     h.finish()
 }
 
-#[derive(Clone, Debug)]
+/// The end of a chain of blocks under one hash.
+const NONE: u32 = u32::MAX;
+
+/// Hashes a key that is a block hash already: to its own value.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
 struct Entry {
     id: u64,
     parent: u64,
     hash: u64,
-    tokens: Box<[u32]>,
+    /// The next cached block under the same hash, or [`NONE`].
+    next: u32,
 }
 
 /// Cached blocks by the prefix they end.
@@ -48,27 +77,45 @@ struct Entry {
 pub struct PrefixIndex {
     /// Per block: its entry while cached.
     entries: Vec<Option<Entry>>,
-    /// The cached blocks under each hash.
-    by_hash: HashMap<u64, Vec<u32>>,
+    /// Per block, `block_size` tokens: those it holds while cached.
+    tokens: Vec<u32>,
+    block_size: usize,
+    /// The first cached block under each hash.
+    by_hash: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
     num_cached: usize,
     next_id: u64,
     hash: BlockHash,
 }
 
 impl PrefixIndex {
-    /// An empty index over `num_blocks` blocks.
-    pub fn new(num_blocks: usize) -> Self {
-        Self::with_hash(num_blocks, sip_hash)
+    /// An empty index over `num_blocks` blocks of `block_size` tokens.
+    pub fn new(num_blocks: usize, block_size: usize) -> Self {
+        Self::with_hash(num_blocks, block_size, sip_hash)
     }
 
     /// An empty index hashing with `hash` (a test gives a weak one to force collisions).
-    pub fn with_hash(num_blocks: usize, hash: BlockHash) -> Self {
-        Self { entries: vec![None; num_blocks], by_hash: HashMap::new(), num_cached: 0, next_id: ROOT + 1, hash }
+    pub fn with_hash(num_blocks: usize, block_size: usize, hash: BlockHash) -> Self {
+        let mut by_hash = HashMap::default();
+        by_hash.reserve(num_blocks);
+        Self {
+            entries: vec![None; num_blocks],
+            tokens: vec![0; num_blocks * block_size],
+            block_size,
+            by_hash,
+            num_cached: 0,
+            next_id: ROOT + 1,
+            hash,
+        }
     }
 
     /// Blocks the index covers (the pool's size).
     pub fn num_blocks(&self) -> usize {
         self.entries.len()
+    }
+
+    /// Tokens a block holds.
+    pub fn block_size(&self) -> usize {
+        self.block_size
     }
 
     /// Blocks cached now.
@@ -81,28 +128,49 @@ impl PrefixIndex {
         self.entries.get(block as usize).is_some_and(Option::is_some)
     }
 
-    /// The cached block holding `tokens` right after the prefix `parent`, and its entry id.
+    fn tokens_of(&self, block: u32) -> &[u32] {
+        &self.tokens[block as usize * self.block_size..][..self.block_size]
+    }
+
+    fn entry(&self, block: u32) -> &Entry {
+        self.entries[block as usize].as_ref().expect("chained blocks are cached")
+    }
+
+    /// The cached block holding `tokens` right after the prefix `parent`, and its entry id; none
+    /// for tokens that are not a whole block.
     pub fn find(&self, parent: u64, tokens: &[u32]) -> Option<(u32, u64)> {
-        let candidates = self.by_hash.get(&(self.hash)(parent, tokens))?;
-        candidates.iter().find_map(|&b| {
-            let e = self.entries[b as usize].as_ref().expect("listed blocks are cached");
-            (e.parent == parent && *e.tokens == *tokens).then_some((b, e.id))
-        })
+        self.find_hashed((self.hash)(parent, tokens), parent, tokens)
+    }
+
+    fn find_hashed(&self, hash: u64, parent: u64, tokens: &[u32]) -> Option<(u32, u64)> {
+        let mut b = *self.by_hash.get(&hash)?;
+        while b != NONE {
+            let e = self.entry(b);
+            if e.parent == parent && self.tokens_of(b) == tokens {
+                return Some((b, e.id));
+            }
+            b = e.next;
+        }
+        None
     }
 
     /// The entry id of the prefix `parent` then `tokens`: the cached block's if one holds it
     /// already (then `block` stays uncached), else a new one, under which `block` is cached.
-    /// `block` must not be cached already.
+    /// `block` must not be cached already, and `tokens` must be a whole block (the pool checks
+    /// both).
     pub fn insert(&mut self, block: u32, parent: u64, tokens: &[u32]) -> u64 {
         debug_assert!(!self.is_cached(block), "block {block} is cached already");
-        if let Some((_, id)) = self.find(parent, tokens) {
+        assert_eq!(tokens.len(), self.block_size, "a cached block holds a whole block of tokens");
+        let hash = (self.hash)(parent, tokens);
+        if let Some((_, id)) = self.find_hashed(hash, parent, tokens) {
             return id;
         }
         let id = self.next_id;
         self.next_id += 1;
-        let hash = (self.hash)(parent, tokens);
-        self.entries[block as usize] = Some(Entry { id, parent, hash, tokens: tokens.into() });
-        self.by_hash.entry(hash).or_default().push(block);
+        let next = self.by_hash.insert(hash, block).unwrap_or(NONE);
+        self.entries[block as usize] = Some(Entry { id, parent, hash, next });
+        let at = block as usize * self.block_size;
+        self.tokens[at..at + self.block_size].copy_from_slice(tokens);
         self.num_cached += 1;
         id
     }
@@ -110,10 +178,24 @@ impl PrefixIndex {
     /// Drops `block`'s entry (it is about to hold something else); false if it had none.
     pub fn remove(&mut self, block: u32) -> bool {
         let Some(e) = self.entries.get_mut(block as usize).and_then(Option::take) else { return false };
-        let list = self.by_hash.get_mut(&e.hash).expect("a cached block is listed under its hash");
-        list.retain(|&b| b != block);
-        if list.is_empty() {
-            self.by_hash.remove(&e.hash);
+        let head = self.by_hash.get_mut(&e.hash).expect("a cached block is chained under its hash");
+        if *head == block {
+            if e.next == NONE {
+                self.by_hash.remove(&e.hash);
+            } else {
+                *head = e.next;
+            }
+        } else {
+            let mut b = *head;
+            loop {
+                let here = self.entries[b as usize].as_mut().expect("chained blocks are cached");
+                if here.next == block {
+                    here.next = e.next;
+                    break;
+                }
+                b = here.next;
+                assert_ne!(b, NONE, "block {block} is missing from its hash's chain");
+            }
         }
         self.num_cached -= 1;
         true
@@ -121,19 +203,22 @@ impl PrefixIndex {
 
     /// `block`'s tokens, parent entry and own entry id while it is cached.
     pub fn contents(&self, block: u32) -> Option<(&[u32], u64, u64)> {
-        self.entries.get(block as usize)?.as_ref().map(|e| (&*e.tokens, e.parent, e.id))
+        let e = self.entries.get(block as usize)?.as_ref()?;
+        Some((self.tokens_of(block), e.parent, e.id))
     }
 
     /// Panics, saying which invariant broke, if the index is inconsistent.
     pub fn check_invariants(&self) {
         let mut listed = vec![false; self.entries.len()];
-        for (&hash, blocks) in &self.by_hash {
-            assert!(!blocks.is_empty(), "hash {hash:#x} lists no block");
-            for &b in blocks {
+        for (&hash, &head) in &self.by_hash {
+            let mut b = head;
+            assert_ne!(b, NONE, "hash {hash:#x} lists no block");
+            while b != NONE {
                 let e = self.entries[b as usize].as_ref().unwrap_or_else(|| panic!("block {b} is listed, not cached"));
                 assert_eq!(e.hash, hash, "block {b} is listed under another hash than its own");
                 assert!(!listed[b as usize], "block {b} is listed twice");
                 listed[b as usize] = true;
+                b = e.next;
             }
         }
         let mut ids = std::collections::HashSet::new();
@@ -144,7 +229,8 @@ impl PrefixIndex {
             assert!(e.id > ROOT && e.id < self.next_id, "block {b} has entry id {} of {}", e.id, self.next_id);
             assert!(e.parent < e.id, "block {b}'s parent entry {} is not older than its own {}", e.parent, e.id);
             assert!(ids.insert(e.id), "entry id {} is given twice", e.id);
-            assert!(names.insert((e.parent, &e.tokens)), "two cached blocks end the same prefix (block {b})");
+            let tokens = self.tokens_of(b as u32);
+            assert!(names.insert((e.parent, tokens)), "two cached blocks end the same prefix (block {b})");
         }
         assert_eq!(ids.len(), self.num_cached, "num_cached is {}, {} blocks are cached", self.num_cached, ids.len());
     }
@@ -156,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_prefix_is_found_by_its_parent_and_tokens_only() {
-        let mut idx = PrefixIndex::new(8);
+        let mut idx = PrefixIndex::new(8, 2);
         let a = idx.insert(3, ROOT, &[1, 2]);
         let b = idx.insert(5, a, &[3, 4]);
         assert_eq!(idx.find(ROOT, &[1, 2]), Some((3, a)));
@@ -170,7 +256,7 @@ mod tests {
 
     #[test]
     fn a_removed_parent_makes_its_children_unreachable_and_its_id_is_never_reused() {
-        let mut idx = PrefixIndex::new(8);
+        let mut idx = PrefixIndex::new(8, 2);
         let a = idx.insert(0, ROOT, &[1, 2]);
         idx.insert(1, a, &[3, 4]);
         assert!(idx.remove(0));
@@ -184,7 +270,7 @@ mod tests {
 
     #[test]
     fn colliding_hashes_never_give_a_wrong_block() {
-        let mut idx = PrefixIndex::with_hash(16, |_, _| 7);
+        let mut idx = PrefixIndex::with_hash(16, 2, |_, _| 7);
         let mut parent = ROOT;
         let mut chain = Vec::new();
         for b in 0..6u32 {
@@ -199,9 +285,23 @@ mod tests {
             assert_eq!(idx.find(parent + 100, &[b, b]), None);
             parent = chain[b as usize];
         }
-        idx.remove(2);
-        assert_eq!(idx.find(chain[1], &[2, 2]), None);
-        assert_eq!(idx.find(chain[2], &[3, 3]), Some((3, chain[3])));
-        idx.check_invariants();
+        // From the middle of the chain, its head (the newest) and its tail (the oldest).
+        for (gone, b) in [(2u32, 3u32), (5, 4), (0, 1)] {
+            assert!(idx.remove(gone));
+            idx.check_invariants();
+            assert_eq!(idx.find(if gone == 0 { ROOT } else { chain[gone as usize - 1] }, &[gone, gone]), None);
+            assert_eq!(idx.find(chain[b as usize - 1], &[b, b]), Some((b, chain[b as usize])));
+        }
+        assert_eq!(idx.num_cached(), 3);
+    }
+
+    #[test]
+    fn tokens_of_another_length_than_a_block_are_never_found() {
+        let mut idx = PrefixIndex::new(4, 2);
+        let a = idx.insert(1, ROOT, &[1, 2]);
+        assert_eq!(idx.find(ROOT, &[1, 2]), Some((1, a)));
+        assert_eq!(idx.find(ROOT, &[1]), None);
+        assert_eq!(idx.find(ROOT, &[1, 2, 3]), None);
+        assert_eq!(idx.contents(1), Some((&[1u32, 2][..], ROOT, a)));
     }
 }

@@ -166,11 +166,11 @@ pub struct Scheduler {
 impl Scheduler {
     /// An empty scheduler over a fresh pool mirroring a cache of `kv` blocks.
     pub fn new(cfg: SchedulerConfig, kv: KvCapacity) -> Result<Self> {
-        Self::over_pool(cfg, kv.block_size, BlockPool::new(kv.num_blocks))
+        Self::over_pool(cfg, BlockPool::new(kv.num_blocks, kv.block_size))
     }
 
-    fn over_pool(cfg: SchedulerConfig, block_size: usize, pool: BlockPool) -> Result<Self> {
-        let kv = KvCapacity { num_blocks: pool.num_blocks(), block_size };
+    fn over_pool(cfg: SchedulerConfig, pool: BlockPool) -> Result<Self> {
+        let kv = KvCapacity { num_blocks: pool.num_blocks(), block_size: pool.block_size() };
         if kv.block_size == 0 || cfg.max_num_seqs == 0 || cfg.prefill_chunk == 0 {
             return Err(Error::Scheduler(format!(
                 "block_size, max_num_seqs and prefill_chunk must be positive: {cfg:?}, {kv:?}"
@@ -184,7 +184,7 @@ impl Scheduler {
         }
         Ok(Self {
             pool,
-            block_size,
+            block_size: kv.block_size,
             cfg,
             waiting: VecDeque::new(),
             running: Vec::new(),

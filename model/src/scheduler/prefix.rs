@@ -139,7 +139,7 @@ mod tests {
     }
 
     fn scheduler(prefill_chunk: usize, num_blocks: usize) -> Scheduler {
-        Scheduler::over_pool(config(prefill_chunk, true), BS, BlockPool::new(num_blocks)).unwrap()
+        Scheduler::over_pool(config(prefill_chunk, true), BlockPool::new(num_blocks, BS)).unwrap()
     }
 
     /// Runs request `id` (one token to generate) to its end; returns its chunks `(start, len)`.
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(serve(&mut s, 2, (0..13).collect(), true)[0], (8, 5));
         assert_eq!((s.prefix_cache_queries(), s.prefix_cache_hits()), (13, 8));
 
-        let mut off = Scheduler::over_pool(config(8, false), BS, BlockPool::new(32)).unwrap();
+        let mut off = Scheduler::over_pool(config(8, false), BlockPool::new(32, BS)).unwrap();
         serve(&mut off, 0, (0..20).collect(), true);
         assert_eq!(serve(&mut off, 1, (0..20).collect(), true)[0], (0, 8));
         assert_eq!((off.pool().num_cached(), off.prefix_cache_queries()), (0, 0));
@@ -230,8 +230,8 @@ mod tests {
 
     #[test]
     fn equal_blocks_after_different_prefixes_are_never_reused_even_when_every_hash_collides() {
-        let pool = BlockPool::with_index(PrefixIndex::with_hash(32, |_, _| 0));
-        let mut s = Scheduler::over_pool(config(4, true), BS, pool).unwrap();
+        let pool = BlockPool::with_index(PrefixIndex::with_hash(32, BS, |_, _| 0));
+        let mut s = Scheduler::over_pool(config(4, true), pool).unwrap();
         let (x, y, w) = ([1u32; 4], [2u32; 4], [3u32; 4]);
         let cat = |parts: &[[u32; 4]]| parts.concat();
         serve(&mut s, 0, cat(&[x, y, y, y]), true);
@@ -337,10 +337,10 @@ mod tests {
                 std::hash::Hash::hash(&(p, t), &mut h);
                 std::hash::Hasher::finish(&h)
             } };
-            let pool = BlockPool::with_index(PrefixIndex::with_hash(longest + spare_blocks, hash));
+            let pool = BlockPool::with_index(PrefixIndex::with_hash(longest + spare_blocks, BS, hash));
             let budget = budget_chunks * prefill_chunk + 4;
             let cfg = SchedulerConfig { max_batched_tokens: budget, ..config(prefill_chunk, true) };
-            let mut s = Scheduler::over_pool(cfg, BS, pool).unwrap();
+            let mut s = Scheduler::over_pool(cfg, pool).unwrap();
             let draw = |id: u64, n: usize| ((id as usize + n) % 2) as u32;
             let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
             let mut slots = HashMap::new();
