@@ -436,19 +436,28 @@ impl Scheduler {
             self.running_indices(&seqs).into_iter().map(|j| &self.running[j.expect("scheduled seq runs")]).collect();
         let width = states.iter().map(|s| s.blocks.len()).max().unwrap_or(0);
         let mut block_table = Array2::<i32>::zeros((seqs.len(), width));
-        let mut token_ids = Vec::new();
-        let mut slot_mapping = Vec::new();
-        let mut seq_lens = Vec::new();
-        let mut query_start_loc = vec![0i32];
+        let rows: usize = seqs.iter().map(|p| p.len).sum();
+        let mut token_ids = Vec::with_capacity(rows);
+        let mut slot_mapping = Vec::with_capacity(rows);
+        let mut seq_lens = Vec::with_capacity(seqs.len());
+        let mut query_start_loc = Vec::with_capacity(seqs.len() + 1);
+        query_start_loc.push(0i32);
         for (i, (p, s)) in seqs.iter().zip(&states).enumerate() {
             for (j, &b) in s.blocks.iter().enumerate() {
                 block_table[[i, j]] = b as i32;
             }
-            for t in p.start..p.start + p.len {
-                token_ids.push(s.tokens[t]);
-                slot_mapping.push((s.blocks[t / bs] as usize * bs + t % bs) as i64);
+            let end = p.start + p.len;
+            token_ids.extend_from_slice(&s.tokens[p.start..end]);
+            // A prefill step carries thousands of rows: a block's slots a run at a time.
+            let mut t = p.start;
+            while t < end {
+                let (block, offset) = (t / bs, t % bs);
+                let run = (bs - offset).min(end - t);
+                let first = s.blocks[block] as usize * bs + offset;
+                slot_mapping.extend((first..first + run).map(|slot| slot as i64));
+                t += run;
             }
-            seq_lens.push((p.start + p.len) as i32);
+            seq_lens.push(end as i32);
             query_start_loc.push(query_start_loc[i] + p.len as i32);
         }
         StepPlan { seqs, token_ids, meta: AttnMetadata { block_table, seq_lens, query_start_loc }, slot_mapping }
