@@ -19,9 +19,9 @@
 //! owns it, and drops a block's entry when it evicts the block for new contents.
 //!
 //! A prefill step caches every block it completes (1,024 of them in a 16K-token step), so an
-//! insert allocates nothing: a block's tokens live in one array of `block_size` tokens a block,
-//! and the blocks under one hash form a chain through their entries, the map holding only the
-//! first. The map's keys are hashes already, so it uses them as they are.
+//! insert allocates nothing of its own: a block's tokens live in one array of `block_size`
+//! tokens a block, and the blocks under one hash form a chain through their entries, the map
+//! holding only the first. The map's keys are hashes already, so it uses them as they are.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
@@ -77,7 +77,8 @@ struct Entry {
 pub struct PrefixIndex {
     /// Per block: its entry while cached.
     entries: Vec<Option<Entry>>,
-    /// Per block, `block_size` tokens: those it holds while cached.
+    /// Per block, `block_size` tokens: those it holds while cached (up to the highest block
+    /// cached so far).
     tokens: Vec<u32>,
     block_size: usize,
     /// The first cached block under each hash.
@@ -95,13 +96,11 @@ impl PrefixIndex {
 
     /// An empty index hashing with `hash` (a test gives a weak one to force collisions).
     pub fn with_hash(num_blocks: usize, block_size: usize, hash: BlockHash) -> Self {
-        let mut by_hash = HashMap::default();
-        by_hash.reserve(num_blocks);
         Self {
             entries: vec![None; num_blocks],
-            tokens: vec![0; num_blocks * block_size],
+            tokens: Vec::new(),
             block_size,
-            by_hash,
+            by_hash: HashMap::default(),
             num_cached: 0,
             next_id: ROOT + 1,
             hash,
@@ -169,7 +168,12 @@ impl PrefixIndex {
         self.next_id += 1;
         let next = self.by_hash.insert(hash, block).unwrap_or(NONE);
         self.entries[block as usize] = Some(Entry { id, parent, hash, next });
+        // The array grows to the highest block cached (the pool hands blocks out in id order at
+        // first), not to the pool's size: a small model's pool can hold millions of blocks.
         let at = block as usize * self.block_size;
+        if self.tokens.len() < at + self.block_size {
+            self.tokens.resize(at + self.block_size, 0);
+        }
         self.tokens[at..at + self.block_size].copy_from_slice(tokens);
         self.num_cached += 1;
         id
