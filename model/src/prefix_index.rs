@@ -243,6 +243,8 @@ impl PrefixIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::{HashMap, HashSet};
 
     #[test]
     fn a_prefix_is_found_by_its_parent_and_tokens_only() {
@@ -297,6 +299,74 @@ mod tests {
             assert_eq!(idx.find(chain[b as usize - 1], &[b, b]), Some((b, chain[b as usize])));
         }
         assert_eq!(idx.num_cached(), 3);
+    }
+
+    /// One step of the model-based test: cache a free block under a known prefix (or the root),
+    /// or drop a block's entry.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert { block: u32, parent: usize, tokens: [u32; 2] },
+        Remove { block: u32 },
+    }
+
+    proptest! {
+        /// Inserts and removes in any order, under a hash that puts every block in one of three
+        /// chains: the index answers every lookup as a plain map of (parent, tokens) to block
+        /// does, keeps its invariants, and hands out each entry id once.
+        #[test]
+        fn chained_blocks_answer_as_a_plain_map_does(
+            steps in prop::collection::vec(prop_oneof![
+                (0u32..12, 0usize..8, 0u32..3, 0u32..3)
+                    .prop_map(|(block, parent, a, b)| Step::Insert { block, parent, tokens: [a, b] }),
+                (0u32..12).prop_map(|block| Step::Remove { block }),
+            ], 1..80),
+        ) {
+            let mut idx = PrefixIndex::with_hash(12, 2, |p, t| (p + u64::from(t[0])) % 3);
+            // The model: (parent, tokens) -> (block, id) of the cached blocks, and each block's key.
+            let mut map: HashMap<(u64, [u32; 2]), (u32, u64)> = HashMap::new();
+            let mut key_of: HashMap<u32, (u64, [u32; 2])> = HashMap::new();
+            let mut ids = vec![ROOT];
+            let mut given = HashSet::new();
+            for step in steps {
+                match step {
+                    Step::Insert { block, parent, tokens } => {
+                        if key_of.contains_key(&block) {
+                            continue;
+                        }
+                        let parent = ids[parent % ids.len()];
+                        let id = idx.insert(block, parent, &tokens);
+                        match map.get(&(parent, tokens)) {
+                            Some(&(_, old)) => {
+                                prop_assert_eq!(id, old);
+                                prop_assert!(!idx.is_cached(block));
+                            }
+                            None => {
+                                prop_assert!(given.insert(id), "entry id {} handed out twice", id);
+                                map.insert((parent, tokens), (block, id));
+                                key_of.insert(block, (parent, tokens));
+                                ids.push(id);
+                            }
+                        }
+                    }
+                    Step::Remove { block } => {
+                        let had = key_of.remove(&block);
+                        prop_assert_eq!(idx.remove(block), had.is_some());
+                        if let Some(key) = had {
+                            map.remove(&key);
+                        }
+                    }
+                }
+                idx.check_invariants();
+                prop_assert_eq!(idx.num_cached(), map.len());
+                for &parent in &ids {
+                    for a in 0..3 {
+                        for b in 0..3 {
+                            prop_assert_eq!(idx.find(parent, &[a, b]), map.get(&(parent, [a, b])).copied());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
