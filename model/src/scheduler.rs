@@ -152,7 +152,7 @@ pub struct StepPlan {
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    block_size: usize,
+    /// The pool, which knows the block size.
     pool: BlockPool,
     waiting: VecDeque<SeqState>,
     /// In admission order: the last is the first to be preempted.
@@ -184,7 +184,6 @@ impl Scheduler {
         }
         Ok(Self {
             pool,
-            block_size: kv.block_size,
             cfg,
             waiting: VecDeque::new(),
             running: Vec::new(),
@@ -231,11 +230,11 @@ impl Scheduler {
             return Err(Error::Request(format!("request id {id} is already scheduled")));
         }
         let max_len = (prompt.len() + max_tokens).min(self.cfg.max_model_len);
-        let need = blocks_for(max_len, self.block_size);
+        let need = blocks_for(max_len, self.pool.block_size());
         let total = self.pool.num_blocks();
         if need > total {
             // The request's own field is at fault: the prompt when it alone passes the cache.
-            let (param, what) = if blocks_for(prompt.len(), self.block_size) > total {
+            let (param, what) = if blocks_for(prompt.len(), self.pool.block_size()) > total {
                 ("prompt", format!("its {} tokens", prompt.len()))
             } else {
                 ("max_tokens", format!("the prompt's {} tokens and up to {max_tokens} more", prompt.len()))
@@ -244,7 +243,7 @@ impl Scheduler {
                 param,
                 reason: format!(
                     "{what} need {need} KV-cache blocks of {} tokens and the whole cache holds {total}",
-                    self.block_size
+                    self.pool.block_size()
                 ),
             });
         }
@@ -329,7 +328,7 @@ impl Scheduler {
     /// Gives `running[i]` the blocks for `len` more tokens, preempting from the newest end until
     /// they are free; false when `running[i]` was itself the newest and was preempted.
     fn grow(&mut self, i: usize, len: usize) -> Result<bool> {
-        let need = self.running[i].blocks_short(len, self.block_size);
+        let need = self.running[i].blocks_short(len, self.pool.block_size());
         while need > self.pool.num_free() {
             let newest = self.running.len() - 1;
             if newest == 0 {
@@ -365,7 +364,7 @@ impl Scheduler {
                 return Ok(len);
             }
             let next = s.chunk_after(at, self.cfg.prefill_chunk);
-            let need = s.blocks_short(len + next, self.block_size);
+            let need = s.blocks_short(len + next, self.pool.block_size());
             if next == 1 || len + next > room || need + keep_free > self.pool.num_free() {
                 return Ok(len);
             }
@@ -391,9 +390,9 @@ impl Scheduler {
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(front) = self.waiting.front() else { break };
             let hit = self.reusable_prefix(front);
-            let hit_len = hit.len() * self.block_size;
+            let hit_len = hit.len() * self.pool.block_size();
             let len = front.chunk_after(hit_len, self.cfg.prefill_chunk);
-            let need = blocks_for(hit_len + len, self.block_size) - hit.len();
+            let need = blocks_for(hit_len + len, self.pool.block_size()) - hit.len();
             // Reused blocks that no one holds are counted free: taking them leaves fewer.
             let revived = hit.iter().filter(|&&(b, _)| self.pool.ref_count(b) == 0).count();
             if len > *budget || need + revived > self.pool.num_free() {
@@ -431,7 +430,7 @@ impl Scheduler {
     }
 
     fn build_plan(&self, seqs: Vec<ScheduledSeq>) -> StepPlan {
-        let bs = self.block_size;
+        let bs = self.pool.block_size();
         let states: Vec<&SeqState> =
             self.running_indices(&seqs).into_iter().map(|j| &self.running[j.expect("scheduled seq runs")]).collect();
         let width = states.iter().map(|s| s.blocks.len()).max().unwrap_or(0);
@@ -469,11 +468,12 @@ impl Scheduler {
         let at = self.running_indices(&plan.seqs).into_iter().zip(&plan.seqs);
         let at = at.map(|(j, p)| j.ok_or_else(|| Error::Scheduler(format!("request {} is not running", p.id))));
         let at = at.collect::<Result<Vec<usize>>>()?;
+        let bs = self.pool.block_size();
         for ((p, tok), j) in plan.seqs.iter().zip(sampled).zip(at) {
             let s = &mut self.running[j];
             s.num_computed = p.start + p.len;
             if self.cfg.prefix_caching {
-                Self::cache_computed_blocks(&mut self.pool, s, self.cfg.prefill_chunk, self.block_size)?;
+                Self::cache_computed_blocks(&mut self.pool, s, self.cfg.prefill_chunk, bs)?;
             }
             if let Some(t) = tok {
                 if s.tokens.len() >= s.max_len {
@@ -511,7 +511,7 @@ impl Scheduler {
     /// holds that sequence's own tokens, the first of them after [`ROOT`] and no other.
     pub fn check_invariants(&self) {
         self.pool.check_invariants();
-        let bs = self.block_size;
+        let bs = self.pool.block_size();
         let mut refs = vec![0u32; self.pool.num_blocks()];
         for s in &self.running {
             assert_eq!(s.blocks.len(), blocks_for(s.num_computed, bs), "request {}: blocks for its tokens", s.id);

@@ -71,7 +71,7 @@ impl Scheduler {
         if !self.cfg.prefix_caching || !seq.prefix_lookup {
             return Vec::new();
         }
-        let bs = self.block_size;
+        let bs = self.pool.block_size();
         let limit = reusable_len(seq.prompt_len, seq.tokens.len(), self.cfg.prefill_chunk, bs);
         let mut hit = self.pool.cached_prefix(seq.tokens[..limit].chunks_exact(bs));
         // A limit above zero means the unit did not overflow.
@@ -87,10 +87,10 @@ impl Scheduler {
         self.pool.share(&blocks)?;
         if self.cfg.prefix_caching && seq.prefix_lookup && !seq.admitted_before {
             self.prefix_queries += seq.prompt_len as u64;
-            self.prefix_hits += (hit.len() * self.block_size) as u64;
+            self.prefix_hits += (hit.len() * self.pool.block_size()) as u64;
         }
         seq.admitted_before = true;
-        seq.num_computed = hit.len() * self.block_size;
+        seq.num_computed = hit.len() * self.pool.block_size();
         seq.num_cached_blocks = hit.len();
         seq.last_entry = hit.last().map_or(super::ROOT, |&(_, id)| id);
         seq.blocks = blocks;
