@@ -131,8 +131,19 @@ impl PrefixIndex {
         &self.tokens[block as usize * self.block_size..][..self.block_size]
     }
 
-    fn entry(&self, block: u32) -> &Entry {
-        self.entries[block as usize].as_ref().expect("chained blocks are cached")
+    /// The cached blocks under `hash`, newest first, with their entries.
+    fn chain(&self, hash: u64) -> impl Iterator<Item = (u32, &Entry)> + '_ {
+        let mut b = self.by_hash.get(&hash).copied().unwrap_or(NONE);
+        std::iter::from_fn(move || {
+            let here = b;
+            (here != NONE).then(|| {
+                let e = self.entries[here as usize]
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("block {here} is listed, not cached"));
+                b = e.next;
+                (here, e)
+            })
+        })
     }
 
     /// The cached block holding `tokens` right after the prefix `parent`, and its entry id; none
@@ -142,15 +153,7 @@ impl PrefixIndex {
     }
 
     fn find_hashed(&self, hash: u64, parent: u64, tokens: &[u32]) -> Option<(u32, u64)> {
-        let mut b = *self.by_hash.get(&hash)?;
-        while b != NONE {
-            let e = self.entry(b);
-            if e.parent == parent && self.tokens_of(b) == tokens {
-                return Some((b, e.id));
-            }
-            b = e.next;
-        }
-        None
+        self.chain(hash).find(|&(b, e)| e.parent == parent && self.tokens_of(b) == tokens).map(|(b, e)| (b, e.id))
     }
 
     /// The entry id of the prefix `parent` then `tokens`: the cached block's if one holds it
@@ -183,23 +186,14 @@ impl PrefixIndex {
     pub fn remove(&mut self, block: u32) -> bool {
         let Some(e) = self.entries.get_mut(block as usize).and_then(Option::take) else { return false };
         let head = self.by_hash.get_mut(&e.hash).expect("a cached block is chained under its hash");
-        if *head == block {
-            if e.next == NONE {
-                self.by_hash.remove(&e.hash);
-            } else {
-                *head = e.next;
-            }
+        if *head != block {
+            let before = self.chain(e.hash).find(|&(_, x)| x.next == block).map(|(b, _)| b);
+            let before = before.unwrap_or_else(|| panic!("block {block} is missing from its hash's chain"));
+            self.entries[before as usize].as_mut().expect("chained blocks are cached").next = e.next;
+        } else if e.next == NONE {
+            self.by_hash.remove(&e.hash);
         } else {
-            let mut b = *head;
-            loop {
-                let here = self.entries[b as usize].as_mut().expect("chained blocks are cached");
-                if here.next == block {
-                    here.next = e.next;
-                    break;
-                }
-                b = here.next;
-                assert_ne!(b, NONE, "block {block} is missing from its hash's chain");
-            }
+            *head = e.next;
         }
         self.num_cached -= 1;
         true
@@ -215,14 +209,11 @@ impl PrefixIndex {
     pub fn check_invariants(&self) {
         let mut listed = vec![false; self.entries.len()];
         for (&hash, &head) in &self.by_hash {
-            let mut b = head;
-            assert_ne!(b, NONE, "hash {hash:#x} lists no block");
-            while b != NONE {
-                let e = self.entries[b as usize].as_ref().unwrap_or_else(|| panic!("block {b} is listed, not cached"));
+            assert_ne!(head, NONE, "hash {hash:#x} lists no block");
+            for (b, e) in self.chain(hash) {
                 assert_eq!(e.hash, hash, "block {b} is listed under another hash than its own");
                 assert!(!listed[b as usize], "block {b} is listed twice");
                 listed[b as usize] = true;
-                b = e.next;
             }
         }
         let mut ids = std::collections::HashSet::new();
