@@ -127,7 +127,8 @@ fn run(args: Args) -> Result<(), String> {
     }
     // Every prompt's chunks, then the first step of only decode rows.
     let prefill_steps = args.batch * args.prompt.div_ceil(chunk) + 1;
-    let (mut chunk_schedule, mut chunk_hand_out, mut chunk_tokens) = (Vec::new(), Vec::new(), 0);
+    let (mut chunk_steps, mut chunk_tokens) = (0, 0);
+    let (mut chunk_schedule, mut chunk_hand_out) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..=prefill_steps {
         engine.step().map_err(err)?;
         let rows = engine.last_step();
@@ -135,18 +136,17 @@ fn run(args: Args) -> Result<(), String> {
             break;
         }
         let times = engine.last_step_times();
-        chunk_schedule.push(times.schedule);
-        chunk_hand_out.push(times.hand_out);
+        chunk_steps += 1;
         chunk_tokens += rows.num_tokens - rows.num_decodes;
+        chunk_schedule += times.schedule;
+        chunk_hand_out += times.hand_out;
     }
-    let total = |v: Vec<Duration>| v.iter().sum::<Duration>().as_secs_f64() * 1e6;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "B{} prefill: {} steps, {} prompt tokens; schedule {:.1} us, hand_out {:.1} us in all",
+        "B{} prefill: {chunk_steps} steps, {chunk_tokens} prompt tokens; schedule {:.1} us, hand_out {:.1} us in all",
         args.batch,
-        chunk_schedule.len(),
-        chunk_tokens,
-        total(chunk_schedule),
-        total(chunk_hand_out)
+        us(chunk_schedule),
+        us(chunk_hand_out)
     );
     if engine.last_step().num_decodes != args.batch {
         return Err(format!("the batch did not reach {} decode rows", args.batch));
