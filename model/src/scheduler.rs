@@ -43,6 +43,9 @@
 //!   [`prefix`] allows, so a hit resumes exactly where an uncached prefill would start its next
 //!   chunk and changes no bit of the request's tokens or logits. When the pool needs blocks,
 //!   the unreferenced cached blocks are evicted least recently released first.
+//! - Planning ahead ([`ahead`]): a step may be planned while the one before it is still drawing
+//!   its tokens; the tokens being drawn are placeholders until they come back, and the step
+//!   planned reads them on the device. The chunks, blocks and draws are those of planning after.
 
 use std::collections::VecDeque;
 
@@ -53,7 +56,10 @@ use crate::block_pool::{blocks_for, BlockPool, KvCapacity};
 use crate::error::{Error, Result};
 use crate::prefix_index::ROOT;
 
+pub mod ahead;
 pub mod prefix;
+
+pub use ahead::PENDING_TOKEN;
 
 /// Limits of one engine's steps. The cache's size is not here: [`Scheduler::new`] takes it as a
 /// [`KvCapacity`] (the engine passes the size of the cache that runs the steps).
@@ -302,8 +308,11 @@ impl Scheduler {
         let mut seqs = Vec::new();
         let mut i = 0;
         while i < self.running.len() {
-            let len = self.running[i].next_chunk(self.cfg.prefill_chunk);
-            if len > budget {
+            let s = &self.running[i];
+            let len = s.next_chunk(self.cfg.prefill_chunk);
+            // Its last token is still being drawn ([`ahead`]) and ends it: no further draw.
+            let at_longest = s.num_computed + len == s.tokens.len() && s.tokens.len() >= s.max_len;
+            if len > budget || at_longest {
                 i += 1;
                 continue;
             }
@@ -389,6 +398,10 @@ impl Scheduler {
     fn admit(&mut self, budget: &mut usize, seqs: &mut Vec<ScheduledSeq>) -> Result<()> {
         while self.running.len() < self.cfg.max_num_seqs {
             let Some(front) = self.waiting.front() else { break };
+            if front.tokens.last() == Some(&PENDING_TOKEN) {
+                // Preempted while its last draw ran: it recomputes once that token is known.
+                break;
+            }
             let hit = self.reusable_prefix(front);
             let hit_len = hit.len() * self.pool.block_size();
             let len = front.chunk_after(hit_len, self.cfg.prefill_chunk);
@@ -527,6 +540,9 @@ impl Scheduler {
                     }
                 }
             }
+            let pending = s.tokens.iter().position(|&t| t == PENDING_TOKEN);
+            let last_two = s.tokens.len().saturating_sub(2).max(s.prompt_len);
+            assert!(pending.is_none_or(|k| k >= last_two), "request {}: a pending token mid-sequence", s.id);
             let cacheable = prefix::cacheable_len(s.prompt_len, self.cfg.prefill_chunk);
             assert!(s.num_cached_blocks * bs <= cacheable.min(s.num_computed), "request {}: cached too far", s.id);
             assert_eq!(s.num_cached_blocks == 0, s.last_entry == ROOT, "request {}: entry of its prefix", s.id);

@@ -408,3 +408,129 @@ fn a_plans_sequences_are_found_in_running_in_any_order() {
     assert!(err.to_string().contains("request 2 is not running"), "{err}");
     assert_eq!(s.running.iter().map(|q| (q.num_computed, q.tokens.len())).collect::<Vec<_>>(), before);
 }
+
+proptest! {
+    /// Planned one step ahead of the draws, as the engine does over a device that queues steps,
+    /// any workload runs to the end with each request drawing exactly its tokens: every planned
+    /// row embeds the request's own token or, for the one the step in flight draws, the
+    /// placeholder; a request ended by a token learnt late (`stop_at`, as a stop string ends
+    /// one) leaves a planned row that is dropped, and its blocks all come back.
+    #[test]
+    fn planned_ahead_every_request_finishes_with_its_own_tokens(
+        reqs in prop::collection::vec((1usize..20, 1usize..12, 1usize..14), 1..8),
+        spare_blocks in 0usize..6,
+        prefill_chunk in 1usize..8,
+        extra_budget in 0usize..6,
+        max_num_seqs in 1usize..6,
+        prefix_caching: bool,
+    ) {
+        let cfg = SchedulerConfig {
+            max_num_seqs,
+            max_batched_tokens: prefill_chunk + extra_budget,
+            prefill_chunk,
+            max_model_len: 28,
+            prefix_caching,
+        };
+        let longest = reqs.iter().map(|&(p, m, _)| blocks_for((p + m).min(28), 4)).max().unwrap();
+        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
+        let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
+        let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
+        // What the engine knows: each live request's drawn tokens; a finished one is removed.
+        let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        let mut finished: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        for (id, &(p, m, _)) in reqs.iter().enumerate() {
+            s.add(id as u64, prompt(id, p), m).unwrap();
+            generated.insert(id as u64, Vec::new());
+        }
+        let mut in_flight: Option<StepPlan> = None;
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            prop_assert!(steps < 2000, "no progress");
+            let ahead = match s.has_work() {
+                true => s.schedule().unwrap(),
+                false => None,
+            };
+            if let Some(plan) = &ahead {
+                let drawing = |id: u64| in_flight.as_ref().is_some_and(|f| f.seqs.iter().any(|q| q.id == id && q.samples));
+                for (i, p) in plan.seqs.iter().enumerate() {
+                    let (pl, _, _) = reqs[p.id as usize];
+                    let mut want = prompt(p.id as usize, pl);
+                    want.extend(&generated[&p.id]);
+                    if drawing(p.id) {
+                        want.push(PENDING_TOKEN);
+                    }
+                    let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+                    prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
+                    prop_assert_eq!(p.samples, p.start + p.len == want.len());
+                }
+                s.commit_ahead(plan).unwrap();
+            }
+            let Some(done_plan) = in_flight.take() else {
+                prop_assert!(ahead.is_some() || !s.has_work(), "nothing planned with work left");
+                in_flight = ahead;
+                if in_flight.is_none() {
+                    break;
+                }
+                continue;
+            };
+            let sampled: Vec<Option<u32>> = done_plan
+                .seqs
+                .iter()
+                .map(|p| p.samples.then(|| generated.get(&p.id).map_or(7, |g| draw(p.id, g.len()))))
+                .collect();
+            s.resolve(&done_plan, &sampled).unwrap();
+            for (p, t) in done_plan.seqs.iter().zip(&sampled) {
+                let (Some(t), Some(gen)) = (t, generated.get_mut(&p.id)) else { continue };
+                gen.push(*t);
+                let (pl, max_tokens, stop_at) = reqs[p.id as usize];
+                if gen.len() == max_tokens || pl + gen.len() == 28 || gen.len() == stop_at {
+                    finished.insert(p.id, generated.remove(&p.id).unwrap());
+                    s.finish(p.id).unwrap();
+                }
+            }
+            s.check_invariants();
+            in_flight = ahead;
+        }
+        for (id, &(p, m, stop_at)) in reqs.iter().enumerate() {
+            let want: Vec<u32> = (0..m.min(28 - p).min(stop_at)).map(|n| draw(id as u64, n)).collect();
+            prop_assert_eq!(&finished[&(id as u64)], &want);
+        }
+        prop_assert_eq!(s.pool().num_used(), 0);
+    }
+}
+
+#[test]
+fn a_token_is_resolved_once_and_only_where_it_is_pending() {
+    let mut s = scheduler(64);
+    s.add(0, vec![1, 2, 3], 4).unwrap();
+    let plan = s.schedule().unwrap().unwrap();
+    s.commit_ahead(&plan).unwrap();
+    let next = s.schedule().unwrap().unwrap();
+    assert_eq!(next.token_ids, [PENDING_TOKEN]);
+    s.commit_ahead(&next).unwrap();
+    s.check_invariants();
+    let err = s.resolve(&plan, &[Some(PENDING_TOKEN)]).unwrap_err();
+    assert!(err.to_string().contains("no pending token"), "{err}");
+    s.resolve(&plan, &[Some(9)]).unwrap();
+    let err = s.resolve(&plan, &[Some(9)]).unwrap_err();
+    assert!(err.to_string().contains("request 0: no pending token at 3"), "{err}");
+    assert!(s.resolve(&plan, &[]).is_err());
+    s.resolve(&next, &[Some(5)]).unwrap();
+    assert_eq!(s.running[0].tokens, [1, 2, 3, 9, 5]);
+    // A sequence preempted while its draw runs waits until that token is known.
+    s.add(1, vec![4, 5], 4).unwrap();
+    let plan = step(&mut s, 8);
+    assert_eq!(chunks(&plan), [(0, 4, 1, true), (1, 0, 2, true)]);
+    let mut s2 = scheduler(64);
+    s2.add(0, vec![1, 2], 4).unwrap();
+    let first = s2.schedule().unwrap().unwrap();
+    s2.commit_ahead(&first).unwrap();
+    s2.preempt(0).unwrap();
+    assert!(s2.schedule().unwrap().is_none(), "readmitted with a pending token");
+    s2.resolve(&first, &[Some(6)]).unwrap();
+    let again = s2.schedule().unwrap().unwrap();
+    assert_eq!((chunks(&again), again.token_ids.clone()), (vec![(0, 0, 2, false)], vec![1, 2]));
+    s2.commit(&again, &[None]).unwrap();
+    assert_eq!(s2.schedule().unwrap().unwrap().token_ids, [6]);
+}
