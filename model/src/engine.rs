@@ -16,6 +16,13 @@
 //! [`GenerationRequest::skip_prefix_cache`] (a request that needs every prompt position's
 //! logits, such as `echo` with `logprobs`).
 //!
+//! Over an executor that queues steps on a device, the engine plans and submits each step before
+//! it waits for the one in flight (the scheduler's `ahead` module), so the device never waits for
+//! the host's planning and hand-out; a decode row then embeds a token still being drawn, which the
+//! executor reads on the device. Only requests whose tokens are drawn on the device and whose
+//! logits nobody reads allow it. A request ended by a token learnt late (a stop string, an abort)
+//! has one more row computed and its draw dropped, so its tokens are the same bits either way.
+//!
 //! The scheduler's block pool is sized from [`StepExecutor::kv_capacity`], so the executor's cache
 //! and the scheduler's pool always agree. [`Engine::abort`] drops a request (a client that went
 //! away) with no completion, since [`FinishReason`] names only the ways a request ends by itself.
@@ -42,7 +49,7 @@ pub use oracle::decode::stop::{FinishReason, StopConditions};
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
-use crate::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use crate::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use crate::request_state::RequestState;
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 
@@ -154,8 +161,8 @@ impl StepRows {
 pub struct StepTimes {
     /// The scheduler choosing the step's sequences and tokens.
     pub schedule: Duration,
-    /// [`StepExecutor::execute`]: the forward and the draw (on the GPU, until the tokens are on
-    /// the host).
+    /// [`StepExecutor::submit`] and [`StepExecutor::collect`]: the forward and the draw (on the
+    /// GPU, until the tokens are on the host; planning ahead, the wait for the step before).
     pub execute: Duration,
     /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules), the
     /// scheduler's commit and the finished requests' completions: with `schedule`, the host work
@@ -192,8 +199,31 @@ pub struct Engine {
     finished: Vec<Completion>,
     next_id: u64,
     record_logits: bool,
+    /// Whether steps are planned ahead of the draws in flight ([`Engine::set_pipelining`]).
+    pipelining: bool,
+    /// The step the executor is running, submitted and committed ahead of its draws.
+    in_flight: Option<Step>,
     last_step: StepRows,
     last_times: StepTimes,
+}
+
+/// A submitted step: its plan and what was asked of it.
+struct Step {
+    plan: StepPlan,
+    wanted: LogitsWanted,
+    shape: StepRows,
+    /// Its sampling sequences: the tokens it must hand back.
+    num_rows: usize,
+}
+
+/// What [`Engine::launch`] did.
+enum Launched {
+    /// Nothing was left to plan.
+    Nothing,
+    /// The step ran at once.
+    Ran(Step, StepOutput),
+    /// The step is in flight.
+    Queued(Step),
 }
 
 impl Engine {
@@ -220,6 +250,8 @@ impl Engine {
             finished: Vec::new(),
             next_id: 0,
             record_logits,
+            pipelining: true,
+            in_flight: None,
             last_step: StepRows::default(),
             last_times: StepTimes::default(),
         })
@@ -271,6 +303,7 @@ impl Engine {
             prompt_record: Vec::new(),
             prompt_sent: false,
             logits: Vec::new(),
+            draws_in_flight: 0,
         };
         self.active.insert(id, state);
         Ok(id)
@@ -278,19 +311,67 @@ impl Engine {
 
     /// Whether any request is unfinished.
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_work()
+        self.scheduler.has_work() || self.in_flight.is_some()
     }
 
-    /// Runs one step; returns what happened, in query order.
+    /// Turns planning ahead of the draws in flight on (the default) or off. Off, or over an
+    /// executor that runs each step at once, every step is planned after the one before has
+    /// drawn. The tokens are the same bits either way; only the host's gaps between steps differ.
+    pub fn set_pipelining(&mut self, on: bool) {
+        self.pipelining = on;
+    }
+
+    /// Runs one step; returns what happened, in query order. Over an executor that queues steps
+    /// ([`Submitted::InFlight`]) the engine plans and submits the next step before it waits for
+    /// this one, when every request draws plainly ([`Engine::set_pipelining`]): the events are
+    /// then the step before's, and the device goes from step to step with no host gap.
     pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
         self.last_step = StepRows::default();
         self.last_times = StepTimes::default();
+        if self.in_flight.is_none() {
+            match self.launch(false)? {
+                Launched::Nothing => return Ok(Vec::new()),
+                Launched::Ran(step, out) => return self.hand_out(step, out, false),
+                Launched::Queued(step) => self.in_flight = Some(step),
+            }
+        }
+        let next = match self.plans_ahead() {
+            true => match self.launch(true)? {
+                Launched::Queued(step) => Some(step),
+                Launched::Nothing => None,
+                Launched::Ran(..) => {
+                    return Err(Error::Executor("a step ran to the end while another was in flight".into()))
+                }
+            },
+            false => None,
+        };
+        let waiting = Instant::now();
+        let out = self.executor.collect()?;
+        self.last_times.execute += waiting.elapsed();
+        let step = self.in_flight.take().expect("a step is in flight");
+        self.in_flight = next;
+        self.hand_out(step, out, true)
+    }
+
+    /// Whether the next step may be planned before the one in flight has drawn: only while no
+    /// request needs its tokens drawn or scored on the host, nor logits recorded (the step
+    /// planned ahead reads its pending tokens on the device).
+    fn plans_ahead(&self) -> bool {
+        self.pipelining && !self.record_logits && self.active.values().all(RequestState::draws_plainly)
+    }
+
+    /// Plans the next step and submits it; `ahead` while another step is in flight (then a step
+    /// with nothing to plan is no error: the one in flight may finish every request).
+    fn launch(&mut self, ahead: bool) -> Result<Launched> {
         let scheduling = Instant::now();
         let Some(plan) = self.scheduler.schedule()? else {
-            if self.scheduler.has_work() {
+            if self.scheduler.has_work() && !ahead {
                 return Err(Error::Scheduler("requests are waiting but none can be scheduled".into()));
             }
-            return Ok(Vec::new());
+            if ahead {
+                self.last_times.schedule += scheduling.elapsed();
+            }
+            return Ok(Launched::Nothing);
         };
         // One walk over the plan, one lookup of each sequence's state: at 128 sequences the
         // map's lookups were a seventh of the engine's host time (host_step under perf).
@@ -305,21 +386,41 @@ impl Engine {
             }
             num_decodes += usize::from(p.len == 1);
         }
-        self.last_step = StepRows { num_seqs: plan.seqs.len(), num_tokens: plan.token_ids.len(), num_decodes };
+        let shape = StepRows { num_seqs: plan.seqs.len(), num_tokens: plan.token_ids.len(), num_decodes };
         let wanted = match (self.record_logits || prompt_rows, token_rows) {
             (true, _) => LogitsWanted::AllRows,
             (false, true) => LogitsWanted::SampledRows,
             (false, false) => LogitsWanted::Discard,
         };
         let executing = Instant::now();
-        self.last_times.schedule = executing - scheduling;
-        let out = self.executor.execute(&plan, &rows, wanted)?;
-        let handing_out = Instant::now();
-        self.last_times.execute = handing_out - executing;
-        if out.sampled.len() != rows.len() {
-            return Err(Error::Executor(format!("asked for {} tokens, got {}", rows.len(), out.sampled.len())));
-        }
+        self.last_times.schedule += executing - scheduling;
+        let submitted = self.executor.submit(&plan, &rows, wanted)?;
+        self.last_times.execute += executing.elapsed();
+        let num_rows = rows.len();
         drop(rows);
+        let step = Step { plan, wanted, shape, num_rows };
+        match submitted {
+            Submitted::Done(out) => Ok(Launched::Ran(step, out)),
+            Submitted::InFlight => {
+                self.scheduler.commit_ahead(&step.plan)?;
+                for p in step.plan.seqs.iter().filter(|p| p.samples) {
+                    self.active.get_mut(&p.id).expect("a planned request is active").draws_in_flight += 1;
+                }
+                Ok(Launched::Queued(step))
+            }
+        }
+    }
+
+    /// Hands out the tokens `out` drew for `step`: logprobs, text, stop rules, the scheduler's
+    /// record of them (a commit, or a resolve of a step committed `ahead`), and the finished
+    /// requests. A request finished or aborted after `step` was planned has its token dropped.
+    fn hand_out(&mut self, step: Step, out: StepOutput, ahead: bool) -> Result<Vec<EngineEvent>> {
+        let handing_out = Instant::now();
+        let Step { plan, wanted, shape, num_rows } = step;
+        self.last_step = shape;
+        if out.sampled.len() != num_rows {
+            return Err(Error::Executor(format!("asked for {num_rows} tokens, got {}", out.sampled.len())));
+        }
         let vocab = self.executor.vocab_size();
         let expected_rows = match wanted {
             LogitsWanted::AllRows => plan.token_ids.len(),
@@ -347,24 +448,30 @@ impl Engine {
                 continue;
             }
             let (j, &token) = tokens.next().expect("one token per sampling sequence, checked above");
+            sampled.push(Some(token));
+            let Some(active) = self.active.get_mut(&p.id) else { continue };
+            if ahead {
+                active.draws_in_flight -= 1;
+            }
             let row = logits.map(|l| match wanted {
                 LogitsWanted::AllRows => l.row(plan.meta.query_start_loc[i + 1] as usize - 1),
                 _ => l.row(j),
             });
-            let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
             if let Some(logprobs) = active.take_prompt_logprobs() {
                 events.push(EngineEvent::PromptLogprobs { request: p.id, logprobs });
             }
             let logprobs = active.push_sampled(token, row);
             let emitted = active.decoder.push(token)?;
             events.push(EngineEvent::Token { request: p.id, token, text: emitted.text, logprobs });
-            sampled.push(Some(token));
             if let Some(reason) = emitted.finish {
                 events.push(EngineEvent::Finished { request: p.id, reason });
                 done.push(p.id);
             }
         }
-        self.scheduler.commit(&plan, &sampled)?;
+        match ahead {
+            true => self.scheduler.resolve(&plan, &sampled)?,
+            false => self.scheduler.commit(&plan, &sampled)?,
+        }
         for id in done {
             self.scheduler.finish(id)?;
             self.retire(id);

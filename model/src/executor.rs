@@ -78,12 +78,39 @@ pub struct StepOutput {
     pub logits: Option<Array2<f32>>,
 }
 
+/// What [`StepExecutor::submit`] did with a step.
+#[derive(Debug)]
+pub enum Submitted {
+    /// It ran to the end: its output.
+    Done(StepOutput),
+    /// It is queued behind the steps submitted before it; [`StepExecutor::collect`] returns the
+    /// outputs in the order the steps were submitted.
+    InFlight,
+}
+
 /// Runs the model over one planned step, writing the step's K/V into its cache, and samples.
+///
+/// A step may be submitted while the one before it is in flight, planned ahead of its draws
+/// ([`crate::scheduler::ahead`]): then a row whose token is
+/// [`PENDING_TOKEN`](crate::scheduler::PENDING_TOKEN) embeds the token that step draws for the
+/// same sequence, which the executor reads where it was drawn. The engine submits such a step only
+/// when it asks for no logits and every row draws on the device ([`SamplingRow::on_device`] with no
+/// logprobs), and an executor that ever answers [`Submitted::InFlight`] answers it for such a step.
 pub trait StepExecutor: Send {
     /// Runs `plan`, then draws a token for each sequence with `samples` set, from the logits of
     /// its last query row, with `sampling[j]` for the `j`-th such sequence. Refuses (changing
     /// nothing) a `sampling` whose length is not the number of sampling sequences.
     fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: LogitsWanted) -> Result<StepOutput>;
+    /// As [`StepExecutor::execute`], but an executor that queues work on a device may return
+    /// before the step has run ([`Submitted::InFlight`]), so the host plans the next step
+    /// meanwhile. By default the step runs at once.
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: LogitsWanted) -> Result<Submitted> {
+        Ok(Submitted::Done(self.execute(plan, sampling, logits)?))
+    }
+    /// Waits for the oldest step in flight and returns its output; refuses when none is.
+    fn collect(&mut self) -> Result<StepOutput> {
+        Err(Error::Executor("no step is in flight".into()))
+    }
     /// The KV cache's size, which the scheduler's block pool mirrors.
     fn kv_capacity(&self) -> KvCapacity;
     /// Vocabulary size of the logits rows.

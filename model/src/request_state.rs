@@ -38,6 +38,8 @@ pub struct RequestState {
     pub prompt_sent: bool,
     /// Recorded logits rows, `[positions, vocab]` flattened (the engine's `record_logits`).
     pub logits: Vec<f32>,
+    /// Its draws in steps submitted and not yet handed out (steps planned ahead).
+    pub draws_in_flight: u64,
 }
 
 impl RequestState {
@@ -45,9 +47,15 @@ impl RequestState {
     pub fn sampling_row(&self) -> SamplingRow<'_> {
         SamplingRow {
             params: self.sampling,
-            step: self.decoder.token_ids().len() as u64,
+            step: self.decoder.token_ids().len() as u64 + self.draws_in_flight,
             processing: self.processing.as_ref(),
         }
+    }
+
+    /// Whether its tokens are drawn on the device and nothing of their logits is wanted, so a
+    /// step may be planned before its previous token is on the host.
+    pub fn draws_plainly(&self) -> bool {
+        self.sampling_row().on_device() && self.logprobs.is_none() && self.prompt_logprobs.is_none()
     }
 
     /// Whether computing positions `start..start + len` still records prompt logprobs.

@@ -4,6 +4,7 @@
 //! grow, preemption by recompute under a small cache, abort, and the shape of each step.
 
 mod common;
+mod queued;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -56,12 +57,17 @@ fn cpu_f64() -> Backend {
     Backend { make: |n| Box::new(CpuExecutor::new(model::<f64>(), n, BLOCK, "cpu f64")), logits_tol: 1e-7 }
 }
 
+fn cpu_f32_queued() -> Backend {
+    Backend { make: |n| Box::new(queued::Queued::wrap((cpu_f32().make)(n)).0), logits_tol: 1e-6 }
+}
+
 /// Expands each case `fn(Backend)` into one `#[test]` per backend, in a module named after the
 /// backend (as candle's `test_device!` does). A new backend is one more line here.
 macro_rules! backend_tests {
     ($($case:ident),* $(,)?) => {
         mod cpu_f32 { $( #[test] fn $case() { super::$case(super::cpu_f32()) } )* }
         mod cpu_f64 { $( #[test] fn $case() { super::$case(super::cpu_f64()) } )* }
+        mod cpu_f32_queued { $( #[test] fn $case() { super::$case(super::cpu_f32_queued()) } )* }
     };
 }
 
@@ -371,6 +377,8 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
 /// budget of one chunk makes a step of each chunk.
 fn blocks_are_taken_as_tokens_are_computed_and_all_come_back(b: Backend) {
     let mut e = engine(b, Opts { prefill_chunk: 4, budget: 4, ..Opts::default() });
+    // Step by step: a step planned ahead takes its blocks while the one before still draws.
+    e.set_pipelining(false);
     assert_eq!(e.stats().num_blocks, 256, "the pool is the executor's cache");
     e.add_request(greedy((0..10).collect(), 12)).unwrap();
     let (mut steps, mut generated, mut used) = (0, 0, Vec::new());
@@ -394,6 +402,8 @@ fn blocks_are_taken_as_tokens_are_computed_and_all_come_back(b: Backend) {
 /// can time the decode-only steps apart from the prefill and mixed ones.
 fn last_step_tells_decode_steps_from_prefill_and_mixed_ones(b: Backend) {
     let mut e = engine(b, Opts { prefill_chunk: 4, ..Opts::default() });
+    // Step by step, so that the second request joins the second step.
+    e.set_pipelining(false);
     e.add_request(greedy((0..6).collect(), 3)).unwrap();
     let mut shapes = Vec::new();
     while e.has_work() {

@@ -1,0 +1,159 @@
+//! The engine planning each step ahead of the draws in flight, over an executor that queues
+//! steps as a device does (`queued`): the tokens, text and finish of every request are those of
+//! steps planned one at a time, through stop strings learnt a step late, preemptions, admissions
+//! mid-run and aborts while a step is in flight; and a request whose tokens must come back to the
+//! host turns planning ahead off while it lives.
+
+mod common;
+mod queued;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use model::byte_tokenizer;
+use model::cpu_backend::CpuExecutor;
+use model::engine::{Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StopConditions};
+use model::scheduler::SchedulerConfig;
+use oracle::model::forward::Model;
+use oracle::model::precision::Rounding;
+use queued::{QueueLog, Queued};
+
+const BLOCK: usize = 4;
+const MAX_MODEL_LEN: usize = 256;
+
+/// An engine over the tiny model on a queueing executor of `num_blocks` blocks.
+fn engine(num_blocks: usize, pipelining: bool) -> (Engine, Arc<QueueLog>) {
+    let (cfg, weights) = common::tiny(11);
+    let model = Model::new(cfg.dims(), weights, Rounding::Exact).unwrap();
+    let (exec, log) = Queued::wrap(Box::new(CpuExecutor::new(model, num_blocks, BLOCK, "cpu f32")));
+    let sched = SchedulerConfig {
+        max_num_seqs: 4,
+        max_batched_tokens: 32,
+        prefill_chunk: 8,
+        max_model_len: MAX_MODEL_LEN,
+        prefix_caching: true,
+    };
+    let tok = Arc::new(byte_tokenizer::build().unwrap());
+    let mut e = Engine::new(Box::new(exec), tok, sched, false).unwrap();
+    e.set_pipelining(pipelining);
+    (e, log)
+}
+
+/// Request `i`: greedy or seeded at temperature, of its own length, with a stop string on some
+/// (cut from the text it generates unstopped, so that it is found mid-run).
+fn request(i: usize, stop: Option<String>) -> GenerationRequest {
+    let prompt = (0..3 + 5 * i).map(|t| ((t * 37 + i * 11) % 200) as u32 + 1).collect();
+    let sampling = match i % 2 {
+        0 => SamplingParams::greedy(),
+        _ => SamplingParams { top_k: 200, ..SamplingParams::with_temperature(4.0, i as u64) },
+    };
+    let stop = StopConditions {
+        eos_token_ids: vec![byte_tokenizer::EOS_ID],
+        stop: stop.into_iter().collect(),
+        max_tokens: 6 + 3 * (i % 4),
+        max_model_len: MAX_MODEL_LEN,
+        ignore_eos: true,
+        ..Default::default()
+    };
+    GenerationRequest { prompt, sampling, stop, ..Default::default() }
+}
+
+/// Runs `reqs` to the end; returns the completions and each request's events in order.
+fn run(e: &mut Engine, reqs: &[GenerationRequest]) -> (Vec<Completion>, BTreeMap<u64, Vec<EngineEvent>>) {
+    for r in reqs {
+        e.add_request(r.clone()).unwrap();
+    }
+    let mut events: BTreeMap<u64, Vec<EngineEvent>> = BTreeMap::new();
+    while e.has_work() {
+        for ev in e.step().unwrap() {
+            let id = match &ev {
+                EngineEvent::Token { request, .. } | EngineEvent::Finished { request, .. } => *request,
+                EngineEvent::PromptLogprobs { request, .. } => *request,
+            };
+            events.entry(id).or_default().push(ev);
+        }
+    }
+    assert_eq!(e.stats().num_blocks_used, 0, "every block came back");
+    e.scheduler().check_invariants();
+    (e.take_finished(), events)
+}
+
+/// Eight requests, the odd ones ending at a stop string cut from their unstopped text.
+fn workload() -> Vec<GenerationRequest> {
+    let (mut e, _) = engine(512, false);
+    let free: Vec<GenerationRequest> = (0..8).map(|i| request(i, None)).collect();
+    let (done, _) = run(&mut e, &free);
+    (0..8)
+        .map(|i| {
+            let text: String = done[i].text.chars().collect();
+            let cut = (i % 2 == 1 && text.chars().count() > 4).then(|| text.chars().skip(2).take(2).collect());
+            request(i, cut)
+        })
+        .collect()
+}
+
+fn outcome(done: &[Completion]) -> Vec<(u64, Vec<u32>, String, String)> {
+    done.iter().map(|c| (c.id, c.token_ids.clone(), c.text.clone(), format!("{:?}", c.finish))).collect()
+}
+
+#[test]
+fn planned_ahead_steps_give_every_request_the_bits_of_steps_planned_one_at_a_time() {
+    let reqs = workload();
+    assert!(reqs.iter().any(|r| !r.stop.stop.is_empty()), "no request stops at a string");
+    // 24 blocks of 4 for up to four sequences of up to 47 tokens: they preempt each other.
+    for num_blocks in [512, 24] {
+        let (mut stepwise, stepwise_log) = engine(num_blocks, false);
+        let (want, want_events) = run(&mut stepwise, &reqs);
+        assert_eq!(stepwise_log.pending_rows.load(Ordering::Relaxed), 0);
+        let (mut ahead, log) = engine(num_blocks, true);
+        let (got, got_events) = run(&mut ahead, &reqs);
+        let late = got.iter().filter(|c| matches!(c.finish, FinishReason::StopString(_)) && c.token_ids.len() > 1);
+        assert!(late.count() >= 2, "fewer than two requests stopped at a string mid-run");
+        assert_eq!(outcome(&got), outcome(&want), "{num_blocks} blocks");
+        assert_eq!(got_events, want_events, "{num_blocks} blocks: the events, request by request");
+        assert_eq!(log.deepest.load(Ordering::Relaxed), 2, "a step was planned while another ran");
+        assert!(log.pending_rows.load(Ordering::Relaxed) > 20, "few rows read a token on the device");
+        if num_blocks == 24 {
+            assert!(ahead.stats().num_preemptions >= 1, "24 blocks never preempted");
+        }
+    }
+}
+
+#[test]
+fn an_abort_while_its_step_is_in_flight_drops_its_token_and_frees_its_blocks() {
+    let reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+    let (mut alone, _) = engine(512, false);
+    let (want, _) = run(&mut alone, &reqs[..2]);
+    let (mut e, _) = engine(512, true);
+    let ids: Vec<u64> = reqs.iter().map(|r| e.add_request(r.clone()).unwrap()).collect();
+    let mut aborted_events = 0;
+    for _ in 0..4 {
+        e.step().unwrap();
+    }
+    e.abort(ids[2]).unwrap();
+    while e.has_work() {
+        for ev in e.step().unwrap() {
+            aborted_events += usize::from(matches!(ev, EngineEvent::Token { request, .. } if request == ids[2]));
+        }
+    }
+    assert_eq!(aborted_events, 0, "a token of the aborted request was handed out");
+    assert_eq!(outcome(&e.take_finished()), outcome(&want));
+    assert_eq!(e.stats().num_blocks_used, 0);
+    e.scheduler().check_invariants();
+}
+
+#[test]
+fn a_request_that_wants_logprobs_turns_planning_ahead_off_while_it_lives() {
+    let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+    reqs[1].logprobs = Some(2);
+    let (mut stepwise, _) = engine(512, false);
+    let (want, _) = run(&mut stepwise, &reqs);
+    let (mut e, log) = engine(512, true);
+    let (got, _) = run(&mut e, &reqs);
+    assert_eq!(outcome(&got), outcome(&want));
+    assert_eq!(got[1].logprobs, want[1].logprobs);
+    // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
+    let pending = log.pending_rows.load(Ordering::Relaxed);
+    assert!((1..=3).contains(&pending), "{pending} rows read a pending token");
+}
