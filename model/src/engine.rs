@@ -353,6 +353,15 @@ impl Engine {
         self.hand_out(step, out, true)
     }
 
+    /// Hands out the step in flight, if any, and submits none: afterwards the executor has no
+    /// work queued, as before a change to how it runs steps (a benchmark's gate count).
+    pub fn settle(&mut self) -> Result<Vec<EngineEvent>> {
+        self.last_times = StepTimes::default();
+        let Some(step) = self.in_flight.take() else { return Ok(Vec::new()) };
+        let out = self.executor.collect()?;
+        self.hand_out(step, out, true)
+    }
+
     /// Whether the next step may be planned before the one in flight has drawn: only while no
     /// request needs its tokens drawn or scored on the host, nor logits recorded (the step
     /// planned ahead reads its pending tokens on the device).
@@ -599,7 +608,8 @@ impl Engine {
         self.executor.describe()
     }
 
-    /// The executor, for measurements beside the steps (a benchmark's gate statistics).
+    /// The executor, for measurements beside the steps (a benchmark's gate statistics);
+    /// [`Engine::settle`] first, since a step in flight runs as it was submitted.
     pub fn executor_mut(&mut self) -> &mut dyn StepExecutor {
         self.executor.as_mut()
     }

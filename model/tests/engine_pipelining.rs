@@ -157,3 +157,24 @@ fn a_request_that_wants_logprobs_turns_planning_ahead_off_while_it_lives() {
     let pending = log.pending_rows.load(Ordering::Relaxed);
     assert!((1..=3).contains(&pending), "{pending} rows read a pending token");
 }
+
+#[test]
+fn settle_hands_out_the_step_in_flight_and_leaves_nothing_queued() {
+    let reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+    let (mut stepwise, _) = engine(512, false);
+    let (want, _) = run(&mut stepwise, &reqs);
+    let (mut e, log) = engine(512, true);
+    for r in &reqs {
+        e.add_request(r.clone()).unwrap();
+    }
+    for _ in 0..5 {
+        e.step().unwrap();
+    }
+    assert_eq!(log.deepest.load(Ordering::Relaxed), 2, "nothing was planned ahead");
+    let tokens = e.settle().unwrap().iter().filter(|ev| matches!(ev, EngineEvent::Token { .. })).count();
+    assert_eq!(tokens, 3, "the step in flight drew for the three requests");
+    assert!(e.executor_mut().collect().is_err(), "a step is still queued");
+    assert!(e.settle().unwrap().is_empty());
+    let (done, _) = run(&mut e, &[]);
+    assert_eq!(outcome(&done), outcome(&want));
+}

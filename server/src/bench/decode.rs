@@ -211,6 +211,8 @@ pub fn run_decode(
     }
     let times = times?;
     let err = |e: model::Error| e.to_string();
+    // The step planned ahead of the last timed one ran uncounted: counting starts after it.
+    engine.settle().map_err(err)?;
     let zero_fraction = match engine.executor_mut().measure_gates(true).map_err(err)? {
         false => None,
         true => {
