@@ -164,6 +164,9 @@ pub struct StepTimes {
     /// [`StepExecutor::submit`] and [`StepExecutor::collect`]: the forward and the draw (on the
     /// GPU, until the tokens are on the host; planning ahead, the wait for the step before).
     pub execute: Duration,
+    /// Of `execute`, the time in [`StepExecutor::submit`]: over an executor that queues steps, the
+    /// host's work to queue one (the rest is the wait for the device).
+    pub submit: Duration,
     /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules), the
     /// scheduler's commit and the finished requests' completions: with `schedule`, the host work
     /// the executor does not see.
@@ -404,6 +407,7 @@ impl Engine {
         let executing = Instant::now();
         self.last_times.schedule += executing - scheduling;
         let submitted = self.executor.submit(&plan, &rows, wanted)?;
+        self.last_times.submit += executing.elapsed();
         self.last_times.execute += executing.elapsed();
         let num_rows = rows.len();
         drop(rows);

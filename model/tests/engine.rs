@@ -517,6 +517,7 @@ fn last_step_times_split_a_step_into_its_phases(b: Backend) {
         let times = e.last_step_times();
         assert!(times.schedule > Duration::ZERO && times.execute > Duration::ZERO && times.hand_out > Duration::ZERO);
         assert!(times.schedule + times.execute + times.hand_out <= wall, "{times:?} within {wall:?}");
+        assert!(times.submit <= times.execute, "{times:?}");
     }
     e.step().unwrap();
     assert_eq!(e.last_step_times(), StepTimes::default(), "an idle step runs nothing");

@@ -37,6 +37,9 @@ pub struct HostMs {
     schedule: Summary,
     /// Each drawn token handed to its request (logprobs, detokenising, stop rules) and the commit.
     hand_out: Summary,
+    /// The executor's host work to queue a step (inside the executor: uploads and launches),
+    /// which the device overlaps only while it runs the step planned before.
+    submit: Summary,
 }
 
 /// One decode batch's figures.
@@ -245,7 +248,11 @@ pub fn run_decode(
         profiled,
         step_ms,
         executor_ms: phase(|t| t.execute),
-        host_ms: HostMs { schedule: phase(|t| t.schedule), hand_out: phase(|t| t.hand_out) },
+        host_ms: HostMs {
+            schedule: phase(|t| t.schedule),
+            hand_out: phase(|t| t.hand_out),
+            submit: phase(|t| t.submit),
+        },
         anchor: None,
         ratio_to_anchor: None,
         ratio_to_floor: f64::NAN,
