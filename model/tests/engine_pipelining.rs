@@ -24,11 +24,25 @@ const MAX_MODEL_LEN: usize = 256;
 
 /// An engine over the tiny model on a queueing executor of `num_blocks` blocks.
 fn engine(num_blocks: usize, pipelining: bool) -> (Engine, Arc<QueueLog>) {
+    engine_over(num_blocks, pipelining, None, 4)
+}
+
+/// [`engine`] with collect `fail_at` failing and `max_num_seqs` sequences at most.
+fn engine_over(
+    num_blocks: usize,
+    pipelining: bool,
+    fail_at: Option<usize>,
+    max_num_seqs: usize,
+) -> (Engine, Arc<QueueLog>) {
     let (cfg, weights) = common::tiny(11);
     let model = Model::new(cfg.dims(), weights, Rounding::Exact).unwrap();
-    let (exec, log) = Queued::wrap(Box::new(CpuExecutor::new(model, num_blocks, BLOCK, "cpu f32")));
+    let cpu = Box::new(CpuExecutor::new(model, num_blocks, BLOCK, "cpu f32"));
+    let (exec, log) = match fail_at {
+        Some(n) => Queued::failing_at(cpu, n),
+        None => Queued::wrap(cpu),
+    };
     let sched = SchedulerConfig {
-        max_num_seqs: 4,
+        max_num_seqs,
         max_batched_tokens: 32,
         prefill_chunk: 8,
         max_model_len: MAX_MODEL_LEN,
@@ -177,4 +191,28 @@ fn settle_hands_out_the_step_in_flight_and_leaves_nothing_queued() {
     assert!(e.settle().unwrap().is_empty());
     let (done, _) = run(&mut e, &[]);
     assert_eq!(outcome(&done), outcome(&want));
+}
+
+#[test]
+fn a_failed_step_ends_the_requests_drawing_in_flight_and_the_rest_run_on() {
+    let reqs: Vec<GenerationRequest> = (0..4).map(|i| request(i, None)).collect();
+    let (mut stepwise, _) = engine_over(512, false, None, 2);
+    let (want, _) = run(&mut stepwise, &reqs);
+    let (mut e, log) = engine_over(512, true, Some(4), 2);
+    let ids: Vec<u64> = reqs.iter().map(|r| e.add_request(r.clone()).unwrap()).collect();
+    let mut failures = 0;
+    while e.has_work() {
+        if let Err(err) = e.step() {
+            assert!(err.to_string().contains("injected"), "{err}");
+            failures += 1;
+            // The two running requests were drawing in the steps in flight; the two waiting run on.
+            assert_eq!((e.stats().num_running, e.stats().num_waiting), (0, 2));
+            e.scheduler().check_invariants();
+        }
+    }
+    assert_eq!((failures, e.stats().num_blocks_used), (1, 0));
+    assert!(log.collected.load(Ordering::Relaxed) > 5);
+    let done = e.take_finished();
+    assert_eq!(done.iter().map(|c| c.id).collect::<Vec<_>>(), &ids[2..]);
+    assert_eq!(outcome(&done), outcome(&want[2..]));
 }

@@ -3,6 +3,8 @@
 //! when collected, in submission order; a row embedding [`PENDING_TOKEN`] gets the token the step
 //! before drew for its sequence, as the GPU executor copies it on the device.
 
+#![allow(dead_code)] // each test binary uses its own subset of these helpers
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -20,6 +22,8 @@ pub struct QueueLog {
     pub deepest: AtomicUsize,
     /// Rows that embedded a pending token.
     pub pending_rows: AtomicUsize,
+    /// Steps collected, the failed one included.
+    pub collected: AtomicUsize,
 }
 
 pub struct Queued {
@@ -28,12 +32,20 @@ pub struct Queued {
     /// The tokens the last step run drew, by request.
     drawn: HashMap<u64, u32>,
     log: Arc<QueueLog>,
+    /// The collect (counted from 0) that fails, as a device fault would, dropping its step.
+    fail_at: Option<usize>,
 }
 
 impl Queued {
     pub fn wrap(inner: Box<dyn StepExecutor>) -> (Self, Arc<QueueLog>) {
         let log = Arc::new(QueueLog::default());
-        (Self { inner, queue: VecDeque::new(), drawn: HashMap::new(), log: log.clone() }, log)
+        (Self { inner, queue: VecDeque::new(), drawn: HashMap::new(), log: log.clone(), fail_at: None }, log)
+    }
+
+    /// As [`Queued::wrap`], with collect number `n` failing.
+    pub fn failing_at(inner: Box<dyn StepExecutor>, n: usize) -> (Self, Arc<QueueLog>) {
+        let (q, log) = Self::wrap(inner);
+        (Self { fail_at: Some(n), ..q }, log)
     }
 
     fn run(&mut self, mut plan: StepPlan, rows: &[SamplingRow<'_>], wanted: LogitsWanted) -> model::Result<StepOutput> {
@@ -82,6 +94,9 @@ impl StepExecutor for Queued {
 
     fn collect(&mut self) -> model::Result<StepOutput> {
         let (plan, rows) = self.queue.pop_front().ok_or_else(|| Error::Executor("nothing queued".into()))?;
+        if Some(self.log.collected.fetch_add(1, Ordering::Relaxed)) == self.fail_at {
+            return Err(Error::Executor("an injected device fault".into()));
+        }
         let rows: Vec<SamplingRow> = rows.into_iter().map(|(params, step)| SamplingRow::plain(params, step)).collect();
         self.run(plan, &rows, LogitsWanted::Discard)
     }

@@ -35,9 +35,9 @@
 //! from the logits of every prompt position, the rows `--dump-logits` records; a request asking
 //! for them must compute every prompt position ([`GenerationRequest::needs_prompt_logits`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ndarray::Array2;
 pub use oracle::decode::logprobs::TokenLogprobs;
@@ -53,145 +53,11 @@ use crate::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submi
 use crate::request_state::RequestState;
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 
-/// What a caller asks of the engine.
-#[derive(Clone, Debug, Default)]
-pub struct GenerationRequest {
-    /// Prompt token ids.
-    pub prompt: Vec<u32>,
-    /// Sampling parameters.
-    pub sampling: SamplingParams,
-    /// Logit bias, min tokens and the penalties (SPEC 5 steps 1 to 3).
-    pub processors: LogitsProcessors,
-    /// Stop rules; `max_model_len` is the model's.
-    pub stop: StopConditions,
-    /// With `Some(n)`, each generated token's logprob and the `n` likeliest alternatives.
-    pub logprobs: Option<usize>,
-    /// With `Some(n)`, each prompt token's logprob (none for the first) and `n` alternatives.
-    pub prompt_logprobs: Option<usize>,
-    /// Compute every prompt position: no prefix-cache lookup for this request (its full chunks
-    /// are still cached for later ones), as for a caller that scores every prompt position.
-    /// Implied by `prompt_logprobs` ([`GenerationRequest::needs_prompt_logits`]).
-    pub skip_prefix_cache: bool,
-}
+mod request;
+mod stats;
 
-impl GenerationRequest {
-    /// Whether the request needs the logits of every prompt position, so that none may be
-    /// skipped (as a prefix-cache hit would).
-    pub fn needs_prompt_logits(&self) -> bool {
-        self.prompt_logprobs.is_some()
-    }
-}
-
-/// Something that happened to a request during a step.
-#[derive(Clone, Debug, PartialEq)]
-pub enum EngineEvent {
-    /// A token was generated; `text` is what may be shown now (possibly empty).
-    Token {
-        /// The request.
-        request: u64,
-        /// The generated id.
-        token: u32,
-        /// Newly releasable text.
-        text: String,
-        /// Its logprobs, when the request asked for them.
-        logprobs: Option<TokenLogprobs>,
-    },
-    /// The prompt's logprobs (one per prompt token, `None` for the first), when the request
-    /// asked for them; just before its first [`EngineEvent::Token`].
-    PromptLogprobs {
-        /// The request.
-        request: u64,
-        /// One per prompt token.
-        logprobs: Vec<Option<TokenLogprobs>>,
-    },
-    /// The request ended (its last [`EngineEvent::Token`] came just before).
-    Finished {
-        /// The request.
-        request: u64,
-        /// Why.
-        reason: FinishReason,
-    },
-}
-
-/// A finished request, as [`Engine::run_to_completion`] returns it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Completion {
-    /// The request.
-    pub id: u64,
-    /// Prompt length in tokens.
-    pub prompt_tokens: usize,
-    /// Generated ids, eos included.
-    pub token_ids: Vec<u32>,
-    /// Generated text, stop string excluded.
-    pub text: String,
-    /// Why it ended.
-    pub finish: FinishReason,
-    /// Each generated token's logprobs, when asked.
-    pub logprobs: Option<Vec<TokenLogprobs>>,
-    /// Each prompt token's logprobs (`None` for the first), when asked.
-    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
-    /// `[prompt + generated - 1, vocab]` logits when recording was on: one row per prompt
-    /// position, then one per generated token but the last. A row is kept as first computed: a
-    /// preempted request's recomputation does not record its rows again.
-    pub logits: Option<Array2<f32>>,
-}
-
-/// The rows of one step: how many sequences it carried and how many of them were decode rows.
-/// A decode row is a sequence's one query token, sampled; a prefill (or recompute) chunk of a
-/// single token is one too, since the forward runs it on the decode kernels alike.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepRows {
-    /// Sequences in the step.
-    pub num_seqs: usize,
-    /// Query tokens in the step.
-    pub num_tokens: usize,
-    /// Sequences that brought exactly one query token.
-    pub num_decodes: usize,
-}
-
-impl StepRows {
-    /// Whether every row of the step was a decode row (the step a whole-step CUDA graph serves).
-    pub fn is_decode_only(&self) -> bool {
-        self.num_seqs > 0 && self.num_decodes == self.num_seqs
-    }
-}
-
-/// Where the wall time of the last [`Engine::step`] went, on the host's clock.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepTimes {
-    /// The scheduler choosing the step's sequences and tokens.
-    pub schedule: Duration,
-    /// [`StepExecutor::submit`] and [`StepExecutor::collect`]: the forward and the draw (on the
-    /// GPU, until the tokens are on the host; planning ahead, the wait for the step before).
-    pub execute: Duration,
-    /// Of `execute`, the time in [`StepExecutor::submit`]: over an executor that queues steps, the
-    /// host's work to queue one (the rest is the wait for the device).
-    pub submit: Duration,
-    /// The drawn tokens handed to their requests (logprobs, detokenising, stop rules), the
-    /// scheduler's commit and the finished requests' completions: with `schedule`, the host work
-    /// the executor does not see.
-    pub hand_out: Duration,
-}
-
-/// What a server reports about the engine's load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EngineStats {
-    /// Requests admitted and unfinished.
-    pub num_running: usize,
-    /// Requests queued, preempted ones included.
-    pub num_waiting: usize,
-    /// KV-cache blocks held by running requests.
-    pub num_blocks_used: usize,
-    /// KV-cache blocks in all.
-    pub num_blocks: usize,
-    /// Requests sent back to wait for blocks since the engine started.
-    pub num_preemptions: u64,
-    /// Prompt tokens looked up in the prefix cache since the engine started (each request
-    /// once, at its first admission; requests that skip the cache are not counted).
-    pub prefix_cache_queries: u64,
-    /// Of those, the tokens found cached, whose computation was skipped.
-    pub prefix_cache_hits: u64,
-}
+pub use request::{Completion, EngineEvent, GenerationRequest};
+pub use stats::{EngineStats, StepRows, StepTimes};
 
 /// Scheduler, detokeniser and stop rules over a [`StepExecutor`], which runs and samples each step.
 pub struct Engine {
@@ -204,8 +70,9 @@ pub struct Engine {
     record_logits: bool,
     /// Whether steps are planned ahead of the draws in flight ([`Engine::set_pipelining`]).
     pipelining: bool,
-    /// The step the executor is running, submitted and committed ahead of its draws.
-    in_flight: Option<Step>,
+    /// The steps the executor is running, oldest first (two at most: the one handed out next and
+    /// the one planned ahead of its draws), each submitted and committed ahead.
+    in_flight: VecDeque<Step>,
     last_step: StepRows,
     last_times: StepTimes,
 }
@@ -224,9 +91,9 @@ enum Launched {
     /// Nothing was left to plan.
     Nothing,
     /// The step ran at once.
-    Ran(Step, StepOutput),
-    /// The step is in flight.
-    Queued(Step),
+    Ran(Box<(Step, StepOutput)>),
+    /// The step is in flight (the last of [`Engine::in_flight`]).
+    Queued,
 }
 
 impl Engine {
@@ -254,7 +121,7 @@ impl Engine {
             next_id: 0,
             record_logits,
             pipelining: true,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             last_step: StepRows::default(),
             last_times: StepTimes::default(),
         })
@@ -314,7 +181,7 @@ impl Engine {
 
     /// Whether any request is unfinished.
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_work() || self.in_flight.is_some()
+        self.scheduler.has_work() || !self.in_flight.is_empty()
     }
 
     /// Turns planning ahead of the draws in flight on (the default) or off. Off, or over an
@@ -328,41 +195,69 @@ impl Engine {
     /// ([`Submitted::InFlight`]) the engine plans and submits the next step before it waits for
     /// this one, when every request draws plainly ([`Engine::set_pipelining`]): the events are
     /// then the step before's, and the device goes from step to step with no host gap.
+    ///
+    /// A failed step leaves the engine usable: the steps still queued are collected and dropped,
+    /// and the requests they were drawing for end with no completion (as [`Engine::abort`]), since
+    /// their tokens can no longer be known; every other request runs on.
     pub fn step(&mut self) -> Result<Vec<EngineEvent>> {
         self.last_step = StepRows::default();
         self.last_times = StepTimes::default();
-        if self.in_flight.is_none() {
+        self.pipelined_step().inspect_err(|_| self.abandon_in_flight())
+    }
+
+    fn pipelined_step(&mut self) -> Result<Vec<EngineEvent>> {
+        if self.in_flight.is_empty() {
             match self.launch(false)? {
                 Launched::Nothing => return Ok(Vec::new()),
-                Launched::Ran(step, out) => return self.hand_out(step, out, false),
-                Launched::Queued(step) => self.in_flight = Some(step),
+                Launched::Ran(ran) => return self.hand_out(ran.0, ran.1, false),
+                Launched::Queued => {}
             }
         }
-        let next = match self.plans_ahead() {
-            true => match self.launch(true)? {
-                Launched::Queued(step) => Some(step),
-                Launched::Nothing => None,
-                Launched::Ran(..) => {
-                    return Err(Error::Executor("a step ran to the end while another was in flight".into()))
-                }
-            },
-            false => None,
-        };
+        if self.plans_ahead() {
+            if let Launched::Ran(_) = self.launch(true)? {
+                return Err(Error::Executor("a step ran to the end while another was in flight".into()));
+            }
+        }
+        self.collect()
+    }
+
+    /// Waits for the oldest step in flight and hands it out.
+    fn collect(&mut self) -> Result<Vec<EngineEvent>> {
         let waiting = Instant::now();
         let out = self.executor.collect()?;
         self.last_times.execute += waiting.elapsed();
-        let step = self.in_flight.take().expect("a step is in flight");
-        self.in_flight = next;
+        let step = self.in_flight.pop_front().expect("a step is in flight");
         self.hand_out(step, out, true)
+    }
+
+    /// After a failed step: collects and drops what the executor still queues, and ends the
+    /// requests whose draws are in flight.
+    fn abandon_in_flight(&mut self) {
+        for _ in self.in_flight.drain(..) {
+            let _ = self.executor.collect();
+        }
+        let drawing: Vec<u64> = self.active.iter().filter(|(_, a)| a.draws_in_flight > 0).map(|(&id, _)| id).collect();
+        for id in drawing {
+            self.active.remove(&id);
+            let _ = self.scheduler.finish(id);
+        }
     }
 
     /// Hands out the step in flight, if any, and submits none: afterwards the executor has no
     /// work queued, as before a change to how it runs steps (a benchmark's gate count).
     pub fn settle(&mut self) -> Result<Vec<EngineEvent>> {
         self.last_times = StepTimes::default();
-        let Some(step) = self.in_flight.take() else { return Ok(Vec::new()) };
-        let out = self.executor.collect()?;
-        self.hand_out(step, out, true)
+        let mut events = Vec::new();
+        while !self.in_flight.is_empty() {
+            match self.collect() {
+                Ok(more) => events.extend(more),
+                Err(e) => {
+                    self.abandon_in_flight();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(events)
     }
 
     /// Whether the next step may be planned before the one in flight has drawn: only while no
@@ -413,13 +308,16 @@ impl Engine {
         drop(rows);
         let step = Step { plan, wanted, shape, num_rows };
         match submitted {
-            Submitted::Done(out) => Ok(Launched::Ran(step, out)),
+            Submitted::Done(out) => Ok(Launched::Ran(Box::new((step, out)))),
             Submitted::InFlight => {
-                self.scheduler.commit_ahead(&step.plan)?;
+                // Tracked before anything can fail, so that a failure collects it.
                 for p in step.plan.seqs.iter().filter(|p| p.samples) {
                     self.active.get_mut(&p.id).expect("a planned request is active").draws_in_flight += 1;
                 }
-                Ok(Launched::Queued(step))
+                self.in_flight.push_back(step);
+                let step = self.in_flight.back().expect("just queued");
+                self.scheduler.commit_ahead(&step.plan)?;
+                Ok(Launched::Queued)
             }
         }
     }
@@ -451,21 +349,23 @@ impl Engine {
                 self.record(&plan, logits);
             }
         }
+        let mut drawn = out.sampled.iter().copied();
+        let sampled: Vec<Option<u32>> = plan.seqs.iter().map(|p| p.samples.then(|| drawn.next()).flatten()).collect();
+        if ahead {
+            // Resolved before anything can fail: a failure then ends only the requests of the
+            // steps still in flight.
+            self.scheduler.resolve(&plan, &sampled)?;
+            for p in plan.seqs.iter().filter(|p| p.samples) {
+                if let Some(active) = self.active.get_mut(&p.id) {
+                    active.draws_in_flight -= 1;
+                }
+            }
+        }
         let mut events = Vec::new();
-        let mut sampled = Vec::with_capacity(plan.seqs.len());
         let mut done = Vec::new();
-        let mut tokens = out.sampled.iter().enumerate();
-        for (i, p) in plan.seqs.iter().enumerate() {
-            if !p.samples {
-                sampled.push(None);
-                continue;
-            }
-            let (j, &token) = tokens.next().expect("one token per sampling sequence, checked above");
-            sampled.push(Some(token));
+        let drawing = plan.seqs.iter().zip(&sampled).enumerate().filter_map(|(i, (p, t))| Some((i, p, (*t)?)));
+        for (j, (i, p, token)) in drawing.enumerate() {
             let Some(active) = self.active.get_mut(&p.id) else { continue };
-            if ahead {
-                active.draws_in_flight -= 1;
-            }
             let row = logits.map(|l| match wanted {
                 LogitsWanted::AllRows => l.row(plan.meta.query_start_loc[i + 1] as usize - 1),
                 _ => l.row(j),
@@ -481,9 +381,8 @@ impl Engine {
                 done.push(p.id);
             }
         }
-        match ahead {
-            true => self.scheduler.resolve(&plan, &sampled)?,
-            false => self.scheduler.commit(&plan, &sampled)?,
+        if !ahead {
+            self.scheduler.commit(&plan, &sampled)?;
         }
         for id in done {
             self.scheduler.finish(id)?;
