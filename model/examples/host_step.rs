@@ -16,10 +16,10 @@
 //! about twice as long (RESULTS runs 125-126). `--budget` is the step's token budget (the GPU's
 //! default, 16,384 plus a row a sequence, unless given). `--stepwise` plans each step after the
 //! one before has drawn, as over an executor that does not queue. Prints the `schedule` and
-//! `hand_out` phases summed over the steps that prefill the prompts (where the prefix cache takes
-//! each full block), and their medians over `--steps` decode steps of `--batch` sequences with
-//! the median wall time of a step: the wait plus the host's work stepwise, the longer of the two
-//! planned ahead.
+//! `hand_out` phases and the wall time summed over the steps that prefill the prompts (where the
+//! prefix cache takes each full block), and their medians over `--steps` decode steps of
+//! `--batch` sequences with the median wall time of a step: the wait plus the host's work
+//! stepwise, the longer of the two planned ahead.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -165,14 +165,16 @@ fn run(args: Args) -> Result<(), String> {
     // Every prompt's chunks, then the first step of only decode rows.
     let prefill_steps = args.batch * args.prompt.div_ceil(chunk) + 1;
     let (mut chunk_steps, mut chunk_tokens) = (0, 0);
-    let (mut chunk_schedule, mut chunk_hand_out) = (Duration::ZERO, Duration::ZERO);
+    let (mut chunk_schedule, mut chunk_hand_out, mut chunk_wall) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
     for _ in 0..=prefill_steps {
+        let start = Instant::now();
         engine.step().map_err(err)?;
         let rows = engine.last_step();
         if rows.num_decodes == args.batch {
             break;
         }
         let times = engine.last_step_times();
+        chunk_wall += start.elapsed();
         chunk_steps += 1;
         chunk_tokens += rows.num_tokens - rows.num_decodes;
         chunk_schedule += times.schedule;
@@ -180,10 +182,12 @@ fn run(args: Args) -> Result<(), String> {
     }
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
-        "B{} prefill: {chunk_steps} steps, {chunk_tokens} prompt tokens; schedule {:.1} us, hand_out {:.1} us in all",
+        "B{} prefill: {chunk_steps} steps, {chunk_tokens} prompt tokens; schedule {:.1} us, hand_out {:.1} us, \
+         wall {:.1} us in all",
         args.batch,
         us(chunk_schedule),
-        us(chunk_hand_out)
+        us(chunk_hand_out),
+        us(chunk_wall)
     );
     if engine.last_step().num_decodes != args.batch {
         return Err(format!("the batch did not reach {} decode rows", args.batch));
