@@ -309,6 +309,57 @@ fn impossible_requests_are_refused_with_reasons() {
     assert!(Scheduler::new(cfg(), zero).unwrap_err().to_string().contains("block_size"));
 }
 
+/// The property tests' limits: a cache that fits the longest request and `spare_blocks` more, a
+/// budget of a chunk and `extra_budget` tokens.
+#[derive(Debug)]
+struct Pressure {
+    spare_blocks: usize,
+    prefill_chunk: usize,
+    extra_budget: usize,
+    max_num_seqs: usize,
+    prefix_caching: bool,
+}
+
+fn pressures() -> impl Strategy<Value = Pressure> {
+    (0usize..6, 1usize..8, 0usize..6, 1usize..6, any::<bool>()).prop_map(
+        |(spare_blocks, prefill_chunk, extra_budget, max_num_seqs, prefix_caching)| Pressure {
+            spare_blocks,
+            prefill_chunk,
+            extra_budget,
+            max_num_seqs,
+            prefix_caching,
+        },
+    )
+}
+
+/// The property tests' longest sequence.
+const WORKLOAD_LEN: usize = 28;
+
+impl Pressure {
+    /// A scheduler under these limits for requests of `(prompt length, max_tokens)`.
+    fn scheduler(&self, reqs: impl Iterator<Item = (usize, usize)>) -> Scheduler {
+        let cfg = SchedulerConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_batched_tokens: self.prefill_chunk + self.extra_budget,
+            prefill_chunk: self.prefill_chunk,
+            max_model_len: WORKLOAD_LEN,
+            prefix_caching: self.prefix_caching,
+        };
+        let longest = reqs.map(|(p, m)| blocks_for((p + m).min(WORKLOAD_LEN), 4)).max().unwrap();
+        Scheduler::new(cfg, KvCapacity { num_blocks: longest + self.spare_blocks, block_size: 4 }).unwrap()
+    }
+}
+
+/// Request `id`'s prompt of `len` tokens in a property test.
+fn workload_prompt(id: usize, len: usize) -> Vec<u32> {
+    (0..len).map(|t| (id * 100 + t) as u32).collect()
+}
+
+/// Request `id`'s `n`-th drawn token in a property test.
+fn workload_draw(id: u64, n: usize) -> u32 {
+    (10_000 + id * 100 + n as u64) as u32
+}
+
 proptest! {
     /// Any workload on any cache that fits its longest request runs to the end, every
     /// request drawing exactly its tokens in order whatever was preempted, each chunk
@@ -317,23 +368,10 @@ proptest! {
     #[test]
     fn every_request_finishes_with_its_own_tokens_under_any_pressure(
         reqs in prop::collection::vec((1usize..20, 1usize..12), 1..8),
-        spare_blocks in 0usize..6,
-        prefill_chunk in 1usize..8,
-        extra_budget in 0usize..6,
-        max_num_seqs in 1usize..6,
-        prefix_caching: bool,
+        pressure in pressures(),
     ) {
-        let cfg = SchedulerConfig {
-            max_num_seqs,
-            max_batched_tokens: prefill_chunk + extra_budget,
-            prefill_chunk,
-            max_model_len: 28,
-            prefix_caching,
-        };
-        let longest = reqs.iter().map(|&(p, m)| blocks_for((p + m).min(28), 4)).max().unwrap();
-        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
-        let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
-        let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
+        let mut s = pressure.scheduler(reqs.iter().copied());
+        let (prompt, draw) = (workload_prompt, workload_draw);
         let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         for (id, &(p, m)) in reqs.iter().enumerate() {
             s.add(id as u64, prompt(id, p), m).unwrap();
@@ -358,7 +396,7 @@ proptest! {
                 if let Some(t) = sampled[i] {
                     let gen = generated.get_mut(&p.id).unwrap();
                     gen.push(t);
-                    if gen.len() == max_tokens || pl + gen.len() == 28 {
+                    if gen.len() == max_tokens || pl + gen.len() == WORKLOAD_LEN {
                         done.push(p.id);
                     }
                 }
@@ -373,7 +411,7 @@ proptest! {
             prop_assert!(s.running.iter().all(|q| q.blocks.len() == blocks_for(q.num_computed, 4)));
         }
         for (id, &(p, m)) in reqs.iter().enumerate() {
-            let want: Vec<u32> = (0..m.min(28 - p)).map(|n| draw(id as u64, n)).collect();
+            let want: Vec<u32> = (0..m.min(WORKLOAD_LEN - p)).map(|n| draw(id as u64, n)).collect();
             prop_assert_eq!(&generated[&(id as u64)], &want);
         }
         prop_assert_eq!(s.pool().num_used(), 0);
@@ -418,23 +456,10 @@ proptest! {
     #[test]
     fn planned_ahead_every_request_finishes_with_its_own_tokens(
         reqs in prop::collection::vec((1usize..20, 1usize..12, 1usize..14), 1..8),
-        spare_blocks in 0usize..6,
-        prefill_chunk in 1usize..8,
-        extra_budget in 0usize..6,
-        max_num_seqs in 1usize..6,
-        prefix_caching: bool,
+        pressure in pressures(),
     ) {
-        let cfg = SchedulerConfig {
-            max_num_seqs,
-            max_batched_tokens: prefill_chunk + extra_budget,
-            prefill_chunk,
-            max_model_len: 28,
-            prefix_caching,
-        };
-        let longest = reqs.iter().map(|&(p, m, _)| blocks_for((p + m).min(28), 4)).max().unwrap();
-        let mut s = Scheduler::new(cfg, KvCapacity { num_blocks: longest + spare_blocks, block_size: 4 }).unwrap();
-        let prompt = |id: usize, len: usize| (0..len).map(|t| (id * 100 + t) as u32).collect::<Vec<u32>>();
-        let draw = |id: u64, n: usize| (10_000 + id * 100 + n as u64) as u32;
+        let mut s = pressure.scheduler(reqs.iter().map(|&(p, m, _)| (p, m)));
+        let (prompt, draw) = (workload_prompt, workload_draw);
         // What the engine knows: each live request's drawn tokens; a finished one is removed.
         let mut generated: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
         let mut finished: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
@@ -484,7 +509,7 @@ proptest! {
                 let (Some(t), Some(gen)) = (t, generated.get_mut(&p.id)) else { continue };
                 gen.push(*t);
                 let (pl, max_tokens, stop_at) = reqs[p.id as usize];
-                if gen.len() == max_tokens || pl + gen.len() == 28 || gen.len() == stop_at {
+                if gen.len() == max_tokens || pl + gen.len() == WORKLOAD_LEN || gen.len() == stop_at {
                     finished.insert(p.id, generated.remove(&p.id).unwrap());
                     s.finish(p.id).unwrap();
                 }
@@ -493,7 +518,7 @@ proptest! {
             in_flight = ahead;
         }
         for (id, &(p, m, stop_at)) in reqs.iter().enumerate() {
-            let want: Vec<u32> = (0..m.min(28 - p).min(stop_at)).map(|n| draw(id as u64, n)).collect();
+            let want: Vec<u32> = (0..m.min(WORKLOAD_LEN - p).min(stop_at)).map(|n| draw(id as u64, n)).collect();
             prop_assert_eq!(&finished[&(id as u64)], &want);
         }
         prop_assert_eq!(s.pool().num_used(), 0);
