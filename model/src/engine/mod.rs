@@ -179,7 +179,8 @@ impl Engine {
         Ok(id)
     }
 
-    /// Whether any request is unfinished.
+    /// Whether any request is unfinished or a step is still in flight (one more [`Engine::step`]
+    /// hands it out).
     pub fn has_work(&self) -> bool {
         self.scheduler.has_work() || !self.in_flight.is_empty()
     }
@@ -431,7 +432,9 @@ impl Engine {
     }
 
     /// Removes a running or waiting request at once, freeing its KV-cache blocks; it produces no
-    /// further events and no [`Completion`]. Refuses an id that is not running or waiting.
+    /// further events and no [`Completion`] (a draw of it in a step in flight is dropped; the
+    /// device runs that step before any later one that takes its blocks). Refuses an id that is
+    /// not running or waiting.
     pub fn abort(&mut self, id: u64) -> Result<()> {
         if self.active.remove(&id).is_none() {
             return Err(Error::UnknownRequest { id });
