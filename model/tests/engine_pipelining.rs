@@ -207,6 +207,7 @@ fn a_failed_step_ends_the_requests_drawing_in_flight_and_the_rest_run_on() {
             failures += 1;
             // The two running requests were drawing in the steps in flight; the two waiting run on.
             assert_eq!((e.stats().num_running, e.stats().num_waiting), (0, 2));
+            assert!(e.executor_mut().collect().is_err(), "a step was left queued");
             e.scheduler().check_invariants();
         }
     }

@@ -224,10 +224,11 @@ impl Engine {
 
     /// Waits for the oldest step in flight and hands it out.
     fn collect(&mut self) -> Result<Vec<EngineEvent>> {
+        // Out of the queue first: a failure leaves queued exactly what the executor still holds.
+        let step = self.in_flight.pop_front().expect("a step is in flight");
         let waiting = Instant::now();
         let out = self.executor.collect()?;
         self.last_times.execute += waiting.elapsed();
-        let step = self.in_flight.pop_front().expect("a step is in flight");
         self.hand_out(step, out, true)
     }
 
