@@ -6,15 +6,24 @@
 //! [`draw`](oracle::decode::draw) (processors, then the sampler) from the f32 logits, the same f32
 //! values the GPU sampler reads.
 //!
+//! A step whose rows all draw plainly and whose logits nobody wants is queued
+//! ([`Submitted::InFlight`]) and computed when collected, in order, so the engine plans the next
+//! step ahead of its draws on the CPU exactly as over the GPU: a row whose token is
+//! [`PENDING_TOKEN`] takes the token the step before drew for its sequence. The CPU gains no
+//! overlap from it (the forward runs on the engine's thread), but every path above the executor
+//! runs as it does on the GPU, tested without one.
+//!
 //! For the decode bench's gate statistics it counts the HP1 gate's exact zeros
 //! ([`StepExecutor::measure_gates`]) from the oracle's own scores and gate, over steps of decode
 //! rows only (a step with a prefill chunk is refused while counting, since the count would mix
 //! its rows in).
 
+use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
 
 use ndarray::Axis;
 
+use oracle::decode::sampler::SamplingParams;
 use oracle::model::forward::{GateStats, Model};
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
@@ -23,8 +32,8 @@ use oracle::Scalar;
 
 use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
-use crate::scheduler::StepPlan;
+use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
+use crate::scheduler::{StepPlan, PENDING_TOKEN};
 
 /// The oracle mode a CPU backend computes in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,18 +65,51 @@ pub struct CpuExecutor<T> {
     label: String,
     /// The gate counts since [`StepExecutor::measure_gates`] turned counting on.
     gates: Option<GateStats>,
+    /// Steps submitted and not yet computed, oldest first, each with its rows' parameters and
+    /// sampling steps.
+    queued: VecDeque<(StepPlan, Vec<(SamplingParams, u64)>)>,
+    /// The token the last step computed drew for each of its sampling sequences.
+    drawn: HashMap<u64, u32>,
 }
 
 impl<T: Scalar> CpuExecutor<T> {
     /// An executor with a cache of `num_blocks` blocks of `block_size` tokens.
     pub fn new(model: Model<T>, num_blocks: usize, block_size: usize, label: impl Into<String>) -> Self {
         let cache = KvCache::new(&model.dims, num_blocks, block_size);
-        Self { model, cache, label: label.into(), gates: None }
+        Self { model, cache, label: label.into(), gates: None, queued: VecDeque::new(), drawn: HashMap::new() }
     }
-}
 
-impl<T: Scalar> StepExecutor for CpuExecutor<T> {
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+    /// Computes `plan`, each pending token replaced by the one the step before drew.
+    fn run(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+        let fed;
+        let plan = match plan.token_ids.contains(&PENDING_TOKEN) {
+            false => plan,
+            true => {
+                let mut with_tokens = plan.clone();
+                for (i, p) in plan.seqs.iter().enumerate() {
+                    let row = plan.meta.query_start_loc[i] as usize;
+                    if with_tokens.token_ids[row] == PENDING_TOKEN {
+                        with_tokens.token_ids[row] = *self.drawn.get(&p.id).ok_or_else(|| {
+                            Error::Executor(format!("request {}: a pending token the step before did not draw", p.id))
+                        })?;
+                    }
+                }
+                fed = with_tokens;
+                &fed
+            }
+        };
+        let out = self.forward_and_draw(plan, sampling, wanted)?;
+        let sampling_ids = plan.seqs.iter().filter(|p| p.samples).map(|p| p.id);
+        self.drawn = sampling_ids.zip(out.sampled.iter().copied()).collect();
+        Ok(out)
+    }
+
+    fn forward_and_draw(
+        &mut self,
+        plan: &StepPlan,
+        sampling: &[SamplingRow<'_>],
+        wanted: LogitsWanted,
+    ) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
         let rows = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
@@ -109,6 +151,33 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
             LogitsWanted::AllRows => Some(logits),
         };
         Ok(StepOutput { sampled, logits })
+    }
+}
+
+impl<T: Scalar> StepExecutor for CpuExecutor<T> {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+        if !self.queued.is_empty() {
+            return Err(Error::Executor("a step run at once while others are queued".into()));
+        }
+        self.run(plan, sampling, wanted)
+    }
+
+    /// Queues a step whose rows all draw plainly and whose logits nobody wants, unless the gate
+    /// is being counted; runs any other at once.
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
+        let plain = sampling.iter().all(|r| r.processing.is_none());
+        if wanted != LogitsWanted::Discard || !plain || self.gates.is_some() {
+            return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
+        }
+        sampling_seqs(plan, sampling)?;
+        self.queued.push_back((plan.clone(), sampling.iter().map(|r| (r.params, r.step)).collect()));
+        Ok(Submitted::InFlight)
+    }
+
+    fn collect(&mut self) -> Result<StepOutput> {
+        let (plan, rows) = self.queued.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
+        let rows: Vec<SamplingRow> = rows.into_iter().map(|(params, step)| SamplingRow::plain(params, step)).collect();
+        self.run(&plan, &rows, LogitsWanted::Discard)
     }
 
     fn kv_capacity(&self) -> KvCapacity {

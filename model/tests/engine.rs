@@ -4,7 +4,6 @@
 //! grow, preemption by recompute under a small cache, abort, and the shape of each step.
 
 mod common;
-mod queued;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -57,17 +56,12 @@ fn cpu_f64() -> Backend {
     Backend { make: |n| Box::new(CpuExecutor::new(model::<f64>(), n, BLOCK, "cpu f64")), logits_tol: 1e-7 }
 }
 
-fn cpu_f32_queued() -> Backend {
-    Backend { make: |n| Box::new(queued::Queued::wrap((cpu_f32().make)(n)).0), logits_tol: 1e-6 }
-}
-
 /// Expands each case `fn(Backend)` into one `#[test]` per backend, in a module named after the
 /// backend (as candle's `test_device!` does). A new backend is one more line here.
 macro_rules! backend_tests {
     ($($case:ident),* $(,)?) => {
         mod cpu_f32 { $( #[test] fn $case() { super::$case(super::cpu_f32()) } )* }
         mod cpu_f64 { $( #[test] fn $case() { super::$case(super::cpu_f64()) } )* }
-        mod cpu_f32_queued { $( #[test] fn $case() { super::$case(super::cpu_f32_queued()) } )* }
     };
 }
 

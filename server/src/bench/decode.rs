@@ -147,12 +147,14 @@ fn drawn_at_last_first_token(
     Ok(drawn)
 }
 
-/// The length every sequence of a decode batch has at its first warm-up step, and after the step
-/// that measures the gates (one after the last timed step), where it ends: the `timed` steps are
-/// centred on `context`.
+/// The length every sequence of a decode batch has at its first warm-up step, and the longest it
+/// may reach, where it ends: the `timed` steps are centred on `context`. Then come the step that
+/// measures the gates and, where the engine plans a step ahead of the draws in flight, the one
+/// planned ahead of the last timed step (handed out before the gates are counted), so two steps
+/// after the last timed one.
 pub fn decode_lengths(context: usize, warmup_steps: usize, timed: usize) -> (usize, usize) {
     let start_len = context - warmup_steps - timed / 2;
-    (start_len, start_len + warmup_steps + timed + 1)
+    (start_len, start_len + warmup_steps + timed + 2)
 }
 
 /// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps; then
