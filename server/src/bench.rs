@@ -133,6 +133,8 @@ struct Report {
     /// `--decode-kernel` as given.
     decode_kernel: String,
     prefix_caching: bool,
+    /// Whether steps were planned ahead of the draws in flight (`--no-pipelining` says no).
+    pipelining: bool,
     max_num_seqs: usize,
     /// The step budget the engine ran with (`--max-num-batched-tokens` or the device's default).
     max_num_batched_tokens: usize,
@@ -208,6 +210,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         enforce_eager: args.enforce_eager,
         decode_kernel: args.decode_kernel.clone(),
         prefix_caching: !args.no_prefix_caching,
+        pipelining: !args.no_pipelining,
         max_num_seqs,
         max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
         seed: args.seed,
@@ -293,7 +296,9 @@ fn load_engine(
         load_start.elapsed().as_secs_f64()
     );
     let sched = load::scheduler_config(max_num_seqs, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
-    Engine::new(loaded.executor, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())
+    let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
+    engine.set_pipelining(!args.no_pipelining);
+    Ok(engine)
 }
 
 /// The token ids of the text file at `path` (`--prompt-text`), tokenised with `tokenizer`.

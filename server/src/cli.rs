@@ -105,6 +105,12 @@ pub struct GenerateArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
+    /// next step is planned and queued while the device runs the current one (vLLM's
+    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
+    /// same bits either way.
+    #[arg(long)]
+    pub no_pipelining: bool,
 }
 
 #[derive(Args, Debug)]
@@ -197,6 +203,12 @@ pub struct ServeArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
+    /// next step is planned and queued while the device runs the current one (vLLM's
+    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
+    /// same bits either way.
+    #[arg(long)]
+    pub no_pipelining: bool,
     /// Connections open at once, at most; one more is answered 503 and closed.
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
@@ -279,6 +291,12 @@ pub struct BenchArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
+    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
+    /// next step is planned and queued while the device runs the current one (vLLM's
+    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
+    /// same bits either way.
+    #[arg(long)]
+    pub no_pipelining: bool,
     /// The fraction of GPU memory the weights, buffers and KV cache may take together.
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,

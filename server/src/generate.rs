@@ -54,6 +54,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     let sched = load::scheduler_config(args.batch, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
     let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, args.dump_logits.is_some())
         .map_err(|e| e.to_string())?;
+    engine.set_pipelining(!args.no_pipelining);
     for i in 0..args.batch {
         let request = GenerationRequest {
             prompt: prompt.clone(),

@@ -110,7 +110,8 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     let building = Instant::now();
     let sched = load::scheduler_config(args.max_num_seqs, &loaded, max_model_len, !args.no_prefix_caching);
     let tokenizer = Arc::new(tokenizer);
-    let engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
+    let mut engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
+    engine.set_pipelining(!args.no_pipelining);
 
     let metrics = Arc::new(Metrics::new());
     let (stop, stopping) = watch::channel(false);
