@@ -58,11 +58,12 @@ impl Llm {
         signature = (
             model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
             gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None,
-            max_num_batched_tokens=None, decode_kernel=None
+            max_num_batched_tokens=None, decode_kernel=None, enable_pipelining=None
         ),
         text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
                           gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None, \
-                          enable_prefix_caching=True, max_num_batched_tokens=None, decode_kernel=\"auto\")"
+                          enable_prefix_caching=True, max_num_batched_tokens=None, decode_kernel=\"auto\", \
+                          enable_pipelining=True)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -78,6 +79,7 @@ impl Llm {
         enable_prefix_caching: Option<&Bound<'_, PyAny>>,
         max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
         decode_kernel: Option<&Bound<'_, PyAny>>,
+        enable_pipelining: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
         let device: String = scalar(device, "auto".into(), "device", "a string")?;
@@ -88,6 +90,7 @@ impl Llm {
         let gpu_memory_utilization: f64 = scalar(gpu_memory_utilization, 0.9, "gpu_memory_utilization", "a float")?;
         let enforce_eager: bool = scalar(enforce_eager, false, "enforce_eager", "a bool")?;
         let prefix_caching: bool = scalar(enable_prefix_caching, true, "enable_prefix_caching", "a bool")?;
+        let pipelining: bool = scalar(enable_pipelining, true, "enable_pipelining", "a bool")?;
         let cpu_kv_cache_gib: Option<f64> = scalar(cpu_kv_cache_gib, None, "cpu_kv_cache_gib", "a float or None")?;
         let max_num_batched_tokens: Option<i64> =
             scalar(max_num_batched_tokens, None, "max_num_batched_tokens", "an integer or None")?;
@@ -167,7 +170,8 @@ impl Llm {
             prefix_caching,
         };
         let tokenizer = Arc::new(tokenizer);
-        let engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(from_model)?;
+        let mut engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(from_model)?;
+        engine.set_pipelining(pipelining);
         Ok(Self {
             device: engine.describe(),
             engine: Mutex::new(engine),

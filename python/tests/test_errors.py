@@ -150,6 +150,7 @@ def test_sampling_params_defaults_and_repr():
     (dict(cpu_kv_cache_gib=0.0), ValueError, "cpu_kv_cache_gib: must be > 0"),
     (dict(cpu_kv_cache_gib=1e-6), ValueError, "cpu_kv_cache_gib: 0.000001 GiB holds"),
     (dict(enable_prefix_caching="yes"), TypeError, "enable_prefix_caching: expected a bool"),
+    (dict(enable_pipelining=1), TypeError, "enable_pipelining: expected a bool"),
     (dict(max_num_batched_tokens="many"), TypeError, "max_num_batched_tokens: expected an integer or None"),
     (dict(max_num_batched_tokens=0), ValueError, "max_num_batched_tokens: must be at least 576, got 0"),
     (dict(max_num_batched_tokens=-3), ValueError, "max_num_batched_tokens: must be at least 576, got -3"),
