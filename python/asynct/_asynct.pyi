@@ -159,9 +159,9 @@ class LLM:
             --decode-kernel``): "graph" (five kernels a layer in the step's CUDA graph), "mega"
             (every layer in one persistent megakernel, for batches of up to 32 rows) or "auto"
             (the one measured faster at the step's batch). No token or logit changes.
-        enable_pipelining: on the GPU, plan and queue each engine step while the device runs
-            the one before (``asynct serve --no-pipelining`` turns it off there), so the device
-            does not wait for the host; no token or logit changes.
+        enable_pipelining: plan and queue each engine step before the one before is waited for
+            (``asynct serve --no-pipelining`` turns it off there), so that a device need not wait
+            for the host; no token or logit changes.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.

@@ -105,10 +105,10 @@ pub struct GenerateArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
-    /// next step is planned and queued while the device runs the current one (vLLM's
-    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
-    /// same bits either way.
+    /// Plan each step only once the step before has drawn its tokens. By default the next step
+    /// is planned and queued before the current one is waited for (vLLM's asynchronous
+    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
+    /// either way.
     #[arg(long)]
     pub no_pipelining: bool,
 }
@@ -203,10 +203,10 @@ pub struct ServeArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
-    /// next step is planned and queued while the device runs the current one (vLLM's
-    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
-    /// same bits either way.
+    /// Plan each step only once the step before has drawn its tokens. By default the next step
+    /// is planned and queued before the current one is waited for (vLLM's asynchronous
+    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
+    /// either way.
     #[arg(long)]
     pub no_pipelining: bool,
     /// Connections open at once, at most; one more is answered 503 and closed.
@@ -291,10 +291,10 @@ pub struct BenchArgs {
     /// start with the same tokens; a hit changes no token or logit.
     #[arg(long)]
     pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default, on the GPU, the
-    /// next step is planned and queued while the device runs the current one (vLLM's
-    /// asynchronous scheduling), so the device does not wait for the host; the tokens are the
-    /// same bits either way.
+    /// Plan each step only once the step before has drawn its tokens. By default the next step
+    /// is planned and queued before the current one is waited for (vLLM's asynchronous
+    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
+    /// either way.
     #[arg(long)]
     pub no_pipelining: bool,
     /// The fraction of GPU memory the weights, buffers and KV cache may take together.
