@@ -159,7 +159,7 @@ class LLM:
             --decode-kernel``): "graph" (five kernels a layer in the step's CUDA graph), "mega"
             (every layer in one persistent megakernel, for batches of up to 32 rows) or "auto"
             (the one measured faster at the step's batch). No token or logit changes.
-        enable_pipelining: plan and queue each engine step before the one before is waited for
+        enable_pipelining: plan and queue each engine step before waiting for the step in flight
             (``asynct serve --no-pipelining`` turns it off there), so that a device need not wait
             for the host; no token or logit changes.
 
