@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use model::block_pool::KvCapacity;
 use model::engine::{Engine, GenerationRequest};
 use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
+use model::executor_loader::{default_step_budget, BudgetDevice, BLOCK_SIZE, PREFILL_CHUNK};
 use model::scheduler::{SchedulerConfig, StepPlan};
 use tokenizers::Tokenizer;
 
 /// Qwen3's logits rows.
 const VOCAB: usize = 151_936;
-const BLOCK_SIZE: usize = 16;
 
 /// Draws a spread of ids, each step taking `wait` on a simulated device that runs the steps
 /// submitted in order, as a GPU stream does: a step submitted while another runs starts when that
@@ -145,8 +145,8 @@ fn run(args: Args) -> Result<(), String> {
     let executor = InstantDraws { steps: 0, wait: Duration::from_micros(args.wait_us), blocks, queue: VecDeque::new() };
     let cfg = SchedulerConfig {
         max_num_seqs: args.batch,
-        max_batched_tokens: args.budget.unwrap_or(16_384 + args.batch),
-        prefill_chunk: 512,
+        max_batched_tokens: args.budget.unwrap_or(default_step_budget(BudgetDevice::Gpu, args.batch)),
+        prefill_chunk: PREFILL_CHUNK,
         max_model_len: max_len,
         prefix_caching: true,
     };
