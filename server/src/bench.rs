@@ -67,8 +67,8 @@ pub const DEFINITIONS: [(&str, &str); 10] = [
     ("decode_tok_s", "tokens after each request's first / (wall_s - those seconds)"),
     ("decode_step_ms", "wall time of the steps whose every row was a decode row (mean, median)"),
     ("steps", "steps by kind: decode (only decode rows), mixed (decode rows and prefill chunks), prefill"),
-    ("executor_ms", "the part of a step inside StepExecutor::execute (forward, sampling, launches); the rest is the engine's host work: scheduling, detokenising, stop rules"),
-    ("host_ms", "a decode step's host work by phase: schedule (the scheduler's plan), hand_out (each drawn token to its request: logprobs, detokenising, stop rules, and the commit)"),
+    ("executor_ms", "the part of a step inside the executor (StepExecutor::submit and collect: forward, sampling, launches, and planning ahead the wait for the step before); the rest is the engine's host work: scheduling, detokenising, stop rules"),
+    ("host_ms", "a decode step's host work by phase: schedule (the scheduler's plan), hand_out (each drawn token to its request: logprobs, detokenising, stop rules, and the scheduler's record), submit (the executor's host work to queue the step, within executor_ms)"),
     ("chunk_steps", "each step with a prefill chunk: its tokens and decode rows, its wall ms, and that time's parts: schedule, executor (the forward and the draw, until the tokens are on the host) and hand_out"),
     ("ratio", "ours / theirs: below 1 is faster than the anchor or nearer the floor"),
 ];
