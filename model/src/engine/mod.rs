@@ -304,8 +304,9 @@ impl Engine {
         let executing = Instant::now();
         self.last_times.schedule += executing - scheduling;
         let submitted = self.executor.submit(&plan, &rows, wanted)?;
-        self.last_times.submit += executing.elapsed();
-        self.last_times.execute += executing.elapsed();
+        let submitting = executing.elapsed();
+        self.last_times.submit += submitting;
+        self.last_times.execute += submitting;
         let num_rows = rows.len();
         drop(rows);
         let step = Step { plan, wanted, shape, num_rows };
