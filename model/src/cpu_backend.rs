@@ -32,7 +32,7 @@ use oracle::Scalar;
 
 use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
+use crate::executor::{sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use crate::scheduler::{StepPlan, PENDING_TOKEN};
 
 /// The oracle mode a CPU backend computes in.
@@ -113,7 +113,7 @@ impl<T: Scalar> CpuExecutor<T> {
         let seqs = sampling_seqs(plan, sampling)?;
         let rows = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::Discard | LogitsWanted::SampledRows => LogitRows::LastPerSeq,
+            LogitsWanted::Discard | LogitsWanted::ScoredRows => LogitRows::LastPerSeq,
         };
         let step =
             StepInput { token_ids: &plan.token_ids, meta: &plan.meta, slot_mapping: &plan.slot_mapping, logits: rows };
@@ -135,7 +135,7 @@ impl<T: Scalar> CpuExecutor<T> {
         .mapv(|x| x.f64() as f32);
         let last_row = |i: usize| match wanted {
             LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
-            LogitsWanted::Discard | LogitsWanted::SampledRows => i,
+            LogitsWanted::Discard | LogitsWanted::ScoredRows => i,
         };
         let sampled = seqs
             .iter()
@@ -147,7 +147,10 @@ impl<T: Scalar> CpuExecutor<T> {
             .collect::<Result<Vec<u32>>>()?;
         let logits = match wanted {
             LogitsWanted::Discard => None,
-            LogitsWanted::SampledRows => Some(logits.select(Axis(0), &seqs)),
+            LogitsWanted::ScoredRows => {
+                let scored: Vec<usize> = scored_rows(sampling).into_iter().map(|j| seqs[j]).collect();
+                Some(logits.select(Axis(0), &scored))
+            }
             LogitsWanted::AllRows => Some(logits),
         };
         Ok(StepOutput { sampled, logits })

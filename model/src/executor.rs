@@ -3,13 +3,14 @@
 //!
 //! Sampling sits below the seam so that a GPU backend never copies `[rows, vocab]` logits to the
 //! host: it hands back one id per sampling sequence. Logits come back only when the engine asks:
-//! every row when it records them (`--dump-logits`, a prompt's logprobs under `echo`), the
-//! sampled rows when a request wants its tokens' logprobs. Every backend samples with SPEC
-//! section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend calls the oracle's
-//! [`oracle::decode::draw`], the GPU backend a kernel that draws the same token from the
-//! same logits, and the oracle's `draw` on the host for a row whose request sets a parameter the
-//! kernel lacks ([`SamplingRow::on_device`]). Which path a row takes depends on its own request
-//! only, never on its neighbours, so a request's tokens do not depend on its batch.
+//! every row when it records them (`--dump-logits`, a prompt's logprobs under `echo`), and the
+//! rows of the requests that want their tokens' logprobs ([`SamplingRow::scored`]), never a
+//! neighbour's: one such request in a batch of 128 costs one row's copy, not 128. Every backend
+//! samples with SPEC section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend
+//! calls the oracle's [`oracle::decode::draw`], the GPU backend a kernel that draws the same token
+//! from the same logits, and the oracle's `draw` on the host for a row whose request sets a
+//! parameter the kernel lacks ([`SamplingRow::on_device`]). Which path a row takes depends on its
+//! own request only, never on its neighbours, so a request's tokens do not depend on its batch.
 //!
 //! The executor also owns the KV cache, so it is the one source of its size: the engine sizes
 //! the scheduler's block pool from [`StepExecutor::kv_capacity`], and the two cannot disagree.
@@ -31,9 +32,9 @@ use crate::scheduler::StepPlan;
 pub enum LogitsWanted {
     /// None: only the sampled tokens come back.
     Discard,
-    /// The raw row each token was drawn from, `[sampling sequences, vocab]` in sampling order
-    /// (for the tokens' logprobs).
-    SampledRows,
+    /// The raw row each scored token was drawn from ([`SamplingRow::scored`], for its
+    /// logprobs), `[scored sampling rows, vocab]` in sampling order.
+    ScoredRows,
     /// Every query row of the step (for `--dump-logits`), `[num_tokens, vocab]` in plan order.
     AllRows,
 }
@@ -48,12 +49,15 @@ pub struct SamplingRow<'a> {
     pub step: u64,
     /// The request's logits processors and the history they read; `None` when it sets none.
     pub processing: Option<&'a ProcessorState>,
+    /// Whether the raw row the token is drawn from comes back ([`LogitsWanted::ScoredRows`]): the
+    /// request wants its tokens' logprobs.
+    pub scored: bool,
 }
 
 impl<'a> SamplingRow<'a> {
-    /// A row with no logits processors.
+    /// A row with no logits processors whose logits stay on the device.
     pub fn plain(params: SamplingParams, step: u64) -> Self {
-        Self { params, step, processing: None }
+        Self { params, step, processing: None, scored: false }
     }
 
     /// Whether the device sampler draws this row's token as the oracle does: no processors and
@@ -74,7 +78,7 @@ pub struct StepOutput {
     /// One token per sampling sequence (`plan.seqs[i].samples`), in plan order.
     pub sampled: Vec<u32>,
     /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked,
-    /// `[sampling sequences, vocab]` for [`LogitsWanted::SampledRows`], else `None`.
+    /// `[scored sampling rows, vocab]` for [`LogitsWanted::ScoredRows`], else `None`.
     pub logits: Option<Array2<f32>>,
 }
 
@@ -130,6 +134,12 @@ pub trait StepExecutor: Send {
     fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
         Ok(None)
     }
+}
+
+/// The sampling rows (indices into `sampling`) whose logits come back under
+/// [`LogitsWanted::ScoredRows`], in sampling order.
+pub fn scored_rows(sampling: &[SamplingRow<'_>]) -> Vec<usize> {
+    sampling.iter().enumerate().filter(|(_, r)| r.scored).map(|(j, _)| j).collect()
 }
 
 /// The index in `plan.seqs` of each sampling sequence, after checking that `sampling` has one row

@@ -49,6 +49,7 @@ impl RequestState {
             params: self.sampling,
             step: self.decoder.token_ids().len() as u64 + self.draws_in_flight,
             processing: self.processing.as_ref(),
+            scored: self.logprobs.is_some(),
         }
     }
 

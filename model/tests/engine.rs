@@ -22,6 +22,7 @@ use model::scheduler::{SchedulerConfig, StepPlan};
 use model::Error;
 use ndarray::Array2;
 use oracle::decode::sampler::sample;
+use oracle::decode::token_logprobs;
 use oracle::hp1::AttnMetadata;
 use oracle::model::forward::Model;
 use oracle::model::kv_cache::KvCache;
@@ -73,6 +74,7 @@ backend_tests!(
     events_stream_every_token_and_one_finish,
     bad_requests_are_refused_and_leave_the_engine_usable,
     the_executor_samples_and_returns_logits_only_when_recording,
+    only_the_rows_of_requests_that_want_logprobs_come_back,
     blocks_are_taken_as_tokens_are_computed_and_all_come_back,
     preempted_requests_get_the_tokens_and_logits_they_get_alone,
     abort_frees_blocks_at_once_and_leaves_the_others_alone,
@@ -165,6 +167,8 @@ struct Call {
     plan: StepPlan,
     /// Each sampling row's parameters and step.
     rows: Vec<(SamplingParams, u64)>,
+    /// Each sampling row's [`SamplingRow::scored`].
+    scored: Vec<bool>,
     wanted: LogitsWanted,
     sampled: Vec<u32>,
     /// Every query row's logits, whatever the engine asked for.
@@ -190,13 +194,14 @@ impl StepExecutor for Spy {
         let out = self.inner.execute(plan, rows, LogitsWanted::AllRows)?;
         let logits = out.logits.expect("asked for every row");
         let params = rows.iter().map(|r| (r.params, r.step)).collect();
-        let call = Call { plan: plan.clone(), rows: params, wanted, sampled: out.sampled.clone(), logits };
+        let scored = rows.iter().map(|r| r.scored).collect();
+        let call = Call { plan: plan.clone(), rows: params, scored, wanted, sampled: out.sampled.clone(), logits };
         let handed = match wanted {
             LogitsWanted::Discard => None,
             LogitsWanted::AllRows => Some(call.logits.clone()),
-            LogitsWanted::SampledRows => {
-                let last = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples);
-                let rows: Vec<usize> = last.map(|(i, _)| plan.meta.query_start_loc[i + 1] as usize - 1).collect();
+            LogitsWanted::ScoredRows => {
+                let last = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).zip(rows).filter(|(_, r)| r.scored);
+                let rows: Vec<usize> = last.map(|((i, _), _)| plan.meta.query_start_loc[i + 1] as usize - 1).collect();
                 Some(call.logits.select(ndarray::Axis(0), &rows))
             }
         };
@@ -364,6 +369,41 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
         by_mode.push(done.into_iter().map(|c| c.token_ids).collect::<Vec<_>>());
     }
     assert_eq!(by_mode[0], by_mode[1]);
+}
+
+/// Beside neighbours that want nothing of their logits, a request with logprobs has its row alone
+/// brought back: the engine flags it and asks for the scored rows only while it samples, and
+/// every logprob is the log-softmax of the row its token was drawn from.
+fn only_the_rows_of_requests_that_want_logprobs_come_back(b: Backend) {
+    let mut reqs = mixed(4, 6);
+    reqs[1].logprobs = Some(2);
+    let (spy, log) = Spy::wrap((b.make)(256));
+    let mut e = engine_over(spy, Opts { prefill_chunk: 8, ..Opts::default() });
+    let done = run(&mut e, reqs.clone());
+    let (mut scoring_steps, mut other_steps, mut want) = (0, 0, Vec::new());
+    for call in log.lock().unwrap().iter() {
+        let sampling: Vec<(usize, u64)> =
+            call.plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).map(|(i, p)| (i, p.id)).collect();
+        for (&(i, _), &token) in sampling.iter().zip(&call.sampled).filter(|((_, id), _)| *id == 1) {
+            let row = call.logits.row(call.plan.meta.query_start_loc[i + 1] as usize - 1);
+            want.push(token_logprobs(row.as_slice().unwrap(), token, 2));
+        }
+        let flags: Vec<bool> = sampling.iter().map(|&(_, id)| id == 1).collect();
+        assert_eq!(call.scored, flags, "only the logprobs request is scored");
+        match flags.contains(&true) {
+            true => (assert_eq!(call.wanted, LogitsWanted::ScoredRows), scoring_steps += 1),
+            false => (assert_eq!(call.wanted, LogitsWanted::Discard), other_steps += 1),
+        };
+    }
+    assert!(scoring_steps >= 6 && other_steps > 0, "{scoring_steps} scoring and {other_steps} other steps");
+    assert_eq!(done[1].logprobs.as_ref().expect("asked for"), &want);
+    assert_eq!(want.len(), done[1].token_ids.len());
+    assert!(done.iter().enumerate().all(|(i, c)| c.logprobs.is_some() == (i == 1)));
+    let mut plain = reqs.clone();
+    plain[1].logprobs = None;
+    let without = run(&mut engine_over((b.make)(256), Opts { prefill_chunk: 8, ..Opts::default() }), plain);
+    let tokens = |cs: &[Completion]| cs.iter().map(|c| c.token_ids.clone()).collect::<Vec<_>>();
+    assert_eq!(tokens(&done), tokens(&without), "asking for logprobs changes no token");
 }
 
 /// A sequence holds the blocks its computed tokens need: a prompt chunk's worth after admission,

@@ -4,10 +4,10 @@
 //! oracle's definition (`oracle::decode::draw`, the processors then the sampler) applied to the
 //! very logits row it was drawn from (read back from the device after each step). Rows whose
 //! request sets a parameter the device sampler lacks take the host path, the others the kernel;
-//! both must give the oracle's token. The logits handed to the engine for logprobs must be the
-//! bits the tokens were drawn from. Then each request's tokens and logprobs are the same bits
-//! alone, beside the others, with graphs off, and beside an `echo` request (whose step brings
-//! back every row).
+//! both must give the oracle's token. The logits handed to the engine for logprobs (the scored
+//! rows alone, beside neighbours whose rows stay on the device) must be the bits the tokens were
+//! drawn from. Then each request's tokens and logprobs are the same bits alone, beside the
+//! others, with graphs off, and beside an `echo` request (whose step brings back every row).
 //!
 //! The model is gpu_engine's (two layers, hidden 256, head dim 128, the byte tokenizer's
 //! vocabulary, random weights). Without a GPU every check prints that it was skipped.
@@ -19,7 +19,7 @@ use gpu::Gpu;
 use model::block_pool::KvCapacity;
 use model::config::ModelConfig;
 use model::engine::{Completion, Engine, GenerationRequest, LogitsProcessors, SamplingParams, StopConditions};
-use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use model::executor::{scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::StepPlan;
 use model::start_times::StartTimes;
@@ -67,6 +67,12 @@ impl StepExecutor for Checked {
         let out = self.inner.execute(plan, sampling, wanted)?;
         let rows = self.inner.last_logits(sampling.len())?;
         let mut seen = self.seen.lock().unwrap();
+        let scored = scored_rows(sampling);
+        if let (Some(l), LogitsWanted::ScoredRows) = (&out.logits, wanted) {
+            if l.nrows() != scored.len() {
+                seen.mismatches.push(format!("{} logits rows handed up for {} scored rows", l.nrows(), scored.len()));
+            }
+        }
         for (j, row) in sampling.iter().enumerate() {
             let raw = rows.row(j);
             let want = row.draw(raw.as_slice().expect("contiguous"))?;
@@ -82,7 +88,9 @@ impl StepExecutor for Checked {
             }
             // The row handed up for logprobs is the row the token came from.
             let handed = match (&out.logits, wanted) {
-                (Some(l), LogitsWanted::SampledRows) => Some(l.row(j).to_owned()),
+                (Some(l), LogitsWanted::ScoredRows) => {
+                    scored.iter().position(|&k| k == j).filter(|&k| k < l.nrows()).map(|k| l.row(k).to_owned())
+                }
                 (Some(l), LogitsWanted::AllRows) => {
                     let s = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).nth(j).map(|(i, _)| i);
                     s.map(|i| l.row(plan.meta.query_start_loc[i + 1] as usize - 1).to_owned())

@@ -82,8 +82,9 @@ struct Step {
     plan: StepPlan,
     wanted: LogitsWanted,
     shape: StepRows,
-    /// Its sampling sequences: the tokens it must hand back.
-    num_rows: usize,
+    /// Whether each sampling sequence's logits row comes back ([`SamplingRow::scored`]), in
+    /// sampling order: one token each to hand back.
+    scored: Vec<bool>,
 }
 
 /// What [`Engine::launch`] did.
@@ -290,15 +291,16 @@ impl Engine {
             let active = &self.active[&p.id];
             prompt_rows |= active.wants_prompt_rows(p.start, p.len);
             if p.samples {
-                rows.push(active.sampling_row());
-                token_rows |= active.logprobs.is_some();
+                let row = active.sampling_row();
+                token_rows |= row.scored;
+                rows.push(row);
             }
             num_decodes += usize::from(p.len == 1);
         }
         let shape = StepRows { num_seqs: plan.seqs.len(), num_tokens: plan.token_ids.len(), num_decodes };
         let wanted = match (self.record_logits || prompt_rows, token_rows) {
             (true, _) => LogitsWanted::AllRows,
-            (false, true) => LogitsWanted::SampledRows,
+            (false, true) => LogitsWanted::ScoredRows,
             (false, false) => LogitsWanted::Discard,
         };
         let executing = Instant::now();
@@ -307,9 +309,9 @@ impl Engine {
         let submitting = executing.elapsed();
         self.last_times.submit += submitting;
         self.last_times.execute += submitting;
-        let num_rows = rows.len();
+        let scored = rows.iter().map(|r| r.scored).collect();
         drop(rows);
-        let step = Step { plan, wanted, shape, num_rows };
+        let step = Step { plan, wanted, shape, scored };
         match submitted {
             Submitted::Done(out) => Ok(Launched::Ran(Box::new((step, out)))),
             Submitted::InFlight => {
@@ -330,15 +332,15 @@ impl Engine {
     /// requests. A request finished or aborted after `step` was planned has its token dropped.
     fn hand_out(&mut self, step: Step, out: StepOutput, ahead: bool) -> Result<Vec<EngineEvent>> {
         let handing_out = Instant::now();
-        let Step { plan, wanted, shape, num_rows } = step;
+        let Step { plan, wanted, shape, scored } = step;
         self.last_step = shape;
-        if out.sampled.len() != num_rows {
-            return Err(Error::Executor(format!("asked for {num_rows} tokens, got {}", out.sampled.len())));
+        if out.sampled.len() != scored.len() {
+            return Err(Error::Executor(format!("asked for {} tokens, got {}", scored.len(), out.sampled.len())));
         }
         let vocab = self.executor.vocab_size();
         let expected_rows = match wanted {
             LogitsWanted::AllRows => plan.token_ids.len(),
-            LogitsWanted::SampledRows => out.sampled.len(),
+            LogitsWanted::ScoredRows => scored.iter().filter(|&&s| s).count(),
             LogitsWanted::Discard => 0,
         };
         let logits = out.logits.as_ref().filter(|l| l.dim() == (expected_rows, vocab));
@@ -366,12 +368,21 @@ impl Engine {
         }
         let mut events = Vec::new();
         let mut done = Vec::new();
+        // Sampling row j's logits row under `ScoredRows`: the scored rows come back alone.
+        let mut scored_before = 0;
+        let scored_row: Vec<Option<usize>> = scored
+            .iter()
+            .map(|&s| {
+                scored_before += usize::from(s);
+                s.then(|| scored_before - 1)
+            })
+            .collect();
         let drawing = plan.seqs.iter().zip(&sampled).enumerate().filter_map(|(i, (p, t))| Some((i, p, (*t)?)));
         for (j, (i, p, token)) in drawing.enumerate() {
             let Some(active) = self.active.get_mut(&p.id) else { continue };
-            let row = logits.map(|l| match wanted {
-                LogitsWanted::AllRows => l.row(plan.meta.query_start_loc[i + 1] as usize - 1),
-                _ => l.row(j),
+            let row = logits.and_then(|l| match wanted {
+                LogitsWanted::AllRows => Some(l.row(plan.meta.query_start_loc[i + 1] as usize - 1)),
+                _ => scored_row[j].map(|k| l.row(k)),
             });
             if let Some(logprobs) = active.take_prompt_logprobs() {
                 events.push(EngineEvent::PromptLogprobs { request: p.id, logprobs });

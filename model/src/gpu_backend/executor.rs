@@ -11,10 +11,11 @@
 //! [`SamplingRow::on_device`]) takes the host path: the step's picked logits rows come back and
 //! the oracle's `draw`, the same function the CPU backend calls, picks its token from the raw
 //! row. Every other row keeps the device's token whatever its neighbours ask, so a request's
-//! tokens do not depend on its batch. The same download serves the logprobs of sampled tokens
-//! ([`LogitsWanted::SampledRows`]). With every row's logits asked (`--dump-logits`, a prompt's
-//! logprobs), the step picks its sampled rows first and every other row after them, so the
-//! sampler reads the same first rows as in any other step.
+//! tokens do not depend on its batch. Only the rows the host reads are copied: those it draws
+//! again and those whose tokens' logprobs are wanted ([`LogitsWanted::ScoredRows`]), never a
+//! plain neighbour's (128 rows of Qwen3's vocabulary are 39 MB of bf16). With every row's logits
+//! asked (`--dump-logits`, a prompt's logprobs), the step picks its sampled rows first and every
+//! other row after them, so the sampler reads the same first rows as in any other step.
 //!
 //! With `cuda_graphs`, a step of decode rows only (the steady state of generation) replays the
 //! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
@@ -256,7 +257,7 @@ impl GpuExecutor {
     /// The bf16 logits of the last step's first `rows` sampled rows (in sampling order), widened
     /// to f32 (waits for the device).
     pub fn last_logits(&self, rows: usize) -> Result<Array2<f32>> {
-        self.model.download_logits(rows)
+        self.model.download_logit_rows(&(0..rows).collect::<Vec<_>>())
     }
 
     /// Waits for the step, checks its fault word and returns the first `n` sampled tokens.
@@ -291,11 +292,16 @@ impl GpuExecutor {
     }
 
     /// After the device drew `sampled` from the first `sampling.len()` picked rows: with `rows`
-    /// (those picked rows, downloaded), the token of every row that is not
-    /// [`SamplingRow::on_device`] drawn again on the host from its raw row.
-    fn redraw_on_host(sampling: &[SamplingRow<'_>], rows: &Array2<f32>, sampled: &mut [u32]) -> Result<()> {
-        for (j, row) in sampling.iter().enumerate().filter(|(_, r)| !r.on_device()) {
-            sampled[j] = row.draw(rows.row(j).as_slice().expect("logits rows are contiguous"))?;
+    /// (picked rows `downloaded`, every row that is not [`SamplingRow::on_device`] among them),
+    /// the token of each such row drawn again on the host from its raw row.
+    fn redraw_on_host(
+        sampling: &[SamplingRow<'_>],
+        downloaded: &[usize],
+        rows: &Array2<f32>,
+        sampled: &mut [u32],
+    ) -> Result<()> {
+        for (k, &j) in downloaded.iter().enumerate().filter(|(_, &j)| !sampling[j].on_device()) {
+            sampled[j] = sampling[j].draw(rows.row(k).as_slice().expect("logits rows are contiguous"))?;
         }
         Ok(())
     }
@@ -337,13 +343,12 @@ impl StepExecutor for GpuExecutor {
         let (ids, meta, slots, row_of) = reordered(plan, &order);
         let logits = match wanted {
             LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::Discard | LogitsWanted::SampledRows => LogitRows::LastPerSeq,
+            LogitsWanted::Discard | LogitsWanted::ScoredRows => LogitRows::LastPerSeq,
         };
         let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits };
         let last_row = |s: usize| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32;
-        let host_rows = sampling.iter().any(|r| !r.on_device());
         match wanted {
-            LogitsWanted::Discard | LogitsWanted::SampledRows => {
+            LogitsWanted::Discard | LogitsWanted::ScoredRows => {
                 let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
                 let replayed = match all_decode {
                     true => self.replay_decode(&step, sampling)?,
@@ -363,14 +368,19 @@ impl StepExecutor for GpuExecutor {
                         }
                     }
                 };
-                let rows = match host_rows || wanted == LogitsWanted::SampledRows {
-                    true => Some(self.model.download_logits(sampling.len())?),
-                    false => None,
-                };
-                if let Some(rows) = &rows {
-                    Self::redraw_on_host(sampling, rows, &mut sampled)?;
+                // Only the rows the host reads cross: those it draws again and the scored ones.
+                let scoring = wanted == LogitsWanted::ScoredRows;
+                let needed: Vec<usize> = (0..sampling.len())
+                    .filter(|&j| !sampling[j].on_device() || (scoring && sampling[j].scored))
+                    .collect();
+                if needed.is_empty() {
+                    let logits = scoring.then(|| Array2::zeros((0, self.model.dims().vocab_size)));
+                    return Ok(StepOutput { sampled, logits });
                 }
-                let logits = rows.filter(|_| wanted == LogitsWanted::SampledRows);
+                let rows = self.model.download_logit_rows(&needed)?;
+                Self::redraw_on_host(sampling, &needed, &rows, &mut sampled)?;
+                let scored: Vec<usize> = (0..needed.len()).filter(|&k| sampling[needed[k]].scored).collect();
+                let logits = scoring.then(|| rows.select(Axis(0), &scored));
                 Ok(StepOutput { sampled, logits })
             }
             LogitsWanted::AllRows => {
@@ -387,8 +397,8 @@ impl StepExecutor for GpuExecutor {
                     }
                     false => self.sample_on_device(sampling)?,
                 };
-                let downloaded = self.model.download_logits(ids.len())?;
-                Self::redraw_on_host(sampling, &downloaded, &mut sampled)?;
+                let downloaded = self.model.download_logit_rows(&(0..ids.len()).collect::<Vec<_>>())?;
+                Self::redraw_on_host(sampling, &(0..sampling.len()).collect::<Vec<_>>(), &downloaded, &mut sampled)?;
                 // Row `r` of the plan is row `row_of[r]` of the step, picked at `pick_of[row_of[r]]`.
                 let mut pick_of = vec![0usize; ids.len()];
                 picked.iter().enumerate().for_each(|(i, &r)| pick_of[r as usize] = i);

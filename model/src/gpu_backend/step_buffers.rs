@@ -17,6 +17,13 @@ use half::bf16;
 use ndarray::s;
 use oracle::hp1::AttnMetadata;
 use oracle::model::step::{LogitRows, StepInput};
+use oracle::model::weights::ModelDims;
+
+use crate::error::{Error, Result};
+use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
+use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
+use gpu::ops::HeadShape;
+use gpu::Gpu;
 
 /// The query rows of `step` its `logits` setting picks: every row, or each sequence's last.
 pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
@@ -25,13 +32,19 @@ pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
         LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
     }
 }
-use oracle::model::weights::ModelDims;
 
-use crate::error::{Error, Result};
-use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
-use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
-use gpu::ops::HeadShape;
-use gpu::Gpu;
+/// `rows` (ascending logits rows) as runs of consecutive rows, `(first, len)`, in order: one copy
+/// each when only some rows come back to the host.
+pub fn row_runs(rows: &[usize]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &r in rows {
+        match runs.last_mut() {
+            Some((first, len)) if *first + *len == r => *len += 1,
+            _ => runs.push((r, 1)),
+        }
+    }
+    runs
+}
 
 /// The most a step may bring; buffers are sized for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -294,6 +307,13 @@ mod tests {
     use ndarray::Array2;
 
     use super::*;
+
+    #[test]
+    fn rows_merge_into_runs_of_consecutive_rows() {
+        assert_eq!(row_runs(&[]), vec![]);
+        assert_eq!(row_runs(&[0, 1, 2, 3]), vec![(0, 4)]);
+        assert_eq!(row_runs(&[2, 5, 6, 9, 10, 11, 40]), vec![(2, 1), (5, 2), (9, 3), (40, 1)]);
+    }
 
     fn meta(lens: &[(i32, i32)]) -> AttnMetadata {
         let mut qsl = vec![0];

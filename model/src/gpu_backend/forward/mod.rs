@@ -51,7 +51,7 @@ use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Linears, RowSplit};
-use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
+use super::step_buffers::{logit_rows, row_runs, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -379,15 +379,29 @@ impl GpuModel {
         let picked = logit_rows(step);
         self.launch(step, &picked)?;
         self.kernels.faults.check()?;
-        self.download_logits(picked.len())
+        self.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>())
     }
 
-    /// The first `rows` rows of the last step's logits, widened to f32 (waits for the device).
-    pub fn download_logits(&self, rows: usize) -> Result<Array2<f32>> {
+    /// Rows `rows` (ascending) of the last step's logits, widened to f32, in that order (waits for
+    /// the device). Only these rows cross to the host: one copy per run of consecutive rows.
+    pub fn download_logit_rows(&self, rows: &[usize]) -> Result<Array2<f32>> {
         let vocab = self.dims.vocab_size;
-        let bits = self.gpu.stream().clone_dtoh(&self.bufs.logits.slice(..rows * vocab)).map_err(gpu::Error::from)?;
+        let held = self.bufs.logits.len() / vocab;
+        if !rows.windows(2).all(|w| w[0] < w[1]) || rows.last().is_some_and(|&r| r >= held) {
+            return Err(Error::Executor(format!("logits rows {rows:?} are not ascending below {held}")));
+        }
+        let mut bits = vec![bf16::ZERO; rows.len() * vocab];
+        let stream = self.gpu.stream();
+        let mut at = 0;
+        for (first, len) in row_runs(rows) {
+            let src = self.bufs.logits.slice(first * vocab..(first + len) * vocab);
+            stream.memcpy_dtoh(&src, &mut bits[at * vocab..(at + len) * vocab]).map_err(gpu::Error::from)?;
+            at += len;
+        }
+        // A copy into pageable memory returns once done; the wait states it for every driver.
+        stream.synchronize().map_err(gpu::Error::from)?;
         let widened = bits.iter().map(|x| x.to_f32()).collect();
-        Ok(Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements were copied"))
+        Ok(Array2::from_shape_vec((rows.len(), vocab), widened).expect("rows * vocab elements were copied"))
     }
 
     /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device, beside
