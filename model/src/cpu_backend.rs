@@ -6,7 +6,7 @@
 //! [`draw`](oracle::decode::draw) (processors, then the sampler) from the f32 logits, the same f32
 //! values the GPU sampler reads.
 //!
-//! A step whose rows all draw plainly and whose logits nobody wants is queued
+//! A step whose rows all draw plainly and that wants at most its scored rows' logits is queued
 //! ([`Submitted::InFlight`]) and computed when collected, in order, so the engine plans the next
 //! step ahead of its draws on the CPU exactly as over the GPU: a row whose token is
 //! [`PENDING_TOKEN`] takes the token the step before drew for its sequence. The CPU gains no
@@ -65,11 +65,18 @@ pub struct CpuExecutor<T> {
     label: String,
     /// The gate counts since [`StepExecutor::measure_gates`] turned counting on.
     gates: Option<GateStats>,
-    /// Steps submitted and not yet computed, oldest first, each with its rows' parameters and
-    /// sampling steps.
-    queued: VecDeque<(StepPlan, Vec<(SamplingParams, u64)>)>,
+    /// Steps submitted and not yet computed, oldest first.
+    queued: VecDeque<QueuedStep>,
     /// The token the last step computed drew for each of its sampling sequences.
     drawn: HashMap<u64, u32>,
+}
+
+/// A step the CPU executor queued: its plan, each sampling row's parameters, sampling step and
+/// [`SamplingRow::scored`], and the logits it hands back.
+struct QueuedStep {
+    plan: StepPlan,
+    rows: Vec<(SamplingParams, u64, bool)>,
+    wanted: LogitsWanted,
 }
 
 impl<T: Scalar> CpuExecutor<T> {
@@ -165,22 +172,27 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
         self.run(plan, sampling, wanted)
     }
 
-    /// Queues a step whose rows all draw plainly and whose logits nobody wants, unless the gate
-    /// is being counted; runs any other at once.
+    /// Queues a step whose rows have no processors and that wants at most its scored rows'
+    /// logits, unless the gate is being counted; runs any other at once.
     fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
         let plain = sampling.iter().all(|r| r.processing.is_none());
-        if wanted != LogitsWanted::Discard || !plain || self.gates.is_some() {
+        if wanted == LogitsWanted::AllRows || !plain || self.gates.is_some() {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
         sampling_seqs(plan, sampling)?;
-        self.queued.push_back((plan.clone(), sampling.iter().map(|r| (r.params, r.step)).collect()));
+        let rows = sampling.iter().map(|r| (r.params, r.step, r.scored)).collect();
+        self.queued.push_back(QueuedStep { plan: plan.clone(), rows, wanted });
         Ok(Submitted::InFlight)
     }
 
     fn collect(&mut self) -> Result<StepOutput> {
-        let (plan, rows) = self.queued.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
-        let rows: Vec<SamplingRow> = rows.into_iter().map(|(params, step)| SamplingRow::plain(params, step)).collect();
-        self.run(&plan, &rows, LogitsWanted::Discard)
+        let QueuedStep { plan, rows, wanted } =
+            self.queued.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
+        let rows: Vec<SamplingRow> = rows
+            .into_iter()
+            .map(|(params, step, scored)| SamplingRow { scored, ..SamplingRow::plain(params, step) })
+            .collect();
+        self.run(&plan, &rows, wanted)
     }
 
     fn kv_capacity(&self) -> KvCapacity {

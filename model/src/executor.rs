@@ -98,9 +98,10 @@ pub enum Submitted {
 /// ([`crate::scheduler::ahead`]): then a row whose token is
 /// [`PENDING_TOKEN`](crate::scheduler::PENDING_TOKEN) embeds the token that step draws for the
 /// same sequence, which the executor reads where it was drawn. The engine submits such a step only
-/// when it asks for no logits and every row draws on the device ([`SamplingRow::on_device`] with no
-/// logprobs), and an executor that ever answers [`Submitted::InFlight`] answers it for such a step,
-/// except while it counts the gate ([`StepExecutor::measure_gates`]: both backends then run every
+/// when every row draws on the device ([`SamplingRow::on_device`]) and it asks for no logits but
+/// its scored rows' ([`LogitsWanted::ScoredRows`], which come back with its tokens), and an
+/// executor that ever answers [`Submitted::InFlight`] answers it for such a step, except while it
+/// counts the gate ([`StepExecutor::measure_gates`]: both backends then run every
 /// step at once, so counting starts once the engine has nothing in flight,
 /// [`Engine::settle`](crate::engine::Engine::settle)).
 pub trait StepExecutor: Send {

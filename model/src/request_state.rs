@@ -53,10 +53,11 @@ impl RequestState {
         }
     }
 
-    /// Whether its tokens are drawn on the device and nothing of their logits is wanted, so a
-    /// step may be planned before its previous token is on the host.
+    /// Whether its tokens are drawn on the device and no logits of its prompt are wanted, so a
+    /// step may be planned before its previous token is on the host (its tokens' logprobs come
+    /// from their scored rows when each step is collected).
     pub fn draws_plainly(&self) -> bool {
-        self.sampling_row().on_device() && self.logprobs.is_none() && self.prompt_logprobs.is_none()
+        self.sampling_row().on_device() && self.prompt_logprobs.is_none()
     }
 
     /// Whether computing positions `start..start + len` still records prompt logprobs.

@@ -1,8 +1,8 @@
 //! The engine planning each step ahead of the draws in flight, over an executor that queues
 //! steps as a device does (`queued`): the tokens, text and finish of every request are those of
 //! steps planned one at a time, through stop strings learnt a step late, preemptions, admissions
-//! mid-run and aborts while a step is in flight; and a request whose tokens must come back to the
-//! host turns planning ahead off while it lives.
+//! mid-run and aborts while a step is in flight; a request with logprobs is planned ahead too; and
+//! a request drawn on the host or scoring its prompt turns planning ahead off while it lives.
 
 mod common;
 mod queued;
@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 use model::byte_tokenizer;
 use model::cpu_backend::CpuExecutor;
-use model::engine::{Completion, Engine, EngineEvent, FinishReason, GenerationRequest, SamplingParams, StopConditions};
+use model::engine::{
+    Completion, Engine, EngineEvent, FinishReason, GenerationRequest, LogitsProcessors, SamplingParams, StopConditions,
+};
 use model::scheduler::SchedulerConfig;
 use oracle::model::forward::Model;
 use oracle::model::precision::Rounding;
@@ -158,18 +160,45 @@ fn an_abort_while_its_step_is_in_flight_drops_its_token_and_frees_its_blocks() {
 }
 
 #[test]
-fn a_request_that_wants_logprobs_turns_planning_ahead_off_while_it_lives() {
+fn a_request_that_wants_logprobs_is_planned_ahead_and_gets_the_logprobs_of_steps_one_at_a_time() {
     let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
     reqs[1].logprobs = Some(2);
     let (mut stepwise, _) = engine(512, false);
-    let (want, _) = run(&mut stepwise, &reqs);
+    let (want, want_events) = run(&mut stepwise, &reqs);
     let (mut e, log) = engine(512, true);
-    let (got, _) = run(&mut e, &reqs);
+    let (got, events) = run(&mut e, &reqs);
     assert_eq!(outcome(&got), outcome(&want));
     assert_eq!(got[1].logprobs, want[1].logprobs);
-    // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
+    assert_eq!(got[1].logprobs.as_ref().map(Vec::len), Some(got[1].token_ids.len()));
+    assert_eq!(events, want_events, "the streamed logprobs too");
+    // 6, 9 and 12 tokens: every decode row after the first three steps reads a pending token.
     let pending = log.pending_rows.load(Ordering::Relaxed);
-    assert!((1..=3).contains(&pending), "{pending} rows read a pending token");
+    assert!(pending >= 15, "only {pending} rows read a pending token");
+}
+
+#[test]
+fn a_request_drawn_on_the_host_or_scoring_its_prompt_turns_planning_ahead_off_while_it_lives() {
+    let penalised = |mut r: GenerationRequest| {
+        r.processors = LogitsProcessors { repetition_penalty: 1.5, ..LogitsProcessors::none() };
+        r
+    };
+    let echo = |mut r: GenerationRequest| {
+        r.prompt_logprobs = Some(1);
+        r
+    };
+    for (what, blocker) in [("a logits processor", penalised as fn(_) -> _), ("prompt logprobs", echo)] {
+        let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+        reqs[1] = blocker(reqs[1].clone());
+        let (mut stepwise, _) = engine(512, false);
+        let (want, _) = run(&mut stepwise, &reqs);
+        let (mut e, log) = engine(512, true);
+        let (got, _) = run(&mut e, &reqs);
+        assert_eq!(outcome(&got), outcome(&want), "{what}");
+        assert_eq!(got[1].prompt_logprobs, want[1].prompt_logprobs, "{what}");
+        // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
+        let pending = log.pending_rows.load(Ordering::Relaxed);
+        assert!((1..=3).contains(&pending), "{what}: {pending} rows read a pending token");
+    }
 }
 
 #[test]

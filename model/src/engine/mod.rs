@@ -20,7 +20,8 @@
 //! it waits for the one in flight (the scheduler's `ahead` module), so the device never waits for
 //! the host's planning and hand-out; a decode row then embeds a token still being drawn, which the
 //! executor reads on the device. Only requests whose tokens are drawn on the device and whose
-//! logits nobody reads allow it. A request ended by a token learnt late (a stop string, an abort)
+//! prompt's logits nobody reads allow it (the logprobs of their tokens come back with the tokens,
+//! from the scored rows alone). A request ended by a token learnt late (a stop string, an abort)
 //! has one more row computed and its draw dropped, so its tokens are the same bits either way.
 //!
 //! The scheduler's block pool is sized from [`StepExecutor::kv_capacity`], so the executor's cache
@@ -264,8 +265,8 @@ impl Engine {
     }
 
     /// Whether the next step may be planned before the one in flight has drawn: only while no
-    /// request needs its tokens drawn or scored on the host, nor logits recorded (the step
-    /// planned ahead reads its pending tokens on the device).
+    /// request needs its tokens drawn on the host or its prompt's logits, nor logits are recorded
+    /// (the step planned ahead reads its pending tokens on the device).
     fn plans_ahead(&self) -> bool {
         self.pipelining && !self.record_logits && self.active.values().all(RequestState::draws_plainly)
     }
