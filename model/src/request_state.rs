@@ -13,6 +13,7 @@ use oracle::decode::logprobs::{token_logprobs, TokenLogprobs};
 use oracle::decode::processors::ProcessorState;
 use oracle::decode::request::RequestDecoder;
 use oracle::decode::sampler::SamplingParams;
+use rayon::prelude::*;
 
 use crate::executor::SamplingRow;
 
@@ -67,18 +68,27 @@ impl RequestState {
     }
 
     /// Records the prompt logprobs that `row(pos)` (the logits of position `pos`) gives, for
-    /// `pos` in `start..start + len` not recorded yet.
-    pub fn record_prompt_rows<'r>(&mut self, start: usize, len: usize, row: impl Fn(usize) -> ArrayView1<'r, f32>) {
+    /// `pos` in `start..start + len` not recorded yet; the positions' log-softmaxes run in
+    /// parallel (0.7 ms a row of Qwen3's vocabulary on one core, a chunk has 512).
+    pub fn record_prompt_rows<'r>(
+        &mut self,
+        start: usize,
+        len: usize,
+        row: impl Fn(usize) -> ArrayView1<'r, f32> + Sync,
+    ) {
         let Some(top) = self.prompt_logprobs else { return };
         if self.prompt_record.is_empty() {
             self.prompt_record.push(None);
         }
         let end = (start + len).min(self.prompt.len() - 1);
-        for pos in (self.prompt_record.len() - 1).max(start)..end {
-            let r = row(pos);
-            let lp = token_logprobs(r.as_slice().expect("logits rows are contiguous"), self.prompt[pos + 1], top);
-            self.prompt_record.push(Some(lp));
-        }
+        let prompt = &self.prompt;
+        let scored: Vec<Option<TokenLogprobs>> = ((self.prompt_record.len() - 1).max(start)..end)
+            .into_par_iter()
+            .map(|pos| {
+                Some(token_logprobs(row(pos).as_slice().expect("logits rows are contiguous"), prompt[pos + 1], top))
+            })
+            .collect();
+        self.prompt_record.extend(scored);
     }
 
     /// The prompt's logprobs, once, when they are complete (asked and every position recorded).
@@ -90,14 +100,21 @@ impl RequestState {
         })
     }
 
-    /// Records `token`, drawn from `row`: its logprobs (when asked) and the processors' history.
-    pub fn push_sampled(&mut self, token: u32, row: Option<ArrayView1<'_, f32>>) -> Option<TokenLogprobs> {
+    /// The logprobs of `token` under `row`, the raw row it was drawn from, when the request asks
+    /// for them (`None` otherwise, or without a row).
+    pub fn score(&self, token: u32, row: Option<ArrayView1<'_, f32>>) -> Option<TokenLogprobs> {
+        let (top, row) = (self.logprobs?, row?);
+        Some(token_logprobs(row.as_slice().expect("logits rows are contiguous"), token, top))
+    }
+
+    /// Records `token` with its logprobs (from [`RequestState::score`]) and in the processors'
+    /// history.
+    pub fn push_sampled(&mut self, token: u32, logprobs: Option<&TokenLogprobs>) {
         if let Some(p) = &mut self.processing {
             p.push(token);
         }
-        let (top, row) = (self.logprobs?, row?);
-        let lp = token_logprobs(row.as_slice().expect("logits rows are contiguous"), token, top);
-        self.token_logprobs.push(lp.clone());
-        Some(lp)
+        if let Some(lp) = logprobs {
+            self.token_logprobs.push(lp.clone());
+        }
     }
 }

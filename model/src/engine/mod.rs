@@ -47,12 +47,13 @@ use oracle::decode::processors::ProcessorState;
 use oracle::decode::request::RequestDecoder;
 pub use oracle::decode::sampler::SamplingParams;
 pub use oracle::decode::stop::{FinishReason, StopConditions};
+use rayon::prelude::*;
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use crate::request_state::RequestState;
-use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
+use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, StepPlan};
 
 mod request;
 mod stats;
@@ -378,17 +379,29 @@ impl Engine {
                 s.then(|| scored_before - 1)
             })
             .collect();
-        let drawing = plan.seqs.iter().zip(&sampled).enumerate().filter_map(|(i, (p, t))| Some((i, p, (*t)?)));
-        for (j, (i, p, token)) in drawing.enumerate() {
+        let drawing: Vec<(usize, &ScheduledSeq, u32)> =
+            plan.seqs.iter().zip(&sampled).enumerate().filter_map(|(i, (p, t))| Some((i, p, (*t)?))).collect();
+        // The tokens' log-softmaxes, in parallel: 0.7 ms a row of Qwen3's vocabulary on one core.
+        let scores: Vec<Option<TokenLogprobs>> = match logits {
+            None => vec![None; drawing.len()],
+            Some(l) => drawing
+                .par_iter()
+                .enumerate()
+                .map(|(j, &(i, p, token))| {
+                    let row = match wanted {
+                        LogitsWanted::AllRows => Some(l.row(plan.meta.query_start_loc[i + 1] as usize - 1)),
+                        _ => scored_row[j].map(|k| l.row(k)),
+                    };
+                    self.active.get(&p.id)?.score(token, row)
+                })
+                .collect(),
+        };
+        for ((_, p, token), logprobs) in drawing.into_iter().zip(scores) {
             let Some(active) = self.active.get_mut(&p.id) else { continue };
-            let row = logits.and_then(|l| match wanted {
-                LogitsWanted::AllRows => Some(l.row(plan.meta.query_start_loc[i + 1] as usize - 1)),
-                _ => scored_row[j].map(|k| l.row(k)),
-            });
-            if let Some(logprobs) = active.take_prompt_logprobs() {
-                events.push(EngineEvent::PromptLogprobs { request: p.id, logprobs });
+            if let Some(prompt) = active.take_prompt_logprobs() {
+                events.push(EngineEvent::PromptLogprobs { request: p.id, logprobs: prompt });
             }
-            let logprobs = active.push_sampled(token, row);
+            active.push_sampled(token, logprobs.as_ref());
             let emitted = active.decoder.push(token)?;
             events.push(EngineEvent::Token { request: p.id, token, text: emitted.text, logprobs });
             if let Some(reason) = emitted.finish {

@@ -35,23 +35,45 @@ pub fn logsumexp(row: &[f32]) -> f64 {
 pub fn token_logprobs(row: &[f32], token: u32, top: usize) -> TokenLogprobs {
     let lse = logsumexp(row);
     let logprob = |v: u32| f64::from(row[v as usize]) - lse;
-    let top = top.min(row.len());
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    let by_logit = |a: &u32, b: &u32| {
-        let (x, y) = (row[*a as usize], row[*b as usize]);
-        y.partial_cmp(&x).unwrap_or(Ordering::Equal).then(a.cmp(b))
-    };
-    if top > 0 && top < ids.len() {
-        ids.select_nth_unstable_by(top - 1, by_logit);
+    TokenLogprobs {
+        token,
+        logprob: logprob(token),
+        top: likeliest(row, top).into_iter().map(|v| (v, logprob(v))).collect(),
     }
-    ids.truncate(top);
-    ids.sort_unstable_by(by_logit);
-    TokenLogprobs { token, logprob: logprob(token), top: ids.into_iter().map(|v| (v, logprob(v))).collect() }
+}
+
+/// The `top` ids of `row` with the largest logits, largest first, ties to the lower id.
+///
+/// One pass that keeps the best `top` so far (the OpenAI API asks for at most 20): a later id
+/// enters only with a logit strictly above the worst kept, since at an equal logit the lower id,
+/// seen first, ranks ahead. The sort of every id it replaced took twice the row's log-softmax.
+pub fn likeliest(row: &[f32], top: usize) -> Vec<u32> {
+    let top = top.min(row.len());
+    let ahead = |a: u32, b: u32| {
+        let (x, y) = (row[a as usize], row[b as usize]);
+        y.partial_cmp(&x).unwrap_or(Ordering::Equal).then(a.cmp(&b)) == Ordering::Less
+    };
+    let mut best: Vec<u32> = Vec::with_capacity(top + 1);
+    if top == 0 {
+        return best;
+    }
+    for v in 0..row.len() as u32 {
+        if let (true, Some(&worst)) = (best.len() == top, best.last()) {
+            if row[v as usize].partial_cmp(&row[worst as usize]) != Some(Ordering::Greater) {
+                continue;
+            }
+        }
+        let at = best.partition_point(|&b| ahead(b, v));
+        best.insert(at, v);
+        best.truncate(top);
+    }
+    best
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     #[test]
     fn logprobs_are_the_log_softmax_of_the_row() {
@@ -63,6 +85,34 @@ mod tests {
         assert!((lp.top[0].1 - 0.5f64.ln()).abs() < 1e-7);
         let total: f64 = (0..3).map(|v| token_logprobs(&row, v, 0).logprob.exp()).sum();
         assert!((total - 1.0).abs() < 1e-12);
+    }
+
+    /// The definition `likeliest` must keep: every id sorted by logit, largest first, ties to
+    /// the lower id, the first `top` kept.
+    fn likeliest_by_sorting(row: &[f32], top: usize) -> Vec<u32> {
+        let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+        ids.sort_by(|&a, &b| row[b as usize].partial_cmp(&row[a as usize]).unwrap().then(a.cmp(&b)));
+        ids.truncate(top);
+        ids
+    }
+
+    proptest::proptest! {
+        /// Logits from a handful of values (ties everywhere), -inf and both zeros among them.
+        #[test]
+        fn the_one_pass_top_is_the_sorted_top(
+            row in proptest::collection::vec(
+                proptest::prop_oneof![
+                    (-4i32..4).prop_map(|x| x as f32 * 0.5),
+                    proptest::strategy::Just(f32::NEG_INFINITY),
+                    proptest::strategy::Just(-0.0f32),
+                    -30f32..30.0,
+                ],
+                0..300,
+            ),
+            top in 0usize..40,
+        ) {
+            proptest::prop_assert_eq!(likeliest(&row, top), likeliest_by_sorting(&row, top.min(row.len())));
+        }
     }
 
     #[test]
