@@ -22,6 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::str::FromStr;
 
 use ndarray::Axis;
+use rayon::prelude::*;
 
 use oracle::decode::sampler::SamplingParams;
 use oracle::model::forward::{GateStats, Model};
@@ -144,8 +145,9 @@ impl<T: Scalar> CpuExecutor<T> {
             LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
             LogitsWanted::Discard | LogitsWanted::ScoredRows => i,
         };
+        // In parallel: a row's processors and sampler take 0.3 to 5 ms at Qwen3's vocabulary.
         let sampled = seqs
-            .iter()
+            .par_iter()
             .zip(sampling)
             .map(|(&i, row)| {
                 let r = logits.row(last_row(i));

@@ -30,6 +30,7 @@ use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
 use oracle::model::step::{LogitRows, StepInput};
+use rayon::prelude::*;
 
 use gpu::gemm::CublasLt;
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
@@ -300,8 +301,15 @@ impl GpuExecutor {
         rows: &Array2<f32>,
         sampled: &mut [u32],
     ) -> Result<()> {
-        for (k, &j) in downloaded.iter().enumerate().filter(|(_, &j)| !sampling[j].on_device()) {
-            sampled[j] = sampling[j].draw(rows.row(k).as_slice().expect("logits rows are contiguous"))?;
+        // In parallel: a row's processors and sampler take 0.3 to 5 ms at Qwen3's vocabulary.
+        let redrawn = downloaded
+            .par_iter()
+            .enumerate()
+            .filter(|(_, &j)| !sampling[j].on_device())
+            .map(|(k, &j)| Ok((j, sampling[j].draw(rows.row(k).as_slice().expect("logits rows are contiguous"))?)))
+            .collect::<Result<Vec<(usize, u32)>>>()?;
+        for (j, token) in redrawn {
+            sampled[j] = token;
         }
         Ok(())
     }
