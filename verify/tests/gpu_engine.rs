@@ -8,6 +8,9 @@
 //!   logits bits it gives one chunk a step, alone and beside others;
 //! - a request resumed from a prefix-cache hit (whole chunks of another request's prompt, or of
 //!   its own earlier run) gives the tokens and logits bits it gives with no cache;
+//! - through the engine, steps planned ahead of the draws in flight (each decode row's token
+//!   copied on the device from the step before's draws) give every request the tokens of steps
+//!   planned one at a time, through early stops, preemptions and admissions mid-run;
 //! - device memory after 1,000 requests through the engine equals device memory after the first.
 //!
 //! The model is small (two layers, hidden 256, the GPU's head dim 128, the byte tokenizer's
@@ -16,15 +19,17 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use gpu::Gpu;
+use model::block_pool::KvCapacity;
 use model::config::ModelConfig;
 use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
-use model::executor::{LogitsWanted, SamplingRow, StepExecutor};
+use model::executor::{LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::executor::{GpuExecutor, GpuOptions};
-use model::scheduler::{Scheduler, SchedulerConfig};
+use model::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use model::start_times::StartTimes;
 use small_model::{err, gpu_options, scheduler_config, write_model};
 
@@ -37,6 +42,7 @@ fn main() {
             ("a_request_has_the_same_bits_alone_batched_preempted_and_eager", same_bits_everywhere),
             ("several_chunks_of_a_prompt_in_one_step_change_no_bit", same_bits_in_wide_steps),
             ("a_prefix_cache_hit_changes_no_token_and_no_logits_bit", same_bits_after_a_prefix_hit),
+            ("planned_ahead_steps_change_no_token", same_tokens_planned_ahead),
             ("device_memory_after_1000_requests_equals_after_the_first", no_leak),
         ],
     )
@@ -331,6 +337,103 @@ fn same_bits_after_a_prefix_hit(gpu: &Arc<Gpu>) -> Check {
          beside 8 others; tokens {:?}",
         alone.tokens
     );
+    Ok(())
+}
+
+/// The executor it wraps, with the most steps it ever had in flight at once counted.
+struct DepthCounted {
+    inner: GpuExecutor,
+    depth: usize,
+    deepest: Arc<AtomicUsize>,
+}
+
+impl StepExecutor for DepthCounted {
+    fn execute(
+        &mut self,
+        plan: &StepPlan,
+        rows: &[SamplingRow<'_>],
+        wanted: LogitsWanted,
+    ) -> model::Result<StepOutput> {
+        self.inner.execute(plan, rows, wanted)
+    }
+
+    fn submit(&mut self, plan: &StepPlan, rows: &[SamplingRow<'_>], wanted: LogitsWanted) -> model::Result<Submitted> {
+        let submitted = self.inner.submit(plan, rows, wanted)?;
+        if matches!(submitted, Submitted::InFlight) {
+            self.depth += 1;
+            self.deepest.fetch_max(self.depth, Ordering::Relaxed);
+        }
+        Ok(submitted)
+    }
+
+    fn collect(&mut self) -> model::Result<StepOutput> {
+        self.depth -= 1;
+        self.inner.collect()
+    }
+
+    fn kv_capacity(&self) -> KvCapacity {
+        self.inner.kv_capacity()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.inner.vocab_size()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+/// 40 requests through the engine, planned one step at a time and then ahead, on the normal cache
+/// and on 24 blocks (preempting): the same tokens and finishes. A third of the requests stop at any
+/// of 40 token ids, so they end at a token the host learns while the next step runs.
+fn same_tokens_planned_ahead(gpu: &Arc<Gpu>) -> Check {
+    let (dir, cfg) = write_model("gpu-engine", "ahead")?;
+    let tokenizer = Arc::new(tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?);
+    let mut report = Vec::new();
+    for kv_blocks in [None, Some(24)] {
+        let len = max_model_len(&cfg, kv_blocks);
+        let mut runs = Vec::new();
+        for pipelining in [false, true] {
+            let deepest = Arc::new(AtomicUsize::new(0));
+            let inner = executor(gpu, &dir, &cfg, kv_blocks)?;
+            let exec = DepthCounted { inner, depth: 0, deepest: deepest.clone() };
+            let sched = scheduler_config(MAX_SEQS, len, true);
+            let mut engine = Engine::new(Box::new(exec), tokenizer.clone(), sched, false).map_err(err)?;
+            engine.set_pipelining(pipelining);
+            for i in 0..40u64 {
+                let r = request(3000 + i, 1 + (i as usize * 37) % 150);
+                let stop = StopConditions {
+                    stop_token_ids: if i % 3 == 0 { (100..140).collect() } else { vec![] },
+                    max_tokens: 4 + (i as usize % 13),
+                    max_model_len: len,
+                    ignore_eos: true,
+                    ..Default::default()
+                };
+                let req = GenerationRequest { prompt: r.prompt, sampling: r.params, stop, ..Default::default() };
+                engine.add_request(req).map_err(err)?;
+            }
+            let done = engine.run_to_completion().map_err(err)?;
+            let outcome: Vec<(u64, Vec<u32>, String)> =
+                done.into_iter().map(|c| (c.id, c.token_ids, format!("{:?}", c.finish))).collect();
+            runs.push((outcome, deepest.load(Ordering::Relaxed), engine.stats().num_preemptions));
+        }
+        let what = format!("{} blocks", kv_blocks.map_or("all".to_string(), |b| b.to_string()));
+        if runs[0].0 != runs[1].0 {
+            let first = runs[0].0.iter().zip(&runs[1].0).find(|(a, b)| a != b);
+            return Err(format!("{what}: planned ahead, a request's tokens differ: {first:?}"));
+        }
+        if (runs[0].1, runs[1].1) != (1, 2) {
+            return Err(format!("{what}: steps in flight at most {} stepwise and {} ahead", runs[0].1, runs[1].1));
+        }
+        let stopped = runs[1].0.iter().filter(|c| c.2.contains("Stop")).count();
+        if kv_blocks.is_some() && runs[1].2 == 0 {
+            return Err(format!("{what}: nothing was preempted"));
+        }
+        report.push(format!("{what}: {stopped} stopped at a token id, {} preemptions", runs[1].2));
+    }
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    println!("  40 requests, the same tokens planned ahead as step by step ({})", report.join("; "));
     Ok(())
 }
 

@@ -21,6 +21,7 @@
 //! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
 //! runs eagerly.
 
+use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,18 +34,20 @@ use oracle::model::step::{LogitRows, StepInput};
 use rayon::prelude::*;
 
 use gpu::gemm::CublasLt;
-use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
+use gpu::ops::fault::describe as describe_faults;
+use gpu::ops::{FaultKind, Sampler, SamplingRow as DeviceSamplingRow};
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
 use super::decode_kernel::DecodeKernel;
 use super::forward::{GpuModel, KvSize};
+use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::Capacity;
 use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput};
+use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use crate::scheduler::StepPlan;
 use crate::start_times::{StartPhase, StartTimes};
 
@@ -92,10 +95,38 @@ pub struct GpuExecutor {
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
+    /// Steps submitted and not collected, oldest first ([`StepExecutor::submit`]).
+    in_flight: VecDeque<InFlight>,
+    /// Where the results of steps in flight land, used in turn.
+    landings: [Landing; 2],
+    next_landing: usize,
+    /// Each sequence the last step drew for on the device, by its index in the draws (the
+    /// tokens a step planned ahead reads: [`super::pending_feed`]).
+    drawn: HashMap<u64, usize>,
     /// Whether the gate's zeros are being counted ([`StepExecutor::measure_gates`]).
     measuring: bool,
     gpu: Arc<Gpu>,
     label: String,
+}
+
+/// The page-locked host memory the results of a step in flight are copied into: its tokens and
+/// its fault word. Reading either waits for its own copy only (cudarc records an event behind
+/// every copy into page-locked memory), not for the steps queued after it.
+struct Landing {
+    tokens: PinnedHostSlice<u32>,
+    faults: PinnedHostSlice<u32>,
+}
+
+impl Landing {
+    fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
+        Ok(Self { tokens: gpu.pinned(rows)?, faults: gpu.pinned(FaultKind::WORDS)? })
+    }
+}
+
+/// A step submitted and not collected: its landing and how many tokens it draws.
+struct InFlight {
+    landing: usize,
+    rows: usize,
 }
 
 /// The sampler and the buffers it reads and writes, apart from the model so that a graph can
@@ -182,6 +213,10 @@ impl GpuExecutor {
             model,
             graphs: None,
             replay: true,
+            in_flight: VecDeque::new(),
+            landings: [Landing::new(gpu, rows)?, Landing::new(gpu, rows)?],
+            next_landing: 0,
+            drawn: HashMap::new(),
             measuring: false,
             gpu: gpu.clone(),
             label: String::new(),
@@ -268,28 +303,54 @@ impl GpuExecutor {
         Ok(self.tokens_host.as_slice().map_err(gpu::Error::from)?[..n].to_vec())
     }
 
-    /// Runs a step of decode rows only (in sampling order) by replaying its bucket's graph; `None`
-    /// when no bucket holds it.
-    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow<'_>]) -> Result<Option<Vec<u32>>> {
+    /// Enqueues a step of decode rows only (in sampling order) as a replay of its bucket's graph,
+    /// with `feed`'s copies behind the upload; false when no bucket holds it.
+    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow<'_>], feed: &[FeedRun]) -> Result<bool> {
         // The graphs were captured without the gate counters: a step being measured runs eagerly.
         let graphs = self.graphs.as_ref().filter(|_| self.replay && !self.measuring);
         let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
-            return Ok(None);
+            return Ok(false);
         };
         let padded = pad_decode_step(step, shape);
         let uploaded = self.model.upload(&padded.step(), &padded.picked)?;
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
+        self.model.feed_ids(&self.tokens, feed)?;
         self.upload_params(sampling, shape.tokens)?;
         self.graphs.as_ref().expect("a bucket was found").replay(shape)?;
-        Ok(Some(self.finish(sampling.len())?))
+        Ok(true)
     }
 
-    /// Draws `sampling[j]`'s token from row `j` of the model's last logits, on the device.
-    fn sample_on_device(&mut self, sampling: &[SamplingRow<'_>]) -> Result<Vec<u32>> {
+    /// Enqueues the draw of `sampling[j]`'s token from row `j` of the model's last logits.
+    fn sample_on_device(&mut self, sampling: &[SamplingRow<'_>]) -> Result<()> {
         self.upload_params(sampling, sampling.len())?;
         let (mut parts, model) = self.parts();
-        parts.enqueue(model, sampling.len())?;
-        self.finish(sampling.len())
+        parts.enqueue(model, sampling.len())
+    }
+
+    /// Enqueues `plan` with a token drawn on the device for each sampling sequence (the host
+    /// redraws the rows that are not [`SamplingRow::on_device`] afterwards), each pending token
+    /// copied from the step before's draws; records which sequences this step draws for.
+    fn enqueue_draws(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], seqs: &[usize]) -> Result<()> {
+        let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
+        let order: Vec<usize> =
+            (0..lens.len()).filter(|&s| lens[s] == 1).chain((0..lens.len()).filter(|&s| lens[s] != 1)).collect();
+        let (ids, meta, slots, row_of) = reordered(plan, &order);
+        let qsl = &plan.meta.query_start_loc;
+        let rows = (0..lens.len()).map(|s| (row_of[qsl[s] as usize], plan.seqs[s].id, ids[row_of[qsl[s] as usize]]));
+        let mut feed = feed_runs(rows, &self.drawn)?;
+        feed.sort_by_key(|r| r.row);
+        let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::LastPerSeq };
+        let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
+        if !(all_decode && self.replay_decode(&step, sampling, &feed)?) {
+            let picked: Vec<u32> = seqs.iter().map(|&s| row_of[qsl[s + 1] as usize - 1] as u32).collect();
+            self.model.launch_fed(&step, &picked, Some(&self.tokens), &feed)?;
+            if !picked.is_empty() {
+                self.sample_on_device(sampling)?;
+            }
+        }
+        let on_device = seqs.iter().zip(sampling).enumerate().filter(|(_, (_, r))| r.on_device());
+        self.drawn = on_device.map(|(j, (&s, _))| (plan.seqs[s].id, j)).collect();
+        Ok(())
     }
 
     /// After the device drew `sampled` from the first `sampling.len()` picked rows: with `rows`
@@ -344,37 +405,19 @@ fn reordered(plan: &StepPlan, order: &[usize]) -> (Vec<u32>, AttnMetadata, Vec<i
 
 impl StepExecutor for GpuExecutor {
     fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+        if !self.in_flight.is_empty() {
+            return Err(Error::Executor("a step run at once while others are in flight".into()));
+        }
         let seqs = sampling_seqs(plan, sampling)?;
-        let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
-        let order: Vec<usize> =
-            (0..lens.len()).filter(|&s| lens[s] == 1).chain((0..lens.len()).filter(|&s| lens[s] != 1)).collect();
-        let (ids, meta, slots, row_of) = reordered(plan, &order);
-        let logits = match wanted {
-            LogitsWanted::AllRows => LogitRows::All,
-            LogitsWanted::Discard | LogitsWanted::ScoredRows => LogitRows::LastPerSeq,
-        };
-        let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits };
-        let last_row = |s: usize| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32;
         match wanted {
             LogitsWanted::Discard | LogitsWanted::ScoredRows => {
-                let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
-                let replayed = match all_decode {
-                    true => self.replay_decode(&step, sampling)?,
-                    false => None,
-                };
-                let mut sampled = match replayed {
-                    Some(sampled) => sampled,
-                    None => {
-                        let picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
-                        self.model.launch(&step, &picked)?;
-                        match picked.is_empty() {
-                            true => {
-                                self.model.faults().check()?;
-                                Vec::new()
-                            }
-                            false => self.sample_on_device(sampling)?,
-                        }
+                self.enqueue_draws(plan, sampling, &seqs)?;
+                let mut sampled = match seqs.is_empty() {
+                    true => {
+                        self.model.faults().check()?;
+                        Vec::new()
                     }
+                    false => self.finish(sampling.len())?,
                 };
                 // Only the rows the host reads cross: those it draws again and the scored ones.
                 let scoring = wanted == LogitsWanted::ScoredRows;
@@ -392,8 +435,16 @@ impl StepExecutor for GpuExecutor {
                 Ok(StepOutput { sampled, logits })
             }
             LogitsWanted::AllRows => {
+                let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
+                let order: Vec<usize> = (0..lens.len())
+                    .filter(|&s| lens[s] == 1)
+                    .chain((0..lens.len()).filter(|&s| lens[s] != 1))
+                    .collect();
+                let (ids, meta, slots, row_of) = reordered(plan, &order);
+                let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
                 // The sampled rows first, so the device sampler reads them as in any other step.
-                let mut picked: Vec<u32> = seqs.iter().map(|&s| last_row(s)).collect();
+                let mut picked: Vec<u32> =
+                    seqs.iter().map(|&s| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32).collect();
                 let mut is_picked = vec![false; ids.len()];
                 picked.iter().for_each(|&r| is_picked[r as usize] = true);
                 picked.extend((0..ids.len() as u32).filter(|&r| !is_picked[r as usize]));
@@ -403,8 +454,13 @@ impl StepExecutor for GpuExecutor {
                         self.model.faults().check()?;
                         Vec::new()
                     }
-                    false => self.sample_on_device(sampling)?,
+                    false => {
+                        self.sample_on_device(sampling)?;
+                        self.finish(sampling.len())?
+                    }
                 };
+                // Its draws are redrawn on the host below: none is left for a step planned ahead.
+                self.drawn.clear();
                 let downloaded = self.model.download_logit_rows(&(0..ids.len()).collect::<Vec<_>>())?;
                 Self::redraw_on_host(sampling, &(0..sampling.len()).collect::<Vec<_>>(), &downloaded, &mut sampled)?;
                 // Row `r` of the plan is row `row_of[r]` of the step, picked at `pick_of[row_of[r]]`.
@@ -414,6 +470,42 @@ impl StepExecutor for GpuExecutor {
                 Ok(StepOutput { sampled, logits: Some(downloaded.select(Axis(0), &order)) })
             }
         }
+    }
+
+    /// A step whose every row draws on the device and whose logits nobody wants is queued: its
+    /// tokens and fault word are copied into a landing of page-locked memory behind it, and
+    /// [`StepExecutor::collect`] waits for that copy alone. Any other step runs at once.
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
+        let queued = wanted == LogitsWanted::Discard && !self.measuring && sampling.iter().all(|r| r.on_device());
+        if !queued {
+            return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
+        }
+        if self.in_flight.len() == self.landings.len() {
+            return Err(Error::Executor(format!("more than {} steps in flight", self.landings.len())));
+        }
+        let seqs = sampling_seqs(plan, sampling)?;
+        self.enqueue_draws(plan, sampling, &seqs)?;
+        let landing = self.next_landing;
+        self.next_landing = (landing + 1) % self.landings.len();
+        let at = &mut self.landings[landing];
+        self.model.faults().enqueue_read(&mut at.faults)?;
+        let rows = sampling.len();
+        if rows > 0 {
+            let stream = self.gpu.stream();
+            stream.memcpy_dtoh(&self.tokens.slice(..rows), &mut at.tokens).map_err(gpu::Error::from)?;
+        }
+        self.in_flight.push_back(InFlight { landing, rows });
+        Ok(Submitted::InFlight)
+    }
+
+    fn collect(&mut self) -> Result<StepOutput> {
+        let step = self.in_flight.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
+        let at = &self.landings[step.landing];
+        if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
+            return Err(gpu::Error::DeviceFault(what).into());
+        }
+        let sampled = at.tokens.as_slice().map_err(gpu::Error::from)?[..step.rows].to_vec();
+        Ok(StepOutput { sampled, logits: None })
     }
 
     fn kv_capacity(&self) -> KvCapacity {

@@ -3,14 +3,16 @@
 //! and metadata, [`step_program`] lists a step's launches, [`linear`] picks each GEMM's kernel,
 //! [`forward`] runs a step through every layer, [`decode_graphs`] replays decode-only steps as
 //! whole-step CUDA graphs (or [`decode_kernel`]'s megakernel), and [`executor`] is the
-//! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device. Steps with
-//! prefill chunks run eagerly.
+//! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device, with
+//! [`pending_feed`] placing the tokens of a step planned ahead. Steps with prefill chunks run
+//! eagerly.
 
 pub mod decode_graphs;
 pub mod decode_kernel;
 pub mod executor;
 pub mod forward;
 pub mod linear;
+pub mod pending_feed;
 pub mod step_buffers;
 pub mod step_program;
 pub mod weights;

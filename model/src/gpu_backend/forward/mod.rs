@@ -51,6 +51,7 @@ use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Linears, RowSplit};
+use super::pending_feed::FeedRun;
 use super::step_buffers::{logit_rows, row_runs, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
@@ -419,9 +420,38 @@ impl GpuModel {
     /// for this step alone (the eager path). Launch only: the caller checks
     /// [`GpuModel::faults`] once the results are read.
     pub fn launch(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<()> {
+        self.launch_fed(step, picked, None, &[])
+    }
+
+    /// [`GpuModel::launch`] with `runs` of the step's ids copied from `drawn` (the step before's
+    /// draws, on the device) over the uploaded ones ([`GpuModel::feed_ids`]).
+    pub fn launch_fed(
+        &mut self,
+        step: &StepInput<'_>,
+        picked: &[u32],
+        drawn: Option<&CudaSlice<u32>>,
+        runs: &[FeedRun],
+    ) -> Result<()> {
         let shape = self.upload(step, picked)?;
+        if let Some(drawn) = drawn {
+            self.feed_ids(drawn, runs)?;
+        }
         let launch = self.plan(shape)?;
         self.enqueue(&launch)
+    }
+
+    /// Copies each of `runs` from `drawn` over the uploaded ids, on the stream behind the upload
+    /// and before the step's first kernel ([`super::pending_feed`]).
+    pub fn feed_ids(&mut self, drawn: &CudaSlice<u32>, runs: &[FeedRun]) -> Result<()> {
+        let stream = self.gpu.stream();
+        for r in runs {
+            if r.from + r.len > drawn.len() || r.row + r.len > self.bufs.ids.len() {
+                return Err(Error::Executor(format!("a pending-token copy {r:?} outside the buffers")));
+            }
+            let from = drawn.slice(r.from..r.from + r.len);
+            stream.memcpy_dtod(&from, &mut self.bufs.ids.slice_mut(r.row..r.row + r.len)).map_err(gpu::Error::from)?;
+        }
+        Ok(())
     }
 
     /// Checks `step` against the buffers' capacity, copies its inputs and `picked` (the rows
