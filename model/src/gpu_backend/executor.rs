@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
@@ -109,17 +109,20 @@ pub struct GpuExecutor {
     label: String,
 }
 
-/// The page-locked host memory the results of a step in flight are copied into: its tokens and
-/// its fault word. Reading either waits for its own copy only (cudarc records an event behind
-/// every copy into page-locked memory), not for the steps queued after it.
+/// The page-locked host memory the results of a step in flight are copied into, its tokens and
+/// its fault word, and the event recorded behind those copies: waiting for it waits for that
+/// step alone, not for the steps queued after it. (cudarc's own events on page-locked memory are
+/// not recorded with its event tracking off, as the runtime has it.)
 struct Landing {
     tokens: PinnedHostSlice<u32>,
     faults: PinnedHostSlice<u32>,
+    copied: CudaEvent,
 }
 
 impl Landing {
     fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
-        Ok(Self { tokens: gpu.pinned(rows)?, faults: gpu.pinned(FaultKind::WORDS)? })
+        let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
+        Ok(Self { tokens: gpu.pinned(rows)?, faults: gpu.pinned(FaultKind::WORDS)?, copied })
     }
 }
 
@@ -490,10 +493,11 @@ impl StepExecutor for GpuExecutor {
         let at = &mut self.landings[landing];
         self.model.faults().enqueue_read(&mut at.faults)?;
         let rows = sampling.len();
+        let stream = self.gpu.stream();
         if rows > 0 {
-            let stream = self.gpu.stream();
             stream.memcpy_dtoh(&self.tokens.slice(..rows), &mut at.tokens).map_err(gpu::Error::from)?;
         }
+        at.copied.record(stream).map_err(gpu::Error::from)?;
         self.in_flight.push_back(InFlight { landing, rows });
         Ok(Submitted::InFlight)
     }
@@ -501,6 +505,7 @@ impl StepExecutor for GpuExecutor {
     fn collect(&mut self) -> Result<StepOutput> {
         let step = self.in_flight.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
         let at = &self.landings[step.landing];
+        at.copied.synchronize().map_err(gpu::Error::from)?;
         if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
             return Err(gpu::Error::DeviceFault(what).into());
         }
