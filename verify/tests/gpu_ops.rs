@@ -1,8 +1,9 @@
 //! The small kernels of the GPU model (`gpu::ops`) held against the oracle, one check per op:
 //! fresh seeded inputs, every output poisoned before the launch, every element compared (bounds
 //! in `gpu_ops/compare.rs`), odd sizes, every UClipNorm shape, shuffled and padded cache slots,
-//! and sampled tokens equal to `oracle::decode::sampler`'s; and the elementwise passes' hardware
-//! bf16 rounding against its integer definition on every f32 bit pattern. Without a GPU every
+//! and sampled tokens equal to `oracle::decode::sampler`'s; the elementwise passes' hardware
+//! bf16 rounding against its integer definition on every f32 bit pattern; and the page-locked
+//! staging of the step inputs' copies. Without a GPU every
 //! check prints that it was skipped (`verify::gpu_harness`).
 
 #[path = "gpu_ops/compare.rs"]
@@ -13,6 +14,8 @@ mod elementwise;
 mod qk;
 #[path = "gpu_ops/sampling.rs"]
 mod sampling;
+#[path = "gpu_ops/staging.rs"]
+mod staging;
 
 fn main() {
     verify::gpu_harness::run(
@@ -37,6 +40,7 @@ fn main() {
             ),
             ("sampler_draws_the_oracles_tokens", sampling::sampler_draws_the_oracles_tokens),
             ("bad_logit_rows_are_reported_not_sampled", sampling::bad_logit_rows_are_reported_not_sampled),
+            ("staged_copies_land_whole_batch_after_batch", staging::staged_copies_land_whole_batch_after_batch),
         ],
     )
 }

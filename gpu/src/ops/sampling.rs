@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig};
+use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchConfig, ValidAsZeroBits};
 use half::bf16;
 
 use super::{check_len, unsupported, Faults};
@@ -57,6 +57,8 @@ pub struct SamplingRow {
 // SAFETY: `SamplingRow` is `repr(C)` plain data (two u64, three 4-byte fields, explicit padding
 // to 32 bytes), the layout of the kernel's struct.
 unsafe impl DeviceRepr for SamplingRow {}
+// SAFETY: every field is an integer or a float, for which zero bits are a value (greedy, seed 0).
+unsafe impl ValidAsZeroBits for SamplingRow {}
 
 impl SamplingRow {
     /// Checks the parameters as `oracle::decode::sampler::SamplingParams::validate` does

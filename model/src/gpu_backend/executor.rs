@@ -36,6 +36,7 @@ use rayon::prelude::*;
 use gpu::gemm::CublasLt;
 use gpu::ops::fault::describe as describe_faults;
 use gpu::ops::{FaultKind, Sampler, SamplingRow as DeviceSamplingRow};
+use gpu::runtime::Staging;
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
@@ -89,6 +90,8 @@ pub struct GpuExecutor {
     model: GpuModel,
     sampler: Sampler,
     params: CudaSlice<DeviceSamplingRow>,
+    /// The parameters' copies go through page-locked memory (as the step's inputs do).
+    params_staging: Staging<DeviceSamplingRow>,
     tokens: CudaSlice<u32>,
     /// The drawn tokens' copy on the host (page-locked: read in the fault word's wait).
     tokens_host: PinnedHostSlice<u32>,
@@ -210,6 +213,7 @@ impl GpuExecutor {
         let mut executor = Self {
             sampler: Sampler::new(gpu)?,
             params: gpu.upload(&vec![greedy(); rows])?,
+            params_staging: Staging::new(gpu, rows)?,
             tokens: gpu.zeros(rows)?,
             tokens_host: gpu.pinned(rows)?,
             survivors: gpu.zeros(rows)?,
@@ -282,8 +286,9 @@ impl GpuExecutor {
             })
             .collect::<Result<Vec<_>>>()?;
         params.resize(rows.max(params.len()), greedy());
-        let stream = self.gpu.stream();
-        stream.memcpy_htod(&params, &mut self.params.slice_mut(..params.len())).map_err(gpu::Error::from)?;
+        self.params_staging.begin()?;
+        self.params_staging.copy(&params, &mut self.params.slice_mut(..params.len()))?;
+        self.params_staging.end()?;
         Ok(())
     }
 

@@ -9,6 +9,8 @@
 //!
 //! Their sizes are known before anything is allocated ([`step_memory`]), so the loader refuses a
 //! step budget whose buffers cannot fit, and the KV cache is sized from the memory they leave.
+//! The inputs reach the device through page-locked staging (`gpu::runtime::staging`), so a step
+//! is queued without waiting for the one before it on the device.
 
 use std::borrow::Cow;
 
@@ -23,6 +25,7 @@ use crate::error::{Error, Result};
 use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
 use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
+use gpu::runtime::Staging;
 use gpu::Gpu;
 
 /// The query rows of `step` its `logits` setting picks: every row, or each sequence's last.
@@ -75,9 +78,13 @@ impl DeviceMeta {
     }
 
     /// Writes sequences `seqs` of `meta` (their table rows, lengths, and query offsets re-based
-    /// to start at 0).
-    fn write(&mut self, gpu: &Gpu, meta: &AttnMetadata, seqs: std::ops::Range<usize>) -> gpu::Result<()> {
-        let stream = gpu.stream();
+    /// to start at 0), through `staging`.
+    fn write(
+        &mut self,
+        staging: &mut Staging<i32>,
+        meta: &AttnMetadata,
+        seqs: std::ops::Range<usize>,
+    ) -> gpu::Result<()> {
         // The rows' values in place where they lie contiguous (the scheduler's tables do).
         let rows = meta.block_table.slice(s![seqs.clone(), ..]);
         let table: Cow<'_, [i32]> = match rows.as_slice() {
@@ -86,11 +93,9 @@ impl DeviceMeta {
         };
         let base = meta.query_start_loc[seqs.start];
         let qsl: Vec<i32> = meta.query_start_loc[seqs.start..=seqs.end].iter().map(|&q| q - base).collect();
-        if !table.is_empty() {
-            stream.memcpy_htod(&*table, &mut self.block_table.slice_mut(..table.len()))?;
-        }
-        stream.memcpy_htod(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
-        stream.memcpy_htod(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
+        staging.copy(&table, &mut self.block_table.slice_mut(..table.len()))?;
+        staging.copy(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
+        staging.copy(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
         Ok(())
     }
 }
@@ -154,6 +159,31 @@ pub(crate) struct StepBuffers {
     pub mlp: CudaSlice<bf16>,
     pub picked: CudaSlice<bf16>,
     pub logits: CudaSlice<bf16>,
+    /// The inputs' copies go through page-locked memory, so that queueing a step never waits
+    /// for the step before it on the device.
+    staging: InputStaging,
+}
+
+/// Page-locked staging of a step's inputs, by element type.
+struct InputStaging {
+    /// Token ids and logit rows.
+    u32s: Staging<u32>,
+    /// Positions and both metadata sets.
+    i32s: Staging<i32>,
+    /// Slots.
+    i64s: Staging<i64>,
+}
+
+impl InputStaging {
+    fn new(gpu: &Gpu, cap: &Capacity) -> gpu::Result<Self> {
+        let t = cap.max_tokens;
+        let meta = cap.max_seqs * cap.max_blocks_per_seq + 2 * cap.max_seqs + 1;
+        Ok(Self {
+            u32s: Staging::new(gpu, 2 * t)?,
+            i32s: Staging::new(gpu, t + 2 * meta)?,
+            i64s: Staging::new(gpu, t)?,
+        })
+    }
 }
 
 impl StepBuffers {
@@ -188,6 +218,7 @@ impl StepBuffers {
             mlp: gpu.zeros(t * inter)?,
             picked: gpu.zeros(t * hidden)?,
             logits: gpu.zeros(t * dims.vocab_size)?,
+            staging: InputStaging::new(gpu, &cap)?,
         })
     }
 
@@ -213,7 +244,7 @@ impl StepBuffers {
     /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
     /// `picked`, the query rows that get logits (in the order their logits rows come out);
     /// returns the split.
-    pub fn upload(&mut self, gpu: &Gpu, step: &StepInput<'_>, picked: &[u32]) -> Result<Split> {
+    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<Split> {
         let meta = step.meta;
         let tokens = step.token_ids.len();
         let seqs = meta.seq_lens.len();
@@ -231,16 +262,21 @@ impl StepBuffers {
         }
         let split = Split::of(meta)?;
         let positions = positions(meta);
-        let stream = gpu.stream();
-        let copy = |e: cudarc::driver::DriverError| Error::Gpu(e.into());
-        stream.memcpy_htod(step.token_ids, &mut self.ids.slice_mut(..tokens)).map_err(copy)?;
-        stream.memcpy_htod(&positions, &mut self.positions.slice_mut(..tokens)).map_err(copy)?;
-        stream.memcpy_htod(step.slot_mapping, &mut self.slots.slice_mut(..tokens)).map_err(copy)?;
-        stream.memcpy_htod(picked, &mut self.logit_rows.slice_mut(..picked.len())).map_err(copy)?;
-        self.meta.write(gpu, meta, 0..seqs)?;
+        let st = &mut self.staging;
+        st.u32s.begin()?;
+        st.i32s.begin()?;
+        st.i64s.begin()?;
+        st.u32s.copy(step.token_ids, &mut self.ids.slice_mut(..tokens))?;
+        st.i32s.copy(&positions, &mut self.positions.slice_mut(..tokens))?;
+        st.i64s.copy(step.slot_mapping, &mut self.slots.slice_mut(..tokens))?;
+        st.u32s.copy(picked, &mut self.logit_rows.slice_mut(..picked.len()))?;
+        self.meta.write(&mut st.i32s, meta, 0..seqs)?;
         if split.decodes < seqs {
-            self.prefill_meta.write(gpu, meta, split.decodes..seqs)?;
+            self.prefill_meta.write(&mut st.i32s, meta, split.decodes..seqs)?;
         }
+        st.u32s.end()?;
+        st.i32s.end()?;
+        st.i64s.end()?;
         Ok(split)
     }
 }

@@ -457,7 +457,7 @@ impl GpuModel {
     /// Checks `step` against the buffers' capacity, copies its inputs and `picked` (the rows
     /// that get logits, in their order) to the device, and returns its shape.
     pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepFacts> {
-        let split = self.bufs.upload(&self.gpu, step, picked)?;
+        let split = self.bufs.upload(step, picked)?;
         let tokens = step.token_ids.len();
         Ok(StepFacts {
             tokens,
