@@ -21,7 +21,7 @@
 //! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
 //! runs eagerly.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +42,7 @@ use gpu::Gpu;
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
 use super::decode_kernel::DecodeKernel;
 use super::forward::{GpuModel, KvSize};
+use super::in_flight::{drawn_on_device, InFlightRing};
 use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::Capacity;
 use crate::block_pool::blocks_for;
@@ -98,11 +99,8 @@ pub struct GpuExecutor {
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
-    /// Steps submitted and not collected, oldest first ([`StepExecutor::submit`]).
-    in_flight: VecDeque<InFlight>,
-    /// Where the results of steps in flight land, used in turn.
-    landings: [Landing; 2],
-    next_landing: usize,
+    /// Steps submitted and not collected and where their results land ([`StepExecutor::submit`]).
+    in_flight: InFlightRing<Landing>,
     /// Each sequence the last step drew for on the device, by its index in the draws (the
     /// tokens a step planned ahead reads: [`super::pending_feed`]).
     drawn: HashMap<u64, usize>,
@@ -127,12 +125,6 @@ impl Landing {
         let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
         Ok(Self { tokens: gpu.pinned(rows)?, faults: gpu.pinned(FaultKind::WORDS)?, copied })
     }
-}
-
-/// A step submitted and not collected: its landing and how many tokens it draws.
-struct InFlight {
-    landing: usize,
-    rows: usize,
 }
 
 /// The sampler and the buffers it reads and writes, apart from the model so that a graph can
@@ -220,9 +212,7 @@ impl GpuExecutor {
             model,
             graphs: None,
             replay: true,
-            in_flight: VecDeque::new(),
-            landings: [Landing::new(gpu, rows)?, Landing::new(gpu, rows)?],
-            next_landing: 0,
+            in_flight: InFlightRing::new(vec![Landing::new(gpu, rows)?, Landing::new(gpu, rows)?]),
             drawn: HashMap::new(),
             measuring: false,
             gpu: gpu.clone(),
@@ -356,8 +346,7 @@ impl GpuExecutor {
                 self.sample_on_device(sampling)?;
             }
         }
-        let on_device = seqs.iter().zip(sampling).enumerate().filter(|(_, (_, r))| r.on_device());
-        self.drawn = on_device.map(|(j, (&s, _))| (plan.seqs[s].id, j)).collect();
+        self.drawn = drawn_on_device(plan, seqs, sampling);
         Ok(())
     }
 
@@ -488,33 +477,28 @@ impl StepExecutor for GpuExecutor {
         if !queued {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
-        if self.in_flight.len() == self.landings.len() {
-            return Err(Error::Executor(format!("more than {} steps in flight", self.landings.len())));
-        }
+        self.in_flight.vacant()?;
         let seqs = sampling_seqs(plan, sampling)?;
         self.enqueue_draws(plan, sampling, &seqs)?;
-        let landing = self.next_landing;
-        self.next_landing = (landing + 1) % self.landings.len();
-        let at = &mut self.landings[landing];
-        self.model.faults().enqueue_read(&mut at.faults)?;
         let rows = sampling.len();
+        let at = self.in_flight.vacant()?;
+        self.model.faults().enqueue_read(&mut at.faults)?;
         let stream = self.gpu.stream();
         if rows > 0 {
             stream.memcpy_dtoh(&self.tokens.slice(..rows), &mut at.tokens).map_err(gpu::Error::from)?;
         }
         at.copied.record(stream).map_err(gpu::Error::from)?;
-        self.in_flight.push_back(InFlight { landing, rows });
+        self.in_flight.push(rows)?;
         Ok(Submitted::InFlight)
     }
 
     fn collect(&mut self) -> Result<StepOutput> {
-        let step = self.in_flight.pop_front().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
-        let at = &self.landings[step.landing];
+        let (at, rows) = self.in_flight.pop().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
         at.copied.synchronize().map_err(gpu::Error::from)?;
         if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
             return Err(gpu::Error::DeviceFault(what).into());
         }
-        let sampled = at.tokens.as_slice().map_err(gpu::Error::from)?[..step.rows].to_vec();
+        let sampled = at.tokens.as_slice().map_err(gpu::Error::from)?[..rows].to_vec();
         Ok(StepOutput { sampled, logits: None })
     }
 

@@ -4,13 +4,15 @@
 //! [`forward`] runs a step through every layer, [`decode_graphs`] replays decode-only steps as
 //! whole-step CUDA graphs (or [`decode_kernel`]'s megakernel), and [`executor`] is the
 //! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device, with
-//! [`pending_feed`] placing the tokens of a step planned ahead. Steps with prefill chunks run
+//! [`in_flight`] keeping the book of queued steps and [`pending_feed`] placing the tokens of a
+//! step planned ahead. Steps with prefill chunks run
 //! eagerly.
 
 pub mod decode_graphs;
 pub mod decode_kernel;
 pub mod executor;
 pub mod forward;
+pub mod in_flight;
 pub mod linear;
 pub mod pending_feed;
 pub mod step_buffers;
