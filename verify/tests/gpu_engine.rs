@@ -385,8 +385,9 @@ impl StepExecutor for DepthCounted {
 }
 
 /// 40 requests through the engine, planned one step at a time and then ahead, on the normal cache
-/// and on 24 blocks (preempting): the same tokens and finishes. A third of the requests stop at any
-/// of 40 token ids, so they end at a token the host learns while the next step runs.
+/// and on 24 blocks (preempting): the same tokens, finishes and logprobs. A third of the requests
+/// stop at any of 40 token ids, so they end at a token the host learns while the next step runs;
+/// a fifth want logprobs, whose rows come back through the queued steps' landings.
 fn same_tokens_planned_ahead(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg) = write_model("gpu-engine", "ahead")?;
     let tokenizer = Arc::new(tokenizers::Tokenizer::from_file(dir.join("tokenizer.json")).map_err(err)?);
@@ -410,12 +411,18 @@ fn same_tokens_planned_ahead(gpu: &Arc<Gpu>) -> Check {
                     ignore_eos: true,
                     ..Default::default()
                 };
-                let req = GenerationRequest { prompt: r.prompt, sampling: r.params, stop, ..Default::default() };
+                let logprobs = (i % 5 == 1).then_some(2);
+                let req =
+                    GenerationRequest { prompt: r.prompt, sampling: r.params, stop, logprobs, ..Default::default() };
                 engine.add_request(req).map_err(err)?;
             }
             let done = engine.run_to_completion().map_err(err)?;
-            let outcome: Vec<(u64, Vec<u32>, String)> =
-                done.into_iter().map(|c| (c.id, c.token_ids, format!("{:?}", c.finish))).collect();
+            let lp_bits = |c: &model::engine::Completion| -> Vec<u64> {
+                let lps = c.logprobs.iter().flatten();
+                lps.flat_map(|l| l.top.iter().map(|t| t.1.to_bits()).chain([l.logprob.to_bits()])).collect()
+            };
+            let outcome: Vec<(u64, Vec<u32>, String, Vec<u64>)> =
+                done.iter().map(|c| (c.id, c.token_ids.clone(), format!("{:?}", c.finish), lp_bits(c))).collect();
             runs.push((outcome, deepest.load(Ordering::Relaxed), engine.stats().num_preemptions));
         }
         let what = format!("{} blocks", kv_blocks.map_or("all".to_string(), |b| b.to_string()));
@@ -427,6 +434,9 @@ fn same_tokens_planned_ahead(gpu: &Arc<Gpu>) -> Check {
             return Err(format!("{what}: steps in flight at most {} stepwise and {} ahead", runs[0].1, runs[1].1));
         }
         let stopped = runs[1].0.iter().filter(|c| c.2.contains("Stop")).count();
+        if runs[1].0.iter().filter(|c| !c.3.is_empty()).count() != 8 {
+            return Err(format!("{what}: not every request that asked got its logprobs"));
+        }
         if kv_blocks.is_some() && runs[1].2 == 0 {
             return Err(format!("{what}: nothing was preempted"));
         }

@@ -41,7 +41,7 @@ use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
 use super::decode_kernel::DecodeKernel;
-use super::forward::{GpuModel, KvSize};
+use super::forward::{widen_rows, GpuModel, KvSize};
 use super::in_flight::{drawn_on_device, InFlightRing};
 use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::Capacity;
@@ -49,7 +49,7 @@ use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
+use crate::executor::{sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
 use crate::scheduler::StepPlan;
 use crate::start_times::{StartPhase, StartTimes};
 
@@ -117,13 +117,19 @@ pub struct GpuExecutor {
 struct Landing {
     tokens: PinnedHostSlice<u32>,
     faults: PinnedHostSlice<u32>,
+    /// The scored rows' bf16 logits ([`LogitsWanted::ScoredRows`]), grown to the most a step has
+    /// brought: most steps score nothing, and 128 rows of Qwen3's vocabulary are 39 MB.
+    logits: Option<PinnedHostSlice<bf16>>,
+    /// How many scored rows the step holding it brings back; `None` when it wants no logits.
+    scored: Option<usize>,
     copied: CudaEvent,
 }
 
 impl Landing {
     fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
         let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
-        Ok(Self { tokens: gpu.pinned(rows)?, faults: gpu.pinned(FaultKind::WORDS)?, copied })
+        let faults = gpu.pinned(FaultKind::WORDS)?;
+        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied })
     }
 }
 
@@ -469,11 +475,12 @@ impl StepExecutor for GpuExecutor {
         }
     }
 
-    /// A step whose every row draws on the device and whose logits nobody wants is queued: its
-    /// tokens and fault word are copied into a landing of page-locked memory behind it, and
-    /// [`StepExecutor::collect`] waits for that copy alone. Any other step runs at once.
+    /// A step whose every row draws on the device and that wants at most its scored rows' logits
+    /// is queued: its tokens, fault word and scored rows are copied into a landing of page-locked
+    /// memory behind it, and [`StepExecutor::collect`] waits for those copies alone. Any other
+    /// step runs at once.
     fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
-        let queued = wanted == LogitsWanted::Discard && !self.measuring && sampling.iter().all(|r| r.on_device());
+        let queued = wanted != LogitsWanted::AllRows && !self.measuring && sampling.iter().all(|r| r.on_device());
         if !queued {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
@@ -481,25 +488,45 @@ impl StepExecutor for GpuExecutor {
         let seqs = sampling_seqs(plan, sampling)?;
         self.enqueue_draws(plan, sampling, &seqs)?;
         let rows = sampling.len();
+        let scored = (wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
+        let vocab = self.model.dims().vocab_size;
         let at = self.in_flight.vacant()?;
         self.model.faults().enqueue_read(&mut at.faults)?;
         let stream = self.gpu.stream();
         if rows > 0 {
             stream.memcpy_dtoh(&self.tokens.slice(..rows), &mut at.tokens).map_err(gpu::Error::from)?;
         }
+        if let Some(scored) = &scored {
+            let len = scored.len() * vocab;
+            if at.logits.as_ref().is_none_or(|l| l.len() < len) {
+                // The landing is held by no step in flight, so its memory is nobody's copy target.
+                // Freeing the smaller area may wait for the device: once per new largest size.
+                at.logits = Some(self.gpu.pinned(len)?);
+            }
+            let landing = at.logits.as_mut().expect("sized above").as_mut_slice().map_err(gpu::Error::from)?;
+            self.model.enqueue_logit_rows(scored, &mut landing[..len])?;
+        }
+        at.scored = scored.map(|s| s.len());
         at.copied.record(stream).map_err(gpu::Error::from)?;
         self.in_flight.push(rows)?;
         Ok(Submitted::InFlight)
     }
 
     fn collect(&mut self) -> Result<StepOutput> {
+        let vocab = self.model.dims().vocab_size;
         let (at, rows) = self.in_flight.pop().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
         at.copied.synchronize().map_err(gpu::Error::from)?;
         if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
             return Err(gpu::Error::DeviceFault(what).into());
         }
         let sampled = at.tokens.as_slice().map_err(gpu::Error::from)?[..rows].to_vec();
-        Ok(StepOutput { sampled, logits: None })
+        let logits = match (at.scored, &at.logits) {
+            (None, _) => None,
+            (Some(0), _) => Some(Array2::zeros((0, vocab))),
+            (Some(n), Some(landed)) => Some(widen_rows(landed.as_slice().map_err(gpu::Error::from)?, n, vocab)),
+            (Some(n), None) => return Err(Error::Executor(format!("{n} scored rows and no landing for them"))),
+        };
+        Ok(StepOutput { sampled, logits })
     }
 
     fn kv_capacity(&self) -> KvCapacity {
