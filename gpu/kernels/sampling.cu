@@ -1,13 +1,13 @@
 #line 2 "sampling.cu"
 // Choosing each row's next token on the device: greedy argmax, and the Gumbel-max sampler with
-// temperature, top-k and top-p of oracle::decode::sampler, step for step (its module doc is the
+// temperature, top-k, top-p and min-p of oracle::decode::sampler, step for step (its module doc is the
 // specification; the numbers below refer to its steps). Needs sampling_common.cuh before it (the
 // launch constants, the row types, SamplingRow, Scratch, the order, Philox and the reductions).
 //
 // Buffers: logits [rows, vocab], f32 (argmax_rows, sample_rows) or bf16 (the `_bf16` entries:
 // the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
-// [rows] (seed, step, temperature, top_k, top_p: gpu::ops::sampling::SamplingRow, same layout);
-// tokens u32 [rows]; survivors u32 [rows] (how many tokens top-k/top-p left, 1 at temperature 0,
+// [rows] (seed, step, temperature, top_k, top_p, min_p: gpu::ops::sampling::SamplingRow, same
+// layout); tokens u32 [rows]; survivors u32 [rows] (how many tokens the filters left, 1 at temperature 0,
 // 0 for a faulted row); fault as in ops_common.cuh. Launch: C CTAs of THREADS threads per row,
 // rows * C CTAs in x, in clusters of C along x (the row's cluster, below; C = 1 launches no
 // clusters), static shared memory (Scratch, about 38 KiB); vocab < 2^31.
@@ -44,8 +44,11 @@
 //       with above + r w >= p Z, then the r lowest ids (as in 2). The sums here are tree sums, not
 //       the oracle's left-to-right sum: the cut can differ only when a running sum lies within a
 //       few ulps (relative ~1e-13) of p * Z.
-//  4. Step 5: one pass over the survivors, score = logit / T + gumbel(seed, step, id) in f64 with
-//     Philox4x32-10 exactly as oracle::decode::philox; block argmax, ties to the lower id.
+//  4. Steps 5 and 6: one pass over the survivors of top-k and top-p. With min_p > 0 a token
+//     stays only where exp(logit / T - s0) >= min_p in f64 (s0 the largest logit / T, whose own
+//     weight is 1, so it always stays); each that stays gets score = logit / T + gumbel(seed, step,
+//     id) in f64 with Philox4x32-10 exactly as oracle::decode::philox; block argmax, ties to the
+//     lower id. A row with min_p is never a temperature-only row (ROW SCAN): s0 must be known first.
 // Every reduction has a fixed order, so a row's token does not depend on timing or on the batch.
 //
 // Not bit-exact with the oracle: CUDA's double exp and log are within 1 ulp of libm's, so a
@@ -459,7 +462,7 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
     const unsigned row = at.row;
     const SamplingRow p = params[row];
     const bool sampled = p.temperature > 0.0f;
-    const bool simple = sampled && (p.top_k == 0 || p.top_k >= n) && !(p.top_p < 1.0f);
+    const bool simple = sampled && (p.top_k == 0 || p.top_k >= n) && !(p.top_p < 1.0f) && !(p.min_p > 0.0f);
     scan_slice(l, n, at.slice, at.ctas, simple, p, mine, sh);
     if (!gather_row(mine, all, at.ctas)) return;
     const double best = all.best;
@@ -480,11 +483,12 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
         return;
     }
     const double t = (double)p.temperature;
+    const double s0 = best / t;
+    const double min_p = (double)p.min_p;
     const unsigned kept = (p.top_k == 0 || p.top_k >= n) ? n : p.top_k;
     Threshold th = {0u, ALL_IDS};
     if (kept < n) th = select_by_count(l, n, kept, sh);
     if (p.top_p < 1.0f) {
-        const double s0 = best / t;
         th = kept <= SORT_CAP ? nucleus_sorted(l, n, th, t, s0, (double)p.top_p, sh)
                               : nucleus_by_mass(l, n, th, t, s0, (double)p.top_p, sh);
     }
@@ -492,13 +496,14 @@ __device__ void sample_row(L l, unsigned n, const SamplingRow* __restrict__ para
     unsigned id = ALL_IDS, count = 0;
     for (unsigned v = threadIdx.x; v < n; v += THREADS) {
         const unsigned k = order_key(l[v]);
-        if (survives(k, v, th)) {
-            ++count;
-            const double s = (double)l[v] / t + gumbel(p.seed, p.step, v);
-            if (better(s, v, score, id)) {
-                score = s;
-                id = v;
-            }
+        if (!survives(k, v, th)) continue;
+        const double s = (double)l[v] / t;
+        if (min_p > 0.0 && !(exp(s - s0) >= min_p)) continue;
+        ++count;
+        const double scored = s + gumbel(p.seed, p.step, v);
+        if (better(scored, v, score, id)) {
+            score = scored;
+            id = v;
         }
     }
     block_best(score, id, sh);

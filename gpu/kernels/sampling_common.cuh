@@ -57,7 +57,7 @@ struct SamplingRow {
     float temperature;
     unsigned top_k;
     float top_p;
-    unsigned pad;
+    float min_p;
 };
 
 // The last member of "the first m tokens in the order" (see the header).

@@ -60,10 +60,10 @@ impl<'a> SamplingRow<'a> {
         Self { params, step, processing: None, scored: false }
     }
 
-    /// Whether the device sampler draws this row's token as the oracle does: no processors and
-    /// no min-p (the kernel has temperature, top-k, top-p and the seed).
+    /// Whether the device sampler draws this row's token as the oracle does: no processors (the
+    /// kernel has temperature, top-k, top-p, min-p and the seed).
     pub fn on_device(&self) -> bool {
-        self.processing.is_none() && self.params.min_p == 0.0
+        self.processing.is_none()
     }
 
     /// The token of this row from its raw logits `row`, by the oracle's whole SPEC 5 order.

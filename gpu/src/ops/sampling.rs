@@ -51,20 +51,21 @@ pub struct SamplingRow {
     pub top_k: u32,
     /// In `(0, 1]`; `1` keeps all.
     pub top_p: f32,
-    pad: u32,
+    /// In `[0, 1]`: drop tokens whose probability is below `min_p` times the largest; `0` keeps all.
+    pub min_p: f32,
 }
 
-// SAFETY: `SamplingRow` is `repr(C)` plain data (two u64, three 4-byte fields, explicit padding
-// to 32 bytes), the layout of the kernel's struct.
+// SAFETY: `SamplingRow` is `repr(C)` plain data (two u64, four 4-byte fields: 32 bytes, no
+// padding), the layout of the kernel's struct.
 unsafe impl DeviceRepr for SamplingRow {}
 // SAFETY: every field is an integer or a float, for which zero bits are a value (greedy, seed 0).
 unsafe impl ValidAsZeroBits for SamplingRow {}
 
 impl SamplingRow {
     /// Checks the parameters as `oracle::decode::sampler::SamplingParams::validate` does
-    /// (temperature finite and `>= 0`, `top_p` in `(0, 1]`), naming the field and the value.
-    /// A `top_k` above `u32::MAX` keeps all, as it would on the host.
-    pub fn new(temperature: f32, top_k: usize, top_p: f32, seed: u64, step: u64) -> Result<Self> {
+    /// (temperature finite and `>= 0`, `top_p` in `(0, 1]`, `min_p` in `[0, 1]`), naming the field
+    /// and the value. A `top_k` above `u32::MAX` keeps all, as it would on the host.
+    pub fn new(temperature: f32, top_k: usize, top_p: f32, min_p: f32, seed: u64, step: u64) -> Result<Self> {
         let bad = |reason: String| Err(Error::Unsupported { entry: "sample_rows".to_string(), reason });
         if !temperature.is_finite() || temperature < 0.0 {
             return bad(format!("temperature must be finite and >= 0, got {temperature}"));
@@ -72,8 +73,11 @@ impl SamplingRow {
         if !(top_p > 0.0 && top_p <= 1.0) {
             return bad(format!("top_p must be in (0, 1], got {top_p}"));
         }
+        if !(0.0..=1.0).contains(&min_p) {
+            return bad(format!("min_p must be in [0, 1], got {min_p}"));
+        }
         let top_k = u32::try_from(top_k).unwrap_or(u32::MAX);
-        Ok(Self { seed, step, temperature, top_k, top_p, pad: 0 })
+        Ok(Self { seed, step, temperature, top_k, top_p, min_p })
     }
 }
 
@@ -230,7 +234,7 @@ mod tests {
             "float temperature;",
             "unsigned top_k;",
             "float top_p;",
-            "unsigned pad;",
+            "float min_p;",
         ];
         let mut at = src.find("struct SamplingRow {").expect("sampling_common.cuh defines SamplingRow");
         for f in fields {
@@ -242,19 +246,22 @@ mod tests {
 
     #[test]
     fn parameters_are_checked_like_the_oracle_and_name_the_field() {
-        for (t, p, needle) in [
-            (-0.5, 1.0, "temperature"),
-            (f32::NAN, 1.0, "temperature"),
-            (f32::INFINITY, 1.0, "temperature"),
-            (1.0, 0.0, "top_p"),
-            (1.0, 1.5, "top_p"),
-            (1.0, f32::NAN, "top_p"),
+        for (t, p, m, needle) in [
+            (-0.5, 1.0, 0.0, "temperature"),
+            (f32::NAN, 1.0, 0.0, "temperature"),
+            (f32::INFINITY, 1.0, 0.0, "temperature"),
+            (1.0, 0.0, 0.0, "top_p"),
+            (1.0, 1.5, 0.0, "top_p"),
+            (1.0, f32::NAN, 0.0, "top_p"),
+            (1.0, 1.0, -0.1, "min_p"),
+            (1.0, 1.0, 1.5, "min_p"),
+            (1.0, 1.0, f32::NAN, "min_p"),
         ] {
-            let e = SamplingRow::new(t, 0, p, 0, 0).unwrap_err().to_string();
-            assert!(e.contains(needle), "{t} {p}: {e}");
+            let e = SamplingRow::new(t, 0, p, m, 0, 0).unwrap_err().to_string();
+            assert!(e.contains(needle), "{t} {p} {m}: {e}");
         }
-        let r = SamplingRow::new(0.7, usize::MAX, 0.9, 5, 6).unwrap();
-        assert_eq!((r.top_k, r.seed, r.step), (u32::MAX, 5, 6));
+        let r = SamplingRow::new(0.7, usize::MAX, 0.9, 0.05, 5, 6).unwrap();
+        assert_eq!((r.top_k, r.min_p, r.seed, r.step), (u32::MAX, 0.05, 5, 6));
     }
 
     #[test]

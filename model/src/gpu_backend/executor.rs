@@ -7,7 +7,7 @@
 //! executor runs the step in that order, decode sequences first, and maps the logits back. A
 //! row's result does not depend on where it sits in the step, so the order changes no bit.
 //!
-//! A row whose request sets a parameter the kernel lacks (logits processors, min-p:
+//! A row whose request sets a parameter the kernel lacks (logits processors:
 //! [`SamplingRow::on_device`]) takes the host path: the step's picked logits rows come back and
 //! the oracle's `draw`, the same function the CPU backend calls, picks its token from the raw
 //! row. Every other row keeps the device's token whatever its neighbours ask, so a request's
@@ -278,7 +278,7 @@ impl GpuExecutor {
             .iter()
             .map(|r| {
                 let p = &r.params;
-                Ok(DeviceSamplingRow::new(p.temperature, p.top_k, p.top_p, p.seed, r.step)?)
+                Ok(DeviceSamplingRow::new(p.temperature, p.top_k, p.top_p, p.min_p, p.seed, r.step)?)
             })
             .collect::<Result<Vec<_>>>()?;
         params.resize(rows.max(params.len()), greedy());
@@ -381,7 +381,7 @@ impl GpuExecutor {
 
 /// Settings for a row whose token is dropped: the cheapest draw.
 fn greedy() -> DeviceSamplingRow {
-    DeviceSamplingRow::new(0.0, 0, 1.0, 0, 0).expect("greedy settings are valid")
+    DeviceSamplingRow::new(0.0, 0, 1.0, 0.0, 0, 0).expect("greedy settings are valid")
 }
 
 /// `plan` with its sequences in `order`: ids, metadata and slots rebuilt, rows moved with their

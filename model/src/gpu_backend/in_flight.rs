@@ -70,6 +70,7 @@ mod tests {
     use super::*;
     use crate::scheduler::ScheduledSeq;
     use ndarray::Array2;
+    use oracle::decode::processors::{LogitsProcessors, ProcessorState};
     use oracle::decode::sampler::SamplingParams;
     use oracle::hp1::AttnMetadata;
 
@@ -106,8 +107,10 @@ mod tests {
             slot_mapping: vec![0; 8],
         };
         let plain = SamplingRow::plain(SamplingParams::greedy(), 0);
-        let min_p = SamplingRow::plain(SamplingParams { min_p: 0.1, ..SamplingParams::with_temperature(1.0, 1) }, 0);
-        let drawn = drawn_on_device(&plan, &[1, 2, 3], &[plain, min_p, plain]);
+        let penalised =
+            ProcessorState::new(LogitsProcessors { presence_penalty: 0.5, ..LogitsProcessors::none() }, vec![], &[]);
+        let on_host = SamplingRow { processing: Some(&penalised), ..plain };
+        let drawn = drawn_on_device(&plan, &[1, 2, 3], &[plain, on_host, plain]);
         assert_eq!(drawn, HashMap::from([(11, 0), (13, 2)]));
     }
 }

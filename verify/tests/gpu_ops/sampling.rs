@@ -21,20 +21,24 @@ const ROWS: usize = 64;
 /// `(temperature, top_k, top_p)` per row, cycled: greedy, pure temperature, top-k 1 and 50, top-p
 /// 0.5 and 0.9 with and without top-k, and a top-k past the shared-memory sort (3000) with top-p
 /// (0.9999 puts the cut inside the tie group at the top-k boundary).
-const CONFIGS: [(f32, usize, f32); 13] = [
-    (0.0, 0, 1.0),
-    (1.0, 0, 1.0),
-    (0.7, 50, 1.0),
-    (1.0, 1, 1.0),
-    (1.3, 0, 0.9),
-    (0.8, 0, 0.5),
-    (1.0, 50, 0.9),
-    (0.6, 50, 0.5),
-    (1.0, 3000, 0.9),
-    (2.0, 3000, 1.0),
-    (0.9, 0, 0.99),
-    (0.0, 50, 0.5),
-    (1.0, 3000, 0.9999),
+const CONFIGS: [(f32, usize, f32, f32); 17] = [
+    (0.0, 0, 1.0, 0.0),
+    (1.0, 0, 1.0, 0.0),
+    (0.7, 50, 1.0, 0.0),
+    (1.0, 1, 1.0, 0.0),
+    (1.3, 0, 0.9, 0.0),
+    (0.8, 0, 0.5, 0.0),
+    (1.0, 50, 0.9, 0.0),
+    (0.6, 50, 0.5, 0.0),
+    (1.0, 3000, 0.9, 0.0),
+    (2.0, 3000, 1.0, 0.0),
+    (0.9, 0, 0.99, 0.0),
+    (0.0, 50, 0.5, 0.0),
+    (1.0, 3000, 0.9999, 0.0),
+    (1.0, 0, 1.0, 0.05),
+    (1.5, 0, 1.0, 0.3),
+    (0.7, 50, 0.9, 0.1),
+    (0.0, 0, 1.0, 0.2),
 ];
 
 /// `rows` rows of `vocab` logits: each row a sum of two uniforms times a scale of 1, 3 or 8
@@ -95,7 +99,7 @@ fn sample_and_compare(
     let device_rows: Vec<SamplingRow> = params
         .iter()
         .zip(steps)
-        .map(|(p, &step)| SamplingRow::new(p.temperature, p.top_k, p.top_p, p.seed, step))
+        .map(|(p, &step)| SamplingRow::new(p.temperature, p.top_k, p.top_p, p.min_p, p.seed, step))
         .collect::<gpu::Result<_>>()
         .map_err(|e| e.to_string())?;
     let mut faults = g(Faults::new(gpu))?;
@@ -120,8 +124,8 @@ fn sample_and_compare(
         if got[r] != token || got_kept[r] as usize != count {
             let p = &params[r];
             return Err(format!(
-                "{label} row {r} (T {}, top_k {}, top_p {}, seed {}, step {}): GPU token {} with {} survivors, oracle {token} with {count}",
-                p.temperature, p.top_k, p.top_p, p.seed, steps[r], got[r], got_kept[r]
+                "{label} row {r} (T {}, top_k {}, top_p {}, min_p {}, seed {}, step {}): GPU token {} with {} survivors, oracle {token} with {count}",
+                p.temperature, p.top_k, p.top_p, p.min_p, p.seed, steps[r], got[r], got_kept[r]
             ));
         }
     }
@@ -161,15 +165,16 @@ pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
                 let seeds = Counter::new(seed, 31);
                 let params: Vec<SamplingParams> = (0..ROWS)
                     .map(|r| {
-                        let (temperature, top_k, top_p) = CONFIGS[(r + round as usize) % CONFIGS.len()];
-                        SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed: seeds.bits(&[r as u64]) }
+                        let (temperature, top_k, top_p, min_p) = CONFIGS[(r + round as usize) % CONFIGS.len()];
+                        SamplingParams { temperature, top_k, top_p, min_p, seed: seeds.bits(&[r as u64]) }
                     })
                     .collect();
                 let steps: Vec<u64> = (0..ROWS as u64).map(|r| round * 1_000_003 + r * (1 << 33)).collect();
                 let label = format!("vocab {vocab} tied {tied} round {round}");
                 sample_and_compare(gpu, &sampler, &logits, vocab, &params, &steps, &label, tied)?;
-                // Every configuration once in a batch small enough for 8 CTAs a row (64 rows take 2).
-                let few = CONFIGS.len();
+                // A batch small enough for 8 CTAs a row (64 rows take 2): 16 rows, the configurations
+                // from the round's own offset, so that the rounds together hold each of them.
+                let few = 16;
                 let label = format!("{label}, {few} rows");
                 sample_and_compare(
                     gpu,
@@ -261,7 +266,7 @@ pub fn bad_logit_rows_are_reported_not_sampled(gpu: &Arc<Gpu>) -> Check {
     let vocab = 512;
     let mut logits = draw_logits(77, 4, vocab, false);
     logits[2 * vocab + 100] = f32::NAN;
-    let params = vec![SamplingRow::new(1.0, 0, 0.9, 1, 0).map_err(|e| e.to_string())?; 4];
+    let params = vec![SamplingRow::new(1.0, 0, 0.9, 0.0, 1, 0).map_err(|e| e.to_string())?; 4];
     let (logits_d, params_d) = (g(gpu.upload(&logits))?, g(gpu.upload(&params))?);
     let (got, got_kept) = draw_once(gpu, &sampler, &logits_d, vocab, &params_d, &mut faults)?;
     if got_kept[2] != 0
