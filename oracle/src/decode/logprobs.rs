@@ -73,7 +73,6 @@ pub fn likeliest(row: &[f32], top: usize) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::strategy::Strategy;
 
     #[test]
     fn logprobs_are_the_log_softmax_of_the_row() {
@@ -100,15 +99,7 @@ mod tests {
         /// Logits from a handful of values (ties everywhere), -inf and both zeros among them.
         #[test]
         fn the_one_pass_top_is_the_sorted_top(
-            row in proptest::collection::vec(
-                proptest::prop_oneof![
-                    (-4i32..4).prop_map(|x| x as f32 * 0.5),
-                    proptest::strategy::Just(f32::NEG_INFINITY),
-                    proptest::strategy::Just(-0.0f32),
-                    -30f32..30.0,
-                ],
-                0..300,
-            ),
+            row in crate::decode::test_rows::rows(-4..4, 0.5, -30.0..30.0, 0..300),
             top in 0usize..40,
         ) {
             proptest::prop_assert_eq!(likeliest(&row, top), likeliest_by_sorting(&row, top.min(row.len())));

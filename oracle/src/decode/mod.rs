@@ -28,6 +28,8 @@ pub mod request;
 pub mod sampler;
 pub mod stop;
 #[cfg(test)]
+mod test_rows;
+#[cfg(test)]
 mod test_tokenizers;
 
 pub use detok::IncrementalDetokenizer;

@@ -291,7 +291,6 @@ fn argmax_first<T: PartialOrd>(values: impl Iterator<Item = T>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::strategy::Strategy;
 
     fn params(temperature: f32, top_k: usize, top_p: f32, seed: u64) -> SamplingParams {
         SamplingParams { temperature, top_k, top_p, min_p: 0.0, seed }
@@ -434,15 +433,7 @@ mod tests {
         /// the scan stops early, with masked tokens; every filter on and off.
         #[test]
         fn the_keyed_sampler_draws_what_sorting_ids_draws(
-            row in proptest::collection::vec(
-                proptest::prop_oneof![
-                    4 => (-16i32..16).prop_map(|x| x as f32 * 0.5),
-                    4 => -80f32..40.0,
-                    1 => proptest::strategy::Just(f32::NEG_INFINITY),
-                    1 => proptest::strategy::Just(-0.0f32),
-                ],
-                1..1200,
-            ),
+            row in crate::decode::test_rows::rows(-16..16, 0.5, -80.0..40.0, 1..1200),
             t in 0.05f32..4.0,
             top_k in proptest::prop_oneof![proptest::strategy::Just(0usize), 1usize..400],
             top_p in proptest::prop_oneof![proptest::strategy::Just(1.0f32), 0.05f32..1.0],
@@ -466,15 +457,7 @@ mod tests {
         /// Rows long enough for the radix sort, with few distinct logits (long runs of ties).
         #[test]
         fn long_rows_sort_by_the_whole_key(
-            row in proptest::collection::vec(
-                proptest::prop_oneof![
-                    (-8i32..8).prop_map(|x| x as f32 * 0.25),
-                    proptest::strategy::Just(f32::NEG_INFINITY),
-                    proptest::strategy::Just(-0.0f32),
-                    -1e30f32..1e30,
-                ],
-                RADIX_FROM..3 * RADIX_FROM,
-            ),
+            row in crate::decode::test_rows::rows(-8..8, 0.25, -1e30..1e30, RADIX_FROM..3 * RADIX_FROM),
         ) {
             let keys: Vec<u64> = row.iter().zip(0u32..).map(|(&l, v)| order_key(l, v)).collect();
             let mut want = keys.clone();
