@@ -1,6 +1,6 @@
 //! Token selection on the device (`sampling.cu`): greedy argmax and the Gumbel-max sampler of
-//! `oracle::decode::sampler` (temperature, top-k, top-p, Philox noise keyed by seed, step and
-//! token), a thread-block cluster of CTAs per row of logits on Hopper ([`row_ctas`]; one CTA
+//! `oracle::decode::sampler` (temperature, top-k, top-p, min-p, Philox noise keyed by seed, step
+//! and token), a thread-block cluster of CTAs per row of logits on Hopper ([`row_ctas`]; one CTA
 //! before it). The kernel's header states the algorithm, its cost, and the one place it is not
 //! the oracle's arithmetic to the bit. Rows are f32, or bf16 (the LM head's output, read as it is:
 //! each element widens exactly to the f32 the oracle's row holds, so a bf16 row and its widened
@@ -51,7 +51,7 @@ pub struct SamplingRow {
     pub top_k: u32,
     /// In `(0, 1]`; `1` keeps all.
     pub top_p: f32,
-    /// In `[0, 1]`: drop tokens whose probability is below `min_p` times the largest; `0` keeps all.
+    /// In `[0, 1]`: drop tokens less likely than `min_p` times the likeliest; `0` keeps all.
     pub min_p: f32,
 }
 
