@@ -1,16 +1,17 @@
 #line 2 "sampling.cu"
 // Choosing each row's next token on the device: greedy argmax, and the Gumbel-max sampler with
-// temperature, top-k, top-p and min-p of oracle::decode::sampler, step for step (its module doc is the
-// specification; the numbers below refer to its steps). Needs sampling_common.cuh before it (the
-// launch constants, the row types, SamplingRow, Scratch, the order, Philox and the reductions).
+// temperature, top-k, top-p and min-p of oracle::decode::sampler, step for step (its module doc is
+// the specification; the numbers below refer to its steps). Needs sampling_common.cuh before it
+// (the launch constants, the row types, SamplingRow, Scratch, the order, Philox and the
+// reductions).
 //
-// Buffers: logits [rows, vocab], f32 (argmax_rows, sample_rows) or bf16 (the `_bf16` entries:
-// the LM head's output read as it is, each value widened exactly to its f32); params SamplingRow
-// [rows] (seed, step, temperature, top_k, top_p, min_p: gpu::ops::sampling::SamplingRow, same
-// layout); tokens u32 [rows]; survivors u32 [rows] (how many tokens the filters left, 1 at temperature 0,
-// 0 for a faulted row); fault as in ops_common.cuh. Launch: C CTAs of THREADS threads per row,
-// rows * C CTAs in x, in clusters of C along x (the row's cluster, below; C = 1 launches no
-// clusters), static shared memory (Scratch, about 38 KiB); vocab < 2^31.
+// Buffers: logits [rows, vocab], f32 (argmax_rows, sample_rows) or bf16 (the `_bf16` entries: the
+// LM head's output read as it is, each value widened exactly to its f32); params SamplingRow [rows]
+// (seed, step, temperature, top_k, top_p, min_p: gpu::ops::sampling::SamplingRow, same layout);
+// tokens u32 [rows]; survivors u32 [rows] (how many tokens the filters left, 1 at temperature 0, 0
+// for a faulted row); fault as in ops_common.cuh. Launch: C CTAs of THREADS threads per row, rows *
+// C CTAs in x, in clusters of C along x (the row's cluster, below; C = 1 launches no clusters),
+// static shared memory (Scratch, about 38 KiB); vocab < 2^31.
 //
 // ROW SCAN. Steps 1 and, for a row whose temperature is its only filter (no top-k below the vocab,
 // top-p 1), 5 read the whole row once; they are split over the C CTAs of the row's cluster (sm_90
@@ -48,7 +49,7 @@
 //     stays only where exp(logit / T - s0) >= min_p in f64 (s0 the largest logit / T, whose own
 //     weight is 1, so it always stays); each that stays gets score = logit / T + gumbel(seed, step,
 //     id) in f64 with Philox4x32-10 exactly as oracle::decode::philox; block argmax, ties to the
-//     lower id. A row with min_p is never a temperature-only row (ROW SCAN): s0 must be known first.
+//     lower id. A row with min_p is never a temperature-only row (ROW SCAN): s0 comes first.
 // Every reduction has a fixed order, so a row's token does not depend on timing or on the batch.
 //
 // Not bit-exact with the oracle: CUDA's double exp and log are within 1 ulp of libm's, so a

@@ -105,8 +105,8 @@ impl Faults {
 
     /// Enqueues the word's copy into `host` and its clearing behind the copy, both on the stream:
     /// for a step whose results are read later, while the steps queued after it record into a
-    /// clean word. Read `host` with [`describe`] once the copy is done (wait for an event recorded behind it:
-    /// with the runtime's event tracking off, page-locked memory records none of its own).
+    /// clean word. Read `host` with [`describe`] once the copy is done: wait for an event recorded
+    /// behind it (with the runtime's event tracking off, page-locked memory records none).
     pub fn enqueue_read(&mut self, host: &mut PinnedHostSlice<u32>) -> Result<()> {
         self.stream.memcpy_dtoh(&self.word, host)?;
         self.stream.memset_zeros(&mut self.word)?;

@@ -172,8 +172,8 @@ pub fn sampler_draws_the_oracles_tokens(gpu: &Arc<Gpu>) -> Check {
                 let steps: Vec<u64> = (0..ROWS as u64).map(|r| round * 1_000_003 + r * (1 << 33)).collect();
                 let label = format!("vocab {vocab} tied {tied} round {round}");
                 sample_and_compare(gpu, &sampler, &logits, vocab, &params, &steps, &label, tied)?;
-                // A batch small enough for 8 CTAs a row (64 rows take 2): 16 rows, the configurations
-                // from the round's own offset, so that the rounds together hold each of them.
+                // A batch small enough for 8 CTAs a row (64 rows take 2): 16 rows, the
+                // configurations from the round's own offset, so that the rounds hold each of them.
                 let few = 16;
                 let label = format!("{label}, {few} rows");
                 sample_and_compare(
