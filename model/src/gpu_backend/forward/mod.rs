@@ -28,9 +28,13 @@
 //! eager path does all three per step. A CUDA graph ([`GpuModel::capture`]) records `enqueue` once
 //! per shape and replays it after each `upload` of a step of that shape. Where the step program
 //! runs the layers in the decode megakernel, `plan` also records their ops into its table; one
-//! walk over the ops (`bindings`) binds each op to its buffers for both.
+//! walk over the ops (`bindings`) binds each op to its buffers for both. Logits rows reach the host
+//! through `logits`.
 
 mod bindings;
+mod logits;
+
+pub use logits::widen_rows;
 
 use std::sync::Arc;
 
@@ -52,17 +56,11 @@ use gpu::{Gpu, Graph};
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Linears, RowSplit};
 use super::pending_feed::FeedRun;
-use super::step_buffers::{logit_rows, row_runs, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
+use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
 use crate::start_times::StartTimes;
-
-/// `rows` rows of `vocab` bf16 logits widened to f32, `[rows, vocab]`.
-pub fn widen_rows(bits: &[bf16], rows: usize, vocab: usize) -> Array2<f32> {
-    let widened = bits[..rows * vocab].iter().map(|x| x.to_f32()).collect();
-    Array2::from_shape_vec((rows, vocab), widened).expect("rows * vocab elements")
-}
 
 /// `(n, k)` of a weight's GEMM: what planning loads and enqueueing launches.
 fn gemm_nk(dims: &ModelDims, heads: &HeadShape, weight: Weight) -> (usize, usize) {
@@ -387,38 +385,6 @@ impl GpuModel {
         self.launch(step, &picked)?;
         self.kernels.faults.check()?;
         self.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>())
-    }
-
-    /// Rows `rows` (ascending) of the last step's logits, widened to f32, in that order (waits for
-    /// the device). Only these rows cross to the host: one copy per run of consecutive rows.
-    pub fn download_logit_rows(&self, rows: &[usize]) -> Result<Array2<f32>> {
-        let mut bits = vec![bf16::ZERO; rows.len() * self.dims.vocab_size];
-        self.enqueue_logit_rows(rows, &mut bits)?;
-        // A copy into pageable memory returns once done; the wait states it for every driver.
-        self.gpu.stream().synchronize().map_err(gpu::Error::from)?;
-        Ok(widen_rows(&bits, rows.len(), self.dims.vocab_size))
-    }
-
-    /// Enqueues the copy of rows `rows` (ascending) of the last step's logits into `dst`, in that
-    /// order, one copy per run of consecutive rows; `dst` holds them once the stream has run the
-    /// copies (page-locked memory is written asynchronously).
-    pub fn enqueue_logit_rows(&self, rows: &[usize], dst: &mut [bf16]) -> Result<()> {
-        let vocab = self.dims.vocab_size;
-        let held = self.bufs.logits.len() / vocab;
-        if !rows.windows(2).all(|w| w[0] < w[1]) || rows.last().is_some_and(|&r| r >= held) {
-            return Err(Error::Executor(format!("logits rows {rows:?} are not ascending below {held}")));
-        }
-        if dst.len() < rows.len() * vocab {
-            return Err(Error::Executor(format!("{} logits rows into room for {}", rows.len(), dst.len() / vocab)));
-        }
-        let stream = self.gpu.stream();
-        let mut at = 0;
-        for (first, len) in row_runs(rows) {
-            let src = self.bufs.logits.slice(first * vocab..(first + len) * vocab);
-            stream.memcpy_dtoh(&src, &mut dst[at * vocab..(at + len) * vocab]).map_err(gpu::Error::from)?;
-            at += len;
-        }
-        Ok(())
     }
 
     /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device, beside
