@@ -335,10 +335,7 @@ impl GpuExecutor {
     /// redraws the rows that are not [`SamplingRow::on_device`] afterwards), each pending token
     /// copied from the step before's draws; records which sequences this step draws for.
     fn enqueue_draws(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], seqs: &[usize]) -> Result<()> {
-        let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
-        let order: Vec<usize> =
-            (0..lens.len()).filter(|&s| lens[s] == 1).chain((0..lens.len()).filter(|&s| lens[s] != 1)).collect();
-        let (ids, meta, slots, row_of) = reordered(plan, &order);
+        let (lens, (ids, meta, slots, row_of)) = decodes_first(plan);
         let qsl = &plan.meta.query_start_loc;
         let rows = (0..lens.len()).map(|s| (row_of[qsl[s] as usize], plan.seqs[s].id, ids[row_of[qsl[s] as usize]]));
         let mut feed = feed_runs(rows, &self.drawn)?;
@@ -384,9 +381,22 @@ fn greedy() -> DeviceSamplingRow {
     DeviceSamplingRow::new(0.0, 0, 1.0, 0.0, 0, 0).expect("greedy settings are valid")
 }
 
+/// A step's ids, metadata and slots in another sequence order, and for each plan row its row there.
+type Reordered = (Vec<u32>, AttnMetadata, Vec<i64>, Vec<usize>);
+
+/// Each sequence's query length, and `plan` [`reordered`] with its decode sequences first (the
+/// order the forward wants, keeping the scheduler's order within each class).
+fn decodes_first(plan: &StepPlan) -> (Vec<i32>, Reordered) {
+    let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
+    let order: Vec<usize> =
+        (0..lens.len()).filter(|&s| lens[s] == 1).chain((0..lens.len()).filter(|&s| lens[s] != 1)).collect();
+    let step = reordered(plan, &order);
+    (lens, step)
+}
+
 /// `plan` with its sequences in `order`: ids, metadata and slots rebuilt, rows moved with their
 /// sequences. Returns the step and, for each plan row, its row in the reordered step.
-fn reordered(plan: &StepPlan, order: &[usize]) -> (Vec<u32>, AttnMetadata, Vec<i64>, Vec<usize>) {
+fn reordered(plan: &StepPlan, order: &[usize]) -> Reordered {
     let meta = &plan.meta;
     let qsl = &meta.query_start_loc;
     let mut table = Array2::<i32>::zeros(meta.block_table.dim());
@@ -438,12 +448,7 @@ impl StepExecutor for GpuExecutor {
                 Ok(StepOutput { sampled, logits })
             }
             LogitsWanted::AllRows => {
-                let lens: Vec<i32> = plan.meta.query_start_loc.windows(2).map(|w| w[1] - w[0]).collect();
-                let order: Vec<usize> = (0..lens.len())
-                    .filter(|&s| lens[s] == 1)
-                    .chain((0..lens.len()).filter(|&s| lens[s] != 1))
-                    .collect();
-                let (ids, meta, slots, row_of) = reordered(plan, &order);
+                let (_, (ids, meta, slots, row_of)) = decodes_first(plan);
                 let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
                 // The sampled rows first, so the device sampler reads them as in any other step.
                 let mut picked: Vec<u32> =
