@@ -60,12 +60,12 @@ impl InstantDraws {
 }
 
 impl StepExecutor for InstantDraws {
-    fn execute(&mut self, _: &StepPlan, rows: &[SamplingRow<'_>], _: LogitsWanted) -> model::Result<StepOutput> {
+    fn execute(&mut self, _: &StepPlan, rows: &[SamplingRow<'_>], _: &LogitsWanted) -> model::Result<StepOutput> {
         Self::spin_until(Instant::now() + self.wait);
         Ok(StepOutput { sampled: self.draws(rows.len()), logits: None })
     }
 
-    fn submit(&mut self, _: &StepPlan, rows: &[SamplingRow<'_>], _: LogitsWanted) -> model::Result<Submitted> {
+    fn submit(&mut self, _: &StepPlan, rows: &[SamplingRow<'_>], _: &LogitsWanted) -> model::Result<Submitted> {
         let start = self.queue.back().map_or(Instant::now(), |&(end, _)| end.max(Instant::now()));
         let draws = self.draws(rows.len());
         self.queue.push_back((start + self.wait, draws));

@@ -88,7 +88,7 @@ impl<T: Scalar> CpuExecutor<T> {
     }
 
     /// Computes `plan`, each pending token replaced by the one the step before drew.
-    fn run(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+    fn run(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: &LogitsWanted) -> Result<StepOutput> {
         let fed;
         let plan = match plan.token_ids.contains(&PENDING_TOKEN) {
             false => plan,
@@ -116,11 +116,12 @@ impl<T: Scalar> CpuExecutor<T> {
         &mut self,
         plan: &StepPlan,
         sampling: &[SamplingRow<'_>],
-        wanted: LogitsWanted,
+        wanted: &LogitsWanted,
     ) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
+        let query_rows = wanted.query_rows(plan.token_ids.len())?;
         let rows = match wanted {
-            LogitsWanted::AllRows => LogitRows::All,
+            LogitsWanted::QueryRows(_) => LogitRows::All,
             LogitsWanted::Discard | LogitsWanted::ScoredRows => LogitRows::LastPerSeq,
         };
         let step =
@@ -142,7 +143,7 @@ impl<T: Scalar> CpuExecutor<T> {
         }
         .mapv(|x| x.f64() as f32);
         let last_row = |i: usize| match wanted {
-            LogitsWanted::AllRows => plan.meta.query_start_loc[i + 1] as usize - 1,
+            LogitsWanted::QueryRows(_) => plan.meta.query_start_loc[i + 1] as usize - 1,
             LogitsWanted::Discard | LogitsWanted::ScoredRows => i,
         };
         // In parallel: a row's processors and sampler take 0.3 to 5 ms at Qwen3's vocabulary.
@@ -160,14 +161,14 @@ impl<T: Scalar> CpuExecutor<T> {
                 let scored: Vec<usize> = scored_rows(sampling).into_iter().map(|j| seqs[j]).collect();
                 Some(logits.select(Axis(0), &scored))
             }
-            LogitsWanted::AllRows => Some(logits),
+            LogitsWanted::QueryRows(_) => Some(logits.select(Axis(0), query_rows)),
         };
         Ok(StepOutput { sampled, logits })
     }
 }
 
 impl<T: Scalar> StepExecutor for CpuExecutor<T> {
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: &LogitsWanted) -> Result<StepOutput> {
         if !self.queued.is_empty() {
             return Err(Error::Executor("a step run at once while others are queued".into()));
         }
@@ -176,14 +177,14 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
 
     /// Queues a step whose rows have no processors and that wants at most its scored rows'
     /// logits, unless the gate is being counted; runs any other at once.
-    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: &LogitsWanted) -> Result<Submitted> {
         let plain = sampling.iter().all(|r| r.processing.is_none());
-        if wanted == LogitsWanted::AllRows || !plain || self.gates.is_some() {
+        if matches!(wanted, LogitsWanted::QueryRows(_)) || !plain || self.gates.is_some() {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
         sampling_seqs(plan, sampling)?;
         let rows = sampling.iter().map(|r| (r.params, r.step, r.scored)).collect();
-        self.queued.push_back(QueuedStep { plan: plan.clone(), rows, wanted });
+        self.queued.push_back(QueuedStep { plan: plan.clone(), rows, wanted: wanted.clone() });
         Ok(Submitted::InFlight)
     }
 
@@ -194,7 +195,7 @@ impl<T: Scalar> StepExecutor for CpuExecutor<T> {
             .into_iter()
             .map(|(params, step, scored)| SamplingRow { scored, ..SamplingRow::plain(params, step) })
             .collect();
-        self.run(&plan, &rows, wanted)
+        self.run(&plan, &rows, &wanted)
     }
 
     fn kv_capacity(&self) -> KvCapacity {

@@ -3,9 +3,10 @@
 //!
 //! Sampling sits below the seam so that a GPU backend never copies `[rows, vocab]` logits to the
 //! host: it hands back one id per sampling sequence. Logits come back only when the engine asks:
-//! every row when it records them (`--dump-logits`, a prompt's logprobs under `echo`), and the
-//! rows of the requests that want their tokens' logprobs ([`SamplingRow::scored`]), never a
-//! neighbour's: one such request in a batch of 128 costs one row's copy, not 128. Every backend
+//! every row when it records them (`--dump-logits`), the prompt rows of the requests that want
+//! their prompt's logprobs, and the rows of the requests that want their tokens' logprobs
+//! ([`SamplingRow::scored`]), never a neighbour's: one such request in a batch of 128 costs one
+//! row's copy, not 128. Every backend
 //! samples with SPEC section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend
 //! calls the oracle's [`oracle::decode::draw`], the GPU backend a kernel that draws the same token
 //! from the same logits, and the oracle's `draw` on the host for a row whose request sets a
@@ -28,15 +29,49 @@ use crate::error::{Error, Result};
 use crate::scheduler::StepPlan;
 
 /// Whether a step hands its logits back to the host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogitsWanted {
     /// None: only the sampled tokens come back.
     Discard,
     /// The raw row each scored token was drawn from ([`SamplingRow::scored`], for its
     /// logprobs), `[scored sampling rows, vocab]` in sampling order.
     ScoredRows,
-    /// Every query row of the step (for `--dump-logits`), `[num_tokens, vocab]` in plan order.
-    AllRows,
+    /// The query rows listed (plan rows, ascending): every row of a sequence whose prompt's
+    /// logprobs are recorded (and each scored sequence's last row), or every row of the step for
+    /// `--dump-logits`; `[rows, vocab]` in that order. Only these rows reach the host, so a prompt
+    /// that asks for its logprobs costs its own rows, not every row of its step.
+    QueryRows(Vec<usize>),
+}
+
+impl LogitsWanted {
+    /// The rows a [`LogitsWanted::QueryRows`] lists (none for the others), after checking that
+    /// they ascend within the `num_tokens` rows of the step.
+    pub fn query_rows(&self, num_tokens: usize) -> Result<&[usize]> {
+        let Self::QueryRows(rows) = self else { return Ok(&[]) };
+        if !rows.windows(2).all(|w| w[0] < w[1]) || rows.last().is_some_and(|&r| r >= num_tokens) {
+            return Err(Error::Executor(format!(
+                "logits rows must ascend below the step's {num_tokens} query rows, got {} rows from {:?} to {:?}",
+                rows.len(),
+                rows.first(),
+                rows.last()
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// The plan rows whose logits this asks for, in the order they come back (`None` for
+    /// [`LogitsWanted::Discard`]): what to pick from every row's logits.
+    pub fn plan_rows(&self, plan: &StepPlan, sampling: &[SamplingRow<'_>]) -> Result<Option<Vec<usize>>> {
+        Ok(match self {
+            Self::Discard => None,
+            Self::ScoredRows => {
+                let seqs = sampling_seqs(plan, sampling)?;
+                let last = |j: usize| plan.meta.query_start_loc[seqs[j] + 1] as usize - 1;
+                Some(scored_rows(sampling).into_iter().map(last).collect())
+            }
+            Self::QueryRows(_) => Some(self.query_rows(plan.token_ids.len())?.to_vec()),
+        })
+    }
 }
 
 /// How one sampling sequence draws its next token.
@@ -77,7 +112,7 @@ impl<'a> SamplingRow<'a> {
 pub struct StepOutput {
     /// One token per sampling sequence (`plan.seqs[i].samples`), in plan order.
     pub sampled: Vec<u32>,
-    /// `[num_tokens, vocab]` f32 logits when [`LogitsWanted::AllRows`] was asked,
+    /// `[rows, vocab]` f32 logits of the rows a [`LogitsWanted::QueryRows`] lists,
     /// `[scored sampling rows, vocab]` for [`LogitsWanted::ScoredRows`], else `None`.
     pub logits: Option<Array2<f32>>,
 }
@@ -108,11 +143,11 @@ pub trait StepExecutor: Send {
     /// Runs `plan`, then draws a token for each sequence with `samples` set, from the logits of
     /// its last query row, with `sampling[j]` for the `j`-th such sequence. Refuses (changing
     /// nothing) a `sampling` whose length is not the number of sampling sequences.
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: LogitsWanted) -> Result<StepOutput>;
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: &LogitsWanted) -> Result<StepOutput>;
     /// As [`StepExecutor::execute`], but an executor that queues work on a device may return
     /// before the step has run ([`Submitted::InFlight`]), so the host plans the next step
     /// meanwhile. By default the step runs at once.
-    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: LogitsWanted) -> Result<Submitted> {
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], logits: &LogitsWanted) -> Result<Submitted> {
         Ok(Submitted::Done(self.execute(plan, sampling, logits)?))
     }
     /// Waits for the oldest step in flight and returns its output; refuses when none is.

@@ -75,6 +75,7 @@ backend_tests!(
     bad_requests_are_refused_and_leave_the_engine_usable,
     the_executor_samples_and_returns_logits_only_when_recording,
     only_the_rows_of_requests_that_want_logprobs_come_back,
+    only_the_prompt_rows_of_the_request_that_wants_them_come_back,
     blocks_are_taken_as_tokens_are_computed_and_all_come_back,
     preempted_requests_get_the_tokens_and_logits_they_get_alone,
     abort_frees_blocks_at_once_and_leaves_the_others_alone,
@@ -190,20 +191,20 @@ impl Spy {
 }
 
 impl StepExecutor for Spy {
-    fn execute(&mut self, plan: &StepPlan, rows: &[SamplingRow], wanted: LogitsWanted) -> model::Result<StepOutput> {
-        let out = self.inner.execute(plan, rows, LogitsWanted::AllRows)?;
+    fn execute(&mut self, plan: &StepPlan, rows: &[SamplingRow], wanted: &LogitsWanted) -> model::Result<StepOutput> {
+        let every_row = LogitsWanted::QueryRows((0..plan.token_ids.len()).collect());
+        let out = self.inner.execute(plan, rows, &every_row)?;
         let logits = out.logits.expect("asked for every row");
         let params = rows.iter().map(|r| (r.params, r.step)).collect();
         let scored = rows.iter().map(|r| r.scored).collect();
-        let call = Call { plan: plan.clone(), rows: params, scored, wanted, sampled: out.sampled.clone(), logits };
-        let handed = match wanted {
-            LogitsWanted::Discard => None,
-            LogitsWanted::AllRows => Some(call.logits.clone()),
-            LogitsWanted::ScoredRows => {
-                let last = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).zip(rows).filter(|(_, r)| r.scored);
-                let rows: Vec<usize> = last.map(|((i, _), _)| plan.meta.query_start_loc[i + 1] as usize - 1).collect();
-                Some(call.logits.select(ndarray::Axis(0), &rows))
-            }
+        let handed = wanted.plan_rows(plan, rows)?.map(|r| logits.select(ndarray::Axis(0), &r));
+        let call = Call {
+            plan: plan.clone(),
+            rows: params,
+            scored,
+            wanted: wanted.clone(),
+            sampled: out.sampled.clone(),
+            logits,
         };
         self.log.lock().unwrap().push(call);
         Ok(StepOutput { sampled: out.sampled, logits: handed })
@@ -344,9 +345,9 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
         let (spy, log) = Spy::wrap((b.make)(256));
         let mut e = engine_over(spy, Opts { record, prefill_chunk: 8, ..Opts::default() });
         let done = run(&mut e, reqs.clone());
-        let want = if record { LogitsWanted::AllRows } else { LogitsWanted::Discard };
         for call in log.lock().unwrap().iter() {
-            assert_eq!(call.wanted, want);
+            let every_row = LogitsWanted::QueryRows((0..call.plan.token_ids.len()).collect());
+            assert_eq!(call.wanted, if record { every_row } else { LogitsWanted::Discard });
             let sampling: Vec<_> = call.plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).collect();
             assert_eq!((sampling.len(), call.sampled.len()), (call.rows.len(), call.rows.len()));
             for (((i, p), row), &token) in sampling.into_iter().zip(&call.rows).zip(&call.sampled) {
@@ -404,6 +405,42 @@ fn only_the_rows_of_requests_that_want_logprobs_come_back(b: Backend) {
     let without = run(&mut engine_over((b.make)(256), Opts { prefill_chunk: 8, ..Opts::default() }), plain);
     let tokens = |cs: &[Completion]| cs.iter().map(|c| c.token_ids.clone()).collect::<Vec<_>>();
     assert_eq!(tokens(&done), tokens(&without), "asking for logprobs changes no token");
+}
+
+/// A request that wants its prompt's logprobs has its own prompt rows brought back while its
+/// prompt is computed, never a neighbour's, and its prompt logprobs are those rows'
+/// log-softmaxes; asking changes no token.
+fn only_the_prompt_rows_of_the_request_that_wants_them_come_back(b: Backend) {
+    let mut reqs = mixed(4, 6);
+    reqs[2].prompt_logprobs = Some(1);
+    let prompt = reqs[2].prompt.clone();
+    let (spy, log) = Spy::wrap((b.make)(256));
+    let mut e = engine_over(spy, Opts { prefill_chunk: 8, ..Opts::default() });
+    let done = run(&mut e, reqs.clone());
+    let (mut want, mut asked) = (vec![None], 0);
+    for call in log.lock().unwrap().iter() {
+        let qsl = &call.plan.meta.query_start_loc;
+        let mut rows = Vec::new();
+        for (i, p) in call.plan.seqs.iter().enumerate().filter(|(_, p)| p.id == 2 && p.start < prompt.len()) {
+            for (pos, r) in (p.start..).zip(qsl[i] as usize..qsl[i + 1] as usize) {
+                rows.push(r);
+                asked += 1;
+                if pos + 1 < prompt.len() {
+                    want.push(Some(token_logprobs(call.logits.row(r).as_slice().unwrap(), prompt[pos + 1], 1)));
+                }
+            }
+        }
+        match rows.is_empty() {
+            true => assert_eq!(call.wanted, LogitsWanted::Discard),
+            false => assert_eq!(call.wanted, LogitsWanted::QueryRows(rows), "request 2's rows alone"),
+        }
+    }
+    assert_eq!(asked, prompt.len(), "each prompt row once");
+    assert_eq!(done[2].prompt_logprobs.as_ref().expect("asked for"), &want);
+    assert!(done.iter().enumerate().all(|(i, c)| c.prompt_logprobs.is_some() == (i == 2)));
+    let without = run(&mut engine_over((b.make)(256), Opts { prefill_chunk: 8, ..Opts::default() }), mixed(4, 6));
+    let tokens = |cs: &[Completion]| cs.iter().map(|c| c.token_ids.clone()).collect::<Vec<_>>();
+    assert_eq!(tokens(&done), tokens(&without), "asking for prompt logprobs changes no token");
 }
 
 /// A sequence holds the blocks its computed tokens need: a prompt chunk's worth after admission,

@@ -66,8 +66,9 @@ struct Spy {
 }
 
 impl StepExecutor for Spy {
-    fn execute(&mut self, plan: &StepPlan, rows: &[SamplingRow], wanted: LogitsWanted) -> model::Result<StepOutput> {
-        let out = self.inner.execute(plan, rows, LogitsWanted::AllRows)?;
+    fn execute(&mut self, plan: &StepPlan, rows: &[SamplingRow], wanted: &LogitsWanted) -> model::Result<StepOutput> {
+        let every_row = LogitsWanted::QueryRows((0..plan.token_ids.len()).collect());
+        let out = self.inner.execute(plan, rows, &every_row)?;
         let logits = out.logits.expect("asked for every row");
         let mut kept = self.rows.lock().unwrap();
         for (i, p) in plan.seqs.iter().enumerate() {
@@ -76,7 +77,7 @@ impl StepExecutor for Spy {
                 kept.entry((p.id, pos)).or_insert_with(|| row.iter().map(|x| x.to_bits()).collect());
             }
         }
-        let handed = (wanted == LogitsWanted::AllRows).then_some(logits);
+        let handed = wanted.plan_rows(plan, rows)?.map(|r| logits.select(ndarray::Axis(0), &r));
         Ok(StepOutput { sampled: out.sampled, logits: handed })
     }
 

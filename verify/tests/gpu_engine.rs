@@ -141,7 +141,7 @@ fn drive_on(
             .filter(|s| s.samples)
             .map(|s| SamplingRow::plain(params[&s.id], generated.get(&s.id).copied().unwrap_or(0) as u64))
             .collect();
-        let out = exec.execute(&plan, &sampling, LogitsWanted::Discard).map_err(err)?;
+        let out = exec.execute(&plan, &sampling, &LogitsWanted::Discard).map_err(err)?;
         let sampling_ids: Vec<u64> = plan.seqs.iter().filter(|s| s.samples).map(|s| s.id).collect();
         if let Some(w) = plan.seqs.iter().find(|s| s.id == WATCHED) {
             watched.widest = watched.widest.max(w.len);
@@ -352,12 +352,12 @@ impl StepExecutor for DepthCounted {
         &mut self,
         plan: &StepPlan,
         rows: &[SamplingRow<'_>],
-        wanted: LogitsWanted,
+        wanted: &LogitsWanted,
     ) -> model::Result<StepOutput> {
         self.inner.execute(plan, rows, wanted)
     }
 
-    fn submit(&mut self, plan: &StepPlan, rows: &[SamplingRow<'_>], wanted: LogitsWanted) -> model::Result<Submitted> {
+    fn submit(&mut self, plan: &StepPlan, rows: &[SamplingRow<'_>], wanted: &LogitsWanted) -> model::Result<Submitted> {
         let submitted = self.inner.submit(plan, rows, wanted)?;
         if matches!(submitted, Submitted::InFlight) {
             self.depth += 1;

@@ -7,7 +7,8 @@
 //! both must give the oracle's token. The logits handed to the engine for logprobs (the scored
 //! rows alone, beside neighbours whose rows stay on the device) must be the bits the tokens were
 //! drawn from. Then each request's tokens and logprobs are the same bits alone, beside the
-//! others, with graphs off, and beside an `echo` request (whose step brings back every row).
+//! others, with graphs off, and beside an `echo` request (whose step brings back its prompt rows),
+//! whose own tokens and prompt logprobs are those it gets alone.
 //!
 //! The model is gpu_engine's (two layers, hidden 256, head dim 128, the byte tokenizer's
 //! vocabulary, random weights). Without a GPU every check prints that it was skipped.
@@ -62,7 +63,7 @@ impl StepExecutor for Checked {
         &mut self,
         plan: &StepPlan,
         sampling: &[SamplingRow<'_>],
-        wanted: LogitsWanted,
+        wanted: &LogitsWanted,
     ) -> model::Result<StepOutput> {
         let out = self.inner.execute(plan, sampling, wanted)?;
         let rows = self.inner.last_logits(sampling.len())?;
@@ -91,9 +92,10 @@ impl StepExecutor for Checked {
                 (Some(l), LogitsWanted::ScoredRows) => {
                     scored.iter().position(|&k| k == j).filter(|&k| k < l.nrows()).map(|k| l.row(k).to_owned())
                 }
-                (Some(l), LogitsWanted::AllRows) => {
+                (Some(l), LogitsWanted::QueryRows(r)) => {
                     let s = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).nth(j).map(|(i, _)| i);
-                    s.map(|i| l.row(plan.meta.query_start_loc[i + 1] as usize - 1).to_owned())
+                    let last = s.map(|i| plan.meta.query_start_loc[i + 1] as usize - 1);
+                    last.and_then(|last| r.binary_search(&last).ok()).map(|k| l.row(k).to_owned())
                 }
                 _ => None,
             };
@@ -263,12 +265,17 @@ fn beside_echo(gpu: &Arc<Gpu>) -> Check {
     let (dir, cfg) = write_model("gpu-sampling", "echo")?;
     let sets = parameter_sets();
     let (mut e, _) = engine(gpu, &dir, &cfg, true)?;
+    let prompt_bits = |c: &Completion| {
+        let lp = c.prompt_logprobs.iter().flatten().flatten();
+        lp.flat_map(|l| l.top.iter().map(|t| t.1.to_bits()).chain([l.logprob.to_bits()])).collect::<Vec<_>>()
+    };
+    let echo_alone = run(&mut e, &[echo_request()])?.remove(0);
     for (name, r) in &sets {
         let alone = bits(&run(&mut e, std::slice::from_ref(r))?[0]);
         let together = run(&mut e, &[echo_request(), r.clone()])?;
         if bits(&together[1]) != alone {
             return Err(format!(
-                "{name}: beside an echo request (every row's logits picked) tokens {:?}, alone {:?}",
+                "{name}: beside an echo request (its prompt rows' logits picked) tokens {:?}, alone {:?}",
                 together[1].token_ids, alone.0
             ));
         }
@@ -278,6 +285,9 @@ fn beside_echo(gpu: &Arc<Gpu>) -> Check {
                 "the echo request got {prompt_lp} prompt logprobs for {} tokens",
                 echo_request().prompt.len()
             ));
+        }
+        if (bits(&together[0]), prompt_bits(&together[0])) != (bits(&echo_alone), prompt_bits(&echo_alone)) {
+            return Err(format!("{name}: the echo request's tokens or logprobs differ beside it from alone"));
         }
     }
     std::fs::remove_dir_all(&dir).map_err(err)?;

@@ -288,10 +288,20 @@ impl Engine {
         // One walk over the plan, one lookup of each sequence's state: at 128 sequences the
         // map's lookups were a seventh of the engine's host time (host_step under perf).
         let mut rows: Vec<SamplingRow> = Vec::with_capacity(plan.seqs.len());
-        let (mut prompt_rows, mut token_rows, mut num_decodes) = (false, false, 0);
-        for p in &plan.seqs {
+        // Each sequence's query rows that come back should any prompt's rows be wanted: all of
+        // them where its prompt's logprobs are recorded, its last where its token is scored.
+        let mut query_rows: Vec<std::ops::Range<usize>> = Vec::new();
+        let (mut prompt_rows, mut token_rows, mut num_decodes) = (self.record_logits, false, 0);
+        for (i, p) in plan.seqs.iter().enumerate() {
             let active = &self.active[&p.id];
-            prompt_rows |= active.wants_prompt_rows(p.start, p.len);
+            let (first, end) = (plan.meta.query_start_loc[i] as usize, plan.meta.query_start_loc[i + 1] as usize);
+            let scored = p.samples && active.sampling_row().scored;
+            if self.record_logits || active.wants_prompt_rows(p.start, p.len) {
+                prompt_rows = true;
+                query_rows.push(first..end);
+            } else if scored {
+                query_rows.push(end - 1..end);
+            }
             if p.samples {
                 let row = active.sampling_row();
                 token_rows |= row.scored;
@@ -300,14 +310,14 @@ impl Engine {
             num_decodes += usize::from(p.len == 1);
         }
         let shape = StepRows { num_seqs: plan.seqs.len(), num_tokens: plan.token_ids.len(), num_decodes };
-        let wanted = match (self.record_logits || prompt_rows, token_rows) {
-            (true, _) => LogitsWanted::AllRows,
+        let wanted = match (prompt_rows, token_rows) {
+            (true, _) => LogitsWanted::QueryRows(query_rows.into_iter().flatten().collect()),
             (false, true) => LogitsWanted::ScoredRows,
             (false, false) => LogitsWanted::Discard,
         };
         let executing = Instant::now();
         self.last_times.schedule += executing - scheduling;
-        let submitted = self.executor.submit(&plan, &rows, wanted)?;
+        let submitted = self.executor.submit(&plan, &rows, &wanted)?;
         let submitting = executing.elapsed();
         self.last_times.submit += submitting;
         self.last_times.execute += submitting;
@@ -340,8 +350,9 @@ impl Engine {
             return Err(Error::Executor(format!("asked for {} tokens, got {}", scored.len(), out.sampled.len())));
         }
         let vocab = self.executor.vocab_size();
+        let query_rows = wanted.query_rows(plan.token_ids.len())?;
         let expected_rows = match wanted {
-            LogitsWanted::AllRows => plan.token_ids.len(),
+            LogitsWanted::QueryRows(_) => query_rows.len(),
             LogitsWanted::ScoredRows => scored.iter().filter(|&&s| s).count(),
             LogitsWanted::Discard => 0,
         };
@@ -349,9 +360,11 @@ impl Engine {
         if wanted != LogitsWanted::Discard && logits.is_none() {
             return Err(Error::Executor(format!("expected [{expected_rows}, {vocab}] logits")));
         }
-        if wanted == LogitsWanted::AllRows {
+        // Plan row `r`'s logits row under `QueryRows`.
+        let query_row = |r: usize| query_rows.binary_search(&r).ok();
+        if let LogitsWanted::QueryRows(_) = wanted {
             let logits = logits.expect("checked above");
-            self.record_prompt_logprobs(&plan, logits);
+            self.record_prompt_logprobs(&plan, logits, query_row);
             if self.record_logits {
                 self.record(&plan, logits);
             }
@@ -389,9 +402,10 @@ impl Engine {
                 .enumerate()
                 .map(|(j, &(i, p, token))| {
                     let row = match wanted {
-                        LogitsWanted::AllRows => Some(l.row(plan.meta.query_start_loc[i + 1] as usize - 1)),
-                        _ => scored_row[j].map(|k| l.row(k)),
+                        LogitsWanted::QueryRows(_) => query_row(plan.meta.query_start_loc[i + 1] as usize - 1),
+                        _ => scored_row[j],
                     };
+                    let row = row.map(|k| l.row(k));
                     self.active.get(&p.id)?.score(token, row)
                 })
                 .collect(),
@@ -420,17 +434,25 @@ impl Engine {
         Ok(events)
     }
 
-    /// Records, for each sequence that asked, the prompt logprobs this step's rows give.
-    fn record_prompt_logprobs(&mut self, plan: &StepPlan, logits: &Array2<f32>) {
+    /// Records, for each sequence that asked, the prompt logprobs this step's rows give:
+    /// `logits` holds the rows `query_row` finds, each sequence's all or none but its last.
+    fn record_prompt_logprobs(
+        &mut self,
+        plan: &StepPlan,
+        logits: &Array2<f32>,
+        query_row: impl Fn(usize) -> Option<usize>,
+    ) {
         for (i, p) in plan.seqs.iter().enumerate() {
+            // A sequence's first row came back only with all its rows, which follow in order.
+            let Some(first) = query_row(plan.meta.query_start_loc[i] as usize) else { continue };
             let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
-            let first_row = plan.meta.query_start_loc[i] as usize;
-            active.record_prompt_rows(p.start, p.len, |pos| logits.row(first_row + pos - p.start));
+            active.record_prompt_rows(p.start, p.len, |pos| logits.row(first + pos - p.start));
         }
     }
 
     /// Keeps each sequence's rows of `logits` that it has not recorded yet (a recomputation after a
     /// preemption starts again at position 0).
+    /// `logits` holds every query row of the step, as recording asks.
     fn record(&mut self, plan: &StepPlan, logits: &Array2<f32>) {
         let vocab = self.executor.vocab_size();
         for (i, p) in plan.seqs.iter().enumerate() {

@@ -12,10 +12,11 @@
 //! the oracle's `draw`, the same function the CPU backend calls, picks its token from the raw
 //! row. Every other row keeps the device's token whatever its neighbours ask, so a request's
 //! tokens do not depend on its batch. Only the rows the host reads are copied: those it draws
-//! again and those whose tokens' logprobs are wanted ([`LogitsWanted::ScoredRows`]), never a
-//! plain neighbour's (128 rows of Qwen3's vocabulary are 39 MB of bf16). With every row's logits
-//! asked (`--dump-logits`, a prompt's logprobs), the step picks its sampled rows first and every
-//! other row after them, so the sampler reads the same first rows as in any other step.
+//! again, those whose tokens' logprobs are wanted ([`LogitsWanted::ScoredRows`]) and the query
+//! rows asked for ([`LogitsWanted::QueryRows`]: a prompt's logprobs, `--dump-logits`), never a
+//! plain neighbour's (128 rows of Qwen3's vocabulary are 39 MB of bf16). The LM head runs on the
+//! sampled rows first and the other rows asked for after them, so the sampler reads the same
+//! first rows as in any other step.
 //!
 //! With `cuda_graphs`, a step of decode rows only (the steady state of generation) replays the
 //! whole-step graph of its bucket, sampler included ([`super::decode_graphs`]); every other step
@@ -44,7 +45,7 @@ use super::decode_kernel::DecodeKernel;
 use super::forward::{widen_rows, GpuModel, KvSize};
 use super::in_flight::{drawn_on_device, InFlightRing};
 use super::pending_feed::{feed_runs, FeedRun};
-use super::step_buffers::Capacity;
+use super::step_buffers::{picked_extra, Capacity};
 use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
@@ -333,8 +334,16 @@ impl GpuExecutor {
 
     /// Enqueues `plan` with a token drawn on the device for each sampling sequence (the host
     /// redraws the rows that are not [`SamplingRow::on_device`] afterwards), each pending token
-    /// copied from the step before's draws; records which sequences this step draws for.
-    fn enqueue_draws(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], seqs: &[usize]) -> Result<()> {
+    /// copied from the step before's draws; records which sequences this step draws for. The
+    /// logits rows are the sampling rows', in sampling order, then those of the plan rows `extra`
+    /// (ascending) that are not among them: returns each extra row's logits row.
+    fn enqueue_draws(
+        &mut self,
+        plan: &StepPlan,
+        sampling: &[SamplingRow<'_>],
+        seqs: &[usize],
+        extra: &[usize],
+    ) -> Result<Vec<usize>> {
         let (lens, (ids, meta, slots, row_of)) = decodes_first(plan);
         let qsl = &plan.meta.query_start_loc;
         let rows = (0..lens.len()).map(|s| (row_of[qsl[s] as usize], plan.seqs[s].id, ids[row_of[qsl[s] as usize]]));
@@ -342,15 +351,17 @@ impl GpuExecutor {
         feed.sort_by_key(|r| r.row);
         let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::LastPerSeq };
         let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
-        if !(all_decode && self.replay_decode(&step, sampling, &feed)?) {
-            let picked: Vec<u32> = seqs.iter().map(|&s| row_of[qsl[s + 1] as usize - 1] as u32).collect();
+        let mut extra_rows = Vec::new();
+        if !(all_decode && extra.is_empty() && self.replay_decode(&step, sampling, &feed)?) {
+            let mut picked: Vec<u32> = seqs.iter().map(|&s| row_of[qsl[s + 1] as usize - 1] as u32).collect();
+            extra_rows = picked_extra(&mut picked, extra.iter().map(|&r| row_of[r] as u32));
             self.model.launch_fed(&step, &picked, Some(&self.tokens), &feed)?;
-            if !picked.is_empty() {
+            if !sampling.is_empty() {
                 self.sample_on_device(sampling)?;
             }
         }
         self.drawn = drawn_on_device(plan, seqs, sampling);
-        Ok(())
+        Ok(extra_rows)
     }
 
     /// After the device drew `sampled` from the first `sampling.len()` picked rows: with `rows`
@@ -417,83 +428,59 @@ fn reordered(plan: &StepPlan, order: &[usize]) -> Reordered {
 }
 
 impl StepExecutor for GpuExecutor {
-    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<StepOutput> {
+    fn execute(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: &LogitsWanted) -> Result<StepOutput> {
         if !self.in_flight.is_empty() {
             return Err(Error::Executor("a step run at once while others are in flight".into()));
         }
         let seqs = sampling_seqs(plan, sampling)?;
-        match wanted {
-            LogitsWanted::Discard | LogitsWanted::ScoredRows => {
-                self.enqueue_draws(plan, sampling, &seqs)?;
-                let mut sampled = match seqs.is_empty() {
-                    true => {
-                        self.model.faults().check()?;
-                        Vec::new()
-                    }
-                    false => self.finish(sampling.len())?,
-                };
-                // Only the rows the host reads cross: those it draws again and the scored ones.
-                let scoring = wanted == LogitsWanted::ScoredRows;
-                let needed: Vec<usize> = (0..sampling.len())
-                    .filter(|&j| !sampling[j].on_device() || (scoring && sampling[j].scored))
-                    .collect();
-                if needed.is_empty() {
-                    let logits = scoring.then(|| Array2::zeros((0, self.model.dims().vocab_size)));
-                    return Ok(StepOutput { sampled, logits });
-                }
-                let rows = self.model.download_logit_rows(&needed)?;
-                Self::redraw_on_host(sampling, &needed, &rows, &mut sampled)?;
-                let scored: Vec<usize> = (0..needed.len()).filter(|&k| sampling[needed[k]].scored).collect();
-                let logits = scoring.then(|| rows.select(Axis(0), &scored));
-                Ok(StepOutput { sampled, logits })
+        let extra = self.enqueue_draws(plan, sampling, &seqs, wanted.query_rows(plan.token_ids.len())?)?;
+        let mut sampled = match seqs.is_empty() {
+            true => {
+                self.model.faults().check()?;
+                Vec::new()
             }
-            LogitsWanted::AllRows => {
-                let (_, (ids, meta, slots, row_of)) = decodes_first(plan);
-                let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
-                // The sampled rows first, so the device sampler reads them as in any other step.
-                let mut picked: Vec<u32> =
-                    seqs.iter().map(|&s| row_of[plan.meta.query_start_loc[s + 1] as usize - 1] as u32).collect();
-                let mut is_picked = vec![false; ids.len()];
-                picked.iter().for_each(|&r| is_picked[r as usize] = true);
-                picked.extend((0..ids.len() as u32).filter(|&r| !is_picked[r as usize]));
-                self.model.launch(&step, &picked)?;
-                let mut sampled = match seqs.is_empty() {
-                    true => {
-                        self.model.faults().check()?;
-                        Vec::new()
-                    }
-                    false => {
-                        self.sample_on_device(sampling)?;
-                        self.finish(sampling.len())?
-                    }
-                };
-                // Its draws are redrawn on the host below: none is left for a step planned ahead.
-                self.drawn.clear();
-                let downloaded = self.model.download_logit_rows(&(0..ids.len()).collect::<Vec<_>>())?;
-                Self::redraw_on_host(sampling, &(0..sampling.len()).collect::<Vec<_>>(), &downloaded, &mut sampled)?;
-                // Row `r` of the plan is row `row_of[r]` of the step, picked at `pick_of[row_of[r]]`.
-                let mut pick_of = vec![0usize; ids.len()];
-                picked.iter().enumerate().for_each(|(i, &r)| pick_of[r as usize] = i);
-                let order: Vec<usize> = row_of.iter().map(|&r| pick_of[r]).collect();
-                Ok(StepOutput { sampled, logits: Some(downloaded.select(Axis(0), &order)) })
-            }
-        }
+            false => self.finish(sampling.len())?,
+        };
+        // Only the rows the host reads cross: those it draws again, the scored ones and the
+        // query rows asked for. The sampling rows come first among the logits rows.
+        let scoring = *wanted == LogitsWanted::ScoredRows;
+        let mut needed: Vec<usize> = (0..sampling.len())
+            .filter(|&j| !sampling[j].on_device() || (scoring && sampling[j].scored))
+            .chain(extra.iter().copied())
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let rows = match needed.is_empty() {
+            true => Array2::zeros((0, self.model.dims().vocab_size)),
+            false => self.model.download_logit_rows(&needed)?,
+        };
+        let drawn_rows = needed.partition_point(|&k| k < sampling.len());
+        Self::redraw_on_host(sampling, &needed[..drawn_rows], &rows, &mut sampled)?;
+        let position = |k: usize| needed.binary_search(&k).expect("every row returned was downloaded");
+        let logits = match wanted {
+            LogitsWanted::Discard => None,
+            LogitsWanted::ScoredRows => Some(scored_rows(sampling)),
+            LogitsWanted::QueryRows(_) => Some(extra),
+        };
+        let logits = logits.map(|k| rows.select(Axis(0), &k.into_iter().map(position).collect::<Vec<_>>()));
+        Ok(StepOutput { sampled, logits })
     }
 
     /// A step whose every row draws on the device and that wants at most its scored rows' logits
     /// is queued: its tokens, fault word and scored rows are copied into a landing of page-locked
     /// memory behind it, and [`StepExecutor::collect`] waits for those copies alone. Any other
     /// step runs at once.
-    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: LogitsWanted) -> Result<Submitted> {
-        let queued = wanted != LogitsWanted::AllRows && !self.measuring && sampling.iter().all(|r| r.on_device());
+    fn submit(&mut self, plan: &StepPlan, sampling: &[SamplingRow<'_>], wanted: &LogitsWanted) -> Result<Submitted> {
+        let queued =
+            !matches!(wanted, LogitsWanted::QueryRows(_)) && !self.measuring && sampling.iter().all(|r| r.on_device());
         if !queued {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
         self.in_flight.vacant()?;
         let seqs = sampling_seqs(plan, sampling)?;
-        self.enqueue_draws(plan, sampling, &seqs)?;
+        self.enqueue_draws(plan, sampling, &seqs, &[])?;
         let rows = sampling.len();
-        let scored = (wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
+        let scored = (*wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
         let vocab = self.model.dims().vocab_size;
         let at = self.in_flight.vacant()?;
         self.model.faults().enqueue_read(&mut at.faults)?;

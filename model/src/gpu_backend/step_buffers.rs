@@ -36,6 +36,21 @@ pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
     }
 }
 
+/// Appends to `picked` (the query rows that get logits, each once) the rows of `extra` it lacks,
+/// in their order; returns each extra row's logits row (its index in `picked`).
+pub fn picked_extra(picked: &mut Vec<u32>, extra: impl IntoIterator<Item = u32>) -> Vec<usize> {
+    let mut at: std::collections::HashMap<u32, usize> = picked.iter().enumerate().map(|(i, &r)| (r, i)).collect();
+    extra
+        .into_iter()
+        .map(|r| {
+            *at.entry(r).or_insert_with(|| {
+                picked.push(r);
+                picked.len() - 1
+            })
+        })
+        .collect()
+}
+
 /// `rows` (ascending logits rows) as runs of consecutive rows, `(first, len)`, in order: one copy
 /// each when only some rows come back to the host.
 pub fn row_runs(rows: &[usize]) -> Vec<(usize, usize)> {
@@ -349,6 +364,15 @@ mod tests {
         assert_eq!(row_runs(&[]), vec![]);
         assert_eq!(row_runs(&[0, 1, 2, 3]), vec![(0, 4)]);
         assert_eq!(row_runs(&[2, 5, 6, 9, 10, 11, 40]), vec![(2, 1), (5, 2), (9, 3), (40, 1)]);
+    }
+
+    #[test]
+    fn extra_rows_are_picked_once_after_the_sampling_rows() {
+        let mut picked = vec![7, 2, 11];
+        assert_eq!(picked_extra(&mut picked, [0, 2, 3, 11, 12]), vec![3, 1, 4, 2, 5]);
+        assert_eq!(picked, vec![7, 2, 11, 0, 3, 12]);
+        assert_eq!(picked_extra(&mut picked, []), Vec::<usize>::new());
+        assert_eq!(picked.len(), 6);
     }
 
     fn meta(lens: &[(i32, i32)]) -> AttnMetadata {

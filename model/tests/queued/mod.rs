@@ -49,12 +49,12 @@ impl StepExecutor for Queued {
         &mut self,
         plan: &StepPlan,
         rows: &[SamplingRow<'_>],
-        wanted: LogitsWanted,
+        wanted: &LogitsWanted,
     ) -> model::Result<StepOutput> {
         self.inner.execute(plan, rows, wanted)
     }
 
-    fn submit(&mut self, plan: &StepPlan, rows: &[SamplingRow<'_>], wanted: LogitsWanted) -> model::Result<Submitted> {
+    fn submit(&mut self, plan: &StepPlan, rows: &[SamplingRow<'_>], wanted: &LogitsWanted) -> model::Result<Submitted> {
         let submitted = self.inner.submit(plan, rows, wanted)?;
         if let Submitted::InFlight = submitted {
             self.depth += 1;
