@@ -120,8 +120,14 @@ impl<T: Scalar> CpuExecutor<T> {
     ) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
         let query_rows = wanted.query_rows(plan.token_ids.len())?;
+        let last = |i: usize| plan.meta.query_start_loc[i + 1] as usize - 1;
+        // Under `QueryRows` the LM head runs on the rows asked for and the sampled rows alone.
+        let mut listed: Vec<usize> = query_rows.iter().copied().chain(seqs.iter().map(|&i| last(i))).collect();
+        listed.sort_unstable();
+        listed.dedup();
+        let at = |r: &usize| listed.binary_search(r).expect("every row read is listed");
         let rows = match wanted {
-            LogitsWanted::QueryRows(_) => LogitRows::All,
+            LogitsWanted::QueryRows(_) => LogitRows::Listed(&listed),
             LogitsWanted::Discard | LogitsWanted::ScoredRows => LogitRows::LastPerSeq,
         };
         let step =
@@ -143,7 +149,7 @@ impl<T: Scalar> CpuExecutor<T> {
         }
         .mapv(|x| x.f64() as f32);
         let last_row = |i: usize| match wanted {
-            LogitsWanted::QueryRows(_) => plan.meta.query_start_loc[i + 1] as usize - 1,
+            LogitsWanted::QueryRows(_) => at(&last(i)),
             LogitsWanted::Discard | LogitsWanted::ScoredRows => i,
         };
         // In parallel: a row's processors and sampler take 0.3 to 5 ms at Qwen3's vocabulary.
@@ -161,7 +167,7 @@ impl<T: Scalar> CpuExecutor<T> {
                 let scored: Vec<usize> = scored_rows(sampling).into_iter().map(|j| seqs[j]).collect();
                 Some(logits.select(Axis(0), &scored))
             }
-            LogitsWanted::QueryRows(_) => Some(logits.select(Axis(0), query_rows)),
+            LogitsWanted::QueryRows(_) => Some(logits.select(Axis(0), &query_rows.iter().map(at).collect::<Vec<_>>())),
         };
         Ok(StepOutput { sampled, logits })
     }

@@ -60,6 +60,19 @@ fn prefill_chunked_prefill_and_decode_give_the_same_logits() {
     assert!(rel_l2(&other, &whole) > 1e-2);
 }
 
+/// The listed rows' logits are those rows of every row's, bit for bit, in the listed order.
+#[test]
+fn listed_logits_rows_are_those_rows_of_all() {
+    let m = model::<f64>(12);
+    let prompts: Vec<Vec<u32>> = [7, 12].iter().enumerate().map(|(i, &n)| prompt(50 + i as u64, n, 512)).collect();
+    let blocks: Vec<Vec<i32>> = vec![vec![0], vec![1]];
+    let run = |rows| step(&m, &mut KvCache::new(&m.dims, 2, 16), &parts(&blocks, &prompts, &[0, 0]), rows).unwrap().0;
+    let all = run(LogitRows::All);
+    let listed = [0, 6, 7, 13, 18];
+    assert_eq!(run(LogitRows::Listed(&listed)), all.select(ndarray::Axis(0), &listed));
+    assert_eq!(run(LogitRows::Listed(&[])).nrows(), 0);
+}
+
 fn parts<'a>(blocks: &'a [Vec<i32>], toks: &'a [Vec<u32>], cached: &[usize]) -> Vec<Part<'a>> {
     (0..toks.len()).map(|i| Part { blocks: &blocks[i], cached: cached[i], tokens: &toks[i] }).collect()
 }

@@ -126,6 +126,10 @@ fn bad_step_inputs_are_refused_naming_the_input() {
         *l = LogitRows::LastPerSeq;
     });
     assert!(e.contains("LastPerSeq") && e.contains("sequence 0"), "{e}");
+    for listed in [&[2, 1][..], &[0, 3], &[1, 1]] {
+        let e = step_error(&[1, 2, 3], |_, _, l| *l = LogitRows::Listed(listed));
+        assert!(e.contains("logits") && e.contains("ascend below the step's 3 query rows"), "{listed:?}: {e}");
+    }
 }
 
 #[test]

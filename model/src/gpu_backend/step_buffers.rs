@@ -28,11 +28,13 @@ use gpu::ops::HeadShape;
 use gpu::runtime::Staging;
 use gpu::Gpu;
 
-/// The query rows of `step` its `logits` setting picks: every row, or each sequence's last.
+/// The query rows of `step` its `logits` setting picks: every row, each sequence's last, or those
+/// listed.
 pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
     match step.logits {
         LogitRows::All => (0..step.token_ids.len() as u32).collect(),
         LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
+        LogitRows::Listed(listed) => listed.iter().map(|&r| r as u32).collect(),
     }
 }
 

@@ -136,6 +136,7 @@ impl<T: Scalar> Model<T> {
         match step.logits {
             LogitRows::All => (0..rows.len()).collect(),
             LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as usize - 1).collect(),
+            LogitRows::Listed(listed) => listed.to_vec(),
         }
     }
 

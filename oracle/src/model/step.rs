@@ -4,11 +4,13 @@
 
 /// Which rows of the step get logits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitRows {
+pub enum LogitRows<'a> {
     /// Every query row: `[num_tokens, vocab]`.
     All,
     /// The last query row of each sequence (what sampling needs): `[num_seqs, vocab]`.
     LastPerSeq,
+    /// The query rows listed, ascending: `[rows, vocab]` in that order.
+    Listed(&'a [usize]),
 }
 
 /// One batch step.
@@ -22,5 +24,5 @@ pub struct StepInput<'a> {
     /// with the block table.
     pub slot_mapping: &'a [i64],
     /// Which rows get logits.
-    pub logits: LogitRows,
+    pub logits: LogitRows<'a>,
 }

@@ -139,6 +139,12 @@ pub fn check_step<T: Scalar>(d: &ModelDims, step: &StepInput<'_>, cache: &KvCach
             return invalid("logits", format!("LastPerSeq, but sequence {s} has no query tokens"));
         }
     }
+    if let LogitRows::Listed(listed) = step.logits {
+        let num_tokens = step.token_ids.len();
+        if !listed.windows(2).all(|w| w[0] < w[1]) || listed.last().is_some_and(|&r| r >= num_tokens) {
+            return invalid("logits", format!("listed rows must ascend below the step's {num_tokens} query rows"));
+        }
+    }
     let rows = step.meta.rows();
     let bs = cache.block_size();
     for r in &rows {

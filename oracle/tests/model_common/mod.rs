@@ -65,7 +65,7 @@ pub fn step<T: Scalar>(
     model: &Model<T>,
     cache: &mut KvCache<T>,
     parts: &[Part<'_>],
-    logits: LogitRows,
+    logits: LogitRows<'_>,
 ) -> Result<(Array2<T>, GateStats)> {
     let bs = cache.block_size();
     let width = parts.iter().map(|p| p.blocks.len()).max().unwrap_or(0);
