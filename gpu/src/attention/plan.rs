@@ -336,19 +336,22 @@ pub(crate) mod tests {
     #[test]
     fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
         let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
-        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / 126).
+        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / CHUNK), paired from 1024.
+        let per_row_at_1k = 8 * 1024usize.div_ceil(CHUNK);
+        let unpaired_at_1k = (PAIR_MIN_CTAS - 1) / per_row_at_1k;
         for (rows, context, split, kernel) in [
-            (1, 8192, true, one),    // 528 CTAs
-            (14, 1024, true, one),   // 1008
-            (15, 1024, true, two),   // 1080
-            (1, 16384, true, two),   // 1048
-            (32, 4096, true, two),   // 8192
-            (128, 16384, true, two), // 131072
-            (4096, 200, true, two),  // two chunks
-            (1, 112, false, one),    // 7 blocks of 16: one chunk
-            (127, 16, false, one),   // 1016 CTAs of one chunk each
-            (128, 16, false, two),   // 1024
-            (1, 127, true, one),     // 8 blocks: 128 keys, two chunks
+            (unpaired_at_1k, 1024, true, one), // just under 1024 CTAs
+            (unpaired_at_1k + 1, 1024, true, two),
+            (1, 127 * CHUNK / 16 * 16, true, one), // 1016 (the capacity is whole blocks of 16)
+            (1, 128 * CHUNK, true, two),           // 1024
+            (32, 4096, true, two),                 // thousands of CTAs
+            (128, 16384, true, two),
+            (4096, CHUNK + 1, true, two),     // two chunks
+            (1, 112, false, one),             // 7 blocks of 16: one chunk
+            (127, 16, false, one),            // 1016 CTAs of one chunk each
+            (128, 16, false, two),            // 1024
+            (1, CHUNK, true, one),            // whole blocks of 16 hold more than one chunk
+            (1, CHUNK / 16 * 16, false, one), // whole blocks within one chunk
         ] {
             let (path, group, heads) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
@@ -356,9 +359,10 @@ pub(crate) mod tests {
             assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
-        let wide_blocks = Geometry { block_size: 64, max_blocks_per_seq: 1, ..geometry(8, 0) };
+        let wide_blocks = Geometry { block_size: 64, max_blocks_per_seq: CHUNK / 64, ..geometry(8, 0) };
         assert!(matches!(dispatch(&wide_blocks).0, AttentionPath::Decode(_)));
-        assert!(matches!(dispatch(&Geometry { max_blocks_per_seq: 2, ..wide_blocks }).0, AttentionPath::SplitK(_)));
+        let one_more = Geometry { max_blocks_per_seq: CHUNK / 64 + 1, ..wide_blocks };
+        assert!(matches!(dispatch(&one_more).0, AttentionPath::SplitK(_)));
         // An odd number of query heads per kv head never pairs, however large the grid.
         for (hq, hkv) in [(8, 8), (6, 2), (3, 1)] {
             let g = Geometry { num_heads: hq, num_kv_heads: hkv, ..geometry(256, 16384) };
@@ -374,16 +378,23 @@ pub(crate) mod tests {
         let a = Plan::auto(geometry(1, 8192)).unwrap();
         assert_eq!(a, Plan::auto(geometry(1, 8192)).unwrap());
         assert_eq!(a.path, AttentionPath::SplitK(Pv::Sparse));
-        assert_eq!(a.geometry.max_chunks(), 66);
-        assert_eq!(a.attention.grid, 8 * 66);
-        assert_eq!((a.workspace_len, a.counter_len), (8 * 66 * 128, 8));
+        let chunks = 8192usize.div_ceil(CHUNK);
+        assert_eq!(a.geometry.max_chunks(), chunks);
+        assert_eq!(a.attention.grid as usize, 8 * chunks);
+        assert_eq!((a.workspace_len, a.counter_len), (8 * chunks * 128, 8));
         assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
-        // One row more makes 1056 one-head CTAs: paired heads, half the stage-1 CTAs, the same
+        // Rows enough for 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
         // partials and counters per (row, head).
-        let b = Plan::auto(geometry(2, 8192)).unwrap();
-        assert_eq!((b.attention.entry.as_str(), b.attention.grid), ("hp1_split_d128_g16_h2_sparse", 2 * 4 * 66));
-        assert_eq!((b.workspace_len, b.counter_len), (2 * 8 * 66 * 128, 2 * 8));
+        let rows = PAIR_MIN_CTAS.div_ceil(8 * chunks);
+        let b = Plan::auto(geometry(rows, 8192)).unwrap();
+        assert_eq!(
+            (b.attention.entry.as_str(), b.attention.grid as usize),
+            ("hp1_split_d128_g16_h2_sparse", rows * 4 * chunks)
+        );
+        assert_eq!((b.workspace_len, b.counter_len), (rows * 8 * chunks * 128, rows * 8));
+        let fewer = Plan::auto(geometry(rows - 1, 8192)).unwrap();
+        assert_eq!(fewer.heads, HeadsPerCta::One);
     }
 
     #[test]
@@ -439,13 +450,14 @@ pub(crate) mod tests {
             };
             let group = if heads == HeadsPerCta::Two { GroupSize::Sixteen } else { GroupSize::Eight };
             let plan = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
-            assert_eq!(g.max_chunks(), 5, "528 keys of capacity");
+            let chunks = 528usize.div_ceil(CHUNK);
+            assert_eq!(g.max_chunks(), chunks, "528 keys of capacity");
             let per_kv = hq / hkv;
             let mut seen = std::collections::HashSet::new();
             for bid in 0..plan.attention.grid as usize {
                 let (row, chunk, h0) = split_block(&plan, bid);
                 for h in h0..h0 + heads.count() {
-                    assert!(row < 3 && chunk < 5 && h < hq);
+                    assert!(row < 3 && chunk < chunks && h < hq);
                     assert_eq!(h / per_kv, h0 / per_kv, "the heads of a CTA share a kv head");
                     assert!(seen.insert((row, chunk, h)), "block {bid} repeats {row} {chunk} {h}");
                 }
@@ -454,7 +466,7 @@ pub(crate) mod tests {
                     assert_eq!((prow, pchunk, ph / per_kv), (row, chunk, h0 / per_kv), "a kv head's CTAs run together");
                 }
             }
-            assert_eq!(seen.len(), 3 * 5 * hq);
+            assert_eq!(seen.len(), 3 * chunks * hq);
             // The counter of CTA (row, h0) is row * (Hq / heads) + h0 / heads: inside counter_len.
             assert!((3 - 1) * (hq / heads.count()) + (hq - heads.count()) / heads.count() < plan.counter_len);
         }

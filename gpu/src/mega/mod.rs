@@ -138,7 +138,7 @@ fn refuse(reason: String) -> Error {
 mod tests {
     use super::*;
     use crate::attention::plan::tests::geometry;
-    use crate::attention::{GroupSize, HeadsPerCta};
+    use crate::attention::{GroupSize, HeadsPerCta, CHUNK};
 
     #[test]
     fn a_gemm_has_one_task_per_w_block_of_its_epilogues_rows() {
@@ -157,10 +157,11 @@ mod tests {
         let split = Plan::auto(geometry(1, 1024)).unwrap();
         assert!(matches!(split.path, AttentionPath::SplitK(Pv::Sparse)));
         let op = MegaOp::attention(&split, vec![1, 2, 3]).unwrap();
-        assert_eq!((op.kind, op.tasks, op.rows, op.head_dim), (MegaKind::AttnSplit, 8 * 9, 1, Some(128)));
+        let chunks = 1024usize.div_ceil(CHUNK);
+        assert_eq!((op.kind, op.tasks as usize, op.rows, op.head_dim), (MegaKind::AttnSplit, 8 * chunks, 1, Some(128)));
         // A plan of two heads a CTA still gives one task per head.
         let paired = Plan::with_heads(geometry(4, 1024), split.path, GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
-        assert_eq!(MegaOp::attention(&paired, vec![]).unwrap().tasks, 4 * 8 * 9);
+        assert_eq!(MegaOp::attention(&paired, vec![]).unwrap().tasks as usize, 4 * 8 * chunks);
         let short = Plan::auto(geometry(2, 100)).unwrap();
         let op = MegaOp::attention(&short, vec![]).unwrap();
         assert_eq!((op.kind, op.tasks), (MegaKind::AttnDecode, 2 * 8));
@@ -177,7 +178,8 @@ mod tests {
         assert_eq!(table.len(), 2 * SLOTS);
         assert_eq!(&table[..6], &[1, 128, 7, 8, 9, 0]);
         assert!(table[5..SLOTS].iter().all(|&s| s == 0));
-        assert_eq!(&table[SLOTS..SLOTS + 3], &[5, 72, 5]);
+        let tasks = 8 * 1024usize.div_ceil(CHUNK) as u64;
+        assert_eq!(&table[SLOTS..SLOTS + 3], &[5, tasks, 5]);
         assert_eq!(table[SLOTS + 2 + 21], 5);
         assert_eq!(table[SLOTS + 2 + 22], 0);
     }
