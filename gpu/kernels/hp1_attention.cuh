@@ -80,9 +80,10 @@
 // HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
 // ptxas splits a step's loads at any bound that leaves 4 CTAs or more.
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
-// padded to 16 bytes (544), 8 * CHUNK list entries (1024), 4 * ROUNDS * WARPS counts (16) and
+// padded to 16 bytes (544), 8 * CHUNK list entries (1008), 4 * ROUNDS * WARPS counts (16) and
 // 4 * 1024 stream sums (4096), plus 4 * SLOTS cache rows (576) shared by the heads: 6256 bytes
-// for HP = 1, 11936 for HP = 2, plus split-K's last-CTA flag. CHUNK is about 128 (one key per
+// for HP = 1, 11904 for HP = 2, split-K's last-CTA flag and padding included (cuobjdump's
+// figures for the entries, 7280 and 12928, are 1 KB more each). CHUNK is about 128 (one key per
 // thread and round) rather than 256: twice the split-K CTAs of a short row, which a small decode
 // batch needs to fill the SMs (RESULTS run 45: -7% of the asynct-0.5b B1 step, B128 even). It is
 // 126, not 128, so that a split-K chunk and its FIR overlap are 128 keys at the SPEC's fir_k = 3:
