@@ -54,17 +54,23 @@ impl RequestState {
         }
     }
 
-    /// Whether its tokens are drawn on the device and no logits of its prompt are wanted, so a
-    /// step may be planned before its previous token is on the host (its tokens' logprobs come
-    /// from their scored rows when each step is collected).
+    /// Whether its tokens are drawn on the device and no logits of its prompt are still wanted,
+    /// so a step may be planned before its previous token is on the host (its tokens' logprobs
+    /// come from their scored rows when each step is collected). A request with prompt logprobs
+    /// draws plainly once they are recorded: a recomputation after a preemption reads no row.
     pub fn draws_plainly(&self) -> bool {
-        self.sampling_row().on_device() && self.prompt_logprobs.is_none()
+        self.sampling_row().on_device() && !self.records_prompt()
+    }
+
+    /// Whether some prompt position's logprobs are still to be recorded.
+    fn records_prompt(&self) -> bool {
+        self.prompt_logprobs.is_some() && self.prompt_record.len() < self.prompt.len()
     }
 
     /// Whether computing positions `start..start + len` still records prompt logprobs.
     pub fn wants_prompt_rows(&self, start: usize, len: usize) -> bool {
         let next = self.prompt_record.len().saturating_sub(1);
-        self.prompt_logprobs.is_some() && self.prompt_record.len() < self.prompt.len() && start + len > next
+        self.records_prompt() && start + len > next
     }
 
     /// Records the prompt logprobs that `row(pos)` (the logits of position `pos`) gives, for

@@ -1,8 +1,9 @@
 //! The engine planning each step ahead of the draws in flight, over an executor that queues
 //! steps as a device does (`queued`): the tokens, text and finish of every request are those of
 //! steps planned one at a time, through stop strings learnt a step late, preemptions, admissions
-//! mid-run and aborts while a step is in flight; a request with logprobs is planned ahead too; and
-//! a request drawn on the host or scoring its prompt turns planning ahead off while it lives.
+//! mid-run and aborts while a step is in flight; a request with logprobs is planned ahead too; a
+//! request drawn on the host turns planning ahead off while it lives, and one scoring its prompt
+//! until its prompt is scored.
 
 mod common;
 mod queued;
@@ -177,28 +178,39 @@ fn a_request_that_wants_logprobs_is_planned_ahead_and_gets_the_logprobs_of_steps
 }
 
 #[test]
-fn a_request_drawn_on_the_host_or_scoring_its_prompt_turns_planning_ahead_off_while_it_lives() {
-    let penalised = |mut r: GenerationRequest| {
-        r.processors = LogitsProcessors { repetition_penalty: 1.5, ..LogitsProcessors::none() };
-        r
-    };
-    let echo = |mut r: GenerationRequest| {
-        r.prompt_logprobs = Some(1);
-        r
-    };
-    for (what, blocker) in [("a logits processor", penalised as fn(_) -> _), ("prompt logprobs", echo)] {
-        let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
-        reqs[1] = blocker(reqs[1].clone());
-        let (mut stepwise, _) = engine(512, false);
-        let (want, _) = run(&mut stepwise, &reqs);
-        let (mut e, log) = engine(512, true);
-        let (got, _) = run(&mut e, &reqs);
-        assert_eq!(outcome(&got), outcome(&want), "{what}");
-        assert_eq!(got[1].prompt_logprobs, want[1].prompt_logprobs, "{what}");
-        // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
-        let pending = log.pending_rows.load(Ordering::Relaxed);
-        assert!((1..=3).contains(&pending), "{what}: {pending} rows read a pending token");
-    }
+fn a_request_drawn_on_the_host_turns_planning_ahead_off_while_it_lives() {
+    let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+    reqs[1].processors = LogitsProcessors { repetition_penalty: 1.5, ..LogitsProcessors::none() };
+    let (mut stepwise, _) = engine(512, false);
+    let (want, _) = run(&mut stepwise, &reqs);
+    let (mut e, log) = engine(512, true);
+    let (got, _) = run(&mut e, &reqs);
+    assert_eq!(outcome(&got), outcome(&want));
+    // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
+    let pending = log.pending_rows.load(Ordering::Relaxed);
+    assert!((1..=3).contains(&pending), "{pending} rows read a pending token");
+}
+
+/// Planning ahead stops while a prompt's logprobs are being recorded (the step reads its rows
+/// on the host) and resumes once they are: here the three prompts fill the first step, which
+/// then runs at once, so only the first decode step's three rows are not planned ahead.
+#[test]
+fn a_request_scoring_its_prompt_turns_planning_ahead_off_until_its_prompt_is_scored() {
+    let plain: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
+    let mut reqs = plain.clone();
+    reqs[1].prompt_logprobs = Some(1);
+    let (mut stepwise, _) = engine(512, false);
+    let (want, _) = run(&mut stepwise, &reqs);
+    let (mut e, log) = engine(512, true);
+    let (got, _) = run(&mut e, &reqs);
+    assert_eq!(outcome(&got), outcome(&want));
+    assert_eq!(got[1].prompt_logprobs, want[1].prompt_logprobs);
+    assert_eq!(got[1].prompt_logprobs.as_ref().map(Vec::len), Some(reqs[1].prompt.len()));
+    let (mut ahead, plain_log) = engine(512, true);
+    run(&mut ahead, &plain);
+    let (pending, plain_pending) =
+        (log.pending_rows.load(Ordering::Relaxed), plain_log.pending_rows.load(Ordering::Relaxed));
+    assert_eq!(pending + 3, plain_pending, "planning ahead resumes after the prompt's step");
 }
 
 #[test]
