@@ -34,7 +34,7 @@ mod test_tokenizers;
 
 pub use detok::IncrementalDetokenizer;
 pub use logprobs::{token_logprobs, TokenLogprobs};
-pub use processors::{draw, LogitsProcessors, ProcessorState, TokenHistory};
+pub use processors::{draw, LogitsProcessors, ProcessorEdit, ProcessorState, TokenHistory};
 pub use request::{Emitted, RequestDecoder};
 pub use sampler::{sample, survivors, SamplingParams};
 pub use stop::{FinishReason, Matched, StopConditions, StopMatcher};

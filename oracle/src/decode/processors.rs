@@ -10,6 +10,11 @@
 //!    `l_v * r`; then `frequency_penalty` `f` and `presence_penalty` `p` over output tokens only:
 //!    `l_v -= f * count_v + p * [count_v > 0]`, with `f * count_v + p` computed in f32 first.
 //!
+//! Every step changes only listed tokens and each token's value depends on its own logit alone,
+//! so the four steps are one sparse edit a token ([`ProcessorEdit`], in id order, from
+//! [`ProcessorState::edits`]): [`ProcessorState::apply`] runs them, and a device kernel that runs
+//! the same edits with the same f32 operations gives the same row.
+//!
 //! [`draw`] joins these to the sampler, so the CPU backend and the GPU backend's host path pick a
 //! token from the same function. A request that sets none of them ([`LogitsProcessors::is_none`])
 //! has no [`ProcessorState`]: its row goes straight to the sampler, as on the device.
@@ -134,6 +139,44 @@ impl TokenHistory {
     }
 }
 
+/// What steps 1 to 3 do to one token of a row: each field is one step, in the module doc's order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcessorEdit {
+    /// The token.
+    pub id: u32,
+    /// Step 1: its `logit_bias` entry.
+    pub bias: Option<f32>,
+    /// Step 2: `min_tokens` masks it now (an end id, fewer tokens generated than asked).
+    pub masked: bool,
+    /// Step 3: the repetition penalty divides or multiplies it (seen in the prompt or output,
+    /// with a penalty other than 1).
+    pub repeated: bool,
+    /// Step 3: how many times it was generated, where a frequency or presence penalty is set
+    /// (0 otherwise: no subtraction).
+    pub count: u32,
+}
+
+impl ProcessorEdit {
+    /// The token's logit `l` after the steps, with `p`'s penalties, each operation one f32
+    /// rounding: `l + bias`, `-inf`, `l / r` or `l * r`, `l - (f * count + p)`.
+    pub fn apply(&self, mut l: f32, p: &LogitsProcessors) -> f32 {
+        if let Some(bias) = self.bias {
+            l += bias;
+        }
+        if self.masked {
+            l = f32::NEG_INFINITY;
+        }
+        if self.repeated {
+            let r = p.repetition_penalty;
+            l = if l > 0.0 { l / r } else { l * r };
+        }
+        if self.count > 0 {
+            l -= p.frequency_penalty * self.count as f32 + p.presence_penalty;
+        }
+        l
+    }
+}
+
 /// A request's processors, the ids `min_tokens` masks, and the history they read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessorState {
@@ -159,7 +202,41 @@ impl ProcessorState {
         &self.history
     }
 
-    /// Steps 1 to 3 of the module docs on `row`, in place. Refuses a listed id outside the row.
+    /// The processors these edits apply their penalties with.
+    pub fn processors(&self) -> &LogitsProcessors {
+        &self.processors
+    }
+
+    /// The edits steps 1 to 3 make now, one per token they touch, in ascending id order.
+    pub fn edits(&self) -> Vec<ProcessorEdit> {
+        let p = &self.processors;
+        let mut edits: BTreeMap<u32, ProcessorEdit> = BTreeMap::new();
+        fn edit(edits: &mut BTreeMap<u32, ProcessorEdit>, id: u32) -> &mut ProcessorEdit {
+            edits.entry(id).or_insert(ProcessorEdit { id, bias: None, masked: false, repeated: false, count: 0 })
+        }
+        for &(id, bias) in &p.logit_bias {
+            edit(&mut edits, id).bias = Some(bias);
+        }
+        if self.history.generated < p.min_tokens {
+            for &id in &self.end_ids {
+                edit(&mut edits, id).masked = true;
+            }
+        }
+        if p.repetition_penalty != 1.0 {
+            for &id in &self.history.seen {
+                edit(&mut edits, id).repeated = true;
+            }
+        }
+        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
+            for (&id, &count) in &self.history.output_counts {
+                edit(&mut edits, id).count = count;
+            }
+        }
+        edits.into_values().collect()
+    }
+
+    /// Steps 1 to 3 of the module docs on `row`, in place ([`ProcessorState::edits`], each
+    /// [`ProcessorEdit::apply`]). Refuses a listed id outside the row, changing nothing.
     pub fn apply(&self, row: &mut [f32]) -> Result<()> {
         let p = &self.processors;
         let n = row.len();
@@ -170,25 +247,9 @@ impl ProcessorState {
         if let Some(&id) = self.end_ids.iter().chain(&self.history.seen).find(|&&id| outside(id)) {
             return invalid("logits", format!("a row of {n} logits cannot hold token {id}"));
         }
-        for &(id, bias) in &p.logit_bias {
-            row[id as usize] += bias;
-        }
-        if self.history.generated < p.min_tokens {
-            for &id in &self.end_ids {
-                row[id as usize] = f32::NEG_INFINITY;
-            }
-        }
-        if p.repetition_penalty != 1.0 {
-            let r = p.repetition_penalty;
-            for &id in &self.history.seen {
-                let l = &mut row[id as usize];
-                *l = if *l > 0.0 { *l / r } else { *l * r };
-            }
-        }
-        if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
-            for (&id, &count) in &self.history.output_counts {
-                row[id as usize] -= p.frequency_penalty * count as f32 + p.presence_penalty;
-            }
+        for e in self.edits() {
+            let l = &mut row[e.id as usize];
+            *l = e.apply(*l, p);
         }
         Ok(())
     }
@@ -289,6 +350,31 @@ mod tests {
         s.push(1);
         assert_eq!(applied(&s, &row), row);
         assert_eq!(draw(&row, &SamplingParams::greedy(), 2, Some(&s)).unwrap(), 0);
+    }
+
+    #[test]
+    fn edits_are_one_per_touched_token_in_id_order() {
+        let p = LogitsProcessors {
+            logit_bias: vec![(5, 1.5), (1, -2.0)],
+            min_tokens: 3,
+            repetition_penalty: 2.0,
+            frequency_penalty: 0.5,
+            ..LogitsProcessors::none()
+        };
+        let e = |id, bias, masked, repeated, count| ProcessorEdit { id, bias, masked, repeated, count };
+        let s = state(p.clone(), &[0], &[3], &[1, 1]);
+        assert_eq!(
+            s.edits(),
+            vec![
+                e(0, None, true, false, 0),
+                e(1, Some(-2.0), false, true, 2),
+                e(3, None, false, true, 0),
+                e(5, Some(1.5), false, false, 0)
+            ]
+        );
+        // Enough tokens generated: the end id is no longer masked, so it has no edit.
+        let s = state(LogitsProcessors { repetition_penalty: 1.0, ..p }, &[0], &[3], &[1, 1, 1]);
+        assert_eq!(s.edits(), vec![e(1, Some(-2.0), false, false, 3), e(5, Some(1.5), false, false, 0)]);
     }
 
     #[test]
