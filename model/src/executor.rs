@@ -17,8 +17,8 @@
 //! the scheduler's block pool from [`StepExecutor::kv_capacity`], and the two cannot disagree.
 //!
 //! The CPU backend is [`CpuExecutor`](crate::cpu_backend::CpuExecutor), the GPU backend
-//! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is shared, so both backends schedule,
-//! preempt and stop identically.
+//! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is
+//! shared, so both backends schedule, preempt and stop identically.
 
 use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
