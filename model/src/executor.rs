@@ -23,6 +23,7 @@
 use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
+use oracle::model::step::ascending_below;
 
 use crate::block_pool::KvCapacity;
 use crate::error::{Error, Result};
@@ -48,7 +49,7 @@ impl LogitsWanted {
     /// they ascend within the `num_tokens` rows of the step.
     pub fn query_rows(&self, num_tokens: usize) -> Result<&[usize]> {
         let Self::QueryRows(rows) = self else { return Ok(&[]) };
-        if !rows.windows(2).all(|w| w[0] < w[1]) || rows.last().is_some_and(|&r| r >= num_tokens) {
+        if !ascending_below(rows, num_tokens) {
             return Err(Error::Executor(format!(
                 "logits rows must ascend below the step's {num_tokens} query rows, got {} rows from {:?} to {:?}",
                 rows.len(),

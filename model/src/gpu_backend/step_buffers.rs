@@ -18,7 +18,7 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::s;
 use oracle::hp1::AttnMetadata;
-use oracle::model::step::{LogitRows, StepInput};
+use oracle::model::step::StepInput;
 use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
@@ -27,16 +27,6 @@ use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
 use gpu::runtime::Staging;
 use gpu::Gpu;
-
-/// The query rows of `step` its `logits` setting picks: every row, each sequence's last, or those
-/// listed.
-pub fn logit_rows(step: &StepInput<'_>) -> Vec<u32> {
-    match step.logits {
-        LogitRows::All => (0..step.token_ids.len() as u32).collect(),
-        LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as u32 - 1).collect(),
-        LogitRows::Listed(listed) => listed.iter().map(|&r| r as u32).collect(),
-    }
-}
 
 /// Appends to `picked` (the query rows that get logits, each once) the rows of `extra` it lacks,
 /// in their order; returns each extra row's logits row (its index in `picked`).

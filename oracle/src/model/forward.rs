@@ -17,12 +17,12 @@ pub use super::gate_stats::GateStats;
 use super::kv_cache::KvCache;
 use super::linear::linear;
 use super::precision::{RoundPoint, Rounding};
-use super::step::{LogitRows, StepInput};
+use super::step::StepInput;
 use super::validate::{check_dims, check_step, check_weights};
 use super::weights::{LayerWeights, ModelDims, ModelWeights, UClipNormWeights};
 use crate::error::Result;
 use crate::hp1::direct::hp1_direct;
-use crate::hp1::{Hp1Inputs, Hp1Params, QueryRow};
+use crate::hp1::{Hp1Inputs, Hp1Params};
 use crate::norm::{uclipnorm, uclipnorm_inplace};
 use crate::rope::RopeAngles;
 use crate::scalar::Scalar;
@@ -123,21 +123,12 @@ impl<T: Scalar> Model<T> {
             self.mlp(&mut pass, lw, &mut x);
         }
         pass.layer = None;
-        let picked = self.logit_rows(step, &rows);
+        let picked = step.logit_rows();
         let mut h = uclipnorm(x.select(Axis(0), &picked).view(), &self.weights.norm);
         pass.at(RoundPoint::FinalNorm, &mut h);
         let mut logits = linear(h.view(), self.weights.head().view());
         pass.at(RoundPoint::Logits, &mut logits);
         Ok((logits, stats))
-    }
-
-    /// Indices of the rows that get logits.
-    fn logit_rows(&self, step: &StepInput<'_>, rows: &[QueryRow]) -> Vec<usize> {
-        match step.logits {
-            LogitRows::All => (0..rows.len()).collect(),
-            LogitRows::LastPerSeq => step.meta.query_start_loc[1..].iter().map(|&end| end as usize - 1).collect(),
-            LogitRows::Listed(listed) => listed.to_vec(),
-        }
     }
 
     /// The attention sublayer, `x += post_attention_layernorm(o_proj(HP1(...)))`, returning the

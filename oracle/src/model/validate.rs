@@ -5,7 +5,7 @@
 use ndarray::{Array1, Array2};
 
 use super::kv_cache::KvCache;
-use super::step::{LogitRows, StepInput};
+use super::step::{ascending_below, LogitRows, StepInput};
 use super::weights::{AttnWeights, LayerWeights, ModelDims, ModelWeights};
 use crate::error::{invalid, Result};
 use crate::hp1::QueryRow;
@@ -141,7 +141,7 @@ pub fn check_step<T: Scalar>(d: &ModelDims, step: &StepInput<'_>, cache: &KvCach
     }
     if let LogitRows::Listed(listed) = step.logits {
         let num_tokens = step.token_ids.len();
-        if !listed.windows(2).all(|w| w[0] < w[1]) || listed.last().is_some_and(|&r| r >= num_tokens) {
+        if !ascending_below(listed, num_tokens) {
             return invalid("logits", format!("listed rows must ascend below the step's {num_tokens} query rows"));
         }
     }

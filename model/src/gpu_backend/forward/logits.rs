@@ -4,6 +4,7 @@
 
 use half::bf16;
 use ndarray::Array2;
+use oracle::model::step::ascending_below;
 
 use super::GpuModel;
 use crate::error::{Error, Result};
@@ -32,7 +33,7 @@ impl GpuModel {
     pub fn enqueue_logit_rows(&self, rows: &[usize], dst: &mut [bf16]) -> Result<()> {
         let vocab = self.dims.vocab_size;
         let held = self.bufs.logits.len() / vocab;
-        if !rows.windows(2).all(|w| w[0] < w[1]) || rows.last().is_some_and(|&r| r >= held) {
+        if !ascending_below(rows, held) {
             return Err(Error::Executor(format!("logits rows {rows:?} are not ascending below {held}")));
         }
         if dst.len() < rows.len() * vocab {

@@ -56,7 +56,7 @@ use gpu::{Gpu, Graph};
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Linears, RowSplit};
 use super::pending_feed::FeedRun;
-use super::step_buffers::{logit_rows, step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
+use super::step_buffers::{step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -381,7 +381,7 @@ impl GpuModel {
     /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its logit
     /// rows widened to f32, `[rows, vocab]` (waits for the device).
     pub fn forward(&mut self, step: &StepInput<'_>) -> Result<Array2<f32>> {
-        let picked = logit_rows(step);
+        let picked: Vec<u32> = step.logit_rows().into_iter().map(|r| r as u32).collect();
         self.launch(step, &picked)?;
         self.kernels.faults.check()?;
         self.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>())
