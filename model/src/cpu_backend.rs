@@ -95,7 +95,7 @@ impl<T: Scalar> CpuExecutor<T> {
             true => {
                 let mut with_tokens = plan.clone();
                 for (i, p) in plan.seqs.iter().enumerate() {
-                    let row = plan.meta.query_start_loc[i] as usize;
+                    let row = plan.rows(i).start;
                     if with_tokens.token_ids[row] == PENDING_TOKEN {
                         with_tokens.token_ids[row] = *self.drawn.get(&p.id).ok_or_else(|| {
                             Error::Executor(format!("request {}: a pending token the step before did not draw", p.id))
@@ -120,11 +120,17 @@ impl<T: Scalar> CpuExecutor<T> {
     ) -> Result<StepOutput> {
         let seqs = sampling_seqs(plan, sampling)?;
         let query_rows = wanted.query_rows(plan.token_ids.len())?;
-        let last = |i: usize| plan.meta.query_start_loc[i + 1] as usize - 1;
         // Under `QueryRows` the LM head runs on the rows asked for and the sampled rows alone.
-        let mut listed: Vec<usize> = query_rows.iter().copied().chain(seqs.iter().map(|&i| last(i))).collect();
-        listed.sort_unstable();
-        listed.dedup();
+        let listed: Vec<usize> = match wanted {
+            LogitsWanted::QueryRows(_) => {
+                let mut listed: Vec<usize> =
+                    query_rows.iter().copied().chain(seqs.iter().map(|&i| plan.last_row(i))).collect();
+                listed.sort_unstable();
+                listed.dedup();
+                listed
+            }
+            LogitsWanted::Discard | LogitsWanted::ScoredRows => Vec::new(),
+        };
         let at = |r: &usize| listed.binary_search(r).expect("every row read is listed");
         let rows = match wanted {
             LogitsWanted::QueryRows(_) => LogitRows::Listed(&listed),
@@ -148,8 +154,8 @@ impl<T: Scalar> CpuExecutor<T> {
             }
         }
         .mapv(|x| x.f64() as f32);
-        let last_row = |i: usize| match wanted {
-            LogitsWanted::QueryRows(_) => at(&last(i)),
+        let logits_row = |i: usize| match wanted {
+            LogitsWanted::QueryRows(_) => at(&plan.last_row(i)),
             LogitsWanted::Discard | LogitsWanted::ScoredRows => i,
         };
         // In parallel: a row's processors and sampler take 0.3 to 5 ms at Qwen3's vocabulary.
@@ -157,7 +163,7 @@ impl<T: Scalar> CpuExecutor<T> {
             .par_iter()
             .zip(sampling)
             .map(|(&i, row)| {
-                let r = logits.row(last_row(i));
+                let r = logits.row(logits_row(i));
                 row.draw(r.as_slice().expect("logits rows are contiguous"))
             })
             .collect::<Result<Vec<u32>>>()?;

@@ -67,8 +67,7 @@ impl LogitsWanted {
             Self::Discard => None,
             Self::ScoredRows => {
                 let seqs = sampling_seqs(plan, sampling)?;
-                let last = |j: usize| plan.meta.query_start_loc[seqs[j] + 1] as usize - 1;
-                Some(scored_rows(sampling).into_iter().map(last).collect())
+                Some(scored_rows(sampling).into_iter().map(|j| plan.last_row(seqs[j])).collect())
             }
             Self::QueryRows(_) => Some(self.query_rows(plan.token_ids.len())?.to_vec()),
         })

@@ -154,6 +154,18 @@ pub struct StepPlan {
     pub slot_mapping: Vec<i64>,
 }
 
+impl StepPlan {
+    /// Sequence `i`'s query rows.
+    pub fn rows(&self, i: usize) -> std::ops::Range<usize> {
+        self.meta.query_start_loc[i] as usize..self.meta.query_start_loc[i + 1] as usize
+    }
+
+    /// Sequence `i`'s last query row: the one its token is drawn from.
+    pub fn last_row(&self, i: usize) -> usize {
+        self.meta.query_start_loc[i + 1] as usize - 1
+    }
+}
+
 /// FIFO admission, chunked prefill, growing allocation and preemption over a [`BlockPool`].
 #[derive(Debug)]
 pub struct Scheduler {

@@ -354,7 +354,7 @@ fn the_executor_samples_and_returns_logits_only_when_recording(b: Backend) {
                 let r = &reqs[p.id as usize];
                 assert_eq!(row.0, r.sampling);
                 assert_eq!(row.1 as usize, p.start + p.len - r.prompt.len(), "the step is the generated count");
-                let last = call.logits.row(call.plan.meta.query_start_loc[i + 1] as usize - 1);
+                let last = call.logits.row(call.plan.last_row(i));
                 assert_eq!(token, sample(last.as_slice().unwrap(), &row.0, row.1).unwrap());
             }
         }
@@ -386,7 +386,7 @@ fn only_the_rows_of_requests_that_want_logprobs_come_back(b: Backend) {
         let sampling: Vec<(usize, u64)> =
             call.plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).map(|(i, p)| (i, p.id)).collect();
         for (&(i, _), &token) in sampling.iter().zip(&call.sampled).filter(|((_, id), _)| *id == 1) {
-            let row = call.logits.row(call.plan.meta.query_start_loc[i + 1] as usize - 1);
+            let row = call.logits.row(call.plan.last_row(i));
             want.push(token_logprobs(row.as_slice().unwrap(), token, 2));
         }
         let flags: Vec<bool> = sampling.iter().map(|&(_, id)| id == 1).collect();
@@ -513,7 +513,7 @@ fn preempted_requests_get_the_tokens_and_logits_they_get_alone(b: Backend) {
             }
             *sampled_before.entry(p.id).or_default() |= p.samples;
             for pos in p.start..p.start + p.len {
-                let row = call.logits.row(call.plan.meta.query_start_loc[i] as usize + pos - p.start).to_vec();
+                let row = call.logits.row(call.plan.rows(i).start + pos - p.start).to_vec();
                 let kept = first.entry((p.id, pos)).or_insert_with(|| row.clone());
                 assert!(*kept == row, "request {} position {pos}: the recomputed row differs from the first", p.id);
             }

@@ -73,7 +73,7 @@ impl StepExecutor for Spy {
         let mut kept = self.rows.lock().unwrap();
         for (i, p) in plan.seqs.iter().enumerate() {
             for pos in p.start..p.start + p.len {
-                let row = logits.row(plan.meta.query_start_loc[i] as usize + pos - p.start);
+                let row = logits.row(plan.rows(i).start + pos - p.start);
                 kept.entry((p.id, pos)).or_insert_with(|| row.iter().map(|x| x.to_bits()).collect());
             }
         }

@@ -94,7 +94,7 @@ impl StepExecutor for Checked {
                 }
                 (Some(l), LogitsWanted::QueryRows(r)) => {
                     let s = plan.seqs.iter().enumerate().filter(|(_, p)| p.samples).nth(j).map(|(i, _)| i);
-                    let last = s.map(|i| plan.meta.query_start_loc[i + 1] as usize - 1);
+                    let last = s.map(|i| plan.last_row(i));
                     last.and_then(|last| r.binary_search(&last).ok()).map(|k| l.row(k).to_owned())
                 }
                 _ => None,

@@ -294,13 +294,12 @@ impl Engine {
         let (mut prompt_rows, mut token_rows, mut num_decodes) = (self.record_logits, false, 0);
         for (i, p) in plan.seqs.iter().enumerate() {
             let active = &self.active[&p.id];
-            let (first, end) = (plan.meta.query_start_loc[i] as usize, plan.meta.query_start_loc[i + 1] as usize);
             let scored = p.samples && active.sampling_row().scored;
             if self.record_logits || active.wants_prompt_rows(p.start, p.len) {
                 prompt_rows = true;
-                query_rows.push(first..end);
+                query_rows.push(plan.rows(i));
             } else if scored {
-                query_rows.push(end - 1..end);
+                query_rows.push(plan.last_row(i)..plan.last_row(i) + 1);
             }
             if p.samples {
                 let row = active.sampling_row();
@@ -402,7 +401,7 @@ impl Engine {
                 .enumerate()
                 .map(|(j, &(i, p, token))| {
                     let row = match wanted {
-                        LogitsWanted::QueryRows(_) => query_row(plan.meta.query_start_loc[i + 1] as usize - 1),
+                        LogitsWanted::QueryRows(_) => query_row(plan.last_row(i)),
                         _ => scored_row[j],
                     };
                     let row = row.map(|k| l.row(k));
@@ -444,7 +443,7 @@ impl Engine {
     ) {
         for (i, p) in plan.seqs.iter().enumerate() {
             // A sequence's first row came back only with all its rows, which follow in order.
-            let Some(first) = query_row(plan.meta.query_start_loc[i] as usize) else { continue };
+            let Some(first) = query_row(plan.rows(i).start) else { continue };
             let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
             active.record_prompt_rows(p.start, p.len, |pos| logits.row(first + pos - p.start));
         }
@@ -458,7 +457,7 @@ impl Engine {
         for (i, p) in plan.seqs.iter().enumerate() {
             let active = self.active.get_mut(&p.id).expect("every scheduled request is active");
             let recorded = active.logits.len() / vocab;
-            let first_row = plan.meta.query_start_loc[i] as usize;
+            let first_row = plan.rows(i).start;
             for pos in recorded.max(p.start)..p.start + p.len {
                 active.logits.extend(logits.row(first_row + pos - p.start).iter());
             }

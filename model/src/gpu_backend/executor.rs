@@ -345,15 +345,15 @@ impl GpuExecutor {
         extra: &[usize],
     ) -> Result<Vec<usize>> {
         let (lens, (ids, meta, slots, row_of)) = decodes_first(plan);
-        let qsl = &plan.meta.query_start_loc;
-        let rows = (0..lens.len()).map(|s| (row_of[qsl[s] as usize], plan.seqs[s].id, ids[row_of[qsl[s] as usize]]));
+        let rows =
+            (0..lens.len()).map(|s| (row_of[plan.rows(s).start], plan.seqs[s].id, ids[row_of[plan.rows(s).start]]));
         let mut feed = feed_runs(rows, &self.drawn)?;
         feed.sort_by_key(|r| r.row);
         let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::LastPerSeq };
         let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
         let mut extra_rows = Vec::new();
         if !(all_decode && extra.is_empty() && self.replay_decode(&step, sampling, &feed)?) {
-            let mut picked: Vec<u32> = seqs.iter().map(|&s| row_of[qsl[s + 1] as usize - 1] as u32).collect();
+            let mut picked: Vec<u32> = seqs.iter().map(|&s| row_of[plan.last_row(s)] as u32).collect();
             extra_rows = picked_extra(&mut picked, extra.iter().map(|&r| row_of[r] as u32));
             self.model.launch_fed(&step, &picked, Some(&self.tokens), &feed)?;
             if !sampling.is_empty() {

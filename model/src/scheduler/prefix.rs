@@ -275,7 +275,7 @@ mod tests {
         let mut writes = Vec::new();
         for (i, p) in plan.seqs.iter().enumerate() {
             let (tokens, prompt_len) = own(p.id);
-            let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+            let q = plan.rows(i);
             prop_assert_eq!(&plan.token_ids[q.clone()], &tokens[p.start..p.start + p.len]);
             let mut at = p.start;
             while at < p.start + p.len {

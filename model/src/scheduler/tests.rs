@@ -389,7 +389,7 @@ proptest! {
                 let gen = &generated[&p.id];
                 let mut want = prompt(p.id as usize, pl);
                 want.extend(gen);
-                let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+                let q = plan.rows(i);
                 prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
                 prop_assert_eq!(p.samples, p.start + p.len == want.len());
                 sampled.push(p.samples.then(|| draw(p.id, gen.len())));
@@ -485,7 +485,7 @@ proptest! {
                     if drawing(p.id) {
                         want.push(PENDING_TOKEN);
                     }
-                    let q = plan.meta.query_start_loc[i] as usize..plan.meta.query_start_loc[i + 1] as usize;
+                    let q = plan.rows(i);
                     prop_assert_eq!(&plan.token_ids[q], &want[p.start..p.start + p.len]);
                     prop_assert_eq!(p.samples, p.start + p.len == want.len());
                 }
