@@ -15,7 +15,7 @@ use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
-use model::gpu_backend::step_buffers::Capacity;
+use model::gpu_backend::step_buffers::{Capacity, DeviceStep};
 use model::gpu_backend::step_program::{AttnPart, Fusion, Op};
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
 use model::presets::Preset;
@@ -309,9 +309,10 @@ fn compare_preset_steps(
         // The comparisons mean something only where the step did run in the megakernel, or did
         // norm its queries in the prefill: plan the step's shape again and look.
         let picked: Vec<u32> = input.logit_rows().into_iter().map(|r| r as u32).collect();
-        let facts = mega.upload(&input, &picked).map_err(|e| e.to_string())?;
+        let on_device = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+        let facts = mega.upload(&on_device).map_err(|e| e.to_string())?;
         mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
-        let facts = model.upload(&input, &picked).map_err(|e| e.to_string())?;
+        let facts = model.upload(&on_device).map_err(|e| e.to_string())?;
         let program = model.plan(facts).map_err(|e| e.to_string())?.program().clone();
         let has =
             |want: AttnPart| program.ops.iter().any(|op| matches!(op, Op::Attention { part, .. } if *part == want));

@@ -20,12 +20,11 @@ use std::collections::BTreeMap;
 
 use ndarray::{s, Array2};
 use oracle::hp1::AttnMetadata;
-use oracle::model::step::{LogitRows, StepInput};
 
 use gpu::Graph;
 
 use super::forward::{GpuModel, StepFacts, StepLaunch};
-use super::step_buffers::Split;
+use super::step_buffers::{DeviceStep, Split};
 use crate::error::Result;
 
 /// The widest batch bucket whose graph launches with programmatic dependent launch. Measured on
@@ -142,19 +141,19 @@ pub struct PaddedStep {
     meta: AttnMetadata,
     slots: Vec<i64>,
     /// Every row: each gets logits and a sampled token.
-    pub picked: Vec<u32>,
+    picked: Vec<u32>,
 }
 
 impl PaddedStep {
     /// The step to upload.
-    pub fn step(&self) -> StepInput<'_> {
-        StepInput { token_ids: &self.ids, meta: &self.meta, slot_mapping: &self.slots, logits: LogitRows::LastPerSeq }
+    pub fn step(&self) -> DeviceStep<'_> {
+        DeviceStep { token_ids: &self.ids, meta: &self.meta, slot_mapping: &self.slots, picked: &self.picked }
     }
 }
 
-/// `step` (every sequence one decode row) padded to `shape`'s rows and table width with padding
-/// rows (module docs).
-pub fn pad_decode_step(step: &StepInput<'_>, shape: StepFacts) -> PaddedStep {
+/// `step` (every sequence one decode row, each picked) padded to `shape`'s rows and table width
+/// with padding rows (module docs), which are picked too.
+pub fn pad_decode_step(step: &DeviceStep<'_>, shape: StepFacts) -> PaddedStep {
     let (rows, width) = (shape.tokens, shape.width);
     let real = step.token_ids.len();
     let table = &step.meta.block_table;
@@ -201,8 +200,7 @@ mod tests {
             seq_lens: vec![20, 7],
             query_start_loc: vec![0, 1, 2],
         };
-        let step =
-            StepInput { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], logits: LogitRows::LastPerSeq };
+        let step = DeviceStep { token_ids: &[11, 12], meta: &meta, slot_mapping: &[67, 86], picked: &[0, 1] };
         let split = Split { decodes: 4, seqs: 4, max_query_len: 0 };
         let padded = pad_decode_step(&step, StepFacts { tokens: 4, split, picked: 4, picked_all: true, width: 3 });
         let s = padded.step();

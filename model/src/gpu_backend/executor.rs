@@ -31,7 +31,6 @@ use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
-use oracle::model::step::{LogitRows, StepInput};
 use rayon::prelude::*;
 
 use gpu::gemm::CublasLt;
@@ -45,7 +44,7 @@ use super::decode_kernel::DecodeKernel;
 use super::forward::{widen_rows, GpuModel, KvSize};
 use super::in_flight::{drawn_on_device, InFlightRing};
 use super::pending_feed::{feed_runs, FeedRun};
-use super::step_buffers::{picked_extra, Capacity};
+use super::step_buffers::{picked_extra, Capacity, DeviceStep};
 use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
@@ -310,14 +309,14 @@ impl GpuExecutor {
 
     /// Enqueues a step of decode rows only (in sampling order) as a replay of its bucket's graph,
     /// with `feed`'s copies behind the upload; false when no bucket holds it.
-    fn replay_decode(&mut self, step: &StepInput<'_>, sampling: &[SamplingRow<'_>], feed: &[FeedRun]) -> Result<bool> {
+    fn replay_decode(&mut self, step: &DeviceStep<'_>, sampling: &[SamplingRow<'_>], feed: &[FeedRun]) -> Result<bool> {
         // The graphs were captured without the gate counters: a step being measured runs eagerly.
         let graphs = self.graphs.as_ref().filter(|_| self.replay && !self.measuring);
         let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
             return Ok(false);
         };
         let padded = pad_decode_step(step, shape);
-        let uploaded = self.model.upload(&padded.step(), &padded.picked)?;
+        let uploaded = self.model.upload(&padded.step())?;
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
         self.model.feed_ids(&self.tokens, feed)?;
         self.upload_params(sampling, shape.tokens)?;
@@ -349,13 +348,13 @@ impl GpuExecutor {
             (0..lens.len()).map(|s| (row_of[plan.rows(s).start], plan.seqs[s].id, ids[row_of[plan.rows(s).start]]));
         let mut feed = feed_runs(rows, &self.drawn)?;
         feed.sort_by_key(|r| r.row);
-        let step = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::LastPerSeq };
+        let mut picked: Vec<u32> = seqs.iter().map(|&s| row_of[plan.last_row(s)] as u32).collect();
+        let extra_rows = picked_extra(&mut picked, extra.iter().map(|&r| row_of[r] as u32));
+        let step = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+        // Every row a decode row and picked, in order: the shape a whole-step graph replays.
         let all_decode = lens.iter().all(|&l| l == 1) && seqs.iter().copied().eq(0..lens.len());
-        let mut extra_rows = Vec::new();
         if !(all_decode && extra.is_empty() && self.replay_decode(&step, sampling, &feed)?) {
-            let mut picked: Vec<u32> = seqs.iter().map(|&s| row_of[plan.last_row(s)] as u32).collect();
-            extra_rows = picked_extra(&mut picked, extra.iter().map(|&r| row_of[r] as u32));
-            self.model.launch_fed(&step, &picked, Some(&self.tokens), &feed)?;
+            self.model.launch_fed(&step, Some(&self.tokens), &feed)?;
             if !sampling.is_empty() {
                 self.sample_on_device(sampling)?;
             }

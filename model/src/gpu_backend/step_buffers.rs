@@ -18,7 +18,6 @@ use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::s;
 use oracle::hp1::AttnMetadata;
-use oracle::model::step::StepInput;
 use oracle::model::weights::ModelDims;
 
 use crate::error::{Error, Result};
@@ -27,6 +26,22 @@ use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
 use gpu::runtime::Staging;
 use gpu::Gpu;
+
+/// One step's inputs as the device takes them: the tokens, their metadata and cache slots, and
+/// `picked`, the query rows that get logits in the order their logits rows come out. The oracle's
+/// [`StepInput`](oracle::model::step::StepInput) names its rows by a rule; the executor picks its
+/// own order (the sampled rows first, so the sampler reads the same first rows in every step).
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceStep<'a> {
+    /// `[num_tokens]` token ids, in `query_start_loc` order.
+    pub token_ids: &'a [u32],
+    /// Block table, sequence lengths after this step, query offsets.
+    pub meta: &'a AttnMetadata,
+    /// `[num_tokens]` cache slot of each new token.
+    pub slot_mapping: &'a [i64],
+    /// The query rows that get logits, each once, in their logits rows' order.
+    pub picked: &'a [u32],
+}
 
 /// Appends to `picked` (the query rows that get logits, each once) the rows of `extra` it lacks,
 /// in their order; returns each extra row's logits row (its index in `picked`).
@@ -249,10 +264,9 @@ impl StepBuffers {
     }
 
     /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
-    /// `picked`, the query rows that get logits (in the order their logits rows come out);
-    /// returns the split.
-    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<Split> {
-        let meta = step.meta;
+    /// picked rows; returns the split.
+    pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<Split> {
+        let (meta, picked) = (step.meta, step.picked);
         let tokens = step.token_ids.len();
         let seqs = meta.seq_lens.len();
         let width = meta.block_table.ncols();

@@ -56,7 +56,7 @@ use gpu::{Gpu, Graph};
 use super::decode_kernel::DecodeKernel;
 use super::linear::{Linears, RowSplit};
 use super::pending_feed::FeedRun;
-use super::step_buffers::{step_memory, widest_decode_plan, Capacity, Split, StepBuffers};
+use super::step_buffers::{step_memory, widest_decode_plan, Capacity, DeviceStep, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
 use super::weights::DeviceWeights;
 use crate::error::{Error, Result};
@@ -382,7 +382,9 @@ impl GpuModel {
     /// rows widened to f32, `[rows, vocab]` (waits for the device).
     pub fn forward(&mut self, step: &StepInput<'_>) -> Result<Array2<f32>> {
         let picked: Vec<u32> = step.logit_rows().into_iter().map(|r| r as u32).collect();
-        self.launch(step, &picked)?;
+        let on_device =
+            DeviceStep { token_ids: step.token_ids, meta: step.meta, slot_mapping: step.slot_mapping, picked: &picked };
+        self.launch(&on_device)?;
         self.kernels.faults.check()?;
         self.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>())
     }
@@ -398,23 +400,22 @@ impl GpuModel {
         &mut self.kernels.faults
     }
 
-    /// Enqueues the whole step, the logits of query rows `picked` (in that order) last, planned
+    /// Enqueues the whole step, the logits of its picked rows (in that order) last, planned
     /// for this step alone (the eager path). Launch only: the caller checks
     /// [`GpuModel::faults`] once the results are read.
-    pub fn launch(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<()> {
-        self.launch_fed(step, picked, None, &[])
+    pub fn launch(&mut self, step: &DeviceStep<'_>) -> Result<()> {
+        self.launch_fed(step, None, &[])
     }
 
     /// [`GpuModel::launch`] with `runs` of the step's ids copied from `drawn` (the step before's
     /// draws, on the device) over the uploaded ones ([`GpuModel::feed_ids`]).
     pub fn launch_fed(
         &mut self,
-        step: &StepInput<'_>,
-        picked: &[u32],
+        step: &DeviceStep<'_>,
         drawn: Option<&CudaSlice<u32>>,
         runs: &[FeedRun],
     ) -> Result<()> {
-        let shape = self.upload(step, picked)?;
+        let shape = self.upload(step)?;
         if let Some(drawn) = drawn {
             self.feed_ids(drawn, runs)?;
         }
@@ -436,11 +437,11 @@ impl GpuModel {
         Ok(())
     }
 
-    /// Checks `step` against the buffers' capacity, copies its inputs and `picked` (the rows
-    /// that get logits, in their order) to the device, and returns its shape.
-    pub fn upload(&mut self, step: &StepInput<'_>, picked: &[u32]) -> Result<StepFacts> {
-        let split = self.bufs.upload(step, picked)?;
-        let tokens = step.token_ids.len();
+    /// Checks `step` against the buffers' capacity, copies its inputs and picked rows to the
+    /// device, and returns its shape.
+    pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<StepFacts> {
+        let split = self.bufs.upload(step)?;
+        let (tokens, picked) = (step.token_ids.len(), step.picked);
         Ok(StepFacts {
             tokens,
             split,
