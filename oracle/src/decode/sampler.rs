@@ -164,8 +164,8 @@ fn sorted_from_id_order(keys: Vec<u64>) -> Vec<u64> {
         keys.sort_unstable();
         return keys;
     }
-    let (mut from, mut to) = (keys, vec![0u64; 0]);
-    to.resize(from.len(), 0);
+    let mut to = vec![0u64; keys.len()];
+    let mut from = keys;
     for shift in [32, 40, 48, 56] {
         let digit = |key: u64| ((key >> shift) & 0xff) as usize;
         let mut start = [0usize; 256];
@@ -223,17 +223,12 @@ fn gumbel_max(logits: &[f32], mut keys: Vec<u64>, params: &SamplingParams, step:
         }
         true
     };
-    let mut all_head = true;
-    for &key in head.iter() {
-        if !consider(key) {
-            all_head = false;
-            break;
-        }
-    }
-    if all_head {
-        for &key in tail.iter() {
+    // The tail only where no token of the head stopped the scan: every tail token is less
+    // probable than the whole head.
+    if head.iter().all(|&key| consider(key)) {
+        tail.iter().for_each(|&key| {
             consider(key);
-        }
+        });
     }
     best.expect("at least one token survives").1
 }
