@@ -6,11 +6,11 @@
 //! every row when it records them (`--dump-logits`), the prompt rows of the requests that want
 //! their prompt's logprobs, and the rows of the requests that want their tokens' logprobs
 //! ([`SamplingRow::scored`]), never a neighbour's: one such request in a batch of 128 costs one
-//! row's copy, not 128. Every backend
-//! samples with SPEC section 5's Gumbel-max draw keyed by (seed, step, token id): the CPU backend
-//! calls the oracle's [`oracle::decode::draw`], the GPU backend a kernel that draws the same token
-//! from the same logits, and the oracle's `draw` on the host for a row whose request sets a
-//! parameter the kernel lacks ([`SamplingRow::on_device`]). Which path a row takes depends on its
+//! row's copy, not 128. Every backend samples with SPEC section 5's Gumbel-max draw keyed by
+//! (seed, step, token id): the CPU backend calls the oracle's [`oracle::decode::draw`], the GPU
+//! backend a kernel that draws the same token from the same logits, and the oracle's `draw` on
+//! the host for a row whose request sets a parameter the kernel lacks
+//! ([`SamplingRow::on_device`]). Which path a row takes depends on its
 //! own request only, never on its neighbours, so a request's tokens do not depend on its batch.
 //!
 //! The executor also owns the KV cache, so it is the one source of its size: the engine sizes

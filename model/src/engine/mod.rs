@@ -449,9 +449,9 @@ impl Engine {
         }
     }
 
-    /// Keeps each sequence's rows of `logits` that it has not recorded yet (a recomputation after a
-    /// preemption starts again at position 0).
-    /// `logits` holds every query row of the step, as recording asks.
+    /// Keeps each sequence's rows of `logits` (every query row of the step, as recording asks)
+    /// that it has not recorded yet (a recomputation after a preemption starts again at position
+    /// 0).
     fn record(&mut self, plan: &StepPlan, logits: &Array2<f32>) {
         let vocab = self.executor.vocab_size();
         for (i, p) in plan.seqs.iter().enumerate() {

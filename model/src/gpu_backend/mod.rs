@@ -5,8 +5,7 @@
 //! whole-step CUDA graphs (or [`decode_kernel`]'s megakernel), and [`executor`] is the
 //! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device, with
 //! [`in_flight`] keeping the book of queued steps and [`pending_feed`] placing the tokens of a
-//! step planned ahead. Steps with prefill chunks run
-//! eagerly.
+//! step planned ahead. Steps with prefill chunks run eagerly.
 
 pub mod decode_graphs;
 pub mod decode_kernel;
