@@ -419,10 +419,9 @@ fn only_the_prompt_rows_of_the_request_that_wants_them_come_back(b: Backend) {
     let done = run(&mut e, reqs.clone());
     let (mut want, mut asked) = (vec![None], 0);
     for call in log.lock().unwrap().iter() {
-        let qsl = &call.plan.meta.query_start_loc;
         let mut rows = Vec::new();
         for (i, p) in call.plan.seqs.iter().enumerate().filter(|(_, p)| p.id == 2 && p.start < prompt.len()) {
-            for (pos, r) in (p.start..).zip(qsl[i] as usize..qsl[i + 1] as usize) {
+            for (pos, r) in (p.start..).zip(call.plan.rows(i)) {
                 rows.push(r);
                 asked += 1;
                 if pos + 1 < prompt.len() {

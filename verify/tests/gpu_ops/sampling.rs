@@ -18,9 +18,10 @@ use super::compare::{g, Check};
 
 const ROWS: usize = 64;
 
-/// `(temperature, top_k, top_p)` per row, cycled: greedy, pure temperature, top-k 1 and 50, top-p
-/// 0.5 and 0.9 with and without top-k, and a top-k past the shared-memory sort (3000) with top-p
-/// (0.9999 puts the cut inside the tie group at the top-k boundary).
+/// `(temperature, top_k, top_p, min_p)` per row, cycled: greedy, pure temperature, top-k 1 and
+/// 50, top-p 0.5 and 0.9 with and without top-k, a top-k past the shared-memory sort (3000) with
+/// top-p (0.9999 puts the cut inside the tie group at the top-k boundary), and min-p alone, with
+/// top-k and top-p, and at temperature 0 (where it changes nothing).
 const CONFIGS: [(f32, usize, f32, f32); 17] = [
     (0.0, 0, 1.0, 0.0),
     (1.0, 0, 1.0, 0.0),
