@@ -475,6 +475,7 @@ impl StepExecutor for GpuExecutor {
         if !queued {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
+        // Refused before anything is enqueued: a step without a landing leaves the stream alone.
         self.in_flight.vacant()?;
         let seqs = sampling_seqs(plan, sampling)?;
         self.enqueue_draws(plan, sampling, &seqs, &[])?;
