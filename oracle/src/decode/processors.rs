@@ -202,11 +202,6 @@ impl ProcessorState {
         &self.history
     }
 
-    /// The processors these edits apply their penalties with.
-    pub fn processors(&self) -> &LogitsProcessors {
-        &self.processors
-    }
-
     /// The edits steps 1 to 3 make now, one per token they touch, in ascending id order.
     pub fn edits(&self) -> Vec<ProcessorEdit> {
         let p = &self.processors;
