@@ -76,8 +76,11 @@ fn request(i: usize, stop: Option<String>) -> GenerationRequest {
     GenerationRequest { prompt, sampling, stop, ..Default::default() }
 }
 
+/// A run's completions and each request's events in order.
+type Run = (Vec<Completion>, BTreeMap<u64, Vec<EngineEvent>>);
+
 /// Runs `reqs` to the end; returns the completions and each request's events in order.
-fn run(e: &mut Engine, reqs: &[GenerationRequest]) -> (Vec<Completion>, BTreeMap<u64, Vec<EngineEvent>>) {
+fn run(e: &mut Engine, reqs: &[GenerationRequest]) -> Run {
     for r in reqs {
         e.add_request(r.clone()).unwrap();
     }
@@ -94,6 +97,17 @@ fn run(e: &mut Engine, reqs: &[GenerationRequest]) -> (Vec<Completion>, BTreeMap
     assert_eq!(e.stats().num_blocks_used, 0, "every block came back");
     e.scheduler().check_invariants();
     (e.take_finished(), events)
+}
+
+/// `reqs` run planned one step at a time, then ahead: both runs' completions and events, and
+/// the run ahead's queue log, once their tokens, text and finishes are checked equal.
+fn stepwise_and_ahead(reqs: &[GenerationRequest]) -> (Run, Run, Arc<QueueLog>) {
+    let (mut stepwise, _) = engine(512, false);
+    let want = run(&mut stepwise, reqs);
+    let (mut e, log) = engine(512, true);
+    let got = run(&mut e, reqs);
+    assert_eq!(outcome(&got.0), outcome(&want.0));
+    (want, got, log)
 }
 
 /// Eight requests, the odd ones ending at a stop string cut from their unstopped text.
@@ -164,11 +178,7 @@ fn an_abort_while_its_step_is_in_flight_drops_its_token_and_frees_its_blocks() {
 fn a_request_that_wants_logprobs_is_planned_ahead_and_gets_the_logprobs_of_steps_one_at_a_time() {
     let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
     reqs[1].logprobs = Some(2);
-    let (mut stepwise, _) = engine(512, false);
-    let (want, want_events) = run(&mut stepwise, &reqs);
-    let (mut e, log) = engine(512, true);
-    let (got, events) = run(&mut e, &reqs);
-    assert_eq!(outcome(&got), outcome(&want));
+    let ((want, want_events), (got, events), log) = stepwise_and_ahead(&reqs);
     assert_eq!(got[1].logprobs, want[1].logprobs);
     assert_eq!(got[1].logprobs.as_ref().map(Vec::len), Some(got[1].token_ids.len()));
     assert_eq!(events, want_events, "the streamed logprobs too");
@@ -181,11 +191,7 @@ fn a_request_that_wants_logprobs_is_planned_ahead_and_gets_the_logprobs_of_steps
 fn a_request_drawn_on_the_host_turns_planning_ahead_off_while_it_lives() {
     let mut reqs: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
     reqs[1].processors = LogitsProcessors { repetition_penalty: 1.5, ..LogitsProcessors::none() };
-    let (mut stepwise, _) = engine(512, false);
-    let (want, _) = run(&mut stepwise, &reqs);
-    let (mut e, log) = engine(512, true);
-    let (got, _) = run(&mut e, &reqs);
-    assert_eq!(outcome(&got), outcome(&want));
+    let (_, _, log) = stepwise_and_ahead(&reqs);
     // Request 1 generates 9 tokens and the others 6 and 12: only request 2's last 3 run ahead.
     let pending = log.pending_rows.load(Ordering::Relaxed);
     assert!((1..=3).contains(&pending), "{pending} rows read a pending token");
@@ -199,11 +205,7 @@ fn a_request_scoring_its_prompt_turns_planning_ahead_off_until_its_prompt_is_sco
     let plain: Vec<GenerationRequest> = (0..3).map(|i| request(i, None)).collect();
     let mut reqs = plain.clone();
     reqs[1].prompt_logprobs = Some(1);
-    let (mut stepwise, _) = engine(512, false);
-    let (want, _) = run(&mut stepwise, &reqs);
-    let (mut e, log) = engine(512, true);
-    let (got, _) = run(&mut e, &reqs);
-    assert_eq!(outcome(&got), outcome(&want));
+    let ((want, _), (got, _), log) = stepwise_and_ahead(&reqs);
     assert_eq!(got[1].prompt_logprobs, want[1].prompt_logprobs);
     assert_eq!(got[1].prompt_logprobs.as_ref().map(Vec::len), Some(reqs[1].prompt.len()));
     let (mut ahead, plain_log) = engine(512, true);
