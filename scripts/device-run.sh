@@ -88,7 +88,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/asynct-out}
 mkdir -p "$OUT"
 export ASYNCT_KERNEL_CACHE=/tmp/asynct-kernels
-B=device-bin
+# BIN_DIR: the binaries' folder (default device-bin), e.g. a device-bin-NAME of
+# scripts/device-build-refs.sh, run with OUT=$OUT/NAME so that builds do not overwrite each other.
+B=${BIN_DIR:-device-bin}
 status=0
 # Waits until 127.0.0.1:$1 answers /health with 200 (true), or $2 seconds pass or process $3 ends
 # (false), through bash's /dev/tcp (no curl needed).

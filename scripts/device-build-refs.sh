@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the device binaries of several commits for one device call: each NAME=REF (a branch, tag
+# or commit) in a git worktree of its own, through that commit's scripts/device-build.sh, into
+# device-bin-NAME here; then packs them all with .qwen3 into device-pack.tgz. A call then unpacks
+# once and runs each build's stages beside the others on one warm machine, e.g.
+#   tar xzf device-pack.tgz && BIN_DIR=device-bin-main OUT=$OUT/main scripts/device-run.sh tests
+#     && BIN_DIR=device-bin-wide OUT=$OUT/wide scripts/device-run.sh tests
+# (a multi-minute start per call is the price of building them one call at a time). Every REF
+# needs a device-build.sh that knows BIN_DIR (main from the session-32 scripts on). TEST_BINS
+# (as device-build.sh's) keeps the pack under the device tool's 64 MiB carry limit: about 10 MB
+# packed for a build with every test binary.
+# Usage: scripts/device-build-refs.sh main=main wide=exp-two-level-wide [...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+# One target folder for every worktree, so that only the workspace's own crates are rebuilt.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+work=$(mktemp -d)
+trap 'for w in "$work"/*; do git -C "$root" worktree remove --force "$w" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+dirs=()
+for spec in "$@"; do
+  name=${spec%%=*} ref=${spec#*=}
+  if [[ -z $name || $name == "$spec" || ! $name =~ ^[A-Za-z0-9_-]+$ ]]; then
+    echo "expected NAME=REF with NAME of letters, digits, - and _, got '$spec'" >&2
+    exit 2
+  fi
+  git worktree add --detach "$work/$name" "$ref" >/dev/null
+  echo "== $name: $(git -C "$work/$name" log --oneline -1)"
+  BIN_DIR="$root/device-bin-$name" PACK=0 bash "$work/$name/scripts/device-build.sh"
+  dirs+=("device-bin-$name")
+done
+[ -d ../shared/tokenizers/qwen3 ] && mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
+tar czf device-pack.tgz "${dirs[@]}" $( [ -d .qwen3 ] && echo .qwen3 )
+du -sh device-pack.tgz
