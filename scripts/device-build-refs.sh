@@ -6,10 +6,11 @@
 #   tar xzf device-pack.tgz && BIN_DIR=device-bin-main OUT=$OUT/main scripts/device-run.sh tests
 #     && BIN_DIR=device-bin-wide OUT=$OUT/wide scripts/device-run.sh tests
 # (a multi-minute start per call is the price of building them one call at a time). Every REF
-# needs a device-build.sh that knows BIN_DIR (main from the session-32 scripts on). TEST_BINS
-# (as device-build.sh's) keeps the pack under the device tool's 64 MiB carry limit: about 10 MB
-# packed for a build with every test binary.
-# Usage: scripts/device-build-refs.sh main=main wide=exp-two-level-wide [...]
+# needs a device-build.sh that knows BIN_DIR (main from the session-32 scripts on). A build with
+# every test binary packs to about 10 MB; NAME=REF:BIN,BIN copies only those GPU test binaries
+# (device-build.sh's TEST_BINS), which keeps several builds under the device tool's 64 MiB carry
+# limit and the sanitize stage (every test binary of the folder) short.
+# Usage: scripts/device-build-refs.sh main=main:gpu_engine wide=exp-two-level-wide [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,14 +20,15 @@ work=$(mktemp -d)
 trap 'for w in "$work"/*; do git -C "$root" worktree remove --force "$w" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 dirs=()
 for spec in "$@"; do
-  name=${spec%%=*} ref=${spec#*=}
+  name=${spec%%=*} ref=${spec#*=} bins=
+  [[ $ref == *:* ]] && bins=${ref#*:} ref=${ref%%:*}
   if [[ -z $name || $name == "$spec" || ! $name =~ ^[A-Za-z0-9_-]+$ ]]; then
     echo "expected NAME=REF with NAME of letters, digits, - and _, got '$spec'" >&2
     exit 2
   fi
   git worktree add --detach "$work/$name" "$ref" >/dev/null
   echo "== $name: $(git -C "$work/$name" log --oneline -1)"
-  BIN_DIR="$root/device-bin-$name" PACK=0 bash "$work/$name/scripts/device-build.sh"
+  BIN_DIR="$root/device-bin-$name" PACK=0 TEST_BINS="${bins//,/ }" bash "$work/$name/scripts/device-build.sh"
   dirs+=("device-bin-$name")
 done
 [ -d ../shared/tokenizers/qwen3 ] && mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
