@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the device binaries of several commits for one device call: each NAME=REF (a branch, tag
 # or commit) in a git worktree of its own, through that commit's scripts/device-build.sh, into
-# device-bin-NAME here; then packs them all with .qwen3 into device-pack.tgz. A call then unpacks
+# device-bin-NAME here; then packs them all with .qwen3 into PACK_FILE (default device-pack.tgz). A call then unpacks
 # once and runs each build's stages beside the others on one warm machine, e.g.
 #   tar xzf device-pack.tgz && BIN_DIR=device-bin-main OUT=$OUT/main scripts/device-run.sh tests
 #     && BIN_DIR=device-bin-wide OUT=$OUT/wide scripts/device-run.sh tests
@@ -9,7 +9,9 @@
 # needs a device-build.sh that knows BIN_DIR (main from the session-32 scripts on). A build with
 # every test binary packs to about 10 MB; NAME=REF:BIN,BIN copies only those GPU test binaries
 # (device-build.sh's TEST_BINS), which keeps several builds under the device tool's 64 MiB carry
-# limit and the sanitize stage (every test binary of the folder) short.
+# limit and the sanitize stage (every test binary of the folder) short. The limit counts the
+# tracked tree too (about 16 MB), so a pack of three or four builds is the most one call takes;
+# the script says when the two together pass it.
 # Usage: scripts/device-build-refs.sh main=main:gpu_engine wide=exp-two-level-wide [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +34,9 @@ for spec in "$@"; do
   dirs+=("device-bin-$name")
 done
 [ -d ../shared/tokenizers/qwen3 ] && mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
-tar czf device-pack.tgz "${dirs[@]}" $( [ -d .qwen3 ] && echo .qwen3 )
-du -sh device-pack.tgz
+pack=${PACK_FILE:-device-pack.tgz}
+tar czf "$pack" "${dirs[@]}" $( [ -d .qwen3 ] && echo .qwen3 )
+tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{n += $1} END {print n}')
+total=$(( tracked + $(stat -c %s "$pack") ))
+echo "$pack: $(du -h "$pack" | cut -f1); with the tracked tree $(( total >> 20 )) MiB of the 64 MiB a call carries"
+(( total < 64 << 20 )) || echo "too large for one call: pack fewer builds (PACK_FILE names each pack)" >&2
