@@ -246,7 +246,7 @@ fn processors(obj: &Map<String, Value>, limits: &Limits) -> Result<LogitsProcess
             .collect::<Result<_, ApiError>>()?,
         Some(v) => return Err(wrong_type("logit_bias", "an object from token ids to biases", v)),
     };
-    let repetition_penalty = match float_in(obj, "repetition_penalty", 0.0, f64::MAX, false)? {
+    let repetition_penalty = match float_in(obj, "repetition_penalty", 0.0, f64::INFINITY, false)? {
         Some(r) if !(r as f32).is_finite() || r as f32 <= 0.0 => {
             let message = format!("`repetition_penalty` must be a finite number > 0. Given: {r}");
             return Err(ApiError::invalid("repetition_penalty", message));
@@ -468,7 +468,7 @@ fn int_in(obj: &Map<String, Value>, field: &str, lo: i64, hi: i64) -> Result<Opt
     }
 }
 
-/// A number in `[lo, hi]`, or `(lo, hi]` when `lo_inclusive` is false.
+/// A number in `[lo, hi]`, or `(lo, hi]` when `lo_inclusive` is false; `hi` may be infinite.
 fn float_in(
     obj: &Map<String, Value>,
     field: &str,
@@ -485,7 +485,8 @@ fn float_in(
         Ok(Some(v))
     } else {
         let open = if lo_inclusive { '[' } else { '(' };
-        let message = format!("`{field}` must be in {open}{lo}, {hi}]. Given: {}", shown(obj, field));
+        let range = if hi.is_finite() { format!("{open}{lo}, {hi}]") } else { format!("{open}{lo}, inf)") };
+        let message = format!("`{field}` must be in {range}. Given: {}", shown(obj, field));
         Err(ApiError::invalid(field, message))
     }
 }

@@ -368,7 +368,7 @@ fn sampling_parameters_out_of_range_are_refused_by_name() {
         (json!({"logit_bias": [1, 2]}), "logit_bias", vec!["object"]),
         (json!({"min_tokens": -1}), "min_tokens", vec![">= 0"]),
         (json!({"min_tokens": 9, "max_tokens": 8}), "min_tokens", vec!["<= max_tokens = 8", "9"]),
-        (json!({"repetition_penalty": 0}), "repetition_penalty", vec!["(0,", "0"]),
+        (json!({"repetition_penalty": 0}), "repetition_penalty", vec!["in (0, inf). Given: 0"]),
         (json!({"repetition_penalty": 1e300}), "repetition_penalty", vec!["finite"]),
         (json!({"frequency_penalty": 2.5}), "frequency_penalty", vec!["[-2, 2]", "2.5"]),
         (json!({"presence_penalty": -3}), "presence_penalty", vec!["[-2, 2]", "-3"]),
