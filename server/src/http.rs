@@ -14,6 +14,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use http_body_util::LengthLimitError;
 use model::engine::{GenerationRequest, SamplingParams, StopConditions};
 use tokenizers::Tokenizer;
 use tokio::sync::watch;
@@ -26,7 +27,8 @@ use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
 use crate::respond::{collect, sse, Choices, Echoed, Kind, Meta};
 
-/// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408).
+/// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408); one
+/// that ends early is a 400.
 #[derive(Clone, Copy, Debug)]
 pub struct BodyLimits {
     /// Bytes buffered per request before it is parsed and validated, at most.
@@ -159,8 +161,12 @@ async fn read_body(state: &AppState, headers: &HeaderMap, body: Body) -> Result<
     tokio::select! {
         read = tokio::time::timeout(timeout, axum::body::to_bytes(body, max_bytes)) => match read {
             Ok(Ok(bytes)) => Ok(bytes),
-            // Past the declared length check, a failure is a chunked body over the limit or a client gone.
-            Ok(Err(_)) => Err(ApiError::too_large(max_bytes)),
+            // Past the declared length check, a chunked body over the limit; anything else is a
+            // body that ended early (a half-closed client still reads the answer) or a client gone.
+            Ok(Err(e)) => match e.into_inner().is::<LengthLimitError>() {
+                true => Err(ApiError::too_large(max_bytes)),
+                false => Err(ApiError::body_cut_short()),
+            },
             Err(_) => Err(ApiError::body_timeout(timeout.as_secs_f64())),
         },
         _ = stopping.wait_for(|&s| s) => Err(ApiError::unavailable("the server is shutting down")),

@@ -139,6 +139,27 @@ fn a_client_that_half_closes_after_sending_gets_its_answer() {
 }
 
 #[test]
+fn a_body_cut_short_by_a_half_close_is_a_400_not_a_413() {
+    let server = Server::start("cut-short", &[]);
+    let body = completion("The river", 3).to_string();
+    // One byte short of the declared length, or a chunked body without its last chunk, then the
+    // client closes its side: the body ended early, which is not a body over the limit.
+    let short = &body[..body.len() - 1];
+    for request in [
+        format!("{HEAD}Connection: close\r\nContent-Length: {}\r\n\r\n{short}", body.len()),
+        format!("{HEAD}Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{short}\r\n", short.len()),
+    ] {
+        let mut s = raw(&server);
+        s.write_all(request.as_bytes()).unwrap();
+        s.shutdown(Shutdown::Write).unwrap();
+        let (got, _) = until_closed(&mut s);
+        assert_eq!(status_of(&got), 400, "{got}");
+        assert!(got.contains("ended before") && got.contains("\"param\":\"body\""), "{got}");
+    }
+    answers(&server);
+}
+
+#[test]
 fn oversized_heads_and_bodies_are_refused_before_buffering() {
     let server = Server::start("sizes", &["--max-body-bytes", "1000"]);
     // A body past --max-body-bytes, declared or chunked: 413 without reading it all.

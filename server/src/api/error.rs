@@ -81,6 +81,15 @@ impl ApiError {
         Self { param: Some("body".to_string()), ..Self::new(413, "invalid_request_error", message) }
     }
 
+    /// 400: the body ended before it was whole (short of its `Content-Length`, or a chunked body
+    /// without its last chunk): the client closed its side or the connection broke.
+    pub fn body_cut_short() -> Self {
+        Self::invalid(
+            "body",
+            "The request body ended before it was whole: the connection closed or broke while it was read.",
+        )
+    }
+
     /// 503: the server cannot take the request now (it is shutting down).
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "service_unavailable", message)
