@@ -6,7 +6,8 @@
 //! step time. A receiver that is gone (the client disconnected) aborts its request before the next
 //! step, which frees its KV blocks. Admission control lives here too, because only this thread
 //! knows how many requests wait: a submission that would push the waiting count past
-//! `max_queue` is refused with 429 before anything is queued.
+//! `max_queue` is refused with 429 before anything is queued, and one larger than the whole queue
+//! with 400 (a retry could never succeed).
 //!
 //! A step's sends wait on nothing, but each wakes the task that reads its channel, which from
 //! outside the async runtime costs a lock of the runtime's queue and at times a syscall: over
@@ -255,6 +256,10 @@ impl Loop {
         if self.deadline.is_some() {
             return Err(ApiError::unavailable("the server is shutting down"));
         }
+        if choices.len() > self.config.max_queue {
+            // Refused for good, not as an overload to retry: no empty queue would take it.
+            return Err(ApiError::larger_than_queue(choices.len(), self.config.max_queue));
+        }
         if self.engine.stats().num_waiting + choices.len() > self.config.max_queue {
             self.metrics.record_rejected();
             return Err(ApiError::queue_full(self.config.max_queue));
@@ -439,6 +444,10 @@ mod tests {
         let waiting = handle.submit(vec![request(400), request(400)]).await.unwrap();
         let refused = handle.submit(vec![request(4)]).await.expect_err("the queue is full");
         assert_eq!(refused.status, 429);
+        // More generations than the whole queue holds can never be admitted: 400, not 429.
+        let never = handle.submit(vec![request(4); 3]).await.expect_err("larger than the queue");
+        assert_eq!((never.status, never.param.as_deref()), (400, Some("prompt")), "{}", never.message);
+        assert!(never.message.contains("3 generations") && never.message.contains("queue of 2"), "{}", never.message);
         // A dropped receiver is a client gone: the request leaves the engine, its blocks with it.
         drop(waiting);
         drop(running);

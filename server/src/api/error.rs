@@ -75,6 +75,16 @@ impl ApiError {
         Self { code: Some("queue_full".to_string()), ..Self::new(429, "rate_limit_error", message) }
     }
 
+    /// 400: a request of `generations` engine requests (prompts times `best_of`) where the
+    /// queue holds `max_queue`: never admitted, so no 429 that invites a retry.
+    pub fn larger_than_queue(generations: usize, max_queue: usize) -> Self {
+        let message = format!(
+            "The request makes {generations} generations (its prompts times best_of), more than the server's queue of \
+             {max_queue} (--max-queue) ever holds: send fewer prompts per request."
+        );
+        Self::invalid("prompt", message)
+    }
+
     /// 413: the body is longer than `limit_bytes`.
     pub fn too_large(limit_bytes: usize) -> Self {
         let message = format!("The request body is larger than the limit of {limit_bytes} bytes.");
