@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -68,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{model}", get(model))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::not_found() })
@@ -95,6 +97,23 @@ async fn metrics(State(state): State<AppState>) -> Response {
 async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match authorize(&state, &headers) {
         Ok(()) => Json(ModelList::of(&state.served_name)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `GET /v1/models/{model}` (the openai client's `models.retrieve`): the served model's card, or
+/// 404 `model_not_found` naming the served one.
+async fn model(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Response {
+    let found = authorize(&state, &headers).and_then(|()| {
+        let Path(name) = name.map_err(|_| ApiError::not_found())?;
+        check_model(&state, &name)
+    });
+    match found {
+        Ok(()) => Json(ModelCard::of(&state.served_name)).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -313,7 +332,12 @@ struct ModelCard {
 
 impl ModelList {
     fn of(name: &str) -> Self {
-        let card = ModelCard { id: name.to_string(), object: "model", created: 0, owned_by: "asynct" };
-        Self { object: "list", data: vec![card] }
+        Self { object: "list", data: vec![ModelCard::of(name)] }
+    }
+}
+
+impl ModelCard {
+    fn of(name: &str) -> Self {
+        Self { id: name.to_string(), object: "model", created: 0, owned_by: "asynct" }
     }
 }

@@ -68,6 +68,14 @@ fn completions_stream_and_collect_agree_with_usage() {
     assert_eq!(server.get("/health").status, 200);
     let models = server.get("/v1/models").json();
     assert_eq!(models["data"][0]["id"], "tiny");
+    let card = server.get("/v1/models/tiny");
+    assert_eq!(card.status, 200, "{}", card.text());
+    assert_eq!(card.json(), models["data"][0], "the card is the list's entry");
+    let other = server.get("/v1/models/gpt-4");
+    assert_eq!(other.status, 404, "{}", other.text());
+    let error = &other.json()["error"];
+    assert_eq!((&error["code"], &error["param"]), (&json!("model_not_found"), &json!("model")));
+    assert!(error["message"].as_str().unwrap().contains("`gpt-4`"), "{error}");
 
     let body = completion("The river runs", 24);
     let whole = ok(&server, "/v1/completions", &body);
@@ -401,6 +409,7 @@ fn a_full_queue_answers_429_and_a_wrong_key_401() {
         assert_eq!(r.status, 401, "{key:?}");
         assert!(r.json()["error"]["message"].is_string());
         assert_eq!(send(&server.addr, "GET", "/v1/models", &headers, b"").status, 401);
+        assert_eq!(send(&server.addr, "GET", "/v1/models/tiny", &headers, b"").status, 401);
     }
     assert_eq!(send(&server.addr, "POST", "/v1/completions", &auth, ok_body.as_bytes()).status, 200);
 }

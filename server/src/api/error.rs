@@ -53,7 +53,7 @@ impl ApiError {
     /// 404: no route at this path.
     pub fn not_found() -> Self {
         let message = "No such route; this server answers /v1/completions, /v1/chat/completions, \
-                       /v1/models, /health and /metrics.";
+                       /v1/models, /v1/models/{model}, /health and /metrics.";
         Self { code: Some("not_found".to_string()), ..Self::new(404, "invalid_request_error", message) }
     }
 
