@@ -50,6 +50,9 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     if args.max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
+    if args.max_queue == 0 {
+        return Err("--max-queue must be at least 1: every request waits for a step, if briefly".into());
+    }
     let grace = seconds("--shutdown-timeout", args.shutdown_timeout)?;
     let limits = ConnLimits {
         max_connections: args.max_connections,

@@ -91,6 +91,10 @@ fn bad_input_gets_a_message_and_exit_code_1() {
             "--max-num-batched-tokens: must be at least 513, got 0",
         ),
         (
+            vec!["serve", "--model", m, "--device", "cpu", "--port", "0", "--max-queue", "0"],
+            "--max-queue must be at least 1",
+        ),
+        (
             vec!["serve", "--model", m, "--device", "cpu", "--port", "0", "--max-num-batched-tokens", "575"],
             "--max-num-batched-tokens: must be at least 576, got 575",
         ),
