@@ -68,6 +68,11 @@
 #             what tells the losses apart: the engine's decode step beside the server's (its /metrics
 #             step and between-step seconds), TPOT, the requests whose first token came over 0.5 s
 #             late, net.core.somaxconn and the kernel's listen-queue overflows during the HTTP run
+#   builds    the decode step of several builds in one call (scripts/device-build-refs.sh): for
+#             each folder of BUILDS (default "device-bin"), in turn, BUILDS_PASSES times (default
+#             2), `asynct bench --decode-batch STEP_BATCHES --context BUILDS_CONTEXT` (default 1024)
+#             on asynct-0.5b (carry ".qwen3"); a line per run in builds-summary.txt and every run's
+#             report in builds.json (two files, for the 8 a call brings back)
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
 #             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
 #             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
@@ -260,6 +265,26 @@ for stage in "$@"; do
           took "ncu B$b"
         done
       fi ;;
+    builds)
+      half_billion builds
+      runs=/tmp/asynct-builds; rm -rf $runs; mkdir -p $runs
+      for pass in $(seq "${BUILDS_PASSES:-2}"); do
+        for d in ${BUILDS:-device-bin}; do
+          n=${d#device-bin-}
+          $d/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" --context "${BUILDS_CONTEXT:-1024}" \
+            --out "$runs/$n-$pass.json" > "$runs/$n-$pass.log" 2>&1 || { status=1; tail -n 20 "$runs/$n-$pass.log"; }
+          echo "$n pass $pass: $(grep '^decode B' "$runs/$n-$pass.log" | tr '\n' ' ')" | tee -a "$OUT/builds-summary.txt"
+        done
+      done
+      python3 - "$runs" "$OUT/builds.json" <<'PY' || status=1
+import glob, json, os, sys
+runs = {}
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
+    name, run = os.path.basename(path)[:-5].rsplit("-", 1)
+    runs.setdefault(name, {})[run] = json.load(open(path))
+json.dump(runs, open(sys.argv[2], "w"), indent=1)
+PY
+      ;;
     budget)
       half_billion budget
       scenarios=(); for sc in ${BUDGET_SCENARIOS:-prefill_heavy_b16 balanced_b32 long_decode_b32}; do scenarios+=(--scenario "$sc"); done
