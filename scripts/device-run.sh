@@ -266,6 +266,7 @@ for stage in "$@"; do
         done
       fi ;;
     builds)
+      [ -x $B/asynct ] || B=${BUILDS%% *}  # the model's init needs some build's asynct
       half_billion builds
       runs=/tmp/asynct-builds; rm -rf $runs; mkdir -p $runs
       for pass in $(seq "${BUILDS_PASSES:-2}"); do
