@@ -266,15 +266,17 @@ for stage in "$@"; do
         done
       fi ;;
     builds)
-      [ -x $B/asynct ] || B=${BUILDS%% *}  # the model's init needs some build's asynct
+      builds=${BUILDS:-device-bin}
+      [ -x $B/asynct ] || B=${builds%% *}  # the model's init needs some build's asynct
       half_billion builds
       runs=/tmp/asynct-builds; rm -rf $runs; mkdir -p $runs
       for pass in $(seq "${BUILDS_PASSES:-2}"); do
-        for d in ${BUILDS:-device-bin}; do
+        for d in $builds; do
           n=${d#device-bin-}
           $d/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" --context "${BUILDS_CONTEXT:-1024}" \
             --out "$runs/$n-$pass.json" > "$runs/$n-$pass.log" 2>&1 || { status=1; tail -n 20 "$runs/$n-$pass.log"; }
-          echo "$n pass $pass: $(grep '^decode B' "$runs/$n-$pass.log" | tr '\n' ' ')" | tee -a "$OUT/builds-summary.txt"
+          echo "$n ($(head -c 7 $d/COMMIT)) pass $pass: $(grep '^decode B' "$runs/$n-$pass.log" | tr '\n' ' ')" \
+            | tee -a "$OUT/builds-summary.txt"
         done
       done
       python3 - "$runs" "$OUT/builds.json" <<'PY' || status=1
