@@ -8,6 +8,7 @@
 
 use model::cpu_backend::Precision;
 use numpy::{Element, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyOverflowError;
 use pyo3::prelude::*;
 
 use crate::errors::{type_error, value_error};
@@ -30,7 +31,14 @@ pub fn scalar<'py, T: FromPyObjectOwned<'py>>(
 ) -> PyResult<T> {
     match obj.filter(|o| !o.is_none()) {
         None => Ok(default),
-        Some(o) => o.extract::<T>().map_err(|_| type_error(arg, format!("expected {what}, got {}", describe(o)))),
+        Some(o) => o.extract::<T>().map_err(|e| {
+            // An integer too large for the Rust type is the right kind with a wrong value.
+            if Into::<PyErr>::into(e).is_instance_of::<PyOverflowError>(o.py()) {
+                value_error(arg, format!("{o} is out of range for {what}"))
+            } else {
+                type_error(arg, format!("expected {what}, got {}", describe(o)))
+            }
+        }),
     }
 }
 

@@ -113,6 +113,7 @@ def test_forward_logits_names_a_broken_checkpoint(tiny_model, tmp_path):
     (dict(top_p=1.5), ValueError, "top_p"),
     (dict(top_k=-2), ValueError, "top_k: must be >= 0, or -1"),
     (dict(max_tokens=0), ValueError, "max_tokens: must be >= 1, got 0"),
+    (dict(max_tokens=2**70), ValueError, f"max_tokens: {2**70} is out of range for an integer"),
     (dict(stop=[""]), ValueError, "stop: stop strings must be non-empty"),
     (dict(stop=5), TypeError, "stop: expected a string or a list of strings"),
     (dict(seed=-1), ValueError, "seed: must be in [0, 2^64)"),
