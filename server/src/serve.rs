@@ -53,6 +53,9 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     if args.max_queue == 0 {
         return Err("--max-queue must be at least 1: every request waits for a step, if briefly".into());
     }
+    if args.max_body_bytes == 0 {
+        return Err("--max-body-bytes must be at least 1: every request has a JSON body".into());
+    }
     let grace = seconds("--shutdown-timeout", args.shutdown_timeout)?;
     let limits = ConnLimits {
         max_connections: args.max_connections,
