@@ -95,6 +95,10 @@ fn bad_input_gets_a_message_and_exit_code_1() {
             "--max-queue must be at least 1",
         ),
         (
+            vec!["serve", "--model", m, "--device", "cpu", "--port", "0", "--max-body-bytes", "0"],
+            "--max-body-bytes must be at least 1",
+        ),
+        (
             vec!["serve", "--model", m, "--device", "cpu", "--port", "0", "--max-num-batched-tokens", "575"],
             "--max-num-batched-tokens: must be at least 576, got 575",
         ),
