@@ -298,8 +298,11 @@ fn compare_preset_steps(
         let (ids, meta, slots) = step_input(&seqs, step);
         let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
         let want = oracle.forward(&input, &mut cache).map_err(|e| e.to_string())?;
-        let got = model.forward(&input).map_err(|e| e.to_string())?;
-        let got_mega = mega.forward(&input).map_err(|e| e.to_string())?;
+        // The oracle's every row, in order, picked on the device.
+        let picked: Vec<u32> = (0..ids.len() as u32).collect();
+        let on_device = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+        let got = model.forward(&on_device).map_err(|e| e.to_string())?;
+        let got_mega = mega.forward(&on_device).map_err(|e| e.to_string())?;
         if let Some(at) = got.iter().zip(&got_mega).position(|(a, b)| a.to_bits() != b.to_bits()) {
             return Err(format!(
                 "step {i}: logit {at} differs between the graph path's kernels and the megakernel, \
@@ -308,8 +311,6 @@ fn compare_preset_steps(
         }
         // The comparisons mean something only where the step did run in the megakernel, or did
         // norm its queries in the prefill: plan the step's shape again and look.
-        let picked: Vec<u32> = input.logit_rows().into_iter().map(|r| r as u32).collect();
-        let on_device = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
         let facts = mega.upload(&on_device).map_err(|e| e.to_string())?;
         mega_steps += usize::from(!mega.plan(facts).map_err(|e| e.to_string())?.program().persistent.is_empty());
         let facts = model.upload(&on_device).map_err(|e| e.to_string())?;
@@ -320,7 +321,7 @@ fn compare_preset_steps(
         prefill_steps += usize::from(has(AttnPart::PrefillNormingQueries) || has(AttnPart::Prefill));
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
         let error_fused = if fused_runs {
-            let got_fused = fused.forward(&input).map_err(|e| e.to_string())?;
+            let got_fused = fused.forward(&on_device).map_err(|e| e.to_string())?;
             Some(errors(&got_fused, &want).map_err(|e| format!("step {i}, fused chunk rows: {e}"))?.0)
         } else {
             None
@@ -415,8 +416,9 @@ fn decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
             .iter()
             .map(|step| {
                 let (ids, meta, slots) = step_input(&seqs, step);
-                let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
-                model.forward(&input).map_err(|e| e.to_string())
+                let picked: Vec<u32> = (0..ids.len() as u32).collect();
+                let step = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+                model.forward(&step).map_err(|e| e.to_string())
             })
             .collect()
     };

@@ -41,7 +41,6 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use half::bf16;
 use ndarray::Array2;
-use oracle::model::step::StepInput;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
@@ -378,15 +377,12 @@ impl GpuModel {
         self.weights.bytes
     }
 
-    /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its logit
-    /// rows widened to f32, `[rows, vocab]` (waits for the device).
-    pub fn forward(&mut self, step: &StepInput<'_>) -> Result<Array2<f32>> {
-        let picked: Vec<u32> = step.logit_rows().into_iter().map(|r| r as u32).collect();
-        let on_device =
-            DeviceStep { token_ids: step.token_ids, meta: step.meta, slot_mapping: step.slot_mapping, picked: &picked };
-        self.launch(&on_device)?;
+    /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its picked
+    /// rows widened to f32, `[picked, vocab]` in that order (waits for the device).
+    pub fn forward(&mut self, step: &DeviceStep<'_>) -> Result<Array2<f32>> {
+        self.launch(step)?;
         self.kernels.faults.check()?;
-        self.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>())
+        self.download_logit_rows(&(0..step.picked.len()).collect::<Vec<_>>())
     }
 
     /// The last step's bf16 logits, `[rows, vocab]` for the rows it picked, on the device, beside
