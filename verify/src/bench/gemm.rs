@@ -12,6 +12,14 @@
 //! the effective bandwidth: the fewest bytes the GEMM moves (W, x and y once each,
 //! `GemmShape::min_bytes`) over the graph time. Issue 9's goal is 3.3 TB/s at M = 1 to 32, about
 //! 77% of the 4.27 TB/s an H200 copies at; [`table`] says where the dispatcher meets it.
+//!
+//! Each plan's output on the first weight copy is also kept and compared bit for bit with every
+//! other plan's at the same point ([`order_classes`]): plans in one class add each output's
+//! products in the same order. The skinny instantiations and the warpgroup form share one order
+//! by design; whether the WGMMA kernel (one accumulator over K's k16 slices in increasing order)
+//! and cuBLASLt's pinned algorithm share another is a question about cuBLASLt that only the device
+//! answers, and the answer decides whether decode rows could move to that order (RESULTS,
+//! session 33).
 
 use std::sync::Arc;
 
@@ -68,6 +76,10 @@ pub struct GemmTime {
     /// Why a figure is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The index in [`GemmPoint::order_classes`] of the plans whose outputs have this one's bits;
+    /// none where the plan failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order_class: Option<usize>,
 }
 
 /// Every plan at one weight shape and M.
@@ -87,6 +99,8 @@ pub struct GemmPoint {
     pub copies: usize,
     /// Each plan's time.
     pub paths: Vec<GemmTime>,
+    /// The plans grouped by their outputs' bits on the same x and W ([`order_classes`]).
+    pub order_classes: Vec<Vec<String>>,
 }
 
 impl GemmPoint {
@@ -167,6 +181,7 @@ pub fn measure(
         let x = gpu.upload(&uniform(0x5eed + m as u64, m * k, 1.0)).map_err(e)?;
         let mut y = gpu.zeros::<bf16>(m * n).map_err(e)?;
         let mut paths = Vec::new();
+        let mut outputs = Vec::new();
         for plan in plans(shape, gpu.info().compute_capability, sms)? {
             let plan_name = plan.name();
             if only.is_some_and(|o| !plan_name.contains(o)) {
@@ -174,11 +189,19 @@ pub fn measure(
             }
             let dispatcher = plan == chosen;
             let (algo, figures) = match Gemm::new(gpu, plan) {
-                Ok(gemm) => (
-                    gemm.algorithm().map(|a| a.to_string()),
-                    timing
-                        .measure(gpu, |i| gemm.run(&x.as_view(), &weights[i % copies].as_view(), &mut y.as_view_mut())),
-                ),
+                Ok(gemm) => {
+                    let figures = timing
+                        .measure(gpu, |i| gemm.run(&x.as_view(), &weights[i % copies].as_view(), &mut y.as_view_mut()));
+                    if figures.error.is_none() {
+                        // One more run on the first weight copy into a poisoned buffer (NaN bits), so
+                        // an output the plan leaves unwritten cannot pass for one another plan wrote.
+                        let mut out = gpu.upload(&vec![bf16::from_bits(0xffff); m * n]).map_err(e)?;
+                        gemm.run(&x.as_view(), &weights[0].as_view(), &mut out.as_view_mut()).map_err(e)?;
+                        let bits = gpu.download(&out).map_err(e)?.iter().map(|v| v.to_bits()).collect();
+                        outputs.push((plan_name.clone(), bits));
+                    }
+                    (gemm.algorithm().map(|a| a.to_string()), figures)
+                }
                 Err(err) => (None, Figures::failed(err.to_string())),
             };
             let bytes = shape.min_bytes() as f64;
@@ -191,11 +214,48 @@ pub fn measure(
                 graph_tbps: figures.graph_ms.map(|ms| bytes / ms / 1e9),
                 graph_tflops: figures.graph_ms.map(|ms| 2.0 * (m * n * k) as f64 / ms / 1e9),
                 error: figures.error,
+                order_class: None,
             });
         }
-        points.push(GemmPoint { weight: name.to_string(), m, n, k, bytes: shape.min_bytes(), copies, paths });
+        let order_classes = order_classes(&outputs);
+        for t in &mut paths {
+            t.order_class = order_classes.iter().position(|class| class.contains(&t.name));
+        }
+        points.push(GemmPoint {
+            weight: name.to_string(),
+            m,
+            n,
+            k,
+            bytes: shape.min_bytes(),
+            copies,
+            paths,
+            order_classes,
+        });
     }
     Ok(points)
+}
+
+/// The plans grouped by equal outputs, bit for bit: each class lists its plans in the order
+/// given, and the classes come in the order of their first plan.
+pub fn order_classes(outputs: &[(String, Vec<u16>)]) -> Vec<Vec<String>> {
+    let mut classes: Vec<(&[u16], Vec<String>)> = Vec::new();
+    for (name, bits) in outputs {
+        match classes.iter_mut().find(|(first, _)| *first == bits.as_slice()) {
+            Some((_, members)) => members.push(name.clone()),
+            None => classes.push((bits, vec![name.clone()])),
+        }
+    }
+    classes.into_iter().map(|(_, members)| members).collect()
+}
+
+/// One line a point: the plans whose outputs agree bit for bit, class by class.
+pub fn orders_table(points: &[GemmPoint]) -> String {
+    let mut s = String::from("GEMM orders: the plans whose outputs agree bit for bit, each class in braces\n");
+    for p in points {
+        let classes: Vec<String> = p.order_classes.iter().map(|c| format!("{{{}}}", c.join(", "))).collect();
+        s += &format!("{:<12} {}\n", GemmPoint::key(&p.weight, p.m), classes.join(" "));
+    }
+    s
 }
 
 /// Microseconds and TB/s of a time, `-` where there is none.
@@ -259,6 +319,7 @@ mod tests {
             graph_tbps: graph_ms.map(|ms| bytes as f64 / ms / 1e9),
             graph_tflops: None,
             error: None,
+            order_class: None,
         }
     }
 
@@ -278,6 +339,7 @@ mod tests {
                     time("skinny-m8-r16", false, Some(ms / 2.0), bytes),
                     time("cublaslt", false, None, bytes),
                 ],
+                order_classes: Vec::new(),
             }
         };
         // 4.2 MB in 1 us is 4.2 TB/s (met); in 2 us 2.1 TB/s (missed); M = 64 is not judged.
@@ -288,6 +350,26 @@ mod tests {
         assert!(lines[3].ends_with("MISSED") && lines[3].contains("skinny-m8-r16"), "{}", lines[3]);
         assert!(lines[4].trim_end().ends_with('-'), "{}", lines[4]);
         assert_eq!(point(1, 1e-3).best_skinny().unwrap().name, "skinny-m8-r16");
+    }
+
+    #[test]
+    fn plans_with_the_same_bits_share_a_class_in_first_seen_order() {
+        let out = |name: &str, bits: &[u16]| (name.to_string(), bits.to_vec());
+        let classes = order_classes(&[
+            out("skinny-m8-r8", &[1, 2, 3]),
+            out("wgmma", &[1, 2, 4]),
+            out("skinny-m8-r16", &[1, 2, 3]),
+            out("cublaslt-at-m64", &[1, 2, 4]),
+            out("cublaslt", &[1, 2, 0x8000]),
+        ]);
+        assert_eq!(
+            classes,
+            [vec!["skinny-m8-r8", "skinny-m8-r16"], vec!["wgmma", "cublaslt-at-m64"], vec!["cublaslt"]]
+        );
+        // Bits, not values: +0 and -0 are different outputs, and a NaN equals its own bits.
+        assert_eq!(order_classes(&[out("a", &[0]), out("b", &[0x8000]), out("c", &[0])]).len(), 2);
+        assert_eq!(order_classes(&[out("a", &[0xffff]), out("b", &[0xffff])]).len(), 1);
+        assert!(order_classes(&[]).is_empty());
     }
 
     #[test]

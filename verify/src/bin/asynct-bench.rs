@@ -290,6 +290,7 @@ fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
     let sms = gpu.multiprocessors().map_err(|e| e.to_string())?;
     write_json(args, serde_json::json!({ "device": gpu.info().name, "sms": sms, "timing": timing, "gemm": points }))?;
     println!("\n(* the dispatcher's plan)\n{}", gemm::table(&points));
+    println!("\n{}", gemm::orders_table(&points));
     match failures.len() {
         0 => Ok(()),
         n => Err(format!("{n} GEMM failure(s): {}", failures.join("; "))),
