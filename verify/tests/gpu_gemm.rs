@@ -9,8 +9,8 @@
 //! a skinny row with the same bits alone and at every M up to 64 beside any rows (NaN and inf
 //! included) under every instantiation; the same past 64 rows (skinny slabs), through the WGMMA
 //! kernel at M up to 2,100 and through cuBLASLt pinned at one reference M; two runs with the same
-//! bits on both paths; bad shapes
-//! and buffers refused by name; CUDA-graph replays with the eager bits on both paths; and each
+//! bits on both paths; a plan still launching after a smaller one of its entry point is loaded;
+//! bad shapes and buffers refused by name; CUDA-graph replays with the eager bits on both paths; and each
 //! fused epilogue of the skinny and the WGMMA kernel with the bits of that kernel's plain GEMM
 //! followed by the op it replaces (`gpu_gemm/epilogue.rs`).
 
@@ -35,6 +35,10 @@ fn main() {
             ("a_skinny_row_has_the_same_bits_at_every_m_beside_any_rows", bits::batch_invariance),
             ("past_64_rows_and_pinned_cublaslt_rows_keep_their_bits", bits::wide_batch_invariance),
             ("two_runs_give_the_same_bits_on_both_paths", bits::two_runs),
+            (
+                "a_later_smaller_plan_leaves_an_earlier_one_its_shared_memory",
+                bits::a_later_smaller_plan_leaves_an_earlier_one_its_shared_memory,
+            ),
             ("bad_shapes_and_buffers_are_refused_by_name", bits::refusals),
             ("cuda_graph_replays_give_the_eager_bits_on_both_paths", bits::graph_replay),
             ("the_periln_epilogue_gives_the_gemm_then_peri_ln_residual_bits", epilogue::periln),

@@ -140,10 +140,15 @@ impl Gpu {
         Ok(cudarc::driver::result::mem_get_info()?)
     }
 
-    /// Raises `f`'s dynamic shared-memory limit to `bytes` (needed above 48 KiB).
+    /// Raises `f`'s dynamic shared-memory limit to `bytes` (needed above 48 KiB), never lowering
+    /// it: the plans of one entry point share its function, so a plan loaded later with less
+    /// (another K, another M) must leave room for the launches of one loaded before it.
     pub fn set_max_dynamic_smem(&self, f: &CudaFunction, bytes: u32) -> Result<()> {
         use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-        f.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)?;
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        if f.get_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)? < bytes {
+            f.set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)?;
+        }
         Ok(())
     }
 

@@ -118,6 +118,25 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
+/// Two plans of one entry point share its function: the shared-x form at K = 1,024 (176 KB of
+/// shared memory) runs, then the same form at K = 512 (110 KB) is loaded, and the first plan runs
+/// again with the same bits (a later, smaller plan must not lower the function's limit).
+pub fn a_later_smaller_plan_leaves_an_earlier_one_its_shared_memory(gpu: &Arc<Gpu>) -> Check {
+    let sms = g(gpu.multiprocessors())?;
+    let wide = GemmShape { m: 64, n: 1024, k: 1024 };
+    let (x, w) = (g(gpu.upload(&draw_x(51, 64, 1024)))?, g(gpu.upload(&draw_w(52, 1024, 1024)))?);
+    let first = g(Gemm::new(gpu, g(GemmPlan::skinny_shared_x(wide, EpilogueKind::Store, sms))?))?;
+    let before = run(gpu, &first, &x, &w)?;
+    let narrow = GemmShape { k: 512, ..wide };
+    let second = g(Gemm::new(gpu, g(GemmPlan::skinny_shared_x(narrow, EpilogueKind::Store, sms))?))?;
+    let (xs, ws) = (g(gpu.upload(&draw_x(53, 64, 512)))?, g(gpu.upload(&draw_w(54, 1024, 512)))?);
+    run(gpu, &second, &xs, &ws)?;
+    let after = run(gpu, &first, &x, &w).map_err(|e| format!("{} after {}: {e}", label(&first), label(&second)))?;
+    same_bits(&format!("{} before and after {}", label(&first), label(&second)), &after, &before)?;
+    println!("  {} ran again after {} was loaded, with its bits", label(&first), label(&second));
+    Ok(())
+}
+
 /// The skinny kernel (LM head at M = 1, gate/up at 64, an odd shape at 17 under every
 /// instantiation) and cuBLASLt (QKV at 128, down at 512, LM head at 512) run twice on the same
 /// inputs, each time into a poisoned output: the same bits.
