@@ -25,8 +25,8 @@ const MAX_ROW_CTAS: u32 = 8;
 
 /// CTAs per row for `rows` rows on `sms` multiprocessors of compute capability `(major, _)`: as
 /// many as keep the grid within one CTA an SM (a CTA holds 49K registers, so an SM runs one), up
-/// to [`MAX_ROW_CTAS`], in a power of two; one where the GPU has no clusters (before sm_90). With
-/// more CTAs than SMs a greedy row's short slices wait in waves: 8 CTAs a row took the B128
+/// to 8 (`MAX_ROW_CTAS`), in a power of two; one where the GPU has no clusters (before sm_90).
+/// With more CTAs than SMs a greedy row's short slices wait in waves: 8 CTAs a row took the B128
 /// sampler from 20 to 51 us under ncu (RESULTS run 121). The token does not depend on it (the
 /// kernel's ROW SCAN).
 pub fn row_ctas(rows: u32, sms: u32, (major, _): (i32, i32)) -> u32 {
