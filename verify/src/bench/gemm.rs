@@ -76,10 +76,6 @@ pub struct GemmTime {
     /// Why a figure is missing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The index in [`GemmPoint::order_classes`] of the plans whose outputs have this one's bits;
-    /// none where the plan failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub order_class: Option<usize>,
 }
 
 /// Every plan at one weight shape and M.
@@ -214,13 +210,9 @@ pub fn measure(
                 graph_tbps: figures.graph_ms.map(|ms| bytes / ms / 1e9),
                 graph_tflops: figures.graph_ms.map(|ms| 2.0 * (m * n * k) as f64 / ms / 1e9),
                 error: figures.error,
-                order_class: None,
             });
         }
         let order_classes = order_classes(&outputs);
-        for t in &mut paths {
-            t.order_class = order_classes.iter().position(|class| class.contains(&t.name));
-        }
         points.push(GemmPoint {
             weight: name.to_string(),
             m,
@@ -319,7 +311,6 @@ mod tests {
             graph_tbps: graph_ms.map(|ms| bytes as f64 / ms / 1e9),
             graph_tflops: None,
             error: None,
-            order_class: None,
         }
     }
 
