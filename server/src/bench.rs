@@ -53,7 +53,7 @@ use crate::load;
 use decode::{
     best_anchor, decode_lengths, print_decode, read_anchor, run_decode, DecodeResult, StepBytes, GOAL_CONTEXT,
 };
-use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
+use model::executor_loader::BLOCK_SIZE;
 use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
 
 /// The H200's HBM bandwidth, which issue 9's weight floor (about 0.28 ms for asynct-0.5b) uses.
@@ -207,10 +207,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let mut report = Report {
         model: args.model.display().to_string(),
         device: engine.describe(),
-        enforce_eager: args.enforce_eager,
-        decode_kernel: args.decode_kernel.clone(),
-        prefix_caching: !args.no_prefix_caching,
-        pipelining: !args.no_pipelining,
+        enforce_eager: args.engine.enforce_eager,
+        decode_kernel: args.engine.decode_kernel.clone(),
+        prefix_caching: !args.scheduling.no_prefix_caching,
+        pipelining: !args.scheduling.no_pipelining,
         max_num_seqs,
         max_num_batched_tokens: engine.scheduler().config().max_batched_tokens,
         seed: args.seed,
@@ -276,17 +276,7 @@ fn load_engine(
     max_num_seqs: usize,
     cpu_blocks: usize,
 ) -> Result<Engine, String> {
-    let opts = ExecutorOptions {
-        device: &args.device,
-        precision: Precision::F32,
-        max_num_seqs,
-        max_model_len: cfg.max_position_embeddings,
-        cpu_blocks,
-        gpu_memory_utilization: args.gpu_memory_utilization,
-        enforce_eager: args.enforce_eager,
-        decode_kernel: &args.decode_kernel,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-    };
+    let opts = args.engine.executor_options(Precision::F32, max_num_seqs, cfg.max_position_embeddings, cpu_blocks);
     let load_start = Instant::now();
     let loaded = load::executor_with_progress(&args.model, cfg, &opts)?;
     println!(
@@ -295,9 +285,10 @@ fn load_engine(
         loaded.max_batched_tokens,
         load_start.elapsed().as_secs_f64()
     );
-    let sched = load::scheduler_config(max_num_seqs, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
+    let sched =
+        load::scheduler_config(max_num_seqs, &loaded, cfg.max_position_embeddings, !args.scheduling.no_prefix_caching);
     let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, false).map_err(|e| e.to_string())?;
-    engine.set_pipelining(!args.no_pipelining);
+    engine.set_pipelining(!args.scheduling.no_pipelining);
     Ok(engine)
 }
 

@@ -76,41 +76,16 @@ pub struct GenerateArgs {
     /// Run this many copies of the prompt as one batch.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
-    /// auto (the GPU when one is there), cpu or cuda.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub scheduling: SchedulingArgs,
     /// The CPU backend's mode: f32, f64, or bf16 (bf16-faithful). The GPU runs bf16.
     #[arg(long, default_value = "f32")]
     pub precision: String,
-    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
     /// Write the logits (f32 [positions, vocab]) of the first request to this safetensors file.
     #[arg(long)]
     pub dump_logits: Option<PathBuf>,
-    /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
-    #[arg(long)]
-    pub enforce_eager: bool,
-    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
-    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
-    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
-    pub decode_kernel: String,
-    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --batch [default: 16384 + --batch on the
-    /// GPU, 2048 + --batch on the CPU].
-    #[arg(long, value_name = "N")]
-    pub max_num_batched_tokens: Option<usize>,
-    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
-    /// 512-token chunks are kept after their request ends and reused by later requests that
-    /// start with the same tokens; a hit changes no token or logit.
-    #[arg(long)]
-    pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default the next step
-    /// is planned and queued before the current one is waited for (vLLM's asynchronous
-    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
-    /// either way.
-    #[arg(long)]
-    pub no_pipelining: bool,
 }
 
 #[derive(Args, Debug)]
@@ -127,27 +102,11 @@ pub struct EvalArgs {
     /// Windows run as one batch, at most (fewer when their logits would pass 1 GiB).
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// auto (the GPU when one is there), cpu or cuda.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// The CPU backend's mode: f32, f64, or bf16 (bf16-faithful). The GPU runs bf16.
     #[arg(long, default_value = "f32")]
     pub precision: String,
-    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
-    /// Run every GPU step eagerly: no whole-step CUDA graphs.
-    #[arg(long)]
-    pub enforce_eager: bool,
-    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
-    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
-    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
-    pub decode_kernel: String,
-    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --batch [default: 16384 + --batch on the
-    /// GPU, 2048 + --batch on the CPU].
-    #[arg(long, value_name = "N")]
-    pub max_num_batched_tokens: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -161,9 +120,10 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free one (the log line names it).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// auto (the GPU when one is there), cpu or cuda.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub scheduling: SchedulingArgs,
     /// The model name clients send; the model folder's name by default.
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -176,9 +136,6 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1 routes.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
     /// Longest sequence (prompt plus output) to accept; the model's own limit by default.
     #[arg(long)]
     pub max_model_len: Option<usize>,
@@ -186,29 +143,6 @@ pub struct ServeArgs {
     /// most this much [default: 4, grown to one sequence of --max-model-len if need be].
     #[arg(long, value_name = "GIB")]
     pub kv_cache_memory: Option<f64>,
-    /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
-    #[arg(long)]
-    pub enforce_eager: bool,
-    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
-    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
-    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
-    pub decode_kernel: String,
-    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --max-num-seqs [default: 16384 + --max-num-seqs on the
-    /// GPU, 2048 + --max-num-seqs on the CPU].
-    #[arg(long, value_name = "N")]
-    pub max_num_batched_tokens: Option<usize>,
-    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
-    /// 512-token chunks are kept after their request ends and reused by later requests that
-    /// start with the same tokens; a hit changes no token or logit.
-    #[arg(long)]
-    pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default the next step
-    /// is planned and queued before the current one is waited for (vLLM's asynchronous
-    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
-    /// either way.
-    #[arg(long)]
-    pub no_pipelining: bool,
     /// Connections open at once, at most; one more is answered 503 and closed.
     #[arg(long, default_value_t = 512)]
     pub max_connections: usize,
@@ -271,35 +205,10 @@ pub struct BenchArgs {
     /// Requests that run in one step, at most; by default the largest batch the run needs.
     #[arg(long)]
     pub max_num_seqs: Option<usize>,
-    /// auto (the GPU when one is there), cpu or cuda.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// Run every GPU step eagerly: no whole-step CUDA graphs.
-    #[arg(long)]
-    pub enforce_eager: bool,
-    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
-    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
-    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
-    pub decode_kernel: String,
-    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
-    /// decode row of each running request; at least 512 + --max-num-seqs [default: 16384 + --max-num-seqs on the
-    /// GPU, 2048 + --max-num-seqs on the CPU].
-    #[arg(long, value_name = "N")]
-    pub max_num_batched_tokens: Option<usize>,
-    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
-    /// 512-token chunks are kept after their request ends and reused by later requests that
-    /// start with the same tokens; a hit changes no token or logit.
-    #[arg(long)]
-    pub no_prefix_caching: bool,
-    /// Plan each step only once the step before has drawn its tokens. By default the next step
-    /// is planned and queued before the current one is waited for (vLLM's asynchronous
-    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
-    /// either way.
-    #[arg(long)]
-    pub no_pipelining: bool,
-    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
-    #[arg(long, default_value_t = 0.9)]
-    pub gpu_memory_utilization: f64,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub scheduling: SchedulingArgs,
     /// Seed of the random prompts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -369,4 +278,122 @@ pub struct BenchServeArgs {
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub out: Option<std::path::PathBuf>,
+}
+
+/// Where the model runs and how a GPU step launches: the flags that `generate`, `eval`, `serve`
+/// and `bench` share.
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// auto (the GPU when one is there), cpu or cuda.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// The fraction of GPU memory the weights, buffers and KV cache may take together.
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// Run every GPU step eagerly: no whole-step CUDA graphs (start-up is faster, decode slower).
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
+    pub decode_kernel: String,
+    /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a
+    /// decode row of each running request; at least 512 plus the requests one step runs
+    /// (--batch or --max-num-seqs) [default: 16384 plus those requests on the GPU, 2048 plus them
+    /// on the CPU].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
+}
+
+/// How the engine schedules the requests it is given: the flags of the commands that generate.
+#[derive(Args, Debug)]
+pub struct SchedulingArgs {
+    /// Turn prefix caching off. By default the KV blocks of prompt tokens computed in whole
+    /// 512-token chunks are kept after their request ends and reused by later requests that
+    /// start with the same tokens; a hit changes no token or logit.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Plan each step only once the step before has drawn its tokens. By default the next step
+    /// is planned and queued before the current one is waited for (vLLM's asynchronous
+    /// scheduling), so that a device need not wait for the host; the tokens are the same bits
+    /// either way.
+    #[arg(long)]
+    pub no_pipelining: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use model::cpu_backend::Precision;
+
+    use super::*;
+
+    const ENGINE_FLAGS: [&str; 9] = [
+        "--device",
+        "cpu",
+        "--gpu-memory-utilization",
+        "0.5",
+        "--enforce-eager",
+        "--decode-kernel",
+        "mega",
+        "--max-num-batched-tokens",
+        "4096",
+    ];
+
+    fn parse<'a>(command: &'a str, flags: &[&'a str]) -> Result<Command, clap::Error> {
+        let required: &[&str] = match command {
+            "generate" => &["--prompt", "x"],
+            "eval" => &["--text", "t.txt"],
+            _ => &[],
+        };
+        let argv = ["asynct", command, "--model", "m"].into_iter().chain(required.iter().copied());
+        Cli::try_parse_from(argv.chain(flags.iter().copied())).map(|cli| cli.command)
+    }
+
+    fn engine_and_scheduling(command: &Command) -> (&EngineArgs, Option<&SchedulingArgs>) {
+        match command {
+            Command::Generate(a) => (&a.engine, Some(&a.scheduling)),
+            Command::Eval(a) => (&a.engine, None),
+            Command::Serve(a) => (&a.engine, Some(&a.scheduling)),
+            Command::Bench(a) => (&a.engine, Some(&a.scheduling)),
+            other => panic!("{other:?} runs no engine"),
+        }
+    }
+
+    #[test]
+    fn every_engine_command_takes_the_engine_flags_into_its_executor_options() {
+        for command in ["generate", "eval", "serve", "bench"] {
+            let parsed = parse(command, &ENGINE_FLAGS).unwrap_or_else(|e| panic!("{command}: {e}"));
+            let (engine, _) = engine_and_scheduling(&parsed);
+            let opts = engine.executor_options(Precision::Bf16, 3, 100, 7);
+            assert_eq!(opts.device, "cpu", "{command}");
+            assert_eq!(opts.gpu_memory_utilization, 0.5, "{command}");
+            assert!(opts.enforce_eager, "{command}");
+            assert_eq!(opts.decode_kernel, "mega", "{command}");
+            assert_eq!(opts.max_num_batched_tokens, Some(4096), "{command}");
+            let sizes = (opts.precision, opts.max_num_seqs, opts.max_model_len, opts.cpu_blocks);
+            assert_eq!(sizes, (Precision::Bf16, 3, 100, 7), "{command}");
+
+            let defaults = parse(command, &[]).unwrap_or_else(|e| panic!("{command}: {e}"));
+            let opts = engine_and_scheduling(&defaults).0.executor_options(Precision::F32, 1, 1, 1);
+            let flags = (opts.device, opts.gpu_memory_utilization, opts.enforce_eager, opts.decode_kernel);
+            assert_eq!(flags, ("auto", 0.9, false, "auto"), "{command}");
+            assert_eq!(opts.max_num_batched_tokens, None, "{command}");
+        }
+    }
+
+    #[test]
+    fn the_commands_that_generate_take_the_scheduling_flags_and_eval_refuses_them() {
+        for command in ["generate", "serve", "bench"] {
+            let parsed = parse(command, &["--no-prefix-caching", "--no-pipelining"]).expect(command);
+            let scheduling = engine_and_scheduling(&parsed).1.expect(command);
+            assert!(scheduling.no_prefix_caching && scheduling.no_pipelining, "{command}");
+            let defaults = parse(command, &[]).expect(command);
+            let scheduling = engine_and_scheduling(&defaults).1.expect(command);
+            assert!(!scheduling.no_prefix_caching && !scheduling.no_pipelining, "{command}");
+        }
+        // eval scores every prompt row, so it caches no prefix: it takes neither flag.
+        for flag in ["--no-prefix-caching", "--no-pipelining"] {
+            assert!(parse("eval", &[flag]).is_err(), "eval {flag}");
+        }
+    }
 }

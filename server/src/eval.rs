@@ -12,7 +12,7 @@ use model::block_pool::blocks_for;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
-use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
+use model::executor_loader::BLOCK_SIZE;
 use model::perplexity::{score, windows};
 
 use crate::cli::EvalArgs;
@@ -43,17 +43,8 @@ pub fn run(args: &EvalArgs) -> Result<(), String> {
     }
     let row_bytes = max_len * cfg.vocab_size * std::mem::size_of::<f32>();
     let batch = args.batch.min((LOGITS_BUDGET / row_bytes).max(1));
-    let opts = ExecutorOptions {
-        device: &args.device,
-        precision,
-        max_num_seqs: batch,
-        max_model_len: cfg.max_position_embeddings,
-        cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(batch),
-        gpu_memory_utilization: args.gpu_memory_utilization,
-        enforce_eager: args.enforce_eager,
-        decode_kernel: &args.decode_kernel,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-    };
+    let cpu_blocks = blocks_for(max_len, BLOCK_SIZE).saturating_mul(batch);
+    let opts = args.engine.executor_options(precision, batch, cfg.max_position_embeddings, cpu_blocks);
     let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;
     eprintln!("running on {}", loaded.executor.describe());
     // Every prompt row is scored: a recording engine looks no prefix up, so nothing is cached either.

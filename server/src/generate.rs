@@ -12,7 +12,7 @@ use model::engine::{Engine, GenerationRequest, SamplingParams, StopConditions};
 
 use crate::cli::GenerateArgs;
 use crate::{load, logits_dump};
-use model::executor_loader::{ExecutorOptions, BLOCK_SIZE};
+use model::executor_loader::BLOCK_SIZE;
 
 /// Runs the command; the error is the message to print.
 pub fn run(args: &GenerateArgs) -> Result<(), String> {
@@ -37,24 +37,16 @@ pub fn run(args: &GenerateArgs) -> Result<(), String> {
     // On the CPU, room for every request's whole life at once, so this batch never preempts; the
     // engine sizes its scheduler from the executor's cache.
     let max_len = prompt.len().saturating_add(args.max_tokens).min(cfg.max_position_embeddings);
-    let opts = ExecutorOptions {
-        device: &args.device,
-        precision,
-        max_num_seqs: args.batch,
-        max_model_len: cfg.max_position_embeddings,
-        cpu_blocks: blocks_for(max_len, BLOCK_SIZE).saturating_mul(args.batch),
-        gpu_memory_utilization: args.gpu_memory_utilization,
-        enforce_eager: args.enforce_eager,
-        decode_kernel: &args.decode_kernel,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-    };
+    let cpu_blocks = blocks_for(max_len, BLOCK_SIZE).saturating_mul(args.batch);
+    let opts = args.engine.executor_options(precision, args.batch, cfg.max_position_embeddings, cpu_blocks);
     let loaded = load::executor_with_progress(&args.model, &cfg, &opts)?;
     eprintln!("running on {}", loaded.executor.describe());
 
-    let sched = load::scheduler_config(args.batch, &loaded, cfg.max_position_embeddings, !args.no_prefix_caching);
+    let sched =
+        load::scheduler_config(args.batch, &loaded, cfg.max_position_embeddings, !args.scheduling.no_prefix_caching);
     let mut engine = Engine::new(loaded.executor, Arc::new(tokenizer), sched, args.dump_logits.is_some())
         .map_err(|e| e.to_string())?;
-    engine.set_pipelining(!args.no_pipelining);
+    engine.set_pipelining(!args.scheduling.no_pipelining);
     for i in 0..args.batch {
         let request = GenerationRequest {
             prompt: prompt.clone(),

@@ -1,19 +1,47 @@
-//! What `generate`, `serve` and `bench` each load from a checkpoint folder: its tokenizer, the
+//! What `generate`, `eval`, `serve` and `bench` each load from a checkpoint folder: its tokenizer, the
 //! executor for `--device` (behind a progress bar), and the scheduler's limits.
 
 use std::path::Path;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use model::config::ModelConfig;
+use model::cpu_backend::Precision;
 use model::executor_loader::{load_executor, ExecutorOptions, LoadedExecutor, PREFILL_CHUNK};
 use model::scheduler::SchedulerConfig;
 use model::start_times::StartTimes;
 use tokenizers::Tokenizer;
 
+use crate::cli::EngineArgs;
+
 /// The checkpoint's `tokenizer.json`; the error names the file.
 pub fn tokenizer(model: &Path) -> Result<Tokenizer, String> {
     let path = model.join("tokenizer.json");
     Tokenizer::from_file(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+impl EngineArgs {
+    /// The executor these flags name, for `max_num_seqs` sequences of at most `max_model_len`
+    /// tokens in a CPU cache of `cpu_blocks` blocks (the GPU sizes its own), the CPU computing in
+    /// `precision`.
+    pub fn executor_options(
+        &self,
+        precision: Precision,
+        max_num_seqs: usize,
+        max_model_len: usize,
+        cpu_blocks: usize,
+    ) -> ExecutorOptions<'_> {
+        ExecutorOptions {
+            device: &self.device,
+            precision,
+            max_num_seqs,
+            max_model_len,
+            cpu_blocks,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            enforce_eager: self.enforce_eager,
+            decode_kernel: &self.decode_kernel,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+        }
+    }
 }
 
 /// [`load_executor`] with a progress bar over the tensors, cleared once loaded.

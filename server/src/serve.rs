@@ -32,7 +32,7 @@ use crate::engine_thread::{self, EngineHandle, LoopConfig};
 use crate::http::{self, AppState, BodyLimits};
 use crate::load;
 use crate::metrics::Metrics;
-use model::executor_loader::{cpu_kv_cache_blocks, load_executor, ExecutorOptions};
+use model::executor_loader::{cpu_kv_cache_blocks, load_executor};
 
 /// How long connections may take to send their last bytes after the engine's grace ends: the
 /// engine has then ended every stream, so only writes of those last events remain.
@@ -81,7 +81,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     };
 
     // The CPU cache holds every running sequence at its longest within --kv-cache-memory.
-    let cpu_blocks = match args.device.as_str() {
+    let cpu_blocks = match args.engine.device.as_str() {
         "cuda" => 0,
         _ => cpu_kv_cache_blocks(
             &cfg,
@@ -93,17 +93,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?,
     };
-    let opts = ExecutorOptions {
-        device: &args.device,
-        precision: Precision::F32,
-        max_num_seqs: args.max_num_seqs,
-        max_model_len,
-        cpu_blocks,
-        gpu_memory_utilization: args.gpu_memory_utilization,
-        enforce_eager: args.enforce_eager,
-        decode_kernel: &args.decode_kernel,
-        max_num_batched_tokens: args.max_num_batched_tokens,
-    };
+    let opts = args.engine.executor_options(Precision::F32, args.max_num_seqs, max_model_len, cpu_blocks);
     let config_took = reading_config.elapsed();
     eprintln!("loading {}", args.model.display());
     let loaded = load_executor(&args.model, &cfg, &opts, &mut |_, _| {}, &mut times).map_err(|e| e.to_string())?;
@@ -114,10 +104,10 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     times.record_beside(StartPhase::ConfigTokenizer, config_took + took, config_took + waiting.elapsed());
     let (tokenizer, template) = text_files?;
     let building = Instant::now();
-    let sched = load::scheduler_config(args.max_num_seqs, &loaded, max_model_len, !args.no_prefix_caching);
+    let sched = load::scheduler_config(args.max_num_seqs, &loaded, max_model_len, !args.scheduling.no_prefix_caching);
     let tokenizer = Arc::new(tokenizer);
     let mut engine = Engine::new(loaded.executor, tokenizer.clone(), sched, false).map_err(|e| e.to_string())?;
-    engine.set_pipelining(!args.no_pipelining);
+    engine.set_pipelining(!args.scheduling.no_pipelining);
 
     let metrics = Arc::new(Metrics::new());
     let (stop, stopping) = watch::channel(false);
