@@ -294,7 +294,8 @@ pub struct EngineArgs {
     #[arg(long)]
     pub enforce_eager: bool,
     /// How a GPU decode step launches its layers: graph (five kernels a layer), mega (the
-    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as measured).
+    /// persistent megakernel where the batch fits it) or auto (the faster one by batch, as
+    /// measured).
     #[arg(long, default_value = "auto", value_name = "auto|graph|mega")]
     pub decode_kernel: String,
     /// Query tokens one step may carry (vLLM's name): whole 512-token prefill chunks beside a

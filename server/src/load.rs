@@ -1,5 +1,6 @@
-//! What `generate`, `eval`, `serve` and `bench` each load from a checkpoint folder: its tokenizer, the
-//! executor for `--device` (behind a progress bar), and the scheduler's limits.
+//! What `generate`, `eval`, `serve` and `bench` each load from a checkpoint folder: its
+//! tokenizer, the executor the engine flags name (behind a progress bar), and the scheduler's
+//! limits.
 
 use std::path::Path;
 
