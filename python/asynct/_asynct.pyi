@@ -104,7 +104,7 @@ class CompletionOutput:
     """With ``SamplingParams(logprobs=n)``: per generated token, a dict from token id to
     log-probability holding that token and the n likeliest. Each is the log-softmax, in float64,
     of the raw float32 logits row the token was sampled from (before temperature, top-k and
-    top-p). None otherwise, and for an aborted output."""
+    top-p); an aborted output keeps those of the tokens it generated. None otherwise."""
     cumulative_logprob: Optional[float]
     """The sum of the generated tokens' log-probabilities, when logprobs were asked for."""
 
@@ -148,11 +148,10 @@ class LLM:
             most 4 GiB, grown to one sequence of max_model_len if need be.
         enable_prefix_caching: keep blocks of prompt tokens computed in whole 512-token chunks
             and reuse them for later prompts that start with the same tokens (``asynct serve
-            --no-prefix-caching`` turns it off there); no token or logit changes. A
-            ``generate`` that asks for logprobs looks nothing up, so every row is computed.
+            --no-prefix-caching`` turns it off there); no token or logit changes.
         max_num_batched_tokens: query tokens in one engine step, at most (vLLM's name; ``asynct
             serve --max-num-batched-tokens``): whole 512-token prefill chunks beside a decode row
-            of each running sequence, so at least 512 + max_num_seqs. By default 8192 +
+            of each running sequence, so at least 512 + max_num_seqs. By default 16384 +
             max_num_seqs on the GPU, 2048 + max_num_seqs on the CPU. Prefill chunks are never
             cut, so a request's tokens do not depend on its neighbours at any budget.
         decode_kernel: on the GPU, how a decode step launches its layers (``asynct serve

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use model::engine::{Completion, Engine, EngineEvent, GenerationRequest};
+use oracle::decode::logprobs::TokenLogprobs;
 use pyo3::prelude::*;
 
 use crate::errors::{from_model, runtime_error, value_error};
@@ -27,11 +28,11 @@ pub const SLICE: Duration = Duration::from_millis(20);
 struct Tracked {
     id: u64,
     prompt: Prompt,
-    logprobs: Option<usize>,
-    /// Generated ids and released text from the step events, for a request aborted before it
-    /// finished (a finished one has its [`Completion`]).
+    /// Generated ids, released text and (when asked) each token's logprobs from the step events,
+    /// for a request aborted before it finished (a finished one has its [`Completion`]).
     token_ids: Vec<u32>,
     text: String,
+    token_logprobs: Option<Vec<TokenLogprobs>>,
     completion: Option<Completion>,
 }
 
@@ -59,6 +60,7 @@ impl Batch {
                 sampling: p.engine_sampling(),
                 processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
+                logprobs: p.logprobs,
                 ..Default::default()
             };
             let id = match engine.add_request(request) {
@@ -84,9 +86,9 @@ impl Batch {
             let tracked = Tracked {
                 id,
                 prompt,
-                logprobs: p.logprobs,
                 token_ids: Vec::new(),
                 text: String::new(),
+                token_logprobs: p.logprobs.map(|_| Vec::new()),
                 completion: None,
             };
             batch.requests.push(tracked);
@@ -127,10 +129,14 @@ impl Batch {
         let start = Instant::now();
         while engine.has_work() {
             for event in engine.step()? {
-                if let EngineEvent::Token { request, token, text, .. } = event {
+                if let EngineEvent::Token { request, token, text, logprobs } = event {
                     if let Some(&i) = self.by_id.get(&request) {
-                        self.requests[i].token_ids.push(token);
-                        self.requests[i].text.push_str(&text);
+                        let r = &mut self.requests[i];
+                        r.token_ids.push(token);
+                        r.text.push_str(&text);
+                        if let (Some(all), Some(lp)) = (&mut r.token_logprobs, logprobs) {
+                            all.push(lp);
+                        }
                     }
                 }
             }
@@ -167,9 +173,9 @@ impl Batch {
         self.requests
             .into_iter()
             .map(|r| {
-                let (token_ids, text, finish, logits) = match r.completion {
-                    Some(c) => (c.token_ids, c.text, Some(c.finish), c.logits),
-                    None => (r.token_ids, r.text, None, None),
+                let (token_ids, text, finish, logprobs) = match r.completion {
+                    Some(c) => (c.token_ids, c.text, Some(c.finish), c.logprobs),
+                    None => (r.token_ids, r.text, None, r.token_logprobs),
                 };
                 Done {
                     id: r.id,
@@ -178,8 +184,7 @@ impl Batch {
                     token_ids,
                     text,
                     finish,
-                    logits,
-                    logprobs: r.logprobs,
+                    logprobs,
                 }
             })
             .collect()

@@ -218,7 +218,6 @@ impl Llm {
         // running cannot be lost.
         self.cancel.store(false, Ordering::Release);
         let _busy = Busy::raise(&self.busy);
-        engine.set_record_logits(params.iter().any(|p| p.logprobs.is_some())).map_err(from_model)?;
         let mut batch = Batch::submit(&mut engine, prompts, &params, &self.eos_token_ids, self.max_model_len)?;
         // Finished or aborted alike, every request is accounted for in the batch.
         batch.run(py, &mut engine, &self.cancel)?;

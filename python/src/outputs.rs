@@ -1,14 +1,15 @@
 //! What `LLM.generate` returns, in vLLM's shape: a `RequestOutput` per prompt holding one
 //! `CompletionOutput`, with the first completion's fields also on the `RequestOutput` itself.
 //!
-//! Logprobs come from the logits row each token was sampled from (the engine records every row
-//! when a request asks for them): the log-softmax of the raw row in f64, before temperature,
-//! top-k or top-p, as vLLM reports by default. The GPU and CPU executors both hand back f32 rows.
+//! Logprobs come from the logits row each token was sampled from (the engine scores the rows of
+//! the requests that ask, as for the server's `logprobs`): the log-softmax of the raw row in
+//! f64, before temperature, top-k or top-p, as vLLM reports by default. An aborted request keeps
+//! the logprobs of the tokens it generated.
 
 use std::collections::BTreeMap;
 
 use model::engine::FinishReason;
-use ndarray::{Array2, ArrayView1};
+use oracle::decode::logprobs::TokenLogprobs;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
@@ -140,11 +141,9 @@ pub struct Done {
     pub text: String,
     /// Why it ended; `None` when aborted.
     pub finish: Option<FinishReason>,
-    /// The recorded `[prompt + generated - 1, vocab]` logits, when logprobs were asked for and
-    /// the request finished.
-    pub logits: Option<Array2<f32>>,
-    /// `SamplingParams.logprobs`.
-    pub logprobs: Option<usize>,
+    /// Each generated token's logprobs, when `SamplingParams.logprobs` asked for them: the
+    /// engine's, from the raw logits row the token was drawn from.
+    pub logprobs: Option<Vec<TokenLogprobs>>,
 }
 
 impl Done {
@@ -159,18 +158,8 @@ impl Done {
             Some(FinishReason::StopToken(t)) => ("stop", StopReason::Token(*t)),
             Some(r) => (r.as_openai(), StopReason::None),
         };
-        let logprobs = match (self.logprobs, &self.logits) {
-            (Some(top), Some(logits)) => Some(
-                self.token_ids
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &token)| token_logprobs(logits.row(self.prompt_token_ids.len() - 1 + i), token, top))
-                    .collect::<Vec<_>>(),
-            ),
-            _ => None,
-        };
-        let cumulative_logprob =
-            logprobs.as_ref().map(|l| l.iter().zip(&self.token_ids).map(|(m, t)| m[t]).sum::<f64>());
+        let cumulative_logprob = self.logprobs.as_ref().map(|l| l.iter().map(|lp| lp.logprob).sum::<f64>());
+        let logprobs = self.logprobs.map(|l| l.into_iter().map(as_dict).collect::<Vec<_>>());
         let output = CompletionOutput {
             index: 0,
             text: self.text,
@@ -191,10 +180,9 @@ impl Done {
     }
 }
 
-/// The log-probabilities of `token` and of the `top` likeliest tokens (ties to the lower id)
-/// under `row`: the oracle's float64 log-softmax of the raw row (SPEC section 5), the one the
-/// server reports too. A `-inf` logit gets `-inf`.
-pub fn token_logprobs(row: ArrayView1<'_, f32>, token: u32, top: usize) -> BTreeMap<u32, f64> {
-    let lp = oracle::decode::token_logprobs(&row.to_vec(), token, top);
-    lp.top.into_iter().chain([(token, lp.logprob)]).collect()
+/// A token's logprobs as vLLM's Python dict: the `top` likeliest tokens and the token itself, each
+/// id to its log-probability (SPEC section 5's float64 log-softmax of the raw row, the one the
+/// server reports too; a `-inf` logit gets `-inf`).
+fn as_dict(lp: TokenLogprobs) -> BTreeMap<u32, f64> {
+    lp.top.into_iter().chain([(lp.token, lp.logprob)]).collect()
 }

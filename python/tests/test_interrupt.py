@@ -13,6 +13,7 @@ import asynct
 
 # Far more work than the tests wait for: 16 sequences of 1,500 tokens each.
 LONG = asynct.SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True)
+LONG_LOGPROBS = asynct.SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True, logprobs=1)
 PROMPTS = [f"prompt number {i}" for i in range(16)]
 PROMPT = asynct.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
 
@@ -28,7 +29,7 @@ def test_abort_from_another_thread_returns_what_was_generated(llm):
 
     def work():
         start = time.monotonic()
-        result["outputs"] = llm.generate(PROMPTS + ["The river"], [LONG] * 16 + [PROMPT])
+        result["outputs"] = llm.generate(PROMPTS + ["The river"], [LONG, LONG_LOGPROBS] * 8 + [PROMPT])
         result["secs"] = time.monotonic() - start
 
     worker = threading.Thread(target=work)
@@ -43,6 +44,11 @@ def test_abort_from_another_thread_returns_what_was_generated(llm):
     assert all(o.finish_reason == "abort" and not o.finished for o in long_ones)
     assert all(len(o.token_ids) < 1500 for o in long_ones)
     assert sum(len(o.token_ids) for o in long_ones) > 0, "the aborted outputs keep what was generated"
+    # ... and the logprobs of every token generated, where asked (the sampled token's, greedy: the likeliest).
+    assert all(o.logprobs is None for o in long_ones[0::2])
+    for o in long_ones[1::2]:
+        assert len(o.logprobs) == len(o.token_ids)
+        assert all(max(lp, key=lp.get) == t for t, lp in zip(o.token_ids, o.logprobs))
     assert outs[16].finish_reason == "length" and outs[16].token_ids == reference.token_ids
     assert llm.abort() is False, "nothing runs any more"
     still_works(llm)
