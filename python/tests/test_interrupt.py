@@ -44,7 +44,7 @@ def test_abort_from_another_thread_returns_what_was_generated(llm):
     assert all(o.finish_reason == "abort" and not o.finished for o in long_ones)
     assert all(len(o.token_ids) < 1500 for o in long_ones)
     assert sum(len(o.token_ids) for o in long_ones) > 0, "the aborted outputs keep what was generated"
-    # ... and the logprobs of every token generated, where asked (the sampled token's, greedy: the likeliest).
+    # ... and, where asked, the logprobs of every token generated (greedy: the likeliest).
     assert all(o.logprobs is None for o in long_ones[0::2])
     for o in long_ones[1::2]:
         assert len(o.logprobs) == len(o.token_ids)
