@@ -132,14 +132,18 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
     let req = parse_completion(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let tokenizer = state.tokenizer.clone();
-    let echo = req.sampling.echo;
+    let (echo, keep) = (req.sampling.echo, req.sampling.truncate_prompt_tokens);
     let prompts = off_the_runtime(move || {
-        let text = |text: String| Ok(Echoed { ids: encode(&tokenizer, &text)?, text });
-        // A prompt of ids is decoded only when `echo` shows it.
-        let ids = |ids: Vec<u32>| {
+        // A prompt of ids is decoded only when `echo` shows it, and so is what is left of a text.
+        let from_ids = |ids: Vec<u32>| {
             let text = if echo { tokenizer.decode(&ids, false).unwrap_or_default() } else { String::new() };
             Echoed { text, ids }
         };
+        let text = |text: String| match keep_last(encode(&tokenizer, &text)?, keep) {
+            (ids, false) => Ok(Echoed { ids, text }),
+            (ids, true) => Ok(from_ids(ids)),
+        };
+        let ids = |ids: Vec<u32>| from_ids(keep_last(ids, keep).0);
         match req.prompt {
             Prompt::Text(t) => Ok(vec![text(t)?]),
             Prompt::Texts(texts) => texts.into_iter().map(text).collect(),
@@ -157,7 +161,8 @@ async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<R
     let req = parse_chat(&bytes, &state.limits)?;
     check_model(&state, &req.model)?;
     let (template, tokenizer, messages) = (state.template.clone(), state.tokenizer.clone(), req.messages);
-    let ids = off_the_runtime(move || encode(&tokenizer, &template.render(&messages)?)).await?;
+    let keep = req.sampling.truncate_prompt_tokens;
+    let ids = off_the_runtime(move || Ok(keep_last(encode(&tokenizer, &template.render(&messages)?)?, keep).0)).await?;
     run(&state, Kind::Chat, &req.model, vec![Echoed { text: String::new(), ids }], &req.sampling).await
 }
 
@@ -212,6 +217,18 @@ fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
     let encoding = tokenizer.encode(text, false);
     let encoding = encoding.map_err(|e| ApiError::invalid("prompt", format!("cannot tokenise the prompt: {e}")))?;
     Ok(encoding.get_ids().to_vec())
+}
+
+/// `ids` without the tokens before its last `keep` (vLLM's `truncate_prompt_tokens`), and whether
+/// any were cut.
+fn keep_last(mut ids: Vec<u32>, keep: Option<usize>) -> (Vec<u32>, bool) {
+    match keep {
+        Some(k) if ids.len() > k => {
+            ids.drain(..ids.len() - k);
+            (ids, true)
+        }
+        _ => (ids, false),
+    }
 }
 
 /// The engine requests for `prompts`, `best_of` per prompt in OpenAI's choice order

@@ -246,6 +246,27 @@ fn logprobs_in_openais_shapes_streamed_alike_and_echo_scores_a_continuation() {
     let first = chunks(server.stream("/v1/completions", &body)).remove(0);
     assert_eq!(first["choices"][0]["text"], prompt);
     assert!(first["choices"][0]["logprobs"]["token_logprobs"][0].is_null());
+
+    // truncate_prompt_tokens keeps the last k tokens: the request is the one whose prompt is what
+    // is left, echoed as such, in every prompt form and on chat. Byte b is token b.
+    let ids: Vec<u32> = prompt.bytes().map(u32::from).collect();
+    let cut =
+        ok(&server, "/v1/completions", &completion(json!({"prompt": ids, "truncate_prompt_tokens": 5, "echo": true})));
+    let short = ok(&server, "/v1/completions", &completion(json!({"prompt": ids[ids.len() - 5..], "echo": true})));
+    assert_eq!((text(&cut, 0), &cut["usage"]), (text(&short, 0), &short["usage"]));
+    assert!(text(&cut, 0).starts_with(" runs") && cut["usage"]["prompt_tokens"] == 5, "{cut}");
+    let whole = ok(&server, "/v1/completions", &completion(json!({"prompt": ids, "truncate_prompt_tokens": -1})));
+    assert_eq!(whole["usage"]["prompt_tokens"], ids.len());
+    // A text prompt is cut after tokenising; the echo shows the text of the tokens left.
+    let text_cut =
+        |echo: bool| ok(&server, "/v1/completions", &completion(json!({"truncate_prompt_tokens": 2, "echo": echo})));
+    let (echoed, plain) = (text_cut(true), text_cut(false));
+    let left = text(&echoed, 0).strip_suffix(text(&plain, 0)).unwrap();
+    assert!(prompt.ends_with(left) && left.len() < prompt.len(), "{left:?}");
+    assert_eq!(echoed["usage"]["prompt_tokens"], 2);
+    let chat_cut = ok(&server, "/v1/chat/completions", &chat(json!({"truncate_prompt_tokens": 3})));
+    assert_eq!(chat_cut["usage"]["prompt_tokens"], 3);
+    refused(&server, "/v1/completions", &completion(json!({"truncate_prompt_tokens": 0})), "truncate_prompt_tokens");
 }
 
 #[test]

@@ -95,6 +95,9 @@ pub struct Sampling {
     pub echo: bool,
     /// `logit_bias`, `min_tokens`, `repetition_penalty`, `frequency_penalty`, `presence_penalty`.
     pub processors: LogitsProcessors,
+    /// vLLM's `truncate_prompt_tokens`: each prompt keeps its last this many tokens (the model's
+    /// length for the request's -1), once tokenised (a chat's after its template).
+    pub truncate_prompt_tokens: Option<usize>,
     /// Answer as server-sent events.
     pub stream: bool,
     /// `stream_options.include_usage`: a usage chunk before `[DONE]`.

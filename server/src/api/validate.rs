@@ -32,7 +32,7 @@ pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 23] = [
+pub const UNSUPPORTED: [&str; 22] = [
     "tools",
     "tool_choice",
     "functions",
@@ -49,7 +49,6 @@ pub const UNSUPPORTED: [&str; 23] = [
     "allowed_token_ids",
     "bad_words",
     "prompt_logprobs",
-    "truncate_prompt_tokens",
     "return_tokens_as_token_ids",
     "skip_special_tokens",
     "add_generation_prompt",
@@ -162,6 +161,7 @@ fn sampling(
             return Err(ApiError::invalid("min_tokens", message));
         }
     }
+    let truncate_prompt_tokens = truncate_prompt_tokens(obj, limits)?;
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(opts)) => match opts.get("include_usage") {
@@ -187,9 +187,25 @@ fn sampling(
         logprobs,
         echo,
         processors,
+        truncate_prompt_tokens,
         stream,
         include_usage,
     })
+}
+
+/// vLLM's `truncate_prompt_tokens`: keep a prompt's last k tokens, k in `[1, max_model_len]`, or
+/// -1 for the model's length.
+fn truncate_prompt_tokens(obj: &Map<String, Value>, limits: &Limits) -> Result<Option<usize>, ApiError> {
+    let max = limits.max_model_len;
+    match integer(obj, "truncate_prompt_tokens")? {
+        None => Ok(None),
+        Some(-1) => Ok(Some(max)),
+        Some(k) if k >= 1 && k as u64 <= max as u64 => Ok(Some(k as usize)),
+        Some(k) => Err(ApiError::invalid(
+            "truncate_prompt_tokens",
+            format!("`truncate_prompt_tokens` must be -1 (the model's length) or in [1, {max}]. Given: {k}"),
+        )),
+    }
 }
 
 /// Refuses each field of [`UNSUPPORTED`] given with an effect, and `echo` on the chat route.

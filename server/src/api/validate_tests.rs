@@ -54,6 +54,7 @@ fn defaults_follow_openai() {
         logprobs: None,
         echo: false,
         processors: LogitsProcessors::none(),
+        truncate_prompt_tokens: None,
         stream: false,
         include_usage: false,
     };
@@ -431,4 +432,19 @@ fn developer_messages_are_system_messages() {
     let req =
         chat(json!({"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]}));
     assert_eq!(req.unwrap().messages[0], ChatMessage { role: "system".into(), content: "be brief".into() });
+}
+
+#[test]
+fn truncate_prompt_tokens_is_a_length_up_to_the_models_or_minus_one_for_it() {
+    let keep = |v: Value| completion(json!({"truncate_prompt_tokens": v})).map(|r| r.sampling.truncate_prompt_tokens);
+    assert_eq!(keep(json!(1)).unwrap(), Some(1));
+    assert_eq!(keep(json!(512)).unwrap(), Some(512));
+    assert_eq!(keep(json!(-1)).unwrap(), Some(512), "the model's length");
+    assert_eq!(keep(json!(null)).unwrap(), None);
+    for bad in [json!(0), json!(-2), json!(513)] {
+        assert_invalid(keep(bad.clone()), "truncate_prompt_tokens", &["[1, 512]", &bad.to_string()]);
+    }
+    assert_invalid(keep(json!("8")), "truncate_prompt_tokens", &["integer"]);
+    let chat = chat(json!({"truncate_prompt_tokens": 3})).unwrap();
+    assert_eq!(chat.sampling.truncate_prompt_tokens, Some(3));
 }
