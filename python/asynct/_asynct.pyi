@@ -43,6 +43,8 @@ class SamplingParams:
         presence_penalty: in [-2, 2]: subtracted from a generated token's logit once.
         stop_token_ids: token ids that end the output as eos does, even with ignore_eos.
         include_stop_str_in_output: keep the stop string (or the stop token's text) in the output.
+        prompt_logprobs: with n >= 0, return each prompt token's log-probability and those of the
+            n likeliest tokens at its position (see ``RequestOutput.prompt_logprobs``).
 
     Raises:
         ValueError: a value out of range, naming the parameter.
@@ -65,6 +67,7 @@ class SamplingParams:
     presence_penalty: float
     stop_token_ids: List[int]
     include_stop_str_in_output: bool
+    prompt_logprobs: Optional[int]
 
     def __init__(
         self,
@@ -84,6 +87,7 @@ class SamplingParams:
         presence_penalty: float = 0.0,
         stop_token_ids: Optional[Sequence[int]] = None,
         include_stop_str_in_output: bool = False,
+        prompt_logprobs: Optional[int] = None,
     ) -> None: ...
 
 class CompletionOutput:
@@ -118,6 +122,11 @@ class RequestOutput:
     prompt_token_ids: List[int]
     finished: bool
     """Whether the request ended by itself (False when aborted)."""
+    prompt_logprobs: Optional[List[Optional[Dict[int, float]]]]
+    """With ``SamplingParams(prompt_logprobs=n)``: per prompt token, None for the first, then a
+    dict from token id to log-probability holding that token and the n likeliest at its
+    position, each the float64 log-softmax of the raw logits row before it. None otherwise (and
+    for a request aborted before its prompt was scored)."""
     outputs: List[CompletionOutput]
     """The completions: a list of one."""
     text: str

@@ -33,6 +33,9 @@ struct Tracked {
     token_ids: Vec<u32>,
     text: String,
     token_logprobs: Option<Vec<TokenLogprobs>>,
+    /// The prompt's logprobs, once the engine has scored every position (asked and not aborted
+    /// before).
+    prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
     completion: Option<Completion>,
 }
 
@@ -61,6 +64,7 @@ impl Batch {
                 processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
                 logprobs: p.logprobs,
+                prompt_logprobs: p.prompt_logprobs,
                 ..Default::default()
             };
             let id = match engine.add_request(request) {
@@ -89,6 +93,7 @@ impl Batch {
                 token_ids: Vec::new(),
                 text: String::new(),
                 token_logprobs: p.logprobs.map(|_| Vec::new()),
+                prompt_logprobs: None,
                 completion: None,
             };
             batch.requests.push(tracked);
@@ -129,8 +134,9 @@ impl Batch {
         let start = Instant::now();
         while engine.has_work() {
             for event in engine.step()? {
-                if let EngineEvent::Token { request, token, text, logprobs } = event {
-                    if let Some(&i) = self.by_id.get(&request) {
+                match event {
+                    EngineEvent::Token { request, token, text, logprobs } => {
+                        let Some(&i) = self.by_id.get(&request) else { continue };
                         let r = &mut self.requests[i];
                         r.token_ids.push(token);
                         r.text.push_str(&text);
@@ -138,6 +144,12 @@ impl Batch {
                             all.push(lp);
                         }
                     }
+                    EngineEvent::PromptLogprobs { request, logprobs } => {
+                        if let Some(&i) = self.by_id.get(&request) {
+                            self.requests[i].prompt_logprobs = Some(logprobs);
+                        }
+                    }
+                    EngineEvent::Finished { .. } => {}
                 }
             }
             self.collect(engine);
@@ -173,9 +185,9 @@ impl Batch {
         self.requests
             .into_iter()
             .map(|r| {
-                let (token_ids, text, finish, logprobs) = match r.completion {
-                    Some(c) => (c.token_ids, c.text, Some(c.finish), c.logprobs),
-                    None => (r.token_ids, r.text, None, r.token_logprobs),
+                let (token_ids, text, finish, logprobs, prompt_logprobs) = match r.completion {
+                    Some(c) => (c.token_ids, c.text, Some(c.finish), c.logprobs, c.prompt_logprobs),
+                    None => (r.token_ids, r.text, None, r.token_logprobs, r.prompt_logprobs),
                 };
                 Done {
                     id: r.id,
@@ -185,6 +197,7 @@ impl Batch {
                     text,
                     finish,
                     logprobs,
+                    prompt_logprobs,
                 }
             })
             .collect()

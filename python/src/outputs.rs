@@ -83,6 +83,11 @@ pub struct RequestOutput {
     /// Whether the request ended by itself (false when aborted).
     #[pyo3(get)]
     finished: bool,
+    /// With `SamplingParams(prompt_logprobs=n)`: per prompt token, `None` for the first, then a
+    /// dict from token id to log-probability holding that token and the `n` likeliest at its
+    /// position; else `None` (and for a request aborted before its prompt was scored).
+    #[pyo3(get)]
+    prompt_logprobs: Option<Vec<Option<BTreeMap<u32, f64>>>>,
     output: Py<CompletionOutput>,
 }
 
@@ -144,6 +149,9 @@ pub struct Done {
     /// Each generated token's logprobs, when `SamplingParams.logprobs` asked for them: the
     /// engine's, from the raw logits row the token was drawn from.
     pub logprobs: Option<Vec<TokenLogprobs>>,
+    /// Each prompt token's logprobs (`None` for the first), when `SamplingParams.prompt_logprobs`
+    /// asked for them and the engine scored them.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
 }
 
 impl Done {
@@ -174,6 +182,7 @@ impl Done {
             prompt: self.prompt,
             prompt_token_ids: self.prompt_token_ids,
             finished: self.finish.is_some(),
+            prompt_logprobs: self.prompt_logprobs.map(|l| l.into_iter().map(|lp| lp.map(as_dict)).collect()),
             output: Py::new(py, output)?,
         };
         Py::new(py, request)

@@ -69,6 +69,10 @@ pub struct SamplingParams {
     /// Keep the stop string (or the stop token's text) that ended the output.
     #[pyo3(get)]
     pub include_stop_str_in_output: bool,
+    /// With `n`, each prompt token's log-probability (none for the first) and those of the `n`
+    /// likeliest tokens at its position.
+    #[pyo3(get)]
+    pub prompt_logprobs: Option<usize>,
 }
 
 #[pymethods]
@@ -80,12 +84,13 @@ impl SamplingParams {
         signature = (
             temperature=None, top_p=None, top_k=None, seed=None, max_tokens=None, stop=None, ignore_eos=None,
             logprobs=None, min_p=None, logit_bias=None, min_tokens=None, repetition_penalty=None,
-            frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None
+            frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None,
+            prompt_logprobs=None
         ),
         text_signature = "(temperature=1.0, top_p=1.0, top_k=0, seed=None, max_tokens=16, stop=None, \
                           ignore_eos=False, logprobs=None, min_p=0.0, logit_bias=None, min_tokens=0, \
                           repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, \
-                          stop_token_ids=None, include_stop_str_in_output=False)"
+                          stop_token_ids=None, include_stop_str_in_output=False, prompt_logprobs=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -105,6 +110,7 @@ impl SamplingParams {
         presence_penalty: Option<&Bound<'_, PyAny>>,
         stop_token_ids: Option<&Bound<'_, PyAny>>,
         include_stop_str_in_output: Option<&Bound<'_, PyAny>>,
+        prompt_logprobs: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let temperature: f32 = scalar(temperature, 1.0, "temperature", "a float")?;
         let top_p: f32 = scalar(top_p, 1.0, "top_p", "a float")?;
@@ -113,6 +119,7 @@ impl SamplingParams {
         let max_tokens: i64 = scalar(max_tokens, 16, "max_tokens", "an integer")?;
         let ignore_eos: bool = scalar(ignore_eos, false, "ignore_eos", "a bool")?;
         let logprobs: Option<i64> = scalar(logprobs, None, "logprobs", "an integer or None")?;
+        let prompt_logprobs: Option<i64> = scalar(prompt_logprobs, None, "prompt_logprobs", "an integer or None")?;
         let min_p: f32 = scalar(min_p, 0.0, "min_p", "a float")?;
         let logit_bias: BTreeMap<u32, f32> =
             scalar(logit_bias, BTreeMap::new(), "logit_bias", "a dict from token ids to floats")?;
@@ -146,8 +153,10 @@ impl SamplingParams {
         if let Some(s) = seed.filter(|&s| s < 0 || s > u64::MAX as i128) {
             return Err(value_error("seed", format!("must be in [0, 2^64), got {s}")));
         }
-        if let Some(n) = logprobs.filter(|&n| n < 0) {
-            return Err(value_error("logprobs", format!("must be >= 0 or None, got {n}")));
+        for (name, value) in [("logprobs", logprobs), ("prompt_logprobs", prompt_logprobs)] {
+            if let Some(n) = value.filter(|&n| n < 0) {
+                return Err(value_error(name, format!("must be >= 0 or None, got {n}")));
+            }
         }
         if min_tokens < 0 || min_tokens > max_tokens {
             return Err(value_error(
@@ -172,6 +181,7 @@ impl SamplingParams {
             presence_penalty: processors.presence_penalty,
             stop_token_ids,
             include_stop_str_in_output,
+            prompt_logprobs: prompt_logprobs.map(|n| n as usize),
         })
     }
 
@@ -180,7 +190,8 @@ impl SamplingParams {
         format!(
             "SamplingParams(temperature={:?}, top_p={:?}, top_k={}, seed={}, max_tokens={}, stop={:?}, ignore_eos={}, \
              logprobs={}, min_p={:?}, logit_bias={:?}, min_tokens={}, repetition_penalty={:?}, \
-             frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={})",
+             frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={}, \
+             prompt_logprobs={})",
             self.temperature,
             self.top_p,
             self.top_k,
@@ -197,6 +208,7 @@ impl SamplingParams {
             self.presence_penalty,
             self.stop_token_ids,
             if self.include_stop_str_in_output { "True" } else { "False" },
+            opt(self.prompt_logprobs.map(|n| n.to_string())),
         )
     }
 }
@@ -204,7 +216,7 @@ impl SamplingParams {
 impl SamplingParams {
     /// `SamplingParams()`: what `generate` uses when given none.
     pub fn defaults() -> Self {
-        Self::new(None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)
+        Self::new(None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)
             .expect("the defaults are valid")
     }
 

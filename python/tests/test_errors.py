@@ -119,6 +119,8 @@ def test_forward_logits_names_a_broken_checkpoint(tiny_model, tmp_path):
     (dict(seed=-1), ValueError, "seed: must be in [0, 2^64)"),
     (dict(seed=2**64), ValueError, "seed"),
     (dict(logprobs=-1), ValueError, "logprobs: must be >= 0"),
+    (dict(prompt_logprobs=-1), ValueError, "prompt_logprobs: must be >= 0"),
+    (dict(prompt_logprobs=1.5), TypeError, "prompt_logprobs: expected an integer or None, got float"),
     (dict(temperature="hot"), TypeError, "temperature: expected a float, got str"),
     (dict(max_tokens=16.0), TypeError, "max_tokens: expected an integer, got float"),
     (dict(ignore_eos="no"), TypeError, "ignore_eos: expected a bool"),

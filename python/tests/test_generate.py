@@ -125,7 +125,27 @@ def test_logprobs_are_the_log_softmax_of_the_sampling_rows(tiny_model, llm):
     assert out.outputs[0].cumulative_logprob == pytest.approx(sum(lp[t] for t, lp in zip(out.token_ids, out.logprobs)))
     # The same request without logprobs draws the same tokens.
     [plain] = llm.generate(ids, asynct.SamplingParams(temperature=0.8, seed=11, max_tokens=8, ignore_eos=True))
-    assert plain.token_ids == out.token_ids and plain.logprobs is None
+    assert plain.token_ids == out.token_ids and plain.logprobs is None and plain.prompt_logprobs is None
+
+
+def test_prompt_logprobs_are_the_log_softmax_of_the_rows_before_each_prompt_token(tiny_model, llm):
+    # Longer than a 512-token chunk, so the prompt is scored over two steps.
+    ids = [(t * 29 + 7) % 490 + 3 for t in range(600)]
+    p = asynct.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=2)
+    [out] = llm.generate(ids, p)
+    rows = asynct.oracle.forward_logits(tiny_model, ids, precision="f32").astype(np.float64)
+    ref = rows - np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True)) - rows.max(1, keepdims=True)
+    assert len(out.prompt_logprobs) == len(ids) and out.prompt_logprobs[0] is None
+    for i in range(1, len(ids)):
+        lp = out.prompt_logprobs[i]
+        top2 = np.argsort(-ref[i - 1], kind="stable")[:2]
+        assert set(lp) == set(top2.tolist()) | {ids[i]}, i
+        for t, v in lp.items():
+            assert v == pytest.approx(ref[i - 1, t], abs=1e-5)
+    assert out.logprobs is None
+    # Asking changes no token.
+    [plain] = llm.generate(ids, asynct.SamplingParams(temperature=0, max_tokens=1))
+    assert plain.token_ids == out.token_ids and plain.prompt_logprobs is None
 
 
 def test_forward_logits_matches_the_clis_dumped_logits(asynct_bin, tiny_model, llm, tmp_path):
