@@ -109,13 +109,19 @@ def test_eos_ends_the_output_unless_ignored(llm):
     assert through.token_ids[: len(out.token_ids)] == out.token_ids
 
 
+def log_softmax(rows):
+    """Each row's log-softmax, in the rows' dtype."""
+    top = rows.max(1, keepdims=True)
+    return rows - top - np.log(np.exp(rows - top).sum(1, keepdims=True))
+
+
 def test_logprobs_are_the_log_softmax_of_the_sampling_rows(tiny_model, llm):
     ids = llm.encode("The river runs")
     p = asynct.SamplingParams(temperature=0.8, seed=11, max_tokens=8, ignore_eos=True, logprobs=3)
     [out] = llm.generate(ids, p)
     logits = asynct.oracle.forward_logits(tiny_model, ids + out.token_ids[:-1], precision="f32").astype(np.float64)
     rows = logits[len(ids) - 1:]
-    ref = rows - np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True)) - rows.max(1, keepdims=True)
+    ref = log_softmax(rows)
     assert len(out.logprobs) == 8
     for i, (token, lp) in enumerate(zip(out.token_ids, out.logprobs)):
         top3 = np.argsort(-ref[i], kind="stable")[:3]
@@ -134,7 +140,7 @@ def test_prompt_logprobs_are_the_log_softmax_of_the_rows_before_each_prompt_toke
     p = asynct.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=2)
     [out] = llm.generate(ids, p)
     rows = asynct.oracle.forward_logits(tiny_model, ids, precision="f32").astype(np.float64)
-    ref = rows - np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True)) - rows.max(1, keepdims=True)
+    ref = log_softmax(rows)
     assert len(out.prompt_logprobs) == len(ids) and out.prompt_logprobs[0] is None
     for i in range(1, len(ids)):
         lp = out.prompt_logprobs[i]
