@@ -45,6 +45,8 @@ class SamplingParams:
         include_stop_str_in_output: keep the stop string (or the stop token's text) in the output.
         prompt_logprobs: with n >= 0, return each prompt token's log-probability and those of the
             n likeliest tokens at its position (see ``RequestOutput.prompt_logprobs``).
+        n: completions per prompt, in [1, 1024] (``RequestOutput.outputs``); with a seed,
+            completion j is seeded seed + j, as the server seeds its choices.
 
     Raises:
         ValueError: a value out of range, naming the parameter.
@@ -68,6 +70,7 @@ class SamplingParams:
     stop_token_ids: List[int]
     include_stop_str_in_output: bool
     prompt_logprobs: Optional[int]
+    n: int
 
     def __init__(
         self,
@@ -88,13 +91,14 @@ class SamplingParams:
         stop_token_ids: Optional[Sequence[int]] = None,
         include_stop_str_in_output: bool = False,
         prompt_logprobs: Optional[int] = None,
+        n: int = 1,
     ) -> None: ...
 
 class CompletionOutput:
     """One generated sequence of a prompt."""
 
     index: int
-    """Its index among the prompt's completions (always 0)."""
+    """Its index among the prompt's completions, 0 to ``SamplingParams.n`` - 1."""
     text: str
     """The generated text, the stop string excluded."""
     token_ids: List[int]
@@ -128,7 +132,7 @@ class RequestOutput:
     position, each the float64 log-softmax of the raw logits row before it. None otherwise (and
     for a request aborted before its prompt was scored)."""
     outputs: List[CompletionOutput]
-    """The completions: a list of one."""
+    """The completions: ``SamplingParams.n`` of them, in index order."""
     text: str
     token_ids: List[int]
     finish_reason: str

@@ -17,17 +17,16 @@ use oracle::decode::logprobs::TokenLogprobs;
 use pyo3::prelude::*;
 
 use crate::errors::{from_model, runtime_error, value_error};
-use crate::outputs::Done;
+use crate::outputs::{Choice, Done};
 use crate::prompts::Prompt;
 use crate::sampling::SamplingParams;
 
 /// The longest the engine steps between two looks at Python's signals.
 pub const SLICE: Duration = Duration::from_millis(20);
 
-/// A request of the batch and what it has produced so far.
+/// A request of the batch (one of a prompt's `n` choices) and what it has produced so far.
 struct Tracked {
     id: u64,
-    prompt: Prompt,
     /// Generated ids, released text and (when asked) each token's logprobs from the step events,
     /// for a request aborted before it finished (a finished one has its [`Completion`]).
     token_ids: Vec<u32>,
@@ -39,16 +38,20 @@ struct Tracked {
     completion: Option<Completion>,
 }
 
-/// The requests of one generate call, in prompt order.
+/// The requests of one generate call, in prompt order, a prompt's choices in order.
 pub struct Batch {
     requests: Vec<Tracked>,
+    /// Each prompt with its number of choices, whose requests follow those of the prompts before.
+    prompts: Vec<(Prompt, usize)>,
     /// Engine id to index in `requests`.
     by_id: BTreeMap<u64, usize>,
 }
 
 impl Batch {
-    /// Queues one request per prompt. If the engine refuses one, those already queued are
-    /// aborted and the error names the prompt.
+    /// Queues `n` requests per prompt, choice `j` seeded `seed + j` where a seed is given (each
+    /// its own fresh seed where not); only the first scores the prompt where `prompt_logprobs`
+    /// asks. If the engine refuses one, those already queued are aborted and the error names the
+    /// prompt.
     pub fn submit(
         engine: &mut Engine,
         prompts: Vec<Prompt>,
@@ -56,21 +59,43 @@ impl Batch {
         eos_token_ids: &[u32],
         max_model_len: usize,
     ) -> PyResult<Self> {
-        let mut batch = Self { requests: Vec::with_capacity(prompts.len()), by_id: BTreeMap::new() };
+        let requests = params.iter().map(|p| p.n).sum();
+        let mut batch = Self {
+            requests: Vec::with_capacity(requests),
+            prompts: Vec::with_capacity(prompts.len()),
+            by_id: BTreeMap::new(),
+        };
         for (i, (prompt, p)) in prompts.into_iter().zip(params).enumerate() {
+            batch.add_choices(engine, i, &prompt, p, eos_token_ids, max_model_len)?;
+            batch.prompts.push((prompt, p.n));
+        }
+        Ok(batch)
+    }
+
+    /// Queues prompt `i`'s `p.n` requests; see [`Batch::submit`].
+    fn add_choices(
+        &mut self,
+        engine: &mut Engine,
+        i: usize,
+        prompt: &Prompt,
+        p: &SamplingParams,
+        eos_token_ids: &[u32],
+        max_model_len: usize,
+    ) -> PyResult<()> {
+        for choice in 0..p.n {
             let request = GenerationRequest {
                 prompt: prompt.ids.clone(),
-                sampling: p.engine_sampling(),
+                sampling: p.engine_sampling(choice),
                 processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
                 logprobs: p.logprobs,
-                prompt_logprobs: p.prompt_logprobs,
+                prompt_logprobs: p.prompt_logprobs.filter(|_| choice == 0),
                 ..Default::default()
             };
             let id = match engine.add_request(request) {
                 Ok(id) => id,
                 Err(e) => {
-                    batch.abort_unfinished(engine);
+                    self.abort_unfinished(engine);
                     // What the engine refuses at admission names the field to fix: this prompt
                     // (too long for the model or the KV cache) or a parameter (max_tokens past the
                     // KV cache, a logit_bias id).
@@ -86,19 +111,18 @@ impl Batch {
                     });
                 }
             };
-            batch.by_id.insert(id, batch.requests.len());
+            self.by_id.insert(id, self.requests.len());
             let tracked = Tracked {
                 id,
-                prompt,
                 token_ids: Vec::new(),
                 text: String::new(),
                 token_logprobs: p.logprobs.map(|_| Vec::new()),
                 prompt_logprobs: None,
                 completion: None,
             };
-            batch.requests.push(tracked);
+            self.requests.push(tracked);
         }
-        Ok(batch)
+        Ok(())
     }
 
     /// Steps the engine until every request has finished or `cancel` is set (`LLM.abort()`; the
@@ -180,26 +204,24 @@ impl Batch {
         engine.take_finished();
     }
 
-    /// One [`Done`] per prompt, in prompt order.
+    /// One [`Done`] per prompt, in prompt order, its choices in order.
     pub fn into_done(self) -> Vec<Done> {
-        self.requests
-            .into_iter()
-            .map(|r| {
-                let (token_ids, text, finish, logprobs, prompt_logprobs) = match r.completion {
+        let mut requests = self.requests.into_iter();
+        let mut done = Vec::with_capacity(self.prompts.len());
+        for (prompt, n) in self.prompts {
+            let (mut id, mut prompt_logprobs, mut choices) = (0, None, Vec::with_capacity(n));
+            for (choice, r) in requests.by_ref().take(n).enumerate() {
+                let (token_ids, text, finish, logprobs, scored_prompt) = match r.completion {
                     Some(c) => (c.token_ids, c.text, Some(c.finish), c.logprobs, c.prompt_logprobs),
                     None => (r.token_ids, r.text, None, r.token_logprobs, r.prompt_logprobs),
                 };
-                Done {
-                    id: r.id,
-                    prompt: r.prompt.text,
-                    prompt_token_ids: r.prompt.ids,
-                    token_ids,
-                    text,
-                    finish,
-                    logprobs,
-                    prompt_logprobs,
+                if choice == 0 {
+                    (id, prompt_logprobs) = (r.id, scored_prompt);
                 }
-            })
-            .collect()
+                choices.push(Choice { token_ids, text, finish, logprobs });
+            }
+            done.push(Done { id, prompt: prompt.text, prompt_token_ids: prompt.ids, prompt_logprobs, choices });
+        }
+        done
     }
 }

@@ -1,5 +1,6 @@
-//! What `LLM.generate` returns, in vLLM's shape: a `RequestOutput` per prompt holding one
-//! `CompletionOutput`, with the first completion's fields also on the `RequestOutput` itself.
+//! What `LLM.generate` returns, in vLLM's shape: a `RequestOutput` per prompt holding its
+//! `SamplingParams.n` `CompletionOutput`s, with the first one's fields also on the
+//! `RequestOutput` itself.
 //!
 //! Logprobs come from the logits row each token was sampled from (the engine scores the rows of
 //! the requests that ask, as for the server's `logprobs`): the log-softmax of the raw row in
@@ -25,7 +26,7 @@ enum StopReason {
 /// One generated sequence.
 #[pyclass(module = "asynct", frozen)]
 pub struct CompletionOutput {
-    /// Its index among the prompt's completions (always 0: one completion per prompt).
+    /// Its index among the prompt's completions, `0 .. SamplingParams.n`.
     #[pyo3(get)]
     index: usize,
     /// The generated text, stop string excluded.
@@ -88,43 +89,44 @@ pub struct RequestOutput {
     /// position; else `None` (and for a request aborted before its prompt was scored).
     #[pyo3(get)]
     prompt_logprobs: Option<Vec<Option<BTreeMap<u32, f64>>>>,
-    output: Py<CompletionOutput>,
+    /// Its `n` completions, in order; never empty.
+    outputs: Vec<Py<CompletionOutput>>,
 }
 
 #[pymethods]
 impl RequestOutput {
-    /// The completions, a list of one.
+    /// The completions, `SamplingParams.n` of them.
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        PyList::new(py, [self.output.clone_ref(py)])
+        PyList::new(py, self.outputs.iter().map(|o| o.clone_ref(py)))
     }
 
     /// The first completion's text.
     #[getter]
     fn text(&self) -> String {
-        self.output.get().text.clone()
+        self.first().text.clone()
     }
 
     /// The first completion's token ids.
     #[getter]
     fn token_ids(&self) -> Vec<u32> {
-        self.output.get().token_ids.clone()
+        self.first().token_ids.clone()
     }
 
     /// The first completion's finish reason.
     #[getter]
     fn finish_reason(&self) -> &'static str {
-        self.output.get().finish_reason
+        self.first().finish_reason
     }
 
     /// The first completion's logprobs.
     #[getter]
     fn logprobs(&self) -> Option<Vec<BTreeMap<u32, f64>>> {
-        self.output.get().logprobs.clone()
+        self.first().logprobs.clone()
     }
 
     fn __repr__(&self) -> String {
-        let o = self.output.get();
+        let o = self.first();
         format!(
             "RequestOutput(request_id={:?}, prompt={:?}, text={:?}, finish_reason={:?})",
             self.request_id, self.prompt, o.text, o.finish_reason
@@ -132,14 +134,30 @@ impl RequestOutput {
     }
 }
 
-/// Everything known about one prompt's request once generate is done with it.
+impl RequestOutput {
+    /// The first completion, whose fields the request's own getters show.
+    fn first(&self) -> &CompletionOutput {
+        self.outputs[0].get()
+    }
+}
+
+/// Everything known about one prompt's requests once generate is done with them.
 pub struct Done {
-    /// The engine's id.
+    /// The engine's id of its first choice.
     pub id: u64,
     /// The prompt text, when it was given as text.
     pub prompt: Option<String>,
     /// The prompt's ids.
     pub prompt_token_ids: Vec<u32>,
+    /// Each prompt token's logprobs (`None` for the first), when `SamplingParams.prompt_logprobs`
+    /// asked for them and the engine scored them.
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
+    /// Its `n` choices, in order; at least one.
+    pub choices: Vec<Choice>,
+}
+
+/// One choice of a prompt.
+pub struct Choice {
     /// Generated ids.
     pub token_ids: Vec<u32>,
     /// Generated text.
@@ -149,14 +167,11 @@ pub struct Done {
     /// Each generated token's logprobs, when `SamplingParams.logprobs` asked for them: the
     /// engine's, from the raw logits row the token was drawn from.
     pub logprobs: Option<Vec<TokenLogprobs>>,
-    /// Each prompt token's logprobs (`None` for the first), when `SamplingParams.prompt_logprobs`
-    /// asked for them and the engine scored them.
-    pub prompt_logprobs: Option<Vec<Option<TokenLogprobs>>>,
 }
 
-impl Done {
-    /// The Python object.
-    pub fn into_py(self, py: Python<'_>) -> PyResult<Py<RequestOutput>> {
+impl Choice {
+    /// The Python object of choice `index`.
+    fn into_py(self, py: Python<'_>, index: usize) -> PyResult<Py<CompletionOutput>> {
         let (finish_reason, stop_reason) = match &self.finish {
             None => ("abort", StopReason::None),
             Some(FinishReason::Eos) => {
@@ -169,7 +184,7 @@ impl Done {
         let cumulative_logprob = self.logprobs.as_ref().map(|l| l.iter().map(|lp| lp.logprob).sum::<f64>());
         let logprobs = self.logprobs.map(|l| l.into_iter().map(as_dict).collect::<Vec<_>>());
         let output = CompletionOutput {
-            index: 0,
+            index,
             text: self.text,
             token_ids: self.token_ids,
             finish_reason,
@@ -177,13 +192,23 @@ impl Done {
             logprobs,
             cumulative_logprob,
         };
+        Py::new(py, output)
+    }
+}
+
+impl Done {
+    /// The Python object.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<Py<RequestOutput>> {
+        let finished = self.choices.iter().all(|c| c.finish.is_some());
+        let outputs =
+            self.choices.into_iter().enumerate().map(|(i, c)| c.into_py(py, i)).collect::<PyResult<Vec<_>>>()?;
         let request = RequestOutput {
             request_id: self.id.to_string(),
             prompt: self.prompt,
             prompt_token_ids: self.prompt_token_ids,
-            finished: self.finish.is_some(),
+            finished,
             prompt_logprobs: self.prompt_logprobs.map(|l| l.into_iter().map(|lp| lp.map(as_dict)).collect()),
-            output: Py::new(py, output)?,
+            outputs,
         };
         Py::new(py, request)
     }

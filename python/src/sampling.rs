@@ -73,7 +73,13 @@ pub struct SamplingParams {
     /// likeliest tokens at its position.
     #[pyo3(get)]
     pub prompt_logprobs: Option<usize>,
+    /// Completions per prompt, in `1..=MAX_N`.
+    #[pyo3(get)]
+    pub n: usize,
 }
+
+/// The most completions one prompt may ask for (`SamplingParams.n`).
+pub const MAX_N: usize = 1024;
 
 #[pymethods]
 impl SamplingParams {
@@ -85,12 +91,13 @@ impl SamplingParams {
             temperature=None, top_p=None, top_k=None, seed=None, max_tokens=None, stop=None, ignore_eos=None,
             logprobs=None, min_p=None, logit_bias=None, min_tokens=None, repetition_penalty=None,
             frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None,
-            prompt_logprobs=None
+            prompt_logprobs=None, n=None
         ),
         text_signature = "(temperature=1.0, top_p=1.0, top_k=0, seed=None, max_tokens=16, stop=None, \
                           ignore_eos=False, logprobs=None, min_p=0.0, logit_bias=None, min_tokens=0, \
                           repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, \
-                          stop_token_ids=None, include_stop_str_in_output=False, prompt_logprobs=None)"
+                          stop_token_ids=None, include_stop_str_in_output=False, prompt_logprobs=None, \
+                          n=1)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -111,6 +118,7 @@ impl SamplingParams {
         stop_token_ids: Option<&Bound<'_, PyAny>>,
         include_stop_str_in_output: Option<&Bound<'_, PyAny>>,
         prompt_logprobs: Option<&Bound<'_, PyAny>>,
+        n: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let temperature: f32 = scalar(temperature, 1.0, "temperature", "a float")?;
         let top_p: f32 = scalar(top_p, 1.0, "top_p", "a float")?;
@@ -120,6 +128,10 @@ impl SamplingParams {
         let ignore_eos: bool = scalar(ignore_eos, false, "ignore_eos", "a bool")?;
         let logprobs: Option<i64> = scalar(logprobs, None, "logprobs", "an integer or None")?;
         let prompt_logprobs: Option<i64> = scalar(prompt_logprobs, None, "prompt_logprobs", "an integer or None")?;
+        let n: i64 = scalar(n, 1, "n", "an integer")?;
+        if !(1..=MAX_N as i64).contains(&n) {
+            return Err(value_error("n", format!("must be in [1, {MAX_N}], got {n}")));
+        }
         let min_p: f32 = scalar(min_p, 0.0, "min_p", "a float")?;
         let logit_bias: BTreeMap<u32, f32> =
             scalar(logit_bias, BTreeMap::new(), "logit_bias", "a dict from token ids to floats")?;
@@ -182,6 +194,7 @@ impl SamplingParams {
             stop_token_ids,
             include_stop_str_in_output,
             prompt_logprobs: prompt_logprobs.map(|n| n as usize),
+            n: n as usize,
         })
     }
 
@@ -191,7 +204,7 @@ impl SamplingParams {
             "SamplingParams(temperature={:?}, top_p={:?}, top_k={}, seed={}, max_tokens={}, stop={:?}, ignore_eos={}, \
              logprobs={}, min_p={:?}, logit_bias={:?}, min_tokens={}, repetition_penalty={:?}, \
              frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={}, \
-             prompt_logprobs={})",
+             prompt_logprobs={}, n={})",
             self.temperature,
             self.top_p,
             self.top_k,
@@ -209,6 +222,7 @@ impl SamplingParams {
             self.stop_token_ids,
             if self.include_stop_str_in_output { "True" } else { "False" },
             opt(self.prompt_logprobs.map(|n| n.to_string())),
+            self.n,
         )
     }
 }
@@ -216,17 +230,20 @@ impl SamplingParams {
 impl SamplingParams {
     /// `SamplingParams()`: what `generate` uses when given none.
     pub fn defaults() -> Self {
-        Self::new(None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None)
-            .expect("the defaults are valid")
+        Self::new(
+            None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
+        )
+        .expect("the defaults are valid")
     }
 
-    /// The engine's sampling parameters, with `seed` drawn now when the caller gave none.
-    pub fn engine_sampling(&self) -> EngineSampling {
+    /// The engine's sampling parameters of completion `choice`: seeded `seed + choice` (as the
+    /// server seeds its `n` choices), or with a seed drawn now when the caller gave none.
+    pub fn engine_sampling(&self, choice: usize) -> EngineSampling {
         EngineSampling {
             temperature: self.temperature,
             top_k: self.top_k as usize,
             top_p: self.top_p,
-            seed: self.seed.unwrap_or_else(fresh_seed),
+            seed: self.seed.map_or_else(fresh_seed, |s| s.wrapping_add(choice as u64)),
             min_p: self.min_p,
         }
     }

@@ -244,3 +244,17 @@ def test_the_step_budget_changes_no_token(tiny_model):
         outs.append([o.token_ids for o in llm.generate(prompts, params)])
     assert outs[0] == outs[1]
     assert all(len(t) == 6 for t in outs[0])
+
+
+def test_n_completions_per_prompt_are_the_seeds_seed_plus_j(llm):
+    hot = dict(temperature=1.0, max_tokens=6, ignore_eos=True, logprobs=1)
+    outs = llm.generate(["The river", "A"], asynct.SamplingParams(seed=40, n=3, prompt_logprobs=0, **hot))
+    assert len(outs) == 2
+    for prompt, out in zip(["The river", "A"], outs):
+        assert [c.index for c in out.outputs] == [0, 1, 2] and out.finished
+        assert (out.text, out.token_ids) == (out.outputs[0].text, out.outputs[0].token_ids)
+        assert len(out.prompt_logprobs) == len(out.prompt_token_ids) and out.prompt_logprobs[0] is None
+        for j, c in enumerate(out.outputs):
+            [alone] = llm.generate(prompt, asynct.SamplingParams(seed=40 + j, **hot))
+            assert (c.token_ids, c.logprobs) == (alone.token_ids, alone.logprobs), j
+    assert len({tuple(c.token_ids) for c in outs[0].outputs}) > 1, "three seeds, three draws"
