@@ -47,6 +47,9 @@ class SamplingParams:
             n likeliest tokens at its position (see ``RequestOutput.prompt_logprobs``).
         n: completions per prompt, in [1, 1024] (``RequestOutput.outputs``); with a seed,
             completion j is seeded seed + j, as the server seeds its choices.
+        truncate_prompt_tokens: keep each prompt's last k tokens (k >= 1, or -1 for
+            max_model_len of them); ``RequestOutput.prompt_token_ids`` are those kept, its
+            ``prompt`` the text as given.
 
     Raises:
         ValueError: a value out of range, naming the parameter.
@@ -71,6 +74,7 @@ class SamplingParams:
     include_stop_str_in_output: bool
     prompt_logprobs: Optional[int]
     n: int
+    truncate_prompt_tokens: Optional[int]
 
     def __init__(
         self,
@@ -92,6 +96,7 @@ class SamplingParams:
         include_stop_str_in_output: bool = False,
         prompt_logprobs: Optional[int] = None,
         n: int = 1,
+        truncate_prompt_tokens: Optional[int] = None,
     ) -> None: ...
 
 class CompletionOutput:

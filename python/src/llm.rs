@@ -24,7 +24,7 @@ use crate::args::{parse_precision, scalar};
 use crate::batch::Batch;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
-use crate::prompts::{parse_prompts, parse_sampling, Limits};
+use crate::prompts::{fit_prompts, parse_prompts, parse_sampling, Limits};
 use model::executor_loader::{
     check_step_budget, cpu_kv_cache_blocks, least_step_budget, load_executor, ExecutorOptions, PREFILL_CHUNK,
 };
@@ -196,10 +196,10 @@ impl Llm {
         prompts: &Bound<'_, PyAny>,
         sampling_params: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<RequestOutput>>> {
-        let limits =
-            Limits { tokenizer: &self.tokenizer, vocab_size: self.vocab_size, max_model_len: self.max_model_len };
+        let limits = Limits { tokenizer: &self.tokenizer, vocab_size: self.vocab_size };
         let prompts = parse_prompts(prompts, &limits)?;
         let params = parse_sampling(sampling_params, prompts.len())?;
+        let prompts = fit_prompts(prompts, &params, self.max_model_len)?;
         if prompts.is_empty() {
             return Ok(Vec::new());
         }

@@ -2,8 +2,9 @@
 //!
 //! `prompts` is a string, a list of token ids (one prompt), or a list whose items are each a
 //! string, a list of token ids, or vLLM's `{"prompt": str}` / `{"prompt_token_ids": [...]}`.
-//! Text is tokenised as `asynct generate --prompt` does (no special tokens added). Every prompt
-//! is checked before any reaches the engine, so a bad one leaves nothing half queued.
+//! Text is tokenised as `asynct generate --prompt` does (no special tokens added), then cut to
+//! its `SamplingParams.truncate_prompt_tokens` ([`fit_prompts`]). Every prompt is checked before
+//! any reaches the engine, so a bad one leaves nothing half queued.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -27,11 +28,9 @@ pub struct Limits<'a> {
     pub tokenizer: &'a Tokenizer,
     /// Token ids must be below it.
     pub vocab_size: usize,
-    /// Prompt plus output; a prompt must leave room for one token.
-    pub max_model_len: usize,
 }
 
-/// Every prompt of `prompts`, tokenised and checked.
+/// Every prompt of `prompts`, tokenised and checked but for its length ([`fit_prompts`]).
 pub fn parse_prompts(prompts: &Bound<'_, PyAny>, limits: &Limits<'_>) -> PyResult<Vec<Prompt>> {
     let one = prompts.is_instance_of::<PyString>() || prompts.is_instance_of::<PyDict>() || is_token_list(prompts);
     let items: Vec<Bound<'_, PyAny>> = if one {
@@ -72,17 +71,28 @@ fn parse_one(item: &Bound<'_, PyAny>, arg: &str, limits: &Limits<'_>) -> PyResul
     if ids.is_empty() {
         return Err(value_error(arg, "is empty; a prompt needs at least one token"));
     }
-    if ids.len() >= limits.max_model_len {
-        return Err(value_error(
-            arg,
-            format!(
-                "has {} tokens, leaving no room to generate within max_model_len {}",
-                ids.len(),
-                limits.max_model_len
-            ),
-        ));
-    }
     Ok(Prompt { text, ids })
+}
+
+/// Each prompt cut to the last `truncate_prompt_tokens` of its ids (its text kept, as vLLM keeps
+/// it), then refused unless it leaves room to generate within `max_model_len`.
+pub fn fit_prompts(mut prompts: Vec<Prompt>, params: &[SamplingParams], max_model_len: usize) -> PyResult<Vec<Prompt>> {
+    for (i, (prompt, p)) in prompts.iter_mut().zip(params).enumerate() {
+        if let Some(keep) = p.prompt_tokens_kept(max_model_len) {
+            let cut = prompt.ids.len().saturating_sub(keep);
+            prompt.ids.drain(..cut);
+        }
+        if prompt.ids.len() >= max_model_len {
+            return Err(value_error(
+                &format!("prompts[{i}]"),
+                format!(
+                    "has {} tokens, leaving no room to generate within max_model_len {max_model_len}",
+                    prompt.ids.len()
+                ),
+            ));
+        }
+    }
+    Ok(prompts)
 }
 
 /// vLLM's `TextPrompt` and `TokensPrompt` dicts.

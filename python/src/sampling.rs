@@ -76,6 +76,9 @@ pub struct SamplingParams {
     /// Completions per prompt, in `1..=MAX_N`.
     #[pyo3(get)]
     pub n: usize,
+    /// Keep each prompt's last this many tokens (>= 1), or -1 for `max_model_len` of them.
+    #[pyo3(get)]
+    pub truncate_prompt_tokens: Option<i64>,
 }
 
 /// The most completions one prompt may ask for (`SamplingParams.n`).
@@ -91,13 +94,13 @@ impl SamplingParams {
             temperature=None, top_p=None, top_k=None, seed=None, max_tokens=None, stop=None, ignore_eos=None,
             logprobs=None, min_p=None, logit_bias=None, min_tokens=None, repetition_penalty=None,
             frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None,
-            prompt_logprobs=None, n=None
+            prompt_logprobs=None, n=None, truncate_prompt_tokens=None
         ),
         text_signature = "(temperature=1.0, top_p=1.0, top_k=0, seed=None, max_tokens=16, stop=None, \
                           ignore_eos=False, logprobs=None, min_p=0.0, logit_bias=None, min_tokens=0, \
                           repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, \
                           stop_token_ids=None, include_stop_str_in_output=False, prompt_logprobs=None, \
-                          n=1)"
+                          n=1, truncate_prompt_tokens=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -119,6 +122,7 @@ impl SamplingParams {
         include_stop_str_in_output: Option<&Bound<'_, PyAny>>,
         prompt_logprobs: Option<&Bound<'_, PyAny>>,
         n: Option<&Bound<'_, PyAny>>,
+        truncate_prompt_tokens: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let temperature: f32 = scalar(temperature, 1.0, "temperature", "a float")?;
         let top_p: f32 = scalar(top_p, 1.0, "top_p", "a float")?;
@@ -131,6 +135,14 @@ impl SamplingParams {
         let n: i64 = scalar(n, 1, "n", "an integer")?;
         if !(1..=MAX_N as i64).contains(&n) {
             return Err(value_error("n", format!("must be in [1, {MAX_N}], got {n}")));
+        }
+        let truncate_prompt_tokens: Option<i64> =
+            scalar(truncate_prompt_tokens, None, "truncate_prompt_tokens", "an integer or None")?;
+        if let Some(k) = truncate_prompt_tokens.filter(|&k| k < 1 && k != -1) {
+            return Err(value_error(
+                "truncate_prompt_tokens",
+                format!("must be >= 1, or -1 for max_model_len, got {k}"),
+            ));
         }
         let min_p: f32 = scalar(min_p, 0.0, "min_p", "a float")?;
         let logit_bias: BTreeMap<u32, f32> =
@@ -195,6 +207,7 @@ impl SamplingParams {
             include_stop_str_in_output,
             prompt_logprobs: prompt_logprobs.map(|n| n as usize),
             n: n as usize,
+            truncate_prompt_tokens,
         })
     }
 
@@ -204,7 +217,7 @@ impl SamplingParams {
             "SamplingParams(temperature={:?}, top_p={:?}, top_k={}, seed={}, max_tokens={}, stop={:?}, ignore_eos={}, \
              logprobs={}, min_p={:?}, logit_bias={:?}, min_tokens={}, repetition_penalty={:?}, \
              frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={}, \
-             prompt_logprobs={}, n={})",
+             prompt_logprobs={}, n={}, truncate_prompt_tokens={})",
             self.temperature,
             self.top_p,
             self.top_k,
@@ -223,6 +236,7 @@ impl SamplingParams {
             if self.include_stop_str_in_output { "True" } else { "False" },
             opt(self.prompt_logprobs.map(|n| n.to_string())),
             self.n,
+            opt(self.truncate_prompt_tokens.map(|k| k.to_string())),
         )
     }
 }
@@ -232,6 +246,7 @@ impl SamplingParams {
     pub fn defaults() -> Self {
         Self::new(
             None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
+            None,
         )
         .expect("the defaults are valid")
     }
@@ -246,6 +261,11 @@ impl SamplingParams {
             seed: self.seed.map_or_else(fresh_seed, |s| s.wrapping_add(choice as u64)),
             min_p: self.min_p,
         }
+    }
+
+    /// How many of a prompt's last tokens to keep for a model of `max_model_len`, if not all.
+    pub fn prompt_tokens_kept(&self, max_model_len: usize) -> Option<usize> {
+        self.truncate_prompt_tokens.map(|k| usize::try_from(k).unwrap_or(max_model_len))
     }
 
     /// The engine's logits processors.

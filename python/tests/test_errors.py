@@ -123,6 +123,8 @@ def test_forward_logits_names_a_broken_checkpoint(tiny_model, tmp_path):
     (dict(n=0), ValueError, "n: must be in [1, 1024], got 0"),
     (dict(n=2**40), ValueError, "n: must be in [1, 1024]"),
     (dict(n=2.0), TypeError, "n: expected an integer, got float"),
+    (dict(truncate_prompt_tokens=0), ValueError, "truncate_prompt_tokens: must be >= 1, or -1"),
+    (dict(truncate_prompt_tokens=-2), ValueError, "truncate_prompt_tokens"),
     (dict(prompt_logprobs=1.5), TypeError, "prompt_logprobs: expected an integer or None, got float"),
     (dict(temperature="hot"), TypeError, "temperature: expected a float, got str"),
     (dict(max_tokens=16.0), TypeError, "max_tokens: expected an integer, got float"),

@@ -258,3 +258,19 @@ def test_n_completions_per_prompt_are_the_seeds_seed_plus_j(llm):
             [alone] = llm.generate(prompt, asynct.SamplingParams(seed=40 + j, **hot))
             assert (c.token_ids, c.logprobs) == (alone.token_ids, alone.logprobs), j
     assert len({tuple(c.token_ids) for c in outs[0].outputs}) > 1, "three seeds, three draws"
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens(llm):
+    ids = [(t * 13 + 5) % 490 + 3 for t in range(3000)]
+    p = dict(temperature=0, max_tokens=4, ignore_eos=True)
+    [cut] = llm.generate(ids, asynct.SamplingParams(truncate_prompt_tokens=100, **p))
+    [alone] = llm.generate(ids[-100:], asynct.SamplingParams(**p))
+    assert cut.prompt_token_ids == ids[-100:] and cut.token_ids == alone.token_ids
+    # A text prompt keeps its text; a prompt already short enough is left whole.
+    [text] = llm.generate("The river runs", asynct.SamplingParams(truncate_prompt_tokens=2, **p))
+    assert text.prompt == "The river runs" and len(text.prompt_token_ids) == 2
+    [whole] = llm.generate(ids[:50], asynct.SamplingParams(truncate_prompt_tokens=100, **p))
+    assert whole.prompt_token_ids == ids[:50]
+    # -1 keeps max_model_len tokens, which leaves no room to generate: refused by name.
+    with pytest.raises(ValueError, match=r"prompts\[0\]: has 2048 tokens, leaving no room"):
+        llm.generate(ids, asynct.SamplingParams(truncate_prompt_tokens=-1, **p))
