@@ -14,6 +14,7 @@
 //!   rules. [`cpu_backend`] is the oracle's executor and [`gpu_backend`] the GPU's;
 //!   [`request_state`] is what the engine keeps of one request, and [`perplexity`] scores a text
 //!   through either backend.
+//! - [`chat_template::ChatTemplate`] renders chat messages with the checkpoint's template.
 //! - [`executor_loader`] builds the executor for `--device`, recording the wall time of each
 //!   phase of the load in [`start_times`].
 //!
@@ -35,6 +36,7 @@
 
 pub mod block_pool;
 pub mod byte_tokenizer;
+pub mod chat_template;
 pub mod checkpoint;
 pub mod config;
 pub mod cpu_backend;

@@ -23,10 +23,10 @@ use tokio::sync::watch;
 use crate::api::error::ApiError;
 use crate::api::types::{Limits, Prompt, Sampling};
 use crate::api::validate::{parse_chat, parse_completion};
-use crate::chat_template::ChatTemplate;
 use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
 use crate::respond::{collect, sse, Choices, Echoed, Kind, Meta};
+use model::chat_template::ChatTemplate;
 
 /// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408); one
 /// that ends early is a 400.
@@ -162,7 +162,14 @@ async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<R
     check_model(&state, &req.model)?;
     let (template, tokenizer, messages) = (state.template.clone(), state.tokenizer.clone(), req.messages);
     let keep = req.sampling.truncate_prompt_tokens;
-    let ids = off_the_runtime(move || Ok(keep_last(encode(&tokenizer, &template.render(&messages)?)?, keep).0)).await?;
+    let ids = off_the_runtime(move || {
+        Ok(keep_last(
+            encode(&tokenizer, &template.render(&messages).map_err(|e| ApiError::invalid("messages", e))?)?,
+            keep,
+        )
+        .0)
+    })
+    .await?;
     run(&state, Kind::Chat, &req.model, vec![Echoed { text: String::new(), ids }], &req.sampling).await
 }
 

@@ -21,7 +21,6 @@
 mod api;
 mod bench;
 mod bench_serve;
-mod chat_template;
 mod cli;
 mod conn;
 mod engine_thread;

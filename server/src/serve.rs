@@ -25,13 +25,13 @@ use tokenizers::Tokenizer;
 use tokio::sync::watch;
 
 use crate::api::types::Limits;
-use crate::chat_template::ChatTemplate;
 use crate::cli::ServeArgs;
 use crate::conn::{self, ConnLimits};
 use crate::engine_thread::{self, EngineHandle, LoopConfig};
 use crate::http::{self, AppState, BodyLimits};
 use crate::load;
 use crate::metrics::Metrics;
+use model::chat_template::ChatTemplate;
 use model::executor_loader::{cpu_kv_cache_blocks, load_executor};
 
 /// How long connections may take to send their last bytes after the engine's grace ends: the

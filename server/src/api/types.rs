@@ -50,14 +50,7 @@ pub enum Prompt {
     IdLists(Vec<Vec<u32>>),
 }
 
-/// One chat message, its content flattened to text.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ChatMessage {
-    /// `system` (a `developer` message's too), `user`, `assistant` or `tool`.
-    pub role: String,
-    /// The text; an array of text parts is joined.
-    pub content: String,
-}
+pub use model::chat_template::ChatMessage;
 
 /// Sampling and output options common to both routes, all in range.
 #[derive(Clone, Debug, PartialEq)]

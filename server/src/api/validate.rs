@@ -12,6 +12,7 @@
 
 use serde_json::{Map, Value};
 
+use model::chat_template::ROLES;
 use model::engine::LogitsProcessors;
 
 use super::error::ApiError;
@@ -26,8 +27,6 @@ pub const MAX_STOP_BYTES: usize = 1024;
 pub const MAX_MESSAGES: usize = 1024;
 /// The largest `logprobs` / `top_logprobs`, as OpenAI allows.
 pub const MAX_LOGPROBS: usize = 20;
-/// Roles a chat message may have; `developer` is OpenAI's newer name for `system`.
-pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 /// At most this many `stop_token_ids`.
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
@@ -419,9 +418,7 @@ fn message(i: usize, value: &Value) -> Result<ChatMessage, ApiError> {
         return Err(wrong_type(&format!("messages[{i}]"), "an object", value));
     };
     let role = match msg.get("role") {
-        // A chat template knows `system`; `developer` is its newer name.
-        Some(Value::String(r)) if r == "developer" => "system".to_string(),
-        Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.clone(),
+        Some(Value::String(r)) if ROLES.contains(&r.as_str()) => r.as_str(),
         Some(v @ Value::String(_)) => {
             let message = format!("`messages[{i}].role` must be one of {}. Given: {}", ROLES.join(", "), show(v));
             return Err(ApiError::invalid("messages", message));
@@ -440,7 +437,7 @@ fn message(i: usize, value: &Value) -> Result<ChatMessage, ApiError> {
         None | Some(Value::Null) => return Err(ApiError::invalid("messages", format!("`{path}` is required."))),
         Some(v) => return Err(wrong_type(&path, "a string or a list of text parts", v)),
     };
-    Ok(ChatMessage { role, content })
+    Ok(ChatMessage::new(role, content).expect("a role of ROLES"))
 }
 
 /// Joins `{"type": "text", "text": ...}` parts with newlines, as vLLM does; other kinds of part

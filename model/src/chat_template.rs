@@ -7,18 +7,42 @@
 //! minijinja does not have; the common ones are supplied by [`python_method`]. Models without a
 //! template (the generated presets, whose tokenizer is bytes) get plain ChatML.
 //!
-//! A template that fails on a request's messages is the request's fault as far as the client can
-//! tell, so it is an [`ApiError::invalid`] on `messages` naming minijinja's error, never a panic.
+//! A template that fails on a request's messages is the request's fault as far as the caller can
+//! tell, so [`ChatTemplate::render`] returns a message naming minijinja's error, never panics; the
+//! server answers it with a 400 on `messages`, the Python `LLM.chat` with a `ValueError`.
 
 use std::path::Path;
 
 use minijinja::value::ValueKind;
 use minijinja::{context, Environment, Error, ErrorKind, State, Value};
-
-use crate::api::error::ApiError;
-use crate::api::types::ChatMessage;
+use serde::Serialize;
 
 const NAME: &str = "chat";
+
+/// Roles a chat message may have; `developer` is OpenAI's newer name for `system`.
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+/// One chat message, its content flattened to text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    /// `system` (a `developer` message's too), `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message of `role`, one of [`ROLES`] (`developer` becomes `system`, the name templates
+    /// know); `None` for any other role.
+    pub fn new(role: &str, content: String) -> Option<Self> {
+        let role = match role {
+            "developer" => "system",
+            r if ROLES.contains(&r) => r,
+            _ => return None,
+        };
+        Some(Self { role: role.to_string(), content })
+    }
+}
 
 /// Used when `tokenizer_config.json` has no `chat_template`.
 pub const CHATML: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
@@ -75,9 +99,10 @@ impl ChatTemplate {
         Ok(Self { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
-    /// The prompt for `messages`, ending where the assistant's reply begins.
-    pub fn render(&self, messages: &[ChatMessage]) -> Result<String, ApiError> {
-        let fail = |e: Error| ApiError::invalid("messages", format!("The chat template failed on these messages: {e}"));
+    /// The prompt for `messages`, ending where the assistant's reply begins; the error names
+    /// what the template failed on.
+    pub fn render(&self, messages: &[ChatMessage]) -> Result<String, String> {
+        let fail = |e: Error| format!("The chat template failed on these messages: {e}");
         let template = self.env.get_template(NAME).map_err(fail)?;
         let ctx = context! {
             messages => messages,
@@ -180,11 +205,20 @@ mod tests {
     use super::*;
 
     fn msg(role: &str, content: &str) -> ChatMessage {
-        ChatMessage { role: role.to_string(), content: content.to_string() }
+        ChatMessage::new(role, content.to_string()).expect("a known role")
+    }
+
+    #[test]
+    fn developer_is_system_and_other_roles_are_refused() {
+        assert_eq!(msg("developer", "x"), ChatMessage { role: "system".into(), content: "x".into() });
+        for role in ["system", "user", "assistant", "tool"] {
+            assert_eq!(msg(role, "x").role, role);
+        }
+        assert_eq!(ChatMessage::new("robot", "x".into()), None);
     }
 
     fn qwen3() -> ChatTemplate {
-        let dir = model::presets::Qwen3TokenizerSearch::from_environment().find().expect("the Qwen3 tokenizer folder");
+        let dir = crate::presets::Qwen3TokenizerSearch::from_environment().find().expect("the Qwen3 tokenizer folder");
         ChatTemplate::from_model_dir(&dir).expect("Qwen3's template compiles")
     }
 
@@ -234,8 +268,7 @@ mod tests {
         let t = ChatTemplate::new(source, "<s>", "</s>").unwrap();
         assert_eq!(t.render(&[msg("user", "x")]).unwrap(), "<s>|</s>|ok");
         let e = t.render(&[msg("system", "x")]).unwrap_err();
-        assert_eq!((e.status, e.param.as_deref()), (400, Some("messages")));
-        assert!(e.message.contains("first must be user, got system"), "{}", e.message);
+        assert!(e.contains("first must be user, got system"), "{e}");
     }
 
     #[test]
@@ -251,13 +284,12 @@ mod tests {
     }
 
     #[test]
-    fn template_errors_are_400s_not_panics() {
+    fn template_errors_are_messages_not_panics() {
         let t = ChatTemplate::new("{{ messages[0].content.nosuchmethod() }}", "", "").unwrap();
         let e = t.render(&[msg("user", "x")]).unwrap_err();
-        assert_eq!(e.status, 400);
-        assert!(e.message.contains("nosuchmethod"), "{}", e.message);
+        assert!(e.contains("nosuchmethod"), "{e}");
         let e = ChatTemplate::new("{{ messages[0].content.split('') }}", "", "").unwrap().render(&[msg("user", "x")]);
-        assert!(e.unwrap_err().message.contains("empty separator"));
+        assert!(e.unwrap_err().contains("empty separator"));
         assert!(ChatTemplate::new("{% if %}", "", "").unwrap_err().contains("does not compile"));
     }
 
