@@ -4,7 +4,7 @@
 """
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -230,6 +230,26 @@ class LLM:
             TypeError: a prompt or ``sampling_params`` of the wrong kind.
             RuntimeError: another thread's generate is running on this LLM, or the engine failed.
             KeyboardInterrupt: Ctrl-C while the engine ran.
+        """
+    def chat(
+        self,
+        messages: Union[Sequence[Dict[str, Any]], Sequence[Sequence[Dict[str, Any]]]],
+        sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+    ) -> List[RequestOutput]:
+        """Generates the assistant's reply to each conversation, as ``generate`` does.
+
+        ``messages`` is one conversation (a list of ``{"role": ..., "content": ...}`` dicts) or a
+        list of them. Roles are system, developer (read as system), user, assistant and tool;
+        content is a string, a list of ``{"type": "text", "text": ...}`` parts (joined with
+        newlines), or None for an assistant turn. Each conversation is rendered with the
+        checkpoint's chat template (``tokenizer_config.json``'s ``chat_template``, ChatML where
+        there is none) as ``asynct serve``'s ``/v1/chat/completions`` renders it, ending where the
+        assistant's reply begins; ``RequestOutput.prompt`` is the rendered text.
+
+        Raises:
+            ValueError: a bad message, named by its path (``messages[i].role``), or a template
+                that fails on a conversation (``messages[i]``); as ``generate`` otherwise.
+            TypeError: a message or content of the wrong kind; as ``generate`` otherwise.
         """
     def abort(self) -> bool:
         """Stops the generate running in another thread (it returns what it has); returns

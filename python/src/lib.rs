@@ -12,7 +12,7 @@
 //! - [`llm::Llm`] (`asynct.LLM`) loads a checkpoint through the executor loader of `asynct
 //!   generate` and `asynct serve` and runs [`batch::Batch`]es of prompts on `model`'s engine with
 //!   the GIL released, stoppable by Ctrl-C and by `LLM.abort()`; [`sampling::SamplingParams`],
-//!   [`prompts`] and [`outputs`] are its arguments and results, in vLLM's shape.
+//!   [`prompts`], [`chat`] and [`outputs`] are its arguments and results, in vLLM's shape.
 //! - `hp1::hp1_attention`, `norm::uclip_norm` and `forward::forward_logits`
 //!   (`asynct.oracle`) run the oracle on NumPy arrays, with PyTorch's `[tokens, heads, D]`
 //!   layout mapped onto the oracle's paged inputs.
@@ -33,6 +33,7 @@
 
 mod args;
 mod batch;
+mod chat;
 mod errors;
 mod forward;
 mod hp1;

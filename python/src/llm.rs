@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 
+use model::chat_template::ChatTemplate;
 use model::config::ModelConfig;
 use model::cpu_backend::Precision;
 use model::engine::Engine;
@@ -18,10 +19,12 @@ use model::scheduler::SchedulerConfig;
 use model::start_times::StartTimes;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use tokenizers::Tokenizer;
 
 use crate::args::{parse_precision, scalar};
 use crate::batch::Batch;
+use crate::chat::parse_conversations;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{fit_prompts, parse_prompts, parse_sampling, Limits};
@@ -34,6 +37,8 @@ use model::executor_loader::{
 pub struct Llm {
     engine: Mutex<Engine>,
     tokenizer: Arc<Tokenizer>,
+    /// The checkpoint's chat template (ChatML where it has none), for `chat`.
+    template: ChatTemplate,
     eos_token_ids: Vec<u32>,
     vocab_size: usize,
     /// Prompt plus output, at most.
@@ -143,6 +148,7 @@ impl Llm {
                 tok_path.display()
             )));
         }
+        let template = ChatTemplate::from_model_dir(&model).map_err(|e| value_error("model", e))?;
         let tokenizer = Tokenizer::from_file(&tok_path)
             .map_err(|e| value_error("model", format!("{}: {e}", tok_path.display())))?;
         let opts = ExecutorOptions {
@@ -176,6 +182,7 @@ impl Llm {
             device: engine.describe(),
             engine: Mutex::new(engine),
             tokenizer,
+            template,
             eos_token_ids: cfg.eos_token_id.clone(),
             vocab_size: cfg.vocab_size,
             max_model_len,
@@ -223,6 +230,25 @@ impl Llm {
         batch.run(py, &mut engine, &self.cancel)?;
         drop(engine);
         batch.into_done().into_iter().map(|d| d.into_py(py)).collect()
+    }
+
+    /// Generates the assistant's reply to each conversation: `messages` is one conversation (a
+    /// list of `{"role", "content"}` dicts) or a list of them, rendered with the checkpoint's chat
+    /// template as `asynct serve`'s `/v1/chat/completions` renders them, then generated as
+    /// `generate` does; one `RequestOutput` per conversation, its `prompt` the rendered text.
+    #[pyo3(signature = (messages, sampling_params=None))]
+    fn chat(
+        &self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyAny>,
+        sampling_params: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<Py<RequestOutput>>> {
+        let prompts = parse_conversations(messages)?
+            .iter()
+            .enumerate()
+            .map(|(i, c)| self.template.render(c).map_err(|e| value_error(&format!("messages[{i}]"), e)))
+            .collect::<PyResult<Vec<String>>>()?;
+        self.generate(py, PyList::new(py, prompts)?.as_any(), sampling_params)
     }
 
     /// Stops the generate running in another thread: it returns what it has, unfinished

@@ -225,3 +225,21 @@ def test_llm_refuses_a_cache_past_memory_with_memory_error(tiny_model, tmp_path)
         asynct.LLM(huge, device="cpu")
     small = asynct.LLM(huge, device="cpu", max_model_len=64)
     assert small.max_model_len == 64
+
+
+@pytest.mark.parametrize("messages, exc, needle", [
+    ([], ValueError, "messages: is empty"),
+    ("Hi", TypeError, "messages: expected a list of message dicts"),
+    ([{"role": "robot", "content": "x"}], ValueError, "messages[0].role: must be one of system, developer, user"),
+    ([{"content": "x"}], ValueError, "messages[0]: has no \"role\""),
+    ([{"role": "user"}], ValueError, "messages[0]: has no \"content\""),
+    ([{"role": "user", "content": None}], ValueError, "messages[0].content: is None"),
+    ([{"role": "user", "content": [{"type": "image_url"}]}], ValueError, "messages[0].content[0]: must be a dict"),
+    ([[{"role": "user", "content": "x"}], []], ValueError, "messages[1]: is empty"),
+    ([[{"role": "user", "content": "x"}], "y"], TypeError, "messages[1]: expected a list of message dicts"),
+    ([{"role": "user", "content": 5}], TypeError, "messages[0].content: expected a string or a list of text parts"),
+])
+def test_chat_refuses_bad_messages_by_path(llm, messages, exc, needle):
+    with pytest.raises(exc) as e:
+        llm.chat(messages)
+    assert needle in str(e.value)

@@ -274,3 +274,23 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens(llm):
     # -1 keeps max_model_len tokens, which leaves no room to generate: refused by name.
     with pytest.raises(ValueError, match=r"prompts\[0\]: has 2048 tokens, leaving no room"):
         llm.generate(ids, asynct.SamplingParams(truncate_prompt_tokens=-1, **p))
+
+
+CHATML_HI = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_chat_renders_the_template_then_generates(llm):
+    p = asynct.SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    # The tiny checkpoint has no tokenizer_config.json: ChatML, as the server renders it.
+    [out] = llm.chat([{"role": "user", "content": "Hi"}], p)
+    [plain] = llm.generate(CHATML_HI, p)
+    assert out.prompt == CHATML_HI and out.token_ids == plain.token_ids
+    # Several conversations, content as text parts, developer as system.
+    convs = [
+        [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": None}, {"role": "user", "content": "Yo"}],
+    ]
+    first, second = llm.chat(convs, p)
+    assert first.prompt == "<|im_start|>system\nbe brief<|im_end|>\n" + CHATML_HI
+    assert second.prompt.endswith("<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nYo<|im_end|>\n"
+                                  "<|im_start|>assistant\n")
