@@ -212,13 +212,16 @@ class LLM:
         self,
         prompts: Union[_Prompt, Sequence[_Prompt]],
         sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+        *,
+        use_tqdm: bool = True,
     ) -> List[RequestOutput]:
         """Generates a completion for each prompt; returns one ``RequestOutput`` per prompt, in order.
 
         ``prompts`` is a string, a list of token ids, or a list of strings, token-id lists and
         vLLM's ``{"prompt": ...}`` / ``{"prompt_token_ids": ...}`` dicts. Text is tokenised as
         ``asynct generate --prompt`` does. ``sampling_params`` is one ``SamplingParams`` for all
-        (``SamplingParams()`` when None) or one per prompt.
+        (``SamplingParams()`` when None) or one per prompt. ``use_tqdm`` is taken so that vLLM's
+        calls run unchanged; no progress bar is drawn either way.
 
         The GIL is released while the engine runs. Ctrl-C (or any signal whose handler raises)
         stops the batch within a step or two and raises ``KeyboardInterrupt``; ``abort()`` from
@@ -235,6 +238,8 @@ class LLM:
         self,
         messages: Union[Sequence[Dict[str, Any]], Sequence[Sequence[Dict[str, Any]]]],
         sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
+        *,
+        use_tqdm: bool = True,
     ) -> List[RequestOutput]:
         """Generates the assistant's reply to each conversation, as ``generate`` does.
 

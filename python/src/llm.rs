@@ -195,14 +195,17 @@ impl Llm {
     /// Generates a completion for each prompt; returns one `RequestOutput` per prompt, in order.
     /// The GIL is released while the engine runs. Ctrl-C raises `KeyboardInterrupt` within a
     /// step or two; `abort()` from another thread makes this return at once with the
-    /// unfinished outputs cut short (finish_reason "abort").
-    #[pyo3(signature = (prompts, sampling_params=None))]
+    /// unfinished outputs cut short (finish_reason "abort"). `use_tqdm` (a bool) is taken for
+    /// vLLM's callers' sake and shows nothing: no progress bar is drawn.
+    #[pyo3(signature = (prompts, sampling_params=None, *, use_tqdm=None))]
     fn generate(
         &self,
         py: Python<'_>,
         prompts: &Bound<'_, PyAny>,
         sampling_params: Option<&Bound<'_, PyAny>>,
+        use_tqdm: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<RequestOutput>>> {
+        let _: bool = scalar(use_tqdm, true, "use_tqdm", "a bool")?;
         let limits = Limits { tokenizer: &self.tokenizer, vocab_size: self.vocab_size };
         let prompts = parse_prompts(prompts, &limits)?;
         let params = parse_sampling(sampling_params, prompts.len())?;
@@ -236,19 +239,20 @@ impl Llm {
     /// list of `{"role", "content"}` dicts) or a list of them, rendered with the checkpoint's chat
     /// template as `asynct serve`'s `/v1/chat/completions` renders them, then generated as
     /// `generate` does; one `RequestOutput` per conversation, its `prompt` the rendered text.
-    #[pyo3(signature = (messages, sampling_params=None))]
+    #[pyo3(signature = (messages, sampling_params=None, *, use_tqdm=None))]
     fn chat(
         &self,
         py: Python<'_>,
         messages: &Bound<'_, PyAny>,
         sampling_params: Option<&Bound<'_, PyAny>>,
+        use_tqdm: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<Py<RequestOutput>>> {
         let prompts = parse_conversations(messages)?
             .iter()
             .enumerate()
             .map(|(i, c)| self.template.render(c).map_err(|e| value_error(&format!("messages[{i}]"), e)))
             .collect::<PyResult<Vec<String>>>()?;
-        self.generate(py, PyList::new(py, prompts)?.as_any(), sampling_params)
+        self.generate(py, PyList::new(py, prompts)?.as_any(), sampling_params, use_tqdm)
     }
 
     /// Stops the generate running in another thread: it returns what it has, unfinished

@@ -243,3 +243,11 @@ def test_chat_refuses_bad_messages_by_path(llm, messages, exc, needle):
     with pytest.raises(exc) as e:
         llm.chat(messages)
     assert needle in str(e.value)
+
+
+def test_use_tqdm_is_taken_as_vllm_callers_pass_it_and_must_be_a_bool(llm):
+    p = asynct.SamplingParams(temperature=0, max_tokens=3)
+    assert llm.generate("The", p, use_tqdm=False)[0].token_ids == llm.generate("The", p)[0].token_ids
+    assert llm.chat([{"role": "user", "content": "Hi"}], p, use_tqdm=True)[0].finished
+    with pytest.raises(TypeError, match="use_tqdm: expected a bool"):
+        llm.generate("The", p, use_tqdm="yes")
