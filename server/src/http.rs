@@ -139,7 +139,7 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
             let text = if echo { tokenizer.decode(&ids, false).unwrap_or_default() } else { String::new() };
             Echoed { text, ids }
         };
-        let text = |text: String| match keep_last(encode(&tokenizer, &text)?, keep) {
+        let text = |text: String| match keep_last(encode(&tokenizer, &text, Kind::Completion)?, keep) {
             (ids, false) => Ok(Echoed { ids, text }),
             (ids, true) => Ok(from_ids(ids)),
         };
@@ -164,7 +164,7 @@ async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<R
     let keep = req.sampling.truncate_prompt_tokens;
     let ids = off_the_runtime(move || {
         Ok(keep_last(
-            encode(&tokenizer, &template.render(&messages).map_err(|e| ApiError::invalid("messages", e))?)?,
+            encode(&tokenizer, &template.render(&messages).map_err(|e| ApiError::invalid("messages", e))?, Kind::Chat)?,
             keep,
         )
         .0)
@@ -220,9 +220,10 @@ async fn off_the_runtime<T: Send + 'static>(
     tokio::task::spawn_blocking(work).await.map_err(|_| ApiError::internal("tokenising the prompt failed"))?
 }
 
-fn encode(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
+fn encode(tokenizer: &Tokenizer, text: &str, kind: Kind) -> Result<Vec<u32>, ApiError> {
     let encoding = tokenizer.encode(text, false);
-    let encoding = encoding.map_err(|e| ApiError::invalid("prompt", format!("cannot tokenise the prompt: {e}")))?;
+    let field = kind.prompt_field();
+    let encoding = encoding.map_err(|e| ApiError::invalid(field, format!("cannot tokenise the prompt: {e}")))?;
     Ok(encoding.get_ids().to_vec())
 }
 
@@ -256,12 +257,12 @@ fn engine_requests(
     let mut out = Vec::with_capacity(prompts.len() * sampling.best_of);
     for Echoed { ids: prompt, .. } in prompts {
         if prompt.is_empty() {
-            return Err(ApiError::invalid("prompt", "the prompt has no tokens".to_string()));
+            return Err(ApiError::invalid(kind.prompt_field(), "the prompt has no tokens".to_string()));
         }
         let rest = max_len.saturating_sub(prompt.len());
         if rest == 0 {
             let message = format!("the prompt has {} tokens, the model's length is {max_len}", prompt.len());
-            return Err(ApiError::invalid("prompt", message));
+            return Err(ApiError::invalid(kind.prompt_field(), message));
         }
         let max_tokens = match (sampling.max_tokens, kind) {
             // The prompt's logprobs come with the first token, which the response then drops.

@@ -43,6 +43,17 @@ pub enum Kind {
     Chat,
 }
 
+impl Kind {
+    /// The request field a refusal of the prompt names: the completion's `prompt`, or the chat's
+    /// `messages` it was rendered from.
+    pub fn prompt_field(self) -> &'static str {
+        match self {
+            Kind::Completion => "prompt",
+            Kind::Chat => "messages",
+        }
+    }
+}
+
 /// One prompt of a submission, as `echo` repeats it.
 #[derive(Clone, Debug)]
 pub struct Echoed {

@@ -266,6 +266,10 @@ fn logprobs_in_openais_shapes_streamed_alike_and_echo_scores_a_continuation() {
     assert_eq!(echoed["usage"]["prompt_tokens"], 2);
     let chat_cut = ok(&server, "/v1/chat/completions", &chat(json!({"truncate_prompt_tokens": 3})));
     assert_eq!(chat_cut["usage"]["prompt_tokens"], 3);
+    // Uncut, a chat too long for the model is refused on the field it came from.
+    let long = json!([{"role": "user", "content": "x y ".repeat(3000)}]);
+    let message = refused(&server, "/v1/chat/completions", &chat(json!({"messages": long})), "messages");
+    assert!(message.contains("the model's length"), "{message}");
     refused(&server, "/v1/completions", &completion(json!({"truncate_prompt_tokens": 0})), "truncate_prompt_tokens");
 }
 
