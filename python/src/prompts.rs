@@ -6,6 +6,7 @@
 //! its `SamplingParams.truncate_prompt_tokens` ([`fit_prompts`]). Every prompt is checked before
 //! any reaches the engine, so a bad one leaves nothing half queued.
 
+use model::engine::keep_last_tokens;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tokenizers::Tokenizer;
@@ -79,8 +80,7 @@ fn parse_one(item: &Bound<'_, PyAny>, arg: &str, limits: &Limits<'_>) -> PyResul
 pub fn fit_prompts(mut prompts: Vec<Prompt>, params: &[SamplingParams], max_model_len: usize) -> PyResult<Vec<Prompt>> {
     for (i, (prompt, p)) in prompts.iter_mut().zip(params).enumerate() {
         if let Some(keep) = p.prompt_tokens_kept(max_model_len) {
-            let cut = prompt.ids.len().saturating_sub(keep);
-            prompt.ids.drain(..cut);
+            keep_last_tokens(&mut prompt.ids, keep);
         }
         if prompt.ids.len() >= max_model_len {
             return Err(value_error(

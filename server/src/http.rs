@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http_body_util::LengthLimitError;
-use model::engine::{GenerationRequest, SamplingParams, StopConditions};
+use model::engine::{keep_last_tokens, GenerationRequest, SamplingParams, StopConditions};
 use tokenizers::Tokenizer;
 use tokio::sync::watch;
 
@@ -227,16 +227,10 @@ fn encode(tokenizer: &Tokenizer, text: &str, kind: Kind) -> Result<Vec<u32>, Api
     Ok(encoding.get_ids().to_vec())
 }
 
-/// `ids` without the tokens before its last `keep` (vLLM's `truncate_prompt_tokens`), and whether
-/// any were cut.
+/// `ids` cut to its last `keep` tokens where given ([`keep_last_tokens`]), and whether any were.
 fn keep_last(mut ids: Vec<u32>, keep: Option<usize>) -> (Vec<u32>, bool) {
-    match keep {
-        Some(k) if ids.len() > k => {
-            ids.drain(..ids.len() - k);
-            (ids, true)
-        }
-        _ => (ids, false),
-    }
+    let cut = keep.is_some_and(|k| keep_last_tokens(&mut ids, k));
+    (ids, cut)
 }
 
 /// The engine requests for `prompts`, `best_of` per prompt in OpenAI's choice order

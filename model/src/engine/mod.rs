@@ -58,7 +58,7 @@ use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, StepPlan};
 mod request;
 mod stats;
 
-pub use request::{Completion, EngineEvent, GenerationRequest};
+pub use request::{keep_last_tokens, Completion, EngineEvent, GenerationRequest};
 pub use stats::{EngineStats, StepRows, StepTimes};
 
 /// Scheduler, detokeniser and stop rules over a [`StepExecutor`], which runs and samples each step.

@@ -36,6 +36,14 @@ impl GenerationRequest {
     }
 }
 
+/// Cuts `ids` to its last `keep` tokens (vLLM's `truncate_prompt_tokens`, which the server and
+/// the Python bindings both take); returns whether any were cut.
+pub fn keep_last_tokens(ids: &mut Vec<u32>, keep: usize) -> bool {
+    let cut = ids.len().saturating_sub(keep);
+    ids.drain(..cut);
+    cut > 0
+}
+
 /// Something that happened to a request during a step.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
@@ -90,4 +98,18 @@ pub struct Completion {
     /// position, then one per generated token but the last. A row is kept as first computed: a
     /// preempted request's recomputation does not record its rows again.
     pub logits: Option<Array2<f32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_last_tokens_cuts_from_the_front_only_when_longer() {
+        let mut ids = vec![1, 2, 3, 4, 5];
+        assert!(keep_last_tokens(&mut ids, 2));
+        assert_eq!(ids, [4, 5]);
+        assert!(!keep_last_tokens(&mut ids, 2) && !keep_last_tokens(&mut ids, 9));
+        assert_eq!(ids, [4, 5]);
+    }
 }
