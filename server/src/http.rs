@@ -295,7 +295,8 @@ fn engine_requests(
                     include_stop_str_in_output: sampling.include_stop_str_in_output,
                 },
                 logprobs,
-                prompt_logprobs: sampling.logprobs.filter(|_| sampling.echo),
+                // `echo`'s logprobs and vLLM's `prompt_logprobs` share one scoring, the larger top.
+                prompt_logprobs: sampling.logprobs.filter(|_| sampling.echo).max(sampling.prompt_logprobs),
                 skip_prefix_cache: false,
             });
         }
@@ -324,7 +325,8 @@ async fn run(
         best_of: sampling.best_of,
         echo: sampling.echo,
         prompt_only: sampling.max_tokens == Some(0),
-        logprobs: sampling.logprobs.is_some(),
+        logprobs: sampling.logprobs,
+        prompt_logprobs: sampling.prompt_logprobs,
         tokenizer: state.tokenizer.clone(),
     };
     if sampling.stream {

@@ -28,7 +28,7 @@ use tokenizers::Tokenizer;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::api::error::ApiError;
-use crate::api::logprobs::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs};
+use crate::api::logprobs::{prompt_logprobs, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprobs};
 use crate::api::types::{
     ChatChoice, ChatChunk, ChatResponse, CompletionChoice, CompletionChunk, CompletionResponse, Usage,
 };
@@ -76,8 +76,10 @@ pub struct Choices {
     /// `max_tokens: 0` under `echo`: the one token generated (for the prompt's logprobs) is
     /// left out of the response, which holds the prompt alone.
     pub prompt_only: bool,
-    /// Whether the response carries logprobs.
-    pub logprobs: bool,
+    /// With logprobs in the response: how many alternatives each token gets.
+    pub logprobs: Option<usize>,
+    /// With vLLM's `prompt_logprobs`: how many alternatives each prompt token gets.
+    pub prompt_logprobs: Option<usize>,
     /// Token texts for the logprobs.
     pub tokenizer: Arc<Tokenizer>,
 }
@@ -91,13 +93,25 @@ impl Choices {
         self.prompts.iter().map(|p| p.ids.len()).sum()
     }
 
-    /// A completion's logprobs of the prompt (under `echo`) from `prompt_lp`, its first entry `None`.
+    /// A completion's logprobs of the prompt (under `echo`) from `prompt_lp`, its first entry
+    /// `None`, each with the `logprobs` alternatives asked (the engine scored as many as the larger
+    /// of that and `prompt_logprobs`).
     fn echo_logprobs(&self, p: usize, prompt_lp: &[Option<TokenLogprobs>], offset: &mut usize) -> CompletionLogprobs {
+        let top = self.logprobs.unwrap_or(0);
         let mut out = CompletionLogprobs::default();
         for (i, &id) in self.prompts[p].ids.iter().enumerate() {
-            *offset = out.push(&self.tokenizer, id, prompt_lp.get(i).and_then(Option::as_ref), *offset);
+            let lp = prompt_lp
+                .get(i)
+                .and_then(Option::as_ref)
+                .map(|l| TokenLogprobs { top: l.top.iter().take(top).copied().collect(), ..l.clone() });
+            *offset = out.push(&self.tokenizer, id, lp.as_ref(), *offset);
         }
         out
+    }
+
+    /// vLLM's `prompt_logprobs` of a candidate whose engine scores are `prompt_lp`, when asked.
+    fn prompt_logprobs(&self, prompt_lp: &[Option<TokenLogprobs>]) -> Option<PromptLogprobs> {
+        self.prompt_logprobs.map(|top| prompt_logprobs(&self.tokenizer, prompt_lp, top))
     }
 }
 
@@ -232,7 +246,7 @@ pub async fn collect(
             match meta.kind {
                 Kind::Completion => {
                     let echo = if choices.echo { choices.prompts[p].text.as_str() } else { "" };
-                    let logprobs = choices.logprobs.then(|| {
+                    let logprobs = choices.logprobs.is_some().then(|| {
                         let mut offset = 0;
                         let mut out = match choices.echo {
                             true => choices.echo_logprobs(p, &c.prompt_logprobs, &mut offset),
@@ -243,15 +257,12 @@ pub async fn collect(
                         }
                         out
                     });
-                    completion_choices.push(CompletionChoice::new(
-                        index,
-                        format!("{echo}{}", c.text),
-                        logprobs,
-                        reason,
-                    ));
+                    let mut choice = CompletionChoice::new(index, format!("{echo}{}", c.text), logprobs, reason);
+                    choice.prompt_logprobs = choices.prompt_logprobs(&c.prompt_logprobs);
+                    completion_choices.push(choice);
                 }
                 Kind::Chat => {
-                    let logprobs = choices.logprobs.then(|| ChatLogprobs {
+                    let logprobs = choices.logprobs.is_some().then(|| ChatLogprobs {
                         content: c.logprobs.iter().map(|lp| ChatTokenLogprob::new(&choices.tokenizer, lp)).collect(),
                     });
                     chat_choices.push(ChatChoice::new(index, c.text.clone(), logprobs, reason));
@@ -265,7 +276,12 @@ pub async fn collect(
         Kind::Completion => {
             Json(CompletionResponse::new(id, created, model, completion_choices, usage)).into_response()
         }
-        Kind::Chat => Json(ChatResponse::new(id, created, model, chat_choices, usage)).into_response(),
+        Kind::Chat => {
+            let mut response = ChatResponse::new(id, created, model, chat_choices, usage);
+            // A chat has one prompt: every candidate scored it alike.
+            response.prompt_logprobs = candidates.first().and_then(|c| choices.prompt_logprobs(&c.prompt_logprobs));
+            Json(response).into_response()
+        }
     })
 }
 
@@ -278,7 +294,7 @@ pub fn sse(meta: Meta, events: UnboundedReceiver<ChoiceEvent>, choices: Choices,
         // OpenAI opens each chat choice with the role before any content.
         frames.extend((0..num).map(|i| frame(&ChatChunk::role(&meta.id, meta.created, &meta.model, i))));
     }
-    if meta.kind == Kind::Completion && choices.echo && !choices.logprobs {
+    if meta.kind == Kind::Completion && choices.echo && choices.logprobs.is_none() {
         // With logprobs the prompt's text goes out with its logprobs, when they arrive.
         for i in 0..num {
             frames.push_back(meta.text_chunk(i, &choices.prompts[i / choices.best_of].text, None));
@@ -342,7 +358,8 @@ impl Stream {
                 EventKind::Token { .. } if self.choices.prompt_only => {}
                 EventKind::Token { id, text, logprobs } => {
                     self.generated += 1;
-                    let logprobs = logprobs.filter(|_| self.choices.logprobs).map(|lp| self.token_logprobs(i, id, &lp));
+                    let logprobs =
+                        logprobs.filter(|_| self.choices.logprobs.is_some()).map(|lp| self.token_logprobs(i, id, &lp));
                     if !text.is_empty() || logprobs.is_some() {
                         self.frames.push_back(self.meta.text_chunk(i, &text, logprobs));
                     }
@@ -351,7 +368,7 @@ impl Stream {
                     if self.meta.kind == Kind::Completion && self.choices.echo {
                         let p = i / self.choices.best_of;
                         let lp = self.choices.echo_logprobs(p, &prompt_lp, &mut self.offsets[i]);
-                        let logprobs = self.choices.logprobs.then_some(Logprobs::Completion(lp));
+                        let logprobs = self.choices.logprobs.map(|_| Logprobs::Completion(lp));
                         let chunk = self.meta.text_chunk(i, &self.choices.prompts[p].text, logprobs);
                         self.frames.push_back(chunk);
                     }

@@ -1,7 +1,7 @@
 //! The sampling parameters of `asynct serve` over loopback, on the CPU with asynct-tiny (the byte
 //! tokenizer: byte `b` is token `b`): each one honoured (checked against its definition where the
 //! response shows enough of the raw row to rebuild it), logprobs in OpenAI's shapes for both
-//! routes, streamed alike, `echo` with the prompt's logprobs (as lm-eval scores a continuation),
+//! routes, streamed alike, `echo` with the prompt's logprobs (as lm-eval scores a continuation), vLLM's `prompt_logprobs`,
 //! `n` with `best_of`, and what cannot be honoured refused by name.
 
 #[allow(dead_code)] // the helpers this file does not call
@@ -314,4 +314,69 @@ fn best_of_returns_the_n_best_candidates_and_refusals_name_their_parameter() {
     refused(&server, "/v1/completions", &completion(json!({"logit_bias": {"600": 1}})), "logit_bias");
     // And the server still answers.
     ok(&server, "/v1/completions", &completion(json!({})));
+}
+
+#[test]
+fn prompt_logprobs_as_vllm_reports_them_beside_echo_and_on_chat() {
+    let server = Server::start("sampling-prompt-logprobs", &[]);
+    // Both kinds of prompt scoring in one request, with different tops: the engine scores the
+    // larger, and each part shows what it asked for.
+    // The prompt as ids (byte b is token b), so that each position's token id is known.
+    let ids: Vec<u32> = "The river runs".bytes().map(u32::from).collect();
+    let scoring = |extra: Value| {
+        let mut body = completion(extra);
+        body["prompt"] = json!(ids);
+        ok(&server, "/v1/completions", &body)
+    };
+    let r = scoring(json!({"prompt_logprobs": 3, "echo": true, "logprobs": 1, "max_tokens": 2}));
+    let prompt_tokens = r["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(prompt_tokens, ids.len());
+    let scored = r["choices"][0]["prompt_logprobs"].as_array().unwrap().clone();
+    assert_eq!(scored.len(), prompt_tokens);
+    assert!(scored[0].is_null());
+    let echo = &r["choices"][0]["logprobs"];
+    for (i, entry) in scored.iter().enumerate().skip(1) {
+        let entry = entry.as_object().unwrap();
+        let token = &entry[&ids[i].to_string()];
+        assert_eq!(token["logprob"], echo["token_logprobs"][i], "position {i}");
+        assert_eq!(token["decoded_token"], echo["tokens"][i]);
+        // The three likeliest carry ranks 1 to 3 in falling order; the prompt token's rank is
+        // its place among them, or past them with a logprob no higher than the third's.
+        let mut top: Vec<(u64, f64)> = entry
+            .values()
+            .filter(|e| e["rank"].as_u64().unwrap() <= 3)
+            .map(|e| (e["rank"].as_u64().unwrap(), e["logprob"].as_f64().unwrap()))
+            .collect();
+        top.sort_by_key(|t| t.0);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 2, 3], "{entry:?}");
+        assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "{entry:?}");
+        let rank = token["rank"].as_u64().unwrap();
+        assert_eq!(entry.len(), if rank <= 3 { 3 } else { 4 }, "{entry:?}");
+        if rank > 3 {
+            assert!(token["logprob"].as_f64().unwrap() <= top[2].1);
+        }
+        // Echo's own top holds the one likeliest it asked for and the prompt token.
+        let echo_top = echo["top_logprobs"][i].as_object().unwrap();
+        assert!((1..=2).contains(&echo_top.len()), "{echo_top:?}");
+        assert_eq!(echo_top.values().map(|v| v.as_f64().unwrap()).fold(f64::MIN, f64::max), top[0].1);
+    }
+    // Without echo the same numbers, each of n choices carrying them; absent when not asked.
+    let plain = scoring(json!({"prompt_logprobs": 3, "n": 2}));
+    assert!(!text(&plain, 0).starts_with("The river"));
+    for i in 0..2 {
+        assert_eq!(plain["choices"][i]["prompt_logprobs"].as_array().unwrap(), &scored);
+    }
+    let none = ok(&server, "/v1/completions", &completion(json!({})));
+    assert!(none["choices"][0].get("prompt_logprobs").is_none(), "{none}");
+
+    // Chat: one list beside the choices, over the rendered prompt.
+    let c = ok(&server, "/v1/chat/completions", &chat(json!({"prompt_logprobs": 0})));
+    let scored = c["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(scored.len() as u64, c["usage"]["prompt_tokens"].as_u64().unwrap());
+    assert!(scored[0].is_null());
+    assert!(scored[1..].iter().all(|e| e.as_object().unwrap().len() == 1));
+    assert!(ok(&server, "/v1/chat/completions", &chat(json!({}))).get("prompt_logprobs").is_none());
+
+    let streamed = completion(json!({"prompt_logprobs": 1, "stream": true}));
+    refused(&server, "/v1/completions", &streamed, "prompt_logprobs");
 }

@@ -16,6 +16,9 @@ pub struct TokenLogprobs {
     pub token: u32,
     /// Its log-probability.
     pub logprob: f64,
+    /// Its place in the row, from 1, in the order of `top` (larger logit first, ties to the
+    /// lower id): vLLM's `rank`, which `top`'s k-th entry would carry as k.
+    pub rank: u32,
     /// The `top` likeliest tokens with their log-probabilities, most likely first (ties to the
     /// lower id); empty when none were asked for.
     pub top: Vec<(u32, f64)>,
@@ -38,8 +41,17 @@ pub fn token_logprobs(row: &[f32], token: u32, top: usize) -> TokenLogprobs {
     TokenLogprobs {
         token,
         logprob: logprob(token),
+        rank: rank(row, token),
         top: likeliest(row, top).into_iter().map(|v| (v, logprob(v))).collect(),
     }
+}
+
+/// `token`'s place in `row`, from 1, under [`likeliest`]'s order: one more than the ids ahead of
+/// it (a larger logit, or an equal one at a lower id).
+pub fn rank(row: &[f32], token: u32) -> u32 {
+    let at = row[token as usize];
+    let ahead = row.iter().enumerate().filter(|&(v, &x)| x > at || (x == at && (v as u32) < token)).count();
+    ahead as u32 + 1
 }
 
 /// The `top` ids of `row` with the largest logits, largest first, ties to the lower id.
@@ -103,6 +115,19 @@ mod tests {
             top in 0usize..40,
         ) {
             proptest::prop_assert_eq!(likeliest(&row, top), likeliest_by_sorting(&row, top.min(row.len())));
+        }
+
+        /// A token's rank is its place, from 1, in the whole row sorted as `likeliest` sorts.
+        #[test]
+        fn rank_is_the_place_in_the_sorted_row(
+            row in crate::decode::test_rows::rows(-4..4, 0.5, -30.0..30.0, 1..300),
+            pick in 0usize..300,
+        ) {
+            let token = (pick % row.len()) as u32;
+            let sorted = likeliest_by_sorting(&row, row.len());
+            let place = sorted.iter().position(|&v| v == token).unwrap() as u32 + 1;
+            proptest::prop_assert_eq!(rank(&row, token), place);
+            proptest::prop_assert_eq!(token_logprobs(&row, token, 0).rank, place);
         }
     }
 

@@ -4,7 +4,11 @@
 //!   position; under `echo` the prompt's tokens come first, the first with `null` logprob and top;
 //!   each top map holds the `logprobs` likeliest tokens and the chosen one (as vLLM's does);
 //! - `/v1/chat/completions`: `{content: [{token, logprob, bytes, top_logprobs: [{token, logprob,
-//!   bytes}]}]}`, with exactly `top_logprobs` alternatives.
+//!   bytes}]}]}`, with exactly `top_logprobs` alternatives;
+//! - vLLM's `prompt_logprobs` (either route): one entry per prompt position, `null` for the first,
+//!   then a map from token id to `{logprob, rank, decoded_token}` holding the prompt token and the
+//!   `prompt_logprobs` likeliest tokens. `rank` is the place in the row from 1, larger logit first
+//!   and ties to the lower id, so the k-th likeliest has rank k.
 //!
 //! A token's text is its id decoded alone (special tokens kept), as vLLM reports it, so a piece of
 //! a multi-byte character shows as U+FFFD; `bytes` are the token's own bytes, as OpenAI defines
@@ -139,6 +143,37 @@ impl ChatTokenLogprob {
     }
 }
 
+/// vLLM's `Logprob`: one token of a `prompt_logprobs` entry.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RankedLogprob {
+    /// Its logprob.
+    pub logprob: f64,
+    /// Its place in the row, from 1.
+    pub rank: u32,
+    /// Its text.
+    pub decoded_token: String,
+}
+
+/// vLLM's `prompt_logprobs` of one prompt: per position, `None` for the first, then the prompt
+/// token's entry and those of its `top` likeliest tokens, by id.
+pub type PromptLogprobs = Vec<Option<BTreeMap<u32, RankedLogprob>>>;
+
+/// The `prompt_logprobs` of a prompt from the engine's scores `lps` (one per position, `None` for
+/// the first), keeping the `top` likeliest of each (the engine may have scored more, for `echo`).
+pub fn prompt_logprobs(tokenizer: &Tokenizer, lps: &[Option<TokenLogprobs>], top: usize) -> PromptLogprobs {
+    let entry = |id: u32, logprob: f64, rank: u32| {
+        (id, RankedLogprob { logprob: reported(logprob), rank, decoded_token: token_text(tokenizer, id) })
+    };
+    lps.iter()
+        .map(|lp| {
+            lp.as_ref().map(|l| {
+                let likeliest = l.top.iter().take(top).zip(1..).map(|(&(id, p), rank)| entry(id, p, rank));
+                likeliest.chain([entry(l.token, l.logprob, l.rank)]).collect()
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,7 +184,28 @@ mod tests {
     }
 
     fn lp(token: u32, logprob: f64, top: &[(u32, f64)]) -> TokenLogprobs {
-        TokenLogprobs { token, logprob, top: top.to_vec() }
+        let rank = top.iter().position(|t| t.0 == token).map_or(top.len() + 1, |i| i + 1) as u32;
+        TokenLogprobs { token, logprob, rank, top: top.to_vec() }
+    }
+
+    #[test]
+    fn prompt_logprobs_map_ids_to_logprob_rank_and_text_keeping_the_top_asked() {
+        let t = tokenizer();
+        let (a, b, c) = (u32::from(b'a'), u32::from(b'b'), u32::from(b'c'));
+        let scored = [None, Some(lp(b, -2.0, &[(a, -0.5), (c, -1.0)])), Some(lp(a, -0.1, &[(a, -0.1), (c, -3.0)]))];
+        assert_eq!(
+            to_value(prompt_logprobs(&t, &scored, 1)).unwrap(),
+            json!([
+                null,
+                {
+                    a.to_string(): {"logprob": -0.5, "rank": 1, "decoded_token": "a"},
+                    b.to_string(): {"logprob": -2.0, "rank": 3, "decoded_token": "b"},
+                },
+                {a.to_string(): {"logprob": -0.1, "rank": 1, "decoded_token": "a"}},
+            ])
+        );
+        let none_asked = prompt_logprobs(&t, &scored, 0);
+        assert_eq!(none_asked[1].as_ref().unwrap().keys().collect::<Vec<_>>(), vec![&b]);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use model::engine::LogitsProcessors;
 use serde::Serialize;
 
-use super::logprobs::{ChatLogprobs, CompletionLogprobs};
+use super::logprobs::{ChatLogprobs, CompletionLogprobs, PromptLogprobs};
 
 /// What a request may ask for, from the served model and the server's flags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,9 @@ pub struct Sampling {
     pub ignore_eos: bool,
     /// How many alternatives per token the request wants logprobs for (0 = only the chosen one).
     pub logprobs: Option<usize>,
+    /// vLLM's `prompt_logprobs`: each prompt token's logprob, rank and this many alternatives, in
+    /// the response beside the choices' (not streamed).
+    pub prompt_logprobs: Option<usize>,
     /// Completions: the prompt's text comes first in the output (and its logprobs, with `logprobs`).
     pub echo: bool,
     /// `logit_bias`, `min_tokens`, `repetition_penalty`, `frequency_penalty`, `presence_penalty`.
@@ -148,12 +151,15 @@ pub struct CompletionChoice {
     pub logprobs: Option<CompletionLogprobs>,
     /// `stop` or `length`.
     pub finish_reason: String,
+    /// With vLLM's `prompt_logprobs`: the prompt's (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 impl CompletionChoice {
-    /// A finished choice.
+    /// A finished choice, without prompt logprobs.
     pub fn new(index: usize, text: String, logprobs: Option<CompletionLogprobs>, finish_reason: &str) -> Self {
-        Self { index, text, logprobs, finish_reason: finish_reason.to_string() }
+        Self { index, text, logprobs, finish_reason: finish_reason.to_string(), prompt_logprobs: None }
     }
 }
 
@@ -226,12 +232,15 @@ pub struct ChatResponse {
     pub choices: Vec<ChatChoice>,
     /// Token counts.
     pub usage: Usage,
+    /// With vLLM's `prompt_logprobs`: the rendered prompt's (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<PromptLogprobs>,
 }
 
 impl ChatResponse {
-    /// The body for `choices`.
+    /// The body for `choices`, without prompt logprobs.
     pub fn new(id: String, created: u64, model: String, choices: Vec<ChatChoice>, usage: Usage) -> Self {
-        Self { id, object: "chat.completion", created, model, choices, usage }
+        Self { id, object: "chat.completion", created, model, choices, usage, prompt_logprobs: None }
     }
 }
 

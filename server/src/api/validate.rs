@@ -31,7 +31,7 @@ pub const MAX_LOGPROBS: usize = 20;
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 22] = [
+pub const UNSUPPORTED: [&str; 21] = [
     "tools",
     "tool_choice",
     "functions",
@@ -47,7 +47,6 @@ pub const UNSUPPORTED: [&str; 22] = [
     "structured_outputs",
     "allowed_token_ids",
     "bad_words",
-    "prompt_logprobs",
     "return_tokens_as_token_ids",
     "skip_special_tokens",
     "add_generation_prompt",
@@ -161,6 +160,12 @@ fn sampling(
         }
     }
     let truncate_prompt_tokens = truncate_prompt_tokens(obj, limits)?;
+    let prompt_logprobs = int_in(obj, "prompt_logprobs", 0, MAX_LOGPROBS as i64)?.map(|v| v as usize);
+    if prompt_logprobs.is_some() && stream {
+        // As vLLM: they would come before any text, in a chunk OpenAI's stream has no place for.
+        let message = "`prompt_logprobs` cannot stream; ask with `stream` false.";
+        return Err(ApiError::invalid("prompt_logprobs", message));
+    }
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(opts)) => match opts.get("include_usage") {
@@ -184,6 +189,7 @@ fn sampling(
         best_of,
         ignore_eos: boolean(obj, "ignore_eos")?.unwrap_or(false),
         logprobs,
+        prompt_logprobs,
         echo,
         processors,
         truncate_prompt_tokens,

@@ -52,6 +52,7 @@ fn defaults_follow_openai() {
         best_of: 1,
         ignore_eos: false,
         logprobs: None,
+        prompt_logprobs: None,
         echo: false,
         processors: LogitsProcessors::none(),
         truncate_prompt_tokens: None,
@@ -214,6 +215,22 @@ fn chat_logprobs_are_a_flag_and_a_count() {
     assert_invalid(chat(json!({"top_logprobs": 5})), "top_logprobs", &["logprobs"]);
     assert_invalid(chat(json!({"logprobs": true, "top_logprobs": 21})), "top_logprobs", &["<= 20", "21"]);
     assert_invalid(chat(json!({"logprobs": 3})), "logprobs", &["boolean"]);
+}
+
+#[test]
+fn prompt_logprobs_are_a_count_on_both_routes_and_never_streamed() {
+    let on_completion = |v: Value| completion(v).map(|r| r.sampling);
+    let on_chat = |v: Value| chat(v).map(|r| r.sampling);
+    let routes: [&dyn Fn(Value) -> Result<Sampling, ApiError>; 2] = [&on_completion, &on_chat];
+    for parse in routes {
+        assert_eq!(parse(json!({"prompt_logprobs": 3})).unwrap().prompt_logprobs, Some(3));
+        assert_eq!(parse(json!({"prompt_logprobs": 0})).unwrap().prompt_logprobs, Some(0));
+        assert_eq!(parse(json!({"prompt_logprobs": null})).unwrap().prompt_logprobs, None);
+        assert_invalid(parse(json!({"prompt_logprobs": -1})), "prompt_logprobs", &[">= 0", "-1"]);
+        assert_invalid(parse(json!({"prompt_logprobs": 21})), "prompt_logprobs", &["<= 20", "21"]);
+        assert_invalid(parse(json!({"prompt_logprobs": true})), "prompt_logprobs", &["integer"]);
+        assert_invalid(parse(json!({"prompt_logprobs": 1, "stream": true})), "prompt_logprobs", &["stream"]);
+    }
 }
 
 #[test]
@@ -401,7 +418,6 @@ fn what_cannot_be_honoured_is_refused_naming_it_and_its_no_op_values_pass() {
         ("use_beam_search", json!(true)),
         ("guided_json", json!({})),
         ("allowed_token_ids", json!([1])),
-        ("prompt_logprobs", json!(1)),
         ("skip_special_tokens", json!(false)),
         ("add_generation_prompt", json!(false)),
         ("chat_template", json!("{{ messages }}")),
