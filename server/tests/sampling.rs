@@ -1,8 +1,8 @@
 //! The sampling parameters of `asynct serve` over loopback, on the CPU with asynct-tiny (the byte
 //! tokenizer: byte `b` is token `b`): each one honoured (checked against its definition where the
 //! response shows enough of the raw row to rebuild it), logprobs in OpenAI's shapes for both
-//! routes, streamed alike, `echo` with the prompt's logprobs (as lm-eval scores a continuation), vLLM's `prompt_logprobs`,
-//! `n` with `best_of`, and what cannot be honoured refused by name.
+//! routes, streamed alike, `echo` with the prompt's logprobs (as lm-eval scores a continuation),
+//! vLLM's `prompt_logprobs`, `n` with `best_of`, and what cannot be honoured refused by name.
 
 #[allow(dead_code)] // the helpers this file does not call
 mod serve_support;
