@@ -99,6 +99,18 @@ class SamplingParams:
         truncate_prompt_tokens: Optional[int] = None,
     ) -> None: ...
 
+class Logprob:
+    """vLLM's ``Logprob``: one token of a position's logprobs."""
+
+    logprob: float
+    """The float64 log-softmax of the raw float32 logits row at the token (``-inf`` where its
+    logit is)."""
+    rank: int
+    """Its place in the row, from 1 (larger logit first, ties to the lower id): the k-th likeliest
+    has rank k."""
+    decoded_token: str
+    """Its id decoded alone, special tokens kept."""
+
 class CompletionOutput:
     """One generated sequence of a prompt."""
 
@@ -113,11 +125,11 @@ class CompletionOutput:
     (``LLM.abort()`` stopped it first)."""
     stop_reason: Union[str, int, None]
     """The stop string that ended it, the eos token id that did, or None."""
-    logprobs: Optional[List[Dict[int, float]]]
-    """With ``SamplingParams(logprobs=n)``: per generated token, a dict from token id to
-    log-probability holding that token and the n likeliest. Each is the log-softmax, in float64,
-    of the raw float32 logits row the token was sampled from (before temperature, top-k and
-    top-p); an aborted output keeps those of the tokens it generated. None otherwise."""
+    logprobs: Optional[List[Dict[int, Logprob]]]
+    """With ``SamplingParams(logprobs=n)``: per generated token, a dict from token id to its
+    ``Logprob`` holding that token and the n likeliest. Each is the log-softmax, in float64, of
+    the raw float32 logits row the token was sampled from (before temperature, top-k and top-p);
+    an aborted output keeps those of the tokens it generated. None otherwise."""
     cumulative_logprob: Optional[float]
     """The sum of the generated tokens' log-probabilities, when logprobs were asked for."""
 
@@ -131,9 +143,9 @@ class RequestOutput:
     prompt_token_ids: List[int]
     finished: bool
     """Whether the request ended by itself (False when aborted)."""
-    prompt_logprobs: Optional[List[Optional[Dict[int, float]]]]
+    prompt_logprobs: Optional[List[Optional[Dict[int, Logprob]]]]
     """With ``SamplingParams(prompt_logprobs=n)``: per prompt token, None for the first, then a
-    dict from token id to log-probability holding that token and the n likeliest at its
+    dict from token id to its ``Logprob`` holding that token and the n likeliest at its
     position, each the float64 log-softmax of the raw logits row before it. None otherwise (and
     for a request aborted before its prompt was scored)."""
     outputs: List[CompletionOutput]
@@ -141,7 +153,7 @@ class RequestOutput:
     text: str
     token_ids: List[int]
     finish_reason: str
-    logprobs: Optional[List[Dict[int, float]]]
+    logprobs: Optional[List[Dict[int, Logprob]]]
 
 class LLM:
     """A checkpoint loaded for generation, in the spirit of vLLM's offline ``LLM``.

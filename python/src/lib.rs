@@ -53,6 +53,7 @@ fn _asynct(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sampling::SamplingParams>()?;
     m.add_class::<outputs::RequestOutput>()?;
     m.add_class::<outputs::CompletionOutput>()?;
+    m.add_class::<outputs::Logprob>()?;
     m.add_function(wrap_pyfunction!(hp1::hp1_attention, m)?)?;
     m.add_function(wrap_pyfunction!(norm::uclip_norm, m)?)?;
     m.add_function(wrap_pyfunction!(forward::forward_logits, m)?)?;

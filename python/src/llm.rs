@@ -232,7 +232,7 @@ impl Llm {
         // Finished or aborted alike, every request is accounted for in the batch.
         batch.run(py, &mut engine, &self.cancel)?;
         drop(engine);
-        batch.into_done().into_iter().map(|d| d.into_py(py)).collect()
+        batch.into_done().into_iter().map(|d| d.into_py(py, &self.tokenizer)).collect()
     }
 
     /// Generates the assistant's reply to each conversation: `messages` is one conversation (a

@@ -5,15 +5,17 @@
 //! Logprobs come from the logits row each token was sampled from (the engine scores the rows of
 //! the requests that ask, as for the server's `logprobs`): the log-softmax of the raw row in
 //! f64, before temperature, top-k or top-p, as vLLM reports by default. An aborted request keeps
-//! the logprobs of the tokens it generated.
+//! the logprobs of the tokens it generated. Each is a [`Logprob`], vLLM's: the log-probability,
+//! the token's rank in its row (from 1, larger logit first, ties to the lower id) and its text.
 
 use std::collections::BTreeMap;
 
 use model::engine::FinishReason;
-use oracle::decode::logprobs::TokenLogprobs;
+use oracle::decode::logprobs::{token_text, TokenLogprobs};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
+use tokenizers::Tokenizer;
 
 /// Why a request stopped beyond `finish_reason`: the stop string found, or the eos id generated.
 #[derive(Clone, Debug)]
@@ -22,6 +24,32 @@ enum StopReason {
     Text(String),
     Token(u32),
 }
+
+/// vLLM's `Logprob`: one token of a position's logprobs.
+#[pyclass(module = "asynct", frozen, eq)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logprob {
+    /// The float64 log-softmax of the raw row at the token (`-inf` where its logit is).
+    #[pyo3(get)]
+    logprob: f64,
+    /// Its place in the row, from 1: the k-th likeliest has rank k.
+    #[pyo3(get)]
+    rank: u32,
+    /// Its id decoded alone (special tokens kept).
+    #[pyo3(get)]
+    decoded_token: String,
+}
+
+#[pymethods]
+impl Logprob {
+    fn __repr__(&self) -> String {
+        format!("Logprob(logprob={:?}, rank={}, decoded_token={:?})", self.logprob, self.rank, self.decoded_token)
+    }
+}
+
+/// One position's logprobs as vLLM's Python dict: the `top` likeliest tokens and the token
+/// itself, each id to its [`Logprob`].
+type LogprobDict = BTreeMap<u32, Logprob>;
 
 /// One generated sequence.
 #[pyclass(module = "asynct", frozen)]
@@ -40,10 +68,10 @@ pub struct CompletionOutput {
     #[pyo3(get)]
     finish_reason: &'static str,
     stop_reason: StopReason,
-    /// With `SamplingParams(logprobs=n)`: per generated token, a dict from token id to
-    /// log-probability holding that token and the `n` likeliest ones; else `None`.
+    /// With `SamplingParams(logprobs=n)`: per generated token, a dict from token id to its
+    /// [`Logprob`] holding that token and the `n` likeliest ones; else `None`.
     #[pyo3(get)]
-    logprobs: Option<Vec<BTreeMap<u32, f64>>>,
+    logprobs: Option<Vec<LogprobDict>>,
     /// The sum of the generated tokens' log-probabilities, when logprobs were asked for.
     #[pyo3(get)]
     cumulative_logprob: Option<f64>,
@@ -85,10 +113,10 @@ pub struct RequestOutput {
     #[pyo3(get)]
     finished: bool,
     /// With `SamplingParams(prompt_logprobs=n)`: per prompt token, `None` for the first, then a
-    /// dict from token id to log-probability holding that token and the `n` likeliest at its
+    /// dict from token id to its [`Logprob`] holding that token and the `n` likeliest at its
     /// position; else `None` (and for a request aborted before its prompt was scored).
     #[pyo3(get)]
-    prompt_logprobs: Option<Vec<Option<BTreeMap<u32, f64>>>>,
+    prompt_logprobs: Option<Vec<Option<LogprobDict>>>,
     /// Its `n` completions, in order; never empty.
     outputs: Vec<Py<CompletionOutput>>,
 }
@@ -121,7 +149,7 @@ impl RequestOutput {
 
     /// The first completion's logprobs.
     #[getter]
-    fn logprobs(&self) -> Option<Vec<BTreeMap<u32, f64>>> {
+    fn logprobs(&self) -> Option<Vec<LogprobDict>> {
         self.first().logprobs.clone()
     }
 
@@ -171,7 +199,7 @@ pub struct Choice {
 
 impl Choice {
     /// The Python object of choice `index`.
-    fn into_py(self, py: Python<'_>, index: usize) -> PyResult<Py<CompletionOutput>> {
+    fn into_py(self, py: Python<'_>, tokenizer: &Tokenizer, index: usize) -> PyResult<Py<CompletionOutput>> {
         let (finish_reason, stop_reason) = match &self.finish {
             None => ("abort", StopReason::None),
             Some(FinishReason::Eos) => {
@@ -182,7 +210,7 @@ impl Choice {
             Some(r) => (r.as_openai(), StopReason::None),
         };
         let cumulative_logprob = self.logprobs.as_ref().map(|l| l.iter().map(|lp| lp.logprob).sum::<f64>());
-        let logprobs = self.logprobs.map(|l| l.into_iter().map(as_dict).collect::<Vec<_>>());
+        let logprobs = self.logprobs.map(|l| l.iter().map(|lp| as_dict(tokenizer, lp)).collect::<Vec<_>>());
         let output = CompletionOutput {
             index,
             text: self.text,
@@ -197,26 +225,32 @@ impl Choice {
 }
 
 impl Done {
-    /// The Python object.
-    pub fn into_py(self, py: Python<'_>) -> PyResult<Py<RequestOutput>> {
+    /// The Python object; `tokenizer` names the logprobs' tokens.
+    pub fn into_py(self, py: Python<'_>, tokenizer: &Tokenizer) -> PyResult<Py<RequestOutput>> {
         let finished = self.choices.iter().all(|c| c.finish.is_some());
-        let outputs =
-            self.choices.into_iter().enumerate().map(|(i, c)| c.into_py(py, i)).collect::<PyResult<Vec<_>>>()?;
+        let outputs = self
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| c.into_py(py, tokenizer, i))
+            .collect::<PyResult<Vec<_>>>()?;
         let request = RequestOutput {
             request_id: self.id.to_string(),
             prompt: self.prompt,
             prompt_token_ids: self.prompt_token_ids,
             finished,
-            prompt_logprobs: self.prompt_logprobs.map(|l| l.into_iter().map(|lp| lp.map(as_dict)).collect()),
+            prompt_logprobs: self
+                .prompt_logprobs
+                .map(|l| l.iter().map(|lp| lp.as_ref().map(|lp| as_dict(tokenizer, lp))).collect()),
             outputs,
         };
         Py::new(py, request)
     }
 }
 
-/// A token's logprobs as vLLM's Python dict: the `top` likeliest tokens and the token itself, each
-/// id to its log-probability (SPEC section 5's float64 log-softmax of the raw row, the one the
-/// server reports too; a `-inf` logit gets `-inf`).
-fn as_dict(lp: TokenLogprobs) -> BTreeMap<u32, f64> {
-    lp.top.into_iter().chain([(lp.token, lp.logprob)]).collect()
+/// A position's logprobs as vLLM's Python dict (SPEC section 5's float64 log-softmax of the raw
+/// row, the one the server reports too): the `top` likeliest, ranked 1 on, and the token itself.
+fn as_dict(tokenizer: &Tokenizer, lp: &TokenLogprobs) -> LogprobDict {
+    let named = |(id, logprob, rank)| (id, Logprob { logprob, rank, decoded_token: token_text(tokenizer, id) });
+    lp.ranked().map(named).collect()
 }

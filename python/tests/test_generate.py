@@ -124,11 +124,16 @@ def test_logprobs_are_the_log_softmax_of_the_sampling_rows(tiny_model, llm):
     ref = log_softmax(rows)
     assert len(out.logprobs) == 8
     for i, (token, lp) in enumerate(zip(out.token_ids, out.logprobs)):
-        top3 = np.argsort(-ref[i], kind="stable")[:3]
-        assert set(lp) == set(top3.tolist()) | {token}
+        order = np.argsort(-ref[i], kind="stable")
+        assert set(lp) == set(order[:3].tolist()) | {token}
         for t, v in lp.items():
-            assert v == pytest.approx(ref[i, t], abs=1e-5)
-    assert out.outputs[0].cumulative_logprob == pytest.approx(sum(lp[t] for t, lp in zip(out.token_ids, out.logprobs)))
+            # vLLM's Logprob: the value, the place in the row from 1, the token's text.
+            assert isinstance(v, asynct.Logprob)
+            assert v.logprob == pytest.approx(ref[i, t], abs=1e-5)
+            assert v.rank == order.tolist().index(t) + 1
+            assert v.decoded_token == llm.decode([t]) or llm.decode([t]) == "", "special tokens kept"
+    cumulative = sum(lp[t].logprob for t, lp in zip(out.token_ids, out.logprobs))
+    assert out.outputs[0].cumulative_logprob == pytest.approx(cumulative)
     # The same request without logprobs draws the same tokens.
     [plain] = llm.generate(ids, asynct.SamplingParams(temperature=0.8, seed=11, max_tokens=8, ignore_eos=True))
     assert plain.token_ids == out.token_ids and plain.logprobs is None and plain.prompt_logprobs is None
@@ -147,7 +152,9 @@ def test_prompt_logprobs_are_the_log_softmax_of_the_rows_before_each_prompt_toke
         top2 = np.argsort(-ref[i - 1], kind="stable")[:2]
         assert set(lp) == set(top2.tolist()) | {ids[i]}, i
         for t, v in lp.items():
-            assert v == pytest.approx(ref[i - 1, t], abs=1e-5)
+            assert v.logprob == pytest.approx(ref[i - 1, t], abs=1e-5)
+        assert lp[top2[0]].rank == 1 and lp[top2[1]].rank == 2
+        assert lp[ids[i]].rank == np.argsort(-ref[i - 1], kind="stable").tolist().index(ids[i]) + 1
     assert out.logprobs is None
     # Asking changes no token.
     [plain] = llm.generate(ids, asynct.SamplingParams(temperature=0, max_tokens=1))

@@ -8,6 +8,7 @@
 use std::cmp::Ordering;
 
 use serde::{Deserialize, Serialize};
+use tokenizers::Tokenizer;
 
 /// One position's log-probabilities: the token there and the likeliest alternatives.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,6 +23,21 @@ pub struct TokenLogprobs {
     /// The `top` likeliest tokens with their log-probabilities, most likely first (ties to the
     /// lower id); empty when none were asked for.
     pub top: Vec<(u32, f64)>,
+}
+
+impl TokenLogprobs {
+    /// Each token this position names, with its logprob and rank: the `top` likeliest (ranks 1
+    /// on), then the token itself, which may repeat one of them (vLLM's maps by id keep one).
+    pub fn ranked(&self) -> impl Iterator<Item = (u32, f64, u32)> + '_ {
+        let likeliest = self.top.iter().zip(1..).map(|(&(id, logprob), rank)| (id, logprob, rank));
+        likeliest.chain([(self.token, self.logprob, self.rank)])
+    }
+}
+
+/// A token's text where logprobs name it, as vLLM reports it: its id decoded alone, special
+/// tokens kept, so a piece of a multi-byte character shows as U+FFFD.
+pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
+    tokenizer.decode(&[id], false).unwrap_or_default()
 }
 
 /// `ln(sum_v exp(l_v))` of `row` in f64 (the module docs' form).

@@ -20,6 +20,7 @@
 use std::collections::BTreeMap;
 
 use model::engine::TokenLogprobs;
+use oracle::decode::logprobs::token_text;
 use serde::Serialize;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::Tokenizer;
@@ -30,11 +31,6 @@ pub const MIN_LOGPROB: f64 = -9999.0;
 fn reported(logprob: f64) -> f64 {
     // `max` also turns a NaN into the floor rather than into invalid JSON.
     logprob.max(MIN_LOGPROB)
-}
-
-/// Token `id` decoded alone.
-pub fn token_text(tokenizer: &Tokenizer, id: u32) -> String {
-    tokenizer.decode(&[id], false).unwrap_or_default()
 }
 
 /// Token `id`'s own bytes (the module docs).
@@ -161,17 +157,14 @@ pub type PromptLogprobs = Vec<Option<BTreeMap<u32, RankedLogprob>>>;
 /// The `prompt_logprobs` of a prompt from the engine's scores `lps` (one per position, `None` for
 /// the first), keeping the `top` likeliest of each (the engine may have scored more, for `echo`).
 pub fn prompt_logprobs(tokenizer: &Tokenizer, lps: &[Option<TokenLogprobs>], top: usize) -> PromptLogprobs {
-    let entry = |id: u32, logprob: f64, rank: u32| {
+    let named = |(id, logprob, rank): (u32, f64, u32)| {
         (id, RankedLogprob { logprob: reported(logprob), rank, decoded_token: token_text(tokenizer, id) })
     };
-    lps.iter()
-        .map(|lp| {
-            lp.as_ref().map(|l| {
-                let likeliest = l.top.iter().take(top).zip(1..).map(|(&(id, p), rank)| entry(id, p, rank));
-                likeliest.chain([entry(l.token, l.logprob, l.rank)]).collect()
-            })
-        })
-        .collect()
+    let asked = |l: &TokenLogprobs| {
+        let token = l.token;
+        l.ranked().filter(move |&(id, _, rank)| rank as usize <= top || id == token).map(named).collect()
+    };
+    lps.iter().map(|lp| lp.as_ref().map(asked)).collect()
 }
 
 #[cfg(test)]
