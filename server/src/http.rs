@@ -21,7 +21,10 @@ use tokenizers::Tokenizer;
 use tokio::sync::watch;
 
 use crate::api::error::ApiError;
-use crate::api::types::{Limits, Prompt, Sampling};
+use crate::api::tokenize::{
+    parse_detokenize, parse_tokenize, DetokenizeResponse, TokenizeInput, TokenizeRequest, TokenizeResponse,
+};
+use crate::api::types::{ChatMessage, Limits, Prompt, Sampling};
 use crate::api::validate::{parse_chat, parse_completion};
 use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
@@ -51,7 +54,7 @@ pub struct AppState {
     pub limits: Limits,
     /// The one model name this server answers to.
     pub served_name: Arc<str>,
-    /// The bearer token /v1 routes require, when set.
+    /// The bearer token the /v1 and tokenizer routes require, when set.
     pub api_key: Option<Arc<str>>,
     /// The model's end-of-sequence ids.
     pub eos_token_ids: Arc<[u32]>,
@@ -70,6 +73,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/v1/models/{model}", get(model))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::not_found() })
@@ -80,7 +85,8 @@ pub fn router(state: AppState) -> Router {
 
 /// 405 with an OpenAI body rather than axum's empty one, so clients read every refusal alike.
 fn method_not_allowed() -> ApiError {
-    let message = "This route does not take that method: POST the /v1 completion routes, GET the others.";
+    let message = "This route does not take that method: POST the completion, tokenize and detokenize routes, GET \
+                   the others.";
     ApiError { status: 405, code: Some("method_not_allowed".to_string()), ..ApiError::invalid("method", message) }
 }
 
@@ -127,9 +133,7 @@ async fn chat(State(state): State<AppState>, headers: HeaderMap, body: Body) -> 
 }
 
 async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
-    let bytes = read_body(&state, &headers, body).await?;
-    let req = parse_completion(&bytes, &state.limits)?;
+    let req = read_valid(&state, &headers, body, parse_completion).await?;
     check_model(&state, &req.model)?;
     let tokenizer = state.tokenizer.clone();
     let (echo, keep) = (req.sampling.echo, req.sampling.truncate_prompt_tokens);
@@ -156,21 +160,70 @@ async fn serve_completion(state: AppState, headers: HeaderMap, body: Body) -> Re
 }
 
 async fn serve_chat(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
-    let bytes = read_body(&state, &headers, body).await?;
-    let req = parse_chat(&bytes, &state.limits)?;
+    let req = read_valid(&state, &headers, body, parse_chat).await?;
     check_model(&state, &req.model)?;
     let (template, tokenizer, messages) = (state.template.clone(), state.tokenizer.clone(), req.messages);
     let keep = req.sampling.truncate_prompt_tokens;
-    let ids = off_the_runtime(move || {
-        Ok(keep_last(
-            encode(&tokenizer, &template.render(&messages).map_err(|e| ApiError::invalid("messages", e))?, Kind::Chat)?,
-            keep,
-        )
-        .0)
+    let ids = off_the_runtime(move || Ok(keep_last(chat_ids(&template, &tokenizer, &messages)?, keep).0)).await?;
+    run(&state, Kind::Chat, &req.model, vec![Echoed { text: String::new(), ids }], &req.sampling).await
+}
+
+async fn tokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    serve_tokenize(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn detokenize(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    serve_detokenize(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// vLLM's `/tokenize`: the ids the completion or chat route would feed the model.
+async fn serve_tokenize(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let TokenizeRequest { model, input, return_token_strs } =
+        read_valid(&state, &headers, body, parse_tokenize).await?;
+    if let Some(model) = model {
+        check_model(&state, &model)?;
+    }
+    let (template, tokenizer) = (state.template.clone(), state.tokenizer.clone());
+    let max_model_len = state.limits.max_model_len;
+    let answer = off_the_runtime(move || {
+        let tokens = match input {
+            TokenizeInput::Prompt(text) => encode(&tokenizer, &text, Kind::Completion)?,
+            TokenizeInput::Messages(messages) => chat_ids(&template, &tokenizer, &messages)?,
+        };
+        let piece = |id: u32| tokenizer.id_to_token(id).unwrap_or_default();
+        let token_strs = return_token_strs.then(|| tokens.iter().map(|&id| piece(id)).collect());
+        Ok(TokenizeResponse { count: tokens.len(), max_model_len, tokens, token_strs })
     })
     .await?;
-    run(&state, Kind::Chat, &req.model, vec![Echoed { text: String::new(), ids }], &req.sampling).await
+    Ok(Json(answer).into_response())
+}
+
+/// vLLM's `/detokenize`: the text of ids, special tokens kept.
+async fn serve_detokenize(state: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req = read_valid(&state, &headers, body, parse_detokenize).await?;
+    if let Some(model) = &req.model {
+        check_model(&state, model)?;
+    }
+    let tokenizer = state.tokenizer.clone();
+    let prompt = off_the_runtime(move || {
+        let decoded = tokenizer.decode(&req.tokens, false);
+        decoded.map_err(|e| ApiError::invalid("tokens", format!("cannot decode the tokens: {e}")))
+    })
+    .await?;
+    Ok(Json(DetokenizeResponse { prompt }).into_response())
+}
+
+/// A request's body, once its caller is authorised, read within the limits and validated by
+/// `parse`.
+async fn read_valid<T>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    parse: fn(&[u8], &Limits) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    authorize(state, headers)?;
+    let bytes = read_body(state, headers, body).await?;
+    parse(&bytes, &state.limits)
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
@@ -225,6 +278,11 @@ fn encode(tokenizer: &Tokenizer, text: &str, kind: Kind) -> Result<Vec<u32>, Api
     let field = kind.prompt_field();
     let encoding = encoding.map_err(|e| ApiError::invalid(field, format!("cannot tokenise the prompt: {e}")))?;
     Ok(encoding.get_ids().to_vec())
+}
+
+/// A chat's prompt ids: its messages rendered with the template, then tokenised.
+fn chat_ids(template: &ChatTemplate, tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Result<Vec<u32>, ApiError> {
+    encode(tokenizer, &template.render(messages).map_err(|e| ApiError::invalid("messages", e))?, Kind::Chat)
 }
 
 /// `ids` cut to its last `keep` tokens where given ([`keep_last_tokens`]), and whether any were.

@@ -292,6 +292,25 @@ fn hostile_requests() -> Vec<(&'static str, Vec<u8>)> {
         format!("{{\"model\":\"tiny\",\"prompt\":\"{}\"}}", "a".repeat(1 << 20)).into_bytes(),
     ));
     out.push(("/v1/nothing", b"{}".to_vec()));
+    // vLLM's tokenizer routes: each field of the wrong type, and the bodies cut at every byte.
+    for (path, base, field) in [
+        ("/tokenize", json!({"model": "tiny", "prompt": "Hi \u{e9}", "return_token_strs": true}), "prompt"),
+        ("/tokenize", json!({"messages": [{"role": "user", "content": "Hi"}]}), "messages"),
+        ("/detokenize", json!({"model": "tiny", "tokens": [72, 105]}), "tokens"),
+    ] {
+        for value in
+            bad_values.iter().filter(|v| !(field == "prompt" && v.is_string() || field == "tokens" && v == &&json!([])))
+        {
+            let mut body = base.clone();
+            body[field] = value.clone();
+            out.push((path, body.to_string().into_bytes()));
+        }
+        let text = base.to_string();
+        for cut in (0..text.len()).filter(|&c| text.is_char_boundary(c)) {
+            out.push((path, text.as_bytes()[..cut].to_vec()));
+        }
+    }
+    out.push(("/tokenize", json!({"model": "gpt-4", "prompt": "Hi"}).to_string().into_bytes()));
     out
 }
 
@@ -357,6 +376,45 @@ fn a_thousand_hostile_requests_get_openai_errors() {
 }
 
 #[test]
+fn tokenize_gives_the_ids_the_generation_routes_use_and_detokenize_their_text() {
+    let server = Server::start("tokenize", &[]);
+    let text = "The river runs \u{e9}t\u{e9}";
+    let t = ok(&server, "/tokenize", &json!({"prompt": text, "return_token_strs": true}));
+    let ids: Vec<u64> = t["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!((t["count"].as_u64(), t["max_model_len"].as_u64()), (Some(ids.len() as u64), Some(2048)));
+    assert!(ids.len() < text.len(), "the tiny tokenizer merges: {ids:?}");
+    // The pieces are the vocabulary's (byte-level: a space is "\u{120}").
+    let pieces: Vec<&str> = t["token_strs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(pieces.len(), ids.len());
+    assert!(pieces.iter().any(|p| p.starts_with('\u{120}')), "{pieces:?}");
+    // The ids are the completion's: the same usage and, greedy, the same text from ids or text.
+    let by_text = ok(&server, "/v1/completions", &completion(text, 6));
+    let by_ids = ok(
+        &server,
+        "/v1/completions",
+        &json!({"model": "tiny", "prompt": ids, "max_tokens": 6,
+        "temperature": 0}),
+    );
+    assert_eq!(by_text["usage"], by_ids["usage"]);
+    assert_eq!(by_text["usage"]["prompt_tokens"].as_u64(), Some(ids.len() as u64));
+    assert_eq!(text_of(&by_text, 0), text_of(&by_ids, 0));
+    let back = ok(&server, "/detokenize", &json!({"model": "tiny", "tokens": ids}));
+    assert_eq!(back, json!({"prompt": text}));
+    assert_eq!(ok(&server, "/detokenize", &json!({"tokens": []})), json!({"prompt": ""}));
+    assert!(ok(&server, "/tokenize", &json!({"prompt": "x"}))["token_strs"].is_null());
+    // A chat's ids are its rendered prompt's, as the chat route counts them.
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]);
+    let chat_ids = ok(&server, "/tokenize", &json!({"messages": messages}));
+    let mut chat = chat_body("Hi", 2);
+    chat["messages"] = messages;
+    assert_eq!(ok(&server, "/v1/chat/completions", &chat)["usage"]["prompt_tokens"], chat_ids["count"]);
+    // Refusals name their field; another model's name is a 404.
+    let r = server.post("/detokenize", &json!({"tokens": [512]}));
+    assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some("tokens")));
+    assert_eq!(server.post("/tokenize", &json!({"model": "gpt-4", "prompt": "x"})).status, 404);
+}
+
+#[test]
 fn a_client_that_disconnects_frees_its_blocks() {
     let server = Server::start("disconnect", &[]);
     let body = json!({"model": "tiny", "prompt": "The river", "max_tokens": 2000, "ignore_eos": true, "stream": true});
@@ -410,6 +468,8 @@ fn a_full_queue_answers_429_and_a_wrong_key_401() {
         assert!(r.json()["error"]["message"].is_string());
         assert_eq!(send(&server.addr, "GET", "/v1/models", &headers, b"").status, 401);
         assert_eq!(send(&server.addr, "GET", "/v1/models/tiny", &headers, b"").status, 401);
+        assert_eq!(send(&server.addr, "POST", "/tokenize", &headers, br#"{"prompt": "Hi"}"#).status, 401);
+        assert_eq!(send(&server.addr, "POST", "/detokenize", &headers, br#"{"tokens": [72]}"#).status, 401);
     }
     assert_eq!(send(&server.addr, "POST", "/v1/completions", &auth, ok_body.as_bytes()).status, 200);
 }

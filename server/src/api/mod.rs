@@ -10,5 +10,6 @@
 
 pub mod error;
 pub mod logprobs;
+pub mod tokenize;
 pub mod types;
 pub mod validate;

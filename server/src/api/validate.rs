@@ -57,7 +57,7 @@ pub const UNSUPPORTED: [&str; 21] = [
 
 /// Which route a body is for: the fields differ a little (`echo`, `best_of` and `logprobs`' type).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Route {
+pub(super) enum Route {
     Completion,
     Chat,
 }
@@ -87,7 +87,7 @@ pub fn parse_chat(body: &[u8], limits: &Limits) -> Result<ChatRequest, ApiError>
     Ok(ChatRequest { model, messages, sampling })
 }
 
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(super) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(obj)) => Ok(obj),
         Ok(other) => Err(ApiError::invalid(
@@ -214,7 +214,7 @@ fn truncate_prompt_tokens(obj: &Map<String, Value>, limits: &Limits) -> Result<O
 }
 
 /// Refuses each field of [`UNSUPPORTED`] given with an effect, and `echo` on the chat route.
-fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Result<(), ApiError> {
+pub(super) fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Result<(), ApiError> {
     for field in UNSUPPORTED {
         let Some(v) = obj.get(field) else { continue };
         let harmless = match (field, v) {
@@ -368,7 +368,7 @@ fn prompt(value: Option<&Value>, limits: &Limits) -> Result<Prompt, ApiError> {
 }
 
 /// `text`, refused by its length before anything tokenises it.
-fn prompt_text(text: &str, path: &str, limits: &Limits) -> Result<String, ApiError> {
+pub(super) fn prompt_text(text: &str, path: &str, limits: &Limits) -> Result<String, ApiError> {
     let chars = text.chars().count();
     if chars > limits.max_prompt_chars {
         return Err(ApiError::invalid(
@@ -379,7 +379,7 @@ fn prompt_text(text: &str, path: &str, limits: &Limits) -> Result<String, ApiErr
     Ok(text.to_string())
 }
 
-fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, ApiError> {
+pub(super) fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, ApiError> {
     let vocab = limits.vocab_size;
     items
         .iter()
@@ -394,7 +394,7 @@ fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<Vec<u32>, A
         .collect()
 }
 
-fn messages(value: Option<&Value>, limits: &Limits) -> Result<Vec<ChatMessage>, ApiError> {
+pub(super) fn messages(value: Option<&Value>, limits: &Limits) -> Result<Vec<ChatMessage>, ApiError> {
     let items = match value {
         None | Some(Value::Null) => return Err(ApiError::invalid("messages", "`messages` is required.")),
         Some(Value::Array(items)) if items.is_empty() => {
@@ -510,7 +510,7 @@ fn float_in(
     }
 }
 
-fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+pub(super) fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -518,7 +518,7 @@ fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiErr
     }
 }
 
-fn wrong_type(path: &str, expected: &str, given: &Value) -> ApiError {
+pub(super) fn wrong_type(path: &str, expected: &str, given: &Value) -> ApiError {
     let param = path.split(['[', '.']).next().unwrap_or(path);
     let message = format!("`{path}` must be {expected}. Given: {} {}", type_name(given), show(given));
     ApiError::invalid(param, message)
