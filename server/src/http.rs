@@ -102,7 +102,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     match authorize(&state, &headers) {
-        Ok(()) => Json(ModelList::of(&state.served_name)).into_response(),
+        Ok(()) => Json(ModelList::of(&state)).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -119,7 +119,7 @@ async fn model(
         check_model(&state, &name)
     });
     match found {
-        Ok(()) => Json(ModelCard::of(&state.served_name)).into_response(),
+        Ok(()) => Json(ModelCard::of(&state)).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -407,16 +407,19 @@ struct ModelCard {
     object: &'static str,
     created: u64,
     owned_by: &'static str,
+    /// vLLM's addition: prompt and output together may not pass it.
+    max_model_len: usize,
 }
 
 impl ModelList {
-    fn of(name: &str) -> Self {
-        Self { object: "list", data: vec![ModelCard::of(name)] }
+    fn of(state: &AppState) -> Self {
+        Self { object: "list", data: vec![ModelCard::of(state)] }
     }
 }
 
 impl ModelCard {
-    fn of(name: &str) -> Self {
-        Self { id: name.to_string(), object: "model", created: 0, owned_by: "asynct" }
+    fn of(state: &AppState) -> Self {
+        let (id, max_model_len) = (state.served_name.to_string(), state.limits.max_model_len);
+        Self { id, object: "model", created: 0, owned_by: "asynct", max_model_len }
     }
 }

@@ -67,7 +67,7 @@ fn completions_stream_and_collect_agree_with_usage() {
     let server = Server::start("completions", &[]);
     assert_eq!(server.get("/health").status, 200);
     let models = server.get("/v1/models").json();
-    assert_eq!(models["data"][0]["id"], "tiny");
+    assert_eq!((&models["data"][0]["id"], &models["data"][0]["max_model_len"]), (&json!("tiny"), &json!(2048)));
     let card = server.get("/v1/models/tiny");
     assert_eq!(card.status, 200, "{}", card.text());
     assert_eq!(card.json(), models["data"][0], "the card is the list's entry");
