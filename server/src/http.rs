@@ -375,7 +375,7 @@ async fn run(
     sampling: &Sampling,
 ) -> Result<Response, ApiError> {
     let requests = engine_requests(state, kind, &prompts, sampling)?;
-    let events = state.engine.submit(requests).await?;
+    let events = state.engine.submit(requests).await.map_err(|e| kind.attribute(e))?;
     let meta = Meta::new(kind, model);
     let choices = Choices {
         prompts,

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, LARGER_THAN_QUEUE};
 use crate::api::logprobs::{prompt_logprobs, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprobs};
 use crate::api::types::{
     ChatChoice, ChatChunk, ChatResponse, CompletionChoice, CompletionChunk, CompletionResponse, Usage,
@@ -44,6 +44,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// `e`, a refusal of the engine thread, naming this route's field: the engine names the
+    /// prompt `prompt`, and a chat's only way past the whole queue is its `n`.
+    pub fn attribute(self, e: ApiError) -> ApiError {
+        let param = match (self, e.param.as_deref(), e.code.as_deref()) {
+            (Kind::Chat, _, Some(LARGER_THAN_QUEUE)) => "n",
+            (_, Some("prompt"), _) => self.prompt_field(),
+            _ => return e,
+        };
+        ApiError { param: Some(param.to_string()), ..e }
+    }
+
     /// The request field a refusal of the prompt names: the completion's `prompt`, or the chat's
     /// `messages` it was rendered from.
     pub fn prompt_field(self) -> &'static str {

@@ -458,6 +458,14 @@ fn a_full_queue_answers_429_and_a_wrong_key_401() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(statuses.contains(&200) && statuses.contains(&429), "{statuses:?}");
+    // More generations than the whole queue holds: 400 on the field that asked for them.
+    for (path, body, param) in [
+        ("/v1/completions", json!({"model": "tiny", "prompt": ["a", "b"], "max_tokens": 2}), "prompt"),
+        ("/v1/chat/completions", json!({"model": "tiny", "messages": [{"role": "user", "content": "a"}], "n": 2}), "n"),
+    ] {
+        let r = send(&server.addr, "POST", path, &auth, body.to_string().as_bytes());
+        assert_eq!((r.status, r.json()["error"]["param"].as_str()), (400, Some(param)), "{}", r.text());
+    }
     assert!(server.metric("asynct_requests_rejected_total") >= 2.0);
 
     let ok_body = json!({"model": "tiny", "prompt": "Hi", "max_tokens": 2}).to_string();

@@ -79,10 +79,10 @@ impl ApiError {
     /// queue holds `max_queue`: never admitted, so no 429 that invites a retry.
     pub fn larger_than_queue(generations: usize, max_queue: usize) -> Self {
         let message = format!(
-            "The request makes {generations} generations (its prompts times best_of), more than the server's queue of \
-             {max_queue} (--max-queue) ever holds: send fewer prompts per request."
+            "The request makes {generations} generations (its prompts times n or best_of), more than the server's \
+             queue of {max_queue} (--max-queue) ever holds: ask for fewer per request."
         );
-        Self::invalid("prompt", message)
+        Self { code: Some(LARGER_THAN_QUEUE.to_string()), ..Self::invalid("prompt", message) }
     }
 
     /// 413: the body is longer than `limit_bytes`.
@@ -122,6 +122,9 @@ impl ApiError {
         })
     }
 }
+
+/// The code of [`ApiError::larger_than_queue`].
+pub const LARGER_THAN_QUEUE: &str = "larger_than_queue";
 
 impl From<model::Error> for ApiError {
     fn from(e: model::Error) -> Self {
