@@ -28,7 +28,7 @@ use crate::api::types::{ChatMessage, Limits, Prompt, Sampling};
 use crate::api::validate::{parse_chat, parse_completion};
 use crate::engine_thread::EngineHandle;
 use crate::metrics::Metrics;
-use crate::respond::{collect, sse, Choices, Echoed, Kind, Meta};
+use crate::respond::{collect, sse, Choices, Echoed, Kind, Meta, StreamUsage};
 use model::chat_template::ChatTemplate;
 
 /// How a request body is read: at most `max_bytes` (else 413), within `timeout` (else 408); one
@@ -388,7 +388,8 @@ async fn run(
         tokenizer: state.tokenizer.clone(),
     };
     if sampling.stream {
-        Ok(sse(meta, events, choices, sampling.include_usage))
+        let usage = StreamUsage { include_usage: sampling.include_usage, continuous: sampling.continuous_usage_stats };
+        Ok(sse(meta, events, choices, usage))
     } else {
         collect(meta, events, choices).await
     }

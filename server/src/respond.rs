@@ -147,25 +147,27 @@ impl Meta {
         Self { kind, id, created, model: model.to_string() }
     }
 
-    /// A streamed choice's new text and its tokens' logprobs.
-    fn text_chunk(&self, index: usize, text: &str, logprobs: Option<Logprobs>) -> String {
+    /// A streamed choice's new text and its tokens' logprobs (and its usage so far, where given).
+    fn text_chunk(&self, index: usize, text: &str, logprobs: Option<Logprobs>, usage: Option<Usage>) -> String {
         let (id, created, model) = (&self.id, self.created, &self.model);
         match self.kind {
             Kind::Completion => {
                 let lp = logprobs.and_then(Logprobs::completion);
-                frame(&CompletionChunk::text(id, created, model, index, text, lp))
+                frame(&CompletionChunk::text(id, created, model, index, text, lp).with_usage(usage))
             }
             Kind::Chat => {
-                frame(&ChatChunk::content(id, created, model, index, text, logprobs.and_then(Logprobs::chat)))
+                let lp = logprobs.and_then(Logprobs::chat);
+                frame(&ChatChunk::content(id, created, model, index, text, lp).with_usage(usage))
             }
         }
     }
 
-    /// A streamed choice's end.
-    fn finish_chunk(&self, index: usize, reason: &str) -> String {
+    /// A streamed choice's end (with its usage, where given).
+    fn finish_chunk(&self, index: usize, reason: &str, usage: Option<Usage>) -> String {
+        let (id, created, model) = (&self.id, self.created, &self.model);
         match self.kind {
-            Kind::Completion => frame(&CompletionChunk::finish(&self.id, self.created, &self.model, index, reason)),
-            Kind::Chat => frame(&ChatChunk::finish(&self.id, self.created, &self.model, index, reason)),
+            Kind::Completion => frame(&CompletionChunk::finish(id, created, model, index, reason).with_usage(usage)),
+            Kind::Chat => frame(&ChatChunk::finish(id, created, model, index, reason).with_usage(usage)),
         }
     }
 
@@ -296,24 +298,45 @@ pub async fn collect(
     })
 }
 
-/// Streams the choices as server-sent events, ending with `data: [DONE]`; with `include_usage`,
-/// a usage chunk with no choices comes just before it. `choices.best_of` must be `choices.n`.
-pub fn sse(meta: Meta, events: UnboundedReceiver<ChoiceEvent>, choices: Choices, include_usage: bool) -> Response {
+/// How a stream reports usage: vLLM's two `stream_options`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StreamUsage {
+    /// A usage chunk with no choices just before `[DONE]`.
+    pub include_usage: bool,
+    /// Every chunk of a choice carries its usage so far.
+    pub continuous: bool,
+}
+
+/// Streams the choices as server-sent events, ending with `data: [DONE]`, reporting usage as
+/// `usage` asks. `choices.best_of` must be `choices.n`.
+pub fn sse(meta: Meta, events: UnboundedReceiver<ChoiceEvent>, choices: Choices, usage: StreamUsage) -> Response {
     let num = choices.num_candidates();
-    let mut frames = VecDeque::new();
-    if meta.kind == Kind::Chat {
-        // OpenAI opens each chat choice with the role before any content.
-        frames.extend((0..num).map(|i| frame(&ChatChunk::role(&meta.id, meta.created, &meta.model, i))));
-    }
-    if meta.kind == Kind::Completion && choices.echo && choices.logprobs.is_none() {
-        // With logprobs the prompt's text goes out with its logprobs, when they arrive.
-        for i in 0..num {
-            frames.push_back(meta.text_chunk(i, &choices.prompts[i / choices.best_of].text, None));
+    let mut state = Stream {
+        usage_prompt: usage.include_usage.then(|| choices.prompt_tokens()),
+        continuous: usage.continuous,
+        meta,
+        choices,
+        events,
+        left: num,
+        frames: VecDeque::new(),
+        generated: vec![0; num],
+        offsets: vec![0; num],
+        done: false,
+    };
+    for i in 0..num {
+        let usage = state.usage_of(i);
+        let s = &mut state;
+        if s.meta.kind == Kind::Chat {
+            // OpenAI opens each chat choice with the role before any content.
+            let role = ChatChunk::role(&s.meta.id, s.meta.created, &s.meta.model, i).with_usage(usage);
+            s.frames.push_back(frame(&role));
+        }
+        if s.meta.kind == Kind::Completion && s.choices.echo && s.choices.logprobs.is_none() {
+            // With logprobs the prompt's text goes out with its logprobs, when they arrive.
+            let chunk = s.meta.text_chunk(i, &s.choices.prompts[i / s.choices.best_of].text, None, usage);
+            s.frames.push_back(chunk);
         }
     }
-    let usage_prompt = include_usage.then(|| choices.prompt_tokens());
-    let offsets = vec![0; num];
-    let state = Stream { meta, choices, events, left: num, frames, usage_prompt, generated: 0, offsets, done: false };
     let body = Body::from_stream(futures_util::stream::unfold(state, |mut s| async move {
         s.next_frame().await.map(|f| (Ok::<_, Infallible>(f), s))
     }));
@@ -337,7 +360,10 @@ struct Stream {
     left: usize,
     frames: VecDeque<String>,
     usage_prompt: Option<usize>,
-    generated: usize,
+    /// Whether every chunk carries its choice's usage so far.
+    continuous: bool,
+    /// Each choice's generated tokens so far.
+    generated: Vec<usize>,
     /// Each choice's completion `text_offset` so far.
     offsets: Vec<usize>,
     done: bool,
@@ -354,7 +380,8 @@ impl Stream {
             }
             if self.left == 0 {
                 if let Some(prompt) = self.usage_prompt {
-                    self.frames.push_back(self.meta.usage_chunk(Usage::new(prompt, self.generated)));
+                    let generated = self.generated.iter().sum();
+                    self.frames.push_back(self.meta.usage_chunk(Usage::new(prompt, generated)));
                 }
                 self.frames.push_back("data: [DONE]\n\n".to_string());
                 self.done = true;
@@ -368,11 +395,11 @@ impl Stream {
             match event.kind {
                 EventKind::Token { .. } if self.choices.prompt_only => {}
                 EventKind::Token { id, text, logprobs } => {
-                    self.generated += 1;
+                    self.generated[i] += 1;
                     let logprobs =
                         logprobs.filter(|_| self.choices.logprobs.is_some()).map(|lp| self.token_logprobs(i, id, &lp));
                     if !text.is_empty() || logprobs.is_some() {
-                        self.frames.push_back(self.meta.text_chunk(i, &text, logprobs));
+                        self.frames.push_back(self.meta.text_chunk(i, &text, logprobs, self.usage_of(i)));
                     }
                 }
                 EventKind::Prompt(prompt_lp) => {
@@ -380,18 +407,24 @@ impl Stream {
                         let p = i / self.choices.best_of;
                         let lp = self.choices.echo_logprobs(p, &prompt_lp, &mut self.offsets[i]);
                         let logprobs = self.choices.logprobs.map(|_| Logprobs::Completion(lp));
-                        let chunk = self.meta.text_chunk(i, &self.choices.prompts[p].text, logprobs);
+                        let chunk = self.meta.text_chunk(i, &self.choices.prompts[p].text, logprobs, self.usage_of(i));
                         self.frames.push_back(chunk);
                     }
                 }
                 EventKind::Finished(reason) => {
                     self.left -= 1;
                     let reason = if self.choices.prompt_only { "length" } else { reason };
-                    self.frames.push_back(self.meta.finish_chunk(i, reason));
+                    self.frames.push_back(self.meta.finish_chunk(i, reason, self.usage_of(i)));
                 }
                 EventKind::Failed(message) => self.fail(ApiError::internal(message)),
             }
         }
+    }
+
+    /// Choice `i`'s usage so far, when every chunk carries it.
+    fn usage_of(&self, i: usize) -> Option<Usage> {
+        let prompt = || self.choices.prompts[i / self.choices.best_of].ids.len();
+        self.continuous.then(|| Usage::new(prompt(), self.generated[i]))
     }
 
     /// One streamed token's logprobs in the route's shape.

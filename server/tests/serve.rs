@@ -117,6 +117,33 @@ fn chat_stream_starts_with_role_and_matches_body() {
     let text = assemble(&chunks, true);
     assert_eq!(text[0].0, text_of(&whole, 0));
     assert_eq!(text[0].1, whole["choices"][0]["finish_reason"].as_str().unwrap());
+
+    // vLLM's continuous_usage_stats, on both routes with n = 2: every chunk carries its choice's
+    // usage so far, counting up to what the choice generated; the last chunk sums the choices.
+    for (path, mut body) in [("/v1/chat/completions", chat_body("Hi", 6)), ("/v1/completions", completion("Hi", 6))] {
+        body["n"] = json!(2);
+        body["ignore_eos"] = json!(true);
+        let prompt = ok(&server, path, &body)["usage"]["prompt_tokens"].as_u64().unwrap();
+        body["stream_options"] = json!({"include_usage": true, "continuous_usage_stats": true});
+        let counted = crate::chunks(server.stream(path, &streamed(&body)));
+        let (last, each) = counted.split_last().unwrap();
+        assert_eq!(
+            last["usage"],
+            json!({"prompt_tokens": prompt, "completion_tokens": 12, "total_tokens": prompt + 12})
+        );
+        let mut so_far = [0u64; 2];
+        for c in each {
+            let (i, usage) = (c["choices"][0]["index"].as_u64().unwrap() as usize, &c["usage"]);
+            let generated = usage["completion_tokens"].as_u64().unwrap();
+            assert!(generated >= so_far[i] && generated <= 6, "{c}");
+            so_far[i] = generated;
+            assert_eq!(
+                (usage["prompt_tokens"].as_u64(), usage["total_tokens"].as_u64()),
+                (Some(prompt), Some(prompt + generated))
+            );
+        }
+        assert_eq!(so_far, [6, 6], "{path}");
+    }
 }
 
 #[test]

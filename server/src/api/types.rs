@@ -98,6 +98,9 @@ pub struct Sampling {
     pub stream: bool,
     /// `stream_options.include_usage`: a usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats`: every chunk of a choice carries its usage
+    /// so far (its prompt's tokens and the tokens it has generated).
+    pub continuous_usage_stats: bool,
 }
 
 /// A validated `/v1/completions` request.
@@ -271,7 +274,7 @@ pub struct CompletionChunk {
     pub model: String,
     /// Zero or one choice.
     pub choices: Vec<CompletionChunkChoice>,
-    /// Only on the usage chunk.
+    /// On the usage chunk, and on every chunk with `continuous_usage_stats`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
@@ -305,6 +308,11 @@ impl CompletionChunk {
     /// The usage chunk sent before `[DONE]` when the request asked for it.
     pub fn usage(id: &str, created: u64, model: &str, usage: Usage) -> Self {
         Self::with(id, created, model, Vec::new(), Some(usage))
+    }
+
+    /// This chunk with `usage` (vLLM's `continuous_usage_stats`), where given.
+    pub fn with_usage(self, usage: Option<Usage>) -> Self {
+        Self { usage: usage.or(self.usage), ..self }
     }
 }
 
@@ -345,7 +353,7 @@ pub struct ChatChunk {
     pub model: String,
     /// Zero or one choice.
     pub choices: Vec<ChatChunkChoice>,
-    /// Only on the usage chunk.
+    /// On the usage chunk, and on every chunk with `continuous_usage_stats`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
 }
@@ -389,6 +397,11 @@ impl ChatChunk {
     /// The usage chunk sent before `[DONE]` when the request asked for it.
     pub fn usage(id: &str, created: u64, model: &str, usage: Usage) -> Self {
         Self::with(id, created, model, None, Some(usage))
+    }
+
+    /// This chunk with `usage` (vLLM's `continuous_usage_stats`), where given.
+    pub fn with_usage(self, usage: Option<Usage>) -> Self {
+        Self { usage: usage.or(self.usage), ..self }
     }
 }
 

@@ -166,13 +166,16 @@ fn sampling(
         let message = "`prompt_logprobs` cannot stream; ask with `stream` false.";
         return Err(ApiError::invalid("prompt_logprobs", message));
     }
-    let include_usage = match obj.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(opts)) => match opts.get("include_usage") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(wrong_type("stream_options.include_usage", "a boolean", v)),
-        },
+    let (include_usage, continuous_usage_stats) = match obj.get("stream_options") {
+        None | Some(Value::Null) => (false, false),
+        Some(Value::Object(opts)) => {
+            let flag = |name: &str| match opts.get(name) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(v) => Err(wrong_type(&format!("stream_options.{name}"), "a boolean", v)),
+            };
+            (flag("include_usage")?, flag("continuous_usage_stats")?)
+        }
         Some(v) => return Err(wrong_type("stream_options", "an object", v)),
     };
     Ok(Sampling {
@@ -195,6 +198,7 @@ fn sampling(
         truncate_prompt_tokens,
         stream,
         include_usage,
+        continuous_usage_stats,
     })
 }
 

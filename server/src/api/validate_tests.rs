@@ -58,6 +58,7 @@ fn defaults_follow_openai() {
         truncate_prompt_tokens: None,
         stream: false,
         include_usage: false,
+        continuous_usage_stats: false,
     };
     assert_eq!(s, expected);
 }
@@ -67,7 +68,7 @@ fn every_field_is_read() {
     let req = completion(json!({
         "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 40, "seed": u64::MAX,
         "stop": ["a", "bc"], "n": 3, "ignore_eos": true, "logprobs": 2, "stream": true,
-        "stream_options": {"include_usage": true}, "unknown_field": {"ignored": 1},
+        "stream_options": {"include_usage": true, "continuous_usage_stats": true}, "unknown_field": {"ignored": 1},
     }))
     .unwrap();
     assert_eq!(req.model, "tiny");
@@ -76,7 +77,7 @@ fn every_field_is_read() {
     assert_eq!((s.max_tokens, s.temperature, s.top_p, s.top_k), (Some(7), 0.0, 0.5, 40));
     assert_eq!((s.seed, s.n, s.ignore_eos, s.logprobs), (Some(u64::MAX), 3, true, Some(2)));
     assert_eq!(s.stop, ["a", "bc"]);
-    assert!(s.stream && s.include_usage);
+    assert!(s.stream && s.include_usage && s.continuous_usage_stats);
 }
 
 #[test]
@@ -139,6 +140,11 @@ fn wrong_types_name_the_type_given() {
         (json!({"ignore_eos": 1}), "ignore_eos", vec!["boolean"]),
         (json!({"stream_options": true}), "stream_options", vec!["object"]),
         (json!({"stream_options": {"include_usage": "y"}}), "stream_options", vec!["include_usage", "boolean"]),
+        (
+            json!({"stream_options": {"continuous_usage_stats": 1}}),
+            "stream_options",
+            vec!["continuous_usage_stats", "boolean"],
+        ),
         (json!({"prompt": {"text": "x"}}), "prompt", vec!["prompt", "object"]),
     ];
     for (extra, param, needles) in cases {
