@@ -5,8 +5,8 @@
 //! `/tokenize` takes `prompt` (a string, tokenised as `/v1/completions` tokenises it: no special
 //! tokens added) or `messages` (rendered with the chat template and its generation prompt, as
 //! `/v1/chat/completions` renders them, with the same refusals), and `return_token_strs` for each
-//! id's vocabulary piece. `/detokenize` takes `tokens`, each in the vocabulary, and decodes them
-//! with special tokens kept. `model` is optional on both, as in vLLM; given, it must be the
+//! id's vocabulary piece. `/detokenize` takes `tokens`, each in the vocabulary and no more of them
+//! than a prompt may have characters, and decodes them with special tokens kept. `model` is optional on both, as in vLLM; given, it must be the
 //! served one.
 
 use serde::Serialize;
@@ -89,6 +89,11 @@ pub fn parse_detokenize(body: &[u8], limits: &Limits) -> Result<DetokenizeReques
     let obj = object(body)?;
     let tokens = match obj.get("tokens") {
         None | Some(Value::Null) => return Err(ApiError::invalid("tokens", "`tokens` is required.")),
+        // Bounded as a prompt's text is, so that no body decodes for longer than a prompt's would.
+        Some(Value::Array(items)) if items.len() > limits.max_prompt_chars => {
+            let message = format!("`tokens` may hold at most {} ids. Given: {}", limits.max_prompt_chars, items.len());
+            return Err(ApiError::invalid("tokens", message));
+        }
         Some(Value::Array(items)) => {
             token_ids(items, "tokens", limits).map_err(|e| ApiError { param: Some("tokens".to_string()), ..e })?
         }
@@ -167,5 +172,6 @@ mod tests {
         refused_on(detokenize(json!({"tokens": [600]})), "tokens", &["[0, 600)", "600"]);
         refused_on(detokenize(json!({"tokens": [-1]})), "tokens", &["-1"]);
         refused_on(detokenize(json!({"tokens": "12"})), "tokens", &["list of token ids"]);
+        refused_on(detokenize(json!({"tokens": vec![1; 101]})), "tokens", &["at most 100 ids", "101"]);
     }
 }
