@@ -10,7 +10,9 @@
 //! A prompt's engine requests are its `best_of` candidates; with `best_of > n` the `n` with the
 //! highest cumulative logprob (the sum of their tokens' logprobs) are returned, best first, as
 //! vLLM does (validation refuses to stream them). Under `echo` a completion's text, and with
-//! `logprobs` its logprobs, begin with the prompt's.
+//! `logprobs` its logprobs, begin with the prompt's. vLLM's `prompt_logprobs` (never streamed) sit
+//! in each completion choice and once at the top of a chat response; a stream reports usage at its
+//! end, in every chunk, or both ([`StreamUsage`]).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
