@@ -353,8 +353,14 @@ fn engine_requests(
                     include_stop_str_in_output: sampling.include_stop_str_in_output,
                 },
                 logprobs,
-                // `echo`'s logprobs and vLLM's `prompt_logprobs` share one scoring, the larger top.
-                prompt_logprobs: sampling.logprobs.filter(|_| sampling.echo).max(sampling.prompt_logprobs),
+                // `echo`'s logprobs and vLLM's `prompt_logprobs` share one scoring, the larger top;
+                // a prompt's candidates share it too (the same bits), unless streamed, where each
+                // choice's echo goes out when its own prompt is scored.
+                prompt_logprobs: sampling
+                    .logprobs
+                    .filter(|_| sampling.echo)
+                    .max(sampling.prompt_logprobs)
+                    .filter(|_| j == 0 || sampling.stream),
                 skip_prefix_cache: false,
             });
         }

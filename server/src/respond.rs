@@ -249,6 +249,9 @@ pub async fn collect(
     let mut completion_choices = Vec::new();
     let mut chat_choices = Vec::new();
     for (p, group) in candidates.chunks(choices.best_of).enumerate() {
+        // Only a prompt's first candidate scored it (the request builder's rule for collected
+        // responses): every choice of the prompt reads those scores.
+        let prompt_lp = &group[0].prompt_logprobs;
         let mut order: Vec<usize> = (0..group.len()).collect();
         if choices.best_of > choices.n {
             order.sort_by(|&a, &b| group[b].cumulative_logprob().total_cmp(&group[a].cumulative_logprob()));
@@ -264,7 +267,7 @@ pub async fn collect(
                     let logprobs = choices.logprobs.is_some().then(|| {
                         let mut offset = 0;
                         let mut out = match choices.echo {
-                            true => choices.echo_logprobs(p, &c.prompt_logprobs, &mut offset),
+                            true => choices.echo_logprobs(p, prompt_lp, &mut offset),
                             false => CompletionLogprobs::default(),
                         };
                         for (lp, &id) in c.logprobs.iter().zip(&c.tokens) {
@@ -273,7 +276,7 @@ pub async fn collect(
                         out
                     });
                     let mut choice = CompletionChoice::new(index, format!("{echo}{}", c.text), logprobs, reason);
-                    choice.prompt_logprobs = choices.prompt_logprobs(&c.prompt_logprobs);
+                    choice.prompt_logprobs = choices.prompt_logprobs(prompt_lp);
                     completion_choices.push(choice);
                 }
                 Kind::Chat => {

@@ -368,6 +368,14 @@ fn prompt_logprobs_as_vllm_reports_them_beside_echo_and_on_chat() {
     }
     let none = ok(&server, "/v1/completions", &completion(json!({})));
     assert!(none["choices"][0].get("prompt_logprobs").is_none(), "{none}");
+    // A prompt's choices share one scoring of it: each echoes the lone request's logprobs.
+    let three = scoring(json!({"echo": true, "logprobs": 1, "max_tokens": 2, "n": 3, "temperature": 1.0, "seed": 4}));
+    for i in 0..3 {
+        for list in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+            let got = three["choices"][i]["logprobs"][list].as_array().unwrap();
+            assert_eq!(got[..prompt_tokens], echo[list].as_array().unwrap()[..prompt_tokens], "choice {i} {list}");
+        }
+    }
 
     // Chat: one list beside the choices, over the rendered prompt.
     let c = ok(&server, "/v1/chat/completions", &chat(json!({"prompt_logprobs": 0})));
