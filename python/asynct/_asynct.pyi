@@ -191,6 +191,12 @@ class LLM:
         enable_pipelining: plan and queue each engine step before waiting for the step in flight
             (``asynct serve --no-pipelining`` turns it off there), so that a device need not wait
             for the host; no token or logit changes.
+        seed: vLLM's global seed. A request whose ``SamplingParams.seed`` is None takes the next
+            seed of a sequence this fixes, so a script run again draws the same tokens; None (the
+            default) gives each such request a fresh seed.
+        tensor_parallel_size: vLLM's; asynct runs a model on one device, so only 1.
+        trust_remote_code: vLLM's; asynct runs no checkpoint code (safetensors and a JSON
+            config), so either value loads the same model.
 
     Raises:
         ValueError: a bad option (named) or a bad checkpoint.
@@ -219,6 +225,9 @@ class LLM:
         max_num_batched_tokens: Optional[int] = None,
         decode_kernel: str = "auto",
         enable_pipelining: bool = True,
+        seed: Optional[int] = None,
+        tensor_parallel_size: int = 1,
+        trust_remote_code: bool = False,
     ) -> None: ...
     def generate(
         self,

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::{Choice, Done};
 use crate::prompts::Prompt;
-use crate::sampling::SamplingParams;
+use crate::sampling::{SamplingParams, SeedSource};
 
 /// The longest the engine steps between two looks at Python's signals.
 pub const SLICE: Duration = Duration::from_millis(20);
@@ -49,13 +49,14 @@ pub struct Batch {
 
 impl Batch {
     /// Queues `n` requests per prompt, choice `j` seeded `seed + j` where a seed is given (each
-    /// its own fresh seed where not); only the first scores the prompt where `prompt_logprobs`
+    /// the next of `seeds` where not); only the first scores the prompt where `prompt_logprobs`
     /// asks. If the engine refuses one, those already queued are aborted and the error names the
     /// prompt.
     pub fn submit(
         engine: &mut Engine,
         prompts: Vec<Prompt>,
         params: &[SamplingParams],
+        seeds: &mut SeedSource,
         eos_token_ids: &[u32],
         max_model_len: usize,
     ) -> PyResult<Self> {
@@ -66,7 +67,7 @@ impl Batch {
             by_id: BTreeMap::new(),
         };
         for (i, (prompt, p)) in prompts.into_iter().zip(params).enumerate() {
-            batch.add_choices(engine, i, &prompt, p, eos_token_ids, max_model_len)?;
+            batch.add_choices(engine, i, &prompt, p, seeds, eos_token_ids, max_model_len)?;
             batch.prompts.push((prompt, p.n));
         }
         Ok(batch)
@@ -79,13 +80,14 @@ impl Batch {
         i: usize,
         prompt: &Prompt,
         p: &SamplingParams,
+        seeds: &mut SeedSource,
         eos_token_ids: &[u32],
         max_model_len: usize,
     ) -> PyResult<()> {
         for choice in 0..p.n {
             let request = GenerationRequest {
                 prompt: prompt.ids.clone(),
-                sampling: p.engine_sampling(choice),
+                sampling: p.engine_sampling(choice, seeds),
                 processors: p.processors(),
                 stop: p.stop_conditions(eos_token_ids, max_model_len),
                 logprobs: p.logprobs,

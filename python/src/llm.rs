@@ -28,6 +28,7 @@ use crate::chat::parse_conversations;
 use crate::errors::{from_model, runtime_error, value_error};
 use crate::outputs::RequestOutput;
 use crate::prompts::{fit_prompts, parse_prompts, parse_sampling, Limits};
+use crate::sampling::SeedSource;
 use model::executor_loader::{
     check_step_budget, cpu_kv_cache_blocks, least_step_budget, load_executor, ExecutorOptions, PREFILL_CHUNK,
 };
@@ -48,6 +49,8 @@ pub struct Llm {
     #[pyo3(get)]
     device: String,
     model_dir: PathBuf,
+    /// Where requests that give no seed get one (`seed=`).
+    seeds: Mutex<SeedSource>,
     /// Set by `abort()`, read by the running generate after each step.
     cancel: AtomicBool,
     /// Whether a generate is running.
@@ -63,12 +66,13 @@ impl Llm {
         signature = (
             model, device=None, *, precision=None, max_num_seqs=None, max_model_len=None,
             gpu_memory_utilization=None, enforce_eager=None, cpu_kv_cache_gib=None, enable_prefix_caching=None,
-            max_num_batched_tokens=None, decode_kernel=None, enable_pipelining=None
+            max_num_batched_tokens=None, decode_kernel=None, enable_pipelining=None, seed=None,
+            tensor_parallel_size=None, trust_remote_code=None
         ),
         text_signature = "(model, device=\"auto\", *, precision=\"f32\", max_num_seqs=64, max_model_len=None, \
                           gpu_memory_utilization=0.9, enforce_eager=False, cpu_kv_cache_gib=None, \
                           enable_prefix_caching=True, max_num_batched_tokens=None, decode_kernel=\"auto\", \
-                          enable_pipelining=True)"
+                          enable_pipelining=True, seed=None, tensor_parallel_size=1, trust_remote_code=False)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -85,6 +89,9 @@ impl Llm {
         max_num_batched_tokens: Option<&Bound<'_, PyAny>>,
         decode_kernel: Option<&Bound<'_, PyAny>>,
         enable_pipelining: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        tensor_parallel_size: Option<&Bound<'_, PyAny>>,
+        trust_remote_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let model: PathBuf = scalar(Some(model), PathBuf::new(), "model", "a path")?;
         let device: String = scalar(device, "auto".into(), "device", "a string")?;
@@ -101,6 +108,18 @@ impl Llm {
             scalar(max_num_batched_tokens, None, "max_num_batched_tokens", "an integer or None")?;
         let decode_kernel: String = scalar(decode_kernel, "auto".into(), "decode_kernel", "a string")?;
         let decode_kernel = decode_kernel.as_str();
+        let seed: Option<i128> = scalar(seed, None, "seed", "an integer or None")?;
+        if let Some(s) = seed.filter(|&s| s < 0 || s > u64::MAX as i128) {
+            return Err(value_error("seed", format!("must be in [0, 2^64), got {s}")));
+        }
+        let tensor_parallel_size: i64 = scalar(tensor_parallel_size, 1, "tensor_parallel_size", "an integer")?;
+        if tensor_parallel_size != 1 {
+            let message = format!("asynct runs a model on one device: must be 1, got {tensor_parallel_size}");
+            return Err(value_error("tensor_parallel_size", message));
+        }
+        // vLLM's permission to run a checkpoint's own Python; asynct runs none (the weights are
+        // safetensors and the config JSON), so either value loads the same model.
+        let _: bool = scalar(trust_remote_code, false, "trust_remote_code", "a bool")?;
         // Checked here so that the errors name the Python options, not the CLI flags the shared
         // loader would name.
         if !["auto", "cpu", "cuda"].contains(&device) {
@@ -187,6 +206,7 @@ impl Llm {
             vocab_size: cfg.vocab_size,
             max_model_len,
             model_dir: model,
+            seeds: Mutex::new(SeedSource::new(seed.map(|s| s as u64))),
             cancel: AtomicBool::new(false),
             busy: AtomicBool::new(false),
         })
@@ -228,7 +248,10 @@ impl Llm {
         // running cannot be lost.
         self.cancel.store(false, Ordering::Release);
         let _busy = Busy::raise(&self.busy);
-        let mut batch = Batch::submit(&mut engine, prompts, &params, &self.eos_token_ids, self.max_model_len)?;
+        let mut seeds = self.seeds.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut batch =
+            Batch::submit(&mut engine, prompts, &params, &mut seeds, &self.eos_token_ids, self.max_model_len)?;
+        drop(seeds);
         // Finished or aborted alike, every request is accounted for in the batch.
         batch.run(py, &mut engine, &self.cancel)?;
         drop(engine);

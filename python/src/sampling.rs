@@ -252,13 +252,13 @@ impl SamplingParams {
     }
 
     /// The engine's sampling parameters of completion `choice`: seeded `seed + choice` (as the
-    /// server seeds its `n` choices), or with a seed drawn now when the caller gave none.
-    pub fn engine_sampling(&self, choice: usize) -> EngineSampling {
+    /// server seeds its `n` choices), or with the next seed of `seeds` when the caller gave none.
+    pub fn engine_sampling(&self, choice: usize, seeds: &mut SeedSource) -> EngineSampling {
         EngineSampling {
             temperature: self.temperature,
             top_k: self.top_k as usize,
             top_p: self.top_p,
-            seed: self.seed.map_or_else(fresh_seed, |s| s.wrapping_add(choice as u64)),
+            seed: self.seed.map_or_else(|| seeds.next(), |s| s.wrapping_add(choice as u64)),
             min_p: self.min_p,
         }
     }
@@ -302,12 +302,40 @@ fn stop_strings(stop: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
     stop.extract::<Vec<String>>().map_err(|_| type_error("stop", "expected a string or a list of strings"))
 }
 
-/// A seed for a request that gave none: a counter hashed under the standard library's random
-/// per-process keys, so two requests share one only by a 2^-64 chance.
-fn fresh_seed() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+/// Where a request that gave no seed gets one: fresh each time, or, under `LLM(seed=s)` (vLLM's
+/// global seed), the next of a sequence fixed by `s`, so that a script run again draws the same.
+#[derive(Clone, Copy, Debug)]
+pub enum SeedSource {
+    /// A counter hashed under the standard library's random per-process keys: two requests share
+    /// a seed only by a 2^-64 chance.
+    Fresh,
+    /// SplitMix64 from `seed`, `drawn` seeds given so far.
+    Fixed { seed: u64, drawn: u64 },
+}
+
+impl SeedSource {
+    /// `LLM(seed=...)`'s source.
+    pub fn new(seed: Option<u64>) -> Self {
+        seed.map_or(SeedSource::Fresh, |seed| SeedSource::Fixed { seed, drawn: 0 })
+    }
+
+    /// The next seed.
+    pub fn next(&mut self) -> u64 {
+        match self {
+            SeedSource::Fresh => {
+                use std::sync::atomic::{AtomicU64, Ordering};
+                static COUNTER: AtomicU64 = AtomicU64::new(0);
+                let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+                h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+                h.finish()
+            }
+            SeedSource::Fixed { seed, drawn } => {
+                *drawn += 1;
+                let mut z = seed.wrapping_add(drawn.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^ (z >> 31)
+            }
+        }
+    }
 }

@@ -166,6 +166,10 @@ def test_sampling_params_defaults_and_repr():
      "max_num_batched_tokens: must be at least 520, got 519"),
     (dict(decode_kernel="fast"), ValueError, "decode_kernel: expected \"auto\", \"graph\" or \"mega\", got \"fast\""),
     (dict(decode_kernel=1), TypeError, "decode_kernel: expected a string, got int"),
+    (dict(seed=-1), ValueError, "seed: must be in [0, 2^64), got -1"),
+    (dict(seed="x"), TypeError, "seed: expected an integer or None"),
+    (dict(tensor_parallel_size=2), ValueError, "tensor_parallel_size: asynct runs a model on one device"),
+    (dict(trust_remote_code="yes"), TypeError, "trust_remote_code: expected a bool"),
 ])
 def test_llm_options_refuse_by_name(tiny_model, kwargs, exc, needle):
     with pytest.raises(exc) as e:

@@ -301,3 +301,23 @@ def test_chat_renders_the_template_then_generates(llm):
     assert first.prompt == "<|im_start|>system\nbe brief<|im_end|>\n" + CHATML_HI
     assert second.prompt.endswith("<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nYo<|im_end|>\n"
                                   "<|im_start|>assistant\n")
+
+
+def test_llm_seed_repeats_a_scripts_unseeded_draws(tiny_model):
+    hot = asynct.SamplingParams(temperature=1.0, max_tokens=8, ignore_eos=True, n=2)
+    prompts = ["The river", "A"]
+
+    def script(**kwargs):
+        llm = asynct.LLM(str(tiny_model), device="cpu", **kwargs)
+        return [[c.token_ids for c in out.outputs] for _ in range(2) for out in llm.generate(prompts, hot)]
+
+    first = script(seed=7)
+    assert script(seed=7) == first, "the same seed, the same run"
+    assert script(seed=8) != first
+    # Each request still draws its own: within a run no two choices share a seed.
+    assert len({tuple(t) for run in first for t in run}) > 1
+    # A request's own seed wins over the LLM's.
+    seeded = asynct.SamplingParams(temperature=1.0, max_tokens=8, ignore_eos=True, seed=3)
+    a = asynct.LLM(str(tiny_model), device="cpu", seed=1).generate(prompts, seeded)
+    b = asynct.LLM(str(tiny_model), device="cpu", seed=2).generate(prompts, seeded)
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
