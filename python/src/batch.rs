@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use model::engine::{Completion, Engine, EngineEvent, GenerationRequest};
+use model::engine::{Completion, Engine, EngineEvent, GenerationRequest, StopConditions};
 use oracle::decode::logprobs::TokenLogprobs;
 use pyo3::prelude::*;
 
@@ -67,13 +67,14 @@ impl Batch {
             by_id: BTreeMap::new(),
         };
         for (i, (prompt, p)) in prompts.into_iter().zip(params).enumerate() {
-            batch.add_choices(engine, i, &prompt, p, seeds, eos_token_ids, max_model_len)?;
+            let stop = p.stop_conditions(eos_token_ids, max_model_len);
+            batch.add_choices(engine, i, &prompt, p, seeds, &stop)?;
             batch.prompts.push((prompt, p.n));
         }
         Ok(batch)
     }
 
-    /// Queues prompt `i`'s `p.n` requests; see [`Batch::submit`].
+    /// Queues prompt `i`'s `p.n` requests, each stopping by `stop`; see [`Batch::submit`].
     fn add_choices(
         &mut self,
         engine: &mut Engine,
@@ -81,15 +82,14 @@ impl Batch {
         prompt: &Prompt,
         p: &SamplingParams,
         seeds: &mut SeedSource,
-        eos_token_ids: &[u32],
-        max_model_len: usize,
+        stop: &StopConditions,
     ) -> PyResult<()> {
         for choice in 0..p.n {
             let request = GenerationRequest {
                 prompt: prompt.ids.clone(),
                 sampling: p.engine_sampling(choice, seeds),
                 processors: p.processors(),
-                stop: p.stop_conditions(eos_token_ids, max_model_len),
+                stop: stop.clone(),
                 logprobs: p.logprobs,
                 prompt_logprobs: p.prompt_logprobs.filter(|_| choice == 0),
                 ..Default::default()
