@@ -21,6 +21,7 @@
 
 mod byte_table;
 pub mod detok;
+pub mod json_bytes;
 pub mod logprobs;
 pub mod philox;
 pub mod processors;
