@@ -16,6 +16,9 @@ use model::engine::{
 use model::executor::StepExecutor;
 use model::scheduler::SchedulerConfig;
 use model::Error;
+use oracle::decode::byte_table::ByteTable;
+use oracle::decode::guide::{OutputFormat, JSON_WHITESPACE};
+use oracle::decode::json_bytes::JsonObject;
 use oracle::decode::{draw, token_logprobs, ProcessorState};
 use oracle::model::forward::Model;
 use oracle::model::precision::Rounding;
@@ -53,6 +56,7 @@ backend_tests!(
     each_parameter_set_gives_the_same_bits_alone_batched_recorded_and_preempted,
     min_tokens_holds_off_eos_and_stop_token_ids_end_requests,
     bad_parameters_are_refused_naming_the_parameter,
+    guided_outputs_take_their_format,
 );
 
 fn engine(make: Make, blocks: usize, max_num_seqs: usize, record: bool) -> Engine {
@@ -86,6 +90,16 @@ fn base(i: usize, sampling: SamplingParams) -> GenerationRequest {
     }
 }
 
+/// The guided cases' choices: words of the tiny tokenizer, one a prefix of another.
+fn choices() -> OutputFormat {
+    OutputFormat::Choice(vec!["the river".into(), "the".into(), "a moon".into()])
+}
+
+/// The tiny tokenizer's byte table, as the engine builds it for a guided request.
+fn byte_table() -> Option<Arc<ByteTable>> {
+    ByteTable::shared(&Arc::new(byte_tokenizer::build().unwrap()))
+}
+
 /// One request per parameter (and a few together), seeded temperature sampling unless greedy.
 fn parameter_sets() -> Vec<(&'static str, GenerationRequest)> {
     let hot = |i| SamplingParams { top_k: 40, ..SamplingParams::with_temperature(1.1, 7 + i as u64) };
@@ -111,10 +125,13 @@ fn parameter_sets() -> Vec<(&'static str, GenerationRequest)> {
                     repetition_penalty: 1.3,
                     frequency_penalty: 0.4,
                     presence_penalty: 0.6,
+                    guide: None,
                 },
                 ..base(9, SamplingParams::greedy())
             },
         ),
+        ("guided_choice", with(13, LogitsProcessors { guide: Some(choices()), ..none() })),
+        ("json_object", with(14, LogitsProcessors { guide: Some(OutputFormat::JsonObject), ..none() })),
         (
             "stop_token_ids and include_stop_str_in_output",
             GenerationRequest {
@@ -147,7 +164,7 @@ fn each_token_is_the_oracles_draw_from_its_row_with_each_parameter(make: Make) {
     for ((name, r), c) in sets.iter().zip(&done) {
         let logits = c.logits.as_ref().unwrap();
         let ends = r.stop.eos_token_ids.iter().chain(&r.stop.stop_token_ids).copied().collect();
-        let mut state = ProcessorState::new(r.processors.clone(), ends, &r.prompt);
+        let mut state = ProcessorState::new(r.processors.clone(), ends, &r.prompt, byte_table()).unwrap();
         for (g, &token) in c.token_ids.iter().enumerate() {
             let row = logits.row(r.prompt.len() - 1 + g);
             let want = draw(row.as_slice().unwrap(), &r.sampling, g as u64, Some(&state)).unwrap();
@@ -222,6 +239,50 @@ fn each_parameter_set_gives_the_same_bits_alone_batched_recorded_and_preempted(m
         assert_eq!(bits(&batched[i]), alone, "{name}: beside {} others", sets.len() - 1);
         assert_eq!(bits(&recorded[i]), alone, "{name}: recording logits");
         assert_eq!(bits(&preempted[i]), alone, "{name}: under preemption");
+    }
+}
+
+fn guided_outputs_take_their_format(make: Make) {
+    let OutputFormat::Choice(words) = choices() else { unreachable!() };
+    let guided = |i: usize, guide: OutputFormat, max_tokens: usize| {
+        let hot = SamplingParams::with_temperature(1.0, 100 + i as u64);
+        let mut r = GenerationRequest {
+            processors: LogitsProcessors { guide: Some(guide), ..LogitsProcessors::none() },
+            ..base(i, hot)
+        };
+        r.stop.max_tokens = max_tokens;
+        r
+    };
+    let mut reqs: Vec<GenerationRequest> = (0..8).map(|i| guided(i, choices(), 16)).collect();
+    reqs.extend((0..8).map(|i| guided(i, OutputFormat::JsonObject, 48)));
+    let done = run(&mut engine(make, 512, 16, false), reqs);
+    let mut picked = std::collections::BTreeSet::new();
+    for c in &done[..8] {
+        // Each a whole choice, ended by eos as soon as no longer choice goes on from it.
+        assert!(words.contains(&c.text) && c.finish == FinishReason::Eos, "{:?} {:?}", c.text, c.finish);
+        picked.insert(c.text.clone());
+    }
+    assert!(picked.len() > 1, "eight seeds drew one choice: {picked:?}");
+    for c in &done[8..] {
+        // Each the start of an object, and a whole one when the model ended it.
+        let mut j = JsonObject::new(JSON_WHITESPACE);
+        assert!(j.feed(c.text.as_bytes()), "{:?}", c.text);
+        if c.finish == FinishReason::Eos {
+            assert!(j.complete(), "{:?}", c.text);
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&c.text).unwrap();
+        }
+    }
+    assert!(done[8..].iter().any(|c| c.finish == FinishReason::Eos), "no object was finished");
+    // Refused: a guide beside min_tokens, and an empty choice list.
+    let mut e = engine(make, 512, 4, false);
+    let mut both = guided(0, choices(), 16);
+    both.processors.min_tokens = 2;
+    let empty = guided(1, OutputFormat::Choice(vec![]), 16);
+    for bad in [both, empty] {
+        match e.add_request(bad) {
+            Err(Error::Oracle(oracle::Error::Invalid { name: "guided_choice", .. })) => {}
+            other => panic!("expected a refusal naming guided_choice, got {other:?}"),
+        }
     }
 }
 

@@ -42,6 +42,7 @@ fn processors() -> impl Strategy<Value = LogitsProcessors> {
             repetition_penalty,
             frequency_penalty,
             presence_penalty,
+            guide: None,
         },
     )
 }
@@ -55,7 +56,7 @@ fn tokens(max: usize) -> impl Strategy<Value = Vec<u32>> {
 }
 
 fn state(p: &LogitsProcessors, end_ids: &[u32], prompt: &[u32], output: &[u32]) -> ProcessorState {
-    let mut s = ProcessorState::new(p.clone(), end_ids.to_vec(), prompt);
+    let mut s = ProcessorState::new(p.clone(), end_ids.to_vec(), prompt, None).unwrap();
     for &t in output {
         s.push(t);
     }

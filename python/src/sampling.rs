@@ -154,6 +154,7 @@ impl SamplingParams {
             repetition_penalty: scalar(repetition_penalty, 1.0, "repetition_penalty", "a float")?,
             frequency_penalty: scalar(frequency_penalty, 0.0, "frequency_penalty", "a float")?,
             presence_penalty: scalar(presence_penalty, 0.0, "presence_penalty", "a float")?,
+            guide: None,
         };
         let stop_token_ids: Vec<u32> = scalar(stop_token_ids, Vec::new(), "stop_token_ids", "a list of token ids")?;
         let include_stop_str_in_output: bool =
@@ -276,6 +277,7 @@ impl SamplingParams {
             repetition_penalty: self.repetition_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
+            guide: None,
         }
     }
 

@@ -306,7 +306,7 @@ fn best_of_returns_the_n_best_candidates_and_refusals_name_their_parameter() {
     refused(
         &server,
         "/v1/chat/completions",
-        &chat(json!({"response_format": {"type": "json_object"}})),
+        &chat(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})),
         "response_format",
     );
     refused(&server, "/v1/completions", &completion(json!({"best_of": 2, "stream": true})), "best_of");
@@ -314,6 +314,40 @@ fn best_of_returns_the_n_best_candidates_and_refusals_name_their_parameter() {
     refused(&server, "/v1/completions", &completion(json!({"logit_bias": {"600": 1}})), "logit_bias");
     // And the server still answers.
     ok(&server, "/v1/completions", &completion(json!({})));
+}
+
+#[test]
+fn guided_outputs_are_a_choice_or_a_json_object_streamed_alike() {
+    let server = Server::start("sampling-guided", &[]);
+    let words = ["the river", "the", "a moon"];
+    for seed in 0..4 {
+        let body = completion(json!({"guided_choice": words, "temperature": 1.0, "seed": seed, "max_tokens": 16}));
+        let r = ok(&server, "/v1/completions", &body);
+        assert!(words.contains(&text(&r, 0)) && r["choices"][0]["finish_reason"] == "stop", "{r}");
+        let mut streamed = body.clone();
+        streamed["stream"] = json!(true);
+        let pieces: String = chunks(server.stream("/v1/completions", &streamed))
+            .iter()
+            .flat_map(|c| c["choices"].as_array().unwrap().clone())
+            .map(|c| c["text"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(pieces, text(&r, 0), "seed {seed}: streamed alike");
+    }
+    // OpenAI's JSON mode on chat: the reply is an object once the model ends it.
+    let mut finished = 0;
+    for seed in 0..8 {
+        let body = chat(json!({"response_format": {"type": "json_object"}, "temperature": 1.0, "seed": seed,
+            "max_tokens": 48}));
+        let r = ok(&server, "/v1/chat/completions", &body);
+        let reply = r["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(reply.starts_with('{'), "{reply:?}");
+        if r["choices"][0]["finish_reason"] == "stop" {
+            serde_json::from_str::<serde_json::Map<String, Value>>(reply).unwrap();
+            finished += 1;
+        }
+    }
+    assert!(finished > 0, "no object was finished in eight draws");
+    refused(&server, "/v1/completions", &completion(json!({"guided_choice": ["a"], "min_tokens": 1})), "guided_choice");
 }
 
 #[test]

@@ -24,6 +24,7 @@ use model::executor::{scored_rows, LogitsWanted, SamplingRow, StepExecutor, Step
 use model::gpu_backend::executor::GpuExecutor;
 use model::scheduler::StepPlan;
 use model::start_times::StartTimes;
+use oracle::decode::guide::OutputFormat;
 use small_model::{err, gpu_options, scheduler_config, write_model};
 
 mod small_model;
@@ -145,6 +146,11 @@ fn base(i: usize, sampling: SamplingParams) -> GenerationRequest {
     GenerationRequest { prompt: prompt(i), sampling, stop, ..Default::default() }
 }
 
+/// The guided case's choices: one a prefix of another.
+fn choices() -> OutputFormat {
+    OutputFormat::Choice(vec!["the river".into(), "the".into(), "a moon".into()])
+}
+
 /// One request per parameter, and one with all of them.
 fn parameter_sets() -> Vec<(&'static str, GenerationRequest)> {
     let hot = |i| SamplingParams { top_k: 40, ..SamplingParams::with_temperature(1.1, 7 + i as u64) };
@@ -170,10 +176,13 @@ fn parameter_sets() -> Vec<(&'static str, GenerationRequest)> {
                     repetition_penalty: 1.3,
                     frequency_penalty: 0.4,
                     presence_penalty: 0.6,
+                    guide: None,
                 },
                 ..base(9, SamplingParams::greedy())
             },
         ),
+        ("guided_choice", with(11, LogitsProcessors { guide: Some(choices()), ..none() })),
+        ("json_object", with(12, LogitsProcessors { guide: Some(OutputFormat::JsonObject), ..none() })),
         (
             "stop_token_ids",
             GenerationRequest {

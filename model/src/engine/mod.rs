@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ndarray::Array2;
+use oracle::decode::byte_table::ByteTable;
 pub use oracle::decode::logprobs::TokenLogprobs;
 pub use oracle::decode::processors::LogitsProcessors;
 use oracle::decode::processors::ProcessorState;
@@ -154,10 +155,14 @@ impl Engine {
             });
         }
         let decoder = RequestDecoder::new(self.tokenizer.clone(), req.stop.clone(), req.prompt.len())?;
-        let processing = (!req.processors.is_none()).then(|| {
-            let ends = req.stop.eos_token_ids.iter().chain(&req.stop.stop_token_ids).copied().collect();
-            ProcessorState::new(req.processors.clone(), ends, &req.prompt)
-        });
+        let processing = match req.processors.is_none() {
+            true => None,
+            false => {
+                let ends = req.stop.eos_token_ids.iter().chain(&req.stop.stop_token_ids).copied().collect();
+                let table = req.processors.guide.as_ref().and_then(|_| ByteTable::shared(&self.tokenizer));
+                Some(ProcessorState::new(req.processors.clone(), ends, &req.prompt, table)?)
+            }
+        };
         let id = self.next_id;
         if req.skip_prefix_cache || req.needs_prompt_logits() || self.record_logits {
             self.scheduler.add_uncached(id, req.prompt.clone(), req.stop.max_tokens)?;

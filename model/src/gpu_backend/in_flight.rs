@@ -107,8 +107,13 @@ mod tests {
             slot_mapping: vec![0; 8],
         };
         let plain = SamplingRow::plain(SamplingParams::greedy(), 0);
-        let penalised =
-            ProcessorState::new(LogitsProcessors { presence_penalty: 0.5, ..LogitsProcessors::none() }, vec![], &[]);
+        let penalised = ProcessorState::new(
+            LogitsProcessors { presence_penalty: 0.5, ..LogitsProcessors::none() },
+            vec![],
+            &[],
+            None,
+        )
+        .unwrap();
         let on_host = SamplingRow { processing: Some(&penalised), ..plain };
         let drawn = drawn_on_device(&plan, &[1, 2, 3], &[plain, on_host, plain]);
         assert_eq!(drawn, HashMap::from([(11, 0), (13, 2)]));

@@ -5,18 +5,18 @@
 //! The state is `Copy` (the open containers are bits of a `u64`), so testing each token of a
 //! vocabulary against it is a copy and a walk over the token's bytes, with no allocation.
 //!
-//! What it accepts beyond the grammar's letter, and what it refuses within it:
-//! - The top-level value must be an object (OpenAI's `json_object`); whitespace may precede it.
-//! - At most [`MAX_DEPTH`] containers open at once, and at most [`MAX_WHITESPACE`] whitespace
-//!   bytes in a row: a sampled model can otherwise pad forever without breaking the grammar.
+//! What it refuses within the grammar:
+//! - The top-level value must be an object (OpenAI's `json_object`), with no whitespace before
+//!   or after it.
+//! - At most [`MAX_DEPTH`] containers open at once, and inside the object at most a set number
+//!   of whitespace bytes in a row ([`JsonObject::new`]'s `max_whitespace`). A sampled model pads
+//!   wherever whitespace is free (a random model under guidance wrote runs of 16 newlines where
+//!   16 were allowed), and one byte a gap still writes every object, compact or spaced.
 //! - Strings are checked as UTF-8 by lead and continuation bytes (lengths, not overlong forms or
 //!   surrogates); control bytes below 0x20 are refused in them, as the grammar requires.
-//! - After the object closes only whitespace follows (up to the same bound).
 
 /// Containers open at once, at most.
 pub const MAX_DEPTH: u32 = 63;
-/// Consecutive whitespace bytes, at most.
-pub const MAX_WHITESPACE: u8 = 16;
 
 /// Where in the grammar the next byte falls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,21 +86,17 @@ pub struct JsonObject {
     depth: u32,
     /// Whitespace bytes just fed in a row.
     whitespace: u8,
-}
-
-impl Default for JsonObject {
-    fn default() -> Self {
-        Self::new()
-    }
+    /// The most whitespace bytes in a row.
+    max_whitespace: u8,
 }
 
 impl JsonObject {
-    /// Nothing fed yet.
-    pub fn new() -> Self {
-        Self { expect: Expect::Start, objects: 0, depth: 0, whitespace: 0 }
+    /// Nothing fed yet; at most `max_whitespace` whitespace bytes in a row inside the object.
+    pub fn new(max_whitespace: u8) -> Self {
+        Self { expect: Expect::Start, objects: 0, depth: 0, whitespace: 0, max_whitespace }
     }
 
-    /// Whether the bytes fed make a whole object (and trailing whitespace).
+    /// Whether the bytes fed make a whole object.
     pub fn complete(&self) -> bool {
         self.expect == Expect::Done
     }
@@ -116,6 +112,9 @@ impl JsonObject {
         let between = !matches!(self.expect, Expect::Str { .. } | Expect::Escape { .. } | Expect::Hex { .. })
             && !matches!(self.expect, Expect::Word { .. });
         if ws && between {
+            if matches!(self.expect, Expect::Start | Expect::Done) {
+                return false;
+            }
             if let Expect::Number(phase) = self.expect {
                 if !phase.complete() {
                     return false;
@@ -123,7 +122,7 @@ impl JsonObject {
                 self.expect = self.after_value();
             }
             self.whitespace += 1;
-            return self.whitespace <= MAX_WHITESPACE;
+            return self.whitespace <= self.max_whitespace;
         }
         self.whitespace = 0;
         match self.expect {
@@ -274,8 +273,11 @@ impl JsonObject {
 mod tests {
     use super::*;
 
+    /// Room for serde_json's pretty form (a newline and two spaces a level).
+    const PRETTY: u8 = 32;
+
     fn accepts(text: &str) -> Option<bool> {
-        let mut j = JsonObject::new();
+        let mut j = JsonObject::new(PRETTY);
         j.feed(text.as_bytes()).then(|| j.complete())
     }
 
@@ -283,9 +285,9 @@ mod tests {
     fn whole_objects_are_complete_and_their_prefixes_are_not() {
         for text in [
             "{}",
-            " {\"a\": 1}",
+            "{ \"a\" :\t1 }",
             "{\"a\":[1,-2.5e+3,0,true,false,null,\"x\\n\\u00e9\",{}],\"b\":{\"c\":[]}}",
-            "{\"k\": \"caf\u{e9} \u{1F600}\"}\n",
+            "{\"k\": \"caf\u{e9} \u{1F600}\"}",
             "{\"n\": -0.0E-0}",
         ] {
             assert_eq!(accepts(text), Some(true), "{text}");
@@ -321,11 +323,11 @@ mod tests {
             assert_eq!(accepts(text), None, "{text}");
             assert!(serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text).is_err(), "{text}");
         }
+        // Whitespace around the object, which JSON allows and guidance does not.
+        assert_eq!((accepts(" {}"), accepts("{}\n")), (None, None));
         // Bytes that are not UTF-8 inside a string.
-        let mut j = JsonObject::new();
-        assert!(!j.feed(b"{\"a\": \"\xff\"}"));
-        let mut j = JsonObject::new();
-        assert!(!j.feed(b"{\"a\": \"\xc3(\"}"));
+        assert!(!JsonObject::new(PRETTY).feed(b"{\"a\": \"\xff\"}"));
+        assert!(!JsonObject::new(PRETTY).feed(b"{\"a\": \"\xc3(\"}"));
     }
 
     #[test]
@@ -333,9 +335,14 @@ mod tests {
         let deep = format!("{{\"a\":{}", "[".repeat(MAX_DEPTH as usize - 1));
         assert_eq!(accepts(&deep), Some(false));
         assert_eq!(accepts(&format!("{deep}[")), None);
-        let pad = " ".repeat(MAX_WHITESPACE as usize);
-        assert_eq!(accepts(&format!("{{{pad}\"a\":{pad}1{pad}}}{pad}")), Some(true));
-        assert_eq!(accepts(&format!("{{{pad} ")), None);
+        let one = |text: &str| {
+            let mut j = JsonObject::new(1);
+            j.feed(text.as_bytes()).then(|| j.complete())
+        };
+        assert_eq!(one("{ \"a\" : [ 1 , 2 ] }"), Some(true));
+        assert_eq!(one("{\n\"a\":1}"), Some(true));
+        assert_eq!(one("{  \"a\":1}"), None);
+        assert_eq!(one("{\"a\":1 \n}"), None);
     }
 
     fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
@@ -380,7 +387,7 @@ mod tests {
             let mut text = serde_json::to_vec(&serde_json::Value::Object(fields.into_iter().collect())).unwrap();
             let at = at % (text.len() + 1);
             if cut { text.truncate(at) } else { text.insert(at, byte) }
-            let mut j = JsonObject::new();
+            let mut j = JsonObject::new(PRETTY);
             if j.feed(&text) && j.complete() {
                 // serde_json reads numbers into f64 and refuses those past its range, which the
                 // grammar allows (1e999).
@@ -395,7 +402,7 @@ mod tests {
     fn a_state_fed_piecewise_is_the_state_fed_whole() {
         let text = b"{\"a\": [12, \"b\\u0041\"], \"c\": 3.5}";
         for cut in 0..text.len() {
-            let mut split = JsonObject::new();
+            let mut split = JsonObject::new(1);
             assert!(split.feed(&text[..cut]) && split.feed(&text[cut..]));
             assert!(split.complete());
         }

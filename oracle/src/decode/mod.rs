@@ -19,8 +19,9 @@
 //! assert_eq!(sample(&logits, &params, 0).unwrap(), token); // same seed and step, same token
 //! ```
 
-mod byte_table;
+pub mod byte_table;
 pub mod detok;
+pub mod guide;
 pub mod json_bytes;
 pub mod logprobs;
 pub mod philox;

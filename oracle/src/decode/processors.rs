@@ -15,14 +15,20 @@
 //! [`ProcessorState::edits`]): [`ProcessorState::apply`] runs them, and a device kernel that runs
 //! the same edits with the same f32 operations gives the same row.
 //!
+//! A guided request ([`LogitsProcessors::guide`], [`super::guide`]) then masks every token that
+//! could not continue its format: a dense step, so its rows are drawn on the host.
+//!
 //! [`draw`] joins these to the sampler, so the CPU backend and the GPU backend's host path pick a
 //! token from the same function. A request that sets none of them ([`LogitsProcessors::is_none`])
 //! has no [`ProcessorState`]: its row goes straight to the sampler, as on the device.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::byte_table::ByteTable;
+use super::guide::{Guide, OutputFormat};
 use super::sampler::{sample, SamplingParams};
 use crate::error::{invalid, Result};
 
@@ -44,6 +50,9 @@ pub struct LogitsProcessors {
     pub frequency_penalty: f32,
     /// In `[-2, 2]`; `0` is off.
     pub presence_penalty: f32,
+    /// The format the output must take, if any ([`super::guide`]).
+    #[serde(default)]
+    pub guide: Option<OutputFormat>,
 }
 
 impl Default for LogitsProcessors {
@@ -61,6 +70,7 @@ impl LogitsProcessors {
             repetition_penalty: 1.0,
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
+            guide: None,
         }
     }
 
@@ -71,6 +81,7 @@ impl LogitsProcessors {
             && self.repetition_penalty == 1.0
             && self.frequency_penalty == 0.0
             && self.presence_penalty == 0.0
+            && self.guide.is_none()
     }
 
     /// Checks each field's rule for a vocabulary of `vocab_size`, naming the field and the value.
@@ -95,6 +106,13 @@ impl LogitsProcessors {
         {
             if !(-MAX_PENALTY..=MAX_PENALTY).contains(&value) {
                 return invalid(name, format!("must be in [-2, 2], got {value}"));
+            }
+        }
+        if let Some(guide) = &self.guide {
+            guide.validate()?;
+            if self.min_tokens > 0 {
+                // min_tokens masks the end ids a complete output leaves alone: nothing to draw.
+                return invalid(guide.field(), "cannot be combined with min_tokens");
             }
         }
         Ok(())
@@ -177,24 +195,41 @@ impl ProcessorEdit {
     }
 }
 
-/// A request's processors, the ids `min_tokens` masks, and the history they read.
+/// A request's processors, the ids `min_tokens` masks, the history they read, and its guide.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessorState {
     processors: LogitsProcessors,
     end_ids: Vec<u32>,
     history: TokenHistory,
+    guide: Option<Guide>,
 }
 
 impl ProcessorState {
     /// The state of a request with `prompt` and nothing generated; `end_ids` are the ids that end
-    /// it (eos and `stop_token_ids`), masked while fewer than `min_tokens` are generated.
-    pub fn new(processors: LogitsProcessors, end_ids: Vec<u32>, prompt: &[u32]) -> Self {
-        Self { processors, end_ids, history: TokenHistory::new(prompt) }
+    /// it (eos and `stop_token_ids`), masked while fewer than `min_tokens` are generated. A guided
+    /// request needs its tokenizer's byte table (`table`), and is refused without one.
+    pub fn new(
+        processors: LogitsProcessors,
+        end_ids: Vec<u32>,
+        prompt: &[u32],
+        table: Option<Arc<ByteTable>>,
+    ) -> Result<Self> {
+        let guide = match (&processors.guide, table) {
+            (None, _) => None,
+            (Some(format), Some(table)) => Some(Guide::new(format, table)),
+            (Some(format), None) => {
+                return invalid(format.field(), "needs a tokenizer with a byte-level decoder, which this model lacks")
+            }
+        };
+        Ok(Self { processors, end_ids, history: TokenHistory::new(prompt), guide })
     }
 
     /// Records a generated token.
     pub fn push(&mut self, token: u32) {
         self.history.push(token);
+        if let Some(guide) = &mut self.guide {
+            guide.push(token);
+        }
     }
 
     /// The history so far.
@@ -230,7 +265,7 @@ impl ProcessorState {
         edits.into_values().collect()
     }
 
-    /// Steps 1 to 3 of the module docs on `row`, in place ([`ProcessorState::edits`], each
+    /// Steps 1 to 3 of the module docs on `row`, in place, then the guide's mask ([`ProcessorState::edits`], each
     /// [`ProcessorEdit::apply`]). Refuses a listed id outside the row, changing nothing.
     pub fn apply(&self, row: &mut [f32]) -> Result<()> {
         let p = &self.processors;
@@ -245,6 +280,9 @@ impl ProcessorState {
         for e in self.edits() {
             let l = &mut row[e.id as usize];
             *l = e.apply(*l, p);
+        }
+        if let Some(guide) = &self.guide {
+            guide.mask(row, &self.end_ids);
         }
         Ok(())
     }
@@ -268,7 +306,7 @@ mod tests {
     use super::*;
 
     fn state(processors: LogitsProcessors, end_ids: &[u32], prompt: &[u32], output: &[u32]) -> ProcessorState {
-        let mut s = ProcessorState::new(processors, end_ids.to_vec(), prompt);
+        let mut s = ProcessorState::new(processors, end_ids.to_vec(), prompt, None).unwrap();
         for &t in output {
             s.push(t);
         }

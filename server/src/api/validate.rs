@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use model::chat_template::ROLES;
 use model::engine::LogitsProcessors;
+use oracle::decode::guide::OutputFormat;
 
 use super::error::ApiError;
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling};
@@ -31,18 +32,16 @@ pub const MAX_LOGPROBS: usize = 20;
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 21] = [
+pub const UNSUPPORTED: [&str; 19] = [
     "tools",
     "tool_choice",
     "functions",
     "function_call",
-    "response_format",
     "suffix",
     "use_beam_search",
     "length_penalty",
     "guided_json",
     "guided_regex",
-    "guided_choice",
     "guided_grammar",
     "structured_outputs",
     "allowed_token_ids",
@@ -225,7 +224,6 @@ pub(super) fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Resu
             (_, Value::Null) => true,
             ("tools" | "functions", Value::Array(a)) => a.is_empty(),
             ("tool_choice", Value::String(s)) => s == "none",
-            ("response_format", Value::Object(o)) => o.get("type") == Some(&Value::String("text".into())),
             ("suffix", Value::String(s)) => s.is_empty(),
             ("use_beam_search" | "return_tokens_as_token_ids" | "continue_final_message", Value::Bool(b)) => !b,
             // What this server does anyway: special tokens are never rendered, the template
@@ -234,11 +232,8 @@ pub(super) fn refuse_unsupported(obj: &Map<String, Value>, route: Route) -> Resu
             _ => false,
         };
         if !harmless {
-            let what = match field {
-                "response_format" => "only {\"type\": \"text\"} is supported",
-                _ => "this server does not support it",
-            };
-            return Err(ApiError::invalid(field, format!("`{field}` cannot be honoured: {what}. Given: {}", show(v))));
+            let message = format!("`{field}` cannot be honoured: this server does not support it. Given: {}", show(v));
+            return Err(ApiError::invalid(field, message));
         }
     }
     if route == Route::Chat && boolean(obj, "echo")?.unwrap_or(false) {
@@ -278,13 +273,62 @@ fn processors(obj: &Map<String, Value>, limits: &Limits) -> Result<LogitsProcess
         }
         r => r.map_or(1.0, |r| r as f32),
     };
-    Ok(LogitsProcessors {
+    let processors = LogitsProcessors {
         logit_bias,
         min_tokens: int_in(obj, "min_tokens", 0, limits.max_model_len as i64)?.map_or(0, |v| v as usize),
         repetition_penalty,
         frequency_penalty: float_in(obj, "frequency_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
         presence_penalty: float_in(obj, "presence_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
-    })
+        guide: output_format(obj)?,
+    };
+    if let Some(guide) = &processors.guide {
+        // The format's own rules and its bar on min_tokens, the engine's, refused here first.
+        processors.validate(limits.vocab_size).map_err(|e| ApiError::invalid(guide.field(), e.to_string()))?;
+    }
+    Ok(processors)
+}
+
+/// The format guided decoding holds the output to: OpenAI's `response_format` (`text`, the
+/// default, or `json_object`) or vLLM's `guided_choice`, at most one of them.
+fn output_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, ApiError> {
+    let json = match obj.get("response_format") {
+        None | Some(Value::Null) => false,
+        Some(v @ Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
+            Some("text") => false,
+            Some("json_object") => true,
+            _ => {
+                let message = format!(
+                    "`response_format` must have type \"text\" or \"json_object\" (json_schema is not supported). Given: {}",
+                    show(v)
+                );
+                return Err(ApiError::invalid("response_format", message));
+            }
+        },
+        Some(v) => return Err(wrong_type("response_format", "an object", v)),
+    };
+    let choice = match obj.get("guided_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(items)) => Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong_type(&format!("guided_choice[{i}]"), "a string", v))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Some(v) => return Err(wrong_type("guided_choice", "a list of strings", v)),
+    };
+    match (json, choice) {
+        (true, Some(_)) => Err(ApiError::invalid(
+            "guided_choice",
+            "Give `guided_choice` or a json_object `response_format`, not both.",
+        )),
+        (true, None) => Ok(Some(OutputFormat::JsonObject)),
+        (false, choice) => Ok(choice.map(OutputFormat::Choice)),
+    }
 }
 
 fn stop_token_ids(obj: &Map<String, Value>, limits: &Limits) -> Result<Vec<u32>, ApiError> {

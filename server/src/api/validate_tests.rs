@@ -4,6 +4,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use oracle::decode::guide::OutputFormat;
 
 const LIMITS: Limits =
     Limits { max_model_len: 512, vocab_size: 1000, max_n: 4, default_max_tokens: 16, max_prompt_chars: 512 * 32 };
@@ -413,13 +414,36 @@ fn sampling_parameters_out_of_range_are_refused_by_name() {
 }
 
 #[test]
+fn output_formats_are_json_object_or_a_choice_list() {
+    let on_completion = |v: Value| completion(v).map(|r| r.sampling.processors.guide);
+    let on_chat = |v: Value| chat(v).map(|r| r.sampling.processors.guide);
+    let routes: [&dyn Fn(Value) -> Result<Option<OutputFormat>, ApiError>; 2] = [&on_completion, &on_chat];
+    for parse in routes {
+        assert_eq!(parse(json!({"response_format": {"type": "json_object"}})).unwrap(), Some(OutputFormat::JsonObject));
+        assert_eq!(parse(json!({"response_format": {"type": "text"}})).unwrap(), None);
+        let yes_no = parse(json!({"guided_choice": ["yes", "no"]})).unwrap();
+        assert_eq!(yes_no, Some(OutputFormat::Choice(vec!["yes".into(), "no".into()])));
+        assert_eq!(parse(json!({"guided_choice": null, "response_format": null})).unwrap(), None);
+        assert_invalid(parse(json!({"response_format": "json"})), "response_format", &["object"]);
+        assert_invalid(parse(json!({"response_format": {"type": "xml"}})), "response_format", &["json_object", "xml"]);
+        assert_invalid(parse(json!({"guided_choice": "yes"})), "guided_choice", &["list of strings"]);
+        assert_invalid(parse(json!({"guided_choice": ["a", 1]})), "guided_choice", &["guided_choice[1]", "string"]);
+        assert_invalid(parse(json!({"guided_choice": []})), "guided_choice", &["1 to 256", "got 0"]);
+        assert_invalid(parse(json!({"guided_choice": ["a", "a"]})), "guided_choice", &["twice"]);
+        assert_invalid(parse(json!({"guided_choice": ["a"], "min_tokens": 1})), "guided_choice", &["min_tokens"]);
+        let both = json!({"guided_choice": ["a"], "response_format": {"type": "json_object"}});
+        assert_invalid(parse(both), "guided_choice", &["not both"]);
+    }
+}
+
+#[test]
 fn what_cannot_be_honoured_is_refused_naming_it_and_its_no_op_values_pass() {
     for (field, value) in [
         ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
         ("tool_choice", json!("auto")),
         ("functions", json!([{"name": "f"}])),
         ("function_call", json!("auto")),
-        ("response_format", json!({"type": "json_object"})),
+        ("response_format", json!({"type": "json_schema", "json_schema": {}})),
         ("suffix", json!("tail")),
         ("use_beam_search", json!(true)),
         ("guided_json", json!({})),
