@@ -15,8 +15,8 @@
 //! request's admission), so [`ByteTable::shared`] builds one per tokenizer and hands every later
 //! request the same one.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::Tokenizer;
@@ -27,6 +27,11 @@ pub struct ByteTable {
     entries: Vec<Entry>,
     /// The bytes of the ids too long to hold in their entry.
     spill: Vec<u8>,
+    /// The most bytes one id has.
+    longest: usize,
+    /// The ids of each byte string (special ids and those without bytes left out), built at
+    /// the first [`ByteTable::ids_with_bytes`].
+    by_bytes: OnceLock<HashMap<Box<[u8]>, Vec<u32>>>,
 }
 
 /// The bytes an entry holds itself: those of 86% of Qwen3's model tokens (6.4 bytes on average,
@@ -83,7 +88,8 @@ impl ByteTable {
         let specials: HashSet<String> =
             tokenizer.get_added_tokens_decoder().into_values().filter(|t| t.special).map(|t| t.content).collect();
         let num_ids = tokenizer.get_vocab(true).into_values().max().map_or(0, |id| id as usize + 1);
-        let mut table = Self { entries: Vec::with_capacity(num_ids), spill: Vec::new() };
+        let mut table =
+            Self { entries: Vec::with_capacity(num_ids), spill: Vec::new(), longest: 0, by_bytes: OnceLock::new() };
         let mut bytes = Vec::new();
         for id in 0..num_ids as u32 {
             // The lookup `decode` makes: an added token's content first, then the model's string.
@@ -94,6 +100,7 @@ impl ByteTable {
                 push_token_bytes(&token, &mut bytes);
             }
             entry.len = u16::try_from(bytes.len()).ok()?;
+            table.longest = table.longest.max(bytes.len());
             if bytes.len() <= INLINE {
                 entry.inline[..bytes.len()].copy_from_slice(&bytes);
             } else {
@@ -103,6 +110,37 @@ impl ByteTable {
             table.entries.push(entry);
         }
         Some(table)
+    }
+
+    /// How many ids it holds (ids from 0).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds no id.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most bytes one id has.
+    pub fn longest(&self) -> usize {
+        self.longest
+    }
+
+    /// The ids whose bytes are exactly `bytes`, special ones aside (a model token and an added
+    /// one may share them).
+    pub fn ids_with_bytes(&self, bytes: &[u8]) -> &[u32] {
+        let index = self.by_bytes.get_or_init(|| {
+            let mut index: HashMap<Box<[u8]>, Vec<u32>> = HashMap::new();
+            for id in 0..self.entries.len() as u32 {
+                let b = self.bytes(id, true);
+                if !b.is_empty() {
+                    index.entry(b.into()).or_default().push(id);
+                }
+            }
+            index
+        });
+        index.get(bytes).map_or(&[], Vec::as_slice)
     }
 
     /// The bytes `id` adds to a decode: none for an unknown id, nor for a special token when
