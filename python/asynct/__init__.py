@@ -13,13 +13,16 @@ modules also run where only the Python files are (a GPU machine given a copy of 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_EXTENSION_NAMES = ("LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "__version__")
+_EXTENSION_NAMES = ("LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "GuidedDecodingParams",
+                    "__version__")
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Logprob", "oracle", "__version__"]
+__all__ = ["LLM", "SamplingParams", "GuidedDecodingParams", "RequestOutput", "CompletionOutput", "Logprob", "oracle",
+           "__version__"]
 
 if TYPE_CHECKING:
     from . import oracle
-    from ._asynct import LLM, CompletionOutput, Logprob, RequestOutput, SamplingParams, __version__
+    from ._asynct import (LLM, CompletionOutput, GuidedDecodingParams, Logprob, RequestOutput, SamplingParams,
+                          __version__)
 
 
 def __getattr__(name: str) -> Any:

@@ -50,6 +50,8 @@ class SamplingParams:
         truncate_prompt_tokens: keep each prompt's last k tokens (k >= 1, or -1 for
             max_model_len of them); ``RequestOutput.prompt_token_ids`` are those kept, its
             ``prompt`` the text as given.
+        guided_decoding: hold the output to a format (``GuidedDecodingParams``), as ``serve``'s
+            ``guided_choice`` and ``response_format`` do; not with min_tokens.
 
     Raises:
         ValueError: a value out of range, naming the parameter.
@@ -75,6 +77,7 @@ class SamplingParams:
     prompt_logprobs: Optional[int]
     n: int
     truncate_prompt_tokens: Optional[int]
+    guided_decoding: Optional["GuidedDecodingParams"]
 
     def __init__(
         self,
@@ -97,7 +100,30 @@ class SamplingParams:
         prompt_logprobs: Optional[int] = None,
         n: int = 1,
         truncate_prompt_tokens: Optional[int] = None,
+        guided_decoding: Optional["GuidedDecodingParams"] = None,
     ) -> None: ...
+
+class GuidedDecodingParams:
+    """vLLM's: the format a guided output is held to, by masking before each draw every token
+    whose bytes could not continue it. Exactly one of:
+
+    Args:
+        choice: the output is exactly one of these strings (1 to 256, distinct, non-empty).
+        json_object: True: the output is one JSON object, with nothing before or after it and at
+            most one whitespace byte in a row.
+
+    The end-of-sequence ids are allowed only once the output is whole; max_tokens can still cut
+    it short. Needs a tokenizer with a byte-level decoder.
+
+    Raises:
+        ValueError: neither or both given, or a bad choice list (named ``choice``).
+        TypeError: a value of the wrong kind, naming the argument.
+    """
+
+    choice: Optional[List[str]]
+    json_object: Optional[bool]
+
+    def __init__(self, *, choice: Optional[Sequence[str]] = None, json_object: Optional[bool] = None) -> None: ...
 
 class Logprob:
     """vLLM's ``Logprob``: one token of a position's logprobs."""

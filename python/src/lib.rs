@@ -11,8 +11,9 @@
 //!
 //! - [`llm::Llm`] (`asynct.LLM`) loads a checkpoint through the executor loader of `asynct
 //!   generate` and `asynct serve` and runs [`batch::Batch`]es of prompts on `model`'s engine with
-//!   the GIL released, stoppable by Ctrl-C and by `LLM.abort()`; [`sampling::SamplingParams`],
-//!   [`prompts`], [`chat`] and [`outputs`] are its arguments and results, in vLLM's shape.
+//!   the GIL released, stoppable by Ctrl-C and by `LLM.abort()`; [`sampling::SamplingParams`]
+//!   (with [`guided::GuidedDecodingParams`]), [`prompts`], [`chat`] and [`outputs`] are its
+//!   arguments and results, in vLLM's shape.
 //! - `hp1::hp1_attention`, `norm::uclip_norm` and `forward::forward_logits`
 //!   (`asynct.oracle`) run the oracle on NumPy arrays, with PyTorch's `[tokens, heads, D]`
 //!   layout mapped onto the oracle's paged inputs.
@@ -36,6 +37,7 @@ mod batch;
 mod chat;
 mod errors;
 mod forward;
+mod guided;
 mod hp1;
 mod llm;
 mod norm;
@@ -54,6 +56,7 @@ fn _asynct(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<outputs::RequestOutput>()?;
     m.add_class::<outputs::CompletionOutput>()?;
     m.add_class::<outputs::Logprob>()?;
+    m.add_class::<guided::GuidedDecodingParams>()?;
     m.add_function(wrap_pyfunction!(hp1::hp1_attention, m)?)?;
     m.add_function(wrap_pyfunction!(norm::uclip_norm, m)?)?;
     m.add_function(wrap_pyfunction!(forward::forward_logits, m)?)?;

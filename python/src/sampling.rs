@@ -16,6 +16,7 @@ use pyo3::types::PyString;
 
 use crate::args::scalar;
 use crate::errors::{oracle_arg_error, type_error, value_error};
+use crate::guided::GuidedDecodingParams;
 
 /// Sampling and stopping parameters for `LLM.generate`.
 #[pyclass(module = "asynct", frozen, from_py_object)]
@@ -79,6 +80,9 @@ pub struct SamplingParams {
     /// Keep each prompt's last this many tokens (>= 1), or -1 for `max_model_len` of them.
     #[pyo3(get)]
     pub truncate_prompt_tokens: Option<i64>,
+    /// The format the output is held to, if any.
+    #[pyo3(get)]
+    pub guided_decoding: Option<GuidedDecodingParams>,
 }
 
 /// The most completions one prompt may ask for (`SamplingParams.n`).
@@ -94,13 +98,13 @@ impl SamplingParams {
             temperature=None, top_p=None, top_k=None, seed=None, max_tokens=None, stop=None, ignore_eos=None,
             logprobs=None, min_p=None, logit_bias=None, min_tokens=None, repetition_penalty=None,
             frequency_penalty=None, presence_penalty=None, stop_token_ids=None, include_stop_str_in_output=None,
-            prompt_logprobs=None, n=None, truncate_prompt_tokens=None
+            prompt_logprobs=None, n=None, truncate_prompt_tokens=None, guided_decoding=None
         ),
         text_signature = "(temperature=1.0, top_p=1.0, top_k=0, seed=None, max_tokens=16, stop=None, \
                           ignore_eos=False, logprobs=None, min_p=0.0, logit_bias=None, min_tokens=0, \
                           repetition_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, \
                           stop_token_ids=None, include_stop_str_in_output=False, prompt_logprobs=None, \
-                          n=1, truncate_prompt_tokens=None)"
+                          n=1, truncate_prompt_tokens=None, guided_decoding=None)"
     )]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -123,6 +127,7 @@ impl SamplingParams {
         prompt_logprobs: Option<&Bound<'_, PyAny>>,
         n: Option<&Bound<'_, PyAny>>,
         truncate_prompt_tokens: Option<&Bound<'_, PyAny>>,
+        guided_decoding: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let temperature: f32 = scalar(temperature, 1.0, "temperature", "a float")?;
         let top_p: f32 = scalar(top_p, 1.0, "top_p", "a float")?;
@@ -148,6 +153,12 @@ impl SamplingParams {
         let logit_bias: BTreeMap<u32, f32> =
             scalar(logit_bias, BTreeMap::new(), "logit_bias", "a dict from token ids to floats")?;
         let min_tokens: i64 = scalar(min_tokens, 0, "min_tokens", "an integer")?;
+        let guided_decoding: Option<GuidedDecodingParams> =
+            scalar(guided_decoding, None, "guided_decoding", "a GuidedDecodingParams or None")?;
+        if guided_decoding.is_some() && min_tokens > 0 {
+            // The engine's rule (a whole output allows only the end ids min_tokens masks).
+            return Err(value_error("guided_decoding", "cannot be combined with min_tokens"));
+        }
         let processors = LogitsProcessors {
             logit_bias: logit_bias.iter().map(|(&id, &b)| (id, b)).collect(),
             min_tokens: 0,
@@ -209,6 +220,7 @@ impl SamplingParams {
             prompt_logprobs: prompt_logprobs.map(|n| n as usize),
             n: n as usize,
             truncate_prompt_tokens,
+            guided_decoding,
         })
     }
 
@@ -218,7 +230,7 @@ impl SamplingParams {
             "SamplingParams(temperature={:?}, top_p={:?}, top_k={}, seed={}, max_tokens={}, stop={:?}, ignore_eos={}, \
              logprobs={}, min_p={:?}, logit_bias={:?}, min_tokens={}, repetition_penalty={:?}, \
              frequency_penalty={:?}, presence_penalty={:?}, stop_token_ids={:?}, include_stop_str_in_output={}, \
-             prompt_logprobs={}, n={}, truncate_prompt_tokens={})",
+             prompt_logprobs={}, n={}, truncate_prompt_tokens={}, guided_decoding={})",
             self.temperature,
             self.top_p,
             self.top_k,
@@ -238,6 +250,7 @@ impl SamplingParams {
             opt(self.prompt_logprobs.map(|n| n.to_string())),
             self.n,
             opt(self.truncate_prompt_tokens.map(|k| k.to_string())),
+            opt(self.guided_decoding.as_ref().map(|g| g.__repr__())),
         )
     }
 }
@@ -247,7 +260,7 @@ impl SamplingParams {
     pub fn defaults() -> Self {
         Self::new(
             None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None, None,
-            None,
+            None, None,
         )
         .expect("the defaults are valid")
     }
@@ -277,7 +290,7 @@ impl SamplingParams {
             repetition_penalty: self.repetition_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            guide: None,
+            guide: self.guided_decoding.as_ref().map(GuidedDecodingParams::format),
         }
     }
 

@@ -1,5 +1,7 @@
 """LLM.generate against the `asynct generate` CLI, token for token, and its outputs' contract."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -321,3 +323,41 @@ def test_llm_seed_repeats_a_scripts_unseeded_draws(tiny_model):
     a = asynct.LLM(str(tiny_model), device="cpu", seed=1).generate(prompts, seeded)
     b = asynct.LLM(str(tiny_model), device="cpu", seed=2).generate(prompts, seeded)
     assert [o.token_ids for o in a] == [o.token_ids for o in b]
+
+
+def test_guided_decoding_holds_the_output_to_a_choice_or_a_json_object(llm):
+    words = ["the river", "the", "a moon"]
+    choice = asynct.GuidedDecodingParams(choice=words)
+    outs = llm.generate(["The river", "A", "the", "Hello world", "a"],
+                        asynct.SamplingParams(temperature=1.5, seed=3, n=4, max_tokens=16, guided_decoding=choice))
+    choices = [c for out in outs for c in out.outputs]
+    texts = [c.text for c in choices]
+    assert all(c.text in words and c.finish_reason == "stop" for c in choices), texts
+    assert len(set(texts)) > 1, texts
+    json_object = asynct.GuidedDecodingParams(json_object=True)
+    [out] = llm.generate("The river",
+                         asynct.SamplingParams(temperature=1.0, seed=0, n=8, max_tokens=48, guided_decoding=json_object))
+    assert all(c.text.startswith("{") for c in out.outputs), [c.text for c in out.outputs]
+    finished = [c.text for c in out.outputs if c.finish_reason == "stop"]
+    assert finished and all(isinstance(json.loads(t), dict) for t in finished)
+
+
+@pytest.mark.parametrize("kwargs, exc, needle", [
+    (dict(), ValueError, "choice: give choice or json_object=True"),
+    (dict(choice=["a"], json_object=True), ValueError, "not both"),
+    (dict(choice=[]), ValueError, "choice: must list 1 to 256 strings, got 0"),
+    (dict(choice=["a", "a"]), ValueError, "listed twice"),
+    (dict(choice="ab"), TypeError, "choice: expected a list of strings or None"),
+    (dict(json_object="yes"), TypeError, "json_object: expected a bool or None"),
+])
+def test_guided_decoding_params_refuse_by_name(kwargs, exc, needle):
+    with pytest.raises(exc) as e:
+        asynct.GuidedDecodingParams(**kwargs)
+    assert needle in str(e.value)
+
+
+def test_guided_decoding_refuses_min_tokens():
+    with pytest.raises(ValueError, match="guided_decoding: cannot be combined with min_tokens"):
+        asynct.SamplingParams(min_tokens=1, guided_decoding=asynct.GuidedDecodingParams(json_object=True))
+    with pytest.raises(TypeError, match="guided_decoding: expected a GuidedDecodingParams or None"):
+        asynct.SamplingParams(guided_decoding={"choice": ["a"]})
