@@ -333,6 +333,10 @@ fn guided_outputs_are_a_choice_or_a_json_object_streamed_alike() {
             .collect();
         assert_eq!(pieces, text(&r, 0), "seed {seed}: streamed alike");
     }
+    // vLLM's newer field for the same: a chat reply that is one of the words.
+    let body = chat(json!({"structured_outputs": {"choice": words}, "temperature": 1.0, "seed": 5, "max_tokens": 16}));
+    let reply = ok(&server, "/v1/chat/completions", &body);
+    assert!(words.contains(&reply["choices"][0]["message"]["content"].as_str().unwrap()), "{reply}");
     // OpenAI's JSON mode on chat: the reply is an object once the model ends it.
     let mut finished = 0;
     for seed in 0..8 {

@@ -14,9 +14,9 @@ use serde_json::{Map, Value};
 
 use model::chat_template::ROLES;
 use model::engine::LogitsProcessors;
-use oracle::decode::guide::OutputFormat;
 
 use super::error::ApiError;
+use super::output_format::output_format;
 use super::types::{ChatMessage, ChatRequest, CompletionRequest, Limits, Prompt, Sampling};
 
 /// At most this many stop strings, as OpenAI allows.
@@ -32,7 +32,7 @@ pub const MAX_LOGPROBS: usize = 20;
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 19] = [
+pub const UNSUPPORTED: [&str; 18] = [
     "tools",
     "tool_choice",
     "functions",
@@ -43,7 +43,6 @@ pub const UNSUPPORTED: [&str; 19] = [
     "guided_json",
     "guided_regex",
     "guided_grammar",
-    "structured_outputs",
     "allowed_token_ids",
     "bad_words",
     "return_tokens_as_token_ids",
@@ -279,55 +278,17 @@ fn processors(obj: &Map<String, Value>, limits: &Limits) -> Result<LogitsProcess
         repetition_penalty,
         frequency_penalty: float_in(obj, "frequency_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
         presence_penalty: float_in(obj, "presence_penalty", -2.0, 2.0, true)?.unwrap_or(0.0) as f32,
-        guide: output_format(obj)?,
+        guide: None,
     };
-    if let Some(guide) = &processors.guide {
-        // The format's own rules and its bar on min_tokens, the engine's, refused here first.
-        processors.validate(limits.vocab_size).map_err(|e| ApiError::invalid(guide.field(), e.to_string()))?;
-    }
-    Ok(processors)
-}
-
-/// The format guided decoding holds the output to: OpenAI's `response_format` (`text`, the
-/// default, or `json_object`) or vLLM's `guided_choice`, at most one of them.
-fn output_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, ApiError> {
-    let json = match obj.get("response_format") {
-        None | Some(Value::Null) => false,
-        Some(v @ Value::Object(o)) => match o.get("type").and_then(Value::as_str) {
-            Some("text") => false,
-            Some("json_object") => true,
-            _ => {
-                let message = format!(
-                    "`response_format` must have type \"text\" or \"json_object\" (json_schema is not supported). Given: {}",
-                    show(v)
-                );
-                return Err(ApiError::invalid("response_format", message));
-            }
-        },
-        Some(v) => return Err(wrong_type("response_format", "an object", v)),
-    };
-    let choice = match obj.get("guided_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::Array(items)) => Some(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    v.as_str()
-                        .map(str::to_string)
-                        .ok_or_else(|| wrong_type(&format!("guided_choice[{i}]"), "a string", v))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
-        Some(v) => return Err(wrong_type("guided_choice", "a list of strings", v)),
-    };
-    match (json, choice) {
-        (true, Some(_)) => Err(ApiError::invalid(
-            "guided_choice",
-            "Give `guided_choice` or a json_object `response_format`, not both.",
-        )),
-        (true, None) => Ok(Some(OutputFormat::JsonObject)),
-        (false, choice) => Ok(choice.map(OutputFormat::Choice)),
+    match output_format(obj)? {
+        None => Ok(processors),
+        Some((field, format)) => {
+            let processors = LogitsProcessors { guide: Some(format), ..processors };
+            // The format's own rules and its bar on min_tokens, the engine's, refused here first
+            // and named as the request named the format.
+            processors.validate(limits.vocab_size).map_err(|e| ApiError::invalid(field, e.to_string()))?;
+            Ok(processors)
+        }
     }
 }
 
@@ -588,7 +549,7 @@ fn shown(obj: &Map<String, Value>, field: &str) -> String {
 }
 
 /// The value as JSON, cut short: a hostile body must not be echoed back whole.
-fn show(v: &Value) -> String {
+pub(super) fn show(v: &Value) -> String {
     const MAX_CHARS: usize = 80;
     let text = v.to_string();
     match text.char_indices().nth(MAX_CHARS) {

@@ -433,6 +433,23 @@ fn output_formats_are_json_object_or_a_choice_list() {
         assert_invalid(parse(json!({"guided_choice": ["a"], "min_tokens": 1})), "guided_choice", &["min_tokens"]);
         let both = json!({"guided_choice": ["a"], "response_format": {"type": "json_object"}});
         assert_invalid(parse(both), "guided_choice", &["not both"]);
+        // vLLM's newer structured_outputs: choice or json_object, refusals named by that field.
+        let so = |v: Value| parse(json!({ "structured_outputs": v }));
+        assert_eq!(
+            so(json!({"choice": ["x", "y"]})).unwrap(),
+            Some(OutputFormat::Choice(vec!["x".into(), "y".into()]))
+        );
+        assert_eq!(so(json!({"json_object": true, "json": null})).unwrap(), Some(OutputFormat::JsonObject));
+        assert_eq!(so(json!({"json_object": false})).unwrap(), None);
+        assert_invalid(so(json!({"json": {"type": "object"}})), "structured_outputs", &["structured_outputs.json"]);
+        assert_invalid(so(json!({"regex": "a+"})), "structured_outputs", &["structured_outputs.regex"]);
+        assert_invalid(so(json!({"choice": ["a"], "json_object": true})), "structured_outputs", &["one format"]);
+        assert_invalid(so(json!({"choice": ["a", "a"]})), "structured_outputs", &["twice"]);
+        assert_invalid(so(json!({"choice": "a"})), "structured_outputs", &["structured_outputs.choice", "list"]);
+        assert_invalid(so(json!({"json_object": 1})), "structured_outputs", &["boolean"]);
+        assert_invalid(so(json!([1])), "structured_outputs", &["object"]);
+        let two = json!({"guided_choice": ["a"], "structured_outputs": {"json_object": true}});
+        assert_invalid(parse(two), "structured_outputs", &["not both"]);
     }
 }
 
