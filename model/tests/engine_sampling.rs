@@ -133,6 +133,10 @@ fn parameter_sets() -> Vec<(&'static str, GenerationRequest)> {
         ("guided_choice", with(13, LogitsProcessors { guide: Some(choices()), ..none() })),
         ("json_object", with(14, LogitsProcessors { guide: Some(OutputFormat::JsonObject), ..none() })),
         (
+            "guided_regex",
+            with(15, LogitsProcessors { guide: Some(OutputFormat::Regex("[a-z ]{2,8}\\.".into())), ..none() }),
+        ),
+        (
             "stop_token_ids and include_stop_str_in_output",
             GenerationRequest {
                 stop: StopConditions {

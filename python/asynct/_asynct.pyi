@@ -109,6 +109,9 @@ class GuidedDecodingParams:
 
     Args:
         choice: the output is exactly one of these strings (1 to 256, distinct, non-empty).
+        regex: the output is a whole match of this regular expression (Rust ``regex`` syntax,
+            which Python's ``re`` shares for the common forms; at most 4096 bytes, its automaton
+            within 16 MiB).
         json_object: True: the output is one JSON object, with nothing before or after it and at
             most one whitespace byte in a row.
 
@@ -116,14 +119,22 @@ class GuidedDecodingParams:
     it short. Needs a tokenizer with a byte-level decoder.
 
     Raises:
-        ValueError: neither or both given, or a bad choice list (named ``choice``).
+        ValueError: not exactly one given (named ``choice``), a bad choice list, or a regex that
+            does not compile within the bounds (named ``regex``).
         TypeError: a value of the wrong kind, naming the argument.
     """
 
     choice: Optional[List[str]]
+    regex: Optional[str]
     json_object: Optional[bool]
 
-    def __init__(self, *, choice: Optional[Sequence[str]] = None, json_object: Optional[bool] = None) -> None: ...
+    def __init__(
+        self,
+        *,
+        choice: Optional[Sequence[str]] = None,
+        regex: Optional[str] = None,
+        json_object: Optional[bool] = None,
+    ) -> None: ...
 
 class Logprob:
     """vLLM's ``Logprob``: one token of a position's logprobs."""

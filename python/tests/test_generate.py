@@ -1,6 +1,7 @@
 """LLM.generate against the `asynct generate` CLI, token for token, and its outputs' contract."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -340,11 +341,20 @@ def test_guided_decoding_holds_the_output_to_a_choice_or_a_json_object(llm):
     assert all(c.text.startswith("{") for c in out.outputs), [c.text for c in out.outputs]
     finished = [c.text for c in out.outputs if c.finish_reason == "stop"]
     assert finished and all(isinstance(json.loads(t), dict) for t in finished)
+    pattern = asynct.GuidedDecodingParams(regex="[0-9]{3}-[a-z]{1,3}")
+    [out] = llm.generate("The river",
+                         asynct.SamplingParams(temperature=1.0, seed=0, n=4, max_tokens=24, guided_decoding=pattern))
+    # A bounded pattern: every output a whole match, ended by eos once nothing else may follow.
+    assert all(re.fullmatch("[0-9]{3}-[a-z]{1,3}", c.text) and c.finish_reason == "stop" for c in out.outputs), [
+        c.text for c in out.outputs]
 
 
 @pytest.mark.parametrize("kwargs, exc, needle", [
-    (dict(), ValueError, "choice: give choice or json_object=True"),
-    (dict(choice=["a"], json_object=True), ValueError, "not both"),
+    (dict(), ValueError, "choice: give exactly one of choice, regex and json_object=True"),
+    (dict(choice=["a"], json_object=True), ValueError, "exactly one"),
+    (dict(choice=["a"], regex="a"), ValueError, "exactly one"),
+    (dict(regex="(a"), ValueError, "regex: cannot be compiled"),
+    (dict(regex=3), TypeError, "regex: expected a string or None"),
     (dict(choice=[]), ValueError, "choice: must list 1 to 256 strings, got 0"),
     (dict(choice=["a", "a"]), ValueError, "listed twice"),
     (dict(choice="ab"), TypeError, "choice: expected a list of strings or None"),

@@ -337,6 +337,19 @@ fn guided_outputs_are_a_choice_or_a_json_object_streamed_alike() {
     let body = chat(json!({"structured_outputs": {"choice": words}, "temperature": 1.0, "seed": 5, "max_tokens": 16}));
     let reply = ok(&server, "/v1/chat/completions", &body);
     assert!(words.contains(&reply["choices"][0]["message"]["content"].as_str().unwrap()), "{reply}");
+    // vLLM's guided_regex: a whole match, every draw.
+    for seed in 0..4 {
+        let body = completion(json!({"guided_regex": "(ab|[0-9]{2,3})-x?", "temperature": 1.0, "seed": seed,
+            "max_tokens": 16}));
+        let r = ok(&server, "/v1/completions", &body);
+        let t = text(&r, 0);
+        let digits = t.strip_suffix("-x").or_else(|| t.strip_suffix('-')).unwrap_or_else(|| panic!("{t:?}"));
+        assert!(
+            digits == "ab" || ((2..=3).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit())),
+            "{t:?}"
+        );
+        assert_eq!(r["choices"][0]["finish_reason"], "stop");
+    }
     // OpenAI's JSON mode on chat: the reply is an object once the model ends it.
     let mut finished = 0;
     for seed in 0..8 {

@@ -216,7 +216,7 @@ impl ProcessorState {
     ) -> Result<Self> {
         let guide = match (&processors.guide, table) {
             (None, _) => None,
-            (Some(format), Some(table)) => Some(Guide::new(format, table)),
+            (Some(format), Some(table)) => Some(Guide::new(format, table)?),
             (Some(format), None) => {
                 return invalid(format.field(), "needs a tokenizer with a byte-level decoder, which this model lacks")
             }

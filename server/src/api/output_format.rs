@@ -2,10 +2,10 @@
 //! the three ways clients name one, at most one of them in a request:
 //! - OpenAI's `response_format`: `{"type": "text"}` (the default: no format) or `{"type":
 //!   "json_object"}`; `json_schema` is refused;
-//! - vLLM's older `guided_choice: [...]`;
-//! - vLLM's newer `structured_outputs`: `{"choice": [...]}` or `{"json_object": true}`; its other
-//!   forms (`json`, `regex`, `grammar`, `structural_tag`) are refused by name, as are vLLM's
-//!   `guided_json`, `guided_regex` and `guided_grammar` ([`super::validate::UNSUPPORTED`]).
+//! - vLLM's older `guided_choice: [...]` and `guided_regex: "..."`;
+//! - vLLM's newer `structured_outputs`: `{"choice": [...]}`, `{"regex": "..."}` or
+//!   `{"json_object": true}`; its other forms (`json`, `grammar`, `structural_tag`) are refused
+//!   by name, as are vLLM's `guided_json` and `guided_grammar` ([`super::validate::UNSUPPORTED`]).
 
 use serde_json::{Map, Value};
 
@@ -19,6 +19,7 @@ pub fn output_format(obj: &Map<String, Value>) -> Result<Option<(&'static str, O
     let given = [
         ("response_format", response_format(obj.get("response_format"))?),
         ("guided_choice", guided_choice(obj.get("guided_choice"), "guided_choice")?.map(OutputFormat::Choice)),
+        ("guided_regex", guided_regex(obj.get("guided_regex"), "guided_regex")?),
         ("structured_outputs", structured_outputs(obj.get("structured_outputs"))?),
     ];
     let mut named = given.into_iter().filter_map(|(field, format)| format.map(|f| (field, f)));
@@ -68,6 +69,16 @@ fn guided_choice(value: Option<&Value>, path: &str) -> Result<Option<Vec<String>
     }
 }
 
+/// A pattern at `path`; the refusal names `path`'s top-level field.
+fn guided_regex(value: Option<&Value>, path: &str) -> Result<Option<OutputFormat>, ApiError> {
+    let field = path.split('.').next().unwrap_or(path);
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(p)) => Ok(Some(OutputFormat::Regex(p.clone()))),
+        Some(v) => Err(ApiError { param: Some(field.to_string()), ..wrong_type(path, "a string", v) }),
+    }
+}
+
 fn structured_outputs(value: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
     let field = "structured_outputs";
     let o = match value {
@@ -79,6 +90,7 @@ fn structured_outputs(value: Option<&Value>) -> Result<Option<OutputFormat>, Api
     for (key, v) in o.iter().filter(|(_, v)| !v.is_null()) {
         let this = match (key.as_str(), v) {
             ("choice", _) => guided_choice(Some(v), "structured_outputs.choice")?.map(OutputFormat::Choice),
+            ("regex", _) => guided_regex(Some(v), "structured_outputs.regex")?,
             ("json_object", Value::Bool(b)) => b.then_some(OutputFormat::JsonObject),
             ("json_object", _) => {
                 let e = wrong_type("structured_outputs.json_object", "a boolean", v);
@@ -86,8 +98,8 @@ fn structured_outputs(value: Option<&Value>) -> Result<Option<OutputFormat>, Api
             }
             _ => {
                 let message = format!(
-                    "`structured_outputs.{key}` cannot be honoured: only `choice` and `json_object` are supported. \
-                     Given: {}",
+                    "`structured_outputs.{key}` cannot be honoured: only `choice`, `regex` and `json_object` are \
+                     supported. Given: {}",
                     show(v)
                 );
                 return Err(ApiError::invalid(field, message));
@@ -96,7 +108,7 @@ fn structured_outputs(value: Option<&Value>) -> Result<Option<OutputFormat>, Api
         if this.is_some() && format.is_some() {
             return Err(ApiError::invalid(
                 field,
-                "`structured_outputs` must name one format: `choice` or `json_object`.",
+                "`structured_outputs` must name one format: `choice`, `regex` or `json_object`.",
             ));
         }
         format = format.or(this);

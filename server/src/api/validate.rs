@@ -32,7 +32,7 @@ pub const MAX_LOGPROBS: usize = 20;
 pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 /// Fields this server does not implement and that would change the result when given (OpenAI's
 /// and vLLM's): each is refused, naming it, unless absent, `null` or its no-op value.
-pub const UNSUPPORTED: [&str; 18] = [
+pub const UNSUPPORTED: [&str; 17] = [
     "tools",
     "tool_choice",
     "functions",
@@ -41,7 +41,6 @@ pub const UNSUPPORTED: [&str; 18] = [
     "use_beam_search",
     "length_penalty",
     "guided_json",
-    "guided_regex",
     "guided_grammar",
     "allowed_token_ids",
     "bad_words",

@@ -442,7 +442,12 @@ fn output_formats_are_json_object_or_a_choice_list() {
         assert_eq!(so(json!({"json_object": true, "json": null})).unwrap(), Some(OutputFormat::JsonObject));
         assert_eq!(so(json!({"json_object": false})).unwrap(), None);
         assert_invalid(so(json!({"json": {"type": "object"}})), "structured_outputs", &["structured_outputs.json"]);
-        assert_invalid(so(json!({"regex": "a+"})), "structured_outputs", &["structured_outputs.regex"]);
+        assert_eq!(so(json!({"regex": "a+"})).unwrap(), Some(OutputFormat::Regex("a+".into())));
+        assert_invalid(so(json!({"regex": "(a"})), "structured_outputs", &["cannot be compiled"]);
+        assert_invalid(so(json!({"regex": 1})), "structured_outputs", &["structured_outputs.regex", "string"]);
+        assert_eq!(parse(json!({"guided_regex": "[0-9]+"})).unwrap(), Some(OutputFormat::Regex("[0-9]+".into())));
+        assert_invalid(parse(json!({"guided_regex": "(a"})), "guided_regex", &["cannot be compiled"]);
+        assert_invalid(parse(json!({"guided_regex": ["a"]})), "guided_regex", &["string"]);
         assert_invalid(so(json!({"choice": ["a"], "json_object": true})), "structured_outputs", &["one format"]);
         assert_invalid(so(json!({"choice": ["a", "a"]})), "structured_outputs", &["twice"]);
         assert_invalid(so(json!({"choice": "a"})), "structured_outputs", &["structured_outputs.choice", "list"]);
