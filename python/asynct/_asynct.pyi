@@ -111,7 +111,7 @@ class GuidedDecodingParams:
         choice: the output is exactly one of these strings (1 to 256, distinct, non-empty).
         regex: the output is a whole match of this regular expression (Rust ``regex`` syntax,
             which Python's ``re`` shares for the common forms; at most 4096 bytes, its automaton
-            within 16 MiB).
+            within 2 MiB: prefer ASCII classes such as ``[A-Za-z0-9_]`` to Unicode ``\w``).
         json_object: True: the output is one JSON object, with nothing before or after it and at
             most one whitespace byte in a row.
 

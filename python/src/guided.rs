@@ -46,7 +46,8 @@ impl GuidedDecodingParams {
         }
         let params = Self { choice, regex, json_object };
         let name = if params.regex.is_some() { "regex" } else { "choice" };
-        params.format().validate().map_err(|e| match e {
+        let format = params.format();
+        format.validate().and_then(|()| format.compiles()).map_err(|e| match e {
             oracle::Error::Invalid { reason, .. } => value_error(name, reason),
             other => value_error(name, other),
         })?;

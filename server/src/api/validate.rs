@@ -282,10 +282,13 @@ fn processors(obj: &Map<String, Value>, limits: &Limits) -> Result<LogitsProcess
     match output_format(obj)? {
         None => Ok(processors),
         Some((field, format)) => {
-            let processors = LogitsProcessors { guide: Some(format), ..processors };
             // The format's own rules and its bar on min_tokens, the engine's, refused here first
-            // and named as the request named the format.
-            processors.validate(limits.vocab_size).map_err(|e| ApiError::invalid(field, e.to_string()))?;
+            // and named as the request named the format; a regex compiles within its bounds
+            // (tens of milliseconds at most) or is refused before it reaches the engine.
+            let named = |e: oracle::Error| ApiError::invalid(field, e.to_string());
+            format.compiles().map_err(named)?;
+            let processors = LogitsProcessors { guide: Some(format), ..processors };
+            processors.validate(limits.vocab_size).map_err(named)?;
             Ok(processors)
         }
     }
