@@ -81,16 +81,11 @@ impl OutputFormat {
     /// A regex's length is checked here, its compilation by [`OutputFormat::compiles`] (which
     /// [`Guide::new`] does anyway): `validate` stays cheap.
     pub fn validate(&self) -> Result<()> {
-        if let OutputFormat::Regex(pattern) = self {
-            if pattern.len() > MAX_REGEX_BYTES {
-                return invalid(
-                    self.field(),
-                    format!("must have at most {MAX_REGEX_BYTES} bytes, got {}", pattern.len()),
-                );
-            }
-            return Ok(());
-        }
-        let OutputFormat::Choice(choices) = self else { return Ok(()) };
+        let choices = match self {
+            OutputFormat::JsonObject => return Ok(()),
+            OutputFormat::Regex(pattern) => return pattern_fits(pattern),
+            OutputFormat::Choice(choices) => choices,
+        };
         if choices.is_empty() || choices.len() > MAX_CHOICES {
             return invalid(self.field(), format!("must list 1 to {MAX_CHOICES} strings, got {}", choices.len()));
         }
@@ -192,10 +187,18 @@ impl RegexGuide {
     }
 }
 
+/// A regex pattern's length rule.
+fn pattern_fits(pattern: &str) -> Result<()> {
+    if pattern.len() > MAX_REGEX_BYTES {
+        return invalid("guided_regex", format!("must have at most {MAX_REGEX_BYTES} bytes, got {}", pattern.len()));
+    }
+    Ok(())
+}
+
 /// Compiles `pattern` for guidance: `MatchKind::All`, so that a state is dead only when no
 /// continuation matches (leftmost-first would stop at `a` of `a|ab`); refused past the bounds.
 fn regex_dfa(pattern: &str) -> Result<RegexDfa> {
-    OutputFormat::Regex(pattern.to_string()).validate()?;
+    pattern_fits(pattern)?;
     let config = dense::Config::new()
         .match_kind(MatchKind::All)
         .start_kind(StartKind::Anchored)
@@ -237,7 +240,11 @@ impl Clone for Guide {
 
 impl PartialEq for Guide {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.table, &other.table) && self.progress == other.progress
+        let same_regex = match (&self.regex, &other.regex) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        Arc::ptr_eq(&self.table, &other.table) && same_regex && self.progress == other.progress
     }
 }
 

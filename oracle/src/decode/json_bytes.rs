@@ -109,8 +109,10 @@ impl JsonObject {
 
     fn step(&mut self, b: u8) -> bool {
         let ws = matches!(b, b' ' | b'\t' | b'\n' | b'\r');
-        let between = !matches!(self.expect, Expect::Str { .. } | Expect::Escape { .. } | Expect::Hex { .. })
-            && !matches!(self.expect, Expect::Word { .. });
+        let between = !matches!(
+            self.expect,
+            Expect::Str { .. } | Expect::Escape { .. } | Expect::Hex { .. } | Expect::Word { .. }
+        );
         if ws && between {
             if matches!(self.expect, Expect::Start | Expect::Done) {
                 return false;
