@@ -51,31 +51,28 @@ fn response_format(value: Option<&Value>) -> Result<Option<OutputFormat>, ApiErr
     }
 }
 
-/// A list of strings at `path`; the refusal names `path`'s top-level field.
+/// A list of strings at `path` (a refusal names its top-level field, as [`wrong_type`] does).
 fn guided_choice(value: Option<&Value>, path: &str) -> Result<Option<Vec<String>>, ApiError> {
-    let field = path.split('.').next().unwrap_or(path);
-    let named = |e: ApiError| ApiError { param: Some(field.to_string()), ..e };
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(items)) => items
             .iter()
             .enumerate()
             .map(|(i, v)| {
-                v.as_str().map(str::to_string).ok_or_else(|| named(wrong_type(&format!("{path}[{i}]"), "a string", v)))
+                v.as_str().map(str::to_string).ok_or_else(|| wrong_type(&format!("{path}[{i}]"), "a string", v))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some),
-        Some(v) => Err(named(wrong_type(path, "a list of strings", v))),
+        Some(v) => Err(wrong_type(path, "a list of strings", v)),
     }
 }
 
-/// A pattern at `path`; the refusal names `path`'s top-level field.
+/// A pattern at `path` (a refusal names its top-level field).
 fn guided_regex(value: Option<&Value>, path: &str) -> Result<Option<OutputFormat>, ApiError> {
-    let field = path.split('.').next().unwrap_or(path);
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(p)) => Ok(Some(OutputFormat::Regex(p.clone()))),
-        Some(v) => Err(ApiError { param: Some(field.to_string()), ..wrong_type(path, "a string", v) }),
+        Some(v) => Err(wrong_type(path, "a string", v)),
     }
 }
 
@@ -92,10 +89,7 @@ fn structured_outputs(value: Option<&Value>) -> Result<Option<OutputFormat>, Api
             ("choice", _) => guided_choice(Some(v), "structured_outputs.choice")?.map(OutputFormat::Choice),
             ("regex", _) => guided_regex(Some(v), "structured_outputs.regex")?,
             ("json_object", Value::Bool(b)) => b.then_some(OutputFormat::JsonObject),
-            ("json_object", _) => {
-                let e = wrong_type("structured_outputs.json_object", "a boolean", v);
-                return Err(ApiError { param: Some(field.to_string()), ..e });
-            }
+            ("json_object", _) => return Err(wrong_type("structured_outputs.json_object", "a boolean", v)),
             _ => {
                 let message = format!(
                     "`structured_outputs.{key}` cannot be honoured: only `choice`, `regex` and `json_object` are \
