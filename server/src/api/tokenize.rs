@@ -94,9 +94,7 @@ pub fn parse_detokenize(body: &[u8], limits: &Limits) -> Result<DetokenizeReques
             let message = format!("`tokens` may hold at most {} ids. Given: {}", limits.max_prompt_chars, items.len());
             return Err(ApiError::invalid("tokens", message));
         }
-        Some(Value::Array(items)) => {
-            token_ids(items, "tokens", limits).map_err(|e| ApiError { param: Some("tokens".to_string()), ..e })?
-        }
+        Some(Value::Array(items)) => token_ids(items, "tokens", limits)?,
         Some(v) => return Err(wrong_type("tokens", "a list of token ids", v)),
     };
     Ok(DetokenizeRequest { model: optional_model(obj.get("model"))?, tokens })

@@ -304,7 +304,7 @@ fn stop_token_ids(obj: &Map<String, Value>, limits: &Limits) -> Result<Vec<u32>,
         let message = format!("`stop_token_ids` may hold at most {MAX_STOP_TOKEN_IDS} ids. Given: {}", items.len());
         return Err(ApiError::invalid("stop_token_ids", message));
     }
-    token_ids(items, "stop_token_ids", limits).map_err(|e| ApiError { param: Some("stop_token_ids".to_string()), ..e })
+    token_ids(items, "stop_token_ids", limits)
 }
 
 fn stop(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
@@ -398,7 +398,7 @@ pub(super) fn token_ids(items: &[Value], path: &str, limits: &Limits) -> Result<
         .map(|(i, v)| match v.as_u64() {
             Some(id) if id < vocab as u64 => Ok(id as u32),
             _ => Err(ApiError::invalid(
-                "prompt",
+                field_of(path),
                 format!("`{path}[{i}]` must be a token id in [0, {vocab}). Given: {}", show(v)),
             )),
         })
@@ -530,9 +530,14 @@ pub(super) fn boolean(obj: &Map<String, Value>, field: &str) -> Result<Option<bo
 }
 
 pub(super) fn wrong_type(path: &str, expected: &str, given: &Value) -> ApiError {
-    let param = path.split(['[', '.']).next().unwrap_or(path);
     let message = format!("`{path}` must be {expected}. Given: {} {}", type_name(given), show(given));
-    ApiError::invalid(param, message)
+    ApiError::invalid(field_of(path), message)
+}
+
+/// The request field a value's path lies in: `prompt` of `prompt[2][0]`, `stream_options` of
+/// `stream_options.include_usage`.
+fn field_of(path: &str) -> &str {
+    path.split(['[', '.']).next().unwrap_or(path)
 }
 
 fn type_name(v: &Value) -> &'static str {
