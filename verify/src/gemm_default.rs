@@ -20,7 +20,7 @@ pub fn default_plan(shape: GemmShape, sms: usize, wgmma: bool) -> gpu::Result<Ge
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu::gemm::{GemmPath, SkinnyForm};
+    use gpu::gemm::{GemmPath, Pin, SkinnyForm};
 
     const H200_SMS: usize = 132;
 
@@ -45,7 +45,7 @@ mod tests {
         }
         for m in [65, 128, 512, 100_000] {
             let plan = default_plan(shape(m), H200_SMS, true).unwrap();
-            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m, pinned: false });
+            assert_eq!(plan.path, GemmPath::CublasLt { heuristic_m: m, pin: Pin::No });
             assert_eq!(plan.name(), "cublaslt");
         }
     }

@@ -17,7 +17,11 @@
 //! are not batch-invariant. A pinned plan asks about a reference `M` instead, allowing no
 //! reduction scheme (no split of K), and `cublasLtMatmulAlgoCheck` confirms the algorithm runs
 //! the plan's own `M`: every plan of one N and K then computes an output from its own row and
-//! column in the same order.
+//! column in the same order. A plan pinned with splits ([`Pin::SplitK`]) allows only the
+//! reduction schemes that sum the splits' partials in a pass of their own through the workspace
+//! (in the compute or the output type), never the in-place one that adds them into the output:
+//! the splits are the algorithm's, so the same for every `M`, and whether their order is too is
+//! what `gpu_gemm` checks on the device.
 
 use std::sync::Arc;
 
@@ -26,7 +30,7 @@ use cudarc::cublaslt::sys;
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
 use half::bf16;
 
-use super::plan::GemmShape;
+use super::plan::{GemmShape, Pin};
 use crate::error::{Error, Result};
 use crate::runtime::Gpu;
 
@@ -121,9 +125,9 @@ unsafe impl Sync for LtMatmul {}
 
 impl LtMatmul {
     /// Describes `shape` (module docs) and asks the heuristic once for its best algorithm at
-    /// `heuristic_m` rows (not splitting K where `pinned`, even at the shape's own `M`: every
-    /// pinned plan of one N, K and `heuristic_m` then gets the same algorithm).
-    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape, heuristic_m: usize, pinned: bool) -> Result<Self> {
+    /// `heuristic_m` rows (among those `pin` allows, even at the shape's own `M`: every pinned
+    /// plan of one N, K and `heuristic_m` then gets the same algorithm).
+    pub(super) fn new(library: Arc<CublasLt>, shape: GemmShape, heuristic_m: usize, pin: Pin) -> Result<Self> {
         let s = shape.to_string();
         let (m, n, k) = (shape.m as u64, shape.n as u64, shape.k as u64);
         let bf = sys::cudaDataType_t::CUDA_R_16BF;
@@ -162,10 +166,17 @@ impl LtMatmul {
         ] {
             pref.set(attr, &16u32, &s)?;
         }
-        if pinned {
-            // CUBLASLT_REDUCTION_SCHEME_NONE alone: algorithms that split K are left out.
-            pref.set(P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &0u32, &s)?;
+        // cublasLtReductionScheme_t: NONE 0, INPLACE 1, COMPUTE_TYPE 2, OUTPUT_TYPE 4.
+        let schemes = match pin {
+            Pin::No => None,
+            // NONE alone: algorithms that split K are left out.
+            Pin::Whole => Some(0u32),
+            Pin::SplitK => Some(2u32 | 4),
+        };
+        if let Some(mask) = schemes {
+            pref.set(P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, &s)?;
         }
+        let pinned = pin != Pin::No;
         // SAFETY: every descriptor was created above and is alive; C and D share y's layout.
         let best = unsafe {
             ltr::get_matmul_algo_heuristic(library.handle, desc.0, w_layout.0, x_asked.0, y_asked.0, y_asked.0, pref.0)

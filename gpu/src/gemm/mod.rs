@@ -72,7 +72,7 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile,
+    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
     SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
 };
@@ -105,8 +105,8 @@ impl Gemm {
         let exec = match &plan.path {
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
             GemmPath::Wgmma(tile) => Exec::Wgmma(WgmmaGemm::new(gpu, plan.shape, tile)?),
-            GemmPath::CublasLt { heuristic_m, pinned } => {
-                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m, *pinned)?)
+            GemmPath::CublasLt { heuristic_m, pin } => {
+                Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m, *pin)?)
             }
         };
         Ok(Self { plan, stream: gpu.stream().clone(), exec })

@@ -244,14 +244,27 @@ pub enum GemmPath {
     /// `gemm_wgmma.cu` (sm_90a only).
     Wgmma(WgmmaTile),
     /// cuBLASLt with the algorithm its heuristic picks for this shape at `heuristic_m` rows,
-    /// chosen once; a pinned plan considers only algorithms that do not split K, and its
-    /// algorithm is the same whatever its own `M` (even where that equals `heuristic_m`).
+    /// chosen once; a pinned plan's algorithm is the same whatever its own `M` (even where that
+    /// equals `heuristic_m`).
     CublasLt {
         /// The `M` the heuristic is asked about.
         heuristic_m: usize,
-        /// Whether the plan is pinned ([`GemmPlan::cublaslt_pinned`]).
-        pinned: bool,
+        /// Whether and how the algorithm is pinned.
+        pin: Pin,
     },
+}
+
+/// Which algorithms a cuBLASLt plan may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Pin {
+    /// The heuristic's choice for the plan's own shape ([`GemmPlan::cublaslt`]).
+    No,
+    /// One algorithm for every `M`, not splitting K ([`GemmPlan::cublaslt_pinned`]).
+    Whole,
+    /// One algorithm for every `M` that may split K, its partial sums reduced by a separate pass
+    /// through the workspace (never in place in the output), so the splits and their order
+    /// follow from N, K and the reference `M` alone ([`GemmPlan::cublaslt_pinned_split`]).
+    SplitK,
 }
 
 /// A GEMM's shape and path.
@@ -425,7 +438,7 @@ impl GemmPlan {
         shape.validate()?;
         Ok(Self {
             shape,
-            path: GemmPath::CublasLt { heuristic_m: shape.m, pinned: false },
+            path: GemmPath::CublasLt { heuristic_m: shape.m, pin: Pin::No },
             epilogue: EpilogueKind::Store,
         })
     }
@@ -434,14 +447,27 @@ impl GemmPlan {
     /// `heuristic_m` rows: every plan of one (N, K, `heuristic_m`) runs the same algorithm,
     /// whatever its own `M`.
     pub fn cublaslt_pinned(shape: GemmShape, heuristic_m: usize) -> Result<Self> {
+        Self::pinned_as(shape, heuristic_m, Pin::Whole)
+    }
+
+    /// cuBLASLt with the algorithm the heuristic picks for this N and K at `heuristic_m` rows
+    /// among those that split K with a separate reduction pass (or do not split it): for a
+    /// weight whose K is long beside its N (down_proj), where an unsplit algorithm leaves most
+    /// SMs idle. Every plan of one (N, K, `heuristic_m`) runs the same algorithm and splits.
+    pub fn cublaslt_pinned_split(shape: GemmShape, heuristic_m: usize) -> Result<Self> {
+        Self::pinned_as(shape, heuristic_m, Pin::SplitK)
+    }
+
+    fn pinned_as(shape: GemmShape, heuristic_m: usize, pin: Pin) -> Result<Self> {
         GemmShape { m: heuristic_m, ..shape }.validate()?;
         shape.validate()?;
-        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m, pinned: true }, epilogue: EpilogueKind::Store })
+        Ok(Self { shape, path: GemmPath::CublasLt { heuristic_m, pin }, epilogue: EpilogueKind::Store })
     }
 
     /// A short stable name: `skinny-m8-r64`, `skinny-m8-r16-periln` with an epilogue,
     /// `skinny-sx-m64-r16` and `skinny-wg-m64-r64` for the shared-x and warpgroup forms,
-    /// `wgmma` (`wgmma-silu-mul`), `cublaslt`, or `cublaslt-at-m512` when pinned.
+    /// `wgmma` (`wgmma-silu-mul`), `cublaslt`, or `cublaslt-at-m512` when pinned
+    /// (`cublaslt-split-at-m512` when it may split K).
     pub fn name(&self) -> String {
         match &self.path {
             GemmPath::Skinny(t) => {
@@ -453,8 +479,9 @@ impl GemmPlan {
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
             GemmPath::Wgmma(_) => format!("wgmma{}", self.epilogue.suffix().replace('_', "-")),
-            GemmPath::CublasLt { pinned: false, .. } => "cublaslt".to_string(),
-            GemmPath::CublasLt { heuristic_m, pinned: true } => format!("cublaslt-at-m{heuristic_m}"),
+            GemmPath::CublasLt { pin: Pin::No, .. } => "cublaslt".to_string(),
+            GemmPath::CublasLt { heuristic_m, pin: Pin::Whole } => format!("cublaslt-at-m{heuristic_m}"),
+            GemmPath::CublasLt { heuristic_m, pin: Pin::SplitK } => format!("cublaslt-split-at-m{heuristic_m}"),
         }
     }
 }

@@ -164,6 +164,7 @@ fn bad_shapes_are_refused_by_name() {
     GemmPlan::skinny_rows(shape(1, 64, 8), 64).unwrap();
     GemmPlan::cublaslt(shape(1_000_000, 151_936, 1024)).unwrap();
     refused(GemmPlan::cublaslt_pinned(shape(1, 64, 64), 0), "`m` must be 1 to");
+    refused(GemmPlan::cublaslt_pinned_split(shape(1, 64, 64), 0), "`m` must be 1 to");
     refused(GemmPlan::skinny(shape(1 << 30, 1 << 30, 64), H200_SMS), "more than 2^31 CTAs");
 }
 
@@ -180,12 +181,17 @@ fn batches_past_64_rows_run_in_slabs_of_64_with_each_w_block_adjacent() {
     assert_eq!(skinny(&GemmPlan::skinny(shape(64, 2048, 1024), H200_SMS).unwrap()).rows, 8);
     let pinned = GemmPlan::cublaslt_pinned(shape(3, 1024, 1024), 512).unwrap();
     assert_eq!(pinned.name(), "cublaslt-at-m512");
-    assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512, pinned: true });
+    assert_eq!(pinned.path, GemmPath::CublasLt { heuristic_m: 512, pin: Pin::Whole });
     // Pinned at its own M it is still pinned: the same algorithm as every other M of it.
     let at_own = GemmPlan::cublaslt_pinned(shape(512, 1024, 1024), 512).unwrap();
     assert_eq!(
         (at_own.name().as_str(), &at_own.path),
-        ("cublaslt-at-m512", &GemmPath::CublasLt { heuristic_m: 512, pinned: true })
+        ("cublaslt-at-m512", &GemmPath::CublasLt { heuristic_m: 512, pin: Pin::Whole })
+    );
+    let split = GemmPlan::cublaslt_pinned_split(shape(3, 1024, 3072), 64).unwrap();
+    assert_eq!(
+        (split.name().as_str(), &split.path),
+        ("cublaslt-split-at-m64", &GemmPath::CublasLt { heuristic_m: 64, pin: Pin::SplitK })
     );
 }
 

@@ -14,15 +14,22 @@
 //! one row but re-reads each CTA's x slab from L2 at 128 (381 us, RESULTS run 43), where a
 //! tensor-core tile does the whole batch from one read of W.
 //!
-//! [`Linears`] loads each (lane, shape) once; a CUDA graph recorded from them needs them loaded
-//! for as long as it lives, so nothing is ever unloaded.
+//! A weight's decode rows may instead run cuBLASLt pinned at [`DECODE_PIN_AT`] rows
+//! ([`DecodeCublas`], a measurement asked for by `ASYNCT_DECODE_CUBLASLT`): one algorithm at
+//! every batch, so a row's bits still do not depend on its batch, but different bits from the
+//! skinny kernel's and no fused epilogue (the step program then runs that weight's elementwise
+//! op as its own launch).
+//!
+//! [`Linears`] loads each (lane, weight, shape) once; a CUDA graph recorded from them needs them
+//! loaded for as long as it lives, so nothing is ever unloaded.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape, Pin};
 use gpu::Gpu;
 
+use super::step_program::Weight;
 use crate::error::{Error, Result};
 
 /// Which rows a GEMM launch covers, and so which kernel.
@@ -67,11 +74,71 @@ impl RowSplit {
 /// 100 us at M = 1; pinned at 32 or below, 181 us or more at M = 128.
 pub const HEAD_PIN_AT: usize = 64;
 
+/// The row count the algorithm of a weight's decode rows on cuBLASLt is chosen for
+/// ([`DecodeCublas`]): pinned at 64 without a split of K, asynct-0.5b's gate/up took 6.2-6.3 us
+/// at one row and 6.6 at 128 on an H200, where the skinny kernel takes 17.9 at 128 (RESULTS
+/// runs 79-195).
+pub const DECODE_PIN_AT: usize = 64;
+
+/// Which weights' decode rows run cuBLASLt pinned at [`DECODE_PIN_AT`] rows instead of the
+/// skinny kernel, and with which pin ([`Pin::Whole`], or [`Pin::SplitK`] for a K long beside
+/// N). None by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DecodeCublas {
+    pins: [Option<Pin>; 4],
+}
+
+impl DecodeCublas {
+    /// The environment variable [`DecodeCublas::from_env`] reads.
+    pub const VAR: &'static str = "ASYNCT_DECODE_CUBLASLT";
+
+    /// What [`DecodeCublas::VAR`] names (none where it is unset).
+    pub fn from_env() -> Result<Self> {
+        std::env::var(Self::VAR).map_or(Ok(Self::default()), |v| Self::parse(&v))
+    }
+
+    /// A comma list of weights, `qkv`, `o`, `gate_up` or `down`, each pinned whole or, followed by
+    /// `:split`, with K split; empty names none.
+    pub fn parse(list: &str) -> Result<Self> {
+        let mut pins = [None; 4];
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, pin) = match item.strip_suffix(":split") {
+                Some(name) => (name, Pin::SplitK),
+                None => (item, Pin::Whole),
+            };
+            let weight = match name {
+                "qkv" => Weight::Qkv,
+                "o" => Weight::O,
+                "gate_up" => Weight::GateUp,
+                "down" => Weight::Down,
+                _ => {
+                    return Err(Error::Executor(format!(
+                        "{}: `{item}` is not a weight (qkv, o, gate_up or down, each optionally followed by :split)",
+                        Self::VAR
+                    )))
+                }
+            };
+            pins[weight as usize] = Some(pin);
+        }
+        Ok(Self { pins })
+    }
+
+    /// How `weight`'s decode rows are pinned on cuBLASLt, if they run there.
+    pub fn pin(&self, weight: Weight) -> Option<Pin> {
+        self.pins[weight as usize]
+    }
+
+    /// Whether every weight's decode rows run the skinny kernel.
+    pub fn is_none(&self) -> bool {
+        self.pins.iter().all(Option::is_none)
+    }
+}
+
 /// One loaded GEMM's key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Key {
-    /// A layer's GEMM: the lane, the shape over that lane's rows, and the epilogue.
-    Layer(Lane, GemmShape, EpilogueKind),
+    /// A layer's GEMM: the lane, the weight, the shape over that lane's rows, and the epilogue.
+    Layer(Lane, Weight, GemmShape, EpilogueKind),
     /// The LM head over its logit rows.
     Head(GemmShape),
 }
@@ -81,27 +148,35 @@ pub struct Linears {
     gpu: Arc<Gpu>,
     sms: usize,
     pin_at: usize,
+    decode_cublas: DecodeCublas,
     loaded: HashMap<Key, Gemm>,
 }
 
 impl Linears {
-    /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows.
-    pub fn new(gpu: &Arc<Gpu>, pin_at: usize) -> Result<Self> {
-        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, loaded: HashMap::new() })
+    /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows, and the
+    /// decode rows of the weights `decode_cublas` names cuBLASLt's for [`DECODE_PIN_AT`].
+    pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
+        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, decode_cublas, loaded: HashMap::new() })
     }
 
-    /// Loads the GEMM of `shape` over `lane`'s rows with `epilogue` (once per key): the skinny
-    /// kernel for decode rows (its warpgroup or shared-x form where [`GemmPlan::decode_rows`]
-    /// picks it); for chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to
-    /// store. The model fuses chunk rows only where the device runs the WGMMA kernel
+    /// Loads the GEMM of `weight` in `shape` over `lane`'s rows with `epilogue` (once per key):
+    /// the skinny kernel for decode rows (its warpgroup or shared-x form where
+    /// [`GemmPlan::decode_rows`] picks it; cuBLASLt where [`DecodeCublas`] names the weight); for
+    /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model
+    /// fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
-    pub fn prepare(&mut self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
+    pub fn prepare(&mut self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
         let (sms, pin_at) = (self.sms, self.pin_at);
         let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
-        self.load(Key::Layer(lane, shape, epilogue), || match (lane, epilogue) {
-            (Lane::Rows, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
-            (Lane::Chunks, EpilogueKind::Store) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
-            (Lane::Chunks, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
+        let decode_pin = self.decode_cublas.pin(weight);
+        self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
+            (Lane::Rows, EpilogueKind::Store, Some(Pin::SplitK)) => {
+                GemmPlan::cublaslt_pinned_split(shape, DECODE_PIN_AT)
+            }
+            (Lane::Rows, EpilogueKind::Store, Some(_)) => GemmPlan::cublaslt_pinned(shape, DECODE_PIN_AT),
+            (Lane::Rows, _, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
+            (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
+            (Lane::Chunks, _, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })
     }
 
@@ -111,8 +186,8 @@ impl Linears {
     }
 
     /// The GEMM [`Linears::prepare`] loaded for this key.
-    pub fn get(&self, lane: Lane, shape: GemmShape, epilogue: EpilogueKind) -> Result<&Gemm> {
-        self.loaded(Key::Layer(lane, shape, epilogue))
+    pub fn get(&self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<&Gemm> {
+        self.loaded(Key::Layer(lane, weight, shape, epilogue))
     }
 
     /// The head GEMM [`Linears::prepare_head`] loaded for `shape`.
@@ -141,5 +216,21 @@ mod tests {
     fn decode_rows_come_first_and_chunk_rows_after_them() {
         let rows = RowSplit { decodes: 3, chunks: 100 };
         assert_eq!((rows.lane(Lane::Rows), rows.lane(Lane::Chunks), rows.total()), ((0, 3), (3, 100), 103));
+    }
+
+    #[test]
+    fn decode_cublas_names_weights_and_their_pins_and_refuses_anything_else() {
+        let d = DecodeCublas::parse(" gate_up, down:split ").unwrap();
+        assert_eq!(
+            [Weight::Qkv, Weight::O, Weight::GateUp, Weight::Down].map(|w| d.pin(w)),
+            [None, None, Some(Pin::Whole), Some(Pin::SplitK)]
+        );
+        assert!(!d.is_none());
+        assert!(DecodeCublas::parse("").unwrap().is_none());
+        assert_eq!(DecodeCublas::default(), DecodeCublas::parse(",").unwrap());
+        for bad in ["gate", "down:splits", "qkv:whole", "o split"] {
+            let e = DecodeCublas::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(DecodeCublas::VAR) && e.contains(bad), "{bad}: {e}");
+        }
     }
 }

@@ -17,6 +17,9 @@
 //! op then writes only their keys and values, and no normed q makes a round trip through
 //! memory (half of the pass's bytes at asynct-0.5b).
 //!
+//! A weight whose decode rows run cuBLASLt ([`ProgramShape::decode_cublas`]) has no epilogue
+//! there: its decode rows take the separate op as chunk rows do.
+//!
 //! A small decode-only step may run its layers in the persistent megakernel (`gpu::mega`) instead:
 //! [`StepProgram::build`] then moves every layer's five ops into [`StepProgram::persistent`], the
 //! megakernel's instruction list, and leaves one [`Op::Megakernel`] in their place. The ops are
@@ -30,7 +33,7 @@
 
 use oracle::model::precision::RoundPoint;
 
-use super::linear::{Lane, RowSplit};
+use super::linear::{DecodeCublas, Lane, RowSplit};
 use gpu::gemm::EpilogueKind;
 
 /// The weight a linear op multiplies by.
@@ -223,6 +226,8 @@ pub struct ProgramShape {
     pub picked_all: bool,
     /// The fusions to apply to decode rows (the skinny GEMM's epilogues).
     pub fusion: Fusion,
+    /// The weights whose decode rows run cuBLASLt, so fuse nothing whatever `fusion` says.
+    pub decode_cublas: DecodeCublas,
     /// The fusions to apply to chunk rows (the WGMMA GEMM's epilogues; [`Fusion::NONE`] unless
     /// asked for, and always where the device does not run it; chunk rows' unfused GEMMs stay on
     /// cuBLASLt).
@@ -258,6 +263,7 @@ impl StepProgram {
             picked,
             picked_all,
             fusion,
+            decode_cublas,
             chunk_fusion,
             gate_stats,
             prefill_norms_queries,
@@ -270,7 +276,7 @@ impl StepProgram {
             && !attention_on_rows
             && rows.chunks > 0
             && !chunk_fusion.qkv
-            && (rows.decodes == 0 || fusion.qkv);
+            && (rows.decodes == 0 || (fusion.qkv && decode_cublas.pin(Weight::Qkv).is_none()));
         if decode_attention {
             ops.push(Op::BuildRows);
         }
@@ -280,13 +286,13 @@ impl StepProgram {
             // so), and the rows the separate op after it must cover, if any: one launch over
             // every row unless only one class of the step's rows was left unfused.
             let sublayer = |weight: Weight, on: fn(Fusion) -> bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
-                let separate = |count: usize, fusion: Fusion| count > 0 && !on(fusion);
-                let (decodes, chunks) = (separate(rows.decodes, fusion), separate(rows.chunks, chunk_fusion));
-                for (lane, count, fusion) in
-                    [(Lane::Rows, rows.decodes, fusion), (Lane::Chunks, rows.chunks, chunk_fusion)]
+                let fused = [on(fusion) && decode_cublas.pin(weight).is_none(), on(chunk_fusion)];
+                let (decodes, chunks) = (rows.decodes > 0 && !fused[0], rows.chunks > 0 && !fused[1]);
+                for (lane, count, fused) in
+                    [(Lane::Rows, rows.decodes, fused[0]), (Lane::Chunks, rows.chunks, fused[1])]
                 {
                     if count > 0 {
-                        let epilogue = if on(fusion) { epilogue } else { EpilogueKind::Store };
+                        let epilogue = if fused { epilogue } else { EpilogueKind::Store };
                         ops.push(Op::Linear { layer, weight, lane, epilogue });
                     }
                 }
@@ -327,6 +333,7 @@ impl StepProgram {
             && rows.chunks == 0
             && attention_on_rows
             && fusion == Fusion::ALL
+            && decode_cublas.is_none()
             && !gate_stats
             && layers > 0;
         let persistent = if mega { ops.splice(prologue.., [Op::Megakernel]).collect() } else { Vec::new() };

@@ -17,6 +17,7 @@ fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion)
         picked: tokens.min(decodes + 2),
         picked_all: chunks == 0,
         fusion,
+        decode_cublas: DecodeCublas::default(),
         chunk_fusion: Fusion::NONE,
         gate_stats: false,
         prefill_norms_queries: true,
@@ -26,15 +27,17 @@ fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion)
 
 /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
 /// with every fusion setting of either class of rows, with and without the megakernel asked
-/// for, and with the prefill norming its queries or not.
+/// for, with the prefill norming its queries or not, and with decode rows of no weight, gate/up
+/// alone or every weight on cuBLASLt.
 fn shapes() -> Vec<ProgramShape> {
     let fusions = [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }, Fusion::parse("qkv,silu")];
+    let cublas = ["", "gate_up", "qkv,o:split,gate_up,down:split"].map(|l| DecodeCublas::parse(l).unwrap());
     let mut all = Vec::new();
     for fusion in fusions {
         for chunk_fusion in fusions {
             for (d, c) in [(1, 0), (32, 0), (128, 0), (0, 512), (3, 100), (1, 7)] {
-                for persistent in [false, true] {
-                    let s = ProgramShape { persistent, chunk_fusion, ..shape(d, c, c == 0, fusion) };
+                for (persistent, decode_cublas) in [false, true].into_iter().flat_map(|p| cublas.map(|dc| (p, dc))) {
+                    let s = ProgramShape { persistent, chunk_fusion, decode_cublas, ..shape(d, c, c == 0, fusion) };
                     all.push(s);
                     all.push(ProgramShape { gate_stats: true, ..s });
                     if c > 0 {
@@ -63,6 +66,7 @@ fn the_megakernel_takes_every_layer_of_a_fused_decode_step_and_nothing_else() {
         shape(3, 100, true, Fusion::ALL),
         shape(8, 0, true, Fusion { silu: false, ..Fusion::ALL }),
         ProgramShape { gate_stats: true, ..shape(8, 0, true, Fusion::ALL) },
+        ProgramShape { decode_cublas: DecodeCublas::parse("gate_up").unwrap(), ..shape(8, 0, true, Fusion::ALL) },
     ] {
         let asked = StepProgram::build(ProgramShape { persistent: true, ..s });
         assert_eq!(asked, StepProgram::build(s), "{s:?}");
@@ -78,6 +82,30 @@ fn a_fused_decode_layer_is_five_launches() {
     assert_eq!(p.launches(), 3 + 15 + 1);
     let unfused = StepProgram::build(shape(32, 0, true, Fusion::NONE));
     assert_eq!(unfused.launches(), 3 + 3 * 9 + 1);
+}
+
+#[test]
+fn a_weight_whose_decode_rows_run_cublas_stores_and_its_op_follows_over_the_decode_rows() {
+    let s = shape(32, 0, true, Fusion::ALL);
+    let gate_up = StepProgram::build(ProgramShape { decode_cublas: DecodeCublas::parse("gate_up").unwrap(), ..s });
+    let layer1: Vec<_> = gate_up.ops.iter().filter(|op| layer_of(op) == Some(1)).copied().collect();
+    let (rows, store) = (Lane::Rows, EpilogueKind::Store);
+    assert_eq!(layer1.len(), 6, "{layer1:?}");
+    assert_eq!(layer1[3], Op::Linear { layer: 1, weight: Weight::GateUp, lane: rows, epilogue: store });
+    assert_eq!(layer1[4], Op::SiluMul { layer: 1, rows: Rows::All });
+    // Beside chunk rows whose ops are fused, the separate op covers the decode rows alone.
+    let mixed = ProgramShape {
+        decode_cublas: DecodeCublas::parse("o,down:split").unwrap(),
+        chunk_fusion: Fusion::ALL,
+        ..shape(3, 100, true, Fusion::ALL)
+    };
+    let p = StepProgram::build(mixed);
+    let closes: Vec<_> = p.ops.iter().filter(|op| matches!(op, Op::PeriLn { layer: 0, .. })).collect();
+    assert_eq!(closes.len(), 2, "{:?}", p.ops);
+    assert!(closes.iter().all(|op| op.rows() == Some(Rows::Decodes)), "{closes:?}");
+    let every =
+        StepProgram::build(ProgramShape { decode_cublas: DecodeCublas::parse("qkv,o,gate_up,down").unwrap(), ..s });
+    assert_eq!(every, StepProgram::build(shape(32, 0, true, Fusion::NONE)));
 }
 
 fn layer_of(op: &Op) -> Option<usize> {

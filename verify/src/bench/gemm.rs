@@ -26,7 +26,7 @@ use std::sync::Arc;
 use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
-use model::gpu_backend::linear::HEAD_PIN_AT;
+use model::gpu_backend::linear::{DECODE_PIN_AT, HEAD_PIN_AT};
 
 use super::timing::{copies, Figures, Timing};
 use crate::gemm_default::default_plan;
@@ -127,8 +127,9 @@ impl GemmPoint {
 /// Every plan timed at `shape` on a device of compute capability `cc` with `sms` SMs: each skinny
 /// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the shared-x form where
 /// it takes the shape, on sm_90 the warpgroup form (up to `SKINNY_TIMED_MAX_M`) and the WGMMA
-/// kernel where the shape fits them, cuBLASLt, and cuBLASLt pinned as the LM head pins it
-/// (`cublaslt-at-m64`).
+/// kernel where the shape fits them, cuBLASLt, cuBLASLt pinned as the LM head pins it
+/// (`cublaslt-at-m64`), and pinned at the decode rows' reference allowed to split K
+/// (`cublaslt-split-at-m64`).
 fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, String> {
     let mut plans: Vec<GemmPlan> = if shape.m <= SKINNY_TIMED_MAX_M {
         let plain = gpu::gemm::SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows(shape, rows).ok());
@@ -144,6 +145,7 @@ fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, 
     }
     plans.push(GemmPlan::cublaslt(shape).map_err(|e| e.to_string())?);
     plans.push(GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT).map_err(|e| e.to_string())?);
+    plans.push(GemmPlan::cublaslt_pinned_split(shape, DECODE_PIN_AT).map_err(|e| e.to_string())?);
     Ok(plans)
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
 use gpu::Gpu;
 use half::bf16;
-use model::gpu_backend::linear::HEAD_PIN_AT;
+use model::gpu_backend::linear::{DECODE_PIN_AT, HEAD_PIN_AT};
 use verify::gemm_default;
 
 use super::device::{
@@ -73,21 +73,27 @@ type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 /// warpgroup form, from M = 33); through the WGMMA kernel at M = 7 to 2100, at every place in its
 /// tile the M puts it; through cuBLASLt pinned at one reference M, a row alone and at M = 7, 65,
 /// 300, 768 and 1000 has the same bits (so a prefill chunk's rows do not depend on the chunks
-/// beside them); and pinned at the LM head's reference (`HEAD_PIN_AT`, 64), at the decode buckets'
-/// M 2 to 256, the reference itself included (so a request's logits do not depend on its batch);
-/// for the QKV, down and LM-head weights.
+/// beside them); and pinned at the LM head's reference (`HEAD_PIN_AT`, 64), whole and allowed
+/// to split K at the decode rows' (`DECODE_PIN_AT`, 64), at the decode buckets' M 2 to 256, the
+/// reference itself included (so a request's logits, and its decode rows where a weight's run
+/// cuBLASLt, do not depend on its batch); for every weight of the model.
 pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
-    for (s, &(name, n, k)) in [MODEL_SHAPES[0], MODEL_SHAPES[3], MODEL_SHAPES[4]].iter().enumerate() {
+    for (s, &(name, n, k)) in MODEL_SHAPES.iter().enumerate() {
         let seed = 7000 + 100 * s as u64;
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 6] = [
+        let paths: [(&str, PlanAt, &[usize]); 7] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
             ("decode rows", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, false), &[65, 130, 256]),
             ("decode rows on wgmma", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, true), &[33, 65, 130, 256]),
             ("pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, PINNED_AT), &[7, 65, 300, 768, 1000]),
             ("head-pinned cuBLASLt", |s| GemmPlan::cublaslt_pinned(s, HEAD_PIN_AT), &[2, 8, 32, 64, 65, 128, 256]),
+            (
+                "decode-pinned cuBLASLt splitting K",
+                |s| GemmPlan::cublaslt_pinned_split(s, DECODE_PIN_AT),
+                &[2, 8, 32, 64, 65, 128, 256],
+            ),
             ("wgmma", |s| GemmPlan::wgmma_epilogue(s, EpilogueKind::Store), &[7, 65, 128, 129, 300, 1000, 2100]),
         ];
         for (path, plan, ms) in paths {

@@ -7,6 +7,7 @@ use gpu::gemm::{
 };
 use gpu::Gpu;
 use half::bf16;
+use model::gpu_backend::linear::DECODE_PIN_AT;
 
 use super::reference::POISON;
 
@@ -52,7 +53,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
 /// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
 /// device runs wgmma and the slab fits, the WGMMA kernel where it serves the shape, cuBLASLt's own
-/// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64.
+/// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
+/// (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
@@ -72,6 +74,9 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     // 1, cuBLASLt refuses the reference M's algorithm (CUBLAS_STATUS_NOT_SUPPORTED, by name).
     if shape.m != PINNED_AT && shape.n >= 64 && shape.k >= 64 {
         plans.push(g(GemmPlan::cublaslt_pinned(shape, PINNED_AT))?);
+    }
+    if shape.m != DECODE_PIN_AT && shape.n >= 64 && shape.k >= 64 {
+        plans.push(g(GemmPlan::cublaslt_pinned_split(shape, DECODE_PIN_AT))?);
     }
     Ok(plans)
 }

@@ -70,7 +70,7 @@ impl GpuModel {
                     let (first, m) = rows.lane(lane);
                     let r = first..first + m;
                     let (n, kk) = nk(weight);
-                    let gemm = linears.get(lane, GemmShape { m, n, k: kk }, epilogue)?;
+                    let gemm = linears.get(lane, weight, GemmShape { m, n, k: kk }, epilogue)?;
                     let lw = &w.layers[layer];
                     let (hr, attn_r, mlp_r) = (el(&r, hidden), el(&r, q_width), el(&r, inter));
                     let (x, wv, epi) = match (weight, epilogue) {

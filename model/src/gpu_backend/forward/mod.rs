@@ -53,7 +53,7 @@ use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable,
 use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
-use super::linear::{Linears, RowSplit};
+use super::linear::{DecodeCublas, Linears, RowSplit};
 use super::pending_feed::FeedRun;
 use super::step_buffers::{step_memory, widest_decode_plan, Capacity, DeviceStep, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
@@ -143,6 +143,7 @@ pub struct GpuModel {
     gate: GateParams,
     heads: HeadShape,
     fusion: Fusion,
+    decode_cublas: DecodeCublas,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
     gates: Option<GateMeter>,
@@ -251,6 +252,7 @@ impl GpuModel {
                 gib(free)
             )));
         }
+        let decode_cublas = DecodeCublas::from_env()?;
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
@@ -298,13 +300,14 @@ impl GpuModel {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
-            linears: Linears::new(gpu, cap.max_tokens)?,
+            linears: Linears::new(gpu, cap.max_tokens, decode_cublas)?,
             gpu: gpu.clone(),
             dims,
             kernels,
             gate,
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
+            decode_cublas,
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
             gates: None,
@@ -459,6 +462,7 @@ impl GpuModel {
             picked: shape.picked,
             picked_all: shape.picked_all,
             fusion: self.fusion,
+            decode_cublas: self.decode_cublas,
             chunk_fusion: self.chunk_fusion,
             gate_stats: self.gates.is_some(),
             prefill_norms_queries: self.prefill_norms_queries,
@@ -469,7 +473,7 @@ impl GpuModel {
                 Op::Linear { weight, lane, epilogue, .. } => {
                     let (n, k) = gemm_nk(&self.dims, &self.heads, weight);
                     let m = rows.lane(lane).1;
-                    self.linears.prepare(lane, GemmShape { m, n, k }, epilogue)?;
+                    self.linears.prepare(lane, weight, GemmShape { m, n, k }, epilogue)?;
                 }
                 Op::LmHead { .. } => {
                     self.linears.prepare_head(head_shape(&self.dims, shape.picked))?;
