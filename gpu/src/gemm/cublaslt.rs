@@ -18,10 +18,10 @@
 //! reduction scheme (no split of K), and `cublasLtMatmulAlgoCheck` confirms the algorithm runs
 //! the plan's own `M`: every plan of one N and K then computes an output from its own row and
 //! column in the same order. A plan pinned with splits ([`Pin::SplitK`]) allows only the
-//! reduction schemes that sum the splits' partials in a pass of their own through the workspace
-//! (in the compute or the output type), never the in-place one that adds them into the output:
-//! the splits are the algorithm's, so the same for every `M`, and whether their order is too is
-//! what `gpu_gemm` checks on the device.
+//! reduction scheme that sums the splits' f32 partials in a pass of its own through the
+//! workspace, never the in-place one that adds them into the output: the splits are the
+//! algorithm's, so the same for every `M`, and `gpu_gemm` checks on the device that the order of
+//! their sum is too.
 
 use std::sync::Arc;
 
@@ -171,7 +171,10 @@ impl LtMatmul {
             Pin::No => None,
             // NONE alone: algorithms that split K are left out.
             Pin::Whole => Some(0u32),
-            Pin::SplitK => Some(2u32 | 4),
+            // COMPUTE_TYPE alone: OUTPUT_TYPE rounds each split's sum to bf16 before adding
+            // them, a second rounding SPEC section 4 does not have (gpu_gemm caught it off the
+            // f64 reference's bound, RESULTS run 206).
+            Pin::SplitK => Some(2u32),
         };
         if let Some(mask) = schemes {
             pref.set(P::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, &s)?;

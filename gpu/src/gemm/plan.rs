@@ -261,8 +261,8 @@ pub enum Pin {
     No,
     /// One algorithm for every `M`, not splitting K ([`GemmPlan::cublaslt_pinned`]).
     Whole,
-    /// One algorithm for every `M` that may split K, its partial sums reduced by a separate pass
-    /// through the workspace (never in place in the output), so the splits and their order
+    /// One algorithm for every `M` that may split K, its f32 partial sums reduced by a separate
+    /// pass through the workspace (never in place in the output), so the splits and their order
     /// follow from N, K and the reference `M` alone ([`GemmPlan::cublaslt_pinned_split`]).
     SplitK,
 }
