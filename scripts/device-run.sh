@@ -37,8 +37,7 @@
 #             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, noqkv ASYNCT_FUSION=peri_ln,silu, each
 #             to bench-decode-VARIANT.json/log; lt-LIST (PDL on, every fusion) sets
 #             ASYNCT_DECODE_CUBLASLT to LIST with "." for "," and "_split" for ":split" (the weights
-#             whose decode rows run cuBLASLt: lt-gate_up.down_split is gate_up,down:split);
-#             kv-N sets ASYNCT_KV_PREFETCH_MIB=N (the next layer's keys asked of L2 up to N MiB)
+#             whose decode rows run cuBLASLt: lt-gate_up.down_split is gate_up,down:split)
 #   chunks    issue 18's prefill comparison on asynct-0.5b (generated into /tmp/m05; carry ".qwen3"):
 #             the torch.compile prefill anchor (device-bin/torch_prefill_anchor.py, copied there by
 #             scripts/device-build.sh from ../shared/anchors; CHUNK_ANCHOR=0 skips it), then `asynct
@@ -329,7 +328,6 @@ PY
         if [[ $v == lt-* ]]; then
           list=${v#lt-}; list=${list//./,}; fuse=(ASYNCT_DECODE_CUBLASLT=${list//_split/:split})
         fi
-        [[ $v == kv-* ]] && fuse=(ASYNCT_KV_PREFETCH_MIB=${v#kv-})
         env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"

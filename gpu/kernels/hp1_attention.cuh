@@ -42,10 +42,7 @@
 //      per-warp counts in (round, warp) order: ordered, no atomics. Dense: every key (the same code
 //      keeps all).
 //      Each thread then asks L2 for the V row of its key if some head keeps it, so that PV's
-//      loads, a barrier later, find it on the way; and, where the launch names the next layer's
-//      caches (small decode batches, whose keys fit in L2 beside a layer's weights), for its
-//      key's K and V rows there (whole rows, by the bulk prefetch), so that the next layer's
-//      attention reads them from L2 rather than HBM. A hint: no value depends on it.
+//      loads, a barrier later, find it on the way.
 //   4. PV: a thread owns 8 output dims (one 16-byte V load per entry), D/8 threads cover an
 //      entry, so the CTA runs RG = 1024 / D streams; stream s takes list entries s, s + RG,
 //      s + 2 RG, ... in that order and accumulates p * v with fma in f32 from 0, issuing the
@@ -158,10 +155,6 @@ struct Args {
   int relu_pre;
   float clip_min;
   float clip_max;
-  // The next layer's caches (same shape), or null: the body asks L2 for the K and V rows of the
-  // keys it visits in them too, so that layer's attention finds them there (see 3. below).
-  const unsigned short* next_key_cache;
-  const unsigned short* next_value_cache;
 };
 
 template <int HP>
@@ -425,17 +418,6 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
         const unsigned short* v_row = cache_row(v_head, sh.slot[r * THREADS + tid - jstart], token_bytes);
 #pragma unroll
         for (int l = 0; l < D / 64; ++l) prefetch_l2(v_row + l * 64);
-      }
-    }
-    if (a.next_key_cache != nullptr) {
-#pragma unroll
-      for (int r = 0; r < ROUNDS; ++r) {
-        const int j = r * THREADS + tid;
-        if (j < n) {
-          const int row = sh.slot[j - jstart];
-          prefetch_l2(cache_row(a.next_key_cache + (long long)g * D, row, token_bytes), D * 2);
-          prefetch_l2(cache_row(a.next_value_cache + (long long)g * D, row, token_bytes), D * 2);
-        }
       }
     }
     cta.sync();

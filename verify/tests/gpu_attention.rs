@@ -50,7 +50,6 @@ fn main() {
         ("a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
         ("an_unsupported_head_dim_is_refused_by_name", unsupported_head_dim),
         ("a_cuda_graph_captured_on_short_lengths_replays_long_ones", cuda_graph),
-        ("asking_l2_for_the_next_layer_s_keys_changes_no_bit_and_writes_none", next_layer_prefetch),
         ("the_gate_zero_count_matches_its_host_mirror_and_the_oracle", gate_zero_counts),
     ];
     run("gpu_attention", checks);
@@ -295,50 +294,6 @@ fn unsupported_head_dim(gpu: &Arc<Gpu>) -> Check {
         Err(e) => Err(format!("D = 96 refused without naming it: {e}")),
         Ok(_) => Err("D = 96 ran".into()),
     }
-}
-
-/// The decode and split-K kernels (both PV forms, both head counts a CTA) asked to prefetch a
-/// next layer's caches (`Operands::next_layer`, as the model does for small batches) give the
-/// bits they give without, and leave those caches as they were.
-fn next_layer_prefetch(gpu: &Arc<Gpu>) -> Check {
-    let data = case(&decodes(&[1000, 130, 7]), (8, 4), 128, 16, 71).materialise().map_err(msg)?;
-    let host = HostCase::new(&data);
-    let g = geometry(&data, bucket(data.out_shape().0));
-    let mut bufs = AttnBuffers::upload(gpu, g, &host.inputs()).map_err(msg)?;
-    let len = bufs.operands(false).layer.key_cache.len();
-    let pattern: Vec<bf16> = (0..len).map(|i| bf16::from_f32((i % 251) as f32 - 125.0)).collect();
-    let (next_k, next_v) = (gpu.upload(&pattern).map_err(msg)?, gpu.upload(&pattern).map_err(msg)?);
-    let mut runs = 0;
-    for path in [AttentionPath::Decode(Pv::Sparse), AttentionPath::SplitK(Pv::Sparse), AttentionPath::SplitK(Pv::Dense)]
-    {
-        for heads in [HeadsPerCta::One, HeadsPerCta::Two] {
-            let plan = Plan::with_heads(g, path, GroupSize::Sixteen, heads).map_err(msg)?;
-            let attention = Hp1Attention::new(gpu, plan.clone()).map_err(msg)?;
-            bufs.reserve_workspace(gpu, plan.workspace_len).map_err(msg)?;
-            attention.build_rows(bufs.row_operands()).map_err(msg)?;
-            let mut outs = Vec::new();
-            for prefetch in [false, true] {
-                bufs.poison_output(gpu).map_err(msg)?;
-                let mut ops = bufs.operands(false);
-                if prefetch {
-                    ops.next_layer = Some((next_k.as_view(), next_v.as_view()));
-                }
-                attention.run(ops, &host.gate()).map_err(msg)?;
-                outs.push(bufs.download_output(gpu).map_err(msg)?);
-            }
-            if !same_bits(&outs[0], &outs[1]) {
-                return Err(format!("{} H{}: the prefetching launch changed the output", path.name(), heads.count()));
-            }
-            runs += 1;
-        }
-    }
-    for (name, cache) in [("key", &next_k), ("value", &next_v)] {
-        if gpu.download(cache).map_err(msg)? != pattern {
-            return Err(format!("the next layer's {name} cache changed"));
-        }
-    }
-    println!("  {runs} plans give the same bits with and without the prefetch; the next layer's caches unchanged");
-    Ok(())
 }
 
 fn cuda_graph(gpu: &Arc<Gpu>) -> Check {

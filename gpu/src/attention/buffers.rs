@@ -285,7 +285,6 @@ impl AttnBuffers {
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
             rows_settled,
-            next_layer: None,
         }
     }
 }

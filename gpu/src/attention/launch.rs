@@ -110,10 +110,6 @@ pub struct Operands<'a> {
     /// them while that kernel finishes (PDL), two memory round trips off its start. False is
     /// always safe; true right after [`Hp1Attention::build_rows`] is a race.
     pub rows_settled: bool,
-    /// The next layer's key and value caches (the shape of this layer's), whose rows of the keys
-    /// this launch visits it asks L2 for, so that the next layer's attention finds them there: a
-    /// hint for batches whose keys fit in L2 beside a layer's weights; `None` asks for nothing.
-    pub next_layer: Option<(CudaView<'a, bf16>, CudaView<'a, bf16>)>,
 }
 
 /// A plan with its entry points loaded, ready to launch on the GPU's stream.
@@ -154,8 +150,7 @@ impl Hp1Attention {
         self.push(&mut launch, ops, gate)?;
         // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
         // decode, or the partials, the counters (zero, as every launch leaves them) and `out` for
-        // split-K, then `rows_settled` and the next layer's caches or two nulls), and every buffer
-        // was checked against the grid's reach.
+        // split-K, then `rows_settled`), and every buffer was checked against the grid's reach.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
@@ -172,7 +167,7 @@ impl Hp1Attention {
     /// arguments.
     fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled, next_layer } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
         layer.check(entry, &g, &self.stream)?;
@@ -185,12 +180,6 @@ impl Hp1Attention {
         }
         check_len(entry, "row_seq", row_seq.len(), g.rows)?;
         check_len(entry, "row_len", row_len.len(), g.rows)?;
-        if let Some((key, value)) = &next_layer {
-            check_len(entry, "the next layer's key cache", key.len(), layer.key_cache.len())?;
-            check_len(entry, "the next layer's value cache", value.len(), layer.value_cache.len())?;
-            check_aligned(&self.stream, entry, "the next layer's key cache", key)?;
-            check_aligned(&self.stream, entry, "the next layer's value cache", value)?;
-        }
         let LayerBuffers { q, q_row_stride, key_cache, value_cache, block_table, sigma, gamma, mut out } = layer;
 
         let q_row_stride = q_row_stride as i64;
@@ -235,10 +224,6 @@ impl Hp1Attention {
                 launch.arg(&mut workspace).arg(&mut counters).arg(&mut out).arg(&rows_settled);
             }
         }
-        match &next_layer {
-            Some((key, value)) => launch.arg(key).arg(value),
-            None => launch.arg(&0u64).arg(&0u64),
-        };
         Ok(())
     }
 }

@@ -1,8 +1,7 @@
 //! The GPU backend: the model run by the `gpu` crate's kernels. [`weights`] puts the checkpoint
 //! on the device in the layouts the kernels read, [`step_buffers`] holds one step's activations
 //! and metadata, [`step_program`] lists a step's launches, [`linear`] picks each GEMM's kernel,
-//! [`forward`] runs a step through every layer (its decode attention asking L2 for the next
-//! layer's keys where [`kv_prefetch`] says they fit), [`decode_graphs`] replays decode-only steps as
+//! [`forward`] runs a step through every layer, [`decode_graphs`] replays decode-only steps as
 //! whole-step CUDA graphs (or [`decode_kernel`]'s megakernel), and [`executor`] is the
 //! [`StepExecutor`](crate::executor::StepExecutor) over it, sampling on the device, with
 //! [`in_flight`] keeping the book of queued steps and [`pending_feed`] placing the tokens of a
@@ -13,7 +12,6 @@ pub mod decode_kernel;
 pub mod executor;
 pub mod forward;
 pub mod in_flight;
-pub mod kv_prefetch;
 pub mod linear;
 pub mod pending_feed;
 pub mod step_buffers;

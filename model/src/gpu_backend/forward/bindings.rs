@@ -140,10 +140,7 @@ impl GpuModel {
                     k.qk.run(&lw.q_norm, &lw.k_norm, &inputs, &mut outputs, &mut k.faults)?;
                 }
                 Op::Attention { layer, part } => {
-                    let mut l = LayerRef::of(cache, w, layer, gate, heads, width);
-                    if launch.kv_prefetch && layer + 1 < cache.key.len() {
-                        l.next = Some((&cache.key[layer + 1], &cache.value[layer + 1]));
-                    }
+                    let l = LayerRef::of(cache, w, layer, gate, heads, width);
                     attention_part(&launch.attn, part, l, b, k.qk.rope(), split, sink)?;
                 }
                 Op::Megakernel => {
@@ -260,8 +257,6 @@ impl<'a> Close<'a> {
 struct LayerRef<'a> {
     key: &'a CudaSlice<bf16>,
     value: &'a CudaSlice<bf16>,
-    /// The next layer's key and value caches, for the decode kernels to ask L2 for.
-    next: Option<(&'a CudaSlice<bf16>, &'a CudaSlice<bf16>)>,
     weights: &'a DeviceLayer,
     gate: &'a GateParams,
     q_width: usize,
@@ -281,7 +276,7 @@ impl<'a> LayerRef<'a> {
     ) -> Self {
         let (q_width, qkv_width) = (heads.q_width(), heads.qkv_width());
         let (key, value, weights) = (&cache.key[layer], &cache.value[layer], &w.layers[layer]);
-        Self { key, value, next: None, weights, gate, q_width, qkv_width, width }
+        Self { key, value, weights, gate, q_width, qkv_width, width }
     }
 
     /// The launch buffers over query rows `rows` of `q` (rows of `q_row` elements: the queries,
@@ -336,7 +331,6 @@ fn attention_part(
             // The op before an attention op is a GEMM or an op on q, never BuildRows
             // (StepProgram's tests), and the block table is uploaded before the step.
             rows_settled: true,
-            next_layer: layer.next.map(|(key, value)| (key.as_view(), value.as_view())),
         };
         match sink {
             Sink::Launch => Ok(a.run(ops, layer.gate)?),

@@ -53,7 +53,6 @@ use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable,
 use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
-use super::kv_prefetch::KvPrefetch;
 use super::linear::{DecodeCublas, Linears, RowSplit};
 use super::pending_feed::FeedRun;
 use super::step_buffers::{step_memory, widest_decode_plan, Capacity, DeviceStep, Split, StepBuffers};
@@ -145,7 +144,6 @@ pub struct GpuModel {
     heads: HeadShape,
     fusion: Fusion,
     decode_cublas: DecodeCublas,
-    kv_prefetch: KvPrefetch,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
     gates: Option<GateMeter>,
@@ -183,8 +181,6 @@ pub struct StepLaunch {
     /// The megakernel's table of the program's persistent ops, when it has any, and the index in
     /// `GpuModel::megas` of the entry it was checked against.
     mega: Option<(usize, MegaTable)>,
-    /// Whether each decode attention asks L2 for the next layer's keys and values.
-    kv_prefetch: bool,
 }
 
 impl StepLaunch {
@@ -257,7 +253,6 @@ impl GpuModel {
             )));
         }
         let decode_cublas = DecodeCublas::from_env()?;
-        let kv_prefetch = KvPrefetch::from_env()?;
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
@@ -313,7 +308,6 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             decode_cublas,
-            kv_prefetch,
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
             gates: None,
@@ -487,12 +481,7 @@ impl GpuModel {
                 _ => {}
             }
         }
-        let decodes = match &attn {
-            AttnPlan::Decode(a) | AttnPlan::Split { decodes: Some(a), .. } => Some(a.plan().geometry),
-            AttnPlan::Split { decodes: None, .. } => None,
-        };
-        let kv_prefetch = decodes.is_some_and(|g| self.kv_prefetch.fits(&g));
-        let mut launch = StepLaunch { shape, attn, program, mega: None, kv_prefetch };
+        let mut launch = StepLaunch { shape, attn, program, mega: None };
         let (ws, counters) = launch.workspace();
         if ws > self.bufs.workspace.len() || counters > self.bufs.counters.len() {
             return Err(Error::Executor(format!(
