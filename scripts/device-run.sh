@@ -36,8 +36,9 @@
 #             VARIANTS (default "pdl1-fuse pdl0-fuse pdl1-nofuse pdl0-nofuse"): pdl0 sets
 #             ASYNCT_PDL=0, nofuse ASYNCT_FUSION=none, noqkv ASYNCT_FUSION=peri_ln,silu, each
 #             to bench-decode-VARIANT.json/log; lt-LIST (PDL on, every fusion) sets
-#             ASYNCT_DECODE_CUBLASLT to LIST with "." for "," and "_split" for ":split" (the weights
-#             whose decode rows run cuBLASLt: lt-gate_up.down_split is gate_up,down:split)
+#             ASYNCT_DECODE_CUBLASLT (the weights whose decode rows run cuBLASLt) to LIST with "."
+#             for ",", "_split" for ":split" and "_at" for "@": lt-gate_up_at32.down_split is
+#             gate_up@32,down:split
 #   chunks    issue 18's prefill comparison on asynct-0.5b (generated into /tmp/m05; carry ".qwen3"):
 #             the torch.compile prefill anchor (device-bin/torch_prefill_anchor.py, copied there by
 #             scripts/device-build.sh from ../shared/anchors; CHUNK_ANCHOR=0 skips it), then `asynct
@@ -326,7 +327,7 @@ PY
         pdl=1; [[ $v == pdl0* ]] && pdl=0
         fuse=(); [[ $v == *nofuse ]] && fuse=(ASYNCT_FUSION=none); [[ $v == *noqkv ]] && fuse=(ASYNCT_FUSION=peri_ln,silu)
         if [[ $v == lt-* ]]; then
-          list=${v#lt-}; list=${list//./,}; fuse=(ASYNCT_DECODE_CUBLASLT=${list//_split/:split})
+          list=${v#lt-}; list=${list//./,}; list=${list//_split/:split}; fuse=(ASYNCT_DECODE_CUBLASLT=${list//_at/@})
         fi
         env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1

@@ -80,12 +80,12 @@ pub const HEAD_PIN_AT: usize = 64;
 /// runs 79-195).
 pub const DECODE_PIN_AT: usize = 64;
 
-/// Which weights' decode rows run cuBLASLt pinned at [`DECODE_PIN_AT`] rows instead of the
-/// skinny kernel, and with which pin ([`Pin::Whole`], or [`Pin::SplitK`] for a K long beside
-/// N). None by default.
+/// Which weights' decode rows run cuBLASLt instead of the skinny kernel, with which pin
+/// ([`Pin::Whole`], or [`Pin::SplitK`] for a K long beside N) and at which reference row count
+/// ([`DECODE_PIN_AT`] unless named). None by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DecodeCublas {
-    pins: [Option<Pin>; 4],
+    pins: [Option<(Pin, usize)>; 4],
 }
 
 impl DecodeCublas {
@@ -98,33 +98,40 @@ impl DecodeCublas {
     }
 
     /// A comma list of weights, `qkv`, `o`, `gate_up` or `down`, each pinned whole or, followed by
-    /// `:split`, with K split; empty names none.
+    /// `:split`, with K split, then optionally `@M` for the reference row count (1 to 4096); empty
+    /// names none.
     pub fn parse(list: &str) -> Result<Self> {
         let mut pins = [None; 4];
         for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-            let (name, pin) = match item.strip_suffix(":split") {
+            let bad = || {
+                Error::Executor(format!(
+                    "{}: `{item}` is not a weight (qkv, o, gate_up or down, each optionally followed by :split, \
+                     then by @M for M of 1 to 4096)",
+                    Self::VAR
+                ))
+            };
+            let (spec, at) = match item.split_once('@') {
+                Some((spec, m)) => (spec, m.parse::<usize>().ok().filter(|m| (1..=4096).contains(m)).ok_or_else(bad)?),
+                None => (item, DECODE_PIN_AT),
+            };
+            let (name, pin) = match spec.strip_suffix(":split") {
                 Some(name) => (name, Pin::SplitK),
-                None => (item, Pin::Whole),
+                None => (spec, Pin::Whole),
             };
             let weight = match name {
                 "qkv" => Weight::Qkv,
                 "o" => Weight::O,
                 "gate_up" => Weight::GateUp,
                 "down" => Weight::Down,
-                _ => {
-                    return Err(Error::Executor(format!(
-                        "{}: `{item}` is not a weight (qkv, o, gate_up or down, each optionally followed by :split)",
-                        Self::VAR
-                    )))
-                }
+                _ => return Err(bad()),
             };
-            pins[weight as usize] = Some(pin);
+            pins[weight as usize] = Some((pin, at));
         }
         Ok(Self { pins })
     }
 
-    /// How `weight`'s decode rows are pinned on cuBLASLt, if they run there.
-    pub fn pin(&self, weight: Weight) -> Option<Pin> {
+    /// How `weight`'s decode rows are pinned on cuBLASLt, and at which row count, if they run there.
+    pub fn pin(&self, weight: Weight) -> Option<(Pin, usize)> {
         self.pins[weight as usize]
     }
 
@@ -154,7 +161,7 @@ pub struct Linears {
 
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows, and the
-    /// decode rows of the weights `decode_cublas` names cuBLASLt's for [`DECODE_PIN_AT`].
+    /// decode rows of the weights `decode_cublas` names cuBLASLt's for the row count it names.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
         Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, decode_cublas, loaded: HashMap::new() })
     }
@@ -170,10 +177,8 @@ impl Linears {
         let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
         let decode_pin = self.decode_cublas.pin(weight);
         self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
-            (Lane::Rows, EpilogueKind::Store, Some(Pin::SplitK)) => {
-                GemmPlan::cublaslt_pinned_split(shape, DECODE_PIN_AT)
-            }
-            (Lane::Rows, EpilogueKind::Store, Some(_)) => GemmPlan::cublaslt_pinned(shape, DECODE_PIN_AT),
+            (Lane::Rows, EpilogueKind::Store, Some((Pin::SplitK, at))) => GemmPlan::cublaslt_pinned_split(shape, at),
+            (Lane::Rows, EpilogueKind::Store, Some((_, at))) => GemmPlan::cublaslt_pinned(shape, at),
             (Lane::Rows, _, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
@@ -220,15 +225,15 @@ mod tests {
 
     #[test]
     fn decode_cublas_names_weights_and_their_pins_and_refuses_anything_else() {
-        let d = DecodeCublas::parse(" gate_up, down:split ").unwrap();
+        let d = DecodeCublas::parse(" gate_up, down:split@128 ").unwrap();
         assert_eq!(
             [Weight::Qkv, Weight::O, Weight::GateUp, Weight::Down].map(|w| d.pin(w)),
-            [None, None, Some(Pin::Whole), Some(Pin::SplitK)]
+            [None, None, Some((Pin::Whole, DECODE_PIN_AT)), Some((Pin::SplitK, 128))]
         );
         assert!(!d.is_none());
         assert!(DecodeCublas::parse("").unwrap().is_none());
         assert_eq!(DecodeCublas::default(), DecodeCublas::parse(",").unwrap());
-        for bad in ["gate", "down:splits", "qkv:whole", "o split"] {
+        for bad in ["gate", "down:splits", "qkv:whole", "o split", "o@0", "o@4097", "o@", "o@x", "o@8:split"] {
             let e = DecodeCublas::parse(bad).unwrap_err().to_string();
             assert!(e.contains(DecodeCublas::VAR) && e.contains(bad), "{bad}: {e}");
         }
