@@ -11,7 +11,7 @@ W=device-bin-wide
 (timeout 90 $W/gpu_gemm; \
  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $W/gpu_gemm sanitize | tail -n 15; \
  timeout 90 $W/gpu_engine; timeout 90 $W/gpu_model) > $OUT/gpu-tests.txt 2>&1
-OUT=$O BUILDS="device-bin-main device-bin-wide" STEP_BATCHES=1,64,96,128 timeout 240 scripts/device-run.sh builds \
+OUT=$O BIN_DIR=$W BUILDS="device-bin-main device-bin-wide" STEP_BATCHES=1,64,96,128 timeout 240 scripts/device-run.sh builds \
   > $OUT/builds.txt 2>&1
 cp $O/builds.json $O/builds-summary.txt $OUT/ 2>/dev/null
 timeout 90 ncu --csv --log-file $O/ncu-wide-b128.csv --profile-from-start off --graph-profiling node \
