@@ -11,8 +11,8 @@
 // (RESULTS runs 153-154): gate/up of asynct-0.5b at 64 rows 8.9 us against the shared-x form's
 // 10.8, the decode step at B33 and B64 2% faster; but with one CTA a 64 x 64 tile, a W of 16 or
 // 32 blocks (qkv, o, down) leaves most SMs idle (8 to 20 us), and at 65 rows and more each slab
-// of 64 reads W again, so gpu::gemm::GemmPlan::decode_rows takes it at 33 to 64 rows on a W of 66
-// blocks or more, and past 64 rows the wide instantiation (WIDE below) on the same W.
+// reads W again, so gpu::gemm::GemmPlan::decode_rows takes it only at 33 to 64 rows on a W of
+// 66 blocks or more.
 //
 // THE SAME BITS AS gemm_skinny.cuh. A sum there is: K in steps of 32, step s in class s % 8 (the
 // warp that runs it); in a class its steps in increasing order, each two m16n8k16 mma, the first
@@ -42,25 +42,10 @@
 // warpgroup 1 adds its four onto it in order; then every thread runs the epilogue on the finished
 // tile (gemm_epilogue.cuh's interface: consecutive threads on consecutive W rows of one x row).
 //
-// WIDE (gemm_wide; entries gemm_skinny_wg_m128{SUFFIX}). At 128 rows the four accumulators of a
-// warpgroup above would take 256 registers, and two slabs of 64 read W twice. The wide form
-// computes a 64 x 128 tile: warpgroup h takes x rows 64 h .. 64 h + 63 of the slab against the
-// same W tiles (each a m64n64k16 wgmma as above, on its half of the x tile), and both walk the
-// pairs of classes (2p, 2p + 1), p = 0 .. 3, in turn, each over its 64-k tiles T = p, p + 4, ...
-// in increasing order, the tile's two steps into the pair's two accumulators (zeroed when the
-// pair starts). When a pair's last tile is done its two partials are folded in order onto the
-// running sum (the first pair's: p0 + p1), so the sum is ((p0 + p1) + p2) + ... + p7 as in
-// gemm_skinny.cuh, with 3 accumulators of 32 registers instead of 4; a K under 256 leaves pairs
-// with no tile, whose classes' partials are +0 and are added as such. The ring (WIDE_STAGES
-// stages of a W tile and a 128-row x tile, 24 KB each) is the CTA's, every stage read by both
-// warpgroups, so the barriers are the CTA's. ptxas (NVRTC 13): 128 to 167 registers, no stack.
-//
 // LAUNCH. Grid ceil(N / 64) x slabs (CTA b: slab b % slabs of W block b / slabs), 256 threads,
 // dynamic shared memory gpu::gemm::SKINNY_WG_BYTES: 1,024 (alignment) + 2 STAGES (8,192 +
 // 8,192) (W and x tiles; the finished tile, 64 (64 + 4) 4 bytes, reuses warpgroup 0's ring).
-// About 210 registers a thread: one CTA an SM. The wide form: slabs of 128 rows, dynamic shared
-// memory gpu::gemm::SKINNY_WG_WIDE_BYTES: 1,024 + WIDE_STAGES (8,192 + 16,384) (the finished
-// tile, 128 (64 + 4) 4 bytes, reuses the ring). ASSUMPTIONS, checked on the host: as
+// About 210 registers a thread: one CTA an SM. ASSUMPTIONS, checked on the host: as
 // gemm_skinny.cuh's (K a positive multiple of 8, N < 2^31, the pairing epilogues' N a multiple
 // of 16).
 
@@ -78,10 +63,9 @@ constexpr int X_TILE = XN * TILE_K * 2;
 constexpr int PAD = 4;      // the finished tile's row stride, W_ROWS + PAD floats
 static_assert(XN * (W_ROWS + PAD) * 4 <= STAGES * (X_TILE + W_TILE), "the finished tile fits a ring");
 
-// The finished tile of XR_ rows of x: sums[xr][wr], as gemm_epilogue.cuh reads a tile.
-template <int XR_>
-struct TileOf {
-  static constexpr int XR = XR_;
+// The finished tile: sums[xr][wr], as gemm_epilogue.cuh reads a tile.
+struct Tile {
+  static constexpr int XR = XN;
   static constexpr int WR = W_ROWS;
   static constexpr int THREADS = gemm_skinny_wg::THREADS;
   const float* sums;
@@ -93,7 +77,6 @@ struct TileOf {
   __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
   __device__ __forceinline__ float sum(int xr, int wr) const { return sums[xr * (W_ROWS + PAD) + wr]; }
 };
-using Tile = TileOf<XN>;
 
 // The byte of W row r's 16-byte chunk c in a tile: rows of 128 bytes, chunks XOR-swizzled by the
 // row, so the fragment loads of 8 rows at one k spread over the banks.
@@ -119,21 +102,6 @@ __device__ __forceinline__ unsigned x_at(int r, int u) {
 __device__ __forceinline__ void cp_async_8(unsigned dst, const void* src, bool valid) {
   const int src_size = valid ? 8 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_size) : "memory");
-}
-
-// The A operands of a W tile at `wt` for the lane of W row r (and r + 8) and t: fragment slots of
-// wgmma e of step h are word k0 (+ 16 for slots 2t + 8, 2t + 9) of rows r and r + 8, k0 = 32 h +
-// 4 e + 8 (t / 2) + 2 (t % 2).
-__device__ __forceinline__ void load_a(unsigned wt, int r, int t, unsigned (&a)[2][2][4]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const int row = r + 8 * (v & 1), kk = 32 * h + 4 * e + 8 * (t >> 1) + 2 * (t & 1) + 16 * (v >> 1);
-        a[h][e][v] = ld_shared_4(wt + w_at(row, kk >> 3) + (kk & 7) * 2);
-      }
 }
 
 template <class Epi>
@@ -198,8 +166,19 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
     tc::cp_async_wait<STAGES - 1>();
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+    // Fragment slots of wgmma e of step h: word k0 (+ 16 for slots 2t + 8, 2t + 9) of rows r and
+    // r + 8, k0 = 32 h + 4 e + 8 (t / 2) + 2 (t % 2).
     unsigned a[2][2][4];
-    load_a(stage_at(i) + X_TILE, r, t, a);
+    const unsigned wt = stage_at(i) + X_TILE;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const int row = r + 8 * (v & 1), kk = 32 * h + 4 * e + 8 * (t >> 1) + 2 * (t & 1) + 16 * (v >> 1);
+          a[h][e][v] = ld_shared_4(wt + w_at(row, kk >> 3) + (kk & 7) * 2);
+        }
     const int s0 = 2 * tile_of(i);
     wgmma_fence();
 #pragma unroll
@@ -250,135 +229,6 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
   epi(Tile{sums, rows, row0, n0, n});
 }
 
-
-// The wide form (WIDE below): one CTA a 64-row W block by a slab of 128 rows of x.
-constexpr int WIDE_XN = 2 * XN;
-constexpr int WIDE_STAGES = 8;
-constexpr int WIDE_X_TILE = WIDE_XN * TILE_K * 2;
-constexpr int WIDE_STAGE = WIDE_X_TILE + W_TILE;
-static_assert(WIDE_XN * (W_ROWS + PAD) * 4 <= WIDE_STAGES * WIDE_STAGE, "the finished tile fits the ring");
-
-// The walk of the wide form: the pairs of classes (2p, 2p + 1), p = 0 .. 3, in turn, each over
-// its 64-k tiles T = p, p + 4, p + 8, ... in increasing order. first(p) is the walk index of pair
-// p's first tile (first(4) = tiles).
-struct PairWalk {
-  int tiles;
-  __device__ __forceinline__ int count(int p) const { return p < tiles ? (tiles - p + 3) / 4 : 0; }
-  __device__ __forceinline__ int first(int p) const {
-    int i = 0;
-    for (int q = 0; q < p; ++q) i += count(q);
-    return i;
-  }
-  // The tile and pair of walk index i (i < tiles).
-  __device__ __forceinline__ int2 at(int i) const {
-    int p = 0;
-    while (i >= count(p)) i -= count(p++);
-    return make_int2(p + 4 * i, p);
-  }
-};
-
-template <class Epi>
-__device__ __forceinline__ void gemm_wide(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k,
-                                          const Epi& epi) {
-  constexpr int ACC = XN / 2;
-  const int group = threadIdx.x >> 7, tid = threadIdx.x & 127;
-  const int warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
-  const int slabs = (m + WIDE_XN - 1) / WIDE_XN;
-  const int n0 = (blockIdx.x / slabs) * W_ROWS;
-  const long long row0 = (long long)(blockIdx.x % slabs) * WIDE_XN;
-  const int rows = min(m - (int)row0, WIDE_XN);
-  const int tiles = (k + TILE_K - 1) / TILE_K, steps = (k + STEP_K - 1) / STEP_K;
-  const PairWalk walk{tiles};
-  x += row0 * k;
-
-  const unsigned raw = tc::smem_addr(tc::dynamic_smem());
-  const unsigned base = (raw + 1023u) & ~1023u;  // the swizzle's atoms are 1024-byte aligned
-  float* sums = reinterpret_cast<float*>(tc::dynamic_smem() + (base - raw));
-  // Walk index i's stage: x (this group's 64 rows at + 64 * 128 group bytes), then W.
-  auto stage_at = [&](int i) { return base + (i % WIDE_STAGES) * WIDE_STAGE; };
-  auto load_w = [&](int i) {
-    if (i >= tiles) return;
-    const unsigned stage = stage_at(i) + WIDE_X_TILE;
-    const int k0 = TILE_K * walk.at(i).x;
-#pragma unroll
-    for (int e = 0; e < W_TILE / 16 / THREADS; ++e) {
-      const int q = threadIdx.x + THREADS * e, r = q >> 3, c = q & 7, kk = k0 + 8 * c;
-      tc::cp_async_16(stage + w_at(r, c), w + (long long)(n0 + r) * k + kk, n0 + r < n && kk < k);
-    }
-  };
-  auto load_x = [&](int i) {
-    if (i < tiles) {
-      const unsigned stage = stage_at(i);
-      const int k0 = TILE_K * walk.at(i).x;
-#pragma unroll
-      for (int e = 0; e < WIDE_X_TILE / 8 / THREADS; ++e) {
-        const int q = threadIdx.x + THREADS * e, r = q >> 4, u = q & 15, kk = k0 + 4 * u;
-        cp_async_8(stage + x_at(r, u), x + (long long)r * k + kk, r < rows && kk < k);
-      }
-    }
-    tc::cp_async_commit();
-  };
-
-  for (int i = 0; i < WIDE_STAGES; ++i) load_w(i);
-  pdl_begin();
-  for (int i = 0; i < WIDE_STAGES; ++i) load_x(i);
-
-  // acc[h]: class 2p + h of the pair being walked; sum: the classes before it, folded in order.
-  float acc[2][ACC], sum[ACC];
-  const int r = 16 * warp + g;  // and r + 8
-  int pair = -1;
-  for (int i = 0; i < tiles; ++i) {
-    tc::cp_async_wait<WIDE_STAGES - 1>();
-    fence_proxy_async();
-    __syncthreads();
-    const int2 tp = walk.at(i);
-    if (tp.y != pair) {
-      pair = tp.y;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int j = 0; j < ACC; ++j) acc[h][j] = 0.0f;
-    }
-    unsigned a[2][2][4];
-    load_a(stage_at(i) + WIDE_X_TILE, r, t, a);
-    const int s0 = 2 * tp.x;
-    const unsigned xt = stage_at(i) + group * (XN * 128);
-    wgmma_fence();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (s0 + h < steps) {  // block-uniform: a step past the last adds nothing, as in gemm_skinny
-        wgmma_rs_m64n64k16<0>(acc[h], a[h][0], wgmma_desc(xt + 64 * h, 16, 1024));
-        wgmma_rs_m64n64k16<0>(acc[h], a[h][1], wgmma_desc(xt + 64 * h + 32, 16, 1024));
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    if (i + 1 == walk.first(pair + 1)) {  // the pair's last tile: fold its two classes in
-#pragma unroll
-      for (int j = 0; j < ACC; ++j) sum[j] = pair == 0 ? acc[0][j] + acc[1][j] : (sum[j] + acc[0][j]) + acc[1][j];
-    }
-    __syncthreads();
-    load_w(i + WIDE_STAGES);
-    load_x(i + WIDE_STAGES);
-  }
-  // The pairs of a K under 256 that own no tile: their classes' partials are +0, which the
-  // skinny kernel adds too.
-  for (int p = pair + 1; p < 4; ++p)
-#pragma unroll
-    for (int j = 0; j < ACC; ++j) sum[j] = (sum[j] + 0.0f) + 0.0f;
-  tc::cp_async_wait<0>();
-  __syncthreads();
-
-  // Fragment j of a warp: W row r (+ 8 for the upper two), x row 64 group + 8 (j / 4) + 2 t (+ 1).
-#pragma unroll
-  for (int j = 0; j < ACC; ++j) {
-    const int xr = XN * group + 8 * (j >> 2) + 2 * t + (j & 1);
-    sums[xr * (W_ROWS + PAD) + r + 8 * ((j >> 1) & 1)] = sum[j];
-  }
-  __syncthreads();
-  epi(TileOf<WIDE_XN>{sums, rows, row0, n0, n});
-}
-
 }  // namespace gemm_skinny_wg
 
 // gemm_skinny_wg_m64{SUFFIX}: slabs of 64 rows of x; the arguments of gemm_skinny.cu's entries.
@@ -392,15 +242,3 @@ GEMM_SKINNY_WG_ENTRY(STORE, )
 GEMM_SKINNY_WG_ENTRY(PERILN, _periln)
 GEMM_SKINNY_WG_ENTRY(SILU_MUL, _silu_mul)
 GEMM_SKINNY_WG_ENTRY(QK, _qk_norm_rope_cache)
-
-// gemm_skinny_wg_m128{SUFFIX}: the wide form, slabs of 128 rows of x; the same arguments.
-#define GEMM_SKINNY_WG_WIDE_ENTRY(EPI, SUFFIX)                                                          \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny_wg::THREADS) gemm_skinny_wg_m128##SUFFIX(     \
-      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {     \
-    gemm_skinny_wg::gemm_wide(x, w, m, n, k, EPI##_EPILOGUE);                                          \
-  }
-
-GEMM_SKINNY_WG_WIDE_ENTRY(STORE, )
-GEMM_SKINNY_WG_WIDE_ENTRY(PERILN, _periln)
-GEMM_SKINNY_WG_WIDE_ENTRY(SILU_MUL, _silu_mul)
-GEMM_SKINNY_WG_WIDE_ENTRY(QK, _qk_norm_rope_cache)

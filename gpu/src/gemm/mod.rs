@@ -17,8 +17,7 @@
 //!   several W blocks per CTA, with the same bits; [`GemmPlan::decode_rows`] picks it where each
 //!   CTA gets three blocks or more. Its warpgroup form (`gemm_skinny_wg.cu`, sm_90a,
 //!   [`GemmPlan::skinny_wgmma`]) computes the same sums, bit for bit, on wgmma, one CTA a 64 x 64
-//!   tile, or 64 x 128 in its wide instantiation ([`GemmPlan::skinny_wgmma_wide`]); decode rows
-//!   take them at 33 to 64 rows and past 64 on wide weights (gate/up).
+//!   tile; decode rows take it at 33 to 64 rows on wide weights (gate/up).
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
@@ -75,8 +74,7 @@ pub use epilogue::Epilogue;
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
-    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, SKINNY_WG_WIDE_M_TILE, WGMMA_BK,
-    WGMMA_TILE,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
 };
 
 use crate::error::{unsupported, Result};

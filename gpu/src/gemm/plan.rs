@@ -65,15 +65,6 @@ pub const SKINNY_WG_STAGES: usize = 6;
 pub const SKINNY_WG_BYTES: usize = 1024 + 2 * SKINNY_WG_STAGES * (SKINNY_WG_ROWS + SKINNY_WG_M_TILE) * 128;
 // With the kernel's 1 KB of static shared memory, within what a CTA may opt into.
 const _: () = assert!(SKINNY_WG_BYTES + 1024 <= SHARED_X_MAX_BYTES);
-/// The x tile of the warpgroup form's wide instantiation (`gemm_skinny_wg.cu`, WIDE): slabs of 128
-/// rows, 64 a warpgroup.
-pub const SKINNY_WG_WIDE_M_TILE: usize = 128;
-/// 64-column tiles of W and x in flight in the wide instantiation (`WIDE_STAGES`).
-pub const SKINNY_WG_WIDE_STAGES: usize = 8;
-/// The wide instantiation's dynamic shared memory: 1 KB of alignment and one ring of tiles of W (64
-/// rows) and x (128 rows), 128 bytes a row.
-pub const SKINNY_WG_WIDE_BYTES: usize = 1024 + SKINNY_WG_WIDE_STAGES * (SKINNY_WG_ROWS + SKINNY_WG_WIDE_M_TILE) * 128;
-const _: () = assert!(SKINNY_WG_WIDE_BYTES + 1024 <= SHARED_X_MAX_BYTES);
 
 /// The entry point's name in errors about a shape, before a path is chosen.
 const ENTRY: &str = "gemm";
@@ -310,12 +301,11 @@ impl GemmPlan {
         Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
-    /// The model's plan for decode rows. On a device that runs wgmma (`wgmma`), where the warpgroup
-    /// form's 64-row W blocks number at least half the SMs ([`SKINNY_WG_MIN_FILL`]; its one CTA a
-    /// tile leaves SMs idle on small N): at 33 to 64 rows its 64-row slabs
-    /// ([`GemmPlan::skinny_wgmma`]: gate/up of asynct-0.5b, RESULTS run 153), past 64 its wide
-    /// instantiation's slabs of 128 ([`GemmPlan::skinny_wgmma_wide`]), which read W once for 128
-    /// rows where the 64-row slabs read it twice. Elsewhere the shared-x form where each of its
+    /// The model's plan for decode rows. On a device that runs wgmma (`wgmma`), the warpgroup
+    /// form ([`GemmPlan::skinny_wgmma`]) at 33 to 64 rows where its 64-row W blocks number at
+    /// least half the SMs ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of
+    /// asynct-0.5b; RESULTS run 153), its one CTA a tile leaving SMs idle on small N and its
+    /// second slab re-reading W at 65 rows and more. Elsewhere the shared-x form where each of its
     /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
     /// in shared memory serves several W blocks where the plain form reads it again from L2 for
     /// each (measured faster only there: RESULTS runs 133-136); else
@@ -324,10 +314,7 @@ impl GemmPlan {
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
         let fills = shape.n.div_ceil(SKINNY_WG_ROWS) * SKINNY_WG_MIN_FILL >= sms;
-        if wgmma && fills && shape.m > SKINNY_WG_M_TILE {
-            return Self::skinny_wgmma_wide(shape, epilogue);
-        }
-        if wgmma && fills && shape.m > 32 {
+        if wgmma && (33..=SKINNY_WG_M_TILE).contains(&shape.m) && fills {
             return Self::skinny_wgmma(shape, epilogue);
         }
         let shared = Self::skinny_shared_x(shape, epilogue, sms).ok().filter(|plan| match &plan.path {
@@ -405,30 +392,18 @@ impl GemmPlan {
     /// [`SKINNY_WG_M_TILE`] rows of x, over all of K. The same bits as the plain form
     /// (`gemm_skinny_wg.cu`'s header).
     pub fn skinny_wgmma(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
-        Self::warpgroup(shape, epilogue, SKINNY_WG_M_TILE, SKINNY_WG_BYTES)
-    }
-
-    /// The warpgroup form's wide instantiation (sm_90a): a CTA a tile of [`SKINNY_WG_ROWS`] rows
-    /// of W by a slab of [`SKINNY_WG_WIDE_M_TILE`] rows of x (64 a warpgroup), walking the pairs of
-    /// classes in turn so that a warpgroup holds two classes' partials at a time. The same bits
-    /// as the plain form (`gemm_skinny_wg.cu`'s header).
-    pub fn skinny_wgmma_wide(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
-        Self::warpgroup(shape, epilogue, SKINNY_WG_WIDE_M_TILE, SKINNY_WG_WIDE_BYTES)
-    }
-
-    fn warpgroup(shape: GemmShape, epilogue: EpilogueKind, m_tile: usize, bytes: usize) -> Result<Self> {
         let entry = "gemm skinny warpgroup";
         shape.validate()?;
         epilogue.check(shape, entry)?;
-        let slabs = shape.m.div_ceil(m_tile);
+        let slabs = shape.m.div_ceil(SKINNY_WG_M_TILE);
         let tile = SkinnyTile {
             form: SkinnyForm::Warpgroup,
-            entry: format!("gemm_skinny_wg_m{m_tile}{}", epilogue.suffix()),
-            m_tile,
+            entry: format!("gemm_skinny_wg_m{SKINNY_WG_M_TILE}{}", epilogue.suffix()),
+            m_tile: SKINNY_WG_M_TILE,
             rows: SKINNY_WG_ROWS,
             slabs,
             grid: grid(entry, shape, shape.n.div_ceil(SKINNY_WG_ROWS).checked_mul(slabs))?,
-            shared_bytes: bytes as u32,
+            shared_bytes: SKINNY_WG_BYTES as u32,
         };
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }

@@ -260,19 +260,13 @@ fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_ha
             assert_eq!(p.name(), format!("skinny-wg-m64-r64{}", kind.suffix().replace('_', "-")));
         }
         assert_eq!(skinny(&plan(64, 64 * 66, 1024, kind)).form, SkinnyForm::Warpgroup);
-        // Past 64 rows, its wide instantiation: one slab of 128 rows, then two.
-        for (m, slabs) in [(65, 1), (128, 1), (129, 2), (256, 2)] {
-            let p = plan(m, 6144, 1024, kind);
-            let t = skinny(&p);
-            assert_eq!((t.form, t.m_tile, t.slabs, t.grid), (SkinnyForm::Warpgroup, 128, slabs, 96 * slabs as u32));
-            assert_eq!(p.name(), format!("skinny-wg-m128-r64{}", kind.suffix().replace('_', "-")));
-        }
-        // Up to 32 rows, on small N (qkv, o, down: 16 to 32 blocks), or without wgmma: as without
-        // wgmma.
+        // Up to 32 rows, past 64, on small N (qkv, o, down: 16 to 32 blocks), or without wgmma:
+        // as without wgmma.
         for (m, n, k) in [
             (1, 6144, 1024),
             (32, 6144, 1024),
-            (128, 2048, 1024),
+            (65, 6144, 1024),
+            (128, 6144, 1024),
             (64, 2048, 1024),
             (64, 1024, 3072),
             (64, 64 * 65, 1024),
@@ -297,11 +291,6 @@ fn the_warpgroup_form_takes_a_cta_a_64_by_64_tile_and_fits_shared_memory() {
     }
     let err = GemmPlan::skinny_wgmma(shape(64, 1000, 1024), EpilogueKind::SiluMul).unwrap_err().to_string();
     assert!(err.contains("multiple of 16, got 1000"), "{err}");
-    // The wide instantiation: 128 rows of x a slab, one ring of 8 stages of 64 W and 128 x rows.
-    let wide = GemmPlan::skinny_wgmma_wide(shape(300, 6144, 1024), EpilogueKind::PeriLn).unwrap();
-    let t = skinny(&wide);
-    assert_eq!((t.entry.as_str(), t.m_tile, t.slabs, t.grid), ("gemm_skinny_wg_m128_periln", 128, 3, 288));
-    assert_eq!(t.shared_bytes as usize, 1024 + 8 * (8192 + 16384));
 }
 
 #[test]
@@ -318,15 +307,6 @@ fn the_warpgroup_instantiations_are_the_kernels_list() {
         assert_eq!(skinny(&plan).entry, format!("gemm_skinny_wg_m64{}", kind.suffix()));
     }
     assert_eq!(src.matches("\nGEMM_SKINNY_WG_ENTRY(").count(), EpilogueKind::ALL.len());
-    assert!(src.contains(&format!("constexpr int WIDE_STAGES = {SKINNY_WG_WIDE_STAGES};")), "the wide ring");
-    assert!(src.contains("constexpr int WIDE_XN = 2 * XN;") && SKINNY_WG_WIDE_M_TILE == 2 * SKINNY_WG_M_TILE);
-    for kind in EpilogueKind::ALL {
-        let line = format!("GEMM_SKINNY_WG_WIDE_ENTRY({}, {})", macro_name(kind), kind.suffix());
-        assert!(src.contains(&line), "{line}");
-        let plan = GemmPlan::skinny_wgmma_wide(shape(64, 64, 64), kind).unwrap();
-        assert_eq!(skinny(&plan).entry, format!("gemm_skinny_wg_m128{}", kind.suffix()));
-    }
-    assert_eq!(src.matches("\nGEMM_SKINNY_WG_WIDE_ENTRY(").count(), EpilogueKind::ALL.len());
 }
 
 #[test]

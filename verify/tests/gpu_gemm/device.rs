@@ -51,10 +51,10 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
-/// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form (slabs of 64
-/// and of 128) where the device runs wgmma, the WGMMA kernel where it serves the shape,
-/// cuBLASLt's own choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K
-/// are at least 64 (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
+/// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
+/// device runs wgmma and the slab fits, the WGMMA kernel where it serves the shape, cuBLASLt's own
+/// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
+/// (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let mut plans = Vec::new();
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
@@ -65,7 +65,6 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());
     if runs_wgmma(gpu) {
         plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
-        plans.extend(GemmPlan::skinny_wgmma_wide(shape, EpilogueKind::Store).ok());
     }
     if wgmma_serves(gpu, shape) {
         plans.push(g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?);

@@ -26,8 +26,7 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
-/// this M, plain, shared-x and (where the device runs wgmma) warpgroup in slabs of 64 and of 128,
-/// the model's on `sms` SMs
+/// this M, plain, shared-x and (where the device runs wgmma) warpgroup, the model's on `sms` SMs
 /// among them, against the plain form's Store plan), and the WGMMA kernel where `gpu` runs it
 /// (against its own Store plan).
 fn epilogue_plans(
@@ -40,9 +39,7 @@ fn epilogue_plans(
     if shape.m <= 128 {
         let plain = SKINNY_ROWS.into_iter().filter_map(|rows| GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok());
         let wgmma = runs_wgmma(gpu);
-        let warpgroup = [GemmPlan::skinny_wgmma(shape, kind), GemmPlan::skinny_wgmma_wide(shape, kind)]
-            .into_iter()
-            .filter_map(|p| p.ok().filter(|_| wgmma));
+        let warpgroup = GemmPlan::skinny_wgmma(shape, kind).ok().filter(|_| wgmma);
         let plans: Vec<GemmPlan> =
             plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).chain(warpgroup).collect();
         let chosen = g(GemmPlan::decode_rows(shape, sms, kind, wgmma))?;
@@ -66,7 +63,7 @@ fn epilogue_plans(
 fn rows(plan: &GemmPlan) -> String {
     match &plan.path {
         GemmPath::Skinny(t) if t.form == SkinnyForm::SharedX => format!("{} shared-x", t.rows),
-        GemmPath::Skinny(t) if t.form == SkinnyForm::Warpgroup => format!("{} warpgroup m{}", t.rows, t.m_tile),
+        GemmPath::Skinny(t) if t.form == SkinnyForm::Warpgroup => format!("{} warpgroup", t.rows),
         GemmPath::Skinny(t) => t.rows.to_string(),
         _ => plan.name(),
     }
