@@ -38,8 +38,7 @@
 #             to bench-decode-VARIANT.json/log; lt-LIST (PDL on, every fusion) sets
 #             ASYNCT_DECODE_CUBLASLT (the weights whose decode rows run cuBLASLt) to LIST with "."
 #             for ",", "_split" for ":split" and "_at" for "@": lt-gate_up_at32.down_split is
-#             gate_up@32,down:split; early-k and early-kv set ASYNCT_ATTN_EARLY (the decode
-#             attention's first chunk's K, or K and V, rows asked of L2 before its wait)
+#             gate_up@32,down:split
 #   chunks    issue 18's prefill comparison on asynct-0.5b (generated into /tmp/m05; carry ".qwen3"):
 #             the torch.compile prefill anchor (device-bin/torch_prefill_anchor.py, copied there by
 #             scripts/device-build.sh from ../shared/anchors; CHUNK_ANCHOR=0 skips it), then `asynct
@@ -330,7 +329,6 @@ PY
         if [[ $v == lt-* ]]; then
           list=${v#lt-}; list=${list//./,}; list=${list//_split/:split}; fuse=(ASYNCT_DECODE_CUBLASLT=${list//_at/@})
         fi
-        [[ $v == early-* ]] && fuse=(ASYNCT_ATTN_EARLY=${v#early-})
         env ASYNCT_PDL=$pdl "${fuse[@]}" $B/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
           --context 1024 --out "$OUT/bench-decode-$v.json" > "$OUT/bench-decode-$v.log" 2>&1 || status=1
         echo "== $v"; grep "^decode B" "$OUT/bench-decode-$v.log"

@@ -15,10 +15,7 @@
 //      K or V load waits behind a block-table load, and no lane repeats another's lookup. Keys
 //      are clamped into [0, row_len), and the pass fills SLOTS = 144 entries (CHUNK + OV rounded
 //      up to 16), so QK loads whole steps without bounds checks: the rows of keys before 0 or
-//      past the chunk are real rows whose dots are dropped. Where the launch asks (Args::early), the
-//      first chunk's pass also asks L2 for each slot's K row, V row or both (whole rows, by the
-//      bulk prefetch) before the kernel waits on its predecessor: a hint that no value depends
-//      on (a row the predecessor writes is fetched again after the wait).
+//      past the chunk are real rows whose dots are dropped.
 //   1. QK: scores s_t = scale * (q . k_t) of the chunk's keys plus the fir_k - 1 keys to its left
 //      (the FIR overlap; keys before 0 get score 0, which gates as r = 0), into shared memory.
 //      Thread groups of G lanes (8 or 16) share a key; q sits in registers; K arrives as 16-byte
@@ -158,13 +155,7 @@ struct Args {
   int relu_pre;
   float clip_min;
   float clip_max;
-  // EARLY_KEYS | EARLY_VALUES, or 0: the K and V rows of the first chunk's slots the body asks L2
-  // for as it fills them, before it waits on the kernel before it (0. below).
-  int early;
 };
-
-constexpr int EARLY_KEYS = 1;
-constexpr int EARLY_VALUES = 2;
 
 template <int HP>
 struct Shared {
@@ -297,17 +288,14 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   // whole steps without bounds checks. The previous chunk read slot[] only before its list
   // barrier. The first chunk's slots come before inputs(): the row metadata and the block table
   // are settled before the kernel before this one starts (or inputs() was called already).
-  const auto fill_slots = [&](int c, int early) {
+  const auto fill_slots = [&](int c) {
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     for (int i = tid; i < SLOTS; i += THREADS) {
       const int t = max(0, min(c * CHUNK + jstart + i, len - 1));
-      const int slot = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
-      sh.slot[i] = slot;
-      if (early & EARLY_KEYS) prefetch_l2(cache_row(a.key_cache + (long long)g * D, slot, token_bytes), D * 2);
-      if (early & EARLY_VALUES) prefetch_l2(cache_row(a.value_cache + (long long)g * D, slot, token_bytes), D * 2);
+      sh.slot[i] = (table[t >> a.log2_block] << a.log2_block) | (t & block_mask);
     }
   };
-  fill_slots(c_begin, a.early);
+  fill_slots(c_begin);
   cta.inputs();
 
   // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
@@ -347,7 +335,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     // The decode kernel's later chunks find their overlap carried in score[hh][OV - fir_k + 1 .. OV).
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
-    if (c != c_begin) fill_slots(c, 0);
+    if (c != c_begin) fill_slots(c);
     cta.sync();
 
     // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1,

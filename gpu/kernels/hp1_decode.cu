@@ -21,28 +21,22 @@
 
 // rows_settled = 1: the kernel launched before this one did not write row_seq, row_len or the
 // block table, so the body reads them (and fills its first chunk's slots) before it waits for
-// that kernel (hp1::WholeCta::inputs); 0: it waits first. early: what of its first chunk's keys
-// the body asks L2 for as it fills their slots (hp1::Args::early).
+// that kernel (hp1::WholeCta::inputs); 0: it waits first.
 #define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
-      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled,  \
-                                            int early) {                                                  \
+      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled) { \
     __shared__ hp1::Shared<HP> sh;                                                                  \
     if (!rows_settled) pdl_begin();                                                                 \
-    hp1::Args a = HP1_ATTENTION_ARGS;                                                               \
-    a.early = early;                                                                                \
-    hp1::attention<D, G, HP, SPARSE, false, ReadOnlyLoads>(a, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, sh, \
-                                                           out, nullptr, nullptr);                  \
+    hp1::attention<D, G, HP, SPARSE, false, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
+                                                           sh, out, nullptr, nullptr);              \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
       hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters,     \
-                                           unsigned short* out, int rows_settled, int early) {      \
+                                           unsigned short* out, int rows_settled) {                 \
     __shared__ hp1::Shared<HP> sh;                                                                  \
     if (!rows_settled) pdl_begin();                                                                 \
-    hp1::Args a = HP1_ATTENTION_ARGS;                                                               \
-    a.early = early;                                                                                \
-    hp1::attention<D, G, HP, SPARSE, true, ReadOnlyLoads>(a, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, sh, \
-                                                          out, partial, counters);                  \
+    hp1::attention<D, G, HP, SPARSE, true, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
+                                                          sh, out, partial, counters);              \
   }
 
 #define HP1_HEAD_DIM(D)                                                                               \

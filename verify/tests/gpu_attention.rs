@@ -17,8 +17,8 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, row_metadata, AttentionPath, AttnBuffers, EarlyRows, GateCounts, GateStats, GroupSize, HeadsPerCta,
-    HostInputs, Hp1Attention, Operands, Plan, Pv,
+    bucket, row_metadata, AttentionPath, AttnBuffers, GateCounts, GateStats, GroupSize, HeadsPerCta, HostInputs,
+    Hp1Attention, Plan, Pv,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -50,7 +50,6 @@ fn main() {
         ("a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
         ("an_unsupported_head_dim_is_refused_by_name", unsupported_head_dim),
         ("a_cuda_graph_captured_on_short_lengths_replays_long_ones", cuda_graph),
-        ("asking_l2_early_for_the_first_chunk_s_rows_changes_no_bit", early_rows),
         ("the_gate_zero_count_matches_its_host_mirror_and_the_oracle", gate_zero_counts),
     ];
     run("gpu_attention", checks);
@@ -295,40 +294,6 @@ fn unsupported_head_dim(gpu: &Arc<Gpu>) -> Check {
         Err(e) => Err(format!("D = 96 refused without naming it: {e}")),
         Ok(_) => Err("D = 96 ran".into()),
     }
-}
-
-/// The decode and split-K kernels (both PV forms, one and two heads a CTA) asked to fetch their
-/// first chunk's K rows, or K and V rows, into L2 before they wait (`Operands::early`) give the
-/// bits they give without.
-fn early_rows(gpu: &Arc<Gpu>) -> Check {
-    let data = case(&decodes(&[1000, 130, 7]), (8, 4), 128, 16, 71).materialise().map_err(msg)?;
-    let host = HostCase::new(&data);
-    let g = geometry(&data, bucket(data.out_shape().0));
-    let mut bufs = AttnBuffers::upload(gpu, g, &host.inputs()).map_err(msg)?;
-    let mut runs = 0;
-    for path in [AttentionPath::Decode(Pv::Sparse), AttentionPath::SplitK(Pv::Sparse), AttentionPath::SplitK(Pv::Dense)]
-    {
-        for heads in [HeadsPerCta::One, HeadsPerCta::Two] {
-            let plan = Plan::with_heads(g, path, GroupSize::Sixteen, heads).map_err(msg)?;
-            let attention = Hp1Attention::new(gpu, plan.clone()).map_err(msg)?;
-            bufs.reserve_workspace(gpu, plan.workspace_len).map_err(msg)?;
-            attention.build_rows(bufs.row_operands()).map_err(msg)?;
-            let mut outs = Vec::new();
-            for early in [EarlyRows::None, EarlyRows::Keys, EarlyRows::KeysAndValues] {
-                bufs.poison_output(gpu).map_err(msg)?;
-                // Settled rows: the slots, and so the early requests, come before the wait.
-                let ops = Operands { early, ..bufs.operands(true) };
-                attention.run(ops, &host.gate()).map_err(msg)?;
-                outs.push(bufs.download_output(gpu).map_err(msg)?);
-            }
-            if !outs.iter().all(|o| same_bits(o, &outs[0])) {
-                return Err(format!("{} H{}: asking L2 early changed the output", path.name(), heads.count()));
-            }
-            runs += 1;
-        }
-    }
-    println!("  {runs} plans give the same bits asking L2 for nothing, K, or K and V early");
-    Ok(())
 }
 
 fn cuda_graph(gpu: &Arc<Gpu>) -> Check {

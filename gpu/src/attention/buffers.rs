@@ -10,7 +10,7 @@
 use cudarc::driver::CudaSlice;
 use half::bf16;
 
-use super::launch::{EarlyRows, LayerBuffers, Operands};
+use super::launch::{LayerBuffers, Operands};
 use super::plan::Geometry;
 use super::prefill_launch::PrefillOperands;
 use super::rows::RowOperands;
@@ -285,7 +285,6 @@ impl AttnBuffers {
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
             rows_settled,
-            early: EarlyRows::None,
         }
     }
 }

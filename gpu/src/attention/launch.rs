@@ -110,43 +110,6 @@ pub struct Operands<'a> {
     /// them while that kernel finishes (PDL), two memory round trips off its start. False is
     /// always safe; true right after [`Hp1Attention::build_rows`] is a race.
     pub rows_settled: bool,
-    /// What of its first chunk's keys each CTA asks L2 for before it waits on the kernel before
-    /// it (a hint: no value depends on it).
-    pub early: EarlyRows,
-}
-
-/// The cache rows of its first chunk's keys an attention CTA asks L2 for as it looks them up,
-/// before it waits on the kernel before it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum EarlyRows {
-    /// None.
-    #[default]
-    None,
-    /// Their K rows.
-    Keys,
-    /// Their K and V rows (V densely, though PV reads only the kept keys' rows).
-    KeysAndValues,
-}
-
-impl EarlyRows {
-    /// The setting a name gives: `none`, `k` or `kv`.
-    pub fn named(name: &str) -> Option<Self> {
-        match name.trim() {
-            "none" => Some(EarlyRows::None),
-            "k" => Some(EarlyRows::Keys),
-            "kv" => Some(EarlyRows::KeysAndValues),
-            _ => None,
-        }
-    }
-
-    /// The kernel's `early` flags (`hp1_attention.cuh`: EARLY_KEYS 1, EARLY_VALUES 2).
-    fn flags(self) -> i32 {
-        match self {
-            EarlyRows::None => 0,
-            EarlyRows::Keys => 1,
-            EarlyRows::KeysAndValues => 3,
-        }
-    }
 }
 
 /// A plan with its entry points loaded, ready to launch on the GPU's stream.
@@ -187,8 +150,7 @@ impl Hp1Attention {
         self.push(&mut launch, ops, gate)?;
         // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
         // decode, or the partials, the counters (zero, as every launch leaves them) and `out` for
-        // split-K, then `rows_settled` and `early`), and every buffer was checked against the
-        // grid's reach.
+        // split-K, then `rows_settled`), and every buffer was checked against the grid's reach.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
@@ -205,7 +167,7 @@ impl Hp1Attention {
     /// arguments.
     fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled, early } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
         layer.check(entry, &g, &self.stream)?;
@@ -244,10 +206,10 @@ impl Hp1Attention {
             .arg(&relu_pre)
             .arg(&gate.clip_min)
             .arg(&gate.clip_max);
-        let (rows_settled, early) = (i32::from(rows_settled), early.flags());
+        let rows_settled = i32::from(rows_settled);
         match self.plan.path {
             AttentionPath::Decode(_) => {
-                launch.arg(&mut out).arg(&rows_settled).arg(&early);
+                launch.arg(&mut out).arg(&rows_settled);
             }
             AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
@@ -259,7 +221,7 @@ impl Hp1Attention {
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
                 check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
                 check_aligned(&self.stream, entry, "workspace", &workspace)?;
-                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out).arg(&rows_settled).arg(&early);
+                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out).arg(&rows_settled);
             }
         }
         Ok(())
@@ -305,14 +267,6 @@ mod tests {
     use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
-
-    #[test]
-    fn early_rows_are_named_and_flagged_as_the_kernel_reads_them() {
-        let named = ["none", " k", "kv "].map(|n| EarlyRows::named(n).unwrap());
-        assert_eq!(named, [EarlyRows::None, EarlyRows::Keys, EarlyRows::KeysAndValues]);
-        assert_eq!(named.map(EarlyRows::flags), [0, 1, 3]);
-        assert!(["", "v", "K", "all"].iter().all(|n| EarlyRows::named(n).is_none()));
-    }
 
     #[test]
     fn gate_parameters_are_checked_with_their_values() {

@@ -60,7 +60,7 @@ pub mod rows;
 
 pub use buffers::{AttnBuffers, HostBatch, HostInputs};
 pub use gate_stats::{GateCounts, GateStats};
-pub use launch::{EarlyRows, GateParams, Hp1Attention, LayerBuffers, Operands};
+pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
     bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
     MAX_FIR_K, PAIR_MIN_CTAS,

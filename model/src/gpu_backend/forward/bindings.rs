@@ -5,9 +5,7 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 
-use gpu::attention::{
-    EarlyRows, GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands,
-};
+use gpu::attention::{GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands};
 use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
@@ -29,7 +27,7 @@ impl GpuModel {
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let shape = self.heads;
         let nk = |weight| gemm_nk(&d, &shape, weight);
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, attn_early, .. } = self;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
             Rows::Chunks => rows.decodes..t,
@@ -143,15 +141,7 @@ impl GpuModel {
                 }
                 Op::Attention { layer, part } => {
                     let l = LayerRef::of(cache, w, layer, gate, heads, width);
-                    attention_part(
-                        &launch.attn,
-                        part,
-                        LayerRef { early: *attn_early, ..l },
-                        b,
-                        k.qk.rope(),
-                        split,
-                        sink,
-                    )?;
+                    attention_part(&launch.attn, part, l, b, k.qk.rope(), split, sink)?;
                 }
                 Op::Megakernel => {
                     let (mega, table) = launch
@@ -267,8 +257,6 @@ impl<'a> Close<'a> {
 struct LayerRef<'a> {
     key: &'a CudaSlice<bf16>,
     value: &'a CudaSlice<bf16>,
-    /// What the decode kernels ask L2 for before they wait (`Operands::early`).
-    early: EarlyRows,
     weights: &'a DeviceLayer,
     gate: &'a GateParams,
     q_width: usize,
@@ -288,7 +276,7 @@ impl<'a> LayerRef<'a> {
     ) -> Self {
         let (q_width, qkv_width) = (heads.q_width(), heads.qkv_width());
         let (key, value, weights) = (&cache.key[layer], &cache.value[layer], &w.layers[layer]);
-        Self { key, value, early: EarlyRows::None, weights, gate, q_width, qkv_width, width }
+        Self { key, value, weights, gate, q_width, qkv_width, width }
     }
 
     /// The launch buffers over query rows `rows` of `q` (rows of `q_row` elements: the queries,
@@ -343,7 +331,6 @@ fn attention_part(
             // The op before an attention op is a GEMM or an op on q, never BuildRows
             // (StepProgram's tests), and the block table is uploaded before the step.
             rows_settled: true,
-            early: layer.early,
         };
         match sink {
             Sink::Launch => Ok(a.run(ops, layer.gate)?),

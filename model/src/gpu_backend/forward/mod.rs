@@ -44,7 +44,7 @@ use ndarray::Array2;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    prefill_path, EarlyRows, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath,
+    prefill_path, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath,
     StepGeometry,
 };
 use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
@@ -144,9 +144,6 @@ pub struct GpuModel {
     heads: HeadShape,
     fusion: Fusion,
     decode_cublas: DecodeCublas,
-    /// What of their first chunk's keys the decode attention's CTAs ask L2 for before they wait
-    /// (`ASYNCT_ATTN_EARLY`: `none`, `k` or `kv`; a measurement, `none` by default).
-    attn_early: EarlyRows,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
     gates: Option<GateMeter>,
@@ -256,11 +253,6 @@ impl GpuModel {
             )));
         }
         let decode_cublas = DecodeCublas::from_env()?;
-        let attn_early = match std::env::var("ASYNCT_ATTN_EARLY") {
-            Err(_) => EarlyRows::None,
-            Ok(v) => EarlyRows::named(&v)
-                .ok_or_else(|| Error::Executor(format!("ASYNCT_ATTN_EARLY: `{v}` is not none, k or kv")))?,
-        };
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
@@ -316,7 +308,6 @@ impl GpuModel {
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             decode_cublas,
-            attn_early,
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
             gates: None,
