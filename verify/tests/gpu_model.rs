@@ -15,6 +15,7 @@ use model::checkpoint::{load_weights, save_checkpoint, StoredDtype};
 use model::config::ModelConfig;
 use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
+use model::gpu_backend::linear::DecodeCublas;
 use model::gpu_backend::step_buffers::{Capacity, DeviceStep};
 use model::gpu_backend::step_program::{AttnPart, Fusion, Op};
 use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
@@ -351,10 +352,16 @@ fn compare_preset_steps(
         }
     }
     let decode_steps = steps.iter().filter(|step| step.iter().all(|&(_, _, len)| len == 1)).count();
-    if mega_steps != decode_steps {
+    // Decode rows on cuBLASLt have no fused epilogue, which the megakernel needs: it declines them.
+    let cublas = DecodeCublas::from_env().map_err(|e| e.to_string())?;
+    let want_mega = if cublas.is_none() { decode_steps } else { 0 };
+    if mega_steps != want_mega {
         return Err(format!("{mega_steps} of the {decode_steps} decode-only steps ran in the megakernel"));
     }
-    report.push(format!("{mega_steps} decode steps in the megakernel, the same bits as the graph path's kernels"));
+    report.push(match cublas.is_none() {
+        true => format!("{mega_steps} decode steps in the megakernel, the same bits as the graph path's kernels"),
+        false => format!("decode rows on cuBLASLt ({} = {cublas:?}): no step in the megakernel", DecodeCublas::VAR),
+    });
     // The default model norms the queries in every tensor-core prefill (decode rows fused).
     if norming_steps != prefill_steps {
         return Err(format!("{norming_steps} of the {prefill_steps} tensor-core prefill steps normed their queries"));
