@@ -85,6 +85,7 @@ pub const DECODE_PIN_AT: usize = 64;
 /// ([`DECODE_PIN_AT`] unless named). None by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DecodeCublas {
+    /// Indexed by [`DecodeCublas::slot`].
     pins: [Option<(Pin, usize)>; 4],
 }
 
@@ -125,14 +126,24 @@ impl DecodeCublas {
                 "down" => Weight::Down,
                 _ => return Err(bad()),
             };
-            pins[weight as usize] = Some((pin, at));
+            pins[Self::slot(weight)] = Some((pin, at));
         }
         Ok(Self { pins })
     }
 
     /// How `weight`'s decode rows are pinned on cuBLASLt, and at which row count, if they run there.
     pub fn pin(&self, weight: Weight) -> Option<(Pin, usize)> {
-        self.pins[weight as usize]
+        self.pins[Self::slot(weight)]
+    }
+
+    /// `weight`'s place in `pins` (a match, so a new weight cannot be left without one).
+    fn slot(weight: Weight) -> usize {
+        match weight {
+            Weight::Qkv => 0,
+            Weight::O => 1,
+            Weight::GateUp => 2,
+            Weight::Down => 3,
+        }
     }
 
     /// Whether every weight's decode rows run the skinny kernel.
