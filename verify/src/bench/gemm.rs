@@ -366,12 +366,12 @@ mod tests {
     }
 
     #[test]
-    fn every_m_of_the_grid_gets_skinny_plans_cublaslt_and_the_head_pin() {
+    fn every_m_of_the_grid_gets_skinny_plans_cublaslt_and_both_pins() {
         for m in M_GRID {
             let names: Vec<String> =
                 plans(GemmShape { m, n: 1024, k: 1024 }, (8, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
-            let tail: Vec<&str> = names[names.len() - 2..].iter().map(String::as_str).collect();
-            assert_eq!(tail, ["cublaslt", "cublaslt-at-m64"], "{m}");
+            let tail: Vec<&str> = names[names.len() - 3..].iter().map(String::as_str).collect();
+            assert_eq!(tail, ["cublaslt", "cublaslt-at-m64", "cublaslt-split-at-m64"], "{m}");
             assert!(names.len() > 1 && names[0].starts_with("skinny-m"), "{m}: {names:?}");
         }
     }
@@ -381,9 +381,9 @@ mod tests {
         for m in PREFILL_M_GRID {
             let shape = GemmShape { m, n: 6144, k: 1024 };
             let names: Vec<String> = plans(shape, (9, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
-            assert_eq!(names, ["wgmma", "cublaslt", "cublaslt-at-m64"], "{m}");
+            assert_eq!(names, ["wgmma", "cublaslt", "cublaslt-at-m64", "cublaslt-split-at-m64"], "{m}");
             let ampere: Vec<String> = plans(shape, (8, 0), 132).unwrap().iter().map(GemmPlan::name).collect();
-            assert_eq!(ampere, ["cublaslt", "cublaslt-at-m64"], "{m}");
+            assert_eq!(ampere, ["cublaslt", "cublaslt-at-m64", "cublaslt-split-at-m64"], "{m}");
         }
     }
 }
