@@ -165,7 +165,7 @@ struct Shared {
   int count[HP][ROUNDS * WARPS];
   __align__(16) float red[HP][8 * THREADS];  // PV stream sums, [streams][D] per head
   bool last;                                 // split-K: this CTA counted its row's last chunk
-  int kv_head;                               // g, stored before the wait (ready_before_wait)
+  int kv_head;                               // g, stored before the wait and never read (the body)
 };
 
 // The 128 threads that run one CTA's body: `bid` is its index in the grid of LAUNCH, `tid` the
@@ -298,10 +298,12 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     }
   };
   fill_slots(c_begin);
-  // The kv head's two integer divisions (MUFU-based, ~20 dependent instructions) are the body's
-  // only use of g before QK; left to themselves they are scheduled after the wait, on the path
-  // every CTA walks once its inputs are ready, and at one decode row that path is the step's:
-  // computed before it, the asynct-0.5b B1 step took 3% less (RESULTS run 211).
+  // g's two integer divisions (I2F/MUFU sequences) have no use before QK, so ptxas schedules them
+  // after the wait, on the path every CTA walks once its inputs are ready, which at one decode row
+  // is the step's. This store, which ptxas keeps ahead of griddepcontrol.wait, has them computed
+  // before it. A build whose prefetches put them there ran the asynct-0.5b B1 step 3% faster
+  // (RESULTS run 211); this form's SASS after the wait matches that build's, but it is not yet
+  // timed on the device itself.
   if (tid == 0) sh.kv_head = g;
   cta.inputs();
 
