@@ -14,7 +14,9 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::types::{ChatMessage, Limits};
-use super::validate::{boolean, messages, object, prompt_text, refuse_unsupported, token_ids, wrong_type, Route};
+use super::validate::{
+    boolean, messages, object, optional_model, prompt_text, refuse_unsupported, token_ids, wrong_type, Route,
+};
 
 /// What `/tokenize` tokenises.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,7 +83,7 @@ pub fn parse_tokenize(body: &[u8], limits: &Limits) -> Result<TokenizeRequest, A
         (None, None) => return Err(ApiError::invalid("prompt", "`prompt` or `messages` is required.")),
     };
     let return_token_strs = boolean(&obj, "return_token_strs")?.unwrap_or(false);
-    Ok(TokenizeRequest { model: optional_model(obj.get("model"))?, input, return_token_strs })
+    Ok(TokenizeRequest { model: optional_model(&obj)?, input, return_token_strs })
 }
 
 /// Parses and validates a `/detokenize` body.
@@ -97,15 +99,7 @@ pub fn parse_detokenize(body: &[u8], limits: &Limits) -> Result<DetokenizeReques
         Some(Value::Array(items)) => token_ids(items, "tokens", limits)?,
         Some(v) => return Err(wrong_type("tokens", "a list of token ids", v)),
     };
-    Ok(DetokenizeRequest { model: optional_model(obj.get("model"))?, tokens })
-}
-
-fn optional_model(value: Option<&Value>) -> Result<Option<String>, ApiError> {
-    match value {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(v) => Err(wrong_type("model", "a string", v)),
-    }
+    Ok(DetokenizeRequest { model: optional_model(&obj)?, tokens })
 }
 
 #[cfg(test)]

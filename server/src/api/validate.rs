@@ -96,9 +96,14 @@ pub(super) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 }
 
 fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    optional_model(obj)?.ok_or_else(|| ApiError::invalid("model", "`model` is required."))
+}
+
+/// The body's `model`, where given (the tokenizer routes take none, as vLLM's do).
+pub(super) fn optional_model(obj: &Map<String, Value>) -> Result<Option<String>, ApiError> {
     match obj.get("model") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        None | Some(Value::Null) => Err(ApiError::invalid("model", "`model` is required.")),
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(v) => Err(wrong_type("model", "a string", v)),
     }
 }
