@@ -269,6 +269,8 @@ impl StepProgram {
             prefill_norms_queries,
             persistent,
         } = shape;
+        // Whether decode rows fuse `weight`'s op, which `on` asks for: not on cuBLASLt.
+        let decode_fuses = |weight: Weight, on: bool| on && decode_cublas.pin(weight).is_none();
         let decode_attention = rows.decodes > 0 || attention_on_rows;
         // The separate qk op then covers chunk rows only (every row when there are no decode
         // rows), and nothing but the prefill reads their queries.
@@ -276,7 +278,7 @@ impl StepProgram {
             && !attention_on_rows
             && rows.chunks > 0
             && !chunk_fusion.qkv
-            && (rows.decodes == 0 || (fusion.qkv && decode_cublas.pin(Weight::Qkv).is_none()));
+            && (rows.decodes == 0 || decode_fuses(Weight::Qkv, fusion.qkv));
         if decode_attention {
             ops.push(Op::BuildRows);
         }
@@ -286,10 +288,9 @@ impl StepProgram {
             // so), and the rows the separate op after it must cover, if any: one launch over
             // every row unless only one class of the step's rows was left unfused.
             let sublayer = |weight: Weight, on: fn(Fusion) -> bool, epilogue: EpilogueKind, ops: &mut Vec<Op>| {
-                let fused = [on(fusion) && decode_cublas.pin(weight).is_none(), on(chunk_fusion)];
-                let (decodes, chunks) = (rows.decodes > 0 && !fused[0], rows.chunks > 0 && !fused[1]);
-                for (lane, count, fused) in
-                    [(Lane::Rows, rows.decodes, fused[0]), (Lane::Chunks, rows.chunks, fused[1])]
+                let fused = (decode_fuses(weight, on(fusion)), on(chunk_fusion));
+                let (decodes, chunks) = (rows.decodes > 0 && !fused.0, rows.chunks > 0 && !fused.1);
+                for (lane, count, fused) in [(Lane::Rows, rows.decodes, fused.0), (Lane::Chunks, rows.chunks, fused.1)]
                 {
                     if count > 0 {
                         let epilogue = if fused { epilogue } else { EpilogueKind::Store };
