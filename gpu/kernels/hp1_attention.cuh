@@ -77,6 +77,8 @@
 //   split, HP = 2:    6 CTAs (78 to 80 registers, 96 KB per SM, each byte serving two heads)
 //   decode, HP = 1:   5 CTAs (90 to 96 registers, 80 KB per SM); 4 for D = 256 with G = 8
 //   decode, HP = 2:   4 CTAs (122 to 128 registers; at D = 64, 15 of a step's 16 loads)
+//   QR = 2 (HP = 1, G = 8): 4 CTAs (split 96 to 128 registers, decode 128, 256 bytes of K in
+//                     flight a thread); 3 for the decode kernel at D = 256 (156), which spills at 4
 // HP = 2 is instantiated with G = 16 only: with G = 8 the two heads' q take 32 registers and
 // ptxas splits a step's loads at any bound that leaves 4 CTAs or more.
 // Static shared memory, no dynamic, the same for every D: per head 4 * (OV + CHUNK) scores
@@ -94,11 +96,16 @@
 //   D      head dim, 64, 128 or 256
 //   G      lanes per key in QK, 8 or 16
 //   HP     query heads per CTA, 1 or 2 (2 with G = 16 only; Hq / Hkv even, checked on the host)
+//   QR     QK rounds whose K a group step loads before its first dot, 1 or 2 (2 with G = 8 and
+//          HP = 1 only). Two rounds cost registers, so fewer CTAs fit an SM, but a chunk of 128
+//          keys then waits on one memory latency for its K instead of two: the dispatcher takes
+//          it where the grid fits the SMs at that occupancy (small decode batches).
 //   SPARSE PV walks the nonzero list (true) or every key (false)
 //   SPLIT  split-K (true) or the decode kernel (false)
-// Entries: hp1_decode_d{D}_g{G}_h{HP}_{dense|sparse}, hp1_split_d{D}_g{G}_h{HP}_{dense|sparse}
-// for (G, HP) in (8, 1), (16, 1), (16, 2). The dispatcher
-// (gpu/src/attention/plan.rs) picks (8, 1) or, on large grids, (16, 2).
+// Entries: hp1_decode_d{D}_g{G}_h{HP}[_r2]_{dense|sparse}, hp1_split_d{D}_g{G}_h{HP}[_r2]_{dense|sparse}
+// for (G, HP, QR) in (8, 1, 1), (8, 1, 2), (16, 1, 1), (16, 2, 1), _r2 naming QR = 2. The
+// dispatcher (gpu/src/attention/plan.rs) picks (8, 1, 2) on small grids, (8, 1, 1) past them
+// and, on large grids, (16, 2, 1).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q            [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D
@@ -128,8 +135,9 @@ constexpr int MAX_FIR = 8;
 constexpr int OV = MAX_FIR - 1;
 // CTAs per SM the launch bounds ask for: per instantiation the most at which ptxas still issues
 // every load of a QK step before its first fma, without spills (see LAUNCH in the header).
-constexpr int min_ctas(bool split, int heads, int d, int g) {
+constexpr int min_ctas(bool split, int heads, int d, int g, int qr) {
   if (heads == 2) return split ? 6 : 4;
+  if (qr == 2) return split || d < 256 ? 4 : 3;
   if (split) return g == 16 || d == 128 ? 7 : (d == 64 ? 6 : 5);
   return g == 8 && d == 256 ? 4 : 5;
 }
@@ -236,13 +244,14 @@ __device__ __forceinline__ void split_finish(int tid, const float* partial, unsi
 
 // One CTA's work (LAUNCH) for the 128 threads of `cta` (WholeCta or the megakernel's half), with
 // `sh` their shared memory; In reads q and the caches (loads.cuh).
-template <int D, int G, int HP, bool SPARSE, bool SPLIT, class In, class Cta>
+template <int D, int G, int HP, int QR, bool SPARSE, bool SPLIT, class In, class Cta>
 __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<HP>& sh,
                                           unsigned short* __restrict__ out, float* __restrict__ partial,
                                           int* __restrict__ counters) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
   static_assert(HP == 1 || HP == 2, "a CTA computes one query head or two sharing a kv head");
+  static_assert(QR == 1 || QR == 2, "a group step loads the K of one QK round or two");
   constexpr int C = D / 16;                         // elements per D-slice
   constexpr int CPL = 16 / G;                       // D-slices per lane in QK
   constexpr int NG = THREADS / G;                   // groups per CTA
@@ -301,9 +310,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   // g's two integer divisions (I2F/MUFU sequences) have no use before QK, so ptxas schedules them
   // after the wait, on the path every CTA walks once its inputs are ready, which at one decode row
   // is the step's. This store, which ptxas keeps ahead of griddepcontrol.wait, has them computed
-  // before it. A build whose prefetches put them there ran the asynct-0.5b B1 step 3% faster
-  // (RESULTS run 211); this form's SASS after the wait matches that build's, but it is not yet
-  // timed on the device itself.
+  // before it: the asynct-0.5b B1 step 0.6% faster (RESULTS run 212; three passes each).
   if (tid == 0) sh.kv_head = g;
   cta.inputs();
 
@@ -347,34 +354,43 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     if (c != c_begin) fill_slots(c);
     cta.sync();
 
-    // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1,
-    // every load before the first dot, each K vector used by all HP heads; steps past slots or
-    // before key 0 load a clamped row and drop it.
+    // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1
+    // of QR rounds (k0 + r NG U for round r), every load before the first dot, each K vector used
+    // by all HP heads; steps past slots or before key 0 load a clamped row and drop it.
 #pragma unroll 1
-    for (int k0 = grp * U; k0 < slots; k0 += NG * U) {
-      int rows[U];
-      load_rows<U>(sh.slot + k0, rows);
-      unsigned kw[U][CPL][C / 2];
+    for (int k0 = grp * U; k0 < slots; k0 += QR * NG * U) {
+      unsigned kw[QR][U][CPL][C / 2];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
+      for (int r = 0; r < QR; ++r) {
+        if (r > 0 && k0 + r * NG * U >= slots) break;
+        int rows[U];
+        load_rows<U>(sh.slot + k0 + r * NG * U, rows);
 #pragma unroll
-        for (int s = 0; s < CPL; ++s) load_words<In, C>(kp + s * G * C, kw[u][s]);
+        for (int u = 0; u < U; ++u) {
+          const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
+#pragma unroll
+          for (int s = 0; s < CPL; ++s) load_words<In, C>(kp + s * G * C, kw[r][u][s]);
+        }
       }
-      float v[HP][U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        float vu[HP];
-        lane_dots<G, HP, C>(qf, kw[u], vu);
+      for (int r = 0; r < QR; ++r) {
+        const int kr = k0 + r * NG * U;
+        if (r > 0 && kr >= slots) break;
+        float v[HP][U];
 #pragma unroll
-        for (int hh = 0; hh < HP; ++hh) v[hh][u] = vu[hh];
-      }
-      const int i = k0 + my_key;
+        for (int u = 0; u < U; ++u) {
+          float vu[HP];
+          lane_dots<G, HP, C>(qf, kw[r][u], vu);
 #pragma unroll
-      for (int hh = 0; hh < HP; ++hh) {
-        const float dot = group_reduce<G / 2, U>(v[hh], group_mask, gl);
-        if (key_owner && i < slots) {
-          sh.score[hh][OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
+          for (int hh = 0; hh < HP; ++hh) v[hh][u] = vu[hh];
+        }
+        const int i = kr + my_key;
+#pragma unroll
+        for (int hh = 0; hh < HP; ++hh) {
+          const float dot = group_reduce<G / 2, U>(v[hh], group_mask, gl);
+          if (key_owner && i < slots) {
+            sh.score[hh][OV + jstart + i] = c0 + jstart + i >= 0 ? __fmul_rn(a.scale, dot) : 0.0f;
+          }
         }
       }
     }

@@ -21,31 +21,34 @@
 
 // rows_settled = 1: the kernel launched before this one did not write row_seq, row_len or the
 // block table, so the body reads them (and fills its first chunk's slots) before it waits for
-// that kernel (hp1::WholeCta::inputs); 0: it waits first.
-#define HP1_ENTRIES(D, G, HP, PV, SPARSE)                                                             \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G))              \
-      hp1_decode_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled) { \
+// that kernel (hp1::WholeCta::inputs); 0: it waits first. R is the instantiation's QK rounds in
+// flight (hp1::attention's QR); its name carries _r2 where it is 2.
+#define HP1_ENTRIES(D, G, HP, R, NAME_R, PV, SPARSE)                                                  \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G, R))           \
+      hp1_decode_d##D##_g##G##_h##HP##NAME_R##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled) { \
     __shared__ hp1::Shared<HP> sh;                                                                  \
     if (!rows_settled) pdl_begin();                                                                 \
-    hp1::attention<D, G, HP, SPARSE, false, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
-                                                           sh, out, nullptr, nullptr);              \
+    hp1::attention<D, G, HP, R, SPARSE, false, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
+                                                              sh, out, nullptr, nullptr);           \
   }                                                                                                 \
-  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G))               \
-      hp1_split_d##D##_g##G##_h##HP##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters,     \
-                                           unsigned short* out, int rows_settled) {                 \
+  extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G, R))            \
+      hp1_split_d##D##_g##G##_h##HP##NAME_R##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters, \
+                                                   unsigned short* out, int rows_settled) {         \
     __shared__ hp1::Shared<HP> sh;                                                                  \
     if (!rows_settled) pdl_begin();                                                                 \
-    hp1::attention<D, G, HP, SPARSE, true, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
-                                                          sh, out, partial, counters);              \
+    hp1::attention<D, G, HP, R, SPARSE, true, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
+                                                             sh, out, partial, counters);           \
   }
 
 #define HP1_HEAD_DIM(D)                                                                               \
-  HP1_ENTRIES(D, 8, 1, dense, false)                                                                  \
-  HP1_ENTRIES(D, 8, 1, sparse, true)                                                                  \
-  HP1_ENTRIES(D, 16, 1, dense, false)                                                                 \
-  HP1_ENTRIES(D, 16, 1, sparse, true)                                                                 \
-  HP1_ENTRIES(D, 16, 2, dense, false)                                                                 \
-  HP1_ENTRIES(D, 16, 2, sparse, true)
+  HP1_ENTRIES(D, 8, 1, 1, , dense, false)                                                             \
+  HP1_ENTRIES(D, 8, 1, 1, , sparse, true)                                                             \
+  HP1_ENTRIES(D, 8, 1, 2, _r2, dense, false)                                                          \
+  HP1_ENTRIES(D, 8, 1, 2, _r2, sparse, true)                                                          \
+  HP1_ENTRIES(D, 16, 1, 1, , dense, false)                                                            \
+  HP1_ENTRIES(D, 16, 1, 1, , sparse, true)                                                            \
+  HP1_ENTRIES(D, 16, 2, 1, , dense, false)                                                            \
+  HP1_ENTRIES(D, 16, 2, 1, , sparse, true)
 
 HP1_HEAD_DIM(64)
 HP1_HEAD_DIM(128)

@@ -13,9 +13,8 @@
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, dispatch, prefill_path, AttentionPath, AttnBuffers, GateParams, Geometry, GroupSize, HeadsPerCta,
-    HostInputs, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS,
-    MAX_FIR_K,
+    bucket, dispatch, prefill_path, AttentionPath, AttnBuffers, Form, GateParams, Geometry, GroupSize, HostInputs,
+    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS, MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -35,12 +34,12 @@ pub const TENSOR_CORE_TOLERANCE: f64 = 1e-2;
 pub enum PlanChoice {
     /// [`Plan::auto`]: the dispatcher.
     Auto,
-    /// This path with the dispatcher's group size and heads per CTA.
+    /// This path with the dispatcher's form.
     Path(AttentionPath),
-    /// This path and this group size, one head per CTA.
+    /// This path and this group size, one head per CTA, one QK round at a time.
     Forced(AttentionPath, GroupSize),
-    /// This path, group size and head count per CTA.
-    Exact(AttentionPath, GroupSize, HeadsPerCta),
+    /// This path and form.
+    Exact(AttentionPath, Form),
     /// This plan as it is.
     Plan(Plan),
 }
@@ -142,11 +141,11 @@ pub fn make_plan(geometry: Geometry, choice: PlanChoice) -> gpu::Result<Plan> {
     match choice {
         PlanChoice::Auto => Plan::auto(geometry),
         PlanChoice::Path(path) => {
-            let (_, group, heads) = dispatch(&geometry);
-            Plan::with_heads(geometry, path, group, heads)
+            let (_, form) = dispatch(&geometry);
+            Plan::with_form(geometry, path, form)
         }
         PlanChoice::Forced(path, group) => Plan::new(geometry, path, group),
-        PlanChoice::Exact(path, group, heads) => Plan::with_heads(geometry, path, group, heads),
+        PlanChoice::Exact(path, form) => Plan::with_form(geometry, path, form),
         PlanChoice::Plan(plan) => Ok(plan),
     }
 }

@@ -17,8 +17,8 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use gpu::attention::{
-    bucket, row_metadata, AttentionPath, AttnBuffers, GateCounts, GateStats, GroupSize, HeadsPerCta, HostInputs,
-    Hp1Attention, Plan, Pv,
+    bucket, row_metadata, AttentionPath, AttnBuffers, Form, GateCounts, GateStats, GroupSize, HostInputs, Hp1Attention,
+    Plan, Pv,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -201,13 +201,9 @@ fn same_bits_across_paths(gpu: &Arc<Gpu>) -> Check {
         for pv in [Pv::Dense, Pv::Sparse] {
             let mut first: Option<(String, Vec<bf16>)> = None;
             for path in [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)] {
-                for (group, heads) in [
-                    (GroupSize::Eight, HeadsPerCta::One),
-                    (GroupSize::Sixteen, HeadsPerCta::One),
-                    (GroupSize::Sixteen, HeadsPerCta::Two),
-                ] {
-                    let got = run_gpu(gpu, &data, rows, PlanChoice::Exact(path, group, heads)).map_err(msg)?;
-                    let label = format!("{} G{} H{}", path.name(), group.lanes(), heads.count());
+                for form in Form::ALL {
+                    let got = run_gpu(gpu, &data, rows, PlanChoice::Exact(path, form)).map_err(msg)?;
+                    let label = format!("{} {}", path.name(), form.name());
                     if !got.out.iter().any(|x| x.to_f32() != 0.0) {
                         return Err(format!("{label}: an all-zero output proves nothing, case {c:?}"));
                     }
@@ -255,7 +251,7 @@ fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
                 AttentionPath::SplitK(pv) => AttentionPath::Decode(pv),
                 AttentionPath::Decode(pv) => AttentionPath::SplitK(pv),
             },
-            match batched.plan.group {
+            match batched.plan.form.group {
                 GroupSize::Eight => GroupSize::Sixteen,
                 GroupSize::Sixteen => GroupSize::Eight,
             },
@@ -267,11 +263,11 @@ fn same_bits_alone_and_batched(gpu: &Arc<Gpu>) -> Check {
             let in_batch = &batched.out[q0 * row_elems..][..run.out.len()];
             if !same_bits(in_batch, &run.out) {
                 return Err(format!(
-                    "sequence {s}: {} G{} in the batch and {} G{} alone differ",
+                    "sequence {s}: {} {} in the batch and {} {} alone differ",
                     batched.plan.path.name(),
-                    batched.plan.group.lanes(),
+                    batched.plan.form.name(),
                     run.plan.path.name(),
-                    run.plan.group.lanes()
+                    run.plan.form.name()
                 ));
             }
         }
@@ -335,8 +331,7 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
         let reference = Reference::compute(&step).map_err(msg)?;
         let got = widen_bits(&out, data.out_shape()).map_err(msg)?;
         compare("gpu-graph-replay", &got, &reference, Bound::f32(GPU_TOLERANCE)).map_err(msg)?;
-        let eager =
-            run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.group, plan.heads)).map_err(msg)?;
+        let eager = run_gpu(gpu, &step, geometry.rows, PlanChoice::Exact(plan.path, plan.form)).map_err(msg)?;
         if !same_bits(&eager.out, &out) {
             return Err(format!("replay at lengths {lens:?} differs from an eager run of the same plan"));
         }

@@ -263,7 +263,7 @@ pub(super) fn check_len(entry: &str, name: &str, got: usize, need: usize) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::plan::{AttentionPath, Geometry, GroupSize, HeadsPerCta, Pv, HEAD_DIMS};
+    use crate::attention::plan::{AttentionPath, Form, Geometry, Pv, HEAD_DIMS};
     use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
@@ -329,12 +329,8 @@ mod tests {
                 .into_iter()
                 .flat_map(|pv| [AttentionPath::Decode(pv), AttentionPath::SplitK(pv)])
             {
-                for (group, heads) in [
-                    (GroupSize::Eight, HeadsPerCta::One),
-                    (GroupSize::Sixteen, HeadsPerCta::One),
-                    (GroupSize::Sixteen, HeadsPerCta::Two),
-                ] {
-                    let plan = Plan::with_heads(g, path, group, heads).unwrap();
+                for form in Form::ALL {
+                    let plan = Plan::with_form(g, path, form).unwrap();
                     assert!(has(&decode, &plan.attention.entry), "{} missing", plan.attention.entry);
                     assert!(has(&rows, &plan.rows.entry));
                 }

@@ -6,9 +6,9 @@
 //! A brief overview:
 //! - [`Plan`] (in [`plan`]) is pure host code: from static facts only ([`Geometry`]: the batch
 //!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`], the
-//!   QK [`GroupSize`], the [`HeadsPerCta`], the grids and the split-K workspace. [`Plan::auto`]
-//!   is the dispatcher; [`Plan::new`] and [`Plan::with_heads`] force a plan for tests and
-//!   benchmarks.
+//!   CTA [`Form`] (the QK [`GroupSize`], the [`HeadsPerCta`], the [`QkRounds`] in flight), the
+//!   grids and the split-K workspace. [`Plan::auto`] is the dispatcher; [`Plan::new`] and
+//!   [`Plan::with_form`] force a plan for tests and benchmarks.
 //! - [`Hp1Attention`] loads a plan's kernels once; [`Hp1Attention::build_rows`] builds the row
 //!   metadata of a batch step (every query row becomes a decode row of its own: that is fake
 //!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
@@ -25,12 +25,12 @@
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
 //!
-//! Every path, group size and head count per CTA gives the same bits for a row (fixed 126-key
+//! Every path and form gives the same bits for a row (fixed 126-key
 //! chunks, fixed reduction orders, an ordered nonzero list): the dispatcher's choice and a
 //! request's batch never change its output.
 //!
 //! ```
-//! use gpu::attention::{AttentionPath, Geometry, HeadsPerCta, Plan};
+//! use gpu::attention::{AttentionPath, Form, Geometry, Plan};
 //!
 //! // A decode step of 1 sequence with room for 8K tokens.
 //! let geometry = Geometry {
@@ -41,7 +41,7 @@
 //! assert_eq!(plan.attention.grid, 8 * 66); // rows x heads x 126-key chunks of the capacity
 //! // 32 rows make a grid large enough to give each CTA the two heads of a kv head.
 //! let plan = Plan::auto(Geometry { rows: 32, ..geometry }).unwrap();
-//! assert_eq!((plan.heads, plan.attention.grid), (HeadsPerCta::Two, 32 * 4 * 66));
+//! assert_eq!((plan.form, plan.attention.grid), (Form::PAIRED, 32 * 4 * 66));
 //! ```
 //!
 //! Timing a launch (with a GPU): `let attn = Hp1Attention::new(&gpu, plan)?;` and
@@ -62,8 +62,8 @@ pub use buffers::{AttnBuffers, HostBatch, HostInputs};
 pub use gate_stats::{GateCounts, GateStats};
 pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
-    bucket, dispatch, AttentionPath, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, CHUNK, HEAD_DIMS,
-    MAX_FIR_K, PAIR_MIN_CTAS,
+    bucket, dispatch, AttentionPath, Form, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, QkRounds, CHUNK,
+    HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS, TWO_ROUND_MAX_CTAS,
 };
 pub use prefill_launch::{Hp1Prefill, PrefillOperands, QueryNorm};
 pub use prefill_plan::{

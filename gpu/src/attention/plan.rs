@@ -11,9 +11,10 @@
 //!
 //! The dispatcher ([`dispatch`]): split-K whenever the capacity holds more than one [`CHUNK`]
 //! (else the decode kernel, which then does the same single chunk without a second launch),
-//! sparse-index PV, and one query head per CTA with thread groups of 8 lanes, or, on grids of
-//! at least [`PAIR_MIN_CTAS`] one-head CTAs with an even `Hq / Hkv`, two heads of one kv head
-//! per CTA with groups of 16 lanes.
+//! sparse-index PV, and a CTA [`Form`]: one query head per CTA with thread groups of 8 lanes,
+//! loading the K of both QK rounds at once on grids of at most [`TWO_ROUND_MAX_CTAS`] one-head
+//! CTAs, or, on grids of at least [`PAIR_MIN_CTAS`] with an even `Hq / Hkv`, two heads of one kv
+//! head per CTA with groups of 16 lanes.
 //!
 //! Measured on an H200 (Hq/Hkv 8/4, D 128, blocks of 16, 71% gate zeros; batch 1, 32, 128 x
 //! context 1K, 4K, 16K) with one head per CTA: split-K won or tied at every point, batch 128
@@ -32,12 +33,18 @@
 //! of 32, and only so does ptxas issue all of a step's K loads before the first fma within the
 //! launch bounds.
 //!
-//! [`Plan::new`] and [`Plan::with_heads`] build the plans the dispatcher never picks (decode on
+//! Both QK rounds' K at once (a chunk and its FIR overlap are two rounds of 64 keys) takes 116
+//! registers where one round takes 72, so 4 CTAs fit an SM instead of 7, and a CTA then waits on
+//! one memory latency for its K instead of two. Measured on an H100 (asynct-0.5b, 1K context,
+//! whole-step graphs; `verify/RESULTS.md`, runs 212-213): the decode step 6.5% faster at B1 (72
+//! one-head CTAs), 6.2% at B2 and 5.3% at B4 (288), and 1.3% slower at B8 (576, past a wave of 4
+//! CTAs on 132 SMs) when run 212 took it there.
+//!
+//! [`Plan::new`] and [`Plan::with_form`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
 //! times every forced path beside the dispatcher's) and for the bitwise checks across paths.
-//! No choice changes results: split-K, decode, G = 8, G = 16 and one or two heads per CTA give
-//! the same bits (the kernel header says why), so a request's output does not depend on its
-//! batch.
+//! No choice changes results: split-K, decode and every form give the same bits (the kernel
+//! header says why), so a request's output does not depend on its batch.
 
 use crate::error::{Error, Result};
 
@@ -52,6 +59,9 @@ pub const HEAD_DIMS: [usize; 3] = [64, 128, 256];
 pub const MAX_FIR_K: usize = 8;
 /// The dispatcher pairs heads from this many one-head CTAs (`rows * Hq * chunks`) up.
 pub const PAIR_MIN_CTAS: usize = 1024;
+/// The dispatcher loads both QK rounds' K at once up to this many one-head CTAs: one wave of
+/// that form (4 CTAs an SM) on an H100 or H200 (132 SMs).
+pub const TWO_ROUND_MAX_CTAS: usize = 4 * 132;
 
 /// The static facts a plan is made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,6 +197,50 @@ impl HeadsPerCta {
     }
 }
 
+/// QK rounds (64 keys each for groups of 8 lanes at D = 128) whose K loads a thread group issues
+/// before its first dot product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QkRounds {
+    /// One round at a time.
+    One,
+    /// Two rounds at once (one head per CTA, groups of 8 lanes).
+    Two,
+}
+
+/// How a CTA is laid out: the kernel instantiation a path runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Form {
+    /// The QK thread-group size.
+    pub group: GroupSize,
+    /// Query heads per CTA.
+    pub heads: HeadsPerCta,
+    /// QK rounds in flight.
+    pub rounds: QkRounds,
+}
+
+impl Form {
+    /// One head, groups of `group` lanes, one QK round at a time.
+    pub const fn one_head(group: GroupSize) -> Self {
+        Self { group, heads: HeadsPerCta::One, rounds: QkRounds::One }
+    }
+
+    /// The dispatcher's form for small grids.
+    pub const TWO_ROUNDS: Form = Form { group: GroupSize::Eight, heads: HeadsPerCta::One, rounds: QkRounds::Two };
+    /// The dispatcher's form for large grids.
+    pub const PAIRED: Form = Form { group: GroupSize::Sixteen, heads: HeadsPerCta::Two, rounds: QkRounds::One };
+
+    /// Every instantiated form, for the checks that hold them to the same bits.
+    pub const ALL: [Form; 4] =
+        [Form::one_head(GroupSize::Eight), Form::TWO_ROUNDS, Form::one_head(GroupSize::Sixteen), Form::PAIRED];
+
+    /// A short stable name, e.g. `g8-r2`, `g16-h2`.
+    pub fn name(&self) -> String {
+        let heads = if self.heads == HeadsPerCta::Two { "-h2" } else { "" };
+        let rounds = if self.rounds == QkRounds::Two { "-r2" } else { "" };
+        format!("g{}{heads}{rounds}", self.group.lanes())
+    }
+}
+
 /// One kernel launch: entry point, one-dimensional grid, block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchShape {
@@ -206,10 +260,8 @@ pub struct Plan {
     pub geometry: Geometry,
     /// The path.
     pub path: AttentionPath,
-    /// The QK thread-group size.
-    pub group: GroupSize,
-    /// Query heads per CTA.
-    pub heads: HeadsPerCta,
+    /// The CTA's form.
+    pub form: Form,
     /// `hp1_rows` (in `hp1_rows.cu`), once per batch step.
     pub rows: LaunchShape,
     /// The decode or split-K kernel.
@@ -225,20 +277,29 @@ impl Plan {
     /// The plan the dispatcher picks for `geometry`.
     pub fn auto(geometry: Geometry) -> Result<Self> {
         geometry.validate()?;
-        let (path, group, heads) = dispatch(&geometry);
-        Self::with_heads(geometry, path, group, heads)
+        let (path, form) = dispatch(&geometry);
+        Self::with_form(geometry, path, form)
     }
 
-    /// A plan for a forced path and group size with one head per CTA (tests and benchmarks).
+    /// A plan for a forced path and group size with one head per CTA and one QK round at a time
+    /// (tests and benchmarks).
     pub fn new(geometry: Geometry, path: AttentionPath, group: GroupSize) -> Result<Self> {
-        Self::with_heads(geometry, path, group, HeadsPerCta::One)
+        Self::with_form(geometry, path, Form::one_head(group))
     }
 
-    /// A plan for a forced path, group size and head count per CTA (tests and benchmarks). Two
-    /// heads need an even `Hq / Hkv` and groups of 16 lanes (the only instantiation).
-    pub fn with_heads(geometry: Geometry, path: AttentionPath, group: GroupSize, heads: HeadsPerCta) -> Result<Self> {
+    /// A plan for a forced path and form (tests and benchmarks). Two heads need an even
+    /// `Hq / Hkv` and groups of 16 lanes, two QK rounds one head and groups of 8 (the only
+    /// instantiations).
+    pub fn with_form(geometry: Geometry, path: AttentionPath, form: Form) -> Result<Self> {
         geometry.validate()?;
         let g = geometry;
+        let Form { group, heads, rounds } = form;
+        if rounds == QkRounds::Two && (group, heads) != (GroupSize::Eight, HeadsPerCta::One) {
+            return Err(unsupported(format!(
+                "two QK rounds run with one head and groups of 8 lanes, got {}",
+                form.name()
+            )));
+        }
         if heads == HeadsPerCta::Two {
             let per_kv = g.num_heads / g.num_kv_heads;
             if !per_kv.is_multiple_of(2) {
@@ -263,8 +324,9 @@ impl Plan {
             AttentionPath::Decode(_) => ("decode", head_ctas),
             AttentionPath::SplitK(_) => ("split", head_ctas.and_then(|n| n.checked_mul(g.max_chunks()))),
         };
+        let r2 = if rounds == QkRounds::Two { "_r2" } else { "" };
         let attention = LaunchShape {
-            entry: format!("hp1_{kind}_d{}_g{}_h{}_{pv}", g.head_dim, group.lanes(), heads.count()),
+            entry: format!("hp1_{kind}_d{}_g{}_h{}{r2}_{pv}", g.head_dim, group.lanes(), heads.count()),
             grid: grid(ctas, &g)?,
             block: THREADS,
         };
@@ -282,20 +344,21 @@ impl Plan {
             grid: grid(Some(g.rows.div_ceil(THREADS as usize)), &g)?,
             block: THREADS,
         };
-        Ok(Self { geometry, path, group, heads, rows, attention, workspace_len, counter_len })
+        Ok(Self { geometry, path, form, rows, attention, workspace_len, counter_len })
     }
 }
 
-/// The path, group size and heads per CTA for `geometry` (see the module doc for the rule and
-/// its measurements).
-pub fn dispatch(geometry: &Geometry) -> (AttentionPath, GroupSize, HeadsPerCta) {
+/// The path and form for `geometry` (see the module doc for the rule and its measurements).
+pub fn dispatch(geometry: &Geometry) -> (AttentionPath, Form) {
     let g = geometry;
     let path = if g.capacity() > CHUNK { AttentionPath::SplitK(Pv::Sparse) } else { AttentionPath::Decode(Pv::Sparse) };
     let one_head_ctas = g.rows.saturating_mul(g.num_heads).saturating_mul(g.max_chunks());
     if (g.num_heads / g.num_kv_heads).is_multiple_of(2) && one_head_ctas >= PAIR_MIN_CTAS {
-        (path, GroupSize::Sixteen, HeadsPerCta::Two)
+        (path, Form::PAIRED)
+    } else if one_head_ctas <= TWO_ROUND_MAX_CTAS {
+        (path, Form::TWO_ROUNDS)
     } else {
-        (path, GroupSize::Eight, HeadsPerCta::One)
+        (path, Form::one_head(GroupSize::Eight))
     }
 }
 
@@ -334,29 +397,35 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_dispatcher_splits_past_one_chunk_and_pairs_heads_on_large_grids() {
-        let (one, two) = ((GroupSize::Eight, HeadsPerCta::One), (GroupSize::Sixteen, HeadsPerCta::Two));
-        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / CHUNK), paired from 1024.
+    fn the_dispatcher_splits_past_one_chunk_loads_two_rounds_on_small_grids_and_pairs_heads_on_large_ones() {
+        let (small, one, two) = (Form::TWO_ROUNDS, Form::one_head(GroupSize::Eight), Form::PAIRED);
+        // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / CHUNK): two rounds up to
+        // 528, paired from 1024.
         let per_row_at_1k = 8 * 1024usize.div_ceil(CHUNK);
         let unpaired_at_1k = (PAIR_MIN_CTAS - 1) / per_row_at_1k;
         for (rows, context, split, kernel) in [
+            (1, 1024, true, small), // 72 CTAs
+            (TWO_ROUND_MAX_CTAS / per_row_at_1k, 1024, true, small),
+            (TWO_ROUND_MAX_CTAS / per_row_at_1k + 1, 1024, true, one),
             (unpaired_at_1k, 1024, true, one), // just under 1024 CTAs
             (unpaired_at_1k + 1, 1024, true, two),
             (1, 127 * CHUNK / 16 * 16, true, one), // 1016 (the capacity is whole blocks of 16)
             (1, 128 * CHUNK, true, two),           // 1024
             (32, 4096, true, two),                 // thousands of CTAs
             (128, 16384, true, two),
-            (4096, CHUNK + 1, true, two),     // two chunks
-            (1, 112, false, one),             // 7 blocks of 16: one chunk
-            (127, 16, false, one),            // 1016 CTAs of one chunk each
-            (128, 16, false, two),            // 1024
-            (1, CHUNK, true, one),            // whole blocks of 16 hold more than one chunk
-            (1, CHUNK / 16 * 16, false, one), // whole blocks within one chunk
+            (4096, CHUNK + 1, true, two),       // two chunks
+            (1, 112, false, small),             // 7 blocks of 16: one chunk
+            (66, 16, false, small),             // 528 CTAs of one chunk each
+            (67, 16, false, one),               // 536
+            (127, 16, false, one),              // 1016
+            (128, 16, false, two),              // 1024
+            (1, CHUNK, true, small),            // whole blocks of 16 hold more than one chunk
+            (1, CHUNK / 16 * 16, false, small), // whole blocks within one chunk
         ] {
-            let (path, group, heads) = dispatch(&geometry(rows, context));
+            let (path, form) = dispatch(&geometry(rows, context));
             assert_eq!(matches!(path, AttentionPath::SplitK(_)), split, "rows {rows}, context {context}: {path:?}");
             assert_eq!(path.pv(), Pv::Sparse);
-            assert_eq!((group, heads), kernel, "rows {rows}, context {context}");
+            assert_eq!(form, kernel, "rows {rows}, context {context}");
         }
         // The capacity decides, not the block size it is made of.
         let wide_blocks = Geometry { block_size: 64, max_blocks_per_seq: CHUNK / 64, ..geometry(8, 0) };
@@ -366,10 +435,10 @@ pub(crate) mod tests {
         // An odd number of query heads per kv head never pairs, however large the grid.
         for (hq, hkv) in [(8, 8), (6, 2), (3, 1)] {
             let g = Geometry { num_heads: hq, num_kv_heads: hkv, ..geometry(256, 16384) };
-            assert_eq!(dispatch(&g).2, HeadsPerCta::One, "{hq} / {hkv}");
+            assert_eq!(dispatch(&g).1, one, "{hq} / {hkv}");
         }
         let g = Geometry { num_heads: 16, num_kv_heads: 2, ..geometry(256, 16384) };
-        assert_eq!(dispatch(&g).2, HeadsPerCta::Two);
+        assert_eq!(dispatch(&g).1, two);
     }
 
     #[test]
@@ -382,7 +451,7 @@ pub(crate) mod tests {
         assert_eq!(a.geometry.max_chunks(), chunks);
         assert_eq!(a.attention.grid as usize, 8 * chunks);
         assert_eq!((a.workspace_len, a.counter_len), (8 * chunks * 128, 8));
-        assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_sparse");
+        assert_eq!(a.attention.entry, "hp1_split_d128_g8_h1_r2_sparse", "{} CTAs: two rounds at a time", 8 * chunks);
         assert_eq!((a.rows.entry.as_str(), a.rows.grid), ("hp1_rows", 1));
         // Rows enough for 1024 one-head CTAs: paired heads, half the stage-1 CTAs, the same
         // partials and counters per (row, head).
@@ -394,7 +463,9 @@ pub(crate) mod tests {
         );
         assert_eq!((b.workspace_len, b.counter_len), (rows * 8 * chunks * 128, rows * 8));
         let fewer = Plan::auto(geometry(rows - 1, 8192)).unwrap();
-        assert_eq!(fewer.heads, HeadsPerCta::One);
+        assert_eq!(fewer.form, Form::TWO_ROUNDS);
+        let longer = Plan::auto(geometry(1, 9216)).unwrap();
+        assert_eq!((longer.attention.entry.as_str(), longer.attention.grid), ("hp1_split_d128_g8_h1_sparse", 8 * 74));
     }
 
     #[test]
@@ -403,36 +474,51 @@ pub(crate) mod tests {
             Geometry { rows: 300, num_heads: 2, num_kv_heads: 1, head_dim: 64, block_size: 32, max_blocks_per_seq: 3 };
         let p = Plan::new(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen).unwrap();
         assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h1_dense".into(), grid: 600, block: 128 });
-        assert_eq!((p.workspace_len, p.counter_len, p.heads), (0, 0, HeadsPerCta::One));
+        assert_eq!((p.workspace_len, p.counter_len, p.form.heads), (0, 0, HeadsPerCta::One));
         assert_eq!(p.rows.grid, 3, "300 rows in CTAs of 128");
         let p = Plan::new(g, AttentionPath::SplitK(Pv::Dense), GroupSize::Eight).unwrap();
         // 96 keys of capacity: one chunk.
         assert_eq!(p.attention.grid, 600);
         assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
         // Two heads per CTA: half the CTAs; the partials stay per (row, head).
-        let p = Plan::with_heads(g, AttentionPath::Decode(Pv::Dense), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        let p = Plan::with_form(g, AttentionPath::Decode(Pv::Dense), Form::PAIRED).unwrap();
         assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g16_h2_dense".into(), grid: 300, block: 128 });
-        let p = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        let p = Plan::with_form(g, AttentionPath::SplitK(Pv::Sparse), Form::PAIRED).unwrap();
         assert_eq!((p.attention.entry.as_str(), p.attention.grid), ("hp1_split_d64_g16_h2_sparse", 300));
         assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
+        // Two QK rounds: the one-head grid and workspace under their own entries.
+        let p = Plan::with_form(g, AttentionPath::Decode(Pv::Sparse), Form::TWO_ROUNDS).unwrap();
+        assert_eq!(p.attention, LaunchShape { entry: "hp1_decode_d64_g8_h1_r2_sparse".into(), grid: 600, block: 128 });
+        let p = Plan::with_form(g, AttentionPath::SplitK(Pv::Dense), Form::TWO_ROUNDS).unwrap();
+        assert_eq!((p.attention.entry.as_str(), p.attention.grid), ("hp1_split_d64_g8_h1_r2_dense", 600));
+        assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
+        let names: Vec<String> = Form::ALL.iter().map(Form::name).collect();
+        assert_eq!(names, ["g8", "g8-r2", "g16", "g16-h2"]);
     }
 
     #[test]
-    fn two_heads_per_cta_need_an_even_head_ratio_and_groups_of_16() {
+    fn two_heads_per_cta_need_an_even_head_ratio_and_groups_of_16_and_two_rounds_one_head_and_8() {
         let g = Geometry { num_heads: 6, num_kv_heads: 2, ..geometry(4, 1024) };
         let path = AttentionPath::SplitK(Pv::Sparse);
-        let err = Plan::with_heads(g, path, GroupSize::Sixteen, HeadsPerCta::Two).unwrap_err().to_string();
+        let err = Plan::with_form(g, path, Form::PAIRED).unwrap_err().to_string();
         assert!(err.contains("even number of query heads per kv head, got 6 / 2 = 3"), "{err}");
-        let err =
-            Plan::with_heads(geometry(4, 1024), path, GroupSize::Eight, HeadsPerCta::Two).unwrap_err().to_string();
+        let eight_paired = Form { group: GroupSize::Eight, ..Form::PAIRED };
+        let err = Plan::with_form(geometry(4, 1024), path, eight_paired).unwrap_err().to_string();
         assert!(err.contains("groups of 16 lanes, got 8"), "{err}");
-        Plan::with_heads(g, path, GroupSize::Eight, HeadsPerCta::One).unwrap();
+        for form in
+            [Form { rounds: QkRounds::Two, ..Form::PAIRED }, Form { group: GroupSize::Sixteen, ..Form::TWO_ROUNDS }]
+        {
+            let err = Plan::with_form(geometry(4, 1024), path, form).unwrap_err().to_string();
+            assert!(err.contains("two QK rounds run with one head and groups of 8 lanes"), "{err}");
+        }
+        Plan::with_form(g, path, Form::one_head(GroupSize::Eight)).unwrap();
+        Plan::with_form(g, path, Form::TWO_ROUNDS).unwrap();
     }
 
     /// The kernel's block-index decoding, written out: head groups fastest, then chunks, then
     /// rows; CTA `bid` computes heads `h0 .. h0 + heads` of its row and chunk.
     fn split_block(plan: &Plan, bid: usize) -> (usize, usize, usize) {
-        let (g, per_cta) = (plan.geometry, plan.heads.count());
+        let (g, per_cta) = (plan.geometry, plan.form.heads.count());
         let (h0, rest) = (bid % (g.num_heads / per_cta) * per_cta, bid / (g.num_heads / per_cta));
         (rest / g.max_chunks(), rest % g.max_chunks(), h0)
     }
@@ -448,8 +534,8 @@ pub(crate) mod tests {
                 block_size: 16,
                 max_blocks_per_seq: 33,
             };
-            let group = if heads == HeadsPerCta::Two { GroupSize::Sixteen } else { GroupSize::Eight };
-            let plan = Plan::with_heads(g, AttentionPath::SplitK(Pv::Sparse), group, heads).unwrap();
+            let form = if heads == HeadsPerCta::Two { Form::PAIRED } else { Form::one_head(GroupSize::Eight) };
+            let plan = Plan::with_form(g, AttentionPath::SplitK(Pv::Sparse), form).unwrap();
             let chunks = 528usize.div_ceil(CHUNK);
             assert_eq!(g.max_chunks(), chunks, "528 keys of capacity");
             let per_kv = hq / hkv;

@@ -83,7 +83,8 @@ impl MegaOp {
 
     /// The attention launch of `plan`, recorded as `args` (HP1_ATTENTION_PARAMS and the rest of
     /// the decode or split entry's). The megakernel runs the sparse body with one head and groups
-    /// of 8 lanes per task, whatever `plan`'s group and heads: the same bits (`hp1_attention.cuh`).
+    /// of 8 lanes per task, one QK round at a time, whatever `plan`'s form: the same bits
+    /// (`hp1_attention.cuh`).
     pub fn attention(plan: &Plan, args: Vec<u64>) -> Result<Self> {
         let g = plan.geometry;
         if plan.path.pv() != Pv::Sparse {
@@ -138,7 +139,7 @@ fn refuse(reason: String) -> Error {
 mod tests {
     use super::*;
     use crate::attention::plan::tests::geometry;
-    use crate::attention::{GroupSize, HeadsPerCta, CHUNK};
+    use crate::attention::{Form, GroupSize, CHUNK};
 
     #[test]
     fn a_gemm_has_one_task_per_w_block_of_its_epilogues_rows() {
@@ -160,7 +161,7 @@ mod tests {
         let chunks = 1024usize.div_ceil(CHUNK);
         assert_eq!((op.kind, op.tasks as usize, op.rows, op.head_dim), (MegaKind::AttnSplit, 8 * chunks, 1, Some(128)));
         // A plan of two heads a CTA still gives one task per head.
-        let paired = Plan::with_heads(geometry(4, 1024), split.path, GroupSize::Sixteen, HeadsPerCta::Two).unwrap();
+        let paired = Plan::with_form(geometry(4, 1024), split.path, Form::PAIRED).unwrap();
         assert_eq!(MegaOp::attention(&paired, vec![]).unwrap().tasks as usize, 4 * 8 * chunks);
         let short = Plan::auto(geometry(2, 100)).unwrap();
         let op = MegaOp::attention(&short, vec![]).unwrap();

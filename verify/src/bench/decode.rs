@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{AttentionPath, AttnBuffers, GroupSize, HeadsPerCta, Hp1Attention, Plan, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv, QkRounds};
 use gpu::Gpu;
 
 use super::data::{gate_params, BatchData};
@@ -11,8 +11,7 @@ use super::timing::{copies, Timing};
 /// One path's time at one point.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PathTime {
-    /// `auto` (the dispatcher's choice) or a path name with its group size (and `-h2` for two
-    /// heads per CTA).
+    /// `auto` (the dispatcher's choice) or a path name with its form (`Form::name`).
     pub name: String,
     /// The path the plan ran.
     pub path: String,
@@ -20,6 +19,8 @@ pub struct PathTime {
     pub group: usize,
     /// Query heads per CTA.
     pub heads: usize,
+    /// QK rounds whose K loads a thread group issues together.
+    pub rounds: usize,
     /// Back-to-back: median ms per launch of `reps` launches from the host, beside the reported
     /// figure (the gap is what launching costs).
     pub eager_ms: f64,
@@ -50,7 +51,7 @@ pub struct DecodePoint {
     pub paths: Vec<PathTime>,
 }
 
-fn forced() -> Vec<(AttentionPath, GroupSize, HeadsPerCta)> {
+fn forced() -> Vec<(AttentionPath, Form)> {
     let mut v = Vec::new();
     for path in [
         AttentionPath::Decode(Pv::Dense),
@@ -58,12 +59,8 @@ fn forced() -> Vec<(AttentionPath, GroupSize, HeadsPerCta)> {
         AttentionPath::SplitK(Pv::Dense),
         AttentionPath::SplitK(Pv::Sparse),
     ] {
-        for (group, heads) in [
-            (GroupSize::Eight, HeadsPerCta::One),
-            (GroupSize::Sixteen, HeadsPerCta::One),
-            (GroupSize::Sixteen, HeadsPerCta::Two),
-        ] {
-            v.push((path, group, heads));
+        for form in Form::ALL {
+            v.push((path, form));
         }
     }
     v
@@ -85,10 +82,9 @@ pub fn measure(
     let kv_bytes = data.kv_bytes();
     let copies = copies(kv_bytes);
     let mut plans = vec![("auto".to_string(), Plan::auto(geometry).map_err(e)?)];
-    for (path, group, heads) in forced() {
-        let suffix = if heads == HeadsPerCta::Two { "-h2" } else { "" };
-        let name = format!("{}-g{}{suffix}", path.name(), group.lanes());
-        plans.push((name, Plan::with_heads(geometry, path, group, heads).map_err(e)?));
+    for (path, form) in forced() {
+        let name = format!("{}-{}", path.name(), form.name());
+        plans.push((name, Plan::with_form(geometry, path, form).map_err(e)?));
     }
     plans.retain(|(name, _)| only.is_none_or(|o| name.contains(o)));
     let workspace = plans.iter().map(|(_, p)| p.workspace_len).max().unwrap_or(0);
@@ -114,8 +110,12 @@ pub fn measure(
         paths.push(PathTime {
             name,
             path: attn.plan().path.name().to_string(),
-            group: attn.plan().group.lanes(),
-            heads: attn.plan().heads.count(),
+            group: attn.plan().form.group.lanes(),
+            heads: attn.plan().form.heads.count(),
+            rounds: match attn.plan().form.rounds {
+                QkRounds::One => 1,
+                QkRounds::Two => 2,
+            },
             eager_ms,
             graph_ms: figures.graph_ms,
             graph_tbps: figures.graph_ms.map(|ms| kv_bytes as f64 / ms / 1e9),

@@ -139,10 +139,7 @@ impl Choice {
 
     fn ran(&self, gate: &GateParams) -> String {
         match self {
-            Self::FakeDecode(p, _) => {
-                let pair = if p.heads.count() == 2 { "-h2" } else { "" };
-                format!("{}-g{}{pair}", p.path.name(), p.group.lanes())
-            }
+            Self::FakeDecode(p, _) => format!("{}-{}", p.path.name(), p.form.name()),
             Self::Prefill(p) => p.entry_for(gate).to_string(),
         }
     }

@@ -244,6 +244,7 @@ mod tests {
             path: String::new(),
             group: 8,
             heads: 1,
+            rounds: 1,
             eager_ms,
             graph_ms,
             graph_tbps: graph_ms.map(|ms| 1.0 / ms),
