@@ -38,7 +38,8 @@
 //! one memory latency for its K instead of two. Measured on an H100 (asynct-0.5b, 1K context,
 //! whole-step graphs; `verify/RESULTS.md`, runs 212-213): the decode step 6.5% faster at B1 (72
 //! one-head CTAs), 6.2% at B2 and 5.3% at B4 (288), and 1.3% slower at B8 (576, past a wave of 4
-//! CTAs on 132 SMs) when run 212 took it there.
+//! CTAs on 132 SMs) when run 212 took it there; on an H200, B1 0.845 ms against session 36's
+//! 0.902 (runs 216-217 against 206).
 //!
 //! [`Plan::new`] and [`Plan::with_form`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
