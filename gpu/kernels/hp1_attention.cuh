@@ -105,7 +105,8 @@
 // Entries: hp1_decode_d{D}_g{G}_h{HP}[_r2]_{dense|sparse} and
 // hp1_split_d{D}_g{G}_h{HP}[_r2]_{dense|sparse} for (G, HP, QR) in (8, 1, 1), (8, 1, 2),
 // (16, 1, 1), (16, 2, 1), _r2 naming QR = 2. The dispatcher (gpu/src/attention/plan.rs) picks
-// (8, 1, 2) on small grids, (8, 1, 1) past them and, on large grids, (16, 2, 1).
+// (8, 1, 2) on small grids where a chunk takes two rounds or more (D >= 128), (8, 1, 1) past
+// them and, on large grids, (16, 2, 1).
 //
 // BUFFERS (bf16 passed as its 16 bits, row-major):
 //   q            [rows, q_row_stride] bf16; head h of row r at r * q_row_stride + h * D

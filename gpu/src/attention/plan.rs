@@ -13,7 +13,7 @@
 //! (else the decode kernel, which then does the same single chunk without a second launch),
 //! sparse-index PV, and a CTA [`Form`]: one query head per CTA with thread groups of 8 lanes,
 //! loading the K of both QK rounds at once on grids of at most [`TWO_ROUND_MAX_CTAS`] one-head
-//! CTAs, or, on grids of at least [`PAIR_MIN_CTAS`] with an even `Hq / Hkv`, two heads of one kv
+//! CTAs where a chunk takes more than one round (`head_dim` 128 and 256), or, on grids of at least [`PAIR_MIN_CTAS`] with an even `Hq / Hkv`, two heads of one kv
 //! head per CTA with groups of 16 lanes.
 //!
 //! Measured on an H200 (Hq/Hkv 8/4, D 128, blocks of 16, 71% gate zeros; batch 1, 32, 128 x
@@ -39,7 +39,9 @@
 //! whole-step graphs; `verify/RESULTS.md`, runs 212-213): the decode step 6.5% faster at B1 (72
 //! one-head CTAs), 6.2% at B2 and 5.3% at B4 (288), and 1.3% slower at B8 (576, past a wave of 4
 //! CTAs on 132 SMs) when run 212 took it there; on an H200, B1 0.845 ms against session 36's
-//! 0.902 (runs 216-217 against 206).
+//! 0.902 (runs 216-217 against 206). A round of groups of 8 lanes is `8192 / D` keys, so at D = 64
+//! a chunk and its overlap (128 keys at `fir_k` 3) are one round: the form would cost registers
+//! there and overlap nothing, and the dispatcher keeps one round.
 //!
 //! [`Plan::new`] and [`Plan::with_form`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
@@ -356,7 +358,7 @@ pub fn dispatch(geometry: &Geometry) -> (AttentionPath, Form) {
     let one_head_ctas = g.rows.saturating_mul(g.num_heads).saturating_mul(g.max_chunks());
     if (g.num_heads / g.num_kv_heads).is_multiple_of(2) && one_head_ctas >= PAIR_MIN_CTAS {
         (path, Form::PAIRED)
-    } else if one_head_ctas <= TWO_ROUND_MAX_CTAS {
+    } else if one_head_ctas <= TWO_ROUND_MAX_CTAS && g.head_dim > 64 {
         (path, Form::TWO_ROUNDS)
     } else {
         (path, Form::one_head(GroupSize::Eight))
@@ -440,6 +442,10 @@ pub(crate) mod tests {
         }
         let g = Geometry { num_heads: 16, num_kv_heads: 2, ..geometry(256, 16384) };
         assert_eq!(dispatch(&g).1, two);
+        // Two rounds only where a chunk takes more than one: not at D = 64.
+        for (d, form) in [(64, one), (128, small), (256, small)] {
+            assert_eq!(dispatch(&Geometry { head_dim: d, ..geometry(1, 1024) }).1, form, "D {d}");
+        }
     }
 
     #[test]
