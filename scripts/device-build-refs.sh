@@ -12,6 +12,7 @@
 # limit and the sanitize stage (every test binary of the folder) short. The limit counts the
 # tracked tree too (about 16 MB), so a pack of three or four builds is the most one call takes;
 # the script says when the two together pass it.
+# NAME=- reuses device-bin-NAME from an earlier run as it is.
 # Usage: scripts/device-build-refs.sh main=main:gpu_engine wide=exp-two-level-wide [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,9 +29,16 @@ for spec in "$@"; do
     echo "expected NAME=REF with NAME of letters, digits, - and _, got '$spec'" >&2
     exit 2
   fi
-  git worktree add --detach "$work/$name" "$ref" >/dev/null
-  echo "== $name: $(git -C "$work/$name" log --oneline -1)"
-  BIN_DIR="$root/device-bin-$name" PACK=0 TEST_BINS="${bins//,/ }" bash "$work/$name/scripts/device-build.sh"
+  if [[ $ref == - ]]; then
+    # NAME=- packs device-bin-NAME as an earlier call of this script left it (its COMMIT file
+    # says what it is), so a pack can pair a new build with an old one without rebuilding it.
+    [ -f "device-bin-$name/COMMIT" ] || { echo "device-bin-$name holds no earlier build" >&2; exit 2; }
+    echo "== $name: device-bin-$name as built, $(head -c 7 "device-bin-$name/COMMIT")"
+  else
+    git worktree add --detach "$work/$name" "$ref" >/dev/null
+    echo "== $name: $(git -C "$work/$name" log --oneline -1)"
+    BIN_DIR="$root/device-bin-$name" PACK=0 TEST_BINS="${bins//,/ }" bash "$work/$name/scripts/device-build.sh"
+  fi
   dirs+=("device-bin-$name")
 done
 [ -d ../shared/tokenizers/qwen3 ] && mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
