@@ -13,8 +13,9 @@
 //! (else the decode kernel, which then does the same single chunk without a second launch),
 //! sparse-index PV, and a CTA [`Form`]: one query head per CTA with thread groups of 8 lanes,
 //! loading the K of both QK rounds at once on grids of at most [`TWO_ROUND_MAX_CTAS`] one-head
-//! CTAs where a chunk takes more than one round (`head_dim` 128 and 256), or, on grids of at least [`PAIR_MIN_CTAS`] with an even `Hq / Hkv`, two heads of one kv
-//! head per CTA with groups of 16 lanes.
+//! CTAs where a chunk takes more than one round (`head_dim` 128 and 256), or, on grids of at
+//! least [`PAIR_MIN_CTAS`] with an even `Hq / Hkv`, two heads of one kv head per CTA with groups
+//! of 16 lanes.
 //!
 //! Measured on an H200 (Hq/Hkv 8/4, D 128, blocks of 16, 71% gate zeros; batch 1, 32, 128 x
 //! context 1K, 4K, 16K) with one head per CTA: split-K won or tied at every point, batch 128
