@@ -201,6 +201,12 @@ impl Linears {
         self.load(Key::Head(shape), || GemmPlan::cublaslt_pinned(shape, HEAD_PIN_AT))
     }
 
+    /// The weights whose decode rows these GEMMs run on cuBLASLt (the step program's
+    /// [`super::step_program::ProgramShape::decode_cublas`]).
+    pub fn decode_cublas(&self) -> DecodeCublas {
+        self.decode_cublas
+    }
+
     /// The GEMM [`Linears::prepare`] loaded for this key.
     pub fn get(&self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<&Gemm> {
         self.loaded(Key::Layer(lane, weight, shape, epilogue))

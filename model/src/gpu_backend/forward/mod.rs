@@ -143,7 +143,6 @@ pub struct GpuModel {
     gate: GateParams,
     heads: HeadShape,
     fusion: Fusion,
-    decode_cublas: DecodeCublas,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
     gates: Option<GateMeter>,
@@ -252,7 +251,6 @@ impl GpuModel {
                 gib(free)
             )));
         }
-        let decode_cublas = DecodeCublas::from_env()?;
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
@@ -300,14 +298,13 @@ impl GpuModel {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
-            linears: Linears::new(gpu, cap.max_tokens, decode_cublas)?,
+            linears: Linears::new(gpu, cap.max_tokens, DecodeCublas::from_env()?)?,
             gpu: gpu.clone(),
             dims,
             kernels,
             gate,
             heads,
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
-            decode_cublas,
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
             gates: None,
@@ -462,7 +459,7 @@ impl GpuModel {
             picked: shape.picked,
             picked_all: shape.picked_all,
             fusion: self.fusion,
-            decode_cublas: self.decode_cublas,
+            decode_cublas: self.linears.decode_cublas(),
             chunk_fusion: self.chunk_fusion,
             gate_stats: self.gates.is_some(),
             prefill_norms_queries: self.prefill_norms_queries,
