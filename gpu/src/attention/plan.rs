@@ -211,6 +211,16 @@ pub enum QkRounds {
     Two,
 }
 
+impl QkRounds {
+    /// The round count.
+    pub fn count(&self) -> usize {
+        match self {
+            Self::One => 1,
+            Self::Two => 2,
+        }
+    }
+}
+
 /// How a CTA is laid out: the kernel instantiation a path runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Form {
@@ -502,6 +512,7 @@ pub(crate) mod tests {
         assert_eq!((p.workspace_len, p.counter_len), (600 * 64, 600));
         let names: Vec<String> = Form::ALL.iter().map(Form::name).collect();
         assert_eq!(names, ["g8", "g8-r2", "g16", "g16-h2"]);
+        assert_eq!(Form::ALL.map(|f| f.rounds.count()), [1, 2, 1, 1]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv, QkRounds};
+use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv};
 use gpu::Gpu;
 
 use super::data::{gate_params, BatchData};
@@ -112,10 +112,7 @@ pub fn measure(
             path: attn.plan().path.name().to_string(),
             group: attn.plan().form.group.lanes(),
             heads: attn.plan().form.heads.count(),
-            rounds: match attn.plan().form.rounds {
-                QkRounds::One => 1,
-                QkRounds::Two => 2,
-            },
+            rounds: attn.plan().form.rounds.count(),
             eager_ms,
             graph_ms: figures.graph_ms,
             graph_tbps: figures.graph_ms.map(|ms| kv_bytes as f64 / ms / 1e9),
