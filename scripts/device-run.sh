@@ -75,7 +75,9 @@
 #             each folder of BUILDS (default "device-bin"), in turn, BUILDS_PASSES times (default
 #             2), `asynct bench --decode-batch STEP_BATCHES --context BUILDS_CONTEXT` (default 1024)
 #             on asynct-0.5b (carry ".qwen3"); a line per run in builds-summary.txt and every run's
-#             report in builds.json (two files, for the 8 a call brings back)
+#             report in builds.json (two files, for the 8 a call brings back). An entry
+#             FOLDER:VAR=VALUE[,VAR=VALUE] runs that folder's build with those variables set, named
+#             FOLDER-VARVALUE (one binary measured with a setting on and off: ASYNCT_FOLD_O=0)
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
 #             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
 #             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
@@ -270,14 +272,18 @@ for stage in "$@"; do
       fi ;;
     builds)
       builds=${BUILDS:-device-bin}
-      [ -x $B/asynct ] || B=${builds%% *}  # the model's init needs some build's asynct
+      [ -x $B/asynct ] || { B=${builds%% *}; B=${B%%:*}; }  # the model's init needs some build's asynct
       half_billion builds
       runs=/tmp/asynct-builds; rm -rf $runs; mkdir -p $runs
       for pass in $(seq "${BUILDS_PASSES:-2}"); do
-        for d in $builds; do
-          n=${d#device-bin-}
-          $d/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" --context "${BUILDS_CONTEXT:-1024}" \
-            --out "$runs/$n-$pass.json" > "$runs/$n-$pass.log" 2>&1 || { status=1; tail -n 20 "$runs/$n-$pass.log"; }
+        for entry in $builds; do
+          d=${entry%%:*} vars=()
+          [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
+          n=${d#device-bin-}$(printf -- '-%s' "${vars[@]//=/}" | tr -cd 'A-Za-z0-9_-')
+          [ ${#vars[@]} -eq 0 ] && n=${d#device-bin-}
+          env "${vars[@]}" $d/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
+            --context "${BUILDS_CONTEXT:-1024}" --out "$runs/$n-$pass.json" > "$runs/$n-$pass.log" 2>&1 \
+            || { status=1; tail -n 20 "$runs/$n-$pass.log"; }
           echo "$n ($(head -c 7 $d/COMMIT)) pass $pass: $(grep '^decode B' "$runs/$n-$pass.log" | tr '\n' ' ')" \
             | tee -a "$OUT/builds-summary.txt"
         done
