@@ -75,7 +75,8 @@
 #             each folder of BUILDS (default "device-bin"), in turn, BUILDS_PASSES times (default
 #             2), `asynct bench --decode-batch STEP_BATCHES --context BUILDS_CONTEXT` (default 1024)
 #             on asynct-0.5b (carry ".qwen3"); a line per run in builds-summary.txt and every run's
-#             report in builds.json (two files, for the 8 a call brings back). An entry
+#             report in builds.json, each build's median ms per batch and pass in builds-table.txt
+#             (three files, for the 8 a call brings back). An entry
 #             FOLDER:VAR=VALUE[,VAR=VALUE] runs that folder's build with those variables set, named
 #             FOLDER-VARVALUE (one binary measured with a setting on and off: ASYNCT_FOLD_O=0)
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
@@ -288,13 +289,20 @@ for stage in "$@"; do
             | tee -a "$OUT/builds-summary.txt"
         done
       done
-      python3 - "$runs" "$OUT/builds.json" <<'PY' || status=1
+      python3 - "$runs" "$OUT/builds.json" <<'PY' 2>&1 | tee "$OUT/builds-table.txt" || status=1
 import glob, json, os, sys
 runs = {}
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     name, run = os.path.basename(path)[:-5].rsplit("-", 1)
     runs.setdefault(name, {})[run] = json.load(open(path))
 json.dump(runs, open(sys.argv[2], "w"), indent=1)
+# Each build's median step ms per batch, its passes side by side: the table RESULTS quotes.
+for name, passes in runs.items():
+    cells = {}
+    for run in sorted(passes, key=int):
+        for d in passes[run].get("decode", []):
+            cells.setdefault(d["batch"], []).append(f"{d['step_ms']['median']:.3f}")
+    print(f"{name:<32}" + "  ".join(f"B{b} {', '.join(v)}" for b, v in sorted(cells.items())))
 PY
       ;;
     budget)
