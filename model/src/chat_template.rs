@@ -4,7 +4,7 @@
 //! rendered here with minijinja, configured as `transformers` configures Jinja (blocks trimmed and
 //! left-stripped, `raise_exception` defined). Templates written for Python Jinja also call Python's
 //! `str` and `dict` methods (`content.startswith(...)`, `.split(...)`, `.strip(...)`), which
-//! minijinja does not have; the common ones are supplied by [`python_method`]. Models without a
+//! minijinja does not have; the common ones are supplied by `python_method` here. Models without a
 //! template (the generated presets, whose tokenizer is bytes) get plain ChatML.
 //!
 //! A template that fails on a request's messages is the request's fault as far as the caller can
