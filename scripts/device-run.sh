@@ -280,8 +280,8 @@ for stage in "$@"; do
         for entry in $builds; do
           d=${entry%%:*} vars=()
           [[ $entry == *:* ]] && IFS=, read -ra vars <<< "${entry#*:}"
-          n=${d#device-bin-}$(printf -- '-%s' "${vars[@]//=/}" | tr -cd 'A-Za-z0-9_-')
-          [ ${#vars[@]} -eq 0 ] && n=${d#device-bin-}
+          n=${d#device-bin-}
+          for v in "${vars[@]}"; do n+=-${v//[^A-Za-z0-9_]/}; done
           env "${vars[@]}" $d/asynct bench --model $M --decode-batch "${STEP_BATCHES:-1,32,128}" \
             --context "${BUILDS_CONTEXT:-1024}" --out "$runs/$n-$pass.json" > "$runs/$n-$pass.log" 2>&1 \
             || { status=1; tail -n 20 "$runs/$n-$pass.log"; }
