@@ -206,7 +206,6 @@ struct FloatVec<4> {
   using T = float4;
 };
 
-
 // Split-K's last CTA of a (row, HP heads): adds the row's partials of every chunk in chunk order
 // from 0 (exactly the decode kernel's additions) and writes out. The partials of other CTAs are
 // read through L2 (__ldcg), after the acquire that pairs with their releases. A thread owns V
