@@ -114,6 +114,23 @@
 // gridDim.x must be a multiple of slabs. gpu::gemm::GemmPlan::decode_rows takes it where each
 // CTA gets 3 blocks or more.
 //
+// FOLDED X (gemm_fold; entries gemm_skinny_fold_m8_r{ROWS}{suffix}, Store and PeriLn). At one
+// decode row the split-K attention before o_proj ends in a tail of L2 round trips (its partials'
+// stores and fence, the count, the last CTA's loads of every chunk's partials, its store of the
+// bf16 output) before o_proj loads that output again. The folded form takes the partials
+// instead (the attention launched without counters writes nothing else) and adds them itself:
+// every thread 4 consecutive elements of x, the loads of up to FOLD_CHUNKS chunks in flight,
+// then the additions of hp1_attention.cuh's split_finish in its order and its rounding, into a
+// slab of x in dynamic shared memory (m k 2 bytes). The product is gemm_block's at MT = 1 (the
+// same steps per warp, mma and sums; its x loads now from shared memory), so the outputs are the
+// bits of split_finish followed by the plain kernel. The W block's first U steps are loaded before
+// the wait and arrive beside the partials. It pays only while a row's partials are few
+// (gpu::gemm::GemmPlan::skinny_fold: one row of at most FOLD_CHUNKS chunks at K = 1024, 36 KB
+// from L2 a CTA, where the plain form reads 2 KB). Grid and block as LAUNCH, 1 <= M <= 8, M K <
+// 2^31, K = heads << log2_d with D = 1 << log2_d a multiple of 4. row_len is read before the wait,
+// so the kernel launched just before this one must not write it (the attention does not; the
+// model's row metadata comes from a kernel at the start of the step).
+//
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
 //   Store            y [M, N] out
@@ -334,6 +351,155 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
                                      const Epi& epi) {
   __shared__ float part[WARPS * MT * 8 * Config<MT, ROWS>::PAD];
   gemm_block<MT, ROWS, ReadOnlyLoads, true>(blockIdx.x, part, x, w, m, n, k, epi);
+}
+
+// The folded form's lanes: gemm_block's rows of W and x for one lane, and its loads of a K step s
+// (zeros past K, N and M), apart so that the folded form can issue W's before x exists. gemm_block
+// keeps its own copy: written through this struct, ptxas allocates the registers of most plain
+// entries differently (read from NVRTC's cubins), and their schedules are the measured ones.
+template <int MT, int ROWS>
+struct LaneRows {
+  using C = Config<MT, ROWS>;
+  const bf16* w_row[C::WV];
+  bool w_ok[C::WV];
+  const bf16* x_row[MT];
+  bool x_ok[MT];
+  int t, k;
+
+  // x: the slab's first row.
+  __device__ __forceinline__ LaneRows(int n0, const bf16* w, const bf16* x, int m, int n, int k_) : k(k_) {
+    const int g = (threadIdx.x & 31) >> 2;
+    t = threadIdx.x & 3;
+#pragma unroll
+    for (int v = 0; v < C::WV; ++v) {
+      const int row = n0 + (C::HI ? 16 * (v >> 1) + 8 * (v & 1) : 0) + g;
+      w_ok[v] = row < n;
+      w_row[v] = w + (long long)row * k + 8 * t;
+    }
+#pragma unroll
+    for (int j = 0; j < MT; ++j) {
+      x_ok[j] = 8 * j + g < m;
+      x_row[j] = x + (long long)(8 * j + g) * k + 8 * t;
+    }
+  }
+
+  __device__ __forceinline__ void load_w(uint4 (&wv)[C::WV], int s) const {
+    const int kk = s * STEP_K;         // + 8 t is in the row pointers
+    const bool k_ok = kk + 8 * t < k;  // false for every step past the last
+#pragma unroll
+    for (int v = 0; v < C::WV; ++v) wv[v] = k_ok && w_ok[v] ? tc::ld_stream_16(w_row[v] + kk) : zero4();
+  }
+
+  template <class In>
+  __device__ __forceinline__ void load_x(uint4 (&xv)[MT], int s) const {
+    const int kk = s * STEP_K;
+    const bool k_ok = kk + 8 * t < k;
+#pragma unroll
+    for (int j = 0; j < MT; ++j)
+      xv[j] = k_ok && x_ok[j] ? In::load(reinterpret_cast<const uint4*>(x_row[j] + kk)) : zero4();
+  }
+};
+
+// The split-K attention's partials as x (FOLDED X in the header): x[r, h D + d] is
+// bf16(((0 + p_0) + p_1) + ... + p_{c-1}), p_i = partial[r, h, i, d], c = ceil(row_len[r] / chunk).
+struct FoldedX {
+  const float* __restrict__ partial;  // [m, heads, max_chunks, D]
+  const int* __restrict__ row_len;    // [m]
+  int log2_d;                         // D = 1 << log2_d
+  int max_chunks;
+  int chunk;  // keys a chunk (hp1::CHUNK)
+};
+
+// Chunks whose partials a thread asks for before its first add: the 1K-token width bucket's 9, so
+// that one row of x there costs one L2 round trip.
+constexpr int FOLD_CHUNKS = 9;
+
+// FoldedX's rows 0 .. m - 1 into xs (m rows of k bf16, shared memory), every thread of the CTA,
+// 4 consecutive elements a thread: split_finish's additions (hp1_attention.cuh), in its order.
+// row_chunks[r]: row r's chunk count.
+__device__ __forceinline__ void fold_x(const FoldedX& fx, const int* row_chunks, bf16* xs, int m, int k) {
+  const int heads = k >> fx.log2_d, d_mask = (1 << fx.log2_d) - 1;
+  for (int e = 4 * threadIdx.x; e < m * k; e += 4 * THREADS) {
+    const int r = e / k, kk = e - r * k;
+    const int chunks = row_chunks[r];
+    const float4* src = reinterpret_cast<const float4*>(
+        fx.partial + ((((long long)r * heads + (kk >> fx.log2_d)) * fx.max_chunks) << fx.log2_d) + (kk & d_mask));
+    const int stride = 1 << (fx.log2_d - 2);  // one chunk's partial, in float4s
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c0 = 0; c0 < chunks; c0 += FOLD_CHUNKS) {
+      float4 p[FOLD_CHUNKS];
+#pragma unroll
+      for (int u = 0; u < FOLD_CHUNKS; ++u)
+        if (c0 + u < chunks) p[u] = __ldg(src + (long long)(c0 + u) * stride);
+#pragma unroll
+      for (int u = 0; u < FOLD_CHUNKS; ++u) {
+        if (c0 + u < chunks) {
+          acc[0] = __fadd_rn(acc[0], p[u].x);
+          acc[1] = __fadd_rn(acc[1], p[u].y);
+          acc[2] = __fadd_rn(acc[2], p[u].z);
+          acc[3] = __fadd_rn(acc[3], p[u].w);
+        }
+      }
+    }
+    const uint2 packed = make_uint2(bf16_bits(acc[0]) | bf16_bits(acc[1]) << 16, bf16_bits(acc[2]) | bf16_bits(acc[3]) << 16);
+    *reinterpret_cast<uint2*>(xs + e) = packed;
+  }
+}
+
+// x staged in shared memory by the CTA itself, read through a generic pointer to it.
+struct StagedLoads {
+  template <class T>
+  __device__ __forceinline__ static T load(const T* p) {
+    return *p;
+  }
+};
+
+// The folded form (FOLDED X in the header): gemm_block's product and epilogue at MT = 1, its x
+// the attention's partials added into shared memory first. The first U steps of W are loaded
+// before the wait (W is constant), so that their latency runs beside the partials' loads.
+template <int ROWS, class Epi>
+__device__ __forceinline__ void gemm_fold(const FoldedX& fx, const bf16* __restrict__ w, int m, int n, int k,
+                                          const Epi& epi) {
+  using C = Config<1, ROWS>;
+  __shared__ float part[WARPS * 8 * C::PAD];
+  bf16* xs = reinterpret_cast<bf16*>(tc::dynamic_smem());
+  const int warp = threadIdx.x >> 5;
+  const BlockPlace<1> at(blockIdx.x, m, ROWS);
+  const int steps = (k + STEP_K - 1) / STEP_K;
+  const LaneRows<1, ROWS> lanes(at.n0, w, xs, m, n, k);
+
+  // The chunk counts before the wait too: row_len is written two kernels or more before this one
+  // (the assumption in the header), which has finished once this kernel runs (pdl.cuh).
+  __shared__ int row_chunks[8];
+  if (threadIdx.x < m) row_chunks[threadIdx.x] = (fx.row_len[threadIdx.x] + fx.chunk - 1) / fx.chunk;
+  uint4 wv[C::U][C::WV];
+  if (threadIdx.x == 0) prefetch_w_block<1, ROWS>(at, w, n, k);
+#pragma unroll
+  for (int u = 0; u < C::U; ++u) lanes.load_w(wv[u], warp + u * WARPS);
+  __syncthreads();
+  pdl_begin();
+  epi.prefetch(Tile<1, ROWS>{part, m, 0, at.n0, n});
+  fold_x(fx, row_chunks, xs, m, k);
+  __syncthreads();
+
+  float acc[C::R][1][4];
+  zero_acc<1, ROWS>(acc);
+  for (int s0 = warp; s0 < steps; s0 += WARPS * C::U) {
+    uint4 xv[C::U][1];
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      if (s0 != warp) lanes.load_w(wv[u], s0 + u * WARPS);
+      lanes.template load_x<StagedLoads>(xv[u], s0 + u * WARPS);
+    }
+#pragma unroll
+    for (int u = 0; u < C::U; ++u) {
+      if (s0 + u * WARPS < steps) step_mma<1, ROWS>(acc, wv[u], xv[u]);  // as in gemm_block
+    }
+  }
+
+  store_partials<1, ROWS>(part, acc);
+  __syncthreads();
+  epi(Tile<1, ROWS>{part, m, 0, at.n0, n});
 }
 
 // Elements a row of x takes in the shared-x form's shared memory: K padded so that a row's bytes

@@ -60,6 +60,10 @@
 // and decode give the same bits, G = 8 and G = 16 give the same bits, HP = 1 and HP = 2 give the
 // same bits (each head's operations are the same, only interleaved), and since nothing depends
 // on other rows, a row's output does not depend on its batch.
+// A split-K launch without counters (null) stops after writing its chunk's partials: its reader,
+// the o_proj GEMM of one decode row (gemm_skinny.cuh's FOLDED X), adds them itself, with
+// split_finish's additions in split_finish's order, so the bits are the same, and the tail of
+// fence, count and last CTA's loads leaves the path of a step whose kernels are latency chains.
 //
 // LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, head groups fastest so the
 // heads that share a kv head run side by side; a CTA computes heads h0 .. h0 + HP - 1:
@@ -119,7 +123,8 @@
 //   partial      [rows, Hq, max_chunks, D] f32 (split-K; only the chunks below
 //                ceil(row_len / CHUNK) are written and read)
 //   counters     [rows * Hq / HP] int32 (split-K): zero before a launch, and the launch leaves
-//                them zero (each last CTA resets its own)
+//                them zero (each last CTA resets its own); null: out is left to the reader of
+//                partial (but an empty row's zeros)
 // ASSUMPTIONS, checked on the host (gpu/src/attention): Hq a multiple of Hkv; block_size a power
 // of two (passed as log2_block); at most 2^31 - 1 token rows in each cache (a cache row is an
 // int); 1 <= fir_k <= MAX_FIR; clip_min < clip_max; buffer base pointers 16-byte aligned (device
@@ -510,6 +515,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   }
 
   if constexpr (SPLIT) {
+    if (counters == nullptr) return;  // uniform: the partials' reader adds them (ALGORITHM)
     // Publish the partials, then count this chunk; the CTA that counts the row's last chunk adds
     // them all. The count picks only which CTA adds, never the order, and goes back to 0 so the
     // next launch (or graph replay) starts from a clean counter.

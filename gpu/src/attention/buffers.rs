@@ -7,7 +7,7 @@
 //! on the device, not an error. `q` and the output have `geometry.rows` rows; rows past the
 //! batch's last query are padding (`q` zero, output written as zero by the kernels).
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView};
 use half::bf16;
 
 use super::launch::{LayerBuffers, Operands};
@@ -284,8 +284,21 @@ impl AttnBuffers {
             row_len: self.row_len.as_view(),
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
+            leave_partials: false,
             rows_settled,
         }
+    }
+
+    /// The buffers of a split-K launch that leaves its partials in the workspace
+    /// ([`Operands::leave_partials`]); read them with [`AttnBuffers::partials`].
+    pub fn operands_leaving_partials(&mut self, rows_settled: bool) -> Operands<'_> {
+        Operands { counters: None, leave_partials: true, ..self.operands(rows_settled) }
+    }
+
+    /// The split-K workspace (the chunks' partials) and the rows' key counts: what
+    /// [`crate::gemm::FoldedX`] reads. `None` without a workspace (a decode plan).
+    pub fn partials(&self) -> Option<(CudaView<'_, f32>, CudaView<'_, i32>)> {
+        Some((self.workspace.as_ref()?.as_view(), self.row_len.as_view()))
     }
 }
 

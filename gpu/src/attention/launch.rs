@@ -103,8 +103,12 @@ pub struct Operands<'a> {
     /// At least [`Plan::workspace_len`] f32s for split-K; `None` is fine for decode.
     pub workspace: Option<CudaViewMut<'a, f32>>,
     /// At least [`Plan::counter_len`] i32s for split-K, all zero (a launch leaves them zero);
-    /// `None` is fine for decode.
+    /// `None` for decode, and for split-K that leaves its partials.
     pub counters: Option<CudaViewMut<'a, i32>>,
+    /// Split-K only: leave the chunks' partials in `workspace` for their reader to add
+    /// ([`crate::gemm::FoldedX`], the same additions) instead of counting them on `counters`;
+    /// `out` then gets only the zeros of rows without keys.
+    pub leave_partials: bool,
     /// True when the kernel launched just before this one on the stream did not write `row_seq`,
     /// `row_len` or the block table (they were written before it started): the kernel then reads
     /// them while that kernel finishes (PDL), two memory round trips off its start. False is
@@ -149,8 +153,9 @@ impl Hp1Attention {
         let mut launch = Launch::new(&self.stream, &self.attention);
         self.push(&mut launch, ops, gate)?;
         // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
-        // decode, or the partials, the counters (zero, as every launch leaves them) and `out` for
-        // split-K, then `rows_settled`), and every buffer was checked against the grid's reach.
+        // decode, or the partials, the counters (zero, as every launch leaves them, or null to
+        // leave the partials) and `out` for split-K, then `rows_settled`), and every buffer was
+        // checked against the grid's reach.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }
@@ -167,7 +172,7 @@ impl Hp1Attention {
     /// arguments.
     fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands { layer, row_seq, row_len, workspace, counters, rows_settled } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters, leave_partials, rows_settled } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
         layer.check(entry, &g, &self.stream)?;
@@ -208,6 +213,9 @@ impl Hp1Attention {
             .arg(&gate.clip_max);
         let rows_settled = i32::from(rows_settled);
         match self.plan.path {
+            AttentionPath::Decode(_) if leave_partials => {
+                return Err(unsupported(entry, "only split-K leaves partials for their reader".into()));
+            }
             AttentionPath::Decode(_) => {
                 launch.arg(&mut out).arg(&rows_settled);
             }
@@ -215,13 +223,26 @@ impl Hp1Attention {
                 let mut workspace = workspace.ok_or_else(|| {
                     unsupported(entry, format!("split-K needs a workspace of {} f32s", self.plan.workspace_len))
                 })?;
-                let mut counters = counters.ok_or_else(|| {
-                    unsupported(entry, format!("split-K needs {} zeroed i32 counters", self.plan.counter_len))
-                })?;
                 check_len(entry, "workspace", workspace.len(), self.plan.workspace_len)?;
-                check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
                 check_aligned(&self.stream, entry, "workspace", &workspace)?;
-                launch.arg(&mut workspace).arg(&mut counters).arg(&mut out).arg(&rows_settled);
+                launch.arg(&mut workspace);
+                match (counters, leave_partials) {
+                    (None, true) => launch.arg(&0u64),
+                    (Some(_), true) => {
+                        return Err(unsupported(entry, "counters given to a launch that leaves its partials".into()))
+                    }
+                    (Some(mut counters), false) => {
+                        check_len(entry, "counters", counters.len(), self.plan.counter_len)?;
+                        launch.arg(&mut counters)
+                    }
+                    (None, false) => {
+                        return Err(unsupported(
+                            entry,
+                            format!("split-K needs {} zeroed i32 counters", self.plan.counter_len),
+                        ))
+                    }
+                };
+                launch.arg(&mut out).arg(&rows_settled);
             }
         }
         Ok(())

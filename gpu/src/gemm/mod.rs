@@ -59,6 +59,7 @@
 
 pub mod cublaslt;
 pub mod epilogue;
+pub mod fold;
 pub mod layout;
 pub mod plan;
 pub mod skinny;
@@ -71,6 +72,7 @@ use half::bf16;
 
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
+pub use fold::{FoldLayout, FoldedX, FOLD_CHUNKS};
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
@@ -147,6 +149,20 @@ impl Gemm {
         }
     }
 
+    /// `x W^T` on the GPU's stream for a folded plan ([`GemmPlan::skinny_fold`]), x the split-K
+    /// attention's partials that `x` holds, each output through `epilogue` as for
+    /// [`Gemm::run_with`]. Launch only.
+    pub fn run_folded(&self, x: &FoldedX<'_>, w: &CudaView<'_, bf16>, mut epilogue: Epilogue<'_>) -> Result<()> {
+        let entry = self.plan.name();
+        let (Exec::Skinny(k), GemmPath::Skinny(SkinnyTile { form: SkinnyForm::Folded(layout), .. })) =
+            (&self.exec, &self.plan.path)
+        else {
+            return Err(unsupported(&entry, "run_folded takes a folded plan; this one reads x as bf16 rows".into()));
+        };
+        self.check_folded(&entry, layout, x, w, &epilogue)?;
+        k.launch_folded(&self.stream, layout, x, w, &mut epilogue)
+    }
+
     /// What [`Gemm::run_with`] would launch, as a task of the decode megakernel instead
     /// ([`crate::mega`]): the same checks, then the skinny entry's arguments (the same list in
     /// every form; the megakernel computes the same sums with its own tiles). A cuBLASLt plan
@@ -172,10 +188,11 @@ impl Gemm {
     /// `w`, and every buffer's alignment.
     fn check(&self, x: &CudaView<'_, bf16>, w: &CudaView<'_, bf16>, epilogue: &Epilogue<'_>) -> Result<()> {
         let entry = self.plan.name();
-        let s = self.plan.shape;
-        if epilogue.kind() != self.plan.epilogue {
-            return Err(mismatch(&entry, &self.plan, epilogue));
+        if matches!(&self.plan.path, GemmPath::Skinny(SkinnyTile { form: SkinnyForm::Folded(_), .. })) {
+            return Err(unsupported(&entry, "a folded plan's x is the attention's partials: run_folded".into()));
         }
+        self.check_kind(&entry, epilogue)?;
+        let s = self.plan.shape;
         for (what, got, want, dims) in [("x", x.len(), s.m * s.k, "[M, K]"), ("w", w.len(), s.n * s.k, "[N, K]")] {
             if got != want {
                 return Err(unsupported(&entry, format!("`{what}` has {got} elements, {dims} of {s} is {want}")));
@@ -184,6 +201,34 @@ impl Gemm {
         check_aligned(&self.stream, &entry, "x", x)?;
         check_aligned(&self.stream, &entry, "w", w)?;
         epilogue.check(&entry, &self.stream, s)
+    }
+
+    /// [`Gemm::check`] for a folded plan of `layout`: its x the partials.
+    fn check_folded(
+        &self,
+        entry: &str,
+        layout: &FoldLayout,
+        x: &FoldedX<'_>,
+        w: &CudaView<'_, bf16>,
+        epilogue: &Epilogue<'_>,
+    ) -> Result<()> {
+        self.check_kind(entry, epilogue)?;
+        let s = self.plan.shape;
+        if w.len() != s.n * s.k {
+            return Err(unsupported(entry, format!("`w` has {} elements, [N, K] of {s} is {}", w.len(), s.n * s.k)));
+        }
+        fold::check(entry, s, layout, x)?;
+        check_aligned(&self.stream, entry, "partial", &x.partial)?;
+        check_aligned(&self.stream, entry, "w", w)?;
+        epilogue.check(entry, &self.stream, s)
+    }
+
+    /// Refuses an epilogue of another kind than the plan's.
+    fn check_kind(&self, entry: &str, epilogue: &Epilogue<'_>) -> Result<()> {
+        if epilogue.kind() != self.plan.epilogue {
+            return Err(mismatch(entry, &self.plan, epilogue));
+        }
+        Ok(())
     }
 }
 
@@ -229,5 +274,18 @@ mod tests {
                 }
             }
         }
+        // The folded form at every rows per CTA its plans pick, for o_proj's epilogues.
+        let layout = FoldLayout { heads: 2, head_dim: 32, max_chunks: 3 };
+        let mut rows_seen = Vec::new();
+        for (m, n, sms) in [(1, 128, 132), (8, 256, 8), (2, 1024, 12), (1, 4096, 2)] {
+            for kind in [EpilogueKind::Store, EpilogueKind::PeriLn] {
+                let plan = GemmPlan::skinny_fold(GemmShape { m, n, k: 64 }, kind, layout, sms).unwrap();
+                assert!(names.contains(&entry(&plan)), "{} missing", entry(&plan));
+                if let GemmPath::Skinny(t) = &plan.path {
+                    rows_seen.push(t.rows);
+                }
+            }
+        }
+        assert!(SKINNY_ROWS.iter().all(|r| rows_seen.contains(r)), "rows per CTA {rows_seen:?}");
     }
 }

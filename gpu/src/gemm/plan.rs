@@ -183,6 +183,9 @@ pub enum SkinnyForm {
     SharedX,
     /// `gemm_skinny_wg.cu` (sm_90a): the same sums on warpgroup MMAs, x in shared memory.
     Warpgroup,
+    /// `gemm_skinny.cuh`'s FOLDED X: x the split-K attention's partials of this layout, added
+    /// into shared memory by each CTA ([`super::fold`]).
+    Folded(super::fold::FoldLayout),
 }
 
 /// The skinny kernel's instantiation and grid.
@@ -202,8 +205,8 @@ pub struct SkinnyTile {
     /// CTAs: `ceil(N / rows) * slabs` (the plain and warpgroup forms), or for the shared-x form
     /// `slabs` times the CTAs that share one slab's W blocks.
     pub grid: u32,
-    /// The dynamic shared memory of the shared-x and warpgroup forms; 0 for the plain form, which
-    /// needs none.
+    /// The dynamic shared memory of the shared-x, warpgroup and folded forms; 0 for the plain
+    /// form, which needs none.
     pub shared_bytes: u32,
 }
 
@@ -475,6 +478,7 @@ impl GemmPlan {
                     SkinnyForm::Plain => "",
                     SkinnyForm::SharedX => "sx-",
                     SkinnyForm::Warpgroup => "wg-",
+                    SkinnyForm::Folded(_) => "fold-",
                 };
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }
@@ -487,14 +491,14 @@ impl GemmPlan {
 }
 
 /// `ctas` (None where counting them overflowed) as a grid, refused past 2^31 CTAs.
-fn grid(entry: &str, shape: GemmShape, ctas: Option<usize>) -> Result<u32> {
+pub(super) fn grid(entry: &str, shape: GemmShape, ctas: Option<usize>) -> Result<u32> {
     ctas.and_then(|g| u32::try_from(g).ok())
         .filter(|&g| g <= i32::MAX as u32)
         .ok_or_else(|| unsupported(entry, format!("{shape} needs more than 2^31 CTAs")))
 }
 
 /// The smallest x tile holding `shape.m` (the widest past it), after checking the shape.
-fn m_tile(shape: GemmShape) -> Result<usize> {
+pub(super) fn m_tile(shape: GemmShape) -> Result<usize> {
     shape.validate()?;
     Ok(SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M))
 }

@@ -8,6 +8,7 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
 use super::epilogue::Epilogue;
+use super::fold::{self, FoldLayout, FoldedX};
 use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS};
 use crate::error::Result;
 use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
@@ -35,7 +36,7 @@ impl SkinnyGemm {
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let kernel = match tile.form {
-            SkinnyForm::Plain | SkinnyForm::SharedX => &GEMM_SKINNY,
+            SkinnyForm::Plain | SkinnyForm::SharedX | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
         };
         let func = gpu.function(kernel, &tile.entry)?;
@@ -60,6 +61,29 @@ impl SkinnyGemm {
         // GEMM_SKINNY_WG_ENTRY in gemm_skinny_wg.cu, the same list) with the epilogue's
         // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
         // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
+        unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
+        Ok(())
+    }
+
+    /// Launches a folded plan's entry (`layout` its form's) on `stream`, its x `x`; checked by
+    /// `Gemm::run_folded`.
+    pub(super) fn launch_folded(
+        &self,
+        stream: &Arc<CudaStream>,
+        layout: &FoldLayout,
+        x: &FoldedX<'_>,
+        w: &CudaView<'_, bf16>,
+        epilogue: &mut Epilogue<'_>,
+    ) -> Result<()> {
+        let mut b = Launch::new(stream, &self.func);
+        let (log2_d, max_chunks, chunk) = fold::layout_args(layout);
+        b.arg(&x.partial).arg(&x.row_len).arg(&log2_d).arg(&max_chunks).arg(&chunk);
+        b.arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
+        epilogue.push(&self.entry, &mut b)?;
+        // SAFETY: the arguments match GEMM_SKINNY_FOLD_ENTRY in gemm_skinny.cu with the epilogue's
+        // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_folded checked
+        // the sizes (the partials [m, heads, chunks, D], row_len [m], w [n, k], the epilogue's
+        // buffers) and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
     }

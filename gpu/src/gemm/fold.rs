@@ -1,0 +1,192 @@
+//! The skinny kernel's folded form (`gemm_skinny.cuh`, FOLDED X): a GEMM whose x is the split-K
+//! attention's partials, which it adds itself, with the additions and rounding of the attention's
+//! own finish, before the product. The attention then launches without its counters
+//! ([`crate::attention::Operands::leave_partials`]) and ends when its partials are written: at one
+//! decode row the fence, the count and the last CTA's loads of every chunk were a chain of L2
+//! round trips on the step's path, ahead of the GEMM's own load of x.
+//!
+//! A folded plan's bits equal the attention's finish followed by the plain form's GEMM
+//! (`gpu_gemm` checks every output), so the choice between them is free to change with the
+//! batch. It reads every chunk's partials where the plain form reads one bf16 row, 2 x 9 times the
+//! bytes at 9 chunks, and each of its CTAs reads all of them: [`FoldLayout::pays`] takes it only
+//! where one pass of loads covers them.
+
+use cudarc::driver::CudaView;
+
+use super::plan::{
+    grid, m_tile, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES, SKINNY_ROWS,
+    SKINNY_THREADS,
+};
+use crate::attention::CHUNK;
+use crate::error::{unsupported, Result};
+
+/// Chunks whose partials a thread of the folded form loads before its first addition (the
+/// kernel's `FOLD_CHUNKS`): the chunks of a 1K-token row.
+pub const FOLD_CHUNKS: usize = 9;
+
+/// Elements of x each thread of the folded form adds up (one float4 of each chunk's partial).
+const FOLD_ELEMENTS: usize = 4;
+
+/// The layout of the split-K attention's partials, `[M, heads, max_chunks, head_dim]` f32 (the
+/// attention plan's workspace), that a folded GEMM reads as its `[M, heads * head_dim]` x.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FoldLayout {
+    /// Query heads.
+    pub heads: usize,
+    /// Elements of a head: a power of two, at least 4 (a thread's float4).
+    pub head_dim: usize,
+    /// Chunk slots per (row, head) in the workspace ([`crate::attention::Plan::max_chunks`]).
+    pub max_chunks: usize,
+}
+
+impl FoldLayout {
+    /// Whether folding pays at `m` rows: every thread's loads of the rows' partials in flight
+    /// at once, one L2 round trip (the rows' elements over the CTA's threads, times the chunks,
+    /// within [`FOLD_CHUNKS`] loads a thread).
+    pub fn pays(&self, m: usize) -> bool {
+        let passes = (m * self.heads * self.head_dim).div_ceil(FOLD_ELEMENTS * SKINNY_THREADS as usize);
+        passes * self.max_chunks <= FOLD_CHUNKS
+    }
+}
+
+/// A folded GEMM's x on the device: the attention's partials and its rows' key counts.
+pub struct FoldedX<'a> {
+    /// `[M, heads, max_chunks, head_dim]` f32, 16-byte aligned: the chunks below
+    /// `ceil(row_len / CHUNK)` of each row written.
+    pub partial: CudaView<'a, f32>,
+    /// `[M]` keys of each row. The folded kernel reads it before it waits on the kernel before
+    /// it, so that kernel must not write it (the attention does not).
+    pub row_len: CudaView<'a, i32>,
+}
+
+impl GemmPlan {
+    /// The skinny kernel's folded form with `epilogue` (Store or PeriLn, o_proj's), its x the
+    /// partials of `layout` (K = heads * head_dim), at most 8 rows; the rows per CTA as
+    /// [`GemmPlan::skinny_epilogue`] picks them for `sms` SMs.
+    pub fn skinny_fold(shape: GemmShape, epilogue: EpilogueKind, layout: FoldLayout, sms: usize) -> Result<Self> {
+        let entry = "gemm skinny folded";
+        let m_tile = m_tile(shape)?;
+        let bad = |why: String| Err(unsupported(entry, why));
+        if m_tile != SKINNY_ROWS[0] {
+            return bad(format!("one slab of at most 8 rows, got M = {}", shape.m));
+        }
+        if !matches!(epilogue, EpilogueKind::Store | EpilogueKind::PeriLn) {
+            return bad(format!("the Store and PeriLn epilogues only, got {epilogue:?}"));
+        }
+        let FoldLayout { heads, head_dim, max_chunks } = layout;
+        if !head_dim.is_power_of_two() || head_dim < FOLD_ELEMENTS || max_chunks == 0 {
+            return bad(format!("a power-of-two head_dim of 4 or more and chunks, got {head_dim} and {max_chunks}"));
+        }
+        if heads.checked_mul(head_dim) != Some(shape.k) {
+            return bad(format!("K = heads * head_dim, got {} for {heads} x {head_dim}", shape.k));
+        }
+        let x_bytes = shape.m * shape.k * 2;
+        if shape.m * shape.k > i32::MAX as usize || x_bytes + 8 * 8 * (64 + 4) * 4 > SHARED_X_MAX_BYTES {
+            return bad(format!("{shape}: its rows of x must fit shared memory"));
+        }
+        // The rows per CTA of the plain form at this shape: the same grid.
+        let rows = match Self::skinny_epilogue(shape, sms, epilogue)?.path {
+            GemmPath::Skinny(plain) => plain.rows,
+            _ => unreachable!("skinny_epilogue plans the skinny kernel"),
+        };
+        let tile = SkinnyTile {
+            form: SkinnyForm::Folded(layout),
+            entry: format!("gemm_skinny_fold_m8_r{rows}{}", epilogue.suffix()),
+            m_tile,
+            rows,
+            slabs: 1,
+            grid: grid(entry, shape, Some(shape.n.div_ceil(rows)))?,
+            shared_bytes: x_bytes as u32,
+        };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+}
+
+/// The folded kernel's layout arguments after its partials: log2 of `head_dim`, the chunk slots
+/// and the keys a chunk.
+pub(super) fn layout_args(layout: &FoldLayout) -> (i32, i32, i32) {
+    // skinny_fold checked head_dim a power of two and K (heads * head_dim) within an int.
+    let int = |v: usize| i32::try_from(v).expect("a checked fold dimension fits an int");
+    (layout.head_dim.trailing_zeros() as i32, int(layout.max_chunks), CHUNK as i32)
+}
+
+/// Checks `x` against a folded plan's shape and layout.
+pub(super) fn check(entry: &str, shape: GemmShape, layout: &FoldLayout, x: &FoldedX<'_>) -> Result<()> {
+    let partials = shape.m * layout.heads * layout.max_chunks * layout.head_dim;
+    if x.partial.len() < partials {
+        let why = format!("`partial` holds {} f32s, [M, heads, chunks, D] of {shape} is {partials}", x.partial.len());
+        return Err(unsupported(entry, why));
+    }
+    if x.row_len.len() < shape.m {
+        return Err(unsupported(entry, format!("`row_len` holds {} rows, M is {}", x.row_len.len(), shape.m)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const O_PROJ: FoldLayout = FoldLayout { heads: 8, head_dim: 128, max_chunks: 9 };
+
+    fn tile(plan: &GemmPlan) -> &SkinnyTile {
+        match &plan.path {
+            GemmPath::Skinny(t) => t,
+            _ => panic!("{} is not skinny", plan.name()),
+        }
+    }
+
+    #[test]
+    fn a_folded_plan_takes_the_plain_forms_grid_and_stages_its_rows_of_x() {
+        for (m, n, sms) in [(1, 1024, 132), (8, 1024, 132), (3, 4096, 16), (1, 64, 1)] {
+            let shape = GemmShape { m, n, k: 1024 };
+            for kind in [EpilogueKind::Store, EpilogueKind::PeriLn] {
+                let folded = GemmPlan::skinny_fold(shape, kind, O_PROJ, sms).unwrap();
+                let plain = GemmPlan::skinny_epilogue(shape, sms, kind).unwrap();
+                let (f, p) = (tile(&folded), tile(&plain));
+                assert_eq!((f.rows, f.grid, f.slabs), (p.rows, p.grid, 1), "{shape} {kind:?}");
+                assert_eq!(f.entry, format!("gemm_skinny_fold_m8_r{}{}", p.rows, kind.suffix()));
+                assert_eq!(f.form, SkinnyForm::Folded(O_PROJ));
+                assert_eq!(f.shared_bytes as usize, m * 1024 * 2);
+                assert_eq!(folded.epilogue, kind);
+                assert!(folded.name().starts_with("skinny-fold-m8-r"), "{}", folded.name());
+            }
+        }
+    }
+
+    #[test]
+    fn a_folded_plan_refuses_what_its_kernel_does_not_take_by_name() {
+        let shape = GemmShape { m: 1, n: 1024, k: 1024 };
+        let refused = |shape: GemmShape, kind: EpilogueKind, layout: FoldLayout| {
+            GemmPlan::skinny_fold(shape, kind, layout, 132).unwrap_err().to_string()
+        };
+        for (got, needle) in [
+            (refused(GemmShape { m: 9, ..shape }, EpilogueKind::Store, O_PROJ), "at most 8 rows, got M = 9"),
+            (refused(shape, EpilogueKind::SiluMul, O_PROJ), "got SiluMul"),
+            (refused(shape, EpilogueKind::PeriLn, FoldLayout { head_dim: 96, heads: 10, ..O_PROJ }), "got 96"),
+            (refused(shape, EpilogueKind::PeriLn, FoldLayout { max_chunks: 0, ..O_PROJ }), "and 0"),
+            (refused(shape, EpilogueKind::PeriLn, FoldLayout { heads: 4, ..O_PROJ }), "got 1024 for 4 x 128"),
+            (
+                refused(
+                    GemmShape { m: 8, n: 64, k: 1 << 14 },
+                    EpilogueKind::Store,
+                    FoldLayout { heads: 128, ..O_PROJ },
+                ),
+                "fit shared memory",
+            ),
+        ] {
+            assert!(got.contains(needle) && got.contains("gemm skinny folded"), "expected `{needle}` in: {got}");
+        }
+    }
+
+    #[test]
+    fn folding_pays_where_one_pass_of_loads_covers_every_chunk() {
+        assert!(O_PROJ.pays(1), "one row of the 1K bucket's 9 chunks");
+        assert!(!O_PROJ.pays(2), "two rows take two passes");
+        assert!(!FoldLayout { max_chunks: 10, ..O_PROJ }.pays(1));
+        assert!(!FoldLayout { max_chunks: 33, ..O_PROJ }.pays(1), "the 4K bucket");
+        // Narrower rows share a pass: 4 rows of 256 elements are 1,024, one float4 a thread.
+        let narrow = FoldLayout { heads: 4, head_dim: 64, max_chunks: 9 };
+        assert!(narrow.pays(4) && !narrow.pays(5));
+    }
+}
