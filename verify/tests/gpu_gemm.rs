@@ -12,7 +12,8 @@
 //! bits on both paths; a plan still launching after a smaller one of its entry point is loaded;
 //! bad shapes and buffers refused by name; CUDA-graph replays with the eager bits on both paths; and each
 //! fused epilogue of the skinny and the WGMMA kernel with the bits of that kernel's plain GEMM
-//! followed by the op it replaces (`gpu_gemm/epilogue.rs`).
+//! followed by the op it replaces (`gpu_gemm/epilogue.rs`); the folded form with the bits of the
+//! split-K attention's own finish followed by the plain GEMM (`gpu_gemm/fold.rs`).
 
 #[path = "gpu_gemm/accuracy.rs"]
 mod accuracy;
@@ -22,6 +23,8 @@ mod bits;
 mod device;
 #[path = "gpu_gemm/epilogue.rs"]
 mod epilogue;
+#[path = "gpu_gemm/fold.rs"]
+mod fold;
 #[path = "gpu_gemm/reference.rs"]
 mod reference;
 
@@ -48,6 +51,7 @@ fn main() {
                 epilogue::qk_norm_rope_cache,
             ),
             ("run_with_refuses_a_mismatched_epilogue_and_bad_buffers_by_name", epilogue::refusals),
+            ("the_folded_form_gives_the_finished_attention_then_gemm_bits", fold::folded_x),
         ],
     )
 }

@@ -244,6 +244,14 @@ impl AttnBuffers {
         Ok(gpu.stream().memcpy_htod(&nan, &mut self.layer.out)?)
     }
 
+    /// Fills the split-K workspace with NaN, so that a check sees which partials a launch wrote.
+    pub fn poison_workspace(&mut self, gpu: &Gpu) -> Result<()> {
+        if let Some(w) = self.workspace.as_mut() {
+            gpu.stream().memcpy_htod(&vec![f32::NAN; w.len()], w)?;
+        }
+        Ok(())
+    }
+
     /// The output, `[rows, Hq, D]` (synchronises).
     pub fn download_output(&self, gpu: &Gpu) -> Result<Vec<bf16>> {
         gpu.download(&self.layer.out)

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape, Pin};
+use gpu::gemm::{EpilogueKind, FoldLayout, Gemm, GemmPlan, GemmShape, Pin};
 use gpu::Gpu;
 
 use super::step_program::Weight;
@@ -157,6 +157,8 @@ impl DecodeCublas {
 enum Key {
     /// A layer's GEMM: the lane, the weight, the shape over that lane's rows, and the epilogue.
     Layer(Lane, Weight, GemmShape, EpilogueKind),
+    /// o_proj over the decode rows, its x the attention's partials of a layout.
+    FoldedO(GemmShape, EpilogueKind, FoldLayout),
     /// The LM head over its logit rows.
     Head(GemmShape),
 }
@@ -194,6 +196,18 @@ impl Linears {
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })
+    }
+
+    /// Loads o_proj's folded GEMM of `shape` over the decode rows with `epilogue`, its x the
+    /// attention's partials of `layout` (once per key).
+    pub fn prepare_folded(&mut self, shape: GemmShape, epilogue: EpilogueKind, layout: FoldLayout) -> Result<()> {
+        let sms = self.sms;
+        self.load(Key::FoldedO(shape, epilogue, layout), || GemmPlan::skinny_fold(shape, epilogue, layout, sms))
+    }
+
+    /// The GEMM [`Linears::prepare_folded`] loaded for this key.
+    pub fn folded(&self, shape: GemmShape, epilogue: EpilogueKind, layout: FoldLayout) -> Result<&Gemm> {
+        self.loaded(Key::FoldedO(shape, epilogue, layout))
     }
 
     /// Loads the LM head's GEMM of `shape` (`M` logit rows; once per shape).

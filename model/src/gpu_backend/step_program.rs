@@ -90,6 +90,9 @@ pub enum Sublayer {
 pub enum AttnPart {
     /// The decode kernels over every row (decode rows, or fake-decode rows of chunks too).
     Rows,
+    /// The split-K kernel over every row of a decode step, leaving each chunk's partial output
+    /// for [`Op::FoldedO`] to add (`gpu::gemm::fold`): no counters, no output of its own.
+    RowsLeavingPartials,
     /// The decode kernels over the leading decode rows only.
     Decodes,
     /// A tensor-core prefill over the chunk rows.
@@ -112,6 +115,10 @@ pub enum Op {
     BuildRows,
     /// `x W^T` over `lane`'s rows, and what `epilogue` does with the result.
     Linear { layer: usize, weight: Weight, lane: Lane, epilogue: EpilogueKind },
+    /// o_proj over the decode rows, its x the attention's partials
+    /// ([`AttnPart::RowsLeavingPartials`]), added and rounded as the attention's own finish
+    /// would, then `epilogue` (Store or PeriLn).
+    FoldedO { layer: usize, epilogue: EpilogueKind },
     /// q/k norm + RoPE + cache write over the qkv buffer; q only where `queries`.
     QkNormRopeCache { layer: usize, rows: Rows, queries: bool },
     /// HP1 attention.
@@ -160,6 +167,8 @@ pub enum Buf {
     Cache(usize),
     /// The attention output.
     Attn,
+    /// The split-K attention's partials, left for [`Op::FoldedO`].
+    Partials,
     /// The o or down GEMM output.
     Proj,
     /// The gate/up GEMM output.
@@ -241,6 +250,11 @@ pub struct ProgramShape {
     /// Whether the layers should run in the megakernel, where the step allows it: decode rows
     /// only, every fusion on, no gate statistics.
     pub persistent: bool,
+    /// Whether o_proj should add the decode attention's split-K partials itself
+    /// ([`Op::FoldedO`]), where the step allows it: decode rows only, the attention split-K over
+    /// them (the caller's to know, with whether folding pays at its rows), o_proj's decode rows
+    /// on the skinny kernel, no gate statistics, not in the megakernel.
+    pub fold_o: bool,
 }
 
 /// A step's launches in order.
@@ -268,6 +282,7 @@ impl StepProgram {
             gate_stats,
             prefill_norms_queries,
             persistent,
+            fold_o,
         } = shape;
         // Whether decode rows fuse `weight`'s op, which `on` asks for: not on cuBLASLt.
         let decode_fuses = |weight: Weight, on: bool| on && decode_cublas.pin(weight).is_none();
@@ -282,6 +297,21 @@ impl StepProgram {
         if decode_attention {
             ops.push(Op::BuildRows);
         }
+        let mega = persistent
+            && rows.decodes > 0
+            && rows.chunks == 0
+            && attention_on_rows
+            && fusion == Fusion::ALL
+            && decode_cublas.is_none()
+            && !gate_stats
+            && layers > 0;
+        let fold = fold_o
+            && !mega
+            && rows.decodes > 0
+            && rows.chunks == 0
+            && attention_on_rows
+            && decode_cublas.pin(Weight::O).is_none()
+            && !gate_stats;
         let prologue = ops.len();
         for layer in 0..layers {
             // A GEMM over each lane's rows (with `epilogue` where that lane's fusion `on` says
@@ -307,8 +337,11 @@ impl StepProgram {
             if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
                 ops.push(Op::QkNormRopeCache { layer, rows: r, queries: !norming });
             }
-            let decode_part =
-                if attention_on_rows { Some(AttnPart::Rows) } else { (rows.decodes > 0).then_some(AttnPart::Decodes) };
+            let decode_part = match (attention_on_rows, fold) {
+                (true, true) => Some(AttnPart::RowsLeavingPartials),
+                (true, false) => Some(AttnPart::Rows),
+                (false, _) => (rows.decodes > 0).then_some(AttnPart::Decodes),
+            };
             if let Some(part) = decode_part {
                 ops.push(Op::Attention { layer, part });
                 if gate_stats {
@@ -319,7 +352,16 @@ impl StepProgram {
                 let part = if norming { AttnPart::PrefillNormingQueries } else { AttnPart::Prefill };
                 ops.push(Op::Attention { layer, part });
             }
-            if let Some(r) = sublayer(Weight::O, |f| f.peri_ln, EpilogueKind::PeriLn, &mut ops) {
+            if fold {
+                let fused = decode_fuses(Weight::O, fusion.peri_ln);
+                ops.push(Op::FoldedO {
+                    layer,
+                    epilogue: if fused { EpilogueKind::PeriLn } else { EpilogueKind::Store },
+                });
+                if !fused {
+                    ops.push(Op::PeriLn { layer, sublayer: Sublayer::Attention, rows: Rows::All });
+                }
+            } else if let Some(r) = sublayer(Weight::O, |f| f.peri_ln, EpilogueKind::PeriLn, &mut ops) {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Attention, rows: r });
             }
             if let Some(r) = sublayer(Weight::GateUp, |f| f.silu, EpilogueKind::SiluMul, &mut ops) {
@@ -329,14 +371,6 @@ impl StepProgram {
                 ops.push(Op::PeriLn { layer, sublayer: Sublayer::Mlp, rows: r });
             }
         }
-        let mega = persistent
-            && rows.decodes > 0
-            && rows.chunks == 0
-            && attention_on_rows
-            && fusion == Fusion::ALL
-            && decode_cublas.is_none()
-            && !gate_stats
-            && layers > 0;
         let persistent = if mega { ops.splice(prologue.., [Op::Megakernel]).collect() } else { Vec::new() };
         if picked > 0 {
             if !picked_all {
@@ -373,9 +407,10 @@ impl Op {
             Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel => Some(Rows::All),
             Op::Gather | Op::LmHead { .. } => None,
             Op::Linear { lane, .. } => Some(Rows::of_lane(lane)),
+            Op::FoldedO { .. } => Some(Rows::Decodes),
             Op::QkNormRopeCache { rows, .. } | Op::PeriLn { rows, .. } | Op::SiluMul { rows, .. } => Some(rows),
             Op::Attention { part, .. } | Op::GateStats { part, .. } => Some(match part {
-                AttnPart::Rows => Rows::All,
+                AttnPart::Rows | AttnPart::RowsLeavingPartials => Rows::All,
                 AttnPart::Decodes => Rows::Decodes,
                 AttnPart::Prefill | AttnPart::PrefillNormingQueries => Rows::Chunks,
             }),
@@ -416,6 +451,12 @@ impl Op {
             Op::QkNormRopeCache { queries: true, .. } => qk.to_vec(),
             Op::QkNormRopeCache { queries: false, .. } => vec![KNormRope],
             Op::Attention { part: AttnPart::PrefillNormingQueries, .. } => vec![QNormRope, AttnOutput],
+            // f32 partials; FoldedO rounds their sums.
+            Op::Attention { part: AttnPart::RowsLeavingPartials, .. } => vec![],
+            Op::FoldedO { epilogue: EpilogueKind::PeriLn, .. } => {
+                [AttnOutput, OProj].into_iter().chain(attn_close).collect()
+            }
+            Op::FoldedO { .. } => vec![AttnOutput, OProj],
             Op::Attention { .. } => vec![AttnOutput],
             Op::PeriLn { sublayer: Sublayer::Attention, .. } => attn_close.to_vec(),
             Op::PeriLn { layer, sublayer: Sublayer::Mlp, .. } => mlp_close(layer),
@@ -443,12 +484,15 @@ impl Op {
                 (Weight::Down, EpilogueKind::PeriLn) => (vec![Mlp, XNext], vec![X, H]),
                 (Weight::Down, _) => (vec![Mlp], vec![Proj]),
             },
+            Op::FoldedO { epilogue: EpilogueKind::PeriLn, .. } => (vec![Partials, RowMeta, X], vec![XNext, H]),
+            Op::FoldedO { .. } => (vec![Partials, RowMeta], vec![Proj]),
             Op::QkNormRopeCache { layer, queries: true, .. } => (vec![Qkv, PositionsSlots], vec![Q, Cache(layer)]),
             Op::QkNormRopeCache { layer, queries: false, .. } => (vec![Qkv, PositionsSlots], vec![Cache(layer)]),
             Op::Attention { layer, part } => match part {
                 AttnPart::Prefill => (vec![Q, Cache(layer), PrefillMeta], vec![Attn]),
                 // Its queries' positions are their places in their sequences (PrefillMeta).
                 AttnPart::PrefillNormingQueries => (vec![Qkv, Cache(layer), PrefillMeta], vec![Attn]),
+                AttnPart::RowsLeavingPartials => (vec![Q, Cache(layer), Meta, RowMeta], vec![Partials]),
                 _ => (vec![Q, Cache(layer), Meta, RowMeta], vec![Attn]),
             },
             Op::GateStats { layer, .. } => (vec![Q, Cache(layer), Meta, RowMeta], vec![GateCounts]),

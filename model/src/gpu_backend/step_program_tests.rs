@@ -22,13 +22,14 @@ fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion)
         gate_stats: false,
         prefill_norms_queries: true,
         persistent: false,
+        fold_o: false,
     }
 }
 
 /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
 /// with every fusion setting of either class of rows, with and without the megakernel asked
-/// for, with the prefill norming its queries or not, and with decode rows of no weight, gate/up
-/// alone or every weight on cuBLASLt.
+/// for, with the prefill norming its queries or not, with decode rows of no weight, gate/up
+/// alone or every weight on cuBLASLt, and with o_proj's folded form asked for or not.
 fn shapes() -> Vec<ProgramShape> {
     let fusions = [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }, Fusion::parse("qkv,silu")];
     let cublas = ["", "gate_up", "qkv,o:split,gate_up,down:split"].map(|l| DecodeCublas::parse(l).unwrap());
@@ -39,6 +40,7 @@ fn shapes() -> Vec<ProgramShape> {
                 for (persistent, decode_cublas) in [false, true].into_iter().flat_map(|p| cublas.map(|dc| (p, dc))) {
                     let s = ProgramShape { persistent, chunk_fusion, decode_cublas, ..shape(d, c, c == 0, fusion) };
                     all.push(s);
+                    all.push(ProgramShape { fold_o: true, ..s });
                     all.push(ProgramShape { gate_stats: true, ..s });
                     if c > 0 {
                         all.push(ProgramShape { attention_on_rows: true, ..s });
@@ -108,9 +110,59 @@ fn a_weight_whose_decode_rows_run_cublas_stores_and_its_op_follows_over_the_deco
     assert_eq!(every, StepProgram::build(shape(32, 0, true, Fusion::NONE)));
 }
 
+#[test]
+fn a_folded_decode_layer_is_five_launches_with_the_attention_output_rounded_by_o_proj() {
+    let s = ProgramShape { fold_o: true, ..shape(1, 0, true, Fusion::ALL) };
+    let layer1: Vec<_> = StepProgram::build(s).ops.into_iter().filter(|op| layer_of(op) == Some(1)).collect();
+    let (rows, o) = (Lane::Rows, Op::FoldedO { layer: 1, epilogue: EpilogueKind::PeriLn });
+    assert_eq!(
+        layer1,
+        vec![
+            Op::Linear { layer: 1, weight: Weight::Qkv, lane: rows, epilogue: EpilogueKind::QkNormRopeCache },
+            Op::Attention { layer: 1, part: AttnPart::RowsLeavingPartials },
+            o,
+            Op::Linear { layer: 1, weight: Weight::GateUp, lane: rows, epilogue: EpilogueKind::SiluMul },
+            Op::Linear { layer: 1, weight: Weight::Down, lane: rows, epilogue: EpilogueKind::PeriLn },
+        ]
+    );
+    assert!(layer1[1].rounds(3).is_empty());
+    assert_eq!(o.rounds(3)[..2], [RoundPoint::AttnOutput, RoundPoint::OProj]);
+    // Unfused, the close follows as its own op over every row.
+    let unfused = StepProgram::build(ProgramShape { fold_o: true, ..shape(1, 0, true, Fusion::NONE) });
+    let o_ops: Vec<_> = unfused.ops.iter().filter(|op| layer_of(op) == Some(0)).skip(3).take(2).copied().collect();
+    assert_eq!(
+        o_ops,
+        vec![
+            Op::FoldedO { layer: 0, epilogue: EpilogueKind::Store },
+            Op::PeriLn { layer: 0, sublayer: Sublayer::Attention, rows: Rows::All }
+        ]
+    );
+}
+
+#[test]
+fn o_proj_folds_only_beside_a_decode_only_attention_of_its_own_kernels() {
+    let decode = ProgramShape { fold_o: true, ..shape(1, 0, true, Fusion::ALL) };
+    let folds = |s: ProgramShape| StepProgram::build(s).expanded().iter().any(|op| matches!(op, Op::FoldedO { .. }));
+    assert!(folds(decode));
+    for s in [
+        ProgramShape { rows: RowSplit { decodes: 1, chunks: 7 }, ..decode },
+        ProgramShape { rows: RowSplit { decodes: 1, chunks: 7 }, attention_on_rows: false, ..decode },
+        ProgramShape { gate_stats: true, ..decode },
+        ProgramShape { decode_cublas: DecodeCublas::parse("o").unwrap(), ..decode },
+        ProgramShape { fold_o: false, ..decode },
+    ] {
+        assert!(!folds(s), "{s:?}");
+    }
+    // The megakernel, where asked for and allowed, keeps its ops.
+    let mega = ProgramShape { persistent: true, ..decode };
+    assert_eq!(StepProgram::build(mega), StepProgram::build(ProgramShape { fold_o: false, ..mega }));
+    assert!(!StepProgram::build(mega).persistent.is_empty());
+}
+
 fn layer_of(op: &Op) -> Option<usize> {
     match *op {
         Op::Linear { layer, .. }
+        | Op::FoldedO { layer, .. }
         | Op::QkNormRopeCache { layer, .. }
         | Op::Attention { layer, .. }
         | Op::GateStats { layer, .. }
@@ -184,12 +236,12 @@ fn every_buffer_is_written_before_it_is_read() {
 
 #[test]
 fn no_attention_follows_the_op_that_writes_the_row_metadata() {
-    // The attention launches with `rows_settled` (it reads the row metadata before waiting
-    // for the kernel before it), which is a race right after the op that writes them.
+    // The attention launches with `rows_settled` and the folded o_proj reads row_len alike
+    // (before waiting for the kernel before it), a race right after the op that writes them.
     for s in shapes() {
         let ops = StepProgram::build(s).expanded();
         for pair in ops.windows(2) {
-            if matches!(pair[1], Op::Attention { .. }) {
+            if matches!(pair[1], Op::Attention { .. } | Op::FoldedO { .. }) {
                 assert!(
                     !pair[0].access().1.contains(&Buf::RowMeta),
                     "{:?} right after {:?} in {s:?}",

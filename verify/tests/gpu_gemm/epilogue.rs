@@ -85,7 +85,7 @@ fn all_finite(what: &str, got: &[bf16]) -> Check {
 /// UClipNorm parameters over `channels`, bf16-exact: alpha of either sign, 0.25 to 1.75 (GEMM
 /// outputs of a few units then clip often), weight of either sign, 0.5 to 1.5, bias within 0.5;
 /// alpha, weight and bias each `[C]` when `per_channel`, else alpha and weight `[1]` and no bias.
-fn norm(gpu: &Gpu, seed: u64, channels: usize, per_channel: bool) -> Result<UClipNormParams, String> {
+pub fn norm(gpu: &Gpu, seed: u64, channels: usize, per_channel: bool) -> Result<UClipNormParams, String> {
     let values = |stream: u64, n: usize, lo: f64, hi: f64| -> Vec<f32> {
         let c = Counter::new(seed, stream);
         (0..n)

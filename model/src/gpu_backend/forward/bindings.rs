@@ -6,11 +6,11 @@ use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 
 use gpu::attention::{GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands};
-use gpu::gemm::{Epilogue, EpilogueKind, GemmShape};
+use gpu::gemm::{Epilogue, EpilogueKind, FoldedX, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 
-use super::{gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
+use super::{fold_layout, gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
 use crate::gpu_backend::step_program::{AttnPart, Op, Rows, Sublayer, Weight};
@@ -122,6 +122,30 @@ impl GpuModel {
                     match sink {
                         Sink::Launch => gemm.run_with(&x, &wv, epi)?,
                         Sink::Record(ops) => ops.push(gemm.record_with(&x, &wv, epi)?),
+                    }
+                }
+                Op::FoldedO { layer, epilogue } => {
+                    let m = rows.decodes;
+                    let (n, kk) = nk(Weight::O);
+                    let layout = fold_layout(&launch.attn, &d)
+                        .ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))?;
+                    let gemm = linears.folded(GemmShape { m, n, k: kk }, epilogue, layout)?;
+                    let (lw, hr) = (&w.layers[layer], el(&(0..m), hidden));
+                    let x = FoldedX {
+                        partial: b.workspace.slice(..m * layout.heads * layout.max_chunks * layout.head_dim),
+                        row_len: b.row_len.slice(..m),
+                    };
+                    let epi = match epilogue {
+                        EpilogueKind::PeriLn => {
+                            Close::of(w, layer, Sublayer::Attention, &mut b.x, &mut b.x_next, &mut b.h, hr).epilogue()
+                        }
+                        _ => Epilogue::Store { y: b.proj.slice_mut(hr) },
+                    };
+                    match sink {
+                        Sink::Launch => gemm.run_folded(&x, &lw.o.as_view(), epi)?,
+                        Sink::Record(_) => {
+                            return Err(Error::Executor("a folded o_proj has no megakernel form".into()))
+                        }
                     }
                 }
                 Op::QkNormRopeCache { layer, rows: r, queries } => {
@@ -315,11 +339,12 @@ fn attention_part(
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let qw = layer.q_width;
-    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize| -> Result<()> {
+    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool| -> Result<()> {
         let plan = a.plan();
         let rows = plan.geometry.rows;
         let (ws, counters) = match plan.workspace_len {
             0 => (None, None),
+            len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
             len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
         };
         let ops = Operands {
@@ -328,6 +353,7 @@ fn attention_part(
             row_len: b.row_len.slice(..rows),
             workspace: ws,
             counters,
+            leave_partials,
             // The op before an attention op is a GEMM or an op on q, never BuildRows
             // (StepProgram's tests), and the block table is uploaded before the step.
             rows_settled: true,
@@ -341,8 +367,9 @@ fn attention_part(
         }
     };
     match (attn, part) {
-        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs),
-        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes),
+        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs, false),
+        (AttnPlan::Decode(a), AttnPart::RowsLeavingPartials) => decode(a, b, split.seqs, true),
+        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes, false),
         (AttnPlan::Split { .. }, AttnPart::Prefill | AttnPart::PrefillNormingQueries)
             if matches!(sink, Sink::Record(_)) =>
         {

@@ -44,10 +44,10 @@ use ndarray::Array2;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    prefill_path, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan, PrefillPath,
-    StepGeometry,
+    prefill_path, AttentionPath, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan,
+    PrefillPath, StepGeometry,
 };
-use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, FoldLayout, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
@@ -145,6 +145,9 @@ pub struct GpuModel {
     fusion: Fusion,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
+    /// Whether o_proj adds the split-K attention's partials where that pays
+    /// ([`ProgramShape::fold_o`]); `ASYNCT_FOLD_O=0` turns it off.
+    fold_o: bool,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -307,6 +310,7 @@ impl GpuModel {
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
+            fold_o: std::env::var("ASYNCT_FOLD_O").map_or(true, |v| v != "0"),
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
@@ -464,9 +468,16 @@ impl GpuModel {
             gate_stats: self.gates.is_some(),
             prefill_norms_queries: self.prefill_norms_queries,
             persistent: self.decode_kernel.persistent(shape.tokens),
+            fold_o: self.fold_o && fold_layout(&attn, &self.dims).is_some_and(|l| l.pays(rows.decodes)),
         });
         for op in &program.expanded() {
             match *op {
+                Op::FoldedO { epilogue, .. } => {
+                    let layout = fold_layout(&attn, &self.dims)
+                        .ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))?;
+                    let (n, k) = gemm_nk(&self.dims, &self.heads, Weight::O);
+                    self.linears.prepare_folded(GemmShape { m: rows.decodes, n, k }, epilogue, layout)?;
+                }
                 Op::Linear { weight, lane, epilogue, .. } => {
                     let (n, k) = gemm_nk(&self.dims, &self.heads, weight);
                     let m = rows.lane(lane).1;
@@ -561,6 +572,17 @@ impl GpuModel {
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
         }
+    }
+}
+
+/// The layout of the partials the step's attention leaves where it runs split-K over every row
+/// (what o_proj's folded GEMM reads, [`Op::FoldedO`]).
+fn fold_layout(attn: &AttnPlan, d: &ModelDims) -> Option<FoldLayout> {
+    match attn {
+        AttnPlan::Decode(a) if matches!(a.plan().path, AttentionPath::SplitK(_)) => {
+            Some(FoldLayout { heads: d.num_heads, head_dim: d.head_dim, max_chunks: a.plan().geometry.max_chunks() })
+        }
+        _ => None,
     }
 }
 
