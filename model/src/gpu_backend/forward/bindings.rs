@@ -139,7 +139,8 @@ impl GpuModel {
                         EpilogueKind::PeriLn => {
                             Close::of(w, layer, Sublayer::Attention, &mut b.x, &mut b.x_next, &mut b.h, hr).epilogue()
                         }
-                        _ => Epilogue::Store { y: b.proj.slice_mut(hr) },
+                        EpilogueKind::Store => Epilogue::Store { y: b.proj.slice_mut(hr) },
+                        other => return Err(Error::Executor(format!("no {other:?} epilogue after the folded o GEMM"))),
                     };
                     match sink {
                         Sink::Launch => gemm.run_folded(&x, &lw.o.as_view(), epi)?,
