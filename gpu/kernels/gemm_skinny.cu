@@ -75,15 +75,36 @@ GEMM_SKINNY_SX_ENTRY(64, 16, PERILN, _periln)
 GEMM_SKINNY_SX_ENTRY(64, 16, SILU_MUL, _silu_mul)
 GEMM_SKINNY_SX_ENTRY(64, 16, QK, _qk_norm_rope_cache)
 
-// gemm_skinny_fold_m8_r{ROWS}{SUFFIX}: the folded form (gemm_skinny.cuh's FOLDED X), x the split-K
-// attention's partials; at most 8 rows, one slab.
-#define GEMM_SKINNY_FOLD_ENTRY(ROWS, EPI, SUFFIX)                                                                \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_fold_m8_r##ROWS##SUFFIX(    \
-      const float* __restrict__ partial, const int* __restrict__ row_len, int log2_d, int max_chunks, int chunk, \
-      const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {                                          \
-    gemm_skinny::gemm_fold<ROWS>(gemm_skinny::FoldedX{partial, row_len, log2_d, max_chunks, chunk}, w, m, n, k, \
-                                 EPI##_EPILOGUE);                                                               \
+// gemm_skinny_staged_m8_r{ROWS}{SUFFIX} and gemm_skinny_fold_m8_r{ROWS}{SUFFIX}: the staged form
+// (gemm_skinny.cuh's STAGED X) with x as it is, and with x the split-K attention's partials; at
+// most 8 rows, one slab.
+#define GEMM_SKINNY_STAGED_ENTRY(ROWS, EPI, SUFFIX)                                                               \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_staged_m8_r##ROWS##SUFFIX(   \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {              \
+    gemm_skinny::gemm_staged<ROWS>(gemm_skinny::RowsX{x}, w, m, n, k, EPI##_EPILOGUE);                          \
   }
+#define GEMM_SKINNY_FOLD_ENTRY(ROWS, EPI, SUFFIX)                                                                 \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_fold_m8_r##ROWS##SUFFIX(     \
+      const float* __restrict__ partial, const int* __restrict__ row_len, int log2_d, int max_chunks, int chunk,  \
+      const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {                                           \
+    gemm_skinny::gemm_staged<ROWS>(gemm_skinny::FoldedX{partial, row_len, log2_d, max_chunks, chunk}, w, m, n, \
+                                   k, EPI##_EPILOGUE);                                                           \
+  }
+
+GEMM_SKINNY_STAGED_ENTRY(8, STORE, )
+GEMM_SKINNY_STAGED_ENTRY(16, STORE, )
+GEMM_SKINNY_STAGED_ENTRY(32, STORE, )
+GEMM_SKINNY_STAGED_ENTRY(64, STORE, )
+GEMM_SKINNY_STAGED_ENTRY(8, PERILN, _periln)
+GEMM_SKINNY_STAGED_ENTRY(16, PERILN, _periln)
+GEMM_SKINNY_STAGED_ENTRY(32, PERILN, _periln)
+GEMM_SKINNY_STAGED_ENTRY(64, PERILN, _periln)
+GEMM_SKINNY_STAGED_ENTRY(16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_STAGED_ENTRY(32, SILU_MUL, _silu_mul)
+GEMM_SKINNY_STAGED_ENTRY(64, SILU_MUL, _silu_mul)
+GEMM_SKINNY_STAGED_ENTRY(16, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_STAGED_ENTRY(32, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_STAGED_ENTRY(64, QK, _qk_norm_rope_cache)
 
 GEMM_SKINNY_FOLD_ENTRY(8, STORE, )
 GEMM_SKINNY_FOLD_ENTRY(16, STORE, )

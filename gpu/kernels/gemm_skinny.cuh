@@ -114,22 +114,29 @@
 // gridDim.x must be a multiple of slabs. gpu::gemm::GemmPlan::decode_rows takes it where each
 // CTA gets 3 blocks or more.
 //
-// FOLDED X (gemm_fold; entries gemm_skinny_fold_m8_r{ROWS}{suffix}, Store and PeriLn). At one
-// decode row the split-K attention before o_proj ends in a tail of L2 round trips (its partials'
-// stores and fence, the count, the last CTA's loads of every chunk's partials, its store of the
-// bf16 output) before o_proj loads that output again. The folded form takes the partials
-// instead (the attention launched without counters writes nothing else) and adds them itself:
-// every thread 4 consecutive elements of x, the loads of up to FOLD_CHUNKS chunks in flight,
-// then the additions of hp1_attention.cuh's split_finish in its order and its rounding, into a
-// slab of x in dynamic shared memory (m k 2 bytes). The product is gemm_block's at MT = 1 (the
-// same steps per warp, mma and sums; its x loads now from shared memory), so the outputs are the
-// bits of split_finish followed by the plain kernel. The W block's first U steps are loaded before
-// the wait and arrive beside the partials. It pays only while a row's partials are few
-// (gpu::gemm::GemmPlan::skinny_fold: one row of at most FOLD_CHUNKS chunks at K = 1024, 36 KB
-// from L2 a CTA, where the plain form reads 2 KB). Grid and block as LAUNCH, 1 <= M <= 8, M K <
-// 2^31, K = heads << log2_d with D = 1 << log2_d a multiple of 4. row_len is read before the wait,
-// so the kernel launched just before this one must not write it (the attention does not; the
-// model's row metadata comes from a kernel at the start of the step).
+// STAGED X (gemm_staged; one slab of at most 8 rows). A CTA stages its rows of x in dynamic
+// shared memory (M K 2 bytes) from a source, after loading its first U steps of W into
+// registers before the wait, then runs gemm_block's product and epilogue at MT = 1 on them (the
+// same steps per warp, mma and sums; x's loads from shared memory), so the outputs are the
+// plain kernel's bits on the same x. Grid and block as LAUNCH, 1 <= M <= 8, M K < 2^31.
+//   Rows (RowsX; entries gemm_skinny_staged_m8_r{ROWS}{suffix}, every epilogue): x as it is,
+//     copied by cp.async. With x out of the registers in flight, a lane holds U = 16 / (W
+//     vectors a step) steps of W, so a warp's steps take fewer batches of loads than the plain
+//     form's U = 16 / (W vectors + 1): down_proj at K = 3,072 in one batch instead of two, each a
+//     round trip from L2 after the wait (gpu::gemm::GemmPlan::decode_rows takes it there).
+//   Folded (FoldedX; entries gemm_skinny_fold_m8_r{ROWS}{suffix}, Store and PeriLn): x the
+//     split-K attention's partials, added as the attention's finish adds them. At one decode row
+//     the split-K attention before o_proj ended in a tail of L2 round trips (its partials' stores
+//     and fence, the count, the last CTA's loads of every chunk's partials, its store of the bf16
+//     output) before o_proj loaded that output again; launched without counters it writes the
+//     partials alone, and every thread of the folded form adds 4 consecutive elements of x, the
+//     loads of up to FOLD_CHUNKS chunks in flight, with hp1_attention.cuh's split_finish
+//     additions in its order and its rounding: the bits of split_finish then the plain kernel. It
+//     pays only while a row's partials are few (gpu::gemm::FoldLayout::pays: one row of at most
+//     FOLD_CHUNKS chunks at K = 1,024, 36 KB from L2 a CTA where the plain form reads 2 KB). K =
+//     heads << log2_d with D = 1 << log2_d a multiple of 4; row_len is read before the wait, so
+//     the kernel launched just before this one must not write it (the attention does not; the
+//     model's row metadata comes from a kernel at the start of the step).
 //
 // BUFFERS (bf16 as its 16 bits, row-major, 16-byte aligned):
 //   x  [M, K]    w  [N, K] (as safetensors stores *_proj.weight, or a layout above)
@@ -400,31 +407,60 @@ struct LaneRows {
   }
 };
 
-// The split-K attention's partials as x (FOLDED X in the header): x[r, h D + d] is
-// bf16(((0 + p_0) + p_1) + ... + p_{c-1}), p_i = partial[r, h, i, d], c = ceil(row_len[r] / chunk).
+// The staged form's x sources (STAGED X in the header). A source's settle(scratch, m) runs
+// before the wait (it may read only what the kernel before the one before this wrote), its
+// stage(scratch, xs, m, k) after it: rows 0 .. m - 1 of x, k bf16 each, into xs in shared memory
+// by every thread of the CTA. W_VECTORS: the 16-byte W loads a lane holds in flight beside it.
+
+// x as it is: its rows copied into shared memory (cp.async, 16 bytes a piece).
+struct RowsX {
+  const bf16* __restrict__ x;  // [m, k]
+  static constexpr int W_VECTORS = 12;
+
+  __device__ __forceinline__ void settle(int*, int) const {}
+
+  __device__ __forceinline__ void stage(const int*, bf16* xs, int m, int k) const {
+    const unsigned base = tc::smem_addr(xs);
+    for (int e = 8 * threadIdx.x; e < m * k; e += 8 * THREADS) tc::cp_async_16(base + 2 * e, x + e, true);
+    tc::cp_async_commit();
+    tc::cp_async_wait<0>();
+  }
+};
+
+// The split-K attention's partials as x: x[r, h D + d] is bf16(((0 + p_0) + p_1) + ... +
+// p_{c-1}), p_i = partial[r, h, i, d], c = ceil(row_len[r] / chunk).
 struct FoldedX {
   const float* __restrict__ partial;  // [m, heads, max_chunks, D]
   const int* __restrict__ row_len;    // [m]
   int log2_d;                         // D = 1 << log2_d
   int max_chunks;
   int chunk;  // keys a chunk (hp1::CHUNK)
+  // Beside the partials' 9 float4 a thread, W's loads keep the registers of the plain form.
+  static constexpr int W_VECTORS = 8;
+
+  // Each row's chunk count into scratch: row_len is written two kernels or more before this one
+  // (the assumption in the header), which have finished once this kernel runs (pdl.cuh).
+  __device__ __forceinline__ void settle(int* scratch, int m) const {
+    if (threadIdx.x < m) scratch[threadIdx.x] = (row_len[threadIdx.x] + chunk - 1) / chunk;
+  }
+
+  __device__ __forceinline__ void stage(const int* scratch, bf16* xs, int m, int k) const;
 };
 
 // Chunks whose partials a thread asks for before its first add: the 1K-token width bucket's 9, so
 // that one row of x there costs one L2 round trip.
 constexpr int FOLD_CHUNKS = 9;
 
-// FoldedX's rows 0 .. m - 1 into xs (m rows of k bf16, shared memory), every thread of the CTA,
-// 4 consecutive elements a thread: split_finish's additions (hp1_attention.cuh), in its order.
-// row_chunks[r]: row r's chunk count.
-__device__ __forceinline__ void fold_x(const FoldedX& fx, const int* row_chunks, bf16* xs, int m, int k) {
-  const int heads = k >> fx.log2_d, d_mask = (1 << fx.log2_d) - 1;
+// Every thread 4 consecutive elements of x: split_finish's additions (hp1_attention.cuh) over the
+// row's scratch[r] chunks, in its order, and its rounding.
+__device__ __forceinline__ void FoldedX::stage(const int* scratch, bf16* xs, int m, int k) const {
+  const int heads = k >> log2_d, d_mask = (1 << log2_d) - 1;
   for (int e = 4 * threadIdx.x; e < m * k; e += 4 * THREADS) {
     const int r = e / k, kk = e - r * k;
-    const int chunks = row_chunks[r];
+    const int chunks = scratch[r];
     const float4* src = reinterpret_cast<const float4*>(
-        fx.partial + ((((long long)r * heads + (kk >> fx.log2_d)) * fx.max_chunks) << fx.log2_d) + (kk & d_mask));
-    const int stride = 1 << (fx.log2_d - 2);  // one chunk's partial, in float4s
+        partial + ((((long long)r * heads + (kk >> log2_d)) * max_chunks) << log2_d) + (kk & d_mask));
+    const int stride = 1 << (log2_d - 2);  // one chunk's partial, in float4s
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int c0 = 0; c0 < chunks; c0 += FOLD_CHUNKS) {
       float4 p[FOLD_CHUNKS];
@@ -441,8 +477,8 @@ __device__ __forceinline__ void fold_x(const FoldedX& fx, const int* row_chunks,
         }
       }
     }
-    const uint2 packed = make_uint2(bf16_bits(acc[0]) | bf16_bits(acc[1]) << 16, bf16_bits(acc[2]) | bf16_bits(acc[3]) << 16);
-    *reinterpret_cast<uint2*>(xs + e) = packed;
+    *reinterpret_cast<uint2*>(xs + e) =
+        make_uint2(bf16_bits(acc[0]) | bf16_bits(acc[1]) << 16, bf16_bits(acc[2]) | bf16_bits(acc[3]) << 16);
   }
 }
 
@@ -454,45 +490,45 @@ struct StagedLoads {
   }
 };
 
-// The folded form (FOLDED X in the header): gemm_block's product and epilogue at MT = 1, its x
-// the attention's partials added into shared memory first. The first U steps of W are loaded
-// before the wait (W is constant), so that their latency runs beside the partials' loads.
-template <int ROWS, class Epi>
-__device__ __forceinline__ void gemm_fold(const FoldedX& fx, const bf16* __restrict__ w, int m, int n, int k,
-                                          const Epi& epi) {
+// The staged form (STAGED X in the header): gemm_block's product and epilogue at MT = 1, its x
+// staged in shared memory by `src` first. The first U steps of W are loaded before the wait (W
+// is constant), so that their latency runs beside the staging; U steps a batch, U = the source's
+// W_VECTORS over the lane's W vectors a step (x no longer takes registers in flight).
+template <int ROWS, class Source, class Epi>
+__device__ __forceinline__ void gemm_staged(const Source& src, const bf16* __restrict__ w, int m, int n, int k,
+                                            const Epi& epi) {
   using C = Config<1, ROWS>;
+  constexpr int U = Source::W_VECTORS / C::WV > 0 ? Source::W_VECTORS / C::WV : 1;
   __shared__ float part[WARPS * 8 * C::PAD];
+  __shared__ int scratch[8];
   bf16* xs = reinterpret_cast<bf16*>(tc::dynamic_smem());
   const int warp = threadIdx.x >> 5;
   const BlockPlace<1> at(blockIdx.x, m, ROWS);
   const int steps = (k + STEP_K - 1) / STEP_K;
   const LaneRows<1, ROWS> lanes(at.n0, w, xs, m, n, k);
 
-  // The chunk counts before the wait too: row_len is written two kernels or more before this one
-  // (the assumption in the header), which has finished once this kernel runs (pdl.cuh).
-  __shared__ int row_chunks[8];
-  if (threadIdx.x < m) row_chunks[threadIdx.x] = (fx.row_len[threadIdx.x] + fx.chunk - 1) / fx.chunk;
-  uint4 wv[C::U][C::WV];
+  src.settle(scratch, m);
+  uint4 wv[U][C::WV];
   if (threadIdx.x == 0) prefetch_w_block<1, ROWS>(at, w, n, k);
 #pragma unroll
-  for (int u = 0; u < C::U; ++u) lanes.load_w(wv[u], warp + u * WARPS);
+  for (int u = 0; u < U; ++u) lanes.load_w(wv[u], warp + u * WARPS);
   __syncthreads();
   pdl_begin();
   epi.prefetch(Tile<1, ROWS>{part, m, 0, at.n0, n});
-  fold_x(fx, row_chunks, xs, m, k);
+  src.stage(scratch, xs, m, k);
   __syncthreads();
 
   float acc[C::R][1][4];
   zero_acc<1, ROWS>(acc);
-  for (int s0 = warp; s0 < steps; s0 += WARPS * C::U) {
-    uint4 xv[C::U][1];
+  for (int s0 = warp; s0 < steps; s0 += WARPS * U) {
+    uint4 xv[U][1];
 #pragma unroll
-    for (int u = 0; u < C::U; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (s0 != warp) lanes.load_w(wv[u], s0 + u * WARPS);
       lanes.template load_x<StagedLoads>(xv[u], s0 + u * WARPS);
     }
 #pragma unroll
-    for (int u = 0; u < C::U; ++u) {
+    for (int u = 0; u < U; ++u) {
       if (s0 + u * WARPS < steps) step_mma<1, ROWS>(acc, wv[u], xv[u]);  // as in gemm_block
     }
   }

@@ -59,10 +59,10 @@
 
 pub mod cublaslt;
 pub mod epilogue;
-pub mod fold;
 pub mod layout;
 pub mod plan;
 pub mod skinny;
+pub mod staged;
 mod wgmma;
 
 use std::sync::Arc;
@@ -72,12 +72,12 @@ use half::bf16;
 
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
-pub use fold::{FoldLayout, FoldedX, FOLD_CHUNKS};
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
     SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
 };
+pub use staged::{load_batches, FoldLayout, FoldedX, FOLD_CHUNKS};
 
 use crate::error::{unsupported, Result};
 use crate::mega::MegaOp;
@@ -217,7 +217,7 @@ impl Gemm {
         if w.len() != s.n * s.k {
             return Err(unsupported(entry, format!("`w` has {} elements, [N, K] of {s} is {}", w.len(), s.n * s.k)));
         }
-        fold::check(entry, s, layout, x)?;
+        staged::check(entry, s, layout, x)?;
         check_aligned(&self.stream, entry, "partial", &x.partial)?;
         check_aligned(&self.stream, entry, "w", w)?;
         epilogue.check(entry, &self.stream, s)
@@ -287,5 +287,12 @@ mod tests {
             }
         }
         assert!(SKINNY_ROWS.iter().all(|r| rows_seen.contains(r)), "rows per CTA {rows_seen:?}");
+        // The staged form at every rows per CTA each epilogue takes.
+        for kind in EpilogueKind::ALL {
+            for rows in SKINNY_ROWS.into_iter().filter(|&r| r >= kind.min_rows()) {
+                let plan = GemmPlan::skinny_staged(GemmShape { m: 5, n: 256, k: 64 }, rows, kind).unwrap();
+                assert!(names.contains(&entry(&plan)), "{} missing", entry(&plan));
+            }
+        }
     }
 }

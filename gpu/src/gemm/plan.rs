@@ -183,9 +183,12 @@ pub enum SkinnyForm {
     SharedX,
     /// `gemm_skinny_wg.cu` (sm_90a): the same sums on warpgroup MMAs, x in shared memory.
     Warpgroup,
-    /// `gemm_skinny.cuh`'s FOLDED X: x the split-K attention's partials of this layout, added
-    /// into shared memory by each CTA ([`super::fold`]).
-    Folded(super::fold::FoldLayout),
+    /// `gemm_skinny.cuh`'s STAGED X: at most 8 rows of x copied into shared memory by each CTA
+    /// ([`super::staged`]).
+    Staged,
+    /// `gemm_skinny.cuh`'s STAGED X with x the split-K attention's partials of this layout, added
+    /// into shared memory by each CTA ([`super::staged`]).
+    Folded(super::staged::FoldLayout),
 }
 
 /// The skinny kernel's instantiation and grid.
@@ -312,10 +315,21 @@ impl GemmPlan {
     /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
     /// in shared memory serves several W blocks where the plain form reads it again from L2 for
     /// each (measured faster only there: RESULTS runs 133-136); else
-    /// [`GemmPlan::skinny_epilogue`]. Every form gives a row the same bits, so the choice is free
-    /// to change with `M`.
+    /// [`GemmPlan::skinny_epilogue`], or at one slab of 8 rows its staged form
+    /// ([`GemmPlan::skinny_staged`]) where that takes a warp's steps in fewer batches of loads
+    /// ([`super::load_batches`]). Every form gives a row the same bits, so the choice is free to
+    /// change with `M`.
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
+        if let GemmPath::Skinny(t) = &plain.path {
+            let fewer = super::load_batches(shape.k, t.rows, true) < super::load_batches(shape.k, t.rows, false);
+            if let Some(staged) = (t.m_tile == SKINNY_M_TILES[0] && fewer)
+                .then(|| Self::skinny_staged(shape, t.rows, epilogue).ok())
+                .flatten()
+            {
+                return Ok(staged);
+            }
+        }
         let fills = shape.n.div_ceil(SKINNY_WG_ROWS) * SKINNY_WG_MIN_FILL >= sms;
         if wgmma && (33..=SKINNY_WG_M_TILE).contains(&shape.m) && fills {
             return Self::skinny_wgmma(shape, epilogue);
@@ -478,6 +492,7 @@ impl GemmPlan {
                     SkinnyForm::Plain => "",
                     SkinnyForm::SharedX => "sx-",
                     SkinnyForm::Warpgroup => "wg-",
+                    SkinnyForm::Staged => "staged-",
                     SkinnyForm::Folded(_) => "fold-",
                 };
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))

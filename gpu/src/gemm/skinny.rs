@@ -8,8 +8,8 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
 use super::epilogue::Epilogue;
-use super::fold::{self, FoldLayout, FoldedX};
 use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS};
+use super::staged::{self, FoldLayout, FoldedX};
 use crate::error::Result;
 use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -36,7 +36,7 @@ impl SkinnyGemm {
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let kernel = match tile.form {
-            SkinnyForm::Plain | SkinnyForm::SharedX | SkinnyForm::Folded(_) => &GEMM_SKINNY,
+            SkinnyForm::Plain | SkinnyForm::SharedX | SkinnyForm::Staged | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
         };
         let func = gpu.function(kernel, &tile.entry)?;
@@ -76,7 +76,7 @@ impl SkinnyGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let mut b = Launch::new(stream, &self.func);
-        let (log2_d, max_chunks, chunk) = fold::layout_args(layout);
+        let (log2_d, max_chunks, chunk) = staged::layout_args(layout);
         b.arg(&x.partial).arg(&x.row_len).arg(&log2_d).arg(&max_chunks).arg(&chunk);
         b.arg(w).arg(&self.m).arg(&self.n).arg(&self.k);
         epilogue.push(&self.entry, &mut b)?;

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpu::gemm::{EpilogueKind, FoldLayout, Gemm, GemmPlan, GemmShape, Pin};
+use gpu::gemm::{EpilogueKind, FoldLayout, Gemm, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm};
 use gpu::Gpu;
 
 use super::step_program::Weight;
@@ -169,6 +169,9 @@ pub struct Linears {
     sms: usize,
     pin_at: usize,
     decode_cublas: DecodeCublas,
+    /// Whether decode rows may take the skinny kernel's staged form where
+    /// [`GemmPlan::decode_rows`] picks it; `ASYNCT_STAGED_X=0` keeps the plain form there.
+    staged_x: bool,
     loaded: HashMap<Key, Gemm>,
 }
 
@@ -176,7 +179,15 @@ impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows, and the
     /// decode rows of the weights `decode_cublas` names cuBLASLt's for the row count it names.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
-        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, decode_cublas, loaded: HashMap::new() })
+        let staged_x = std::env::var("ASYNCT_STAGED_X").map_or(true, |v| v != "0");
+        Ok(Self {
+            gpu: gpu.clone(),
+            sms: gpu.multiprocessors()?,
+            pin_at,
+            decode_cublas,
+            staged_x,
+            loaded: HashMap::new(),
+        })
     }
 
     /// Loads the GEMM of `weight` in `shape` over `lane`'s rows with `epilogue` (once per key):
@@ -186,13 +197,18 @@ impl Linears {
     /// fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, pin_at) = (self.sms, self.pin_at);
+        let (sms, pin_at, staged_x) = (self.sms, self.pin_at, self.staged_x);
         let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
         let decode_pin = self.decode_cublas.pin(weight);
         self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
             (Lane::Rows, EpilogueKind::Store, Some((Pin::SplitK, at))) => GemmPlan::cublaslt_pinned_split(shape, at),
             (Lane::Rows, EpilogueKind::Store, Some((_, at))) => GemmPlan::cublaslt_pinned(shape, at),
-            (Lane::Rows, _, _) => GemmPlan::decode_rows(shape, sms, epilogue, wgmma),
+            (Lane::Rows, _, _) => match GemmPlan::decode_rows(shape, sms, epilogue, wgmma)? {
+                plan if !staged_x && matches!(&plan.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Staged) => {
+                    GemmPlan::skinny_epilogue(shape, sms, epilogue)
+                }
+                plan => Ok(plan),
+            },
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })

@@ -91,7 +91,7 @@ pub enum AttnPart {
     /// The decode kernels over every row (decode rows, or fake-decode rows of chunks too).
     Rows,
     /// The split-K kernel over every row of a decode step, leaving each chunk's partial output
-    /// for [`Op::FoldedO`] to add (`gpu::gemm::fold`): no counters, no output of its own.
+    /// for [`Op::FoldedO`] to add (`gpu::gemm::staged`): no counters, no output of its own.
     RowsLeavingPartials,
     /// The decode kernels over the leading decode rows only.
     Decodes,

@@ -50,7 +50,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 }
 
 /// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
-/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64), the shared-x form where it
+/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) and, at up to 8 rows, its
+/// staged form with x as it is (where shared memory holds the rows), the shared-x form where it
 /// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
 /// device runs wgmma and the slab fits, the WGMMA kernel where it serves the shape, cuBLASLt's own
 /// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
@@ -60,6 +61,7 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     let m_tile = SKINNY_M_TILES.into_iter().find(|&t| t >= shape.m).unwrap_or(SKINNY_MAX_M);
     for rows in SKINNY_ROWS.into_iter().filter(|&r| rows_fit(m_tile, r)) {
         plans.push(g(GemmPlan::skinny_rows(shape, rows))?);
+        plans.extend(GemmPlan::skinny_staged(shape, rows, EpilogueKind::Store).ok());
     }
     let sms = g(gpu.multiprocessors())?;
     plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());

@@ -1,4 +1,4 @@
-//! The folded form (`gpu::gemm::fold`) held to what it replaces, bit for bit: the split-K
+//! The folded form (`gpu::gemm::staged`) held to what it replaces, bit for bit: the split-K
 //! attention finishing its rows itself (the counted launch), then the plain skinny GEMM on its
 //! bf16 output. Fresh attention batches of 1 to 8 decode rows at head dims 64, 128 and 256, row
 //! lengths of none (padding) and of one chunk to past `FOLD_CHUNKS` chunks (the kernel's second

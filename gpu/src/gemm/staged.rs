@@ -1,15 +1,23 @@
-//! The skinny kernel's folded form (`gemm_skinny.cuh`, FOLDED X): a GEMM whose x is the split-K
-//! attention's partials, which it adds itself, with the additions and rounding of the attention's
-//! own finish, before the product. The attention then launches without its counters
-//! ([`crate::attention::Operands::leave_partials`]) and ends when its partials are written: at one
-//! decode row the fence, the count and the last CTA's loads of every chunk were a chain of L2
-//! round trips on the step's path, ahead of the GEMM's own load of x.
+//! The skinny kernel's staged forms (`gemm_skinny.cuh`, STAGED X): at one slab of at most 8
+//! rows, a CTA stages its rows of x in shared memory, with the first steps of its W block in
+//! registers from before the wait, then multiplies as the plain form does, so a row gets the
+//! plain form's bits.
 //!
-//! A folded plan's bits equal the attention's finish followed by the plain form's GEMM
-//! (`gpu_gemm` checks every output), so the choice between them is free to change with the
-//! batch. It reads every chunk's partials where the plain form reads one bf16 row, 2 x 9 times the
-//! bytes at 9 chunks, and each of its CTAs reads all of them: [`FoldLayout::pays`] takes it only
-//! where one pass of loads covers them.
+//! - [`GemmPlan::skinny_staged`]: x as it is, copied. With x out of the registers in flight a
+//!   lane holds more steps of W, so a warp's steps take fewer batches of loads, each an L2 round
+//!   trip after the wait: [`GemmPlan::decode_rows`] takes it where that is so (down_proj at
+//!   K = 3,072: one batch instead of two).
+//! - [`GemmPlan::skinny_fold`]: x the split-K attention's partials, which it adds itself with the
+//!   additions and rounding of the attention's own finish. The attention then launches without
+//!   its counters ([`crate::attention::Operands::leave_partials`]) and ends when its partials are
+//!   written: at one decode row the fence, the count and the last CTA's loads of every chunk were
+//!   a chain of L2 round trips on the step's path, ahead of the GEMM's own load of x. It reads
+//!   every chunk's partials where the plain form reads one bf16 row, 2 x 9 times the bytes at 9
+//!   chunks, and each of its CTAs reads all of them: [`FoldLayout::pays`] takes it only where one
+//!   pass of loads covers them.
+//!
+//! `gpu_gemm` holds both to the plain form's bits (the folded one after the attention's finish),
+//! so the choice is free to change with the batch.
 
 use cudarc::driver::CudaView;
 
@@ -59,17 +67,45 @@ pub struct FoldedX<'a> {
     pub row_len: CudaView<'a, i32>,
 }
 
+/// 16-byte W loads a lane of the staged form with x as it is holds in flight (the kernel's
+/// `RowsX::W_VECTORS`): its steps a batch, over the lane's W vectors a step.
+const ROWS_W_VECTORS: usize = 12;
+/// The same for the plain form, whose x loads share the budget (the kernel's `Config::U`).
+const PLAIN_VECTORS: usize = 16;
+
+/// Batches of loads a warp of the skinny kernel at `rows` rows of W and one 8-row x tile takes
+/// over K = `k`: its steps (one in 8 of K's 32-wide steps) over the steps a batch, in the plain
+/// form (`staged` false) or the staged one with x as it is.
+pub fn load_batches(k: usize, rows: usize, staged: bool) -> usize {
+    let w_vectors = rows / 8;
+    let per_batch = if staged { ROWS_W_VECTORS / w_vectors } else { PLAIN_VECTORS / (w_vectors + 1) };
+    k.div_ceil(32).div_ceil(8).div_ceil(per_batch.max(1))
+}
+
 impl GemmPlan {
+    /// The skinny kernel's staged form with x as it is, `rows` rows of W per CTA and `epilogue`,
+    /// at most 8 rows: the plain form's grid, dynamic shared memory M K 2 bytes.
+    pub fn skinny_staged(shape: GemmShape, rows: usize, epilogue: EpilogueKind) -> Result<Self> {
+        let entry = "gemm skinny staged";
+        let plain = Self::skinny_rows_epilogue(shape, rows, epilogue)?;
+        let GemmPath::Skinny(tile) = plain.path else { unreachable!("skinny_rows_epilogue plans the skinny kernel") };
+        staged_fits(entry, shape)?;
+        let tile = SkinnyTile {
+            form: SkinnyForm::Staged,
+            entry: format!("gemm_skinny_staged_m8_r{rows}{}", epilogue.suffix()),
+            shared_bytes: (shape.m * shape.k * 2) as u32,
+            ..tile
+        };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+
     /// The skinny kernel's folded form with `epilogue` (Store or PeriLn, o_proj's), its x the
     /// partials of `layout` (K = heads * head_dim), at most 8 rows; the rows per CTA as
     /// [`GemmPlan::skinny_epilogue`] picks them for `sms` SMs.
     pub fn skinny_fold(shape: GemmShape, epilogue: EpilogueKind, layout: FoldLayout, sms: usize) -> Result<Self> {
         let entry = "gemm skinny folded";
-        let m_tile = m_tile(shape)?;
         let bad = |why: String| Err(unsupported(entry, why));
-        if m_tile != SKINNY_ROWS[0] {
-            return bad(format!("one slab of at most 8 rows, got M = {}", shape.m));
-        }
+        staged_fits(entry, shape)?;
         if !matches!(epilogue, EpilogueKind::Store | EpilogueKind::PeriLn) {
             return bad(format!("the Store and PeriLn epilogues only, got {epilogue:?}"));
         }
@@ -80,10 +116,6 @@ impl GemmPlan {
         if heads.checked_mul(head_dim) != Some(shape.k) {
             return bad(format!("K = heads * head_dim, got {} for {heads} x {head_dim}", shape.k));
         }
-        let x_bytes = shape.m * shape.k * 2;
-        if shape.m * shape.k > i32::MAX as usize || x_bytes + 8 * 8 * (64 + 4) * 4 > SHARED_X_MAX_BYTES {
-            return bad(format!("{shape}: its rows of x must fit shared memory"));
-        }
         // The rows per CTA of the plain form at this shape: the same grid.
         let rows = match Self::skinny_epilogue(shape, sms, epilogue)?.path {
             GemmPath::Skinny(plain) => plain.rows,
@@ -92,14 +124,26 @@ impl GemmPlan {
         let tile = SkinnyTile {
             form: SkinnyForm::Folded(layout),
             entry: format!("gemm_skinny_fold_m8_r{rows}{}", epilogue.suffix()),
-            m_tile,
+            m_tile: SKINNY_ROWS[0],
             rows,
             slabs: 1,
             grid: grid(entry, shape, Some(shape.n.div_ceil(rows)))?,
-            shared_bytes: x_bytes as u32,
+            shared_bytes: (shape.m * shape.k * 2) as u32,
         };
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
+}
+
+/// Refuses a shape the staged forms do not take: more than one slab of 8 rows, or rows of x
+/// past shared memory (beside the largest partial sums, 8 warps of 8 x 68 floats).
+fn staged_fits(entry: &str, shape: GemmShape) -> Result<()> {
+    if m_tile(shape)? != SKINNY_ROWS[0] {
+        return Err(unsupported(entry, format!("one slab of at most 8 rows, got M = {}", shape.m)));
+    }
+    if shape.m * shape.k > i32::MAX as usize || shape.m * shape.k * 2 + 8 * 8 * (64 + 4) * 4 > SHARED_X_MAX_BYTES {
+        return Err(unsupported(entry, format!("{shape}: its rows of x must fit shared memory")));
+    }
+    Ok(())
 }
 
 /// The folded kernel's layout arguments after its partials: log2 of `head_dim`, the chunk slots
@@ -176,6 +220,49 @@ mod tests {
             ),
         ] {
             assert!(got.contains(needle) && got.contains("gemm skinny folded"), "expected `{needle}` in: {got}");
+        }
+    }
+
+    #[test]
+    fn decode_rows_stage_x_where_a_warp_then_takes_its_steps_in_fewer_batches() {
+        // down_proj: 12 steps a warp at K = 3,072, 8 a batch in the plain form at 8 rows of W and
+        // 12 staged; o_proj, qkv and gate/up at K = 1,024: 4 steps, one batch either way.
+        assert_eq!((load_batches(3072, 8, false), load_batches(3072, 8, true)), (2, 1));
+        assert_eq!((load_batches(1024, 8, false), load_batches(1024, 8, true)), (1, 1));
+        assert_eq!((load_batches(1024, 32, false), load_batches(1024, 32, true)), (2, 2));
+        assert_eq!((load_batches(8, 64, false), load_batches(8, 64, true)), (1, 1));
+        let pick = |m, n, k, kind| GemmPlan::decode_rows(GemmShape { m, n, k }, 132, kind, true).unwrap();
+        for m in 1..=8 {
+            let down = pick(m, 1024, 3072, EpilogueKind::PeriLn);
+            assert_eq!(tile(&down).form, SkinnyForm::Staged, "M {m}");
+            assert_eq!(down.name(), "skinny-staged-m8-r8-periln");
+            assert_eq!(
+                tile(&down).grid,
+                tile(&GemmPlan::skinny_epilogue(down.shape, 132, down.epilogue).unwrap()).grid
+            );
+            for (n, k, kind) in [(1024, 1024, EpilogueKind::PeriLn), (2048, 1024, EpilogueKind::QkNormRopeCache)] {
+                assert_eq!(tile(&pick(m, n, k, kind)).form, SkinnyForm::Plain, "M {m} N {n}");
+            }
+        }
+        assert_eq!(tile(&pick(9, 1024, 3072, EpilogueKind::PeriLn)).form, SkinnyForm::Plain);
+    }
+
+    #[test]
+    fn a_staged_plan_takes_the_plain_forms_rows_and_refuses_what_they_refuse() {
+        let shape = GemmShape { m: 3, n: 1024, k: 3072 };
+        let staged = GemmPlan::skinny_staged(shape, 16, EpilogueKind::SiluMul).unwrap();
+        let t = tile(&staged);
+        assert_eq!(
+            (t.entry.as_str(), t.rows, t.grid, t.shared_bytes),
+            ("gemm_skinny_staged_m8_r16_silu_mul", 16, 64, 3 * 3072 * 2)
+        );
+        for (shape, rows, kind, needle) in [
+            (GemmShape { m: 9, ..shape }, 16, EpilogueKind::Store, "at most 8 rows, got M = 9"),
+            (shape, 8, EpilogueKind::SiluMul, "got 8"),
+            (GemmShape { m: 8, n: 64, k: 1 << 14 }, 8, EpilogueKind::Store, "fit shared memory"),
+        ] {
+            let got = GemmPlan::skinny_staged(shape, rows, kind).unwrap_err().to_string();
+            assert!(got.contains(needle), "expected `{needle}` in: {got}");
         }
     }
 
