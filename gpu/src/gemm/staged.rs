@@ -22,8 +22,8 @@
 use cudarc::driver::CudaView;
 
 use super::plan::{
-    grid, m_tile, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES, SKINNY_ROWS,
-    SKINNY_THREADS,
+    grid, m_tile, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES,
+    SKINNY_M_TILES, SKINNY_THREADS,
 };
 use crate::attention::CHUNK;
 use crate::error::{unsupported, Result};
@@ -110,7 +110,7 @@ impl GemmPlan {
             return bad(format!("the Store and PeriLn epilogues only, got {epilogue:?}"));
         }
         let FoldLayout { heads, head_dim, max_chunks } = layout;
-        if !head_dim.is_power_of_two() || head_dim < FOLD_ELEMENTS || max_chunks == 0 {
+        if !head_dim.is_power_of_two() || head_dim < FOLD_ELEMENTS || !(1..=i32::MAX as usize).contains(&max_chunks) {
             return bad(format!("a power-of-two head_dim of 4 or more and chunks, got {head_dim} and {max_chunks}"));
         }
         if heads.checked_mul(head_dim) != Some(shape.k) {
@@ -124,7 +124,7 @@ impl GemmPlan {
         let tile = SkinnyTile {
             form: SkinnyForm::Folded(layout),
             entry: format!("gemm_skinny_fold_m8_r{rows}{}", epilogue.suffix()),
-            m_tile: SKINNY_ROWS[0],
+            m_tile: SKINNY_M_TILES[0],
             rows,
             slabs: 1,
             grid: grid(entry, shape, Some(shape.n.div_ceil(rows)))?,
@@ -137,7 +137,7 @@ impl GemmPlan {
 /// Refuses a shape the staged forms do not take: more than one slab of 8 rows, or rows of x
 /// past shared memory (beside the largest partial sums, 8 warps of 8 x 68 floats).
 fn staged_fits(entry: &str, shape: GemmShape) -> Result<()> {
-    if m_tile(shape)? != SKINNY_ROWS[0] {
+    if m_tile(shape)? != SKINNY_M_TILES[0] {
         return Err(unsupported(entry, format!("one slab of at most 8 rows, got M = {}", shape.m)));
     }
     if shape.m * shape.k > i32::MAX as usize || shape.m * shape.k * 2 + 8 * 8 * (64 + 4) * 4 > SHARED_X_MAX_BYTES {
