@@ -163,6 +163,10 @@ impl Hp1Attention {
     /// What [`Hp1Attention::run`] would launch, as a task of the decode megakernel instead
     /// ([`crate::mega`]): the same checks, then the entry's arguments.
     pub fn record(&self, ops: Operands<'_>, gate: &GateParams) -> Result<MegaOp> {
+        if ops.leave_partials {
+            let why = "the megakernel's split-K finishes its rows itself: it leaves no partials".into();
+            return Err(unsupported(&self.plan.attention.entry, why));
+        }
         let mut launch = Launch::new(&self.stream, &self.attention);
         self.push(&mut launch, ops, gate)?;
         MegaOp::attention(&self.plan, launch.into_slots())
