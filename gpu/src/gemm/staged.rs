@@ -43,7 +43,7 @@ pub struct FoldLayout {
     pub heads: usize,
     /// Elements of a head: a power of two, at least 4 (a thread's float4).
     pub head_dim: usize,
-    /// Chunk slots per (row, head) in the workspace ([`crate::attention::Plan::max_chunks`]).
+    /// Chunk slots per (row, head) in the workspace ([`crate::attention::Geometry::max_chunks`]).
     pub max_chunks: usize,
 }
 
