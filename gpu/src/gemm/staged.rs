@@ -48,12 +48,19 @@ pub struct FoldLayout {
 }
 
 impl FoldLayout {
-    /// Whether folding pays at `m` rows: every thread's loads of the rows' partials in flight
-    /// at once, one L2 round trip (the rows' elements over the CTA's threads, times the chunks,
-    /// within [`FOLD_CHUNKS`] loads a thread).
-    pub fn pays(&self, m: usize) -> bool {
+    /// The rounds of loads, each an L2 round trip, in which a thread of the folded form at `m`
+    /// rows brings in its partials: its passes over the rows' elements (4 a thread a pass), times
+    /// the rounds of at most [`FOLD_CHUNKS`] chunks a pass. Folding replaces the attention's
+    /// count and finish, two round trips and a fence, and o_proj's load of x, a third: one round
+    /// pays ([`FoldLayout::pays`]); whether two do is the device's to say (`ASYNCT_FOLD_O=2`).
+    pub fn load_rounds(&self, m: usize) -> usize {
         let passes = (m * self.heads * self.head_dim).div_ceil(FOLD_ELEMENTS * SKINNY_THREADS as usize);
-        passes * self.max_chunks <= FOLD_CHUNKS
+        passes * self.max_chunks.div_ceil(FOLD_CHUNKS)
+    }
+
+    /// Whether folding pays at `m` rows: one round of loads ([`FoldLayout::load_rounds`]).
+    pub fn pays(&self, m: usize) -> bool {
+        self.load_rounds(m) <= 1
     }
 }
 
@@ -275,5 +282,7 @@ mod tests {
         // Narrower rows share a pass: 4 rows of 256 elements are 1,024, one float4 a thread.
         let narrow = FoldLayout { heads: 4, head_dim: 64, max_chunks: 9 };
         assert!(narrow.pays(4) && !narrow.pays(5));
+        assert_eq!([1, 2, 3, 8].map(|m| O_PROJ.load_rounds(m)), [1, 2, 3, 8]);
+        assert_eq!(FoldLayout { max_chunks: 33, ..O_PROJ }.load_rounds(1), 4);
     }
 }

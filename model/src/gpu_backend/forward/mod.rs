@@ -145,9 +145,10 @@ pub struct GpuModel {
     fusion: Fusion,
     chunk_fusion: Fusion,
     prefill_norms_queries: bool,
-    /// Whether o_proj adds the split-K attention's partials where that pays
-    /// ([`ProgramShape::fold_o`]); `ASYNCT_FOLD_O=0` turns it off.
-    fold_o: bool,
+    /// The most rounds of loads at which o_proj adds the split-K attention's partials itself
+    /// ([`ProgramShape::fold_o`], [`FoldLayout::load_rounds`]): 1, where it pays, unless
+    /// `ASYNCT_FOLD_O` names another count (0 turns it off).
+    fold_rounds: usize,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -310,7 +311,7 @@ impl GpuModel {
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
-            fold_o: std::env::var("ASYNCT_FOLD_O").map_or(true, |v| v != "0"),
+            fold_rounds: std::env::var("ASYNCT_FOLD_O").ok().and_then(|v| v.parse().ok()).unwrap_or(1),
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
@@ -468,7 +469,7 @@ impl GpuModel {
             gate_stats: self.gates.is_some(),
             prefill_norms_queries: self.prefill_norms_queries,
             persistent: self.decode_kernel.persistent(shape.tokens),
-            fold_o: self.fold_o && fold_layout(&attn, &self.dims).is_some_and(|l| l.pays(rows.decodes)),
+            fold_o: fold_layout(&attn, &self.dims).is_some_and(|l| l.load_rounds(rows.decodes) <= self.fold_rounds),
         });
         for op in &program.expanded() {
             match *op {
