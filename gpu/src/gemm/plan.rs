@@ -22,9 +22,15 @@
 //! CTA: the most, so that each CTA's x reads (M K 2 bytes, from L2) are spread over more weight
 //! bytes, while the grid still fills every SM twice (the kernel's launch bounds give two CTAs per
 //! SM); a W too small for that gets the fewest rows its epilogue takes, the most CTAs there can
-//! be. The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does with each
-//! finished output: store it, or run the elementwise op that follows the GEMM in the model on it
-//! ([`GemmPlan::skinny_epilogue`]).
+//! be. From an x tile of [`ONE_WAVE_MIN_M_TILE`] rows, the fewest rows whose grid covers every SM
+//! and fits one wave (two CTAs an SM) come first: there a CTA is bound by issuing its products
+//! and reading x, and a grid of 1.45 waves (gate/up of asynct-0.5b at 16 rows, 384 CTAs) leaves a
+//! ragged second wave on the step's path. With one slab of 8 rows a CTA is bound by its rounds of
+//! loads instead, which 32 rows of W double (gate/up: one round of a warp's 4 steps at 16 rows,
+//! two at 32): RESULTS run 218 measured the one-wave rule 2.5% faster at B32 and 4-5% slower at
+//! B1 to B8 (H100). The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does
+//! with each finished output: store it, or run the elementwise op that follows the GEMM in the
+//! model on it ([`GemmPlan::skinny_epilogue`]).
 
 use crate::error::{unsupported, Result};
 
@@ -38,6 +44,9 @@ pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
 pub const SKINNY_THREADS: u32 = 256;
 /// Skinny CTAs resident per SM (the kernel's launch bounds).
 pub const SKINNY_CTAS_PER_SM: usize = 2;
+/// From this x tile up, [`GemmPlan::skinny_epilogue`] first tries the rows per CTA whose grid
+/// runs in one wave (module docs).
+pub const ONE_WAVE_MIN_M_TILE: usize = 32;
 /// The largest K the kernels take (a 16-byte load's k index stays far from `i32::MAX`).
 pub const MAX_K: usize = 1 << 30;
 /// The x tile of the skinny kernel's shared-x form (`gemm_skinny.cuh`, SHARED X): slabs of 64 rows.
@@ -298,10 +307,12 @@ impl GemmPlan {
         let fill = SKINNY_CTAS_PER_SM * sms.max(1);
         let slabs = shape.m.div_ceil(m_tile);
         let takes = |rows: usize| rows_fit(m_tile, rows) && rows >= epilogue.min_rows();
-        let rows = SKINNY_ROWS
-            .into_iter()
-            .rev()
-            .find(|&rows| takes(rows) && shape.n.div_ceil(rows) * slabs >= fill)
+        let ctas = |rows: usize| shape.n.div_ceil(rows) * slabs;
+        let one_wave = (m_tile >= ONE_WAVE_MIN_M_TILE)
+            .then(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows) && (sms..=fill).contains(&ctas(rows))))
+            .flatten();
+        let rows = one_wave
+            .or_else(|| SKINNY_ROWS.into_iter().rev().find(|&rows| takes(rows) && ctas(rows) >= fill))
             .or_else(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows)))
             .expect("every x tile takes 16 rows of W, and every epilogue 16");
         Self::skinny_rows_epilogue(shape, rows, epilogue)

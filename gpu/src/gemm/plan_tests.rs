@@ -59,8 +59,32 @@ fn rows_per_cta_fill_the_sms_twice_or_fall_to_eight() {
             let t = skinny(&GemmPlan::skinny(shape(m_tile, n, 64), H200_SMS).unwrap()).clone();
             assert!(rows_fit(t.m_tile, t.rows));
             assert_eq!((t.grid as usize, t.slabs), (n.div_ceil(t.rows), 1));
-            assert!(t.rows == 8 || t.grid as usize >= 2 * H200_SMS, "{t:?}");
+            let one_wave = t.m_tile >= ONE_WAVE_MIN_M_TILE && (H200_SMS..=2 * H200_SMS).contains(&(t.grid as usize));
+            assert!(t.rows == 8 || one_wave || t.grid as usize >= 2 * H200_SMS, "{t:?}");
             assert_eq!(t.entry, format!("gemm_skinny_m{}_r{}", t.m_tile, t.rows));
+        }
+    }
+}
+
+#[test]
+fn from_32_rows_the_rows_per_cta_run_in_one_wave_first() {
+    let rows = |m, n, kind| skinny(&GemmPlan::skinny_epilogue(shape(m, n, 1024), H200_SMS, kind).unwrap()).rows;
+    let (silu, periln, qk) = (EpilogueKind::SiluMul, EpilogueKind::PeriLn, EpilogueKind::QkNormRopeCache);
+    // gate/up: 16 rows a CTA (384 CTAs, 1.45 waves) up to 16 rows of x, 32 (192, one wave) from 17.
+    assert_eq!([rows(1, 6144, silu), rows(8, 6144, silu), rows(16, 6144, silu)], [16, 16, 16]);
+    assert_eq!([rows(17, 6144, silu), rows(32, 6144, silu)], [32, 32]);
+    // No one-wave grid covers every SM: the rule before it (o, down and QKV keep their plans).
+    assert_eq!([rows(32, 1024, periln), rows(32, 2048, qk)], [8, 16]);
+    // The fewest rows whose grid (slabs counted) fits one wave and covers every SM, if any.
+    for m in [17, 32, 64, 65, 128] {
+        for n in [1024, 2048, 6144, 151_936] {
+            let t = skinny(&GemmPlan::skinny(shape(m, n, 1024), H200_SMS).unwrap()).clone();
+            let ctas = |rows: usize| n.div_ceil(rows) * t.slabs;
+            let fits = |rows: usize| rows_fit(t.m_tile, rows) && (H200_SMS..=2 * H200_SMS).contains(&ctas(rows));
+            match SKINNY_ROWS.into_iter().find(|&r| fits(r)) {
+                Some(fewest) => assert_eq!(t.rows, fewest, "{t:?}"),
+                None => assert!(t.rows == 8 || ctas(t.rows) >= 2 * H200_SMS, "{t:?}"),
+            }
         }
     }
 }
@@ -235,7 +259,7 @@ fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
     assert_eq!(pick(33, 6144, 1024, silu), "skinny-sx-m64-r16-silu-mul");
     // Up to 32 rows, at 2 blocks a CTA (QKV at 128 rows), on small N, or where the slab does
     // not fit: the plain form.
-    assert_eq!(pick(32, 6144, 1024, silu), "skinny-m32-r16-silu-mul");
+    assert_eq!(pick(32, 6144, 1024, silu), "skinny-m32-r32-silu-mul");
     assert_eq!(pick(128, 2048, 1024, EpilogueKind::QkNormRopeCache), "skinny-m64-r16-qk-norm-rope-cache");
     assert_eq!(pick(128, 1024, 1024, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
     assert_eq!(pick(128, 1024, 3072, EpilogueKind::PeriLn), "skinny-m64-r8-periln");
