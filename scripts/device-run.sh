@@ -302,7 +302,7 @@ for name, passes in runs.items():
     for run in sorted(passes, key=int):
         for d in passes[run].get("decode", []):
             cells.setdefault(d["batch"], []).append(f"{d['step_ms']['median']:.3f}")
-    print(f"{name:<32}" + "  ".join(f"B{b} {', '.join(v)}" for b, v in sorted(cells.items())))
+    print(f"{name:<32} " + "  ".join(f"B{b} {', '.join(v)}" for b, v in sorted(cells.items())))
 PY
       ;;
     budget)
