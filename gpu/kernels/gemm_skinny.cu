@@ -1,8 +1,8 @@
 #line 2 "gemm_skinny.cu"
 // gemm_skinny.cu: the skinny GEMM's entry points, one per (MT, ROWS, epilogue); the algorithm,
-// the launch shape and the assumptions are in gemm_skinny.cuh's header, the epilogues and their
-// parameters in gemm_epilogue.cuh, which gpu::kernels prepends (after pdl.cuh, loads.cuh,
-// ops_common.cuh and tensor_core.cuh). The
+// the launch shape and the assumptions are in gemm_skinny.cuh's header (the staged forms' in
+// gemm_skinny_staged.cuh's), the epilogues and their parameters in gemm_epilogue.cuh, which
+// gpu::kernels prepends (after pdl.cuh, loads.cuh, ops_common.cuh and tensor_core.cuh). The
 // decode megakernel (decode_mega.cu) runs the same body, one W block at a time.
 
 // gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
@@ -76,7 +76,7 @@ GEMM_SKINNY_SX_ENTRY(64, 16, SILU_MUL, _silu_mul)
 GEMM_SKINNY_SX_ENTRY(64, 16, QK, _qk_norm_rope_cache)
 
 // gemm_skinny_staged_m8_r{ROWS}{SUFFIX} and gemm_skinny_fold_m8_r{ROWS}{SUFFIX}: the staged form
-// (gemm_skinny.cuh's STAGED X) with x as it is, and with x the split-K attention's partials; at
+// (gemm_skinny_staged.cuh) with x as it is, and with x the split-K attention's partials; at
 // most 8 rows, one slab.
 #define GEMM_SKINNY_STAGED_ENTRY(ROWS, EPI, SUFFIX)                                                               \
   extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_staged_m8_r##ROWS##SUFFIX(   \

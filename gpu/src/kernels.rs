@@ -141,8 +141,9 @@ pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
 };
 
 /// The skinny GEMM of decode-sized batches ([`crate::gemm`]): the body in `gemm_skinny.cuh` (its
-/// header gives the algorithm), then the entry points in `gemm_skinny.cu`.
-pub const GEMM_SKINNY: Kernel = with_gemm_epilogue!("gemm_skinny.cu", "gemm_skinny.cuh");
+/// header gives the algorithm), its staged forms in `gemm_skinny_staged.cuh`, then the entry
+/// points in `gemm_skinny.cu`.
+pub const GEMM_SKINNY: Kernel = with_gemm_epilogue!("gemm_skinny.cu", "gemm_skinny.cuh", "gemm_skinny_staged.cuh");
 
 /// The WGMMA GEMM of prefill rows with the model's fused epilogues (sm_90a; [`crate::gemm`]):
 /// `wgmma.cuh`, `tma.cuh` (the TMA copies and their mbarriers), then the kernel; see

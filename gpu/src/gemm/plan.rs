@@ -192,11 +192,11 @@ pub enum SkinnyForm {
     SharedX,
     /// `gemm_skinny_wg.cu` (sm_90a): the same sums on warpgroup MMAs, x in shared memory.
     Warpgroup,
-    /// `gemm_skinny.cuh`'s STAGED X: at most 8 rows of x copied into shared memory by each CTA
-    /// ([`super::staged`]).
+    /// `gemm_skinny_staged.cuh`'s rows form: at most 8 rows of x copied into shared memory by
+    /// each CTA ([`super::staged`]).
     Staged,
-    /// `gemm_skinny.cuh`'s STAGED X with x the split-K attention's partials of this layout, added
-    /// into shared memory by each CTA ([`super::staged`]).
+    /// `gemm_skinny_staged.cuh`'s folded form, x the split-K attention's partials of this
+    /// layout, added into shared memory by each CTA ([`super::staged`]).
     Folded(super::staged::FoldLayout),
 }
 

@@ -1,4 +1,4 @@
-//! The skinny kernel's staged forms (`gemm_skinny.cuh`, STAGED X): at one slab of at most 8
+//! The skinny kernel's staged forms (`gemm_skinny_staged.cuh`): at one slab of at most 8
 //! rows, a CTA stages its rows of x in shared memory, with the first steps of its W block in
 //! registers from before the wait, then multiplies as the plain form does, so a row gets the
 //! plain form's bits.
