@@ -29,7 +29,7 @@
 //     1 << log2_d a multiple of 4; row_len is read before the wait, so the kernel launched just
 //     before this one must not write it (the attention does not; the model's row metadata comes
 //     from a kernel at the start of the step).
-// MEASURED (verify/RESULTS.md, run 218, H100): the staged down_proj 5.0% and the fold 4.0% of a
+// MEASURED (verify/RESULTS.md, run 218, H100): the staged down_proj 4.9% and the fold 3.9% of a
 // B1 step alone, 6.6% together.
 
 namespace gemm_skinny {

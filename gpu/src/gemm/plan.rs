@@ -27,7 +27,7 @@
 //! and reading x, and a grid of 1.45 waves (gate/up of asynct-0.5b at 16 rows, 384 CTAs) leaves a
 //! ragged second wave on the step's path. With one slab of 8 rows a CTA is bound by its rounds of
 //! loads instead, which 32 rows of W double (gate/up: one round of a warp's 4 steps at 16 rows,
-//! two at 32): RESULTS run 218 measured the one-wave rule 2.5% faster at B32 and 4-5% slower at
+//! two at 32): RESULTS run 218 measured the one-wave rule 2.3% faster at B32 and 4-6% slower at
 //! B1 to B8 (H100). The epilogue ([`EpilogueKind`], fixed by the plan) is what the kernel does
 //! with each finished output: store it, or run the elementwise op that follows the GEMM in the
 //! model on it ([`GemmPlan::skinny_epilogue`]).
