@@ -34,8 +34,8 @@
 
 namespace gemm_skinny {
 
-// The folded form's lanes: gemm_block's rows of W and x for one lane, and its loads of a K step s
-// (zeros past K, N and M), apart so that the folded form can issue W's before x exists. gemm_block
+// The staged forms' lanes: gemm_block's rows of W and x for one lane, and its loads of a K step s
+// (zeros past K, N and M), apart so that the staged forms can issue W's before x exists. gemm_block
 // keeps its own copy: written through this struct, ptxas allocates the registers of most plain
 // entries differently (read from NVRTC's cubins), and their schedules are the measured ones.
 template <int MT, int ROWS>
