@@ -297,21 +297,11 @@ impl StepProgram {
         if decode_attention {
             ops.push(Op::BuildRows);
         }
-        let mega = persistent
-            && rows.decodes > 0
-            && rows.chunks == 0
-            && attention_on_rows
-            && fusion == Fusion::ALL
-            && decode_cublas.is_none()
-            && !gate_stats
-            && layers > 0;
-        let fold = fold_o
-            && !mega
-            && rows.decodes > 0
-            && rows.chunks == 0
-            && attention_on_rows
-            && decode_cublas.pin(Weight::O).is_none()
-            && !gate_stats;
+        // Decode rows alone, their attention over every row, without gate statistics: what both
+        // the megakernel and the folded o_proj need of a step.
+        let decode_only = rows.decodes > 0 && rows.chunks == 0 && attention_on_rows && !gate_stats;
+        let mega = persistent && decode_only && fusion == Fusion::ALL && decode_cublas.is_none() && layers > 0;
+        let fold = fold_o && !mega && decode_only && decode_cublas.pin(Weight::O).is_none();
         let prologue = ops.len();
         for layer in 0..layers {
             // A GEMM over each lane's rows (with `epilogue` where that lane's fusion `on` says
