@@ -10,7 +10,7 @@ use gpu::gemm::{Epilogue, EpilogueKind, FoldedX, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 
-use super::{fold_layout, gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
+use super::{folded_o_layout, gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
 use crate::gpu_backend::step_program::{AttnPart, Op, Rows, Sublayer, Weight};
@@ -127,8 +127,7 @@ impl GpuModel {
                 Op::FoldedO { layer, epilogue } => {
                     let m = rows.decodes;
                     let (n, kk) = nk(Weight::O);
-                    let layout = fold_layout(&launch.attn, &d)
-                        .ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))?;
+                    let layout = folded_o_layout(&launch.attn, &d)?;
                     let gemm = linears.folded(GemmShape { m, n, k: kk }, epilogue, layout)?;
                     let (lw, hr) = (&w.layers[layer], el(&(0..m), hidden));
                     let x = FoldedX {

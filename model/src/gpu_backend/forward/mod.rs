@@ -474,8 +474,7 @@ impl GpuModel {
         for op in &program.expanded() {
             match *op {
                 Op::FoldedO { epilogue, .. } => {
-                    let layout = fold_layout(&attn, &self.dims)
-                        .ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))?;
+                    let layout = folded_o_layout(&attn, &self.dims)?;
                     let (n, k) = gemm_nk(&self.dims, &self.heads, Weight::O);
                     self.linears.prepare_folded(GemmShape { m: rows.decodes, n, k }, epilogue, layout)?;
                 }
@@ -585,6 +584,12 @@ fn fold_layout(attn: &AttnPlan, d: &ModelDims) -> Option<FoldLayout> {
         }
         _ => None,
     }
+}
+
+/// [`fold_layout`] for a step whose program has an [`Op::FoldedO`], which only such an attention
+/// allows.
+fn folded_o_layout(attn: &AttnPlan, d: &ModelDims) -> Result<FoldLayout> {
+    fold_layout(attn, d).ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))
 }
 
 /// The fusions chunk rows can take on a device of compute capability `cc`: those whose GEMMs the
