@@ -537,4 +537,4 @@ pub fn rows_fit(m_tile: usize, rows: usize) -> bool {
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -10,7 +10,8 @@ fn shape(m: usize, n: usize, k: usize) -> GemmShape {
     GemmShape { m, n, k }
 }
 
-fn skinny(plan: &GemmPlan) -> &SkinnyTile {
+/// The skinny tile of `plan`, which must be skinny (also `super::staged`'s tests).
+pub(in crate::gemm) fn skinny(plan: &GemmPlan) -> &SkinnyTile {
     match &plan.path {
         GemmPath::Skinny(t) => t,
         _ => panic!("{} is not skinny", plan.name()),

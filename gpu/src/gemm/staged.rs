@@ -177,15 +177,9 @@ pub(super) fn check(entry: &str, shape: GemmShape, layout: &FoldLayout, x: &Fold
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::plan::tests::skinny as tile;
 
     const O_PROJ: FoldLayout = FoldLayout { heads: 8, head_dim: 128, max_chunks: 9 };
-
-    fn tile(plan: &GemmPlan) -> &SkinnyTile {
-        match &plan.path {
-            GemmPath::Skinny(t) => t,
-            _ => panic!("{} is not skinny", plan.name()),
-        }
-    }
 
     #[test]
     fn a_folded_plan_takes_the_plain_forms_grid_and_stages_its_rows_of_x() {
