@@ -20,6 +20,7 @@
 //! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is
 //! shared, so both backends schedule, preempt and stop identically.
 
+pub use gpu::LaunchTrace;
 use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
@@ -168,6 +169,16 @@ pub trait StepExecutor: Send {
     }
     /// `(zeros, total)` gate weights counted since [`StepExecutor::measure_gates`] began.
     fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
+        Ok(None)
+    }
+    /// Starts a window of the step trace (`gpu::runtime::step_trace`) over the steps queued from
+    /// here on; `false` where the backend does not trace. A measurement for benchmarks.
+    fn start_step_trace(&mut self) -> Result<bool> {
+        Ok(false)
+    }
+    /// The launches stamped since [`StepExecutor::start_step_trace`] and the count dropped for
+    /// sharing a slot; call it once every step of the window has been collected.
+    fn step_trace(&mut self) -> Result<Option<(Vec<LaunchTrace>, usize)>> {
         Ok(None)
     }
 }

@@ -35,6 +35,7 @@
 
 mod decode;
 mod scenario;
+mod step_timeline;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -41,6 +41,7 @@ pub fn nvrtc_available() -> bool {
 fn options() -> Vec<String> {
     let mut opts = vec!["--std=c++17".to_string(), "-default-device".to_string()];
     opts.extend(include_paths().into_iter().map(|p| format!("--include-path={p}")));
+    opts.extend(super::step_trace::compile_options());
     opts
 }
 

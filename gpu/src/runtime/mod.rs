@@ -16,6 +16,7 @@ pub mod kernel_cache;
 pub mod launch;
 mod nvrtc;
 pub mod staging;
+pub mod step_trace;
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
 pub use staging::Staging;
+pub use step_trace::LaunchTrace;
 
 /// Device 0 with one stream and a module table.
 pub struct Gpu {
@@ -43,6 +45,8 @@ pub struct Gpu {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     /// [`Gpu::shared`]'s values, one per type.
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// Where the kernels stamp their launches, when the environment asks ([`step_trace`]).
+    trace: Option<step_trace::StepTrace>,
 }
 
 impl Gpu {
@@ -57,6 +61,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         launch::configure(info.compute_capability);
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
+        let trace = step_trace::StepTrace::from_env(&stream)?;
         Ok(Arc::new(Self {
             ctx,
             stream,
@@ -64,6 +69,7 @@ impl Gpu {
             arch,
             modules: Mutex::new(HashMap::new()),
             shared: Mutex::new(HashMap::new()),
+            trace,
         }))
     }
 
@@ -85,6 +91,23 @@ impl Gpu {
     /// The stream all work is ordered on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Whether the kernels stamp their launches ([`step_trace`]; `ASYNCT_STEP_TRACE=1`).
+    pub fn tracing(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// Starts a step-trace window: the launches queued from here on are what
+    /// [`Gpu::step_trace`] returns. Does nothing where the trace is off.
+    pub fn start_step_trace(&self) -> Result<()> {
+        self.trace.as_ref().map_or(Ok(()), |t| t.reset(&self.stream))
+    }
+
+    /// The launches stamped since [`Gpu::start_step_trace`] (synchronising the stream), in launch
+    /// order, and how many were dropped for sharing a slot; `None` where the trace is off.
+    pub fn step_trace(&self) -> Result<Option<(Vec<LaunchTrace>, usize)>> {
+        self.trace.as_ref().map(|t| t.read(&self.stream)).transpose()
     }
 
     /// The entry point `entry` of `kernel`, compiling and loading the module on first use.
@@ -110,6 +133,9 @@ impl Gpu {
         }
         let cubin = kernel_cache::compile_reporting(kernel, self.arch, before_compile)?;
         let m = self.ctx.load_module(Ptx::from_binary(cubin))?;
+        if let Some(trace) = &self.trace {
+            trace.attach(&m, kernel.name, &self.stream)?;
+        }
         modules.insert(kernel.name, m.clone());
         Ok(m)
     }

@@ -543,6 +543,15 @@ impl StepExecutor for GpuExecutor {
     fn gate_counts(&mut self) -> Result<Option<(u64, u64)>> {
         Ok(self.model.gate_counts()?.map(|c| (c.zeros, c.total)))
     }
+
+    fn start_step_trace(&mut self) -> Result<bool> {
+        self.gpu.start_step_trace()?;
+        Ok(self.gpu.tracing())
+    }
+
+    fn step_trace(&mut self) -> Result<Option<(Vec<gpu::LaunchTrace>, usize)>> {
+        Ok(self.gpu.step_trace()?)
+    }
 }
 
 /// Whether this machine has a GPU the backend can open, and the error saying why not.

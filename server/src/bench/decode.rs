@@ -12,6 +12,7 @@ use model::engine::{Engine, EngineEvent, StepTimes};
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
+use super::step_timeline::{print_timeline, timeline, StepTimeline};
 use super::{millis, PromptSource, Summary};
 use crate::cli::BenchArgs;
 use model::executor_loader::BLOCK_SIZE;
@@ -70,6 +71,9 @@ pub struct DecodeResult {
     gate_zero_fraction: Option<f64>,
     /// As `kv_floor_ms`, but reading only the V rows of nonzero gates at that fraction.
     sparse_kv_floor_ms: Option<f64>,
+    /// Each launch's time on the step's path in the timed steps, where the kernels stamped
+    /// them (`ASYNCT_STEP_TRACE=1`).
+    step_trace: Option<StepTimeline>,
 }
 
 /// Bytes a decode step reads: the weights, and K and V per attended token (each the same size).
@@ -210,6 +214,7 @@ pub fn run_decode(
     if profiled {
         super::profiler(true);
     }
+    let tracing = engine.executor_mut().start_step_trace().map_err(|e| e.to_string())?;
     let times = (0..timed).map(|_| step(engine, "timed")).collect::<Result<Vec<_>, String>>();
     if profiled {
         super::profiler(false);
@@ -218,6 +223,16 @@ pub fn run_decode(
     let err = |e: model::Error| e.to_string();
     // The step planned ahead of the last timed one ran uncounted: counting starts after it.
     engine.settle().map_err(err)?;
+    let step_trace = match engine.executor_mut().step_trace().map_err(err)? {
+        Some((launches, dropped)) if tracing => {
+            let t = timeline(&launches, dropped, "embedding.cu");
+            if t.is_none() {
+                eprintln!("decode B{batch}: the step trace holds no whole step ({} launches)", launches.len());
+            }
+            t
+        }
+        _ => None,
+    };
     let zero_fraction = match engine.executor_mut().measure_gates(true).map_err(err)? {
         false => None,
         true => {
@@ -262,6 +277,7 @@ pub fn run_decode(
         ratio_to_kv_floor: f64::NAN,
         gate_zero_fraction: None,
         sparse_kv_floor_ms: None,
+        step_trace,
     };
     Ok((result, zero_fraction))
 }
@@ -323,6 +339,9 @@ pub fn print_decode(r: &DecodeResult, floor_ms: f64, goals: bool) {
         r.ratio_to_kv_floor,
         r.kv_floor_ms
     );
+    if let Some(t) = &r.step_trace {
+        print_timeline(r.batch, t);
+    }
 }
 
 /// Reads decode_anchor.py's JSON.

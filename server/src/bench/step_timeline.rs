@@ -1,0 +1,257 @@
+//! A decode step's timeline from the step trace (`gpu::runtime::step_trace`): what each launch
+//! of the step costs on its path, as replayed in its graph.
+//!
+//! A launch's time on the step's path is from its release (its first CTA past the wait on its
+//! predecessor, which has then finished) to the next launch's release: under programmatic
+//! dependent launch the part of a kernel that overlaps its predecessor is not on the path, and
+//! the time before its successor's release is, whether spent in the kernel or in the handover.
+//! A launch that is not stamped (cuBLASLt's LM head) falls into the time of the launch before it.
+//! The steps are split at each launch of the step's first kernel; those whose launch sequence is
+//! the most common one are combined position by position (medians), and the repeating stretch of
+//! that sequence (the layers) is found by its period, so each launch of a layer is reported
+//! summed over the layers.
+
+use serde::Serialize;
+
+use model::executor::LaunchTrace;
+
+/// One launch position of the step, medians over the combined steps, in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PositionTimes {
+    /// The kernel file, CTAs and threads a CTA: the launch's signature.
+    pub kernel: &'static str,
+    pub ctas: u32,
+    pub threads: u32,
+    /// Release to the next launch's release; `None` for the step's last launch.
+    pub on_path_us: Option<f64>,
+    /// First arrival at the wait to the first release: how early PDL had the launch waiting.
+    pub waited_us: f64,
+    /// First release to last release: how long CTAs kept starting (waves, late arrivals).
+    pub spread_us: f64,
+}
+
+/// One launch of a layer, summed over the layers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerSlot {
+    pub kernel: &'static str,
+    pub ctas: u32,
+    pub threads: u32,
+    /// On the path, mean per layer and summed over the layers.
+    pub on_path_us: f64,
+    pub on_path_sum_us: f64,
+    /// As [`PositionTimes`], means per layer.
+    pub waited_us: f64,
+    pub spread_us: f64,
+}
+
+/// The repeating stretch of a step's launches.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Layers {
+    /// Position of the first layer's first launch, launches a layer, and layers.
+    pub first: usize,
+    pub period: usize,
+    pub count: usize,
+    pub slots: Vec<LayerSlot>,
+}
+
+/// A step's timeline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepTimeline {
+    /// Steps whose launches were combined, and those traced in all.
+    pub steps: usize,
+    pub steps_traced: usize,
+    /// Slots that held two launches (dropped by the trace's reader).
+    pub dropped_slots: usize,
+    /// First launch's release to the last launch's release, median.
+    pub span_us: f64,
+    pub positions: Vec<PositionTimes>,
+    pub layers: Option<Layers>,
+}
+
+type Signature = (&'static str, u32, u32);
+
+fn signature(l: &LaunchTrace) -> Signature {
+    (l.kernel, l.ctas, l.threads)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn us(from: u64, to: u64) -> f64 {
+    (to as f64 - from as f64) / 1e3
+}
+
+/// The timeline of `launches` (launch order), steps starting at each launch of `first_kernel`;
+/// `None` when no whole step was traced.
+pub fn timeline(launches: &[LaunchTrace], dropped_slots: usize, first_kernel: &str) -> Option<StepTimeline> {
+    let starts: Vec<usize> = (0..launches.len()).filter(|&i| launches[i].kernel == first_kernel).collect();
+    let steps: Vec<&[LaunchTrace]> = starts.windows(2).map(|w| &launches[w[0]..w[1]]).collect();
+    let steps_traced = steps.len();
+    let sigs: Vec<Vec<Signature>> = steps.iter().map(|s| s.iter().map(signature).collect()).collect();
+    let modal = sigs.iter().max_by_key(|s| sigs.iter().filter(|t| t == s).count())?.clone();
+    let same: Vec<&[LaunchTrace]> = steps.iter().zip(&sigs).filter(|(_, s)| **s == modal).map(|(st, _)| *st).collect();
+    let n = modal.len();
+    let positions: Vec<PositionTimes> = (0..n)
+        .map(|j| {
+            let per_step = |f: &dyn Fn(&[LaunchTrace]) -> f64| median(same.iter().map(|s| f(s)).collect());
+            PositionTimes {
+                kernel: modal[j].0,
+                ctas: modal[j].1,
+                threads: modal[j].2,
+                on_path_us: (j + 1 < n).then(|| per_step(&|s| us(s[j].release.0, s[j + 1].release.0))),
+                waited_us: per_step(&|s| us(s[j].arrive.0, s[j].release.0)),
+                spread_us: per_step(&|s| us(s[j].release.0, s[j].release.1)),
+            }
+        })
+        .collect();
+    let span_us = median(same.iter().map(|s| us(s[0].release.0, s[n - 1].release.0)).collect());
+    let layers = layers(&modal, &positions);
+    Some(StepTimeline { steps: same.len(), steps_traced, dropped_slots, span_us, positions, layers })
+}
+
+/// The longest stretch of `sigs` that repeats with one period (the smallest period of the
+/// longest stretch), at least two periods long, and its launches summed over the repeats.
+fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
+    let n = sigs.len();
+    let mut best: Option<(usize, usize, usize)> = None; // (covered, first, period)
+    for period in 1..=n / 2 {
+        let mut i = 0;
+        while i + period < n {
+            if sigs[i] != sigs[i + period] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i + period < n && sigs[i] == sigs[i + period] {
+                i += 1;
+            }
+            let covered = (i + period - start) / period * period;
+            if covered >= 2 * period && best.is_none_or(|(c, _, _)| covered > c) {
+                best = Some((covered, start, period));
+            }
+        }
+    }
+    let (covered, first, period) = best?;
+    let count = covered / period;
+    let slots = (0..period)
+        .map(|k| {
+            let at: Vec<&PositionTimes> = (0..count).map(|l| &positions[first + l * period + k]).collect();
+            let on_path: Vec<f64> = at.iter().filter_map(|p| p.on_path_us).collect();
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+            LayerSlot {
+                kernel: sigs[first + k].0,
+                ctas: sigs[first + k].1,
+                threads: sigs[first + k].2,
+                on_path_us: mean(&on_path),
+                on_path_sum_us: on_path.iter().sum(),
+                waited_us: mean(&at.iter().map(|p| p.waited_us).collect::<Vec<_>>()),
+                spread_us: mean(&at.iter().map(|p| p.spread_us).collect::<Vec<_>>()),
+            }
+        })
+        .collect();
+    Some(Layers { first, period, count, slots })
+}
+
+/// Prints `t` for batch `batch`: the layer's launches, then the launches outside the layers.
+pub fn print_timeline(batch: usize, t: &StepTimeline) {
+    println!(
+        "step trace B{batch}: {} of {} traced steps combined, {} launches a step ({} slots dropped); \
+         first to last release {:.1} us (median)",
+        t.steps,
+        t.steps_traced,
+        t.positions.len(),
+        t.dropped_slots,
+        t.span_us
+    );
+    let (first, end) = t.layers.as_ref().map_or((0, 0), |l| (l.first, l.first + l.count * l.period));
+    if let Some(l) = &t.layers {
+        println!(
+            "  {} layers of {} launches from launch {}; us a layer (sum over layers):",
+            l.count, l.period, l.first
+        );
+        for s in &l.slots {
+            println!(
+                "    {:<24} {:>6} x {:<4} on path {:>7.2} ({:>7.1})  waited {:>6.2}  spread {:>6.2}",
+                s.kernel, s.ctas, s.threads, s.on_path_us, s.on_path_sum_us, s.waited_us, s.spread_us
+            );
+        }
+    }
+    println!("  launches outside the layers, us:");
+    for (j, p) in t.positions.iter().enumerate().filter(|(j, _)| *j < first || *j >= end) {
+        let on_path = p.on_path_us.map_or("-".to_string(), |v| format!("{v:.2}"));
+        println!(
+            "    {j:>3} {:<24} {:>6} x {:<4} on path {:>7}  waited {:>6.2}  spread {:>6.2}",
+            p.kernel, p.ctas, p.threads, on_path, p.waited_us, p.spread_us
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(kernel: &'static str, grid_id: u64, ctas: u32, arrive: u64, release: (u64, u64)) -> LaunchTrace {
+        LaunchTrace { kernel, grid_id, ctas, threads: 128, waits: ctas, arrive: (arrive, arrive + 1), release }
+    }
+
+    /// Steps of: embed, then `layers` x (gemm, attn), then sample; times in ns from `t0`.
+    fn steps(count: usize, layers: usize) -> Vec<LaunchTrace> {
+        let mut out = Vec::new();
+        let mut t = 0u64;
+        let mut id = 0u64;
+        let mut push = |kernel: &'static str, ctas: u32, dur: u64, out: &mut Vec<LaunchTrace>| {
+            out.push(launch(kernel, id, ctas, t.saturating_sub(500), (t, t + 100)));
+            id += 1;
+            t += dur;
+        };
+        for _ in 0..count {
+            push("embedding.cu", 1, 2_000, &mut out);
+            for _ in 0..layers {
+                push("gemm.cu", 128, 4_000, &mut out);
+                push("attn.cu", 72, 6_000, &mut out);
+            }
+            push("sampling.cu", 1, 9_000, &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn each_launch_costs_until_the_next_release_and_layers_are_found_by_period() {
+        let t = timeline(&steps(4, 3), 2, "embedding.cu").expect("three whole steps");
+        assert_eq!((t.steps, t.steps_traced, t.dropped_slots), (3, 3, 2));
+        assert_eq!(t.positions.len(), 8);
+        assert_eq!(t.positions[0].on_path_us, Some(2.0));
+        assert_eq!(t.positions[1].on_path_us, Some(4.0));
+        assert_eq!(t.positions[2].on_path_us, Some(6.0));
+        assert_eq!(t.positions[7].on_path_us, None);
+        assert_eq!(t.positions[1].waited_us, 0.5);
+        assert_eq!(t.positions[1].spread_us, 0.1);
+        assert_eq!(t.span_us, 2.0 + 3.0 * 10.0);
+        let l = t.layers.expect("a repeating stretch");
+        assert_eq!((l.first, l.period, l.count), (1, 2, 3));
+        assert_eq!((l.slots[0].kernel, l.slots[0].ctas), ("gemm.cu", 128));
+        assert_eq!((l.slots[0].on_path_us, l.slots[0].on_path_sum_us), (4.0, 12.0));
+        assert_eq!((l.slots[1].kernel, l.slots[1].on_path_sum_us), ("attn.cu", 18.0));
+    }
+
+    #[test]
+    fn steps_unlike_the_common_one_are_left_out_and_no_whole_step_gives_none() {
+        let mut launches = steps(3, 2);
+        launches.extend(steps(2, 5).into_iter().map(|mut l| {
+            l.grid_id += 1000;
+            l
+        }));
+        let t = timeline(&launches, 0, "embedding.cu").expect("whole steps");
+        assert_eq!((t.steps, t.steps_traced), (3, 4));
+        assert_eq!(t.positions.len(), 6);
+        assert!(timeline(&steps(1, 2), 0, "embedding.cu").is_none());
+        assert!(timeline(&[], 0, "embedding.cu").is_none());
+    }
+}
