@@ -13,22 +13,31 @@
 
 #ifdef ASYNCT_STEP_TRACE
 // The step trace (gpu::runtime::step_trace), compiled in only when the host asks for it with
-// this macro: thread 0 of every CTA stamps the global timer as it reaches the wait and as it
-// leaves it, and folds both into its launch's slot of this module's region by non-returning
-// reductions, so nothing waits on them. A launch's slot is its %gridid (the context's launch
-// number) modulo STEP_TRACE_SLOTS; the host finds a launch by the ids its slot holds (two
-// launches in one slot show as a range and are dropped). Minima are kept as maxima of the
-// complement, so a region of zeros is an empty one. The host sets the pointer after loading the
-// module; null records nothing.
-struct StepTraceSlot {
-  unsigned long long grid_hi, grid_lo_inv;        // max of %gridid + 1, max of ~%gridid
-  unsigned long long arrive_hi, arrive_lo_inv;    // ns at the wait
-  unsigned long long release_hi, release_lo_inv;  // ns past it
-  unsigned int waits, threads, ctas;              // waits counted; block and grid sizes
+// this macro. Thread 0 of every CTA stamps the global timer as it reaches the wait and as it
+// leaves it, and stores both into its own record of its launch's slot: plain stores to lines no
+// other CTA writes, which nothing waits on (reductions on one slot, the first design, queued
+// behind each other and held the kernels' ends: 12-16% on the step). A launch's slot is its
+// %gridid (the same at every replay of a graph node) modulo STEP_TRACE_SLOTS; CTA 0 writes the
+// slot's header, and each record carries the low bits of its launch's id, so the host can tell
+// a slot that two launches wrote. CTAs past STEP_TRACE_CTAS are not recorded. The host sets the
+// module's pointer and number after loading it; a null pointer records nothing.
+struct StepTraceHeader {
+  unsigned long long grid_plus_one;
+  unsigned int module, threads, ctas, pad[11];
 };
-static_assert(sizeof(StepTraceSlot) == 64, "the host reads slots 64 bytes apart");
-constexpr unsigned long long STEP_TRACE_SLOTS = 65536;
-__device__ StepTraceSlot* asynct_step_trace;
+struct StepTraceCta {
+  unsigned long long arrive;  // ns at the wait
+  unsigned int waited;        // ns in it
+  unsigned int grid_low;      // low 32 bits of %gridid
+};
+static_assert(sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16, "the host's layout");
+constexpr unsigned long long STEP_TRACE_SLOTS = 1024;
+constexpr unsigned long long STEP_TRACE_CTAS = 8192;
+struct StepTraceTarget {
+  unsigned char* base;  // STEP_TRACE_SLOTS slots of one header and STEP_TRACE_CTAS records
+  unsigned int module;
+};
+__device__ StepTraceTarget asynct_step_trace;
 
 __device__ __forceinline__ unsigned long long step_trace_now() {
   unsigned long long t;
@@ -36,38 +45,44 @@ __device__ __forceinline__ unsigned long long step_trace_now() {
   return t;
 }
 
-// A global reduction that returns nothing (RED): no thread waits for it.
-__device__ __forceinline__ void step_trace_max(void* p, unsigned long long v) {
-  asm volatile("red.relaxed.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ void step_trace_record(unsigned long long arrive) {
-  unsigned long long release = step_trace_now(), grid;
+// `target` is read before the wait, so that its load is not on the path of a CTA released at
+// once.
+__device__ __forceinline__ void step_trace_record(const StepTraceTarget& target, unsigned long long arrive) {
+  const unsigned long long release = step_trace_now();
+  unsigned long long grid;
   asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-  StepTraceSlot* slot = asynct_step_trace + grid % STEP_TRACE_SLOTS;
-  step_trace_max(&slot->grid_hi, grid + 1);
-  step_trace_max(&slot->grid_lo_inv, ~grid);
-  step_trace_max(&slot->arrive_hi, arrive);
-  step_trace_max(&slot->arrive_lo_inv, ~arrive);
-  step_trace_max(&slot->release_hi, release);
-  step_trace_max(&slot->release_lo_inv, ~release);
-  const unsigned sizes[2] = {blockDim.x * blockDim.y * blockDim.z, gridDim.x * gridDim.y * gridDim.z};
-  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(&slot->waits) : "memory");
-  asm volatile("red.relaxed.gpu.global.max.u32 [%0], %1;" ::"l"(&slot->threads), "r"(sizes[0]) : "memory");
-  asm volatile("red.relaxed.gpu.global.max.u32 [%0], %1;" ::"l"(&slot->ctas), "r"(sizes[1]) : "memory");
+  if (target.base == nullptr) return;
+  unsigned char* slot = target.base + grid % STEP_TRACE_SLOTS * (64 + 16 * STEP_TRACE_CTAS);
+  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta == 0) {
+    StepTraceHeader* h = reinterpret_cast<StepTraceHeader*>(slot);
+    h->grid_plus_one = grid + 1;
+    h->module = target.module;
+    h->threads = blockDim.x * blockDim.y * blockDim.z;
+    h->ctas = gridDim.x * gridDim.y * gridDim.z;
+  }
+  if (cta < STEP_TRACE_CTAS) {
+    StepTraceCta* r = reinterpret_cast<StepTraceCta*>(slot + 64) + cta;
+    *r = StepTraceCta{arrive, (unsigned)(release - arrive), (unsigned)grid};
+  }
 }
 #endif
 
 __device__ __forceinline__ void pdl_wait() {
 #ifdef ASYNCT_STEP_TRACE
-  const bool tracer = asynct_step_trace != nullptr && threadIdx.x + threadIdx.y + threadIdx.z == 0;
-  const unsigned long long arrive = tracer ? step_trace_now() : 0;
+  const bool tracer = threadIdx.x + threadIdx.y + threadIdx.z == 0;
+  StepTraceTarget target{nullptr, 0};
+  unsigned long long arrive = 0;
+  if (tracer) {
+    target = asynct_step_trace;
+    arrive = step_trace_now();
+  }
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 #ifdef ASYNCT_STEP_TRACE
-  if (tracer) step_trace_record(arrive);
+  if (tracer) step_trace_record(target, arrive);
 #endif
 }
 

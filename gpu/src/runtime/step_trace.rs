@@ -9,14 +9,16 @@
 //!
 //! How: with `ASYNCT_STEP_TRACE=1` in the environment when a [`crate::Gpu`] opens, every kernel is
 //! compiled with the macro `ASYNCT_STEP_TRACE` (a separate cubin in the cache), under which
-//! `pdl.cuh`'s `pdl_wait()` folds, from thread 0 of each CTA, the global timer before and after
-//! the wait into its launch's slot of a device buffer (layout in `pdl.cuh`). Each module gets
-//! its own region of the buffer (its `asynct_step_trace` pointer, set when it is loaded), so a
-//! slot names its kernel file. cuBLASLt's launches are not ours and are not stamped: their time
-//! falls into the gap after the launch before them. The stamps cost each CTA a few reductions
-//! that nothing waits on; compare the traced step's time with an untraced run's.
-//! The decode bench (`asynct bench`, the server's `bench::step_timeline`) turns the launches into
-//! a step's timeline.
+//! `pdl.cuh`'s `pdl_wait()` has thread 0 of each CTA store the global timer before and after the
+//! wait into its own record of its launch's slot (layout in `pdl.cuh`): plain stores, no
+//! reductions, so a kernel's end waits on nothing of the trace's. A slot is the launch's
+//! `%gridid` modulo [`SLOTS`]; a graph node keeps its id at every replay, so a window that
+//! replays a graph twice keeps the later replay. Each module is told its number when it is
+//! loaded, so a slot names its kernel file. cuBLASLt's launches are not ours and are not stamped:
+//! their time falls into the gap after the launch before them. The stamps still cost each CTA a
+//! store and two timer reads; compare the traced step's time with an untraced run's. The decode
+//! bench (`asynct bench`, the server's `bench::step_timeline`) turns the launches into a step's
+//! timeline.
 
 use std::sync::{Arc, Mutex};
 
@@ -24,14 +26,14 @@ use cudarc::driver::{CudaModule, CudaSlice, CudaStream, DevicePtr};
 
 use crate::error::{Error, Result};
 
-/// Slots a module's region holds (`pdl.cuh`'s `STEP_TRACE_SLOTS`): launch ids are folded modulo
-/// this, so a trace window of fewer launches than this never puts two launches of a module in one
-/// slot.
-pub const SLOTS: usize = 65536;
-/// Bytes of one slot (`pdl.cuh`'s `StepTraceSlot`).
-const SLOT_BYTES: usize = 64;
-/// Modules a trace can tell apart; a module loaded past them is not stamped.
-const MAX_MODULES: usize = 32;
+/// Launch slots (`pdl.cuh`'s `STEP_TRACE_SLOTS`): launch ids are folded modulo this.
+pub const SLOTS: usize = 1024;
+/// CTAs of a launch that get a record (`STEP_TRACE_CTAS`); the rest are not stamped.
+pub const CTAS: usize = 8192;
+/// Bytes of a slot's header and of a CTA's record (`StepTraceHeader`, `StepTraceCta`).
+const HEADER_BYTES: usize = 64;
+const RECORD_BYTES: usize = 16;
+const SLOT_BYTES: usize = HEADER_BYTES + CTAS * RECORD_BYTES;
 
 /// Whether the environment asks for the trace (`ASYNCT_STEP_TRACE=1`); another value than `1` or
 /// `0` is refused when the device opens ([`StepTrace::from_env`]).
@@ -53,25 +55,27 @@ pub(crate) fn compile_options() -> Vec<String> {
 pub struct LaunchTrace {
     /// The kernel file the launch came from (`gemm_skinny.cu`).
     pub kernel: &'static str,
-    /// The context's launch number (`%gridid`).
+    /// The context's launch number (`%gridid`; a graph node's is the same at every replay).
     pub grid_id: u64,
     /// CTAs in the grid.
     pub ctas: u32,
     /// Threads in a CTA.
     pub threads: u32,
-    /// Calls of `pdl_wait()` (a CTA that waits twice counts twice).
-    pub waits: u32,
+    /// CTAs whose stamps are here (all, up to [`CTAS`]).
+    pub stamped: u32,
     /// First and last arrival at the wait.
     pub arrive: (u64, u64),
     /// First and last release from it.
     pub release: (u64, u64),
+    /// The release by which half the stamped CTAs were out.
+    pub release_median: u64,
 }
 
-/// The device buffer the stamps land in, and which module owns which region.
+/// The device buffer the stamps land in, and which module has which number.
 pub struct StepTrace {
     buffer: Mutex<CudaSlice<u8>>,
-    /// The kernel file of each region, in load order.
-    regions: Mutex<Vec<&'static str>>,
+    /// The kernel file of each module number, in load order.
+    modules: Mutex<Vec<&'static str>>,
 }
 
 impl StepTrace {
@@ -80,8 +84,8 @@ impl StepTrace {
         match std::env::var("ASYNCT_STEP_TRACE").as_deref() {
             Err(_) | Ok("0") => Ok(None),
             Ok("1") => {
-                let buffer = stream.alloc_zeros::<u8>(MAX_MODULES * SLOTS * SLOT_BYTES)?;
-                Ok(Some(Self { buffer: Mutex::new(buffer), regions: Mutex::new(Vec::new()) }))
+                let buffer = stream.alloc_zeros::<u8>(SLOTS * SLOT_BYTES)?;
+                Ok(Some(Self { buffer: Mutex::new(buffer), modules: Mutex::new(Vec::new()) }))
             }
             Ok(other) => Err(Error::Unsupported {
                 entry: "ASYNCT_STEP_TRACE".to_string(),
@@ -90,27 +94,27 @@ impl StepTrace {
         }
     }
 
-    /// Points `module`'s stamps (kernel file `kernel`) at a region of its own.
+    /// Points `module`'s stamps (kernel file `kernel`) at the buffer, under a number of its own.
     pub(crate) fn attach(
         &self,
         module: &Arc<CudaModule>,
         kernel: &'static str,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let mut regions = self.regions.lock().expect("trace region lock is never poisoned by a panic here");
-        if regions.len() == MAX_MODULES {
-            return Ok(());
-        }
+        let mut modules = self.modules.lock().expect("trace module lock is never poisoned by a panic here");
         let buffer = self.buffer.lock().expect("trace buffer lock is never poisoned by a panic here");
         let (base, _record) = buffer.device_ptr(stream);
-        let region = base + (regions.len() * SLOTS * SLOT_BYTES) as u64;
+        // `StepTraceTarget`: the base pointer, then the module's number (padded to 16 bytes).
+        let mut target = [0u8; 16];
+        target[..8].copy_from_slice(&base.to_ne_bytes());
+        target[8..12].copy_from_slice(&(modules.len() as u32).to_ne_bytes());
         let mut symbol = module.get_global("asynct_step_trace", stream)?;
-        stream.memcpy_htod(&region.to_ne_bytes(), &mut symbol)?;
-        regions.push(kernel);
+        stream.memcpy_htod(&target, &mut symbol)?;
+        modules.push(kernel);
         Ok(())
     }
 
-    /// Empties every region: the launches from here on are the next [`StepTrace::read`]'s.
+    /// Empties the buffer: the launches from here on are the next [`StepTrace::read`]'s.
     pub(crate) fn reset(&self, stream: &Arc<CudaStream>) -> Result<()> {
         let mut buffer = self.buffer.lock().expect("trace buffer lock is never poisoned by a panic here");
         stream.memset_zeros(&mut *buffer)?;
@@ -118,44 +122,60 @@ impl StepTrace {
     }
 
     /// The launches stamped since the last reset, in launch order (synchronising the stream),
-    /// and how many slots held more than one launch (dropped: the window was too long).
+    /// and how many slots held the stamps of more than one launch (dropped).
     pub(crate) fn read(&self, stream: &Arc<CudaStream>) -> Result<(Vec<LaunchTrace>, usize)> {
         let bytes =
             stream.clone_dtoh(&*self.buffer.lock().expect("trace buffer lock is never poisoned by a panic here"))?;
-        let regions = self.regions.lock().expect("trace region lock is never poisoned by a panic here");
-        Ok(parse(&bytes, &regions))
+        let modules = self.modules.lock().expect("trace module lock is never poisoned by a panic here");
+        Ok(parse(&bytes, &modules))
     }
 }
 
-/// The launches in `bytes` (regions in `regions`' order), in launch order, and the count of slots
-/// that two launches shared.
-pub fn parse(bytes: &[u8], regions: &[&'static str]) -> (Vec<LaunchTrace>, usize) {
-    let u64_at = |s: &[u8], i: usize| u64::from_ne_bytes(s[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-    let u32_at = |s: &[u8], i: usize| u32::from_ne_bytes(s[48 + 4 * i..52 + 4 * i].try_into().expect("4 bytes"));
+/// The launches in `bytes` (module numbers naming `modules`), in launch order, and the count of
+/// slots that more than one launch wrote.
+pub fn parse(bytes: &[u8], modules: &[&'static str]) -> (Vec<LaunchTrace>, usize) {
+    let u64_at = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let u32_at = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().expect("4 bytes"));
     let mut launches = Vec::new();
     let mut shared = 0;
-    for (r, &kernel) in regions.iter().enumerate() {
-        let region = &bytes[r * SLOTS * SLOT_BYTES..(r + 1) * SLOTS * SLOT_BYTES];
-        for slot in region.chunks_exact(SLOT_BYTES) {
-            let grid_hi = u64_at(slot, 0);
-            if grid_hi == 0 {
+    for slot in bytes.chunks_exact(SLOT_BYTES) {
+        let grid_plus_one = u64_at(slot, 0);
+        let Some(&kernel) = modules.get(u32_at(slot, 8) as usize).filter(|_| grid_plus_one != 0) else {
+            continue;
+        };
+        let grid_id = grid_plus_one - 1;
+        let (threads, ctas) = (u32_at(slot, 12), u32_at(slot, 16));
+        let expected = (ctas as usize).min(CTAS);
+        let mut stamps = Vec::with_capacity(expected);
+        let mut foreign = false;
+        // Every record, past the grid's CTAs too: a larger launch's leftovers mark a shared slot.
+        for (i, r) in slot[HEADER_BYTES..].chunks_exact(RECORD_BYTES).enumerate() {
+            let arrive = u64_at(r, 0);
+            if arrive == 0 {
                 continue;
             }
-            let grid_lo = !u64_at(slot, 1);
-            if grid_lo + 1 != grid_hi {
-                shared += 1;
+            if i >= expected || u32_at(r, 12) != grid_id as u32 {
+                foreign = true;
                 continue;
             }
-            launches.push(LaunchTrace {
-                kernel,
-                grid_id: grid_lo,
-                ctas: u32_at(slot, 2),
-                threads: u32_at(slot, 1),
-                waits: u32_at(slot, 0),
-                arrive: (!u64_at(slot, 3), u64_at(slot, 2)),
-                release: (!u64_at(slot, 5), u64_at(slot, 4)),
-            });
+            stamps.push((arrive, arrive + u64::from(u32_at(r, 8))));
         }
+        if foreign || stamps.len() != expected {
+            shared += 1;
+            continue;
+        }
+        let mut releases: Vec<u64> = stamps.iter().map(|s| s.1).collect();
+        releases.sort_unstable();
+        launches.push(LaunchTrace {
+            kernel,
+            grid_id,
+            ctas,
+            threads,
+            stamped: stamps.len() as u32,
+            arrive: (stamps.iter().map(|s| s.0).min().unwrap_or(0), stamps.iter().map(|s| s.0).max().unwrap_or(0)),
+            release: (releases[0], releases[releases.len() - 1]),
+            release_median: releases[(releases.len() - 1) / 2],
+        });
     }
     // Each launch on the stream is released only once the one before it has finished, so
     // release order is launch order, whatever numbers %gridid hands out.
@@ -167,61 +187,61 @@ pub fn parse(bytes: &[u8], regions: &[&'static str]) -> (Vec<LaunchTrace>, usize
 mod tests {
     use super::*;
 
-    /// A slot as `pdl.cuh` leaves it after CTAs of launch `grid` stamped `(arrive, release)`.
-    fn slot(grid: &[u64], stamps: &[(u64, u64)], threads: u32, ctas: u32) -> Vec<u8> {
-        let mut s = vec![0u8; SLOT_BYTES];
-        let put = |s: &mut Vec<u8>, i: usize, v: u64| s[8 * i..8 * i + 8].copy_from_slice(&v.to_ne_bytes());
-        put(&mut s, 0, grid.iter().map(|g| g + 1).max().unwrap());
-        put(&mut s, 1, grid.iter().map(|g| !g).max().unwrap());
-        put(&mut s, 2, stamps.iter().map(|t| t.0).max().unwrap());
-        put(&mut s, 3, stamps.iter().map(|t| !t.0).max().unwrap());
-        put(&mut s, 4, stamps.iter().map(|t| t.1).max().unwrap());
-        put(&mut s, 5, stamps.iter().map(|t| !t.1).max().unwrap());
-        for (i, v) in [stamps.len() as u32, threads, ctas].into_iter().enumerate() {
-            s[48 + 4 * i..52 + 4 * i].copy_from_slice(&v.to_ne_bytes());
+    /// Writes launch `grid` of module `module` into its slot: `(arrive, release)` per CTA.
+    fn stamp(bytes: &mut [u8], grid: u64, module: u32, threads: u32, ctas: u32, stamps: &[(u64, u64)]) {
+        let slot = &mut bytes[(grid as usize % SLOTS) * SLOT_BYTES..][..SLOT_BYTES];
+        slot[0..8].copy_from_slice(&(grid + 1).to_ne_bytes());
+        for (at, v) in [(8, module), (12, threads), (16, ctas)] {
+            slot[at..at + 4].copy_from_slice(&v.to_ne_bytes());
         }
-        s
+        for (i, &(arrive, release)) in stamps.iter().enumerate() {
+            let r = &mut slot[HEADER_BYTES + i * RECORD_BYTES..][..RECORD_BYTES];
+            r[0..8].copy_from_slice(&arrive.to_ne_bytes());
+            r[8..12].copy_from_slice(&((release - arrive) as u32).to_ne_bytes());
+            r[12..16].copy_from_slice(&(grid as u32).to_ne_bytes());
+        }
     }
 
     #[test]
-    fn slots_read_back_as_launches_in_launch_order_and_shared_slots_are_dropped() {
-        let mut bytes = vec![0u8; 2 * SLOTS * SLOT_BYTES];
-        let at = |region: usize, grid: u64| (region * SLOTS + grid as usize % SLOTS) * SLOT_BYTES;
-        bytes[at(0, 7)..at(0, 7) + SLOT_BYTES].copy_from_slice(&slot(&[7], &[(100, 150), (120, 160)], 256, 2));
-        bytes[at(1, 5)..at(1, 5) + SLOT_BYTES].copy_from_slice(&slot(&[5], &[(90, 95)], 128, 1));
-        let two = 9 + SLOTS as u64;
-        bytes[at(1, 9)..at(1, 9) + SLOT_BYTES].copy_from_slice(&slot(&[9, two], &[(1, 2), (3, 4)], 128, 1));
+    fn slots_read_back_as_launches_in_release_order_and_mixed_or_partial_slots_are_dropped() {
+        let mut bytes = vec![0u8; 4 * SLOT_BYTES];
+        stamp(&mut bytes, 1, 0, 256, 3, &[(100, 150), (120, 160), (90, 155)]);
+        stamp(&mut bytes, 2, 1, 128, 1, &[(80, 95)]);
+        // Launch 3's slot, overwritten in part by launch 3 + SLOTS.
+        stamp(&mut bytes, 3, 1, 128, 2, &[(1, 2), (3, 4)]);
+        stamp(&mut bytes, 3 + SLOTS as u64, 1, 128, 1, &[(5, 6)]);
+        // A launch one of whose CTAs left no stamp.
+        stamp(&mut bytes, 0, 0, 128, 2, &[(7, 8)]);
         let (launches, shared) = parse(&bytes, &["a.cu", "b.cu"]);
-        assert_eq!(shared, 1);
-        assert_eq!(
-            launches,
-            vec![
-                LaunchTrace {
-                    kernel: "b.cu",
-                    grid_id: 5,
-                    ctas: 1,
-                    threads: 128,
-                    waits: 1,
-                    arrive: (90, 90),
-                    release: (95, 95)
-                },
-                LaunchTrace {
-                    kernel: "a.cu",
-                    grid_id: 7,
-                    ctas: 2,
-                    threads: 256,
-                    waits: 2,
-                    arrive: (100, 120),
-                    release: (150, 160)
-                },
-            ]
-        );
+        assert_eq!(shared, 2);
+        let b = LaunchTrace {
+            kernel: "b.cu",
+            grid_id: 2,
+            ctas: 1,
+            threads: 128,
+            stamped: 1,
+            arrive: (80, 80),
+            release: (95, 95),
+            release_median: 95,
+        };
+        let a = LaunchTrace {
+            kernel: "a.cu",
+            grid_id: 1,
+            ctas: 3,
+            threads: 256,
+            stamped: 3,
+            arrive: (90, 120),
+            release: (150, 160),
+            release_median: 155,
+        };
+        assert_eq!(launches, vec![b, a]);
     }
 
     #[test]
     fn the_device_layout_is_the_one_parsed_here() {
         let src = crate::kernels::HP1_ROWS.source;
-        assert!(src.contains("static_assert(sizeof(StepTraceSlot) == 64"));
+        assert!(src.contains("sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16"));
         assert!(src.contains(&format!("STEP_TRACE_SLOTS = {SLOTS};")));
+        assert!(src.contains(&format!("STEP_TRACE_CTAS = {CTAS};")));
     }
 }

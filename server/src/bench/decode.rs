@@ -17,6 +17,9 @@ use super::{millis, PromptSource, Summary};
 use crate::cli::BenchArgs;
 use model::executor_loader::BLOCK_SIZE;
 
+/// Warm-up steps traced, where the kernels stamp their launches.
+const TRACED_STEPS: usize = 5;
+
 /// Issue 15's goals for a decode step of asynct-0.5b at 1K context: (batch, ms).
 pub const DECODE_GOALS: [(usize, f64); 3] = [(1, 0.40), (32, 1.00), (128, 3.00)];
 /// The context [`DECODE_GOALS`] are set at.
@@ -71,8 +74,8 @@ pub struct DecodeResult {
     gate_zero_fraction: Option<f64>,
     /// As `kv_floor_ms`, but reading only the V rows of nonzero gates at that fraction.
     sparse_kv_floor_ms: Option<f64>,
-    /// Each launch's time on the step's path in the timed steps, where the kernels stamped
-    /// them (`ASYNCT_STEP_TRACE=1`).
+    /// Each launch's time on the step's path over the last warm-up steps, where the kernels
+    /// stamped them (`ASYNCT_STEP_TRACE=1`).
     step_trace: Option<StepTimeline>,
 }
 
@@ -207,14 +210,22 @@ pub fn run_decode(
         }
         Ok((ms, engine.last_step_times()))
     };
-    for _ in 0..args.warmup_steps {
+    // The last warm-up steps are the step trace's, one window each, where the kernels stamp
+    // their launches (`ASYNCT_STEP_TRACE=1`): each read waits for the step, which the timed
+    // steps must not.
+    let mut traced = Vec::new();
+    for i in 0..args.warmup_steps {
+        let trace = i + TRACED_STEPS >= args.warmup_steps
+            && engine.executor_mut().start_step_trace().map_err(|e| e.to_string())?;
         step(engine, "warm-up")?;
+        if trace {
+            traced.extend(engine.executor_mut().step_trace().map_err(|e| e.to_string())?);
+        }
     }
     let profiled = args.profile_steps.is_some();
     if profiled {
         super::profiler(true);
     }
-    let tracing = engine.executor_mut().start_step_trace().map_err(|e| e.to_string())?;
     let times = (0..timed).map(|_| step(engine, "timed")).collect::<Result<Vec<_>, String>>();
     if profiled {
         super::profiler(false);
@@ -223,16 +234,10 @@ pub fn run_decode(
     let err = |e: model::Error| e.to_string();
     // The step planned ahead of the last timed one ran uncounted: counting starts after it.
     engine.settle().map_err(err)?;
-    let step_trace = match engine.executor_mut().step_trace().map_err(err)? {
-        Some((launches, dropped)) if tracing => {
-            let t = timeline(&launches, dropped, "embedding.cu");
-            if t.is_none() {
-                eprintln!("decode B{batch}: the step trace holds no whole step ({} launches)", launches.len());
-            }
-            t
-        }
-        _ => None,
-    };
+    let step_trace = timeline(&traced);
+    if step_trace.is_none() && !traced.is_empty() {
+        eprintln!("decode B{batch}: the step trace's windows held no launch");
+    }
     let zero_fraction = match engine.executor_mut().measure_gates(true).map_err(err)? {
         false => None,
         true => {

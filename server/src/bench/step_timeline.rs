@@ -6,10 +6,9 @@
 //! dependent launch the part of a kernel that overlaps its predecessor is not on the path, and
 //! the time before its successor's release is, whether spent in the kernel or in the handover.
 //! A launch that is not stamped (cuBLASLt's LM head) falls into the time of the launch before it.
-//! The steps are split at each launch of the step's first kernel; those whose launch sequence is
-//! the most common one are combined position by position (medians), and the repeating stretch of
-//! that sequence (the layers) is found by its period, so each launch of a layer is reported
-//! summed over the layers.
+//! Each traced step is one trace window; the steps whose launch sequence is the most common one
+//! are combined position by position (medians), and the repeating stretch of that sequence (the
+//! layers) is found by its period, so each launch of a layer is reported summed over the layers.
 
 use serde::Serialize;
 
@@ -28,6 +27,8 @@ pub struct PositionTimes {
     pub waited_us: f64,
     /// First release to last release: how long CTAs kept starting (waves, late arrivals).
     pub spread_us: f64,
+    /// First release to the release by which half the CTAs were out.
+    pub half_out_us: f64,
 }
 
 /// One launch of a layer, summed over the layers.
@@ -42,6 +43,7 @@ pub struct LayerSlot {
     /// As [`PositionTimes`], means per layer.
     pub waited_us: f64,
     pub spread_us: f64,
+    pub half_out_us: f64,
 }
 
 /// The repeating stretch of a step's launches.
@@ -88,15 +90,14 @@ fn us(from: u64, to: u64) -> f64 {
     (to as f64 - from as f64) / 1e3
 }
 
-/// The timeline of `launches` (launch order), steps starting at each launch of `first_kernel`;
-/// `None` when no whole step was traced.
-pub fn timeline(launches: &[LaunchTrace], dropped_slots: usize, first_kernel: &str) -> Option<StepTimeline> {
-    let starts: Vec<usize> = (0..launches.len()).filter(|&i| launches[i].kernel == first_kernel).collect();
-    let steps: Vec<&[LaunchTrace]> = starts.windows(2).map(|w| &launches[w[0]..w[1]]).collect();
-    let steps_traced = steps.len();
-    let sigs: Vec<Vec<Signature>> = steps.iter().map(|s| s.iter().map(signature).collect()).collect();
+/// The timeline of `steps` (each the launches of one trace window, in launch order, and the
+/// slots its reader dropped); `None` when none holds a launch.
+pub fn timeline(steps: &[(Vec<LaunchTrace>, usize)]) -> Option<StepTimeline> {
+    let traced: Vec<&[LaunchTrace]> = steps.iter().map(|(l, _)| l.as_slice()).filter(|l| !l.is_empty()).collect();
+    let dropped_slots = steps.iter().map(|(_, d)| d).sum();
+    let sigs: Vec<Vec<Signature>> = traced.iter().map(|s| s.iter().map(signature).collect()).collect();
     let modal = sigs.iter().max_by_key(|s| sigs.iter().filter(|t| t == s).count())?.clone();
-    let same: Vec<&[LaunchTrace]> = steps.iter().zip(&sigs).filter(|(_, s)| **s == modal).map(|(st, _)| *st).collect();
+    let same: Vec<&[LaunchTrace]> = traced.iter().zip(&sigs).filter(|(_, s)| **s == modal).map(|(st, _)| *st).collect();
     let n = modal.len();
     let positions: Vec<PositionTimes> = (0..n)
         .map(|j| {
@@ -108,12 +109,13 @@ pub fn timeline(launches: &[LaunchTrace], dropped_slots: usize, first_kernel: &s
                 on_path_us: (j + 1 < n).then(|| per_step(&|s| us(s[j].release.0, s[j + 1].release.0))),
                 waited_us: per_step(&|s| us(s[j].arrive.0, s[j].release.0)),
                 spread_us: per_step(&|s| us(s[j].release.0, s[j].release.1)),
+                half_out_us: per_step(&|s| us(s[j].release.0, s[j].release_median)),
             }
         })
         .collect();
     let span_us = median(same.iter().map(|s| us(s[0].release.0, s[n - 1].release.0)).collect());
     let layers = layers(&modal, &positions);
-    Some(StepTimeline { steps: same.len(), steps_traced, dropped_slots, span_us, positions, layers })
+    Some(StepTimeline { steps: same.len(), steps_traced: traced.len(), dropped_slots, span_us, positions, layers })
 }
 
 /// The longest stretch of `sigs` that repeats with one period (the smallest period of the
@@ -153,6 +155,7 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
                 on_path_sum_us: on_path.iter().sum(),
                 waited_us: mean(&at.iter().map(|p| p.waited_us).collect::<Vec<_>>()),
                 spread_us: mean(&at.iter().map(|p| p.spread_us).collect::<Vec<_>>()),
+                half_out_us: mean(&at.iter().map(|p| p.half_out_us).collect::<Vec<_>>()),
             }
         })
         .collect();
@@ -178,8 +181,8 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
         );
         for s in &l.slots {
             println!(
-                "    {:<24} {:>6} x {:<4} on path {:>7.2} ({:>7.1})  waited {:>6.2}  spread {:>6.2}",
-                s.kernel, s.ctas, s.threads, s.on_path_us, s.on_path_sum_us, s.waited_us, s.spread_us
+                "    {:<24} {:>6} x {:<4} on path {:>7.2} ({:>7.1})  waited {:>6.2}  half out {:>6.2}  all out {:>6.2}",
+                s.kernel, s.ctas, s.threads, s.on_path_us, s.on_path_sum_us, s.waited_us, s.half_out_us, s.spread_us
             );
         }
     }
@@ -187,8 +190,8 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
     for (j, p) in t.positions.iter().enumerate().filter(|(j, _)| *j < first || *j >= end) {
         let on_path = p.on_path_us.map_or("-".to_string(), |v| format!("{v:.2}"));
         println!(
-            "    {j:>3} {:<24} {:>6} x {:<4} on path {:>7}  waited {:>6.2}  spread {:>6.2}",
-            p.kernel, p.ctas, p.threads, on_path, p.waited_us, p.spread_us
+            "    {j:>3} {:<24} {:>6} x {:<4} on path {:>7}  waited {:>6.2}  half out {:>6.2}  all out {:>6.2}",
+            p.kernel, p.ctas, p.threads, on_path, p.waited_us, p.half_out_us, p.spread_us
         );
     }
 }
@@ -197,42 +200,44 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
 mod tests {
     use super::*;
 
-    fn launch(kernel: &'static str, grid_id: u64, ctas: u32, arrive: u64, release: (u64, u64)) -> LaunchTrace {
-        LaunchTrace { kernel, grid_id, ctas, threads: 128, waits: ctas, arrive: (arrive, arrive + 1), release }
-    }
-
-    /// Steps of: embed, then `layers` x (gemm, attn), then sample; times in ns from `t0`.
-    fn steps(count: usize, layers: usize) -> Vec<LaunchTrace> {
+    /// One step: embed, then `layers` x (gemm, attn), then sample; each CTA set released over
+    /// 100 ns (half out at 40), arriving 500 ns before its release.
+    fn step(layers: usize, t0: u64) -> (Vec<LaunchTrace>, usize) {
         let mut out = Vec::new();
-        let mut t = 0u64;
-        let mut id = 0u64;
-        let mut push = |kernel: &'static str, ctas: u32, dur: u64, out: &mut Vec<LaunchTrace>| {
-            out.push(launch(kernel, id, ctas, t.saturating_sub(500), (t, t + 100)));
-            id += 1;
+        let mut t = t0;
+        let mut push = |kernel: &'static str, ctas: u32, dur: u64| {
+            let grid_id = out.len() as u64;
+            out.push(LaunchTrace {
+                kernel,
+                grid_id,
+                ctas,
+                threads: 128,
+                stamped: ctas,
+                arrive: (t - 500, t),
+                release: (t, t + 100),
+                release_median: t + 40,
+            });
             t += dur;
         };
-        for _ in 0..count {
-            push("embedding.cu", 1, 2_000, &mut out);
-            for _ in 0..layers {
-                push("gemm.cu", 128, 4_000, &mut out);
-                push("attn.cu", 72, 6_000, &mut out);
-            }
-            push("sampling.cu", 1, 9_000, &mut out);
+        push("embedding.cu", 1, 2_000);
+        for _ in 0..layers {
+            push("gemm.cu", 128, 4_000);
+            push("attn.cu", 72, 6_000);
         }
-        out
+        push("sampling.cu", 1, 9_000);
+        (out, 1)
     }
 
     #[test]
     fn each_launch_costs_until_the_next_release_and_layers_are_found_by_period() {
-        let t = timeline(&steps(4, 3), 2, "embedding.cu").expect("three whole steps");
-        assert_eq!((t.steps, t.steps_traced, t.dropped_slots), (3, 3, 2));
+        let t = timeline(&[step(3, 1_000), step(3, 90_000), step(3, 300_000)]).expect("three steps");
+        assert_eq!((t.steps, t.steps_traced, t.dropped_slots), (3, 3, 3));
         assert_eq!(t.positions.len(), 8);
         assert_eq!(t.positions[0].on_path_us, Some(2.0));
         assert_eq!(t.positions[1].on_path_us, Some(4.0));
         assert_eq!(t.positions[2].on_path_us, Some(6.0));
         assert_eq!(t.positions[7].on_path_us, None);
-        assert_eq!(t.positions[1].waited_us, 0.5);
-        assert_eq!(t.positions[1].spread_us, 0.1);
+        assert_eq!((t.positions[1].waited_us, t.positions[1].half_out_us, t.positions[1].spread_us), (0.5, 0.04, 0.1));
         assert_eq!(t.span_us, 2.0 + 3.0 * 10.0);
         let l = t.layers.expect("a repeating stretch");
         assert_eq!((l.first, l.period, l.count), (1, 2, 3));
@@ -242,16 +247,11 @@ mod tests {
     }
 
     #[test]
-    fn steps_unlike_the_common_one_are_left_out_and_no_whole_step_gives_none() {
-        let mut launches = steps(3, 2);
-        launches.extend(steps(2, 5).into_iter().map(|mut l| {
-            l.grid_id += 1000;
-            l
-        }));
-        let t = timeline(&launches, 0, "embedding.cu").expect("whole steps");
-        assert_eq!((t.steps, t.steps_traced), (3, 4));
+    fn steps_unlike_the_common_one_are_left_out_and_empty_windows_give_none() {
+        let t = timeline(&[step(2, 1_000), step(5, 50_000), step(2, 90_000), (Vec::new(), 0)]).expect("steps");
+        assert_eq!((t.steps, t.steps_traced), (2, 3));
         assert_eq!(t.positions.len(), 6);
-        assert!(timeline(&steps(1, 2), 0, "embedding.cu").is_none());
-        assert!(timeline(&[], 0, "embedding.cu").is_none());
+        assert!(timeline(&[(Vec::new(), 2)]).is_none());
+        assert!(timeline(&[]).is_none());
     }
 }
