@@ -62,6 +62,19 @@ GEMM_SKINNY_ENTRY(32, 16, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(32, 32, QK, _qk_norm_rope_cache)
 GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)
 
+// gemm_skinny_c3_m{MT}_r{ROWS}{SUFFIX}: the same body at three CTAs an SM (launch bounds 3: 80
+// registers, no spills), a warp's loads in batches of 4 steps instead of Config's 5, which at
+// 80 registers ptxas would issue in two batches (a step, then the rest: two L2 round trips). For
+// grids of two to three CTAs an SM, which at two take a second wave (gate/up of asynct-0.5b at one
+// slab: 384 CTAs of 16 rows; gpu::gemm::plan's SKINNY_THREE_CTAS).
+#define GEMM_SKINNY_C3_ENTRY(MT, ROWS, EPI, SUFFIX)                                                              \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 3) gemm_skinny_c3_m##MT##_r##ROWS##SUFFIX( \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {              \
+    gemm_skinny::gemm<MT / 8, ROWS, decltype(EPI##_EPILOGUE), 4>(x, w, m, n, k, EPI##_EPILOGUE);                \
+  }
+
+GEMM_SKINNY_C3_ENTRY(8, 16, SILU_MUL, _silu_mul)
+
 // gemm_skinny_sx_m64_r16{SUFFIX}: the shared-x form (gemm_skinny.cuh's SHARED X), one CTA an SM;
 // the one tile it is measured faster at (RESULTS runs 133-136).
 #define GEMM_SKINNY_SX_ENTRY(MT, ROWS, EPI, SUFFIX)                                                              \

@@ -91,7 +91,9 @@
 // bank conflicts). Launch bounds 2 CTAs per SM (at most 128 registers a thread; ptxas uses 79 to
 // 128 on sm_90a, every epilogue, no spills): 512 threads, so 64 to 96 KB of W in flight per SM
 // where a lane holds 128 to 192 bytes, beyond the ~30 KB that Little's law asks of an H200
-// (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less.
+// (4.3 TB/s x ~0.9 us / 132 SMs), and under it where the table says less. The three-CTA entries
+// (gemm_skinny_c3_*, gemm_skinny.cu) run the same body at 3 CTAs an SM, so that a grid of 2 to 3
+// CTAs an SM runs in one wave instead of two.
 //
 // SHARED X (gemm_shared_x; entries gemm_skinny_sx_m64_r16{suffix}). At 64 rows of x a plain CTA
 // reads its whole slab of x (128 KB at K = 1024) from L2 for 16 rows of W (32 KB), and its U = 1
@@ -262,7 +264,9 @@ __device__ __forceinline__ void zero_acc(float (&acc)[Config<MT, ROWS>::R][MT][4
 // the block. OWN_LAUNCH: the CTA is the launch's own, which asks L2 for its W block (constant)
 // before waiting on the kernel that writes x (pdl.cuh), so under PDL the block streams in during
 // that kernel's tail; the megakernel prefetches and waits itself.
-template <int MT, int ROWS, class In, bool OWN_LAUNCH, class Epi>
+// U: a warp's steps per batch of loads (Config's by default; any U adds the same steps in the
+// same order, so the bits do not depend on it).
+template <int MT, int ROWS, class In, bool OWN_LAUNCH, class Epi, int U = Config<MT, ROWS>::U>
 __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf16* __restrict__ x,
                                            const bf16* __restrict__ w, int m, int n, int k, const Epi& epi) {
   using C = Config<MT, ROWS>;
@@ -304,11 +308,11 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
   float acc[C::R][MT][4];
   zero_acc<MT, ROWS>(acc);
 
-  for (int s0 = warp; s0 < steps; s0 += WARPS * C::U) {
-    uint4 wv[C::U][C::WV];
-    uint4 xv[C::U][MT];
+  for (int s0 = warp; s0 < steps; s0 += WARPS * U) {
+    uint4 wv[U][C::WV];
+    uint4 xv[U][MT];
 #pragma unroll
-    for (int u = 0; u < C::U; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int kk = (s0 + u * WARPS) * STEP_K;  // + 8 t is in the row pointers
       const bool k_ok = kk + 8 * t < k;          // false for every step past the last
 #pragma unroll
@@ -318,7 +322,7 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
         xv[u][j] = k_ok && x_ok[j] ? In::load(reinterpret_cast<const uint4*>(x_row[j] + kk)) : zero4();
     }
 #pragma unroll
-    for (int u = 0; u < C::U; ++u) {
+    for (int u = 0; u < U; ++u) {
       // Warp-uniform: a step past the last adds nothing, not even zeros, so the additions into an
       // accumulator are the same for every U.
       if (s0 + u * WARPS < steps) step_mma<MT, ROWS>(acc, wv[u], xv[u]);
@@ -332,11 +336,11 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
 }
 
 // The kernel of LAUNCH: CTA blockIdx.x's block.
-template <int MT, int ROWS, class Epi>
+template <int MT, int ROWS, class Epi, int U = Config<MT, ROWS>::U>
 __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k,
                                      const Epi& epi) {
   __shared__ float part[WARPS * MT * 8 * Config<MT, ROWS>::PAD];
-  gemm_block<MT, ROWS, ReadOnlyLoads, true>(blockIdx.x, part, x, w, m, n, k, epi);
+  gemm_block<MT, ROWS, ReadOnlyLoads, true, Epi, U>(blockIdx.x, part, x, w, m, n, k, epi);
 }
 
 // Elements a row of x takes in the shared-x form's shared memory: K padded so that a row's bytes

@@ -75,7 +75,8 @@ pub use epilogue::Epilogue;
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
     WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
-    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_THREE_CTAS, SKINNY_WG_MIN_FILL, WGMMA_BK,
+    WGMMA_TILE,
 };
 pub use staged::{load_batches, FoldLayout, FoldedX, FOLD_CHUNKS};
 
@@ -273,6 +274,10 @@ mod tests {
                     Err(e) => assert!(m <= 32, "M {m} {kind:?} refused: {e}"),
                 }
             }
+        }
+        for (m_tile, rows, kind) in SKINNY_THREE_CTAS {
+            let plan = GemmPlan::skinny_three_ctas(GemmShape { m: m_tile, n: 128, k: 64 }, rows, kind).unwrap();
+            assert!(names.contains(&entry(&plan)), "{} missing", entry(&plan));
         }
         // The folded form at every rows per CTA its plans pick, for o_proj's epilogues.
         let layout = FoldLayout { heads: 2, head_dim: 32, max_chunks: 3 };

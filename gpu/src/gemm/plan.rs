@@ -38,6 +38,10 @@ use crate::error::{unsupported, Result};
 pub const SKINNY_MAX_M: usize = 64;
 /// Rows of W per CTA the skinny kernel is instantiated for.
 pub const SKINNY_ROWS: [usize; 4] = [8, 16, 32, 64];
+/// The `(x tile, rows of W, epilogue)` the skinny kernel's three-CTA entries are instantiated
+/// for (`gemm_skinny_c3_*`): gate/up of asynct-0.5b at one slab of decode rows, whose 384 CTAs
+/// take a second wave at two CTAs an SM (RESULTS run 221: 3 us of its 6 on a B1 step's path).
+pub const SKINNY_THREE_CTAS: [(usize, usize, EpilogueKind); 1] = [(8, 16, EpilogueKind::SiluMul)];
 /// The x tiles (rows of x per instantiation) of the skinny kernel.
 pub const SKINNY_M_TILES: [usize; 4] = [8, 16, 32, 64];
 /// Threads per skinny CTA (the kernel's `THREADS`: 8 warps; the warpgroup form's two warpgroups).
@@ -192,6 +196,8 @@ pub enum SkinnyForm {
     SharedX,
     /// `gemm_skinny_wg.cu` (sm_90a): the same sums on warpgroup MMAs, x in shared memory.
     Warpgroup,
+    /// `gemm_skinny.cuh`'s CTA as in `Plain`, three CTAs an SM ([`SKINNY_THREE_CTAS`]).
+    ThreeCtas,
     /// `gemm_skinny_staged.cuh`'s rows form: at most 8 rows of x copied into shared memory by
     /// each CTA ([`super::staged`]).
     Staged,
@@ -328,8 +334,9 @@ impl GemmPlan {
     /// each (measured faster only there: RESULTS runs 133-136); else
     /// [`GemmPlan::skinny_epilogue`], or at one slab of 8 rows its staged form
     /// ([`GemmPlan::skinny_staged`]) where that takes a warp's steps in fewer batches of loads
-    /// ([`super::load_batches`]). Every form gives a row the same bits, so the choice is free to
-    /// change with `M`.
+    /// ([`super::load_batches`]), or its three-CTA entry ([`GemmPlan::skinny_three_ctas`]) where
+    /// the grid would take a second wave at two CTAs an SM and one at three. Every form gives a
+    /// row the same bits, so the choice is free to change with `M`.
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
         if let GemmPath::Skinny(t) = &plain.path {
@@ -339,6 +346,12 @@ impl GemmPlan {
                 .flatten()
             {
                 return Ok(staged);
+            }
+        }
+        if let GemmPath::Skinny(t) = &plain.path {
+            let waves = (SKINNY_CTAS_PER_SM * sms + 1..=3 * sms).contains(&(t.grid as usize));
+            if waves && SKINNY_THREE_CTAS.contains(&(t.m_tile, t.rows, epilogue)) {
+                return Self::skinny_three_ctas(shape, t.rows, epilogue);
             }
         }
         let fills = shape.n.div_ceil(SKINNY_WG_ROWS) * SKINNY_WG_MIN_FILL >= sms;
@@ -377,6 +390,24 @@ impl GemmPlan {
         let grid = grid("gemm skinny", shape, shape.n.div_ceil(rows).checked_mul(slabs))?;
         let entry = format!("gemm_skinny_m{m_tile}_r{rows}{}", epilogue.suffix());
         let tile = SkinnyTile { form: SkinnyForm::Plain, entry, m_tile, rows, slabs, grid, shared_bytes: 0 };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+
+    /// The skinny kernel's three-CTA entry for `rows` rows of W and `epilogue` (listed in
+    /// [`SKINNY_THREE_CTAS`] with the shape's x tile): the plain form's CTAs, its bits.
+    pub fn skinny_three_ctas(shape: GemmShape, rows: usize, epilogue: EpilogueKind) -> Result<Self> {
+        let plain = Self::skinny_rows_epilogue(shape, rows, epilogue)?;
+        let GemmPath::Skinny(mut tile) = plain.path else {
+            unreachable!("skinny_rows_epilogue plans the skinny kernel")
+        };
+        if !SKINNY_THREE_CTAS.contains(&(tile.m_tile, rows, epilogue)) {
+            return Err(unsupported(
+                "gemm skinny",
+                format!("no three-CTA entry for x tile {}, {rows} rows and {epilogue:?}", tile.m_tile),
+            ));
+        }
+        tile.form = SkinnyForm::ThreeCtas;
+        tile.entry = format!("gemm_skinny_c3_m{}_r{rows}{}", tile.m_tile, epilogue.suffix());
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 
@@ -501,6 +532,7 @@ impl GemmPlan {
             GemmPath::Skinny(t) => {
                 let form = match t.form {
                     SkinnyForm::Plain => "",
+                    SkinnyForm::ThreeCtas => "c3-",
                     SkinnyForm::SharedX => "sx-",
                     SkinnyForm::Warpgroup => "wg-",
                     SkinnyForm::Staged => "staged-",

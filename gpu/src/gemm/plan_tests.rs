@@ -116,6 +116,35 @@ fn the_instantiations_are_the_kernels_list() {
         }
     }
     assert_eq!(count, src.matches("\nGEMM_SKINNY_ENTRY(").count());
+    for (m_tile, rows, kind) in SKINNY_THREE_CTAS {
+        let line = format!("GEMM_SKINNY_C3_ENTRY({m_tile}, {rows}, {}, {})", macro_name(kind), kind.suffix());
+        assert!(src.contains(&line), "{line}");
+    }
+    assert_eq!(SKINNY_THREE_CTAS.len(), src.matches("\nGEMM_SKINNY_C3_ENTRY(").count());
+}
+
+#[test]
+fn one_slab_of_gate_up_takes_three_ctas_an_sm_where_two_would_leave_a_second_wave() {
+    let gate_up = |m: usize| shape(m, 6144, 1024);
+    for m in 1..=8 {
+        // 384 CTAs of 16 rows: past 2 x 132, within 3 x 132.
+        let plan = GemmPlan::decode_rows(gate_up(m), 132, EpilogueKind::SiluMul, true).unwrap();
+        let t = skinny(&plan);
+        assert_eq!((t.form, t.entry.as_str(), t.grid), (SkinnyForm::ThreeCtas, "gemm_skinny_c3_m8_r16_silu_mul", 384));
+        assert_eq!(plan.name(), "skinny-c3-m8-r16-silu-mul");
+        // The same CTAs as the plain plan, so the same bits.
+        let plain = GemmPlan::skinny_epilogue(gate_up(m), 132, EpilogueKind::SiluMul).unwrap();
+        assert_eq!((skinny(&plain).rows, skinny(&plain).grid), (t.rows, t.grid));
+    }
+    // Two an SM fit them in one wave on 192 SMs; three do not on 120; nor past one slab.
+    for (m, sms) in [(1, 192), (1, 120), (9, 132)] {
+        let plan = GemmPlan::decode_rows(gate_up(m), sms, EpilogueKind::SiluMul, true).unwrap();
+        assert_ne!(skinny(&plan).form, SkinnyForm::ThreeCtas, "M {m} on {sms} SMs");
+    }
+    // Another epilogue or rows per CTA has no such entry.
+    assert!(GemmPlan::skinny_three_ctas(gate_up(1), 16, EpilogueKind::PeriLn).is_err());
+    assert!(GemmPlan::skinny_three_ctas(gate_up(1), 32, EpilogueKind::SiluMul).is_err());
+    assert!(GemmPlan::skinny_three_ctas(gate_up(16), 16, EpilogueKind::SiluMul).is_err());
 }
 
 #[test]
@@ -269,7 +298,11 @@ fn decode_rows_take_the_shared_x_form_where_each_cta_gets_three_w_blocks() {
             let plan = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind, false).unwrap();
             let t = skinny(&plan);
             assert_eq!(plan.epilogue, kind);
-            assert_eq!(t.form, if m > 32 { SkinnyForm::SharedX } else { SkinnyForm::Plain }, "{m} {kind:?}: {t:?}");
+            let narrow = match (m, kind) {
+                (1, EpilogueKind::SiluMul) => SkinnyForm::ThreeCtas,
+                _ => SkinnyForm::Plain,
+            };
+            assert_eq!(t.form, if m > 32 { SkinnyForm::SharedX } else { narrow }, "{m} {kind:?}: {t:?}");
         }
     }
 }

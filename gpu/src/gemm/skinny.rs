@@ -36,7 +36,11 @@ impl SkinnyGemm {
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let kernel = match tile.form {
-            SkinnyForm::Plain | SkinnyForm::SharedX | SkinnyForm::Staged | SkinnyForm::Folded(_) => &GEMM_SKINNY,
+            SkinnyForm::Plain
+            | SkinnyForm::ThreeCtas
+            | SkinnyForm::SharedX
+            | SkinnyForm::Staged
+            | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
         };
         let func = gpu.function(kernel, &tile.entry)?;
