@@ -26,9 +26,9 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
-/// this M, plain, staged (to 8 rows), shared-x and (where the device runs wgmma) warpgroup, the
-/// model's on `sms` SMs
-/// among them, against the plain form's Store plan), and the WGMMA kernel where `gpu` runs it
+/// this M, plain, staged (to 8 rows), three CTAs an SM (where instantiated), shared-x and (where the
+/// device runs wgmma) warpgroup, the model's on `sms` SMs among them, against the plain form's
+/// Store plan), and the WGMMA kernel where `gpu` runs it
 /// (against its own Store plan).
 fn epilogue_plans(
     gpu: &Gpu,
@@ -39,7 +39,11 @@ fn epilogue_plans(
     let mut families = Vec::new();
     if shape.m <= 128 {
         let plain = SKINNY_ROWS.into_iter().flat_map(|rows| {
-            [GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok(), GemmPlan::skinny_staged(shape, rows, kind).ok()]
+            [
+                GemmPlan::skinny_rows_epilogue(shape, rows, kind).ok(),
+                GemmPlan::skinny_staged(shape, rows, kind).ok(),
+                GemmPlan::skinny_three_ctas(shape, rows, kind).ok(),
+            ]
         });
         let plain = plain.flatten();
         let wgmma = runs_wgmma(gpu);
@@ -69,6 +73,7 @@ fn rows(plan: &GemmPlan) -> String {
         GemmPath::Skinny(t) if t.form == SkinnyForm::SharedX => format!("{} shared-x", t.rows),
         GemmPath::Skinny(t) if t.form == SkinnyForm::Warpgroup => format!("{} warpgroup", t.rows),
         GemmPath::Skinny(t) if t.form == SkinnyForm::Staged => format!("{} staged", t.rows),
+        GemmPath::Skinny(t) if t.form == SkinnyForm::ThreeCtas => format!("{} three CTAs an SM", t.rows),
         GemmPath::Skinny(t) => t.rows.to_string(),
         _ => plan.name(),
     }
