@@ -78,7 +78,10 @@
 #             report in builds.json, each build's median ms per batch and pass in builds-table.txt
 #             (three files, for the 8 a call brings back). An entry
 #             FOLDER:VAR=VALUE[,VAR=VALUE] runs that folder's build with those variables set, named
-#             FOLDER-VARVALUE (one binary measured with a setting on and off: ASYNCT_FOLD_O=0)
+#             FOLDER-VARVALUE (one binary measured with a setting on and off: ASYNCT_FOLD_O=0).
+#             With ASYNCT_STEP_TRACE=1 among them the runs also print (and write into builds.json)
+#             each launch's time on the step's path (gpu::runtime::step_trace); their logs stay in
+#             /tmp/asynct-builds, so the command cats them into one file of $OUT
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
 #             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
 #             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
