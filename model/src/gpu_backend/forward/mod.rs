@@ -311,7 +311,12 @@ impl GpuModel {
             fusion: Fusion::from_env("ASYNCT_FUSION", Fusion::ALL),
             chunk_fusion: Fusion::NONE,
             prefill_norms_queries: std::env::var("ASYNCT_PREFILL_QUERY_NORM").map_or(true, |v| v != "0"),
-            fold_rounds: std::env::var("ASYNCT_FOLD_O").ok().and_then(|v| v.parse().ok()).unwrap_or(1),
+            fold_rounds: match std::env::var("ASYNCT_FOLD_O") {
+                Err(_) => 1,
+                Ok(v) => v.parse().map_err(|_| {
+                    Error::Executor(format!("ASYNCT_FOLD_O must be a count of load rounds (0: no fold), not {v:?}"))
+                })?,
+            },
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
