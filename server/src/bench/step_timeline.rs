@@ -53,7 +53,12 @@ pub struct Layers {
     pub first: usize,
     pub period: usize,
     pub count: usize,
+    /// Each launch of a layer, its time on the path over every layer but for the stretch's last
+    /// launch.
     pub slots: Vec<LayerSlot>,
+    /// The stretch's last launch, whose time on the path runs on through the launches after it
+    /// that are not stamped (the LM head on cuBLASLt).
+    pub last_on_path_us: Option<f64>,
 }
 
 /// A step's timeline.
@@ -142,10 +147,15 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
     }
     let (covered, first, period) = best?;
     let count = covered / period;
+    let last = first + count * period - 1;
     let slots = (0..period)
         .map(|k| {
             let at: Vec<&PositionTimes> = (0..count).map(|l| &positions[first + l * period + k]).collect();
-            let on_path: Vec<f64> = at.iter().filter_map(|p| p.on_path_us).collect();
+            let on_path: Vec<f64> = (0..count)
+                .map(|l| first + l * period + k)
+                .filter(|&j| j != last)
+                .filter_map(|j| positions[j].on_path_us)
+                .collect();
             let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
             LayerSlot {
                 kernel: sigs[first + k].0,
@@ -159,7 +169,7 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
             }
         })
         .collect();
-    Some(Layers { first, period, count, slots })
+    Some(Layers { first, period, count, slots, last_on_path_us: positions[last].on_path_us })
 }
 
 /// Prints `t` for batch `batch`: the layer's launches, then the launches outside the layers.
@@ -176,7 +186,8 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
     let (first, end) = t.layers.as_ref().map_or((0, 0), |l| (l.first, l.first + l.count * l.period));
     if let Some(l) = &t.layers {
         println!(
-            "  {} layers of {} launches from launch {}; us a layer (sum over layers):",
+            "  {} layers of {} launches from launch {}; us a layer (sum over layers; the last layer's \
+             last launch apart):",
             l.count, l.period, l.first
         );
         for s in &l.slots {
@@ -185,6 +196,9 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
                 s.kernel, s.ctas, s.threads, s.on_path_us, s.on_path_sum_us, s.waited_us, s.half_out_us, s.spread_us
             );
         }
+    }
+    if let Some(last) = t.layers.as_ref().and_then(|l| l.last_on_path_us) {
+        println!("  the last layer's last launch with what follows it unstamped (the LM head): {last:.2} us");
     }
     println!("  launches outside the layers, us:");
     for (j, p) in t.positions.iter().enumerate().filter(|(j, _)| *j < first || *j >= end) {
@@ -243,7 +257,9 @@ mod tests {
         assert_eq!((l.first, l.period, l.count), (1, 2, 3));
         assert_eq!((l.slots[0].kernel, l.slots[0].ctas), ("gemm.cu", 128));
         assert_eq!((l.slots[0].on_path_us, l.slots[0].on_path_sum_us), (4.0, 12.0));
-        assert_eq!((l.slots[1].kernel, l.slots[1].on_path_sum_us), ("attn.cu", 18.0));
+        // The last layer's attention runs on into the unstamped time before the sampler: apart.
+        assert_eq!((l.slots[1].kernel, l.slots[1].on_path_sum_us), ("attn.cu", 12.0));
+        assert_eq!(l.last_on_path_us, Some(6.0));
     }
 
     #[test]
