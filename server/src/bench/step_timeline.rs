@@ -14,6 +14,8 @@ use serde::Serialize;
 
 use model::executor::LaunchTrace;
 
+use super::Summary;
+
 /// One launch position of the step, medians over the combined steps, in microseconds.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PositionTimes {
@@ -81,14 +83,9 @@ fn signature(l: &LaunchTrace) -> Signature {
     (l.kernel, l.ctas, l.threads)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The median of values the combined steps give (at least one step).
+fn median(v: Vec<f64>) -> f64 {
+    Summary::of(&v).expect("a timeline combines at least one step").median
 }
 
 fn us(from: u64, to: u64) -> f64 {
