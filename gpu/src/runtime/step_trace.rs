@@ -14,11 +14,11 @@
 //! reductions, so a kernel's end waits on nothing of the trace's. A slot is the launch's
 //! `%gridid` modulo [`SLOTS`]; a graph node keeps its id at every replay (seen on the H100 and
 //! the H200, RESULTS runs 220-221), so a window that replays a graph twice keeps the later
-//! replay. Each module is told its number when it is loaded, so a slot names its kernel file. cuBLASLt's launches are not ours and are not stamped:
-//! their time falls into the gap after the launch before them. The stamps still cost each CTA a
-//! store and two timer reads; compare the traced step's time with an untraced run's. The decode
-//! bench (`asynct bench`, the server's `bench::step_timeline`) turns the launches into a step's
-//! timeline.
+//! replay. Each module is told its number when it is loaded, so a slot names its kernel file.
+//! cuBLASLt's launches are not ours and are not stamped: their time falls into the gap after the
+//! launch before them. The stamps still cost each CTA a store and two timer reads; compare the
+//! traced step's time with an untraced run's. The decode bench (`asynct bench`, the server's
+//! `bench::step_timeline`) turns the launches into a step's timeline.
 
 use std::sync::{Arc, Mutex};
 
