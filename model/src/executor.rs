@@ -20,7 +20,7 @@
 //! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is
 //! shared, so both backends schedule, preempt and stop identically.
 
-pub use gpu::LaunchTrace;
+pub use gpu::{LaunchTrace, TraceWindow};
 use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;
@@ -176,9 +176,9 @@ pub trait StepExecutor: Send {
     fn start_step_trace(&mut self) -> Result<bool> {
         Ok(false)
     }
-    /// The launches stamped since [`StepExecutor::start_step_trace`] and the count dropped for
-    /// sharing a slot; call it once every step of the window has been collected.
-    fn step_trace(&mut self) -> Result<Option<(Vec<LaunchTrace>, usize)>> {
+    /// The launches stamped since [`StepExecutor::start_step_trace`]; call it once every step of
+    /// the window has been collected.
+    fn step_trace(&mut self) -> Result<Option<TraceWindow>> {
         Ok(None)
     }
 }

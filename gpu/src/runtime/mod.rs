@@ -34,7 +34,7 @@ pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
 pub use staging::Staging;
-pub use step_trace::LaunchTrace;
+pub use step_trace::{LaunchTrace, TraceWindow};
 
 /// Device 0 with one stream and a module table.
 pub struct Gpu {
@@ -93,20 +93,16 @@ impl Gpu {
         &self.stream
     }
 
-    /// Whether the kernels stamp their launches ([`step_trace`]; `ASYNCT_STEP_TRACE=1`).
-    pub fn tracing(&self) -> bool {
-        self.trace.is_some()
-    }
-
     /// Starts a step-trace window: the launches queued from here on are what
-    /// [`Gpu::step_trace`] returns. Does nothing where the trace is off.
-    pub fn start_step_trace(&self) -> Result<()> {
-        self.trace.as_ref().map_or(Ok(()), |t| t.reset(&self.stream))
+    /// [`Gpu::step_trace`] returns. `false` (and nothing done) where the kernels do not stamp
+    /// their launches ([`step_trace`]; `ASYNCT_STEP_TRACE=1`).
+    pub fn start_step_trace(&self) -> Result<bool> {
+        self.trace.as_ref().map_or(Ok(false), |t| t.reset(&self.stream).map(|()| true))
     }
 
-    /// The launches stamped since [`Gpu::start_step_trace`] (synchronising the stream), in launch
-    /// order, and how many were dropped for sharing a slot; `None` where the trace is off.
-    pub fn step_trace(&self) -> Result<Option<(Vec<LaunchTrace>, usize)>> {
+    /// The launches stamped since [`Gpu::start_step_trace`] (synchronising the stream); `None`
+    /// where the trace is off.
+    pub fn step_trace(&self) -> Result<Option<TraceWindow>> {
         self.trace.as_ref().map(|t| t.read(&self.stream)).transpose()
     }
 

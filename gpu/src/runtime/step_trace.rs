@@ -35,19 +35,36 @@ const HEADER_BYTES: usize = 64;
 const RECORD_BYTES: usize = 16;
 const SLOT_BYTES: usize = HEADER_BYTES + CTAS * RECORD_BYTES;
 
-/// Whether the environment asks for the trace (`ASYNCT_STEP_TRACE=1`); another value than `1` or
-/// `0` is refused when the device opens ([`StepTrace::from_env`]).
-pub fn requested() -> bool {
-    std::env::var("ASYNCT_STEP_TRACE").is_ok_and(|v| v == "1")
+/// Whether the environment asks for the trace: `ASYNCT_STEP_TRACE=1` on, unset or `0` off, any
+/// other value refused by name.
+fn requested() -> Result<bool> {
+    match std::env::var("ASYNCT_STEP_TRACE").as_deref() {
+        Err(_) | Ok("0") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(other) => Err(Error::Unsupported {
+            entry: "ASYNCT_STEP_TRACE".to_string(),
+            reason: format!("must be 0 or 1, not {other:?}"),
+        }),
+    }
 }
 
-/// The NVRTC options that compile the stamps in, where the trace is requested.
+/// The NVRTC options that compile the stamps in, where the trace is asked for (a refused value
+/// compiles none; the device refuses it when it opens, [`StepTrace::from_env`]).
 pub(crate) fn compile_options() -> Vec<String> {
-    if requested() {
-        vec!["-DASYNCT_STEP_TRACE".to_string()]
-    } else {
-        Vec::new()
+    match requested() {
+        Ok(true) => vec!["-DASYNCT_STEP_TRACE".to_string()],
+        _ => Vec::new(),
     }
+}
+
+/// One trace window's launches, in launch order, and the slots dropped for holding the stamps of
+/// more than one launch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceWindow {
+    /// The launches.
+    pub launches: Vec<LaunchTrace>,
+    /// Slots two launches wrote (the window was too long for [`SLOTS`]).
+    pub dropped_slots: usize,
 }
 
 /// One launch as its CTAs stamped it: global-timer nanoseconds (one clock for the whole device).
@@ -81,17 +98,11 @@ pub struct StepTrace {
 impl StepTrace {
     /// The trace where the environment asks for it, `None` where it does not.
     pub(crate) fn from_env(stream: &Arc<CudaStream>) -> Result<Option<Self>> {
-        match std::env::var("ASYNCT_STEP_TRACE").as_deref() {
-            Err(_) | Ok("0") => Ok(None),
-            Ok("1") => {
-                let buffer = stream.alloc_zeros::<u8>(SLOTS * SLOT_BYTES)?;
-                Ok(Some(Self { buffer: Mutex::new(buffer), modules: Mutex::new(Vec::new()) }))
-            }
-            Ok(other) => Err(Error::Unsupported {
-                entry: "ASYNCT_STEP_TRACE".to_string(),
-                reason: format!("must be 0 or 1, not {other:?}"),
-            }),
+        if !requested()? {
+            return Ok(None);
         }
+        let buffer = stream.alloc_zeros::<u8>(SLOTS * SLOT_BYTES)?;
+        Ok(Some(Self { buffer: Mutex::new(buffer), modules: Mutex::new(Vec::new()) }))
     }
 
     /// Points `module`'s stamps (kernel file `kernel`) at the buffer, under a number of its own.
@@ -121,9 +132,8 @@ impl StepTrace {
         Ok(())
     }
 
-    /// The launches stamped since the last reset, in launch order (synchronising the stream),
-    /// and how many slots held the stamps of more than one launch (dropped).
-    pub(crate) fn read(&self, stream: &Arc<CudaStream>) -> Result<(Vec<LaunchTrace>, usize)> {
+    /// The launches stamped since the last reset (synchronising the stream).
+    pub(crate) fn read(&self, stream: &Arc<CudaStream>) -> Result<TraceWindow> {
         let bytes =
             stream.clone_dtoh(&*self.buffer.lock().expect("trace buffer lock is never poisoned by a panic here"))?;
         let modules = self.modules.lock().expect("trace module lock is never poisoned by a panic here");
@@ -131,13 +141,12 @@ impl StepTrace {
     }
 }
 
-/// The launches in `bytes` (module numbers naming `modules`), in launch order, and the count of
-/// slots that more than one launch wrote.
-pub fn parse(bytes: &[u8], modules: &[&'static str]) -> (Vec<LaunchTrace>, usize) {
+/// The window `bytes` holds (module numbers naming `modules`).
+pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
     let u64_at = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
     let u32_at = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().expect("4 bytes"));
     let mut launches = Vec::new();
-    let mut shared = 0;
+    let mut dropped_slots = 0;
     for slot in bytes.chunks_exact(SLOT_BYTES) {
         let grid_plus_one = u64_at(slot, 0);
         let Some(&kernel) = modules.get(u32_at(slot, 8) as usize).filter(|_| grid_plus_one != 0) else {
@@ -161,7 +170,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> (Vec<LaunchTrace>, usize
             stamps.push((arrive, arrive + u64::from(u32_at(r, 8))));
         }
         if foreign || stamps.len() != expected {
-            shared += 1;
+            dropped_slots += 1;
             continue;
         }
         let mut releases: Vec<u64> = stamps.iter().map(|s| s.1).collect();
@@ -180,7 +189,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> (Vec<LaunchTrace>, usize
     // Each launch on the stream is released only once the one before it has finished, so
     // release order is launch order, whatever numbers %gridid hands out.
     launches.sort_by_key(|l| (l.release.0, l.grid_id));
-    (launches, shared)
+    TraceWindow { launches, dropped_slots }
 }
 
 #[cfg(test)]
@@ -212,8 +221,8 @@ mod tests {
         stamp(&mut bytes, 3 + SLOTS as u64, 1, 128, 1, &[(5, 6)]);
         // A launch one of whose CTAs left no stamp.
         stamp(&mut bytes, 0, 0, 128, 2, &[(7, 8)]);
-        let (launches, shared) = parse(&bytes, &["a.cu", "b.cu"]);
-        assert_eq!(shared, 2);
+        let window = parse(&bytes, &["a.cu", "b.cu"]);
+        assert_eq!(window.dropped_slots, 2);
         let b = LaunchTrace {
             kernel: "b.cu",
             grid_id: 2,
@@ -234,7 +243,7 @@ mod tests {
             release: (150, 160),
             release_median: 155,
         };
-        assert_eq!(launches, vec![b, a]);
+        assert_eq!(window.launches, vec![b, a]);
     }
 
     #[test]

@@ -49,7 +49,9 @@ use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::executor::{sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted};
+use crate::executor::{
+    sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted, TraceWindow,
+};
 use crate::scheduler::StepPlan;
 use crate::start_times::{StartPhase, StartTimes};
 
@@ -545,11 +547,10 @@ impl StepExecutor for GpuExecutor {
     }
 
     fn start_step_trace(&mut self) -> Result<bool> {
-        self.gpu.start_step_trace()?;
-        Ok(self.gpu.tracing())
+        Ok(self.gpu.start_step_trace()?)
     }
 
-    fn step_trace(&mut self) -> Result<Option<(Vec<gpu::LaunchTrace>, usize)>> {
+    fn step_trace(&mut self) -> Result<Option<TraceWindow>> {
         Ok(self.gpu.step_trace()?)
     }
 }

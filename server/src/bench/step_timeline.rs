@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use model::executor::LaunchTrace;
+use model::executor::{LaunchTrace, TraceWindow};
 
 use super::Summary;
 
@@ -92,11 +92,10 @@ fn us(from: u64, to: u64) -> f64 {
     (to as f64 - from as f64) / 1e3
 }
 
-/// The timeline of `steps` (each the launches of one trace window, in launch order, and the
-/// slots its reader dropped); `None` when none holds a launch.
-pub fn timeline(steps: &[(Vec<LaunchTrace>, usize)]) -> Option<StepTimeline> {
-    let traced: Vec<&[LaunchTrace]> = steps.iter().map(|(l, _)| l.as_slice()).filter(|l| !l.is_empty()).collect();
-    let dropped_slots = steps.iter().map(|(_, d)| d).sum();
+/// The timeline of `steps` (one trace window each); `None` when none holds a launch.
+pub fn timeline(steps: &[TraceWindow]) -> Option<StepTimeline> {
+    let traced: Vec<&[LaunchTrace]> = steps.iter().map(|w| w.launches.as_slice()).filter(|l| !l.is_empty()).collect();
+    let dropped_slots = steps.iter().map(|w| w.dropped_slots).sum();
     let sigs: Vec<Vec<Signature>> = traced.iter().map(|s| s.iter().map(signature).collect()).collect();
     let modal = sigs.iter().max_by_key(|s| sigs.iter().filter(|t| t == s).count())?.clone();
     let same: Vec<&[LaunchTrace]> = traced.iter().zip(&sigs).filter(|(_, s)| **s == modal).map(|(st, _)| *st).collect();
@@ -213,7 +212,7 @@ mod tests {
 
     /// One step: embed, then `layers` x (gemm, attn), then sample; each CTA set released over
     /// 100 ns (half out at 40), arriving 500 ns before its release.
-    fn step(layers: usize, t0: u64) -> (Vec<LaunchTrace>, usize) {
+    fn step(layers: usize, t0: u64) -> TraceWindow {
         let mut out = Vec::new();
         let mut t = t0;
         let mut push = |kernel: &'static str, ctas: u32, dur: u64| {
@@ -236,7 +235,7 @@ mod tests {
             push("attn.cu", 72, 6_000);
         }
         push("sampling.cu", 1, 9_000);
-        (out, 1)
+        TraceWindow { launches: out, dropped_slots: 1 }
     }
 
     #[test]
@@ -261,10 +260,10 @@ mod tests {
 
     #[test]
     fn steps_unlike_the_common_one_are_left_out_and_empty_windows_give_none() {
-        let t = timeline(&[step(2, 1_000), step(5, 50_000), step(2, 90_000), (Vec::new(), 0)]).expect("steps");
+        let t = timeline(&[step(2, 1_000), step(5, 50_000), step(2, 90_000), TraceWindow::default()]).expect("steps");
         assert_eq!((t.steps, t.steps_traced), (2, 3));
         assert_eq!(t.positions.len(), 6);
-        assert!(timeline(&[(Vec::new(), 2)]).is_none());
+        assert!(timeline(&[TraceWindow { launches: Vec::new(), dropped_slots: 2 }]).is_none());
         assert!(timeline(&[]).is_none());
     }
 }
