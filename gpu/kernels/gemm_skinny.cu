@@ -5,12 +5,17 @@
 // gpu::kernels prepends (after pdl.cuh, loads.cuh, ops_common.cuh and tensor_core.cuh). The
 // decode megakernel (decode_mega.cu) runs the same body, one W block at a time.
 
-// gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: MT here counts rows of x (8 to 64), the template's tiles of 8.
-#define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX)                                                             \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_m##MT##_r##ROWS##SUFFIX( \
-      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {           \
-    gemm_skinny::gemm<MT / 8, ROWS>(x, w, m, n, k, EPI##_EPILOGUE);                                          \
+// The entry NAME of the plain body at CTAS CTAs an SM (its launch bounds), a warp's loads in
+// batches of U steps; MT here counts rows of x (8 to 64), the template's tiles of 8.
+#define GEMM_SKINNY_ENTRY_AT(NAME, CTAS, U, MT, ROWS, EPI)                                                \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, CTAS)                                \
+      NAME(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {   \
+    gemm_skinny::gemm<MT / 8, ROWS, decltype(EPI##_EPILOGUE), U>(x, w, m, n, k, EPI##_EPILOGUE);          \
   }
+
+// gemm_skinny_m{MT}_r{ROWS}{SUFFIX}: two CTAs an SM, Config's batches.
+#define GEMM_SKINNY_ENTRY(MT, ROWS, EPI, SUFFIX) \
+  GEMM_SKINNY_ENTRY_AT(gemm_skinny_m##MT##_r##ROWS##SUFFIX, 2, (gemm_skinny::Config<MT / 8, ROWS>::U), MT, ROWS, EPI)
 
 // Every (MT, ROWS) with R * MT <= 8 for Store and PeriLn; those with ROWS >= 16 for the pairing
 // epilogues (gpu::gemm::plan lists the same).
@@ -67,11 +72,8 @@ GEMM_SKINNY_ENTRY(64, 16, QK, _qk_norm_rope_cache)
 // 80 registers ptxas would issue in two batches (a step, then the rest: two L2 round trips). For
 // grids of two to three CTAs an SM, which at two take a second wave (gate/up of asynct-0.5b at one
 // slab: 384 CTAs of 16 rows; gpu::gemm::plan's SKINNY_THREE_CTAS).
-#define GEMM_SKINNY_C3_ENTRY(MT, ROWS, EPI, SUFFIX)                                                              \
-  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 3) gemm_skinny_c3_m##MT##_r##ROWS##SUFFIX( \
-      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {              \
-    gemm_skinny::gemm<MT / 8, ROWS, decltype(EPI##_EPILOGUE), 4>(x, w, m, n, k, EPI##_EPILOGUE);                \
-  }
+#define GEMM_SKINNY_C3_ENTRY(MT, ROWS, EPI, SUFFIX) \
+  GEMM_SKINNY_ENTRY_AT(gemm_skinny_c3_m##MT##_r##ROWS##SUFFIX, 3, 4, MT, ROWS, EPI)
 
 GEMM_SKINNY_C3_ENTRY(8, 16, SILU_MUL, _silu_mul)
 
