@@ -181,6 +181,32 @@ pub trait StepExecutor: Send {
     fn step_trace(&mut self) -> Result<Option<TraceWindow>> {
         Ok(None)
     }
+    /// Starts (forgetting earlier ones) or stops timing each step queued from here on in phases
+    /// on the device ([`StepPhases`]); `false` where the backend cannot. A measurement for
+    /// benchmarks: it adds events to the stream.
+    fn mark_steps(&mut self, _on: bool) -> Result<bool> {
+        Ok(false)
+    }
+    /// The phases of the steps marked and collected since [`StepExecutor::mark_steps`] began,
+    /// in order; taken, so a second call returns only later ones.
+    fn step_marks(&mut self) -> Result<Vec<StepPhases>> {
+        Ok(Vec::new())
+    }
+}
+
+/// A queued step's device time by phase, from events in its stream order (microseconds).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct StepPhases {
+    /// Its inputs' copies (ids, positions, slots, metadata, pending tokens, sampling parameters);
+    /// `None` where the step ran eagerly, whose copies `forward_us` then includes.
+    pub inputs_us: Option<f64>,
+    /// Its forward and draw: the graph's replay, from its launch to its last kernel's end.
+    pub forward_us: f64,
+    /// Its tokens and fault word copied back.
+    pub results_us: f64,
+    /// From its first event to its last: the step's time on the device, without the gap
+    /// before the next step's first copy.
+    pub total_us: f64,
 }
 
 /// The sampling rows (indices into `sampling`) whose logits come back under

@@ -45,12 +45,13 @@ use super::forward::{widen_rows, GpuModel, KvSize};
 use super::in_flight::{drawn_on_device, InFlightRing};
 use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::{picked_extra, Capacity, DeviceStep};
+use super::step_marks::StepMarks;
 use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::executor::{
-    sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, Submitted, TraceWindow,
+    sampling_seqs, scored_rows, LogitsWanted, SamplingRow, StepExecutor, StepOutput, StepPhases, Submitted, TraceWindow,
 };
 use crate::scheduler::StepPlan;
 use crate::start_times::{StartPhase, StartTimes};
@@ -108,6 +109,10 @@ pub struct GpuExecutor {
     drawn: HashMap<u64, usize>,
     /// Whether the gate's zeros are being counted ([`StepExecutor::measure_gates`]).
     measuring: bool,
+    /// Whether queued steps are timed in phases ([`StepExecutor::mark_steps`]), and the phases
+    /// of those collected since.
+    marking: bool,
+    phases: Vec<StepPhases>,
     gpu: Arc<Gpu>,
     label: String,
 }
@@ -125,13 +130,17 @@ struct Landing {
     /// How many scored rows the step holding it brings back; `None` when it wants no logits.
     scored: Option<usize>,
     copied: CudaEvent,
+    /// The events timing the step's phases, made at the first step marked; `marked` says
+    /// whether the step holding the landing recorded them.
+    marks: Option<StepMarks>,
+    marked: bool,
 }
 
 impl Landing {
     fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
         let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
         let faults = gpu.pinned(FaultKind::WORDS)?;
-        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied })
+        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied, marks: None, marked: false })
     }
 }
 
@@ -223,6 +232,8 @@ impl GpuExecutor {
             in_flight: InFlightRing::new(vec![Landing::new(gpu, rows)?, Landing::new(gpu, rows)?]),
             drawn: HashMap::new(),
             measuring: false,
+            marking: false,
+            phases: Vec::new(),
             gpu: gpu.clone(),
             label: String::new(),
         };
@@ -322,6 +333,12 @@ impl GpuExecutor {
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
         self.model.feed_ids(&self.tokens, feed)?;
         self.upload_params(sampling, shape.tokens)?;
+        if self.marking {
+            let stream = self.gpu.stream().clone();
+            if let Some(marks) = self.in_flight.vacant()?.marks.as_mut() {
+                marks.inputs(&stream)?;
+            }
+        }
         self.graphs.as_ref().expect("a bucket was found").replay(shape)?;
         Ok(true)
     }
@@ -478,9 +495,23 @@ impl StepExecutor for GpuExecutor {
             return Ok(Submitted::Done(self.execute(plan, sampling, wanted)?));
         }
         // Refused before anything is enqueued: a step without a landing leaves the stream alone.
-        self.in_flight.vacant()?;
+        let at = self.in_flight.vacant()?;
         let seqs = sampling_seqs(plan, sampling)?;
+        at.marked = self.marking;
+        if self.marking {
+            let marks = match at.marks.take() {
+                Some(marks) => marks,
+                None => StepMarks::new(self.gpu.context())?,
+            };
+            at.marks.insert(marks).start(self.gpu.stream())?;
+        }
         self.enqueue_draws(plan, sampling, &seqs, &[])?;
+        if self.marking {
+            let stream = self.gpu.stream().clone();
+            if let Some(marks) = &self.in_flight.vacant()?.marks {
+                marks.forward(&stream)?;
+            }
+        }
         let rows = sampling.len();
         let scored = (*wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
         let vocab = self.model.dims().vocab_size;
@@ -502,6 +533,9 @@ impl StepExecutor for GpuExecutor {
         }
         at.scored = scored.map(|s| s.len());
         at.copied.record(stream).map_err(gpu::Error::from)?;
+        if let Some(marks) = at.marks.as_ref().filter(|_| at.marked) {
+            marks.end(stream)?;
+        }
         self.in_flight.push(rows)?;
         Ok(Submitted::InFlight)
     }
@@ -510,6 +544,9 @@ impl StepExecutor for GpuExecutor {
         let vocab = self.model.dims().vocab_size;
         let (at, rows) = self.in_flight.pop().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
         at.copied.synchronize().map_err(gpu::Error::from)?;
+        if let Some(marks) = at.marks.as_ref().filter(|_| at.marked) {
+            self.phases.push(marks.phases()?);
+        }
         if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
             return Err(gpu::Error::DeviceFault(what).into());
         }
@@ -552,6 +589,18 @@ impl StepExecutor for GpuExecutor {
 
     fn step_trace(&mut self) -> Result<Option<TraceWindow>> {
         Ok(self.gpu.step_trace()?)
+    }
+
+    fn mark_steps(&mut self, on: bool) -> Result<bool> {
+        self.marking = on;
+        if on {
+            self.phases.clear();
+        }
+        Ok(true)
+    }
+
+    fn step_marks(&mut self) -> Result<Vec<StepPhases>> {
+        Ok(std::mem::take(&mut self.phases))
     }
 }
 

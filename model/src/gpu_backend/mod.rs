@@ -15,5 +15,6 @@ pub mod in_flight;
 pub mod linear;
 pub mod pending_feed;
 pub mod step_buffers;
+mod step_marks;
 pub mod step_program;
 pub mod weights;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use model::block_pool::blocks_for;
 use model::block_pool::KvCapacity;
 use model::engine::{Engine, EngineEvent, StepTimes};
+use model::executor::StepPhases;
 use model::scheduler::{Scheduler, SchedulerConfig};
 use serde::Serialize;
 
@@ -19,6 +20,9 @@ use model::executor_loader::BLOCK_SIZE;
 
 /// Warm-up steps traced, where the kernels stamp their launches.
 const TRACED_STEPS: usize = 5;
+/// Steps after the timed ones whose phases are timed on the device with events
+/// ([`model::executor::StepExecutor::mark_steps`]), where the backend can.
+const MARKED_STEPS: usize = 20;
 
 /// Issue 15's goals for a decode step of asynct-0.5b at 1K context: (batch, ms).
 pub const DECODE_GOALS: [(usize, f64); 3] = [(1, 0.40), (32, 1.00), (128, 3.00)];
@@ -77,6 +81,40 @@ pub struct DecodeResult {
     /// Each launch's time on the step's path over the last warm-up steps, where the kernels
     /// stamped them (`ASYNCT_STEP_TRACE=1`).
     step_trace: Option<StepTimeline>,
+    /// The steps after the timed ones, timed in phases on the device (null where the backend
+    /// cannot).
+    step_phases: Option<PhaseTimes>,
+}
+
+/// [`MARKED_STEPS`] steps' device time by phase ([`StepPhases`]) beside their wall time, in us.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTimes {
+    steps: usize,
+    /// The inputs' copies (null where a step ran eagerly).
+    inputs: Option<Summary>,
+    /// The forward and draw: the graph's replay, from its launch to its last kernel's end.
+    forward: Summary,
+    /// The tokens and fault word copied back.
+    results: Summary,
+    /// The step on the device, first event to last.
+    device: Summary,
+    /// The same steps' wall time: what it exceeds `device` by, the device waited between steps.
+    wall: Summary,
+}
+
+impl PhaseTimes {
+    fn of(phases: &[StepPhases], wall_ms: &[f64]) -> Option<Self> {
+        let of = |f: fn(&StepPhases) -> f64| Summary::of(&phases.iter().map(f).collect::<Vec<_>>());
+        let inputs: Option<Vec<f64>> = phases.iter().map(|p| p.inputs_us).collect();
+        Some(Self {
+            steps: phases.len(),
+            inputs: inputs.and_then(|v| Summary::of(&v)),
+            forward: of(|p| p.forward_us)?,
+            results: of(|p| p.results_us)?,
+            device: of(|p| p.total_us)?,
+            wall: Summary::of(&wall_ms.iter().map(|ms| ms * 1e3).collect::<Vec<_>>())?,
+        })
+    }
 }
 
 /// Bytes a decode step reads: the weights, and K and V per attended token (each the same size).
@@ -158,10 +196,10 @@ fn drawn_at_last_first_token(
 /// may reach, where it ends: the `timed` steps are centred on `context`. Then come the step that
 /// measures the gates and, where the engine plans a step ahead of the draws in flight, the one
 /// planned ahead of the last timed step (handed out before the gates are counted), so two steps
-/// after the last timed one.
+/// after the last timed one, and before them the [`MARKED_STEPS`].
 pub fn decode_lengths(context: usize, warmup_steps: usize, timed: usize) -> (usize, usize) {
     let start_len = context - warmup_steps - timed / 2;
-    (start_len, start_len + warmup_steps + timed + 2)
+    (start_len, start_len + warmup_steps + timed + MARKED_STEPS + 2)
 }
 
 /// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps; then
@@ -232,8 +270,23 @@ pub fn run_decode(
     }
     let times = times?;
     let err = |e: model::Error| e.to_string();
+    // The marked steps are queued as the timed ones were; the last of them is collected by the
+    // settle below.
+    let mut marked_wall = Vec::new();
+    let marking = engine.executor_mut().mark_steps(true).map_err(err)?;
+    if marking {
+        for _ in 0..MARKED_STEPS {
+            marked_wall.push(step(engine, "marked")?.0);
+        }
+    }
     // The step planned ahead of the last timed one ran uncounted: counting starts after it.
     engine.settle().map_err(err)?;
+    let step_phases = if marking {
+        engine.executor_mut().mark_steps(false).map_err(err)?;
+        PhaseTimes::of(&engine.executor_mut().step_marks().map_err(err)?, &marked_wall)
+    } else {
+        None
+    };
     let step_trace = timeline(&traced);
     if step_trace.is_none() && !traced.is_empty() {
         eprintln!("decode B{batch}: the step trace's windows held no launch");
@@ -283,6 +336,7 @@ pub fn run_decode(
         gate_zero_fraction: None,
         sparse_kv_floor_ms: None,
         step_trace,
+        step_phases,
     };
     Ok((result, zero_fraction))
 }
@@ -347,6 +401,20 @@ pub fn print_decode(r: &DecodeResult, floor_ms: f64, goals: bool) {
     if let Some(t) = &r.step_trace {
         print_timeline(r.batch, t);
     }
+    if let Some(p) = &r.step_phases {
+        let inputs = p.inputs.as_ref().map_or("-".to_string(), |s| format!("{:.1}", s.median));
+        println!(
+            "step phases B{}: {} steps on the device, median us: inputs {inputs}, forward and draw {:.1}, results \
+             {:.1}, first to last event {:.1}; wall {:.1} (the device waits {:.1} between steps)",
+            r.batch,
+            p.steps,
+            p.forward.median,
+            p.results.median,
+            p.device.median,
+            p.wall.median,
+            p.wall.median - p.device.median
+        );
+    }
 }
 
 /// Reads decode_anchor.py's JSON.
@@ -368,6 +436,23 @@ pub fn best_anchor(anchor: &serde_json::Value, batch: usize) -> Option<AnchorPoi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phases_summarise_marked_steps_and_leave_inputs_out_where_a_step_ran_eagerly() {
+        let graph = |inputs: f64, forward: f64| StepPhases {
+            inputs_us: Some(inputs),
+            forward_us: forward,
+            results_us: 3.0,
+            total_us: inputs + forward + 3.0,
+        };
+        let p =
+            PhaseTimes::of(&[graph(10.0, 700.0), graph(12.0, 720.0), graph(11.0, 710.0)], &[0.75, 0.76, 0.74]).unwrap();
+        assert_eq!((p.steps, p.inputs.unwrap().median, p.forward.median, p.device.median), (3, 11.0, 710.0, 724.0));
+        assert!((p.wall.median - 750.0).abs() < 1e-9, "{:?}", p.wall);
+        let eager = StepPhases { inputs_us: None, ..graph(0.0, 800.0) };
+        assert!(PhaseTimes::of(&[graph(10.0, 700.0), eager], &[0.7, 0.8]).unwrap().inputs.is_none());
+        assert!(PhaseTimes::of(&[], &[]).is_none());
+    }
 
     #[test]
     fn the_best_anchor_variant_is_taken_per_batch() {
