@@ -27,7 +27,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
 use half::bf16;
 use ndarray::{Array2, Axis};
 use oracle::hp1::AttnMetadata;
@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 use gpu::gemm::CublasLt;
 use gpu::ops::fault::describe as describe_faults;
-use gpu::ops::{FaultKind, Sampler, SamplingRow as DeviceSamplingRow};
+use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
 use gpu::runtime::Staging;
 use gpu::Gpu;
 
@@ -43,6 +43,7 @@ use super::decode_graphs::{pad_decode_step, DecodeGraphs};
 use super::decode_kernel::DecodeKernel;
 use super::forward::{widen_rows, GpuModel, KvSize};
 use super::in_flight::{drawn_on_device, InFlightRing};
+use super::landing::Landing;
 use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::{picked_extra, Capacity, DeviceStep};
 use super::step_marks::StepMarks;
@@ -115,33 +116,6 @@ pub struct GpuExecutor {
     phases: Vec<StepPhases>,
     gpu: Arc<Gpu>,
     label: String,
-}
-
-/// The page-locked host memory the results of a step in flight are copied into, its tokens and
-/// its fault word, and the event recorded behind those copies: waiting for it waits for that
-/// step alone, not for the steps queued after it. (cudarc's own events on page-locked memory are
-/// not recorded with its event tracking off, as the runtime has it.)
-struct Landing {
-    tokens: PinnedHostSlice<u32>,
-    faults: PinnedHostSlice<u32>,
-    /// The scored rows' bf16 logits ([`LogitsWanted::ScoredRows`]), grown to the most a step has
-    /// brought: most steps score nothing, and 128 rows of Qwen3's vocabulary are 39 MB.
-    logits: Option<PinnedHostSlice<bf16>>,
-    /// How many scored rows the step holding it brings back; `None` when it wants no logits.
-    scored: Option<usize>,
-    copied: CudaEvent,
-    /// The events timing the step's phases, made at the first step marked; `marked` says
-    /// whether the step holding the landing recorded them.
-    marks: Option<StepMarks>,
-    marked: bool,
-}
-
-impl Landing {
-    fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
-        let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
-        let faults = gpu.pinned(FaultKind::WORDS)?;
-        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied, marks: None, marked: false })
-    }
 }
 
 /// The sampler and the buffers it reads and writes, apart from the model so that a graph can

@@ -12,6 +12,7 @@ pub mod decode_kernel;
 pub mod executor;
 pub mod forward;
 pub mod in_flight;
+mod landing;
 pub mod linear;
 pub mod pending_feed;
 pub mod step_buffers;

@@ -1,0 +1,39 @@
+//! Where a queued step's results land on the host: its page-locked memory and the events the
+//! executor waits on and times it by. [`super::in_flight::InFlightRing`] hands them out in turn.
+
+use cudarc::driver::{CudaEvent, PinnedHostSlice};
+use gpu::ops::FaultKind;
+use gpu::Gpu;
+use half::bf16;
+
+use super::step_marks::StepMarks;
+use crate::error::Result;
+#[cfg(doc)]
+use crate::executor::LogitsWanted;
+
+/// The page-locked host memory the results of a step in flight are copied into, its tokens and
+/// its fault word, and the event recorded behind those copies: waiting for it waits for that
+/// step alone, not for the steps queued after it. (cudarc's own events on page-locked memory are
+/// not recorded with its event tracking off, as the runtime has it.)
+pub(super) struct Landing {
+    pub(super) tokens: PinnedHostSlice<u32>,
+    pub(super) faults: PinnedHostSlice<u32>,
+    /// The scored rows' bf16 logits ([`LogitsWanted::ScoredRows`]), grown to the most a step has
+    /// brought: most steps score nothing, and 128 rows of Qwen3's vocabulary are 39 MB.
+    pub(super) logits: Option<PinnedHostSlice<bf16>>,
+    /// How many scored rows the step holding it brings back; `None` when it wants no logits.
+    pub(super) scored: Option<usize>,
+    pub(super) copied: CudaEvent,
+    /// The events timing the step's phases, made at the first step marked; `marked` says
+    /// whether the step holding the landing recorded them.
+    pub(super) marks: Option<StepMarks>,
+    pub(super) marked: bool,
+}
+
+impl Landing {
+    pub(super) fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
+        let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
+        let faults = gpu.pinned(FaultKind::WORDS)?;
+        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied, marks: None, marked: false })
+    }
+}
