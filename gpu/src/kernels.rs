@@ -20,6 +20,11 @@ pub const HP1_DECODE: Kernel = Kernel {
     ),
 };
 
+/// A step's inputs, uploaded as one block, copied to their buffers ([`crate::runtime::CopyList`]).
+pub const COPY_LIST: Kernel = Kernel {
+    name: "copy_list.cu",
+    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/copy_list.cu")),
+};
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
 pub const HP1_ROWS: Kernel = Kernel {
     name: "hp1_rows.cu",
@@ -176,6 +181,7 @@ pub const ALL: &[Kernel] = &[
     GEMM_SKINNY_WG,
     HP1_GATE_STATS,
     DECODE_MEGA,
+    COPY_LIST,
 ];
 
 /// Kernel files that check the other kernels' shared arithmetic (verify runs them; a model never

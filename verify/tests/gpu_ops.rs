@@ -2,20 +2,20 @@
 //! fresh seeded inputs, every output poisoned before the launch, every element compared (bounds
 //! in `gpu_ops/compare.rs`), odd sizes, every UClipNorm shape, shuffled and padded cache slots,
 //! and sampled tokens equal to `oracle::decode::sampler`'s; the elementwise passes' hardware
-//! bf16 rounding against its integer definition on every f32 bit pattern; and the page-locked
-//! staging of the step inputs' copies. Without a GPU every
+//! bf16 rounding against its integer definition on every f32 bit pattern; and the batch of the step
+//! inputs' copies (one upload and one launch). Without a GPU every
 //! check prints that it was skipped (`verify::gpu_harness`).
 
 #[path = "gpu_ops/compare.rs"]
 mod compare;
+#[path = "gpu_ops/copy_list.rs"]
+mod copy_list;
 #[path = "gpu_ops/elementwise.rs"]
 mod elementwise;
 #[path = "gpu_ops/qk.rs"]
 mod qk;
 #[path = "gpu_ops/sampling.rs"]
 mod sampling;
-#[path = "gpu_ops/staging.rs"]
-mod staging;
 
 fn main() {
     verify::gpu_harness::run(
@@ -40,7 +40,7 @@ fn main() {
             ),
             ("sampler_draws_the_oracles_tokens", sampling::sampler_draws_the_oracles_tokens),
             ("bad_logit_rows_are_reported_not_sampled", sampling::bad_logit_rows_are_reported_not_sampled),
-            ("staged_copies_land_whole_batch_after_batch", staging::staged_copies_land_whole_batch_after_batch),
+            ("copy_lists_land_whole_batch_after_batch", copy_list::copy_lists_land_whole_batch_after_batch),
         ],
     )
 }

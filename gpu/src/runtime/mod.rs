@@ -5,17 +5,18 @@
 //! CUDA-graph capture works), and a table of loaded modules so each `.cu` file is compiled and
 //! loaded once per process. Launch errors come back as [`Error::Launch`] with the launch shape.
 //! Work on other streams must be ordered by hand: cudarc's event tracking is off. [`graph`]
-//! captures the stream's launches into a replayable [`Graph`]; [`staging`] queues copies to the
-//! device through page-locked memory, so they never wait for it. Per-device state that others
+//! captures the stream's launches into a replayable [`Graph`]; [`copy_list`] queues a batch of
+//! copies to the device as one upload through page-locked memory and one launch, so they never
+//! wait for it. Per-device state that others
 //! define (the cuBLASLt handle and its workspace, `crate::gemm::CublasLt::shared`) is opened once
 //! per device too, in [`Gpu::shared`]'s slots, so this module names none of their types.
 
+pub mod copy_list;
 pub mod cubin;
 pub mod graph;
 pub mod kernel_cache;
 pub mod launch;
 mod nvrtc;
-pub mod staging;
 pub mod step_trace;
 
 use std::any::{Any, TypeId};
@@ -30,10 +31,10 @@ use cudarc::nvrtc::Ptx;
 
 use crate::device::{probe, DeviceInfo};
 use crate::error::{Error, Result};
+pub use copy_list::CopyList;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
-pub use staging::Staging;
 pub use step_trace::{LaunchTrace, TraceWindow};
 
 /// Device 0 with one stream and a module table.

@@ -36,7 +36,6 @@ use rayon::prelude::*;
 use gpu::gemm::CublasLt;
 use gpu::ops::fault::describe as describe_faults;
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
-use gpu::runtime::Staging;
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
@@ -96,7 +95,6 @@ pub struct GpuExecutor {
     sampler: Sampler,
     params: CudaSlice<DeviceSamplingRow>,
     /// The parameters' copies go through page-locked memory (as the step's inputs do).
-    params_staging: Staging<DeviceSamplingRow>,
     tokens: CudaSlice<u32>,
     /// The drawn tokens' copy on the host (page-locked: read in the fault word's wait).
     tokens_host: PinnedHostSlice<u32>,
@@ -196,7 +194,6 @@ impl GpuExecutor {
         let mut executor = Self {
             sampler: Sampler::new(gpu)?,
             params: gpu.upload(&vec![greedy(); rows])?,
-            params_staging: Staging::new(gpu, rows)?,
             tokens: gpu.zeros(rows)?,
             tokens_host: gpu.pinned(rows)?,
             survivors: gpu.zeros(rows)?,
@@ -258,9 +255,9 @@ impl GpuExecutor {
         (parts, &mut self.model)
     }
 
-    /// Copies each row's sampling settings to the device, then greedy settings for the padding
-    /// rows up to `rows`.
-    fn upload_params(&mut self, sampling: &[SamplingRow<'_>], rows: usize) -> Result<()> {
+    /// Adds to the model's batch of input copies each row's sampling settings, then greedy
+    /// settings for the padding rows up to `rows`.
+    fn stage_params(&mut self, sampling: &[SamplingRow<'_>], rows: usize) -> Result<()> {
         let mut params = sampling
             .iter()
             .map(|r| {
@@ -269,10 +266,7 @@ impl GpuExecutor {
             })
             .collect::<Result<Vec<_>>>()?;
         params.resize(rows.max(params.len()), greedy());
-        self.params_staging.begin()?;
-        self.params_staging.copy(&params, &mut self.params.slice_mut(..params.len()))?;
-        self.params_staging.end()?;
-        Ok(())
+        Ok(self.model.inputs().stage(&params, &mut self.params.slice_mut(..params.len()))?)
     }
 
     /// Whether pure decode steps replay their bucket's graph (when graphs were captured); off,
@@ -306,7 +300,8 @@ impl GpuExecutor {
         let uploaded = self.model.upload(&padded.step())?;
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
         self.model.feed_ids(&self.tokens, feed)?;
-        self.upload_params(sampling, shape.tokens)?;
+        self.stage_params(sampling, shape.tokens)?;
+        self.model.end_inputs()?;
         if self.marking {
             let stream = self.gpu.stream().clone();
             if let Some(marks) = self.in_flight.vacant()?.marks.as_mut() {
@@ -319,7 +314,9 @@ impl GpuExecutor {
 
     /// Enqueues the draw of `sampling[j]`'s token from row `j` of the model's last logits.
     fn sample_on_device(&mut self, sampling: &[SamplingRow<'_>]) -> Result<()> {
-        self.upload_params(sampling, sampling.len())?;
+        self.model.inputs().begin();
+        self.stage_params(sampling, sampling.len())?;
+        self.model.end_inputs()?;
         let (mut parts, model) = self.parts();
         parts.enqueue(model, sampling.len())
     }

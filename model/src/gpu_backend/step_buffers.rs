@@ -9,8 +9,9 @@
 //!
 //! Their sizes are known before anything is allocated ([`step_memory`]), so the loader refuses a
 //! step budget whose buffers cannot fit, and the KV cache is sized from the memory they leave.
-//! The inputs reach the device through page-locked staging (`gpu::runtime::staging`), so a step
-//! is queued without waiting for the one before it on the device.
+//! The inputs reach the device as one batch of copies (`gpu::runtime::copy_list`: one upload
+//! through page-locked memory and one launch), so a step is queued without waiting for the one
+//! before it on the device.
 
 use std::borrow::Cow;
 
@@ -24,7 +25,7 @@ use crate::error::{Error, Result};
 use gpu::attention::prefill_plan::FAKE_DECODE_MAX_QUERY;
 use gpu::attention::{prefill_path, Geometry, Plan, PrefillPath, StepGeometry};
 use gpu::ops::HeadShape;
-use gpu::runtime::Staging;
+use gpu::runtime::{copy_list, CopyList};
 use gpu::Gpu;
 
 /// One step's inputs as the device takes them: the tokens, their metadata and cache slots, and
@@ -99,14 +100,9 @@ impl DeviceMeta {
         })
     }
 
-    /// Writes sequences `seqs` of `meta` (their table rows, lengths, and query offsets re-based
-    /// to start at 0), through `staging`.
-    fn write(
-        &mut self,
-        staging: &mut Staging<i32>,
-        meta: &AttnMetadata,
-        seqs: std::ops::Range<usize>,
-    ) -> gpu::Result<()> {
+    /// Adds the copies of sequences `seqs` of `meta` (their table rows, lengths, and query
+    /// offsets re-based to start at 0) to `inputs`.
+    fn write(&mut self, inputs: &mut CopyList, meta: &AttnMetadata, seqs: std::ops::Range<usize>) -> gpu::Result<()> {
         // The rows' values in place where they lie contiguous (the scheduler's tables do).
         let rows = meta.block_table.slice(s![seqs.clone(), ..]);
         let table: Cow<'_, [i32]> = match rows.as_slice() {
@@ -115,9 +111,9 @@ impl DeviceMeta {
         };
         let base = meta.query_start_loc[seqs.start];
         let qsl: Vec<i32> = meta.query_start_loc[seqs.start..=seqs.end].iter().map(|&q| q - base).collect();
-        staging.copy(&table, &mut self.block_table.slice_mut(..table.len()))?;
-        staging.copy(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
-        staging.copy(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
+        inputs.stage(&table, &mut self.block_table.slice_mut(..table.len()))?;
+        inputs.stage(&meta.seq_lens[seqs.clone()], &mut self.seq_lens.slice_mut(..seqs.len()))?;
+        inputs.stage(&qsl, &mut self.query_start_loc.slice_mut(..qsl.len()))?;
         Ok(())
     }
 }
@@ -181,31 +177,18 @@ pub(crate) struct StepBuffers {
     pub mlp: CudaSlice<bf16>,
     pub picked: CudaSlice<bf16>,
     pub logits: CudaSlice<bf16>,
-    /// The inputs' copies go through page-locked memory, so that queueing a step never waits
-    /// for the step before it on the device.
-    staging: InputStaging,
+    /// The step's inputs as one batch of copies through page-locked memory (one upload and one
+    /// launch), so that queueing a step never waits for the step before it on the device; the
+    /// executor adds the pending tokens and the sampling parameters before it ends the batch.
+    pub inputs: CopyList,
 }
 
-/// Page-locked staging of a step's inputs, by element type.
-struct InputStaging {
-    /// Token ids and logit rows.
-    u32s: Staging<u32>,
-    /// Positions and both metadata sets.
-    i32s: Staging<i32>,
-    /// Slots.
-    i64s: Staging<i64>,
-}
-
-impl InputStaging {
-    fn new(gpu: &Gpu, cap: &Capacity) -> gpu::Result<Self> {
-        let t = cap.max_tokens;
-        let meta = cap.max_seqs * cap.max_blocks_per_seq + 2 * cap.max_seqs + 1;
-        Ok(Self {
-            u32s: Staging::new(gpu, 2 * t)?,
-            i32s: Staging::new(gpu, t + 2 * meta)?,
-            i64s: Staging::new(gpu, t)?,
-        })
-    }
+/// The payload bytes of the most a step's inputs take (the padding between copies included): the
+/// ids, positions, logit rows and slots, both metadata sets, and a sampling row per token.
+fn input_bytes(cap: &Capacity) -> Option<usize> {
+    let meta = cap.max_seqs.checked_mul(cap.max_blocks_per_seq)?.checked_add(2 * cap.max_seqs + 1)?;
+    let per_token = 3 * 4 + 8 + std::mem::size_of::<gpu::ops::SamplingRow>();
+    cap.max_tokens.checked_mul(per_token)?.checked_add(2 * 4 * meta)?.checked_add(8 * copy_list::MAX_ENTRIES)
 }
 
 impl StepBuffers {
@@ -240,7 +223,13 @@ impl StepBuffers {
             mlp: gpu.zeros(t * inter)?,
             picked: gpu.zeros(t * hidden)?,
             logits: gpu.zeros(t * dims.vocab_size)?,
-            staging: InputStaging::new(gpu, &cap)?,
+            inputs: CopyList::new(
+                gpu,
+                input_bytes(&cap).ok_or_else(|| gpu::Error::Unsupported {
+                    entry: "step inputs".into(),
+                    reason: format!("a capacity of {cap:?} overflows"),
+                })?,
+            )?,
         })
     }
 
@@ -260,11 +249,13 @@ impl StepBuffers {
         // Two metadata sets: the block table, seq_lens and query_start_loc (i32).
         let seqs = cap.max_seqs as u64;
         let meta = seqs.checked_mul(cap.max_blocks_per_seq as u64)?.checked_add(2 * seqs + 1)?.checked_mul(2 * 4)?;
+        // The inputs' block on the device (CopyList).
+        let meta = meta.checked_add((copy_list::PAYLOAD + input_bytes(cap)?) as u64)?;
         rows.checked_add(meta)
     }
 
-    /// Checks `step` against the capacity and uploads its ids, positions, slots, metadata and
-    /// picked rows; returns the split.
+    /// Checks `step` against the capacity and begins a batch of the inputs' copies with its ids,
+    /// positions, slots, metadata and picked rows (queued by `inputs.end()`); returns the split.
     pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<Split> {
         let (meta, picked) = (step.meta, step.picked);
         let tokens = step.token_ids.len();
@@ -283,21 +274,16 @@ impl StepBuffers {
         }
         let split = Split::of(meta)?;
         let positions = positions(meta);
-        let st = &mut self.staging;
-        st.u32s.begin()?;
-        st.i32s.begin()?;
-        st.i64s.begin()?;
-        st.u32s.copy(step.token_ids, &mut self.ids.slice_mut(..tokens))?;
-        st.i32s.copy(&positions, &mut self.positions.slice_mut(..tokens))?;
-        st.i64s.copy(step.slot_mapping, &mut self.slots.slice_mut(..tokens))?;
-        st.u32s.copy(picked, &mut self.logit_rows.slice_mut(..picked.len()))?;
-        self.meta.write(&mut st.i32s, meta, 0..seqs)?;
+        let inputs = &mut self.inputs;
+        inputs.begin();
+        inputs.stage(step.token_ids, &mut self.ids.slice_mut(..tokens))?;
+        inputs.stage(&positions, &mut self.positions.slice_mut(..tokens))?;
+        inputs.stage(step.slot_mapping, &mut self.slots.slice_mut(..tokens))?;
+        inputs.stage(picked, &mut self.logit_rows.slice_mut(..picked.len()))?;
+        self.meta.write(inputs, meta, 0..seqs)?;
         if split.decodes < seqs {
-            self.prefill_meta.write(&mut st.i32s, meta, split.decodes..seqs)?;
+            self.prefill_meta.write(inputs, meta, split.decodes..seqs)?;
         }
-        st.u32s.end()?;
-        st.i32s.end()?;
-        st.i64s.end()?;
         Ok(split)
     }
 }

@@ -425,26 +425,37 @@ impl GpuModel {
         if let Some(drawn) = drawn {
             self.feed_ids(drawn, runs)?;
         }
+        self.end_inputs()?;
         let launch = self.plan(shape)?;
         self.enqueue(&launch)
     }
 
-    /// Copies each of `runs` from `drawn` over the uploaded ids, on the stream behind the upload
-    /// and before the step's first kernel ([`super::pending_feed`]).
+    /// Adds to the inputs' batch the copy of each of `runs` from `drawn` over the uploaded ids,
+    /// after them and before the step's first kernel ([`super::pending_feed`]).
     pub fn feed_ids(&mut self, drawn: &CudaSlice<u32>, runs: &[FeedRun]) -> Result<()> {
-        let stream = self.gpu.stream();
         for r in runs {
             if r.from + r.len > drawn.len() || r.row + r.len > self.bufs.ids.len() {
                 return Err(Error::Executor(format!("a pending-token copy {r:?} outside the buffers")));
             }
             let from = drawn.slice(r.from..r.from + r.len);
-            stream.memcpy_dtod(&from, &mut self.bufs.ids.slice_mut(r.row..r.row + r.len)).map_err(gpu::Error::from)?;
+            self.bufs.inputs.gather(&from, &mut self.bufs.ids.slice_mut(r.row..r.row + r.len))?;
         }
         Ok(())
     }
 
-    /// Checks `step` against the buffers' capacity, copies its inputs and picked rows to the
-    /// device, and returns its shape.
+    /// The batch of the step's input copies that [`GpuModel::upload`] began, for the caller's
+    /// own inputs (the sampling parameters) before [`GpuModel::end_inputs`].
+    pub fn inputs(&mut self) -> &mut gpu::runtime::CopyList {
+        &mut self.bufs.inputs
+    }
+
+    /// Queues the inputs' batch: one upload and the launch that spreads it.
+    pub fn end_inputs(&mut self) -> Result<()> {
+        Ok(self.bufs.inputs.end()?)
+    }
+
+    /// Checks `step` against the buffers' capacity, begins the batch of its input copies (its
+    /// inputs and picked rows; queued by [`GpuModel::end_inputs`]), and returns its shape.
     pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<StepFacts> {
         let split = self.bufs.upload(step)?;
         let (tokens, picked) = (step.token_ids.len(), step.picked);
