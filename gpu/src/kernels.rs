@@ -25,6 +25,11 @@ pub const COPY_LIST: Kernel = Kernel {
     name: "copy_list.cu",
     source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/copy_list.cu")),
 };
+/// A step's results written into mapped host memory ([`crate::ops::StepResults`]).
+pub const STEP_RESULTS: Kernel = Kernel {
+    name: "step_results.cu",
+    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/step_results.cu")),
+};
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
 pub const HP1_ROWS: Kernel = Kernel {
     name: "hp1_rows.cu",
@@ -182,6 +187,7 @@ pub const ALL: &[Kernel] = &[
     HP1_GATE_STATS,
     DECODE_MEGA,
     COPY_LIST,
+    STEP_RESULTS,
 ];
 
 /// Kernel files that check the other kernels' shared arithmetic (verify runs them; a model never

@@ -8,14 +8,14 @@
 
 #[path = "gpu_ops/compare.rs"]
 mod compare;
-#[path = "gpu_ops/copy_list.rs"]
-mod copy_list;
 #[path = "gpu_ops/elementwise.rs"]
 mod elementwise;
 #[path = "gpu_ops/qk.rs"]
 mod qk;
 #[path = "gpu_ops/sampling.rs"]
 mod sampling;
+#[path = "gpu_ops/step_io.rs"]
+mod step_io;
 
 fn main() {
     verify::gpu_harness::run(
@@ -40,7 +40,11 @@ fn main() {
             ),
             ("sampler_draws_the_oracles_tokens", sampling::sampler_draws_the_oracles_tokens),
             ("bad_logit_rows_are_reported_not_sampled", sampling::bad_logit_rows_are_reported_not_sampled),
-            ("copy_lists_land_whole_batch_after_batch", copy_list::copy_lists_land_whole_batch_after_batch),
+            ("copy_lists_land_whole_batch_after_batch", step_io::copy_lists_land_whole_batch_after_batch),
+            (
+                "step_results_land_in_mapped_memory_and_clear_the_fault_word",
+                step_io::step_results_land_in_mapped_memory_and_clear_the_fault_word,
+            ),
         ],
     )
 }

@@ -7,7 +7,7 @@
 //! here: per [`FaultKind`], a count and one offending value (layout in `ops_common.cuh`). The
 //! engine reads it once per step with [`Faults::check_after`], in the same wait as the sampled
 //! tokens, or, for a step whose results are read after the next is queued, from the copy
-//! [`Faults::enqueue_read`] leaves.
+//! [`super::StepResults`] leaves in mapped host memory.
 
 use std::sync::Arc;
 
@@ -101,16 +101,6 @@ impl Faults {
     /// [`Error::DeviceFault`] naming every kind that fired since the last check.
     pub fn check(&mut self) -> Result<()> {
         self.check_after(|_| Ok(()))
-    }
-
-    /// Enqueues the word's copy into `host` and its clearing behind the copy, both on the stream:
-    /// for a step whose results are read later, while the steps queued after it record into a
-    /// clean word. Read `host` with [`describe`] once the copy is done: wait for an event recorded
-    /// behind it (with the runtime's event tracking off, page-locked memory records none).
-    pub fn enqueue_read(&mut self, host: &mut PinnedHostSlice<u32>) -> Result<()> {
-        self.stream.memcpy_dtoh(&self.word, host)?;
-        self.stream.memset_zeros(&mut self.word)?;
-        Ok(())
     }
 
     /// [`Faults::check`] with `enqueue`'s copies (the step's other results, into page-locked

@@ -1,6 +1,7 @@
 //! The small kernels of the GPU model, between the GEMMs and the attention: embedding gather,
 //! fused q/k norm + RoPE + KV-cache write, the Peri-LN norms with the residual add, SiLU-multiply,
-//! and token selection (argmax and the Philox Gumbel-max sampler).
+//! token selection (argmax and the Philox Gumbel-max sampler), and a step's results written into
+//! mapped host memory.
 //!
 //! Each op is a struct that loads its entry points once (`new`) and whose methods check every
 //! buffer's size, alignment and the kernel's limits on the host, then only launch on the GPU's
@@ -20,6 +21,7 @@ pub mod qk_norm_rope;
 pub mod rope_table;
 pub mod sampling;
 pub mod silu_mul;
+pub mod step_results;
 
 use cudarc::driver::LaunchConfig;
 
@@ -33,6 +35,7 @@ pub use qk_norm_rope::{HeadShape, QkNormRopeCache, QkvInputs, QkvOutputs};
 pub use rope_table::RopeTable;
 pub use sampling::{Logit, Sampler, SamplingRow};
 pub use silu_mul::SiluMul;
+pub use step_results::StepResults;
 
 /// Threads per CTA of the elementwise kernels.
 const ELEMENTWISE_THREADS: u32 = 256;

@@ -16,6 +16,7 @@ pub mod cubin;
 pub mod graph;
 pub mod kernel_cache;
 pub mod launch;
+pub mod mapped_host;
 mod nvrtc;
 pub mod step_trace;
 
@@ -35,6 +36,7 @@ pub use copy_list::CopyList;
 pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
+pub use mapped_host::MappedHost;
 pub use step_trace::{LaunchTrace, TraceWindow};
 
 /// Device 0 with one stream and a module table.

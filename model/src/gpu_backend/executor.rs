@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 use gpu::gemm::CublasLt;
 use gpu::ops::fault::describe as describe_faults;
-use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow};
+use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, StepResults};
 use gpu::Gpu;
 
 use super::decode_graphs::{pad_decode_step, DecodeGraphs};
@@ -98,6 +98,8 @@ pub struct GpuExecutor {
     tokens: CudaSlice<u32>,
     /// The drawn tokens' copy on the host (page-locked: read in the fault word's wait).
     tokens_host: PinnedHostSlice<u32>,
+    /// Writes a queued step's tokens and fault word into its landing.
+    results: StepResults,
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
@@ -196,6 +198,7 @@ impl GpuExecutor {
             params: gpu.upload(&vec![greedy(); rows])?,
             tokens: gpu.zeros(rows)?,
             tokens_host: gpu.pinned(rows)?,
+            results: StepResults::new(gpu)?,
             survivors: gpu.zeros(rows)?,
             model,
             graphs: None,
@@ -487,11 +490,8 @@ impl StepExecutor for GpuExecutor {
         let scored = (*wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
         let vocab = self.model.dims().vocab_size;
         let at = self.in_flight.vacant()?;
-        self.model.faults().enqueue_read(&mut at.faults)?;
+        self.results.enqueue(&self.tokens.slice(..rows), &mut at.tokens, self.model.faults(), &mut at.faults)?;
         let stream = self.gpu.stream();
-        if rows > 0 {
-            stream.memcpy_dtoh(&self.tokens.slice(..rows), &mut at.tokens).map_err(gpu::Error::from)?;
-        }
         if let Some(scored) = &scored {
             let len = scored.len() * vocab;
             if at.logits.as_ref().is_none_or(|l| l.len() < len) {
@@ -518,10 +518,10 @@ impl StepExecutor for GpuExecutor {
         if let Some(marks) = at.marks.as_ref().filter(|_| at.marked) {
             self.phases.push(marks.phases()?);
         }
-        if let Some(what) = describe_faults(at.faults.as_slice().map_err(gpu::Error::from)?) {
+        if let Some(what) = describe_faults(at.faults.as_slice()?) {
             return Err(gpu::Error::DeviceFault(what).into());
         }
-        let sampled = at.tokens.as_slice().map_err(gpu::Error::from)?[..rows].to_vec();
+        let sampled = at.tokens.as_slice()?[..rows].to_vec();
         let logits = match (at.scored, &at.logits) {
             (None, _) => None,
             (Some(0), _) => Some(Array2::zeros((0, vocab))),

@@ -3,6 +3,7 @@
 
 use cudarc::driver::{CudaEvent, PinnedHostSlice};
 use gpu::ops::FaultKind;
+use gpu::runtime::MappedHost;
 use gpu::Gpu;
 use half::bf16;
 
@@ -11,13 +12,14 @@ use crate::error::Result;
 #[cfg(doc)]
 use crate::executor::LogitsWanted;
 
-/// The page-locked host memory the results of a step in flight are copied into, its tokens and
-/// its fault word, and the event recorded behind those copies: waiting for it waits for that
-/// step alone, not for the steps queued after it. (cudarc's own events on page-locked memory are
-/// not recorded with its event tracking off, as the runtime has it.)
+/// The page-locked host memory the results of a step in flight land in: its tokens and its fault
+/// word (mapped, written by `gpu::ops::StepResults`), its scored logits (copied), and the event
+/// recorded behind them: waiting for it waits for that step alone, not for the steps queued
+/// after it. (cudarc's own events on page-locked memory are not recorded with its event tracking
+/// off, as the runtime has it.)
 pub(super) struct Landing {
-    pub(super) tokens: PinnedHostSlice<u32>,
-    pub(super) faults: PinnedHostSlice<u32>,
+    pub(super) tokens: MappedHost<u32>,
+    pub(super) faults: MappedHost<u32>,
     /// The scored rows' bf16 logits ([`LogitsWanted::ScoredRows`]), grown to the most a step has
     /// brought: most steps score nothing, and 128 rows of Qwen3's vocabulary are 39 MB.
     pub(super) logits: Option<PinnedHostSlice<bf16>>,
@@ -33,7 +35,8 @@ pub(super) struct Landing {
 impl Landing {
     pub(super) fn new(gpu: &Gpu, rows: usize) -> Result<Self> {
         let copied = gpu.context().new_event(None).map_err(gpu::Error::from)?;
-        let faults = gpu.pinned(FaultKind::WORDS)?;
-        Ok(Self { tokens: gpu.pinned(rows)?, faults, logits: None, scored: None, copied, marks: None, marked: false })
+        let faults = MappedHost::new(gpu, FaultKind::WORDS)?;
+        let tokens = MappedHost::new(gpu, rows)?;
+        Ok(Self { tokens, faults, logits: None, scored: None, copied, marks: None, marked: false })
     }
 }
