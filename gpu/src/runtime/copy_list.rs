@@ -27,12 +27,13 @@ use crate::runtime::{launch_error, Gpu, Launch};
 pub const MAX_ENTRIES: usize = 64;
 /// Page-locked areas used in turn.
 pub const AREAS: usize = 4;
-/// The block's header: the entry count (u32) and a pad, then the entries.
-const HEADER: usize = 8;
+/// The block's header: the entry count (u32) and padding to 16 bytes, then the entries.
+const HEADER: usize = 16;
 const ENTRY_BYTES: usize = 24;
 /// Where the payload starts in the block.
 pub const PAYLOAD: usize = HEADER + MAX_ENTRIES * ENTRY_BYTES;
 const ENTRY: &str = "copy_list";
+/// `copy_list.cu`'s COPY_LIST_THREADS.
 const THREADS: u32 = 512;
 
 fn refuse(reason: String) -> Error {
@@ -195,6 +196,13 @@ impl CopyList {
         if self.plan.is_empty() {
             return Ok(());
         }
+        self.upload()?;
+        self.spread()
+    }
+
+    /// Queues the block's copy alone, for a CUDA graph that holds [`CopyList::spread`] as its
+    /// first launch. An empty batch uploads its count of 0, so that launch then copies nothing.
+    pub fn upload(&mut self) -> Result<()> {
         let base = self.block.device_ptr(&self.stream).0;
         let bytes = self.plan.block(base);
         if bytes.len() > self.block.len() {
@@ -206,13 +214,20 @@ impl CopyList {
         area.copy_from_slice(&bytes);
         self.stream.memcpy_htod(area, &mut self.block.slice_mut(..bytes.len()))?;
         self.copied[self.area].record(&self.stream)?;
+        self.plan = CopyPlan::default();
+        Ok(())
+    }
+
+    /// Queues (or, under capture, records) the launch that copies the entries of the block last
+    /// uploaded.
+    pub fn spread(&self) -> Result<()> {
         let cfg = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut b = Launch::new(&self.stream, &self.func);
         b.arg(&self.block);
-        // SAFETY: the argument matches `copy_list` in copy_list.cu; every entry was checked on
-        // the host (lengths against their buffers, 4-byte alignment, the count).
+        // SAFETY: the argument matches `copy_list` in copy_list.cu; every entry of an uploaded
+        // block was checked on the host (lengths against their buffers, 4-byte alignment, the
+        // count), and a block never uploaded holds a count of 0.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
-        self.plan = CopyPlan::default();
         Ok(())
     }
 }
@@ -243,6 +258,19 @@ mod tests {
         assert_eq!(entry(2), (0x1004, 0x3000, 1, 1));
         assert_eq!(&b[PAYLOAD..PAYLOAD + 12], &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
         assert_eq!(&b[PAYLOAD + 16..], &7i64.to_ne_bytes());
+    }
+
+    #[test]
+    fn the_kernel_agrees_on_the_layout_and_the_launch() {
+        for (name, value) in [
+            ("COPY_LIST_HEADER", HEADER),
+            ("COPY_LIST_MAX_ENTRIES", MAX_ENTRIES),
+            ("COPY_LIST_THREADS", THREADS as usize),
+        ] {
+            let line = format!("constexpr int {name} = {value};");
+            assert!(COPY_LIST.source.contains(&line), "copy_list.cu lacks `{line}`");
+        }
+        assert!(PAYLOAD.is_multiple_of(16), "the payload starts on a 16-byte boundary");
     }
 
     #[test]

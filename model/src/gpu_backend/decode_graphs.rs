@@ -2,7 +2,8 @@
 //! the sampler recorded once per bucket at load, then replayed with one launch per step (issue 9;
 //! SPEC section 6). A step of `n` decode rows whose block tables are `w` columns wide runs the
 //! graph of the smallest bucket `(rows >= n, width >= w)`: its inputs are padded to the bucket
-//! on the host ([`pad_decode_step`]) and uploaded, then the graph replays.
+//! on the host ([`pad_decode_step`]) and uploaded as one block, then the graph replays; its
+//! first launch spreads the block into the step's buffers (`gpu::runtime::CopyList::spread`).
 //!
 //! Buckets: rows 1, 2, 4, ... up to the executor's `max_num_seqs` (itself the last bucket when it
 //! is not a power of two), and table widths of 1K, 4K, 16K, ... tokens up to the longest

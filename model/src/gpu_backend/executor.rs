@@ -304,7 +304,7 @@ impl GpuExecutor {
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
         self.model.feed_ids(&self.tokens, feed)?;
         self.stage_params(sampling, shape.tokens)?;
-        self.model.end_inputs()?;
+        self.model.upload_inputs()?;
         if self.marking {
             let stream = self.gpu.stream().clone();
             if let Some(marks) = self.in_flight.vacant()?.marks.as_mut() {

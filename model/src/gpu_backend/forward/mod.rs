@@ -454,6 +454,12 @@ impl GpuModel {
         Ok(self.bufs.inputs.end()?)
     }
 
+    /// Queues the inputs' batch's upload alone, for a graph of [`GpuModel::capture`], whose first
+    /// launch spreads it.
+    pub fn upload_inputs(&mut self) -> Result<()> {
+        Ok(self.bufs.inputs.upload()?)
+    }
+
     /// Checks `step` against the buffers' capacity, begins the batch of its input copies (its
     /// inputs and picked rows; queued by [`GpuModel::end_inputs`]), and returns its shape.
     pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<StepFacts> {
@@ -535,12 +541,14 @@ impl GpuModel {
         Ok(self.megas.len() - 1)
     }
 
-    /// Records `launch` (run on the inputs of the last [`GpuModel::upload`] at each replay), then
-    /// what `after` enqueues, into a CUDA graph. Graphs and eager steps share the step buffers and
+    /// Records the launch that spreads the inputs' block, `launch` (so each replay runs on the
+    /// inputs of the last [`GpuModel::upload_inputs`]), then what `after` enqueues, into a CUDA
+    /// graph. Graphs and eager steps share the step buffers and
     /// the split-K workspace: they run one after another on one stream, and none of it moves.
     pub fn capture(&mut self, launch: &StepLaunch, after: impl FnOnce(&mut Self) -> Result<()>) -> Result<Graph> {
         let gpu = self.gpu.clone();
         gpu.capture(|| {
+            self.bufs.inputs.spread()?;
             self.enqueue(launch)?;
             after(self)
         })
