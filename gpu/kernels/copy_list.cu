@@ -52,8 +52,9 @@ __device__ __forceinline__ void copy_phase(const CopyEntry* entries, unsigned co
   __syncthreads();
   const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (unsigned c = warp; c < first[count]; c += COPY_LIST_WARPS) {
+    // The entry whose chunks hold c (an entry of the other phase holds none).
     unsigned e = 0;
-    while (first[e + 1] <= c) ++e;  // the entry whose chunks hold c (entries of the other phase hold none)
+    while (first[e + 1] <= c) ++e;
     const unsigned* src = reinterpret_cast<const unsigned*>(entries[e].src);
     unsigned* dst = reinterpret_cast<unsigned*>(entries[e].dst);
     const unsigned base = (c - first[e]) * CHUNK_WORDS, n = words[e];

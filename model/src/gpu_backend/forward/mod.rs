@@ -32,6 +32,7 @@
 //! through `logits`.
 
 mod bindings;
+mod inputs;
 mod logits;
 
 pub use logits::widen_rows;
@@ -428,50 +429,6 @@ impl GpuModel {
         self.end_inputs()?;
         let launch = self.plan(shape)?;
         self.enqueue(&launch)
-    }
-
-    /// Adds to the inputs' batch the copy of each of `runs` from `drawn` over the uploaded ids,
-    /// after them and before the step's first kernel ([`super::pending_feed`]).
-    pub fn feed_ids(&mut self, drawn: &CudaSlice<u32>, runs: &[FeedRun]) -> Result<()> {
-        for r in runs {
-            if r.from + r.len > drawn.len() || r.row + r.len > self.bufs.ids.len() {
-                return Err(Error::Executor(format!("a pending-token copy {r:?} outside the buffers")));
-            }
-            let from = drawn.slice(r.from..r.from + r.len);
-            self.bufs.inputs.gather(&from, &mut self.bufs.ids.slice_mut(r.row..r.row + r.len))?;
-        }
-        Ok(())
-    }
-
-    /// The batch of the step's input copies that [`GpuModel::upload`] began, for the caller's
-    /// own inputs (the sampling parameters) before [`GpuModel::end_inputs`].
-    pub fn inputs(&mut self) -> &mut gpu::runtime::CopyList {
-        &mut self.bufs.inputs
-    }
-
-    /// Queues the inputs' batch: one upload and the launch that spreads it.
-    pub fn end_inputs(&mut self) -> Result<()> {
-        Ok(self.bufs.inputs.end()?)
-    }
-
-    /// Queues the inputs' batch's upload alone, for a graph of [`GpuModel::capture`], whose first
-    /// launch spreads it.
-    pub fn upload_inputs(&mut self) -> Result<()> {
-        Ok(self.bufs.inputs.upload()?)
-    }
-
-    /// Checks `step` against the buffers' capacity, begins the batch of its input copies (its
-    /// inputs and picked rows; queued by [`GpuModel::end_inputs`]), and returns its shape.
-    pub fn upload(&mut self, step: &DeviceStep<'_>) -> Result<StepFacts> {
-        let split = self.bufs.upload(step)?;
-        let (tokens, picked) = (step.token_ids.len(), step.picked);
-        Ok(StepFacts {
-            tokens,
-            split,
-            picked: picked.len(),
-            picked_all: picked.len() == tokens && picked.iter().zip(0..).all(|(&r, i)| r == i),
-            width: step.meta.block_table.ncols(),
-        })
     }
 
     /// Plans the launches of `shape`: its attention, then its program, loading every kernel and
