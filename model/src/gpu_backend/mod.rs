@@ -9,6 +9,7 @@
 
 pub mod decode_graphs;
 pub mod decode_kernel;
+mod decode_order;
 pub mod executor;
 pub mod forward;
 pub mod in_flight;
