@@ -45,7 +45,6 @@ use super::in_flight::{drawn_on_device, InFlightRing};
 use super::landing::Landing;
 use super::pending_feed::{feed_runs, FeedRun};
 use super::step_buffers::{picked_extra, Capacity, DeviceStep};
-use super::step_marks::StepMarks;
 use crate::block_pool::blocks_for;
 use crate::block_pool::KvCapacity;
 use crate::config::ModelConfig;
@@ -93,8 +92,8 @@ impl GpuOptions {
 pub struct GpuExecutor {
     model: GpuModel,
     sampler: Sampler,
+    /// The sampling parameters, copied in the step's batch of input copies.
     params: CudaSlice<DeviceSamplingRow>,
-    /// The parameters' copies go through page-locked memory (as the step's inputs do).
     tokens: CudaSlice<u32>,
     /// The drawn tokens' copy on the host (page-locked: read in the fault word's wait).
     tokens_host: PinnedHostSlice<u32>,
@@ -305,11 +304,8 @@ impl GpuExecutor {
         self.model.feed_ids(&self.tokens, feed)?;
         self.stage_params(sampling, shape.tokens)?;
         self.model.upload_inputs()?;
-        if self.marking {
-            let stream = self.gpu.stream().clone();
-            if let Some(marks) = self.in_flight.vacant()?.marks.as_mut() {
-                marks.inputs(&stream)?;
-            }
+        if let Some(marks) = self.in_flight.vacant()?.marks() {
+            marks.inputs(self.gpu.stream())?;
         }
         self.graphs.as_ref().expect("a bucket was found").replay(shape)?;
         Ok(true)
@@ -436,20 +432,10 @@ impl StepExecutor for GpuExecutor {
         // Refused before anything is enqueued: a step without a landing leaves the stream alone.
         let at = self.in_flight.vacant()?;
         let seqs = sampling_seqs(plan, sampling)?;
-        at.marked = self.marking;
-        if self.marking {
-            let marks = match at.marks.take() {
-                Some(marks) => marks,
-                None => StepMarks::new(self.gpu.context())?,
-            };
-            at.marks.insert(marks).start(self.gpu.stream())?;
-        }
+        at.start_marks(self.marking, &self.gpu)?;
         self.enqueue_draws(plan, sampling, &seqs, &[])?;
-        if self.marking {
-            let stream = self.gpu.stream().clone();
-            if let Some(marks) = &self.in_flight.vacant()?.marks {
-                marks.forward(&stream)?;
-            }
+        if let Some(marks) = self.in_flight.vacant()?.marks() {
+            marks.forward(self.gpu.stream())?;
         }
         let rows = sampling.len();
         let scored = (*wanted == LogitsWanted::ScoredRows).then(|| scored_rows(sampling));
@@ -469,7 +455,7 @@ impl StepExecutor for GpuExecutor {
         }
         at.scored = scored.map(|s| s.len());
         at.copied.record(stream).map_err(gpu::Error::from)?;
-        if let Some(marks) = at.marks.as_ref().filter(|_| at.marked) {
+        if let Some(marks) = at.marks() {
             marks.end(stream)?;
         }
         self.in_flight.push(rows)?;
@@ -480,7 +466,7 @@ impl StepExecutor for GpuExecutor {
         let vocab = self.model.dims().vocab_size;
         let (at, rows) = self.in_flight.pop().ok_or_else(|| Error::Executor("no step is in flight".into()))?;
         at.copied.synchronize().map_err(gpu::Error::from)?;
-        if let Some(marks) = at.marks.as_ref().filter(|_| at.marked) {
+        if let Some(marks) = at.marks() {
             self.phases.push(marks.phases()?);
         }
         if let Some(what) = describe_faults(at.faults.as_slice()?) {

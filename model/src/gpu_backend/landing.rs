@@ -26,10 +26,10 @@ pub(super) struct Landing {
     /// How many scored rows the step holding it brings back; `None` when it wants no logits.
     pub(super) scored: Option<usize>,
     pub(super) copied: CudaEvent,
-    /// The events timing the step's phases, made at the first step marked; `marked` says
-    /// whether the step holding the landing recorded them.
-    pub(super) marks: Option<StepMarks>,
-    pub(super) marked: bool,
+    /// The events timing the step's phases, made at the first step marked and kept for the
+    /// next; `marked` says whether the step holding the landing records them.
+    marks: Option<StepMarks>,
+    marked: bool,
 }
 
 impl Landing {
@@ -38,5 +38,24 @@ impl Landing {
         let faults = MappedHost::new(gpu, FaultKind::WORDS)?;
         let tokens = MappedHost::new(gpu, rows)?;
         Ok(Self { tokens, faults, logits: None, scored: None, copied, marks: None, marked: false })
+    }
+
+    /// Marks the step that takes the landing where `on` (its first event recorded on `gpu`'s
+    /// stream, the events made the first time), or leaves it unmarked.
+    pub(super) fn start_marks(&mut self, on: bool, gpu: &Gpu) -> Result<()> {
+        self.marked = on;
+        if !on {
+            return Ok(());
+        }
+        let marks = match self.marks.take() {
+            Some(marks) => marks,
+            None => StepMarks::new(gpu.context())?,
+        };
+        self.marks.insert(marks).start(gpu.stream())
+    }
+
+    /// The step's events where it is marked.
+    pub(super) fn marks(&self) -> Option<&StepMarks> {
+        self.marks.as_ref().filter(|_| self.marked)
     }
 }

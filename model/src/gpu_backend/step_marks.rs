@@ -9,6 +9,7 @@
 //!
 //! [`StepExecutor::mark_steps`]: crate::executor::StepExecutor::mark_steps
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
@@ -23,7 +24,7 @@ pub(super) struct StepMarks {
     /// After its inputs' copies, before its forward; recorded only where the step replays a
     /// graph (an eager step interleaves its copies with its launches).
     inputs: CudaEvent,
-    inputs_recorded: bool,
+    inputs_recorded: Cell<bool>,
     /// After its forward and draw.
     forward: CudaEvent,
     /// After its results' copies back.
@@ -33,16 +34,22 @@ pub(super) struct StepMarks {
 impl StepMarks {
     pub(super) fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
         let timed = || ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(gpu::Error::from);
-        Ok(Self { start: timed()?, inputs: timed()?, inputs_recorded: false, forward: timed()?, end: timed()? })
+        Ok(Self {
+            start: timed()?,
+            inputs: timed()?,
+            inputs_recorded: Cell::new(false),
+            forward: timed()?,
+            end: timed()?,
+        })
     }
 
-    pub(super) fn start(&mut self, stream: &CudaStream) -> Result<()> {
-        self.inputs_recorded = false;
+    pub(super) fn start(&self, stream: &CudaStream) -> Result<()> {
+        self.inputs_recorded.set(false);
         Ok(self.start.record(stream).map_err(gpu::Error::from)?)
     }
 
-    pub(super) fn inputs(&mut self, stream: &CudaStream) -> Result<()> {
-        self.inputs_recorded = true;
+    pub(super) fn inputs(&self, stream: &CudaStream) -> Result<()> {
+        self.inputs_recorded.set(true);
         Ok(self.inputs.record(stream).map_err(gpu::Error::from)?)
     }
 
@@ -59,7 +66,7 @@ impl StepMarks {
         let us = |a: &CudaEvent, b: &CudaEvent| -> Result<f64> {
             Ok(f64::from(a.elapsed_ms(b).map_err(gpu::Error::from)?) * 1e3)
         };
-        let (inputs_us, forward_us) = if self.inputs_recorded {
+        let (inputs_us, forward_us) = if self.inputs_recorded.get() {
             (Some(us(&self.start, &self.inputs)?), us(&self.inputs, &self.forward)?)
         } else {
             (None, us(&self.start, &self.forward)?)
