@@ -16,12 +16,8 @@ pub struct MappedHost<T> {
 impl<T: DeviceRepr + ValidAsZeroBits> MappedHost<T> {
     /// `n` zeroed values (at least 1), mapped.
     pub fn new(gpu: &Gpu, n: usize) -> Result<Self> {
-        let n = n.max(1);
-        // SAFETY: every value is zeroed below before anything reads it (T is valid as zero bits).
-        let mut host = unsafe { gpu.context().alloc_pinned_with_flags::<T>(n, sys::CU_MEMHOSTALLOC_DEVICEMAP) }?;
+        let mut host = gpu.pinned_with_flags::<T>(n, sys::CU_MEMHOSTALLOC_DEVICEMAP)?;
         let ptr = host.as_mut_ptr()?;
-        // SAFETY: `ptr` holds `n` values; zero bytes are a valid T.
-        unsafe { std::ptr::write_bytes(ptr, 0, n) };
         let mut device: sys::CUdeviceptr = 0;
         // SAFETY: `ptr` is the start of a live page-locked allocation made with DEVICEMAP.
         unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, ptr.cast(), 0) }.result()?;

@@ -7,9 +7,9 @@
 //! Work on other streams must be ordered by hand: cudarc's event tracking is off. [`graph`]
 //! captures the stream's launches into a replayable [`Graph`]; [`copy_list`] queues a batch of
 //! copies to the device as one upload through page-locked memory and one launch, so they never
-//! wait for it. Per-device state that others
-//! define (the cuBLASLt handle and its workspace, `crate::gemm::CublasLt::shared`) is opened once
-//! per device too, in [`Gpu::shared`]'s slots, so this module names none of their types.
+//! wait for it. Per-device state that others define (the cuBLASLt handle and its workspace,
+//! `crate::gemm::CublasLt::shared`) is opened once per device too, in [`Gpu::shared`]'s slots, so
+//! this module names none of their types.
 
 pub mod copy_list;
 pub mod cubin;
@@ -190,10 +190,19 @@ impl Gpu {
     /// `n` (at least 1) zeroed values of page-locked host memory (cached: the host reads it
     /// back), the destination of a copy from the device that is enqueued, not waited for.
     pub fn pinned<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<PinnedHostSlice<T>> {
-        // SAFETY: flags 0 asks for plain page-locked memory; every value is zeroed below before
-        // anything reads it (T is valid as zero bits).
+        self.pinned_with_flags(n, 0)
+    }
+
+    /// [`Gpu::pinned`] allocated with `flags` (`cuMemHostAlloc`'s, e.g. mapped into the device's
+    /// address space: [`MappedHost`]).
+    pub(crate) fn pinned_with_flags<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+        flags: u32,
+    ) -> Result<PinnedHostSlice<T>> {
+        // SAFETY: every value is zeroed below before anything reads it (T is valid as zero bits).
         let n = n.max(1);
-        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<T>(n, 0) }?;
+        let mut host = unsafe { self.ctx.alloc_pinned_with_flags::<T>(n, flags) }?;
         // SAFETY: zero bytes are a valid T.
         unsafe { std::ptr::write_bytes(host.as_mut_ptr()?, 0, n) };
         Ok(host)
