@@ -111,9 +111,15 @@ impl CopyPlan {
         &self.entries
     }
 
-    /// The block's bytes with its sources resolved against `block`, its device address.
-    pub fn block(&self, block: u64) -> Vec<u8> {
-        let mut out = vec![0u8; PAYLOAD + self.payload.len()];
+    /// The block's length in bytes.
+    pub fn len(&self) -> usize {
+        PAYLOAD + self.payload.len()
+    }
+
+    /// Writes the block into `out` ([`CopyPlan::len`] bytes) with its sources resolved against
+    /// `block`, its device address. Entry slots past the count are left as they were: the kernel
+    /// reads only the count's.
+    pub fn write(&self, block: u64, out: &mut [u8]) {
         out[..4].copy_from_slice(&(self.entries.len() as u32).to_ne_bytes());
         for (i, e) in self.entries.iter().enumerate() {
             let src = if e.src_in_block { block + e.src } else { e.src };
@@ -124,7 +130,12 @@ impl CopyPlan {
             out[at + 20..at + 24].copy_from_slice(&e.phase.to_ne_bytes());
         }
         out[PAYLOAD..].copy_from_slice(&self.payload);
-        out
+    }
+
+    /// Forgets every copy, keeping the memory for the next batch.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.payload.clear();
     }
 
     /// Whether the batch holds no copy.
@@ -170,7 +181,7 @@ impl CopyList {
 
     /// Starts a batch (forgetting one begun and not ended).
     pub fn begin(&mut self) {
-        self.plan = CopyPlan::default();
+        self.plan.clear();
     }
 
     /// Adds the copy of `src` into `dst`.
@@ -204,17 +215,17 @@ impl CopyList {
     /// first launch. An empty batch uploads its count of 0, so that launch then copies nothing.
     pub fn upload(&mut self) -> Result<()> {
         let base = self.block.device_ptr(&self.stream).0;
-        let bytes = self.plan.block(base);
-        if bytes.len() > self.block.len() {
-            return Err(refuse(format!("a batch of {} bytes in a block of {}", bytes.len(), self.block.len())));
+        let len = self.plan.len();
+        if len > self.block.len() {
+            return Err(refuse(format!("a batch of {len} bytes in a block of {}", self.block.len())));
         }
         self.area = (self.area + 1) % AREAS;
         self.copied[self.area].synchronize()?;
-        let area = &mut self.areas[self.area].as_mut_slice()?[..bytes.len()];
-        area.copy_from_slice(&bytes);
-        self.stream.memcpy_htod(area, &mut self.block.slice_mut(..bytes.len()))?;
+        let area = &mut self.areas[self.area].as_mut_slice()?[..len];
+        self.plan.write(base, area);
+        self.stream.memcpy_htod(area, &mut self.block.slice_mut(..len))?;
         self.copied[self.area].record(&self.stream)?;
-        self.plan = CopyPlan::default();
+        self.plan.clear();
         Ok(())
     }
 
@@ -244,7 +255,8 @@ mod tests {
         p.gather::<u32>(0x3000, 0x1004, 1).unwrap();
         p.stage::<u32>(&[], 0x4000, 0).unwrap();
         assert_eq!(p.entries().len(), 3, "an empty source adds nothing");
-        let b = p.block(0x10_0000);
+        let mut b = vec![0u8; p.len()];
+        p.write(0x10_0000, &mut b);
         assert_eq!(u32::from_ne_bytes(b[..4].try_into().unwrap()), 3);
         let entry = |i: usize| {
             let at = HEADER + i * ENTRY_BYTES;
@@ -258,6 +270,8 @@ mod tests {
         assert_eq!(entry(2), (0x1004, 0x3000, 1, 1));
         assert_eq!(&b[PAYLOAD..PAYLOAD + 12], &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
         assert_eq!(&b[PAYLOAD + 16..], &7i64.to_ne_bytes());
+        p.clear();
+        assert!(p.is_empty() && p.len() == PAYLOAD, "a cleared batch holds nothing");
     }
 
     #[test]
