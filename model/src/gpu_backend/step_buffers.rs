@@ -250,8 +250,8 @@ impl StepBuffers {
         let seqs = cap.max_seqs as u64;
         let meta = seqs.checked_mul(cap.max_blocks_per_seq as u64)?.checked_add(2 * seqs + 1)?.checked_mul(2 * 4)?;
         // The inputs' block on the device (CopyList).
-        let meta = meta.checked_add((copy_list::PAYLOAD + input_bytes(cap)?) as u64)?;
-        rows.checked_add(meta)
+        let block = (copy_list::PAYLOAD as u64).checked_add(input_bytes(cap)? as u64)?;
+        rows.checked_add(meta)?.checked_add(block)
     }
 
     /// Checks `step` against the capacity and begins a batch of the inputs' copies with its ids,
