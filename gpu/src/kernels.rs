@@ -164,6 +164,10 @@ pub const GEMM_WGMMA: Kernel = with_gemm_epilogue!("gemm_wgmma.cu", "wgmma.cuh",
 /// for decode batches past 32 rows; see `gemm_skinny_wg.cu`'s header.
 pub const GEMM_SKINNY_WG: Kernel = with_gemm_epilogue!("gemm_skinny_wg.cu", "wgmma.cuh");
 
+/// The skinny GEMM's wide form (sm_90a; [`crate::gemm`]): the skinny kernel's sums on wgmma for
+/// decode batches of 65 to 128 rows, W read once by the TMA; see `gemm_skinny_wide.cu`'s header.
+pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", "wgmma.cuh", "tma.cuh");
+
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
@@ -184,6 +188,7 @@ pub const ALL: &[Kernel] = &[
     GEMM_SKINNY,
     GEMM_WGMMA,
     GEMM_SKINNY_WG,
+    GEMM_SKINNY_WIDE,
     HP1_GATE_STATS,
     DECODE_MEGA,
     COPY_LIST,
@@ -200,7 +205,7 @@ pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
         (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
-            || ((*k == GEMM_WGMMA || *k == GEMM_SKINNY_WG) && !crate::gemm::wgmma_runs_on(cc))
+            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE].contains(k) && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
     ALL.iter().filter(|k| !skipped(k)).copied().collect()
@@ -214,8 +219,8 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 3);
-        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG] {
+        assert_eq!(ampere.len(), ALL.len() - 4);
+        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE] {
             assert!(!ampere.contains(&wgmma), "{}", wgmma.name);
         }
         assert!(ampere.contains(&HP1_PREFILL_MMA));

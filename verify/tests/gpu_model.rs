@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use gpu::gemm::layout;
 use gpu::ops::HeadShape;
 use gpu::Gpu;
 use half::bf16;
@@ -17,8 +18,8 @@ use model::gpu_backend::decode_kernel::DecodeKernel;
 use model::gpu_backend::forward::{GpuModel, KvSize};
 use model::gpu_backend::linear::DecodeCublas;
 use model::gpu_backend::step_buffers::{Capacity, DeviceStep};
-use model::gpu_backend::step_program::{AttnPart, Fusion, Op};
-use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, DeviceWeights};
+use model::gpu_backend::step_program::{AttnPart, Fusion, Op, Weight};
+use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, ClassSteps, DeviceWeights};
 use model::presets::Preset;
 use model::start_times::StartTimes;
 use ndarray::Array2;
@@ -38,6 +39,7 @@ fn main() {
             ("the_forward_agrees_with_the_oracles_bf16_mode", the_forward_agrees_with_the_oracles_bf16_mode),
             ("a_random_asynct_0_5b_agrees_with_the_oracles_bf16_mode", half_billion_agrees_with_the_oracles_bf16_mode),
             ("a_decode_row_has_the_same_bits_alone_beside_a_chunk_and_twice", decode_row_bits),
+            ("an_asynct_0_5b_decode_row_has_the_same_bits_alone_and_beside_89_others", wide_decode_row_bits),
             ("the_engine_on_the_gpu_draws_the_oracles_tokens_every_time", engine_on_the_gpu),
         ],
     )
@@ -62,10 +64,13 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
         let host = load_weights::<bf16>(&dir, &cfg, &mut |_, _| {}).map_err(|e| msg(&e))?;
         std::fs::remove_dir_all(&dir).map_err(|e| msg(&e))?;
         let mut layers_done = Vec::new();
+        // Every weight's class-step copy beside it where the head is untied, none where tied.
+        let steps = ClassSteps([!tied; 4]);
         let dev = DeviceWeights::upload(
             gpu,
             &host,
             &dims,
+            steps,
             &mut |done, total| layers_done.push((done, total)),
             &mut StartTimes::silent(),
         )
@@ -87,6 +92,21 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
             same(&format!("layer {i} o"), &d.o, one(&h.attn.o_proj))?;
             same(&format!("layer {i} gate_up"), &d.gate_up, gate_up_rows(&h.gate_proj, &h.up_proj))?;
             same(&format!("layer {i} down"), &d.down, one(&h.down_proj))?;
+            let stored = [
+                (qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads), dims.hidden_size),
+                (one(&h.attn.o_proj), heads.q_width()),
+                (gate_up_rows(&h.gate_proj, &h.up_proj), dims.hidden_size),
+                (one(&h.down_proj), dims.intermediate_size),
+            ];
+            for (weight, (rows, k)) in Weight::ALL.into_iter().zip(stored) {
+                match (d.class_steps(weight), tied) {
+                    (Ok(copy), false) => {
+                        same(&format!("layer {i} {weight:?} in class steps"), copy, layout::to_class_steps(&rows, k))?
+                    }
+                    (Err(_), true) => {}
+                    (got, _) => return Err(format!("layer {i} {weight:?}: class-step copy {:?}", got.is_ok())),
+                }
+            }
             let sigma = gpu.download(&d.sigma).map_err(|e| msg(&e))?;
             if sigma != h.attn.hp1_sigma.iter().map(|x| x.to_f32()).collect::<Vec<_>>() {
                 return Err(format!("layer {i} sigma differs"));
@@ -110,6 +130,15 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
             * (host.embed_tokens.len()
                 + host.lm_head.as_ref().map_or(0, |h| h.len())
                 + host.layers.iter().map(matrices).sum::<usize>());
+        // The copies count as the weights they copy.
+        let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
+        let nk = |w: Weight| match w {
+            Weight::Qkv => (heads.qkv_width(), hidden),
+            Weight::O => (hidden, heads.q_width()),
+            Weight::GateUp => (2 * inter, hidden),
+            Weight::Down => (hidden, inter),
+        };
+        let want = if tied { want } else { want + steps.bytes(nk, dims.num_layers) };
         if dev.bytes != want {
             return Err(format!("{} weight bytes counted, {want} uploaded", dev.bytes));
         }
@@ -440,6 +469,47 @@ fn decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
     if beside.iter().zip(&again).any(|(a, b)| a.iter().zip(b).any(|(x, y)| x.to_bits() != y.to_bits())) {
         return Err("two runs of the same steps differ".into());
     }
+    Ok(())
+}
+
+/// asynct-0.5b (random weights): a decode row's logits alone and as the first of 90 decode rows,
+/// each model fresh, every sequence's two-token prompt prefilled first (alone, then all 90 in one
+/// step). Past 64 decode rows gate/up runs the skinny kernel's wide form where the device runs
+/// wgmma (from its class-step copy of the weight), alone the one-row form: the same bits.
+fn wide_decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
+    const ROWS: usize = 90;
+    let (cfg, _, host) = preset_model(Preset::HalfBillion, 43)?;
+    let seqs = sequences(&[3; ROWS], cfg.dims().vocab_size, 11);
+    let run = |steps: &[Step]| -> Result<Array2<f32>, String> {
+        let cap = Capacity { max_tokens: 256, max_seqs: 128, max_blocks_per_seq: 4 };
+        let mut model = GpuModel::new(
+            gpu,
+            cfg.dims(),
+            &host,
+            KvSize::Blocks(BLOCKS),
+            BLOCK,
+            cap,
+            &mut |_, _| {},
+            &mut StartTimes::silent(),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut last = Array2::zeros((0, 0));
+        for step in steps {
+            let (ids, meta, slots) = step_input(&seqs, step);
+            let picked: Vec<u32> = (0..ids.len() as u32).collect();
+            let step = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+            last = model.forward(&step).map_err(|e| e.to_string())?;
+        }
+        Ok(last)
+    };
+    let alone = run(&[vec![(0, 0, 2)], vec![(0, 2, 1)]])?;
+    let beside = run(&[(0..ROWS).map(|s| (s, 0, 2)).collect(), (0..ROWS).map(|s| (s, 2, 1)).collect()])?;
+    let bits = |a: ndarray::ArrayView1<'_, f32>| a.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if beside.nrows() != ROWS || bits(alone.row(0)) != bits(beside.row(0)) {
+        return Err(format!("the decode row's logits differ alone and beside {} others", ROWS - 1));
+    }
+    let wide = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
+    println!("  row 0 of {ROWS} decode rows: the row alone's bits (gate/up's wide form: {wide})");
     Ok(())
 }
 

@@ -18,6 +18,14 @@
 //!   channels `0..D/2` and B `D/2..D`, so channel `j` and its RoPE partner `j + D/2` are rows 8
 //!   apart; v heads keep their rows ([`qkv_source`]). `D` is a multiple of 16, so no 16-row tile
 //!   straddles two heads.
+//!
+//! **Class steps** (a column order, not a row order): the skinny kernel's wide form
+//! (`gemm_skinny_wide.cu`) reads W as the wgmma's shared-memory B operand, copied by the TMA as
+//! it is stored, while x, its register A operand, is loaded as every skinny form loads it. Each
+//! instruction's slot `j` must hold the same `k` in both, so within each step of
+//! [`CLASS_STEP`] columns a weight read by that form has its columns reordered
+//! ([`class_step_source`], [`to_class_steps`]): a copy of the weight beside the one the other
+//! forms read.
 
 use crate::ops::HeadShape;
 
@@ -52,6 +60,28 @@ pub fn qkv_source(row: usize, heads: HeadShape) -> usize {
     } else {
         row - row % d + interleaved_source(row % d, d)
     }
+}
+
+/// Columns of one step of the skinny kernel's sums (its `STEP_K`): the class-step order permutes
+/// columns within each such step.
+pub const CLASS_STEP: usize = 32;
+
+/// The column of W (within its step of [`CLASS_STEP`]) that column `col` of the class-step layout
+/// holds. Position `16 i + j` is slot `j` of the step's instruction `i` (0: the even 4-element
+/// quads, 1: the odd ones), and slot `j` of the m16n8k16 A fragment that lane `t` fills from its
+/// 16 bytes at `8 t` is `2 t, 2 t + 1` for `k = 8 t, 8 t + 1` and `2 t + 8, 2 t + 9` for
+/// `8 t + 2, 8 t + 3` (plus 4 in the odd instruction).
+pub fn class_step_source(col: usize) -> usize {
+    let (step, p) = (col - col % CLASS_STEP, col % CLASS_STEP);
+    let (instruction, slot) = (p / 16, p % 16);
+    step + 8 * (slot % 8 / 2) + slot % 2 + 2 * (slot / 8) + 4 * instruction
+}
+
+/// `w` (row-major, `k` columns, `k` a multiple of [`CLASS_STEP`]) with each row's columns in the
+/// class-step order.
+pub fn to_class_steps<T: Copy>(w: &[T], k: usize) -> Vec<T> {
+    assert!(k.is_multiple_of(CLASS_STEP) && w.len().is_multiple_of(k), "{} elements in rows of {k}", w.len());
+    w.chunks_exact(k).flat_map(|row| (0..k).map(|c| row[class_step_source(c)])).collect()
 }
 
 /// `rows` (row-major, each `k` elements) reordered so that row `r` of the result is row
@@ -108,6 +138,28 @@ mod tests {
             (16..32).map(|r| qkv_source(d + r, heads) - d).collect::<Vec<_>>(),
             [8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31]
         );
+    }
+
+    #[test]
+    fn class_steps_put_each_instructions_quads_in_its_slots() {
+        let order: Vec<usize> = (0..32).map(class_step_source).collect();
+        let even = [0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19, 26, 27];
+        assert_eq!(order[..16], even);
+        assert_eq!(order[16..], even.map(|k| k + 4));
+        // Lane t's 16 bytes at 8 t: slots 2t, 2t + 1 hold k 8t, 8t + 1 and slots 2t + 8, 2t + 9
+        // hold 8t + 2, 8t + 3 (the odd instruction's, 8t + 4 ..).
+        for t in 0..4 {
+            for (slot, k) in [(2 * t, 8 * t), (2 * t + 1, 8 * t + 1), (2 * t + 8, 8 * t + 2), (2 * t + 9, 8 * t + 3)] {
+                assert_eq!((order[slot], order[16 + slot]), (k, k + 4));
+            }
+        }
+        assert_eq!(class_step_source(64 + 9), 64 + 3, "each step its own columns");
+        let w: Vec<usize> = (0..128).collect();
+        let permuted = to_class_steps(&w, 64);
+        assert_eq!(permuted[64..], (0..64).map(|c| 64 + class_step_source(c)).collect::<Vec<_>>()[..]);
+        let mut sorted = permuted.clone();
+        sorted.sort();
+        assert_eq!(sorted, w, "a permutation");
     }
 
     #[test]

@@ -17,7 +17,9 @@
 //!   several W blocks per CTA, with the same bits; [`GemmPlan::decode_rows`] picks it where each
 //!   CTA gets three blocks or more. Its warpgroup form (`gemm_skinny_wg.cu`, sm_90a,
 //!   [`GemmPlan::skinny_wgmma`]) computes the same sums, bit for bit, on wgmma, one CTA a 64 x 64
-//!   tile; decode rows take it at 33 to 64 rows on wide weights (gate/up).
+//!   tile; decode rows take it at 33 to 64 rows on wide weights (gate/up). Its wide form
+//!   (`gemm_skinny_wide.cu`, [`GemmPlan::skinny_wide`]) reads W once for 128 rows of x through
+//!   the TMA, W stored in the class-step layout ([`layout::to_class_steps`]), for 65 to 128 rows.
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
@@ -64,6 +66,7 @@ pub mod plan;
 pub mod skinny;
 pub mod staged;
 mod wgmma;
+mod wide;
 
 use std::sync::Arc;
 
@@ -73,10 +76,10 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
-    WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
-    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_THREE_CTAS, SKINNY_WG_MIN_FILL, WGMMA_BK,
-    WGMMA_TILE,
+    rows_fit, shared_x_bytes, wgmma_runs_on, wide_serves, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm,
+    SkinnyTile, WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS,
+    SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_THREE_CTAS,
+    SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
 };
 pub use staged::{load_batches, FoldLayout, FoldedX, FOLD_CHUNKS};
 
@@ -86,6 +89,7 @@ use crate::runtime::{check_aligned, Gpu};
 use cublaslt::LtMatmul;
 use skinny::SkinnyGemm;
 use wgmma::WgmmaGemm;
+use wide::WideGemm;
 
 /// A plan's GEMM, loaded: the skinny or WGMMA kernel's entry point, or cuBLASLt's algorithm.
 pub struct Gemm {
@@ -96,6 +100,7 @@ pub struct Gemm {
 
 enum Exec {
     Skinny(SkinnyGemm),
+    Wide(WideGemm),
     Wgmma(WgmmaGemm),
     CublasLt(LtMatmul),
 }
@@ -106,6 +111,9 @@ impl Gemm {
     pub fn new(gpu: &Gpu, plan: GemmPlan) -> Result<Self> {
         plan.shape.validate()?;
         let exec = match &plan.path {
+            GemmPath::Skinny(tile) if tile.form == SkinnyForm::Wide => {
+                Exec::Wide(WideGemm::new(gpu, plan.shape, tile)?)
+            }
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
             GemmPath::Wgmma(tile) => Exec::Wgmma(WgmmaGemm::new(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m, pin } => {
@@ -123,7 +131,7 @@ impl Gemm {
     /// cuBLASLt's pinned algorithm, for a cuBLASLt plan.
     pub fn algorithm(&self) -> Option<LtAlgo> {
         match &self.exec {
-            Exec::Skinny(_) | Exec::Wgmma(_) => None,
+            Exec::Skinny(_) | Exec::Wide(_) | Exec::Wgmma(_) => None,
             Exec::CublasLt(lt) => Some(lt.algo()),
         }
     }
@@ -142,6 +150,7 @@ impl Gemm {
         self.check(x, w, &epilogue)?;
         match &self.exec {
             Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
+            Exec::Wide(k) => k.launch(&self.stream, x, w, &mut epilogue),
             Exec::Wgmma(k) => k.launch(&self.stream, x, w, &mut epilogue),
             Exec::CublasLt(lt) => match epilogue {
                 Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
@@ -179,8 +188,8 @@ impl Gemm {
             Exec::Skinny(k) => {
                 MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
             }
-            Exec::Wgmma(_) | Exec::CublasLt(_) => {
-                Err(unsupported(&self.plan.name(), "only a skinny GEMM runs in the megakernel".into()))
+            Exec::Wide(_) | Exec::Wgmma(_) | Exec::CublasLt(_) => {
+                Err(unsupported(&self.plan.name(), "only a skinny GEMM's own CTAs run in the megakernel".into()))
             }
         }
     }
@@ -241,7 +250,7 @@ fn mismatch(entry: &str, plan: &GemmPlan, epilogue: &Epilogue<'_>) -> crate::Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::GEMM_SKINNY;
+    use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WIDE};
     use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
@@ -298,6 +307,12 @@ mod tests {
                 let plan = GemmPlan::skinny_staged(GemmShape { m: 5, n: 256, k: 64 }, rows, kind).unwrap();
                 assert!(names.contains(&entry(&plan)), "{} missing", entry(&plan));
             }
+        }
+        // The wide form, every epilogue, in its own file.
+        let wide = functions(&compile(&GEMM_SKINNY_WIDE, "sm_90a").unwrap_or_else(|e| panic!("{e}"))).unwrap();
+        for kind in EpilogueKind::ALL {
+            let plan = GemmPlan::skinny_wide(GemmShape { m: 100, n: 128, k: 512 }, kind).unwrap();
+            assert!(wide.contains(&entry(&plan)), "{} missing", entry(&plan));
         }
     }
 }

@@ -318,13 +318,13 @@ fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_ha
             assert_eq!(p.name(), format!("skinny-wg-m64-r64{}", kind.suffix().replace('_', "-")));
         }
         assert_eq!(skinny(&plan(64, 64 * 66, 1024, kind)).form, SkinnyForm::Warpgroup);
-        // Up to 32 rows, past 64, on small N (qkv, o, down: 16 to 32 blocks), or without wgmma:
-        // as without wgmma.
+        // Up to 32 rows, on small N (qkv, o, down: 16 to 32 blocks), or without wgmma: as without
+        // wgmma.
         for (m, n, k) in [
             (1, 6144, 1024),
             (32, 6144, 1024),
-            (65, 6144, 1024),
-            (128, 6144, 1024),
+            (128, 2048, 1024),
+            (128, 1024, 3072),
             (64, 2048, 1024),
             (64, 1024, 3072),
             (64, 64 * 65, 1024),
@@ -334,6 +334,39 @@ fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_ha
             assert_eq!(with, GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, false).unwrap());
         }
     }
+}
+
+#[test]
+fn decode_rows_take_the_wide_form_past_64_rows_where_its_blocks_fill_half_the_sms() {
+    let plan = |m, n, k, kind| GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, true).unwrap();
+    for kind in EpilogueKind::ALL {
+        for (m, slabs) in [(65, 1), (128, 1), (129, 2), (300, 3)] {
+            let p = plan(m, 6144, 1024, kind);
+            let t = skinny(&p);
+            assert_eq!((t.form, t.slabs, t.grid), (SkinnyForm::Wide, slabs, 96 * slabs as u32), "{m} {kind:?}");
+            assert_eq!(t.entry, format!("gemm_skinny_wide{}", kind.suffix()));
+            assert!(p.reads_class_steps());
+            assert_eq!(p.name(), format!("skinny-wide-m128-r64{}", kind.suffix().replace('_', "-")));
+            let without = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind, false).unwrap();
+            assert!(!without.reads_class_steps(), "{m} {kind:?} without wgmma");
+        }
+        // qkv, o and down (32 and 16 blocks of 64 rows), a K the form does not take, 64 rows.
+        for (m, n, k) in [(128, 2048, 1024), (128, 1024, 1024), (128, 1024, 3072), (128, 6144, 768), (64, 6144, 1024)] {
+            assert!(!plan(m, n, k, kind).reads_class_steps(), "{m} {n} {k} {kind:?}");
+        }
+    }
+    assert!(wide_serves(6144, 1024, H200_SMS) && wide_serves(66 * 64, 3072, H200_SMS));
+    assert!(!wide_serves(65 * 64, 1024, H200_SMS) && !wide_serves(6144, 1280, H200_SMS) && !wide_serves(6152, 1024, 8));
+}
+
+#[test]
+fn the_wide_form_refuses_what_its_kernel_does_not_take() {
+    let refused = |n, k| GemmPlan::skinny_wide(shape(100, n, k), EpilogueKind::Store).unwrap_err().to_string();
+    assert!(refused(6144, 768).contains("multiple of 512"), "{}", refused(6144, 768));
+    assert!(refused(6150, 1024).contains("multiple of 16"), "{}", refused(6150, 1024));
+    let plan = GemmPlan::skinny_wide(shape(100, 6144, 1024), EpilogueKind::Store).unwrap();
+    assert_eq!(skinny(&plan).shared_bytes as usize, SKINNY_WIDE_BYTES);
+    assert!(!GemmPlan::skinny_wgmma(shape(64, 6144, 1024), EpilogueKind::Store).unwrap().reads_class_steps());
 }
 
 #[test]

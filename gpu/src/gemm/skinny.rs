@@ -10,7 +10,7 @@ use half::bf16;
 use super::epilogue::Epilogue;
 use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS};
 use super::staged::{self, FoldLayout, FoldedX};
-use crate::error::Result;
+use crate::error::{unsupported, Result};
 use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
 use crate::runtime::{launch_error, Gpu, Launch};
 
@@ -42,6 +42,9 @@ impl SkinnyGemm {
             | SkinnyForm::Staged
             | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
+            SkinnyForm::Wide => {
+                return Err(unsupported(&tile.entry, "the wide form reads tensor maps: gemm::wide launches it".into()))
+            }
         };
         let func = gpu.function(kernel, &tile.entry)?;
         if tile.shared_bytes > 0 {

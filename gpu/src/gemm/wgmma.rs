@@ -1,5 +1,6 @@
 //! Launching `gemm_wgmma.cu`: the plan's entry point, loaded once, the tensor maps of x and W
-//! encoded at each launch (they carry the buffers' addresses), and the grid from the plan.
+//! encoded at each launch (they carry the buffers' addresses), and the grid from the plan; and
+//! the tensor maps of every TMA-fed GEMM.
 
 use std::sync::Arc;
 
@@ -52,8 +53,8 @@ impl WgmmaGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let s = self.shape;
-        let mx = self.tensor_map(stream, x, s.m)?;
-        let mw = self.tensor_map(stream, w, s.n)?;
+        let mx = tensor_map(stream, &self.entry, x, s.m, s.k, WGMMA_TILE)?;
+        let mw = tensor_map(stream, &self.entry, w, s.n, s.k, WGMMA_TILE)?;
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let (m, n, k) = (int(s.m), int(s.n), int(s.k));
@@ -67,43 +68,48 @@ impl WgmmaGemm {
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
     }
+}
 
-    /// The tensor map of a row-major `[rows, K]` bf16 matrix at `buf`: boxes of 64 columns (128
-    /// bytes, the swizzle's span) by 128 rows, 128-byte swizzle, zeros past the edges.
-    fn tensor_map(&self, stream: &CudaStream, buf: &CudaView<'_, bf16>, rows: usize) -> Result<sys::CUtensorMap> {
-        let (ptr, _record) = buf.device_ptr(stream);
-        let k = self.shape.k as u64;
-        let dims = [k, rows as u64];
-        let strides = [k * 2];
-        let boxes = [WGMMA_BK as u32, WGMMA_TILE as u32];
-        let element_strides = [1u32, 1];
-        // SAFETY: zero is a valid bit pattern of the opaque map, which the call overwrites.
-        let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
-        // SAFETY: every array outlives the call and has the rank's two entries (one stride: the
-        // innermost dimension's is the element size); `ptr` is a live device allocation of
-        // rows x K elements, 16-byte aligned as the encoder requires.
-        let result = unsafe {
-            sys::cuTensorMapEncodeTiled(
-                &mut map,
-                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                2,
-                ptr as *mut std::ffi::c_void,
-                dims.as_ptr(),
-                strides.as_ptr(),
-                boxes.as_ptr(),
-                element_strides.as_ptr(),
-                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-        };
-        if result != sys::CUresult::CUDA_SUCCESS {
-            return Err(unsupported(
-                &self.entry,
-                format!("cuTensorMapEncodeTiled of [{rows}, {k}] failed: {result:?}"),
-            ));
-        }
-        Ok(map)
+/// The tensor map of a row-major `[rows, k]` bf16 matrix at `buf` for `entry`: boxes of 64
+/// columns (128 bytes, the swizzle's span) by `box_rows` rows, 128-byte swizzle, zeros past the
+/// edges. The TMA-fed GEMMs (this file's and [`super::wide`]) read their operands through it.
+pub(super) fn tensor_map(
+    stream: &CudaStream,
+    entry: &str,
+    buf: &CudaView<'_, bf16>,
+    rows: usize,
+    k: usize,
+    box_rows: usize,
+) -> Result<sys::CUtensorMap> {
+    let (ptr, _record) = buf.device_ptr(stream);
+    let k = k as u64;
+    let dims = [k, rows as u64];
+    let strides = [k * 2];
+    let boxes = [WGMMA_BK as u32, box_rows as u32];
+    let element_strides = [1u32, 1];
+    // SAFETY: zero is a valid bit pattern of the opaque map, which the call overwrites.
+    let mut map: sys::CUtensorMap = unsafe { std::mem::zeroed() };
+    // SAFETY: every array outlives the call and has the rank's two entries (one stride: the
+    // innermost dimension's is the element size); `ptr` is a live device allocation of
+    // rows x K elements, 16-byte aligned as the encoder requires.
+    let result = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if result != sys::CUresult::CUDA_SUCCESS {
+        return Err(unsupported(entry, format!("cuTensorMapEncodeTiled of [{rows}, {k}] failed: {result:?}")));
     }
+    Ok(map)
 }

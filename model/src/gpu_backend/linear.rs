@@ -136,14 +136,9 @@ impl DecodeCublas {
         self.pins[Self::slot(weight)]
     }
 
-    /// `weight`'s place in `pins` (a match, so a new weight cannot be left without one).
+    /// `weight`'s place in `pins`.
     fn slot(weight: Weight) -> usize {
-        match weight {
-            Weight::Qkv => 0,
-            Weight::O => 1,
-            Weight::GateUp => 2,
-            Weight::Down => 3,
-        }
+        weight.index()
     }
 
     /// Whether every weight's decode rows run the skinny kernel.
@@ -172,6 +167,11 @@ pub struct Linears {
     /// Whether decode rows may take the skinny kernel's staged form where
     /// [`GemmPlan::decode_rows`] picks it; `ASYNCT_STAGED_X=0` keeps the plain form there.
     staged_x: bool,
+    /// Whether decode rows may take the skinny kernel's wide form where
+    /// [`GemmPlan::decode_rows`] picks it (past 64 rows, where the model keeps the weight's
+    /// class-step copy); `ASYNCT_SKINNY_WIDE=0` keeps the forms without wgmma there, a
+    /// measurement's other side.
+    wide: bool,
     loaded: HashMap<Key, Gemm>,
 }
 
@@ -180,24 +180,26 @@ impl Linears {
     /// decode rows of the weights `decode_cublas` names cuBLASLt's for the row count it names.
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
         let staged_x = std::env::var("ASYNCT_STAGED_X").map_or(true, |v| v != "0");
+        let wide = std::env::var("ASYNCT_SKINNY_WIDE").map_or(true, |v| v != "0");
         Ok(Self {
             gpu: gpu.clone(),
             sms: gpu.multiprocessors()?,
             pin_at,
             decode_cublas,
             staged_x,
+            wide,
             loaded: HashMap::new(),
         })
     }
 
     /// Loads the GEMM of `weight` in `shape` over `lane`'s rows with `epilogue` (once per key):
-    /// the skinny kernel for decode rows (its warpgroup or shared-x form where
+    /// the skinny kernel for decode rows (its warpgroup, wide or shared-x form where
     /// [`GemmPlan::decode_rows`] picks it; cuBLASLt where [`DecodeCublas`] names the weight); for
     /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model
     /// fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, pin_at, staged_x) = (self.sms, self.pin_at, self.staged_x);
+        let (sms, pin_at, staged_x, wide) = (self.sms, self.pin_at, self.staged_x, self.wide);
         let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
         let decode_pin = self.decode_cublas.pin(weight);
         self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
@@ -207,6 +209,7 @@ impl Linears {
                 plan if !staged_x && matches!(&plan.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Staged) => {
                     GemmPlan::skinny_epilogue(shape, sms, epilogue)
                 }
+                plan if !wide && plan.reads_class_steps() => GemmPlan::decode_rows(shape, sms, epilogue, false),
                 plan => Ok(plan),
             },
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),

@@ -49,6 +49,21 @@ pub enum Weight {
     Down,
 }
 
+impl Weight {
+    /// Every weight of a layer.
+    pub const ALL: [Weight; 4] = [Weight::Qkv, Weight::O, Weight::GateUp, Weight::Down];
+
+    /// The weight's place in [`Weight::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Weight::Qkv => 0,
+            Weight::O => 1,
+            Weight::GateUp => 2,
+            Weight::Down => 3,
+        }
+    }
+}
+
 /// The rows an op covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rows {

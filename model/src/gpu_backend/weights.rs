@@ -10,6 +10,10 @@
 //! HP1 gains go up as f32, exact for bf16 checkpoints. A tied model uploads its embedding once and
 //! uses it as the head.
 //!
+//! Where the skinny kernel's wide form serves a weight at some decode batch of the model
+//! ([`ClassSteps`]), the device also holds a copy of it in the class-step column order
+//! ([`gpu::gemm::layout::to_class_steps`]), which that form reads.
+//!
 //! The host side ([`stacked_rows`], [`qkv_rows`], [`gate_up_rows`]) is plain and tested without
 //! a GPU; [`DeviceWeights::upload`] only copies. A fused weight is written row by row straight
 //! from its source matrices, in parallel (half a billion elements laid out on one thread cost a
@@ -29,6 +33,7 @@ use gpu::gemm::layout;
 use gpu::ops::{HeadShape, UClipNormParams};
 use gpu::Gpu;
 
+use super::step_program::Weight;
 use crate::start_times::{StartPhase, StartTimes};
 
 /// One decoder layer on the device.
@@ -58,6 +63,48 @@ pub struct DeviceLayer {
     pub pre_feedforward_norm: UClipNormParams,
     /// Over `hidden`: on the MLP output.
     pub post_feedforward_norm: UClipNormParams,
+    /// The class-step copies of the weights [`ClassSteps`] names, by [`Weight::index`].
+    pub class_steps: [Option<CudaSlice<bf16>>; 4],
+}
+
+impl DeviceLayer {
+    /// `weight`'s class-step copy, which a plan that [`gpu::gemm::GemmPlan::reads_class_steps`]
+    /// reads; an error where the model keeps none of it.
+    pub fn class_steps(&self, weight: Weight) -> gpu::Result<&CudaSlice<bf16>> {
+        self.class_steps[weight.index()].as_ref().ok_or_else(|| gpu::Error::Unsupported {
+            entry: "gemm skinny wide".into(),
+            reason: format!("the model keeps no class-step copy of the {weight:?} weight"),
+        })
+    }
+}
+
+/// Which of a layer's weights the device also holds in the class-step column order, by
+/// [`Weight::index`]: for a model, those [`gpu::gemm::wide_serves`] on this device, where it runs
+/// wgmma and the model's decode batches pass 64 rows (the wide form's rows;
+/// [`gpu::gemm::GemmPlan::decode_rows`]; [`ClassSteps::for_model`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassSteps(pub [bool; 4]);
+
+impl ClassSteps {
+    /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take the wide form.
+    pub fn for_model(nk: impl Fn(Weight) -> (usize, usize), max_decode_rows: usize, sms: usize, wgmma: bool) -> Self {
+        let wide = wgmma && max_decode_rows > gpu::gemm::SKINNY_MAX_M;
+        Self(Weight::ALL.map(|w| {
+            let (n, k) = nk(w);
+            wide && gpu::gemm::wide_serves(n, k, sms)
+        }))
+    }
+
+    /// Whether the device holds `weight`'s copy.
+    pub fn has(&self, weight: Weight) -> bool {
+        self.0[weight.index()]
+    }
+
+    /// Device bytes the copies take over `layers` layers (each weight `(N, K)` as `nk` gives it).
+    pub fn bytes(&self, nk: impl Fn(Weight) -> (usize, usize), layers: usize) -> usize {
+        let layer: usize = Weight::ALL.iter().filter(|&&w| self.has(w)).map(|&w| nk(w).0 * nk(w).1 * 2).sum();
+        layer * layers
+    }
 }
 
 /// A whole model on the device.
@@ -97,13 +144,15 @@ impl DeviceWeights {
             + weights.layers.iter().map(layer).sum::<usize>())
     }
 
-    /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`), calling
+    /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`) and the
+    /// copies `class_steps` names, calling
     /// `progress(done, total)` after each layer; the host layout and the copies are recorded in
     /// `times` as [`StartPhase::WeightLayout`] and [`StartPhase::WeightUpload`].
     pub fn upload(
         gpu: &Gpu,
         weights: &ModelWeights<bf16>,
         dims: &ModelDims,
+        class_steps: ClassSteps,
         progress: &mut dyn FnMut(usize, usize),
         times: &mut StartTimes,
     ) -> gpu::Result<Self> {
@@ -113,7 +162,7 @@ impl DeviceWeights {
         let total = weights.layers.len();
         let mut layers = Vec::with_capacity(total);
         for (i, layer) in weights.layers.iter().enumerate() {
-            layers.push(upload_layer(&mut clock, i, layer, dims)?);
+            layers.push(upload_layer(&mut clock, i, layer, dims, class_steps)?);
             progress(i + 1, total);
         }
         let norm = upload_norm(gpu, "model.norm", dims.hidden_size, &weights.norm)?;
@@ -158,6 +207,7 @@ fn upload_layer(
     i: usize,
     l: &LayerWeights<bf16>,
     dims: &ModelDims,
+    class_steps: ClassSteps,
 ) -> gpu::Result<DeviceLayer> {
     let a = &l.attn;
     let prefix = format!("model.layers.{i}");
@@ -166,11 +216,29 @@ fn upload_layer(
         clock.small(|gpu| upload_norm(gpu, &format!("{prefix}.{name}"), channels, w))
     };
     let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: d };
+    let rows = |weight: Weight| -> Cow<'_, [bf16]> {
+        match weight {
+            Weight::Qkv => Cow::Owned(qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads)),
+            Weight::O => row_major(&a.o_proj),
+            Weight::GateUp => Cow::Owned(gate_up_rows(&l.gate_proj, &l.up_proj)),
+            Weight::Down => row_major(&l.down_proj),
+        }
+    };
+    let columns = |weight: Weight| match weight {
+        Weight::Qkv | Weight::GateUp => hidden,
+        Weight::O => heads.q_width(),
+        Weight::Down => dims.intermediate_size,
+    };
+    let mut steps = [None, None, None, None];
+    for weight in Weight::ALL.into_iter().filter(|&w| class_steps.has(w)) {
+        steps[weight.index()] =
+            Some(clock.matrix(|| Cow::Owned(layout::to_class_steps(&rows(weight), columns(weight))))?);
+    }
     Ok(DeviceLayer {
-        qkv: clock.matrix(|| Cow::Owned(qkv_rows(&a.q_proj, &a.k_proj, &a.v_proj, heads)))?,
-        o: clock.matrix(|| row_major(&a.o_proj))?,
-        gate_up: clock.matrix(|| Cow::Owned(gate_up_rows(&l.gate_proj, &l.up_proj)))?,
-        down: clock.matrix(|| row_major(&l.down_proj))?,
+        qkv: clock.matrix(|| rows(Weight::Qkv))?,
+        o: clock.matrix(|| rows(Weight::O))?,
+        gate_up: clock.matrix(|| rows(Weight::GateUp))?,
+        down: clock.matrix(|| rows(Weight::Down))?,
         q_norm: norm(clock, "self_attn.q_norm", d, &a.q_norm)?,
         k_norm: norm(clock, "self_attn.k_norm", d, &a.k_norm)?,
         sigma: clock.small(|gpu| gpu.upload(&widen(&a.hp1_sigma)))?,
@@ -179,6 +247,7 @@ fn upload_layer(
         post_attention_norm: norm(clock, "post_attention_layernorm", hidden, &l.post_attention_layernorm)?,
         pre_feedforward_norm: norm(clock, "pre_feedforward_layernorm", hidden, &l.pre_feedforward_layernorm)?,
         post_feedforward_norm: norm(clock, "post_feedforward_layernorm", hidden, &l.post_feedforward_layernorm)?,
+        class_steps: steps,
     })
 }
 
@@ -252,6 +321,27 @@ fn fused_rows(matrices: &[&Array2<bf16>], source: impl Fn(usize) -> usize + Sync
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_class_step_copies_are_of_the_weights_the_wide_form_serves_past_64_rows() {
+        // asynct-0.5b on 132 SMs: qkv [2048, 1024], o [1024, 1024], gate/up [6144, 1024], down
+        // [1024, 3072]; only gate/up has the 66 blocks of 64 rows the form asks for.
+        let nk = |w: Weight| match w {
+            Weight::Qkv => (2048, 1024),
+            Weight::O => (1024, 1024),
+            Weight::GateUp => (6144, 1024),
+            Weight::Down => (1024, 3072),
+        };
+        let steps = ClassSteps::for_model(nk, 128, 132, true);
+        assert_eq!(Weight::ALL.map(|w| steps.has(w)), [false, false, true, false]);
+        assert_eq!(steps.bytes(nk, 35), 35 * 6144 * 1024 * 2);
+        for (rows, wgmma) in [(64, true), (128, false)] {
+            let none = ClassSteps::for_model(nk, rows, 132, wgmma);
+            assert_eq!((none, none.bytes(nk, 35)), (ClassSteps::default(), 0), "{rows} rows, wgmma {wgmma}");
+        }
+        // On 16 SMs every weight's blocks fill half of them.
+        assert_eq!(Weight::ALL.map(|w| ClassSteps::for_model(nk, 65, 16, true).has(w)), [true; 4]);
+    }
 
     #[test]
     fn stacking_keeps_each_matrix_row_major_and_in_order() {

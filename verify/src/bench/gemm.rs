@@ -126,7 +126,8 @@ impl GemmPoint {
 
 /// Every plan timed at `shape` on a device of compute capability `cc` with `sms` SMs: each skinny
 /// instantiation for its M (past 64 in slabs, up to `SKINNY_TIMED_MAX_M`), the shared-x form where
-/// it takes the shape, on sm_90 the warpgroup form (up to `SKINNY_TIMED_MAX_M`) and the WGMMA
+/// it takes the shape, on sm_90 the warpgroup and wide forms (up to `SKINNY_TIMED_MAX_M`; the wide
+/// form's W the class-step copy) and the WGMMA
 /// kernel where the shape fits them, cuBLASLt, cuBLASLt pinned as the LM head pins it
 /// (`cublaslt-at-m64`), and pinned at the decode rows' reference allowed to split K
 /// (`cublaslt-split-at-m64`).
@@ -140,6 +141,7 @@ fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, 
     if gpu::gemm::wgmma_runs_on(cc) {
         if shape.m <= SKINNY_TIMED_MAX_M {
             plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
+            plans.extend(GemmPlan::skinny_wide(shape, EpilogueKind::Store).ok());
         }
         plans.extend(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).ok());
     }
@@ -171,7 +173,8 @@ pub fn measure(
     let w_host = uniform(0x9e77 + n as u64 * 7 + k as u64, n * k, 1.0 / 16.0);
     let copies = copies(n * k * 2);
     let weights = (0..copies).map(|_| gpu.upload(&w_host).map_err(e)).collect::<Result<Vec<_>, _>>()?;
-    drop(w_host);
+    // The wide form's copies, made when a plan first asks for them.
+    let mut class_steps = Vec::new();
     let mut points = Vec::new();
     for &m in ms {
         let shape = GemmShape { m, n, k };
@@ -186,6 +189,13 @@ pub fn measure(
                 continue;
             }
             let dispatcher = plan == chosen;
+            if plan.reads_class_steps() && class_steps.is_empty() {
+                let host = gpu::gemm::layout::to_class_steps(&w_host, k);
+                for _ in 0..copies {
+                    class_steps.push(gpu.upload(&host).map_err(e)?);
+                }
+            }
+            let weights = if plan.reads_class_steps() { &class_steps } else { &weights };
             let (algo, figures) = match Gemm::new(gpu, plan) {
                 Ok(gemm) => {
                     let figures = timing

@@ -3,7 +3,7 @@
 
 use cudarc::driver::CudaSlice;
 use gpu::gemm::{
-    rows_fit, wgmma_runs_on, EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS,
+    layout, rows_fit, wgmma_runs_on, EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -53,7 +53,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) and, at up to 8 rows, its
 /// staged form with x as it is (where shared memory holds the rows), the shared-x form where it
 /// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
-/// device runs wgmma and the slab fits, the WGMMA kernel where it serves the shape, cuBLASLt's own
+/// device runs wgmma and the slab fits, its wide form there on weights up to `WIDE_MAX_N` rows
+/// (K a multiple of 512), the WGMMA kernel where it serves the shape, cuBLASLt's own
 /// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
 /// (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
@@ -67,6 +68,9 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());
     if runs_wgmma(gpu) {
         plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
+        if shape.n <= WIDE_MAX_N {
+            plans.extend(GemmPlan::skinny_wide(shape, EpilogueKind::Store).ok());
+        }
     }
     if wgmma_serves(gpu, shape) {
         plans.push(g(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store))?);
@@ -83,6 +87,21 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     Ok(plans)
 }
 
+/// The widest weight the checks run the skinny kernel's wide form on: gate/up's, the widest it
+/// serves in the model (its W is permuted into a copy on the host for each run, which the LM
+/// head's 311 MB would make slow).
+pub const WIDE_MAX_N: usize = 8192;
+
+/// The weight `plan` reads where that is not `w` as stored: the class-step copy of `w` (a
+/// `[N, K]` weight) for the skinny kernel's wide form, made on the host.
+pub fn weight_for(gpu: &Gpu, plan: &GemmPlan, w: &CudaSlice<bf16>) -> Result<Option<CudaSlice<bf16>>, String> {
+    if !plan.reads_class_steps() {
+        return Ok(None);
+    }
+    let host = g(gpu.download(w))?;
+    Ok(Some(g(gpu.upload(&layout::to_class_steps(&host, plan.shape.k)))?))
+}
+
 /// The reference `M` of the pinned cuBLASLt plans under test (the GPU model pins at its step's
 /// token capacity, a few hundred rows).
 pub const PINNED_AT: usize = 768;
@@ -92,9 +111,12 @@ pub fn default_plan(gpu: &Gpu, shape: GemmShape) -> Result<GemmPlan, String> {
     g(verify::gemm_default::default_plan(shape, g(gpu.multiprocessors())?, runs_wgmma(gpu)))
 }
 
-/// Runs `gemm` on `x` and `w` into a new output poisoned with NaN, and returns the output.
+/// Runs `gemm` on `x` and `w` (as stored; [`weight_for`] makes the copy a plan reads instead)
+/// into a new output poisoned with NaN, and returns the output.
 pub fn run(gpu: &Gpu, gemm: &Gemm, x: &CudaSlice<bf16>, w: &CudaSlice<bf16>) -> Result<Vec<bf16>, String> {
     let s = gemm.plan().shape;
+    let class_steps = weight_for(gpu, gemm.plan(), w)?;
+    let w = class_steps.as_ref().unwrap_or(w);
     let mut y = g(gpu.upload(&vec![POISON; s.m * s.n]))?;
     g(gemm.run(&x.as_view(), &w.as_view(), &mut y.as_view_mut()))?;
     g(gpu.download(&y))

@@ -17,7 +17,7 @@ use gpu::Gpu;
 use half::bf16;
 use verify::rng::Counter;
 
-use super::device::{g, runs_wgmma, wgmma_left_out, wgmma_serves, Check};
+use super::device::{g, runs_wgmma, weight_for, wgmma_left_out, wgmma_serves, Check};
 use super::reference::{draw_w, draw_x, same_bits, uniform_bf16, POISON};
 
 /// The batch sizes every epilogue is checked at: one row, odd rows, each x tile, and slabs (the
@@ -27,7 +27,7 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
 /// this M, plain, staged (to 8 rows), three CTAs an SM (where instantiated), shared-x and (where the
-/// device runs wgmma) warpgroup, the model's on `sms` SMs among them, against the plain form's
+/// device runs wgmma) warpgroup and wide (its W the class-step copy), the model's on `sms` SMs among them, against the plain form's
 /// Store plan), and the WGMMA kernel where `gpu` runs it
 /// (against its own Store plan).
 fn epilogue_plans(
@@ -48,8 +48,9 @@ fn epilogue_plans(
         let plain = plain.flatten();
         let wgmma = runs_wgmma(gpu);
         let warpgroup = GemmPlan::skinny_wgmma(shape, kind).ok().filter(|_| wgmma);
+        let wide = GemmPlan::skinny_wide(shape, kind).ok().filter(|_| wgmma);
         let plans: Vec<GemmPlan> =
-            plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).chain(warpgroup).collect();
+            plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).chain(warpgroup).chain(wide).collect();
         let chosen = g(GemmPlan::decode_rows(shape, sms, kind, wgmma))?;
         if !plans.contains(&chosen) {
             return Err(format!(
@@ -72,6 +73,7 @@ fn rows(plan: &GemmPlan) -> String {
     match &plan.path {
         GemmPath::Skinny(t) if t.form == SkinnyForm::SharedX => format!("{} shared-x", t.rows),
         GemmPath::Skinny(t) if t.form == SkinnyForm::Warpgroup => format!("{} warpgroup", t.rows),
+        GemmPath::Skinny(t) if t.form == SkinnyForm::Wide => format!("{} wide", t.rows),
         GemmPath::Skinny(t) if t.form == SkinnyForm::Staged => format!("{} staged", t.rows),
         GemmPath::Skinny(t) if t.form == SkinnyForm::ThreeCtas => format!("{} three CTAs an SM", t.rows),
         GemmPath::Skinny(t) => t.rows.to_string(),
@@ -154,10 +156,11 @@ pub fn periln(gpu: &Arc<Gpu>) -> Check {
                     for plan in fused_plans {
                         let r = rows(&plan);
                         let fused = g(Gemm::new(gpu, plan))?;
+                        let class_steps = weight_for(gpu, fused.plan(), &w)?;
                         let (mut x_out, mut h_out) = (poisoned(gpu, m * n)?, poisoned(gpu, m * n)?);
                         g(fused.run_with(
                             &x.as_view(),
-                            &w.as_view(),
+                            &class_steps.as_ref().unwrap_or(&w).as_view(),
                             Epilogue::PeriLn {
                                 x: residual.as_view(),
                                 after: &after,
@@ -207,6 +210,8 @@ pub fn silu_mul(gpu: &Arc<Gpu>) -> Check {
             for plan in fused_plans {
                 let label = format!("gate/up M {m} rows {}", rows(&plan));
                 let fused = g(Gemm::new(gpu, plan))?;
+                let class_steps = weight_for(gpu, fused.plan(), &w)?;
+                let w = class_steps.as_ref().unwrap_or(&w);
                 let mut out = poisoned(gpu, m * inter)?;
                 g(fused.run_with(&x.as_view(), &w.as_view(), Epilogue::SiluMul { out: out.as_view_mut() }))?;
                 let got = g(gpu.download(&out))?;
@@ -330,10 +335,11 @@ pub fn qk_norm_rope_cache(gpu: &Arc<Gpu>) -> Check {
                     let plan = plan.clone();
                     let label = format!("{label} rows {}", rows(&plan));
                     let fused = g(Gemm::new(gpu, plan))?;
+                    let class_steps = weight_for(gpu, fused.plan(), &w)?;
                     let mut got = QkvStep::new(gpu, seed, m, heads, max_pos, bad)?;
                     g(fused.run_with(
                         &x.as_view(),
-                        &w.as_view(),
+                        &class_steps.as_ref().unwrap_or(&w).as_view(),
                         Epilogue::QkNormRopeCache {
                             heads,
                             rope: op.rope(),

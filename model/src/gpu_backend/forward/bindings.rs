@@ -119,6 +119,7 @@ impl GpuModel {
                             return Err(Error::Executor(format!("no {epilogue:?} epilogue after the {weight:?} GEMM")))
                         }
                     };
+                    let wv = if gemm.plan().reads_class_steps() { lw.class_steps(weight)?.as_view() } else { wv };
                     match sink {
                         Sink::Launch => gemm.run_with(&x, &wv, epi)?,
                         Sink::Record(ops) => ops.push(gemm.record_with(&x, &wv, epi)?),

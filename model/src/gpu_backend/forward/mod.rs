@@ -58,7 +58,7 @@ use super::linear::{DecodeCublas, Linears, RowSplit};
 use super::pending_feed::FeedRun;
 use super::step_buffers::{step_memory, widest_decode_plan, Capacity, DeviceStep, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
-use super::weights::DeviceWeights;
+use super::weights::{ClassSteps, DeviceWeights};
 use crate::error::{Error, Result};
 use crate::start_times::StartTimes;
 
@@ -234,7 +234,11 @@ impl GpuModel {
         progress: &mut dyn FnMut(usize, usize),
         times: &mut StartTimes,
     ) -> Result<Self> {
-        let need = DeviceWeights::bytes_of(weights);
+        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
+        let wgmma = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
+        let nk = |weight| gemm_nk(&dims, &heads, weight);
+        let class_steps = ClassSteps::for_model(nk, cap.max_seqs, gpu.multiprocessors()?, wgmma);
+        let need = DeviceWeights::bytes_of(weights) + class_steps.bytes(nk, dims.num_layers);
         let (free, total) = gpu.memory()?;
         if need > free {
             return Err(Error::Executor(format!(
@@ -256,7 +260,6 @@ impl GpuModel {
                 gib(free)
             )));
         }
-        let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let rope = RopeTable::new(gpu, dims.head_dim, dims.max_position_embeddings, dims.rope_theta)?;
         let kernels = Kernels {
             embedding: Embedding::new(gpu)?,
@@ -274,7 +277,7 @@ impl GpuModel {
             clip_max: p.clip_max as f32,
         };
         gate.validate()?;
-        let weights = DeviceWeights::upload(gpu, weights, &dims, progress, times)?;
+        let weights = DeviceWeights::upload(gpu, weights, &dims, class_steps, progress, times)?;
         let mut bufs = StepBuffers::new(gpu, &dims, cap)?;
         // The widest step's split-K workspace, once and before the cache takes the memory left:
         // no plan needs more, so the device memory in use is the same from the first step on,
