@@ -47,8 +47,9 @@
 // LAUNCH. Grid ceil(N / 64) * slabs (CTA b: slab b % slabs of W block b / slabs, slabs =
 // ceil(M / 128)), 288 threads, dynamic shared memory SMEM_BYTES (gpu::gemm::SKINNY_WIDE_BYTES),
 // one CTA an SM. ASSUMPTIONS, checked on the host: K a positive multiple of 512 (every class has
-// K / 256 steps, every tile is whole and every class pair has an even number of tiles), N a multiple of 16 (the wide walk; the TMA reads W rows
-// past N as zeros, and x rows past M, whose outputs are not written), the tensor maps encoded
+// K / 256 steps, every tile is whole and every class pair has an even number of tiles), N a
+// multiple of 16 (the wide walk; the TMA reads W rows past N as zeros, and x rows past M, whose
+// outputs are not written), the tensor maps encoded
 // over exactly [M, K] (box 64 x 128) and [N, K] (box 64 x 64), 128-byte swizzle; the buffers of
 // the epilogues as gemm_skinny.cuh's BUFFERS.
 

@@ -67,6 +67,7 @@ pub mod skinny;
 pub mod staged;
 mod wgmma;
 mod wide;
+mod wide_plan;
 
 use std::sync::Arc;
 
@@ -76,12 +77,13 @@ use half::bf16;
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{
-    rows_fit, shared_x_bytes, wgmma_runs_on, wide_serves, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm,
-    SkinnyTile, WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS,
-    SKINNY_CTAS_PER_SM, SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_THREE_CTAS,
-    SKINNY_WG_MIN_FILL, WGMMA_BK, WGMMA_TILE,
+    rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,
+    WgmmaTile, MAX_K, SHARED_X_MAX_BYTES, SHARED_X_MIN_BLOCKS, SHARED_X_M_TILE, SHARED_X_ROWS, SKINNY_CTAS_PER_SM,
+    SKINNY_MAX_M, SKINNY_M_TILES, SKINNY_ROWS, SKINNY_THREADS, SKINNY_THREE_CTAS, SKINNY_WG_MIN_FILL, WGMMA_BK,
+    WGMMA_TILE,
 };
 pub use staged::{load_batches, FoldLayout, FoldedX, FOLD_CHUNKS};
+pub use wide_plan::{wide_serves, SKINNY_WIDE_BYTES, SKINNY_WIDE_K, SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS};
 
 use crate::error::{unsupported, Result};
 use crate::mega::MegaOp;

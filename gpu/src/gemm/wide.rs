@@ -8,8 +8,9 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, LaunchConfig};
 use half::bf16;
 
 use super::epilogue::Epilogue;
-use super::plan::{GemmShape, SkinnyTile, SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS, SKINNY_WIDE_THREADS};
+use super::plan::{GemmShape, SkinnyTile};
 use super::wgmma::tensor_map;
+use super::wide_plan::{SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS, SKINNY_WIDE_THREADS};
 use crate::error::Result;
 use crate::kernels::GEMM_SKINNY_WIDE;
 use crate::runtime::{launch_error, Gpu, Launch};

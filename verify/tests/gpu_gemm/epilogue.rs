@@ -26,9 +26,9 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
-/// this M, plain, staged (to 8 rows), three CTAs an SM (where instantiated), shared-x and (where the
-/// device runs wgmma) warpgroup and wide (its W the class-step copy), the model's on `sms` SMs among them, against the plain form's
-/// Store plan), and the WGMMA kernel where `gpu` runs it
+/// this M, plain, staged (to 8 rows), three CTAs an SM (where instantiated), shared-x and (where
+/// the device runs wgmma) warpgroup and wide (its W the class-step copy), the model's on `sms` SMs
+/// among them, against the plain form's Store plan), and the WGMMA kernel where `gpu` runs it
 /// (against its own Store plan).
 fn epilogue_plans(
     gpu: &Gpu,
