@@ -50,6 +50,32 @@ __device__ __forceinline__ void for_each_group(const T& t, F f) {
   }
 }
 
+// A finished tile staged in shared memory as f32 rows of PAD floats ([XR][PAD], 16-byte aligned,
+// PAD a multiple of 4): the tile of the TMA-fed GEMMs (gemm_wgmma.cu, gemm_skinny_wide.cu), whose
+// consumers store their accumulators there before the epilogue, with the wide walk's sum8.
+template <int ROWS_X, int ROWS_W, int CONSUMERS, int PAD>
+struct StagedTile {
+  static constexpr int XR = ROWS_X;
+  static constexpr int WR = ROWS_W;
+  static constexpr int THREADS = CONSUMERS;
+  static_assert(PAD % 4 == 0, "16-byte rows");
+  const float* part;  // [XR][PAD]
+  int m;              // rows of x in this tile
+  long long row0;
+  int n0;
+  int n;
+
+  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
+  __device__ __forceinline__ float sum(int xr, int wr) const { return part[xr * PAD + wr]; }
+  // wr a multiple of 4, so two 16-byte loads.
+  __device__ __forceinline__ void sum8(int xr, int wr, float v[8]) const {
+    const float4 lo = *reinterpret_cast<const float4*>(part + xr * PAD + wr);
+    const float4 hi = *reinterpret_cast<const float4*>(part + xr * PAD + wr + 4);
+    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
+    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
+  }
+};
+
 struct Store {
   bf16* y;
 

@@ -71,30 +71,7 @@ static_assert(STAGE_BYTES % 1024 == 0 && W_TILE % 1024 == 0, "every tile on a sw
 static_assert(SMEM_BYTES + 1024 <= 227 * 1024, "within what a CTA may opt into");
 
 // The finished tile as gemm_epilogue.cuh's functors read it.
-struct Tile {
-  static constexpr int XR = XN;
-  static constexpr int WR = W_ROWS;
-  static constexpr int THREADS = CONSUMERS;
-  const float* part;  // [XN][PAD]
-  int m;              // rows of x in this slab
-  long long row0;
-  int n0;
-  int n;
-
-  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
-  __device__ __forceinline__ float sum(int xr, int wr) const { return part[xr * PAD + wr]; }
-  // wr a multiple of 4: PAD is, and the tile is 16-byte aligned, so two 16-byte loads.
-  __device__ __forceinline__ void sum8(int xr, int wr, float v[8]) const {
-    const float4 lo = *reinterpret_cast<const float4*>(part + xr * PAD + wr);
-    const float4 hi = *reinterpret_cast<const float4*>(part + xr * PAD + wr + 4);
-    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
-    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
-  }
-};
-
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory");
-}
+using Tile = gemm_epilogue::StagedTile<XN, W_ROWS, CONSUMERS, PAD>;
 
 // The K coordinate of the i-th tile in the producer's (and consumers') order: pair i / per_pair,
 // then its tiles in increasing k.
@@ -210,7 +187,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
     for (int e = 0; e < 32; ++e) sum[e] = q == 0 ? __fadd_rn(even[e], odd[e]) : __fadd_rn(__fadd_rn(sum[e], even[e]), odd[e]);
   }
   fence_proxy_async();
-  consumers_sync();
+  tma::consumers_sync<CONSUMERS>();
 
   // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds its rows 16 q + g
   // (+ 8), columns 8 j + 2 t (+ 1) in d[4 j + 2 h + (0, 1)]: here x rows and W rows.
@@ -223,7 +200,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
           make_float2(sum[4 * j + 2 * h], sum[4 * j + 2 * h + 1]);
     }
   }
-  consumers_sync();
+  tma::consumers_sync<CONSUMERS>();
   epi.wide(Tile{part, (int)min((long long)XN, (long long)m - row0), row0, n0, n});
 }
 

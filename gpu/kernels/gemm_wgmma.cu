@@ -56,30 +56,7 @@ static_assert(BM * PAD * 4 <= STAGES * STAGE_BYTES, "the staged tile fits in the
 static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs an SM (1 KB of each reserved by the system)");
 
 // The finished tile as gemm_epilogue.cuh's functors read it.
-struct Staged {
-  static constexpr int XR = BM;
-  static constexpr int WR = BN;
-  static constexpr int THREADS = CONSUMERS;
-  const float* part;  // [BM][PAD]
-  int m;              // rows of x in this tile
-  long long row0;
-  int n0;
-  int n;
-
-  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
-  __device__ __forceinline__ float sum(int xr, int wr) const { return part[xr * PAD + wr]; }
-  // wr a multiple of 4: PAD is, and the staged tile is 16-byte aligned, so two 16-byte loads.
-  __device__ __forceinline__ void sum8(int xr, int wr, float v[8]) const {
-    const float4 lo = *reinterpret_cast<const float4*>(part + xr * PAD + wr);
-    const float4 hi = *reinterpret_cast<const float4*>(part + xr * PAD + wr + 4);
-    v[0] = lo.x; v[1] = lo.y; v[2] = lo.z; v[3] = lo.w;
-    v[4] = hi.x; v[5] = hi.y; v[6] = hi.z; v[7] = hi.w;
-  }
-};
-
-__device__ __forceinline__ void consumers_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS) : "memory");
-}
+using Staged = gemm_epilogue::StagedTile<BM, BN, CONSUMERS, PAD>;
 
 template <class Epi>
 __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::TensorMap* mw, int m, int n, int k,
@@ -140,7 +117,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   }
   wgmma_wait<0>();
   fence_proxy_async();
-  consumers_sync();
+  tma::consumers_sync<CONSUMERS>();
 
   // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds rows 16 q + lane / 4
   // (+ 8), columns 8 j + 2 (lane % 4) (+ 1) in acc[4 j + 2 h + (0, 1)].
@@ -153,7 +130,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
           make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
   }
-  consumers_sync();
+  tma::consumers_sync<CONSUMERS>();
   const Staged tile{part, (int)min((long long)BM, (long long)m - row0), row0, n0, n};
   epi.wide(tile);
 }

@@ -49,6 +49,13 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
+// The consumers of a warp-specialised CTA (its first N threads, every warp but the producer's)
+// meet on named barrier 1, leaving the producer to run on.
+template <int N>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(N) : "memory");
+}
+
 // Copies the box of `map` at coordinates (c0 along the inner dimension, c1 along the outer) into
 // shared memory at `dst` (aligned as the map's swizzle needs), completing its bytes on `bar`.
 // Coordinates past the tensor read as zeros, and still count as bytes.

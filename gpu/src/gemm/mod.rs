@@ -66,7 +66,6 @@ pub mod plan;
 pub mod skinny;
 pub mod staged;
 mod wgmma;
-mod wide;
 mod wide_plan;
 
 use std::sync::Arc;
@@ -90,8 +89,7 @@ use crate::mega::MegaOp;
 use crate::runtime::{check_aligned, Gpu};
 use cublaslt::LtMatmul;
 use skinny::SkinnyGemm;
-use wgmma::WgmmaGemm;
-use wide::WideGemm;
+use wgmma::TmaGemm;
 
 /// A plan's GEMM, loaded: the skinny or WGMMA kernel's entry point, or cuBLASLt's algorithm.
 pub struct Gemm {
@@ -102,8 +100,8 @@ pub struct Gemm {
 
 enum Exec {
     Skinny(SkinnyGemm),
-    Wide(WideGemm),
-    Wgmma(WgmmaGemm),
+    /// The WGMMA kernel and the skinny kernel's wide form.
+    Tma(TmaGemm),
     CublasLt(LtMatmul),
 }
 
@@ -113,11 +111,9 @@ impl Gemm {
     pub fn new(gpu: &Gpu, plan: GemmPlan) -> Result<Self> {
         plan.shape.validate()?;
         let exec = match &plan.path {
-            GemmPath::Skinny(tile) if tile.form == SkinnyForm::Wide => {
-                Exec::Wide(WideGemm::new(gpu, plan.shape, tile)?)
-            }
+            GemmPath::Skinny(tile) if plan.reads_class_steps() => Exec::Tma(TmaGemm::wide(gpu, plan.shape, tile)?),
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
-            GemmPath::Wgmma(tile) => Exec::Wgmma(WgmmaGemm::new(gpu, plan.shape, tile)?),
+            GemmPath::Wgmma(tile) => Exec::Tma(TmaGemm::wgmma(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m, pin } => {
                 Exec::CublasLt(LtMatmul::new(CublasLt::shared(gpu)?, plan.shape, *heuristic_m, *pin)?)
             }
@@ -133,7 +129,7 @@ impl Gemm {
     /// cuBLASLt's pinned algorithm, for a cuBLASLt plan.
     pub fn algorithm(&self) -> Option<LtAlgo> {
         match &self.exec {
-            Exec::Skinny(_) | Exec::Wide(_) | Exec::Wgmma(_) => None,
+            Exec::Skinny(_) | Exec::Tma(_) => None,
             Exec::CublasLt(lt) => Some(lt.algo()),
         }
     }
@@ -152,8 +148,7 @@ impl Gemm {
         self.check(x, w, &epilogue)?;
         match &self.exec {
             Exec::Skinny(k) => k.launch(&self.stream, x, w, &mut epilogue),
-            Exec::Wide(k) => k.launch(&self.stream, x, w, &mut epilogue),
-            Exec::Wgmma(k) => k.launch(&self.stream, x, w, &mut epilogue),
+            Exec::Tma(k) => k.launch(&self.stream, x, w, &mut epilogue),
             Exec::CublasLt(lt) => match epilogue {
                 Epilogue::Store { mut y } => lt.launch(&self.stream, x, w, &mut y),
                 other => Err(mismatch(&self.plan.name(), &self.plan, &other)),
@@ -190,7 +185,7 @@ impl Gemm {
             Exec::Skinny(k) => {
                 MegaOp::gemm(self.plan.epilogue, self.plan.shape, k.args(&self.stream, x, w, &mut epilogue)?)
             }
-            Exec::Wide(_) | Exec::Wgmma(_) | Exec::CublasLt(_) => {
+            Exec::Tma(_) | Exec::CublasLt(_) => {
                 Err(unsupported(&self.plan.name(), "only a skinny GEMM's own CTAs run in the megakernel".into()))
             }
         }

@@ -231,6 +231,39 @@ pub struct SkinnyTile {
     pub shared_bytes: u32,
 }
 
+impl SkinnyTile {
+    /// The tile of a form whose CTA takes one block of `rows` rows of W by one slab of `m_tile`
+    /// rows of x over all of K (the warpgroup and wide forms): `ceil(N / rows) * slabs` CTAs, CTA
+    /// b on slab b % slabs of W block b / slabs.
+    pub(super) fn per_block(
+        label: &str,
+        shape: GemmShape,
+        form: SkinnyForm,
+        entry: String,
+        (m_tile, rows): (usize, usize),
+        shared_bytes: usize,
+    ) -> Result<Self> {
+        let slabs = shape.m.div_ceil(m_tile);
+        let grid = grid(label, shape, shape.n.div_ceil(rows).checked_mul(slabs))?;
+        Ok(Self { form, entry, m_tile, rows, slabs, grid, shared_bytes: shared_bytes as u32 })
+    }
+}
+
+/// Checks what a TMA-fed GEMM (the WGMMA kernel, the skinny kernel's wide form) asks of its shape
+/// and epilogue: a valid shape, K a multiple of `k_multiple` (its whole boxes or rounds) and N of
+/// 16 (the epilogues' wide walk); a refusal names `entry`.
+pub(super) fn tma_fits(entry: &str, shape: GemmShape, epilogue: EpilogueKind, k_multiple: usize) -> Result<()> {
+    shape.validate()?;
+    epilogue.check(shape, entry)?;
+    if !shape.k.is_multiple_of(k_multiple) {
+        return Err(unsupported(entry, format!("`k` must be a multiple of {k_multiple}, got {}", shape.k)));
+    }
+    if !shape.n.is_multiple_of(16) {
+        return Err(unsupported(entry, format!("`n` must be a multiple of 16, got {}", shape.n)));
+    }
+    Ok(())
+}
+
 /// The dynamic shared memory of the shared-x form for `m_tile` rows of x, `rows` rows of W and
 /// K `k`: x's rows padded as the kernel's `shared_x_stride` pads them (64 bytes past a multiple
 /// of 128), then the 8 warps' partial sums of `m_tile` x `rows + 4` floats.
@@ -460,31 +493,22 @@ impl GemmPlan {
         let entry = "gemm skinny warpgroup";
         shape.validate()?;
         epilogue.check(shape, entry)?;
-        let slabs = shape.m.div_ceil(SKINNY_WG_M_TILE);
-        let tile = SkinnyTile {
-            form: SkinnyForm::Warpgroup,
-            entry: format!("gemm_skinny_wg_m{SKINNY_WG_M_TILE}{}", epilogue.suffix()),
-            m_tile: SKINNY_WG_M_TILE,
-            rows: SKINNY_WG_ROWS,
-            slabs,
-            grid: grid(entry, shape, shape.n.div_ceil(SKINNY_WG_ROWS).checked_mul(slabs))?,
-            shared_bytes: SKINNY_WG_BYTES as u32,
-        };
+        let tile = SkinnyTile::per_block(
+            entry,
+            shape,
+            SkinnyForm::Warpgroup,
+            format!("gemm_skinny_wg_m{SKINNY_WG_M_TILE}{}", epilogue.suffix()),
+            (SKINNY_WG_M_TILE, SKINNY_WG_ROWS),
+            SKINNY_WG_BYTES,
+        )?;
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 
     /// The WGMMA kernel with `epilogue` (sm_90a; prefill rows). Its bits for a row of x depend on
     /// neither `M` nor the row's place (`gemm_wgmma.cu`'s header), so no reference `M` is needed.
     pub fn wgmma_epilogue(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
-        shape.validate()?;
         let entry = "gemm wgmma";
-        epilogue.check(shape, entry)?;
-        if !shape.k.is_multiple_of(WGMMA_BK) {
-            return Err(unsupported(entry, format!("`k` must be a multiple of {WGMMA_BK}, got {}", shape.k)));
-        }
-        if !shape.n.is_multiple_of(16) {
-            return Err(unsupported(entry, format!("`n` must be a multiple of 16, got {}", shape.n)));
-        }
+        tma_fits(entry, shape, epilogue, WGMMA_BK)?;
         let rows = shape.m.div_ceil(WGMMA_TILE);
         if rows > u16::MAX as usize {
             return Err(unsupported(entry, format!("{shape} needs more than 65535 tiles of x rows")));

@@ -1,6 +1,7 @@
-//! Launching `gemm_wgmma.cu`: the plan's entry point, loaded once, the tensor maps of x and W
-//! encoded at each launch (they carry the buffers' addresses), and the grid from the plan; and
-//! the tensor maps of every TMA-fed GEMM.
+//! Launching the TMA-fed GEMMs, `gemm_wgmma.cu` (prefill rows) and `gemm_skinny_wide.cu` (the
+//! skinny kernel's wide form): the plan's entry point, loaded once, the tensor maps of x and W
+//! encoded at each launch (they carry the buffers' addresses; each file's boxes), and the grid
+//! from the plan. Both take (x's map, W's map, m, n, k) and then the epilogue's parameters.
 
 use std::sync::Arc;
 
@@ -9,38 +10,64 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, DevicePtr, LaunchConfig
 use half::bf16;
 
 use super::epilogue::Epilogue;
-use super::plan::{GemmShape, WgmmaTile, WGMMA_BK, WGMMA_TILE};
+use super::plan::{GemmShape, SkinnyTile, WgmmaTile, WGMMA_BK, WGMMA_TILE};
+use super::wide_plan::{SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS, SKINNY_WIDE_THREADS};
 use crate::error::{unsupported, Result};
-use crate::kernels::GEMM_WGMMA;
-use crate::runtime::{launch_error, Gpu, Launch};
+use crate::kernels::{GEMM_SKINNY_WIDE, GEMM_WGMMA};
+use crate::runtime::{launch_error, Gpu, Kernel, Launch};
 
-/// Threads per CTA: two consumer warpgroups and the producer warp (`gemm_wgmma.cu`'s THREADS).
+/// Threads per CTA of `gemm_wgmma.cu`: two consumer warpgroups and the producer warp (its THREADS).
 const THREADS: u32 = 288;
-/// Ring stages of the kernel (its STAGES), each an x and a W block of 128 x 64 bf16.
+/// Ring stages of `gemm_wgmma.cu` (its STAGES), each an x and a W block of 128 x 64 bf16.
 const STAGES: u32 = 3;
-/// Dynamic shared memory (the kernel's SMEM_BYTES): alignment slack, the ring, the mbarriers.
+/// Dynamic shared memory of `gemm_wgmma.cu` (its SMEM_BYTES): alignment slack, the ring, the
+/// mbarriers.
 const SMEM_BYTES: u32 = 1024 + STAGES * 2 * (WGMMA_TILE * WGMMA_BK * 2) as u32 + 2 * STAGES * 8;
 
-/// The WGMMA kernel of one plan, loaded.
-pub(super) struct WgmmaGemm {
+/// A TMA-fed GEMM of one plan, loaded.
+pub(super) struct TmaGemm {
     func: CudaFunction,
     entry: String,
     cfg: LaunchConfig,
+    /// Rows of x and of W in a box of their tensor maps.
+    boxes: (usize, usize),
     shape: GemmShape,
 }
 
-impl WgmmaGemm {
-    /// Loads `tile`'s entry point (compiling `gemm_wgmma.cu` on first use) with the shared memory
-    /// it needs.
-    pub(super) fn new(gpu: &Gpu, shape: GemmShape, tile: &WgmmaTile) -> Result<Self> {
-        let func = gpu.function(&GEMM_WGMMA, &tile.entry)?;
-        gpu.set_max_dynamic_smem(&func, SMEM_BYTES)?;
+impl TmaGemm {
+    /// The WGMMA kernel's `tile` (compiling `gemm_wgmma.cu` on first use).
+    pub(super) fn wgmma(gpu: &Gpu, shape: GemmShape, tile: &WgmmaTile) -> Result<Self> {
         let cfg = LaunchConfig {
             grid_dim: (tile.grid.0, tile.grid.1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: SMEM_BYTES,
         };
-        Ok(Self { func, entry: tile.entry.clone(), cfg, shape })
+        Self::load(gpu, &GEMM_WGMMA, &tile.entry, cfg, (WGMMA_TILE, WGMMA_TILE), shape)
+    }
+
+    /// The skinny kernel's wide form's `tile` (compiling `gemm_skinny_wide.cu` on first use); its
+    /// W is the class-step copy.
+    pub(super) fn wide(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
+        let cfg = LaunchConfig {
+            grid_dim: (tile.grid, 1, 1),
+            block_dim: (SKINNY_WIDE_THREADS, 1, 1),
+            shared_mem_bytes: tile.shared_bytes,
+        };
+        Self::load(gpu, &GEMM_SKINNY_WIDE, &tile.entry, cfg, (SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS), shape)
+    }
+
+    /// Loads `entry` of `kernel` with the shared memory `cfg` asks for.
+    fn load(
+        gpu: &Gpu,
+        kernel: &Kernel,
+        entry: &str,
+        cfg: LaunchConfig,
+        boxes: (usize, usize),
+        shape: GemmShape,
+    ) -> Result<Self> {
+        let func = gpu.function(kernel, entry)?;
+        gpu.set_max_dynamic_smem(&func, cfg.shared_mem_bytes)?;
+        Ok(Self { func, entry: entry.to_string(), cfg, boxes, shape })
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the
@@ -53,18 +80,20 @@ impl WgmmaGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let s = self.shape;
-        let mx = tensor_map(stream, &self.entry, x, s.m, s.k, WGMMA_TILE)?;
-        let mw = tensor_map(stream, &self.entry, w, s.n, s.k, WGMMA_TILE)?;
+        let mx = tensor_map(stream, &self.entry, x, s.m, s.k, self.boxes.0)?;
+        let mw = tensor_map(stream, &self.entry, w, s.n, s.k, self.boxes.1)?;
         // GemmShape::validate keeps all three below 2^31.
         let int = |v: usize| i32::try_from(v).expect("a validated GEMM dimension fits an int");
         let (m, n, k) = (int(s.m), int(s.n), int(s.k));
         let mut b = Launch::new(stream, &self.func);
         b.arg_tensor_map(mx).arg_tensor_map(mw).arg(&m).arg(&n).arg(&k);
         epilogue.push(&self.entry, &mut b)?;
-        // SAFETY: the arguments match GEMM_WGMMA_ENTRY in gemm_wgmma.cu with the epilogue's
+        // SAFETY: the arguments match GEMM_WGMMA_ENTRY in gemm_wgmma.cu (and
+        // GEMM_SKINNY_WIDE_ENTRY in gemm_skinny_wide.cu, the same list) with the epilogue's
         // parameters (the plan named the entry of `epilogue`'s kind); the tensor maps cover
-        // exactly x [m, k] and w [n, k], whose sizes and alignment Gemm::run_with checked, as it
-        // checked the epilogue's buffers.
+        // exactly x [m, k] and w [n, k] with the entry's boxes, whose sizes and alignment
+        // Gemm::run_with checked, as it checked the epilogue's buffers; the plan checked K and N
+        // against the kernel's assumptions.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
     }
@@ -72,8 +101,8 @@ impl WgmmaGemm {
 
 /// The tensor map of a row-major `[rows, k]` bf16 matrix at `buf` for `entry`: boxes of 64
 /// columns (128 bytes, the swizzle's span) by `box_rows` rows, 128-byte swizzle, zeros past the
-/// edges. The TMA-fed GEMMs (this file's and [`super::wide`]) read their operands through it.
-pub(super) fn tensor_map(
+/// edges.
+fn tensor_map(
     stream: &CudaStream,
     entry: &str,
     buf: &CudaView<'_, bf16>,

@@ -1,13 +1,14 @@
-//! The plan of the skinny kernel's wide form (`gemm_skinny_wide.cu`, launched from
-//! [`super::wide`]): past 64 decode rows, a CTA a 64-row block of W by a 128-row slab of x over
+//! The plan of the skinny kernel's wide form (`gemm_skinny_wide.cu`, launched as a TMA-fed GEMM
+//! beside the WGMMA kernel): past 64 decode rows, a CTA a 64-row block of W by a 128-row slab of x over
 //! all of K, W read once for the slab through the TMA from its class-step copy
 //! ([`super::layout::to_class_steps`]), the skinny kernel's sums on wgmma. Pure host code, tested
 //! on the CPU with the rest of the plan ([`GemmPlan::decode_rows`] picks it).
 
 use super::plan::{
-    grid, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES, SKINNY_WG_MIN_FILL,
+    tma_fits, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES,
+    SKINNY_WG_MIN_FILL,
 };
-use crate::error::{unsupported, Result};
+use crate::error::Result;
 
 /// The x slab of the skinny kernel's wide form (`gemm_skinny_wide.cu`'s XN): two warpgroups'
 /// wgmma M.
@@ -44,24 +45,15 @@ impl GemmPlan {
     /// (`gemm_skinny_wide.cu`'s header). K must be a multiple of [`SKINNY_WIDE_K`] and N of 16.
     pub fn skinny_wide(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
         let entry = "gemm skinny wide";
-        shape.validate()?;
-        epilogue.check(shape, entry)?;
-        if !shape.k.is_multiple_of(SKINNY_WIDE_K) {
-            return Err(unsupported(entry, format!("`k` must be a multiple of {SKINNY_WIDE_K}, got {}", shape.k)));
-        }
-        if !shape.n.is_multiple_of(16) {
-            return Err(unsupported(entry, format!("`n` must be a multiple of 16, got {}", shape.n)));
-        }
-        let slabs = shape.m.div_ceil(SKINNY_WIDE_M_TILE);
-        let tile = SkinnyTile {
-            form: SkinnyForm::Wide,
-            entry: format!("gemm_skinny_wide{}", epilogue.suffix()),
-            m_tile: SKINNY_WIDE_M_TILE,
-            rows: SKINNY_WIDE_ROWS,
-            slabs,
-            grid: grid(entry, shape, shape.n.div_ceil(SKINNY_WIDE_ROWS).checked_mul(slabs))?,
-            shared_bytes: SKINNY_WIDE_BYTES as u32,
-        };
+        tma_fits(entry, shape, epilogue, SKINNY_WIDE_K)?;
+        let tile = SkinnyTile::per_block(
+            entry,
+            shape,
+            SkinnyForm::Wide,
+            format!("gemm_skinny_wide{}", epilogue.suffix()),
+            (SKINNY_WIDE_M_TILE, SKINNY_WIDE_ROWS),
+            SKINNY_WIDE_BYTES,
+        )?;
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 
