@@ -98,13 +98,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   const int tiles = 4 * per_pair;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      tma::mbar_init(full0 + 8 * s, 1);
-      tma::mbar_init(empty0 + 8 * s, CONSUMERS / 32);
-    }
-    tma::mbar_init_fence();
-  }
+  tma::init_ring(full0, empty0, STAGES, CONSUMERS / 32);
   __syncthreads();
   const bool producer = threadIdx.x == CONSUMERS;
   if (producer) {

@@ -72,13 +72,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   const int blocks = k / BK;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      tma::mbar_init(full0 + 8 * s, 1);
-      tma::mbar_init(empty0 + 8 * s, CONSUMERS / 32);
-    }
-    tma::mbar_init_fence();
-  }
+  tma::init_ring(full0, empty0, STAGES, CONSUMERS / 32);
   __syncthreads();
   // x and every buffer of the epilogue come from earlier kernels.
   pdl_begin();

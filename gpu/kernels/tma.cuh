@@ -49,6 +49,19 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
+// Thread 0 initialises a ring of `stages` stages: its `full` barriers (8 bytes apart from full0;
+// one arrival, the producer's, beside the bytes) and `empty` barriers (from empty0; one arrival
+// per consumer warp). The CTA meets before any other thread uses them.
+__device__ __forceinline__ void init_ring(unsigned full0, unsigned empty0, int stages, unsigned consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, consumer_warps);
+    }
+    mbar_init_fence();
+  }
+}
+
 // The consumers of a warp-specialised CTA (its first N threads, every warp but the producer's)
 // meet on named barrier 1, leaving the producer to run on.
 template <int N>
