@@ -145,9 +145,9 @@ impl DeviceWeights {
     }
 
     /// Uploads `weights` (shapes as the checkpoint loader checked them against `dims`) and the
-    /// copies `class_steps` names, calling
-    /// `progress(done, total)` after each layer; the host layout and the copies are recorded in
-    /// `times` as [`StartPhase::WeightLayout`] and [`StartPhase::WeightUpload`].
+    /// copies `class_steps` names, calling `progress(done, total)` after each layer; the host
+    /// layout and the copies are recorded in `times` as [`StartPhase::WeightLayout`] and
+    /// [`StartPhase::WeightUpload`].
     pub fn upload(
         gpu: &Gpu,
         weights: &ModelWeights<bf16>,
@@ -183,13 +183,37 @@ struct UploadClock<'a> {
 impl UploadClock<'_> {
     /// Uploads the matrix `rows` lays out (the norms and gains, small, are counted as copies).
     fn matrix<'r>(&mut self, rows: impl FnOnce() -> Cow<'r, [bf16]>) -> gpu::Result<CudaSlice<bf16>> {
+        Ok(self.matrix_and_steps(rows, None)?.0)
+    }
+
+    /// Uploads the matrix `rows` lays out and, where `class_steps` gives its columns, its
+    /// class-step copy, laid out from the same rows.
+    fn matrix_and_steps<'r>(
+        &mut self,
+        rows: impl FnOnce() -> Cow<'r, [bf16]>,
+        class_steps: Option<usize>,
+    ) -> gpu::Result<(CudaSlice<bf16>, Option<CudaSlice<bf16>>)> {
         let start = Instant::now();
         let rows = rows();
-        let laid_out = Instant::now();
-        self.layout += laid_out - start;
-        let slice = self.gpu.upload(&rows)?;
+        self.layout += start.elapsed();
+        let slice = self.copy_up(&rows)?;
+        let steps = match class_steps {
+            Some(k) => {
+                let start = Instant::now();
+                let steps = layout::to_class_steps(&rows, k);
+                self.layout += start.elapsed();
+                Some(self.copy_up(&steps)?)
+            }
+            None => None,
+        };
+        Ok((slice, steps))
+    }
+
+    fn copy_up(&mut self, rows: &[bf16]) -> gpu::Result<CudaSlice<bf16>> {
+        let start = Instant::now();
+        let slice = self.gpu.upload(rows)?;
         self.bytes += rows.len() * 2;
-        self.copy += laid_out.elapsed();
+        self.copy += start.elapsed();
         Ok(slice)
     }
 
@@ -230,15 +254,19 @@ fn upload_layer(
         Weight::Down => dims.intermediate_size,
     };
     let mut steps = [None, None, None, None];
-    for weight in Weight::ALL.into_iter().filter(|&w| class_steps.has(w)) {
-        steps[weight.index()] =
-            Some(clock.matrix(|| Cow::Owned(layout::to_class_steps(&rows(weight), columns(weight))))?);
-    }
+    let mut upload = |clock: &mut UploadClock<'_>, weight: Weight| {
+        let (stored, copy) =
+            clock.matrix_and_steps(|| rows(weight), class_steps.has(weight).then(|| columns(weight)))?;
+        steps[weight.index()] = copy;
+        gpu::Result::Ok(stored)
+    };
+    let (qkv, o) = (upload(clock, Weight::Qkv)?, upload(clock, Weight::O)?);
+    let (gate_up, down) = (upload(clock, Weight::GateUp)?, upload(clock, Weight::Down)?);
     Ok(DeviceLayer {
-        qkv: clock.matrix(|| rows(Weight::Qkv))?,
-        o: clock.matrix(|| rows(Weight::O))?,
-        gate_up: clock.matrix(|| rows(Weight::GateUp))?,
-        down: clock.matrix(|| rows(Weight::Down))?,
+        qkv,
+        o,
+        gate_up,
+        down,
         q_norm: norm(clock, "self_attn.q_norm", d, &a.q_norm)?,
         k_norm: norm(clock, "self_attn.k_norm", d, &a.k_norm)?,
         sigma: clock.small(|gpu| gpu.upload(&widen(&a.hp1_sigma)))?,
