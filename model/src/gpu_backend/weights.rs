@@ -198,6 +198,15 @@ impl UploadClock<'_> {
         self.layout += start.elapsed();
         let slice = self.copy_up(&rows)?;
         let steps = match class_steps {
+            Some(k) if !k.is_multiple_of(layout::CLASS_STEP) || !rows.len().is_multiple_of(k) => {
+                return Err(gpu::Error::Unsupported {
+                    entry: "gemm skinny wide".into(),
+                    reason: format!(
+                        "a class-step copy needs rows of a multiple of {} columns, got {k}",
+                        layout::CLASS_STEP
+                    ),
+                });
+            }
             Some(k) => {
                 let start = Instant::now();
                 let steps = layout::to_class_steps(&rows, k);
