@@ -10,7 +10,10 @@
 // The two ways tried to read W once (the classes on a cluster's CTAs, run 190; two warpgroups
 // on the two halves of x behind one cp.async ring, run 209) lost to latency. Here the TMA feeds
 // a deep ring from a producer warp, and W is the wgmma's shared-memory B operand, so a tile costs
-// the consumers four instructions and four 16-byte shared loads.
+// the consumers four instructions and four 16-byte shared loads. Measured (RESULTS run 228):
+// gate/up at 128 rows 9.0 us against the shared-x form's 18.3; its CTA is still held by latency
+// (run 230), which a deeper ring, 48-row blocks, clusters sharing x or a split of K over a
+// cluster did not lift (runs 229-235).
 //
 // THE SAME BITS AS gemm_skinny.cuh. A sum there is: K in steps of 32, step s in class s % 8; in a
 // class its steps in increasing order, each two m16n8k16 mma, the first over the step's even
@@ -49,9 +52,9 @@
 // one CTA an SM. ASSUMPTIONS, checked on the host: K a positive multiple of 512 (every class has
 // K / 256 steps, every tile is whole and every class pair has an even number of tiles), N a
 // multiple of 16 (the wide walk; the TMA reads W rows past N as zeros, and x rows past M, whose
-// outputs are not written), the tensor maps encoded
-// over exactly [M, K] (box 64 x 128) and [N, K] (box 64 x 64), 128-byte swizzle; the buffers of
-// the epilogues as gemm_skinny.cuh's BUFFERS.
+// outputs are not written), the tensor maps encoded over exactly [M, K] (box 64 x 128) and
+// [N, K] (box 64 x 64), 128-byte swizzle; the buffers of the epilogues as gemm_skinny.cuh's
+// BUFFERS.
 
 namespace skinny_wide {
 
