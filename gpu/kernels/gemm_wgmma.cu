@@ -61,12 +61,9 @@ using Staged = gemm_epilogue::StagedTile<BM, BN, CONSUMERS, PAD>;
 template <class Epi>
 __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::TensorMap* mw, int m, int n, int k,
                                      const Epi& epi) {
-  unsigned char* raw = tc::dynamic_smem();
-  const unsigned raw_addr = tc::smem_addr(raw);
-  const unsigned ring = (raw_addr + 1023u) & ~1023u;  // the swizzle's atoms are 1024-byte aligned
-  float* part = reinterpret_cast<float*>(raw + (ring - raw_addr));
-  const unsigned full0 = ring + STAGES * STAGE_BYTES;
-  const unsigned empty0 = full0 + 8 * STAGES;
+  const tma::RingSmem smem(STAGES, STAGE_BYTES);
+  const unsigned ring = smem.ring, full0 = smem.full0, empty0 = smem.empty0;
+  float* part = smem.tile;
   const int n0 = blockIdx.x * BN;
   const long long row0 = (long long)blockIdx.y * BM;
   const int blocks = k / BK;

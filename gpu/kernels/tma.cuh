@@ -49,6 +49,23 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
+// A warp-specialised CTA's dynamic shared memory: a ring of `stages` stages of `stage_bytes` at
+// its first 1024-byte boundary (the 128-byte swizzle's atoms), then the stages' full and empty
+// mbarriers; `tile` is the ring's generic address, where the consumers stage their finished tile
+// once the ring is read no more.
+struct RingSmem {
+  unsigned ring, full0, empty0;
+  float* tile;
+  __device__ __forceinline__ RingSmem(int stages, int stage_bytes) {
+    unsigned char* raw = tc::dynamic_smem();
+    const unsigned raw_addr = tc::smem_addr(raw);
+    ring = (raw_addr + 1023u) & ~1023u;
+    tile = reinterpret_cast<float*>(raw + (ring - raw_addr));
+    full0 = ring + stages * stage_bytes;
+    empty0 = full0 + 8 * stages;
+  }
+};
+
 // Thread 0 initialises a ring of `stages` stages: its `full` barriers (8 bytes apart from full0;
 // one arrival, the producer's, beside the bytes) and `empty` barriers (from empty0; one arrival
 // per consumer warp). The CTA meets before any other thread uses them.
