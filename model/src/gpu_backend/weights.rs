@@ -79,19 +79,22 @@ impl DeviceLayer {
 }
 
 /// Which of a layer's weights the device also holds in the class-step column order, by
-/// [`Weight::index`]: for a model, those [`gpu::gemm::wide_serves`] on this device, where it runs
-/// wgmma and the model's decode batches pass 64 rows (the wide form's rows;
-/// [`gpu::gemm::GemmPlan::decode_rows`]; [`ClassSteps::for_model`]).
+/// [`Weight::index`]: for a model, those whose decode rows [`gpu::gemm::GemmPlan::decode_rows`]
+/// plans on the wide form at the model's widest decode batch ([`ClassSteps::for_model`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassSteps(pub [bool; 4]);
 
 impl ClassSteps {
-    /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take the wide form.
+    /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take the wide form: the
+    /// dispatcher's own answer at `max_decode_rows` on `sms` SMs (`wgmma`: the device runs it),
+    /// which is the answer at every narrower batch or a no (the form is taken from some row
+    /// count up, whatever the epilogue).
     pub fn for_model(nk: impl Fn(Weight) -> (usize, usize), max_decode_rows: usize, sms: usize, wgmma: bool) -> Self {
-        let wide = wgmma && max_decode_rows > gpu::gemm::SKINNY_MAX_M;
         Self(Weight::ALL.map(|w| {
             let (n, k) = nk(w);
-            wide && gpu::gemm::wide_serves(n, k, sms)
+            let shape = gpu::gemm::GemmShape { m: max_decode_rows, n, k };
+            gpu::gemm::GemmPlan::decode_rows(shape, sms, gpu::gemm::EpilogueKind::Store, wgmma)
+                .is_ok_and(|plan| plan.reads_class_steps())
         }))
     }
 
