@@ -65,6 +65,23 @@ struct StagedTile {
   int n0;
   int n;
 
+  // Stores this thread's share of a warpgroup's m64 x WR wgmma accumulator d, whose rows are the
+  // tile's rows row0 .. row0 + 63, into `part`. Fragment of m64nNk16 (PTX ISA, wgmma D): warp q
+  // of the warpgroup holds its rows 16 q + lane / 4 (+ 8), columns 8 j + 2 (lane % 4) (+ 1) in
+  // d[4 j + 2 h + (0, 1)].
+  static __device__ __forceinline__ void stage(float* part, int row0, const float (&d)[WR / 2]) {
+    const int lane = threadIdx.x & 31;
+    const int row = row0 + ((threadIdx.x >> 5) & 3) * 16 + (lane >> 2), col = 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < WR / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        *reinterpret_cast<float2*>(part + (row + 8 * h) * PAD + 8 * j + col) =
+            make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+
   __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
   __device__ __forceinline__ float sum(int xr, int wr) const { return part[xr * PAD + wr]; }
   // wr a multiple of 4, so two 16-byte loads.

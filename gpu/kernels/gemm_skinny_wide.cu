@@ -183,17 +183,8 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   fence_proxy_async();
   tma::consumers_sync<CONSUMERS>();
 
-  // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds its rows 16 q + g
-  // (+ 8), columns 8 j + 2 t (+ 1) in d[4 j + 2 h + (0, 1)]: here x rows and W rows.
-  const int row = wg * 64 + (warp & 3) * 16 + g;
-#pragma unroll
-  for (int j = 0; j < W_ROWS / 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      *reinterpret_cast<float2*>(part + (row + 8 * h) * PAD + 8 * j + 2 * t) =
-          make_float2(sum[4 * j + 2 * h], sum[4 * j + 2 * h + 1]);
-    }
-  }
+  // The accumulator's rows are x rows, its columns W rows.
+  Tile::stage(part, wg * 64, sum);
   tma::consumers_sync<CONSUMERS>();
   epi.wide(Tile{part, (int)min((long long)XN, (long long)m - row0), row0, n0, n});
 }

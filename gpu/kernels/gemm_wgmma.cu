@@ -110,17 +110,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   fence_proxy_async();
   tma::consumers_sync<CONSUMERS>();
 
-  // Fragment of m64nNk16 (PTX ISA, wgmma D): warp q of the warpgroup holds rows 16 q + lane / 4
-  // (+ 8), columns 8 j + 2 (lane % 4) (+ 1) in acc[4 j + 2 h + (0, 1)].
-  const int row = wg * 64 + (warp & 3) * 16 + (lane >> 2), col = 2 * (lane & 3);
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      *reinterpret_cast<float2*>(part + (row + 8 * h) * PAD + 8 * j + col) =
-          make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-    }
-  }
+  Staged::stage(part, wg * 64, acc);
   tma::consumers_sync<CONSUMERS>();
   const Staged tile{part, (int)min((long long)BM, (long long)m - row0), row0, n0, n};
   epi.wide(tile);
