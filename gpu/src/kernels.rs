@@ -6,72 +6,55 @@
 
 use crate::runtime::Kernel;
 
+/// A kernel file as NVRTC compiles it: `pdl.cuh` (every entry point's programmatic dependent
+/// launch), then `$header`s in order, then the file.
+macro_rules! with_pdl {
+    ($file:literal $(, $header:literal)*) => {
+        Kernel {
+            name: $file,
+            source: concat!(
+                include_str!("../kernels/pdl.cuh"),
+                $(include_str!(concat!("../kernels/", $header)),)*
+                include_str!(concat!("../kernels/", $file))
+            ),
+        }
+    };
+}
+
 /// HP1 attention, decode and split-K (dense or sparse-index PV): the body in
 /// `hp1_attention.cuh` (its header gives the algorithm) over the per-thread arithmetic of
 /// `hp1_qk_pv.cuh`, the entry points in `hp1_decode.cu`.
-pub const HP1_DECODE: Kernel = Kernel {
-    name: "hp1_decode.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/loads.cuh"),
-        include_str!("../kernels/hp1_qk_pv.cuh"),
-        include_str!("../kernels/hp1_attention.cuh"),
-        include_str!("../kernels/hp1_decode.cu")
-    ),
-};
+pub const HP1_DECODE: Kernel = with_pdl!("hp1_decode.cu", "loads.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
 
 /// A step's inputs, uploaded as one block, copied to their buffers ([`crate::runtime::CopyList`]).
-pub const COPY_LIST: Kernel = Kernel {
-    name: "copy_list.cu",
-    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/copy_list.cu")),
-};
+pub const COPY_LIST: Kernel = with_pdl!("copy_list.cu");
 /// A step's results written into mapped host memory ([`crate::ops::StepResults`]).
-pub const STEP_RESULTS: Kernel = Kernel {
-    name: "step_results.cu",
-    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/step_results.cu")),
-};
+pub const STEP_RESULTS: Kernel = with_pdl!("step_results.cu");
 /// Per-row metadata of a batch step (fake decode), shared by every layer's attention.
-pub const HP1_ROWS: Kernel = Kernel {
-    name: "hp1_rows.cu",
-    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_rows.cu")),
-};
+pub const HP1_ROWS: Kernel = with_pdl!("hp1_rows.cu");
 
 /// Counts of the HP1 gate's exact zeros over a decode step's attention inputs
 /// ([`crate::attention::GateStats`]).
-pub const HP1_GATE_STATS: Kernel = Kernel {
-    name: "hp1_gate_stats.cu",
-    source: concat!(include_str!("../kernels/pdl.cuh"), include_str!("../kernels/hp1_gate_stats.cu")),
-};
+pub const HP1_GATE_STATS: Kernel = with_pdl!("hp1_gate_stats.cu");
 
 /// HP1 prefill on the tensor cores with `mma.sync` m16n8k16 bf16 (sm_80 and newer): the bf16
 /// helpers and UClipNorm, the q norm + RoPE of a query tile read from qkv, the inline-PTX
 /// wrappers, the register-fragment FIR gate, the query-tile lookup, then the kernel; see
 /// `hp1_prefill_mma.cu`'s header.
-pub const HP1_PREFILL_MMA: Kernel = Kernel {
-    name: "hp1_prefill_mma.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/norm_rope.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/hp1_prefill_gate.cuh"),
-        include_str!("../kernels/hp1_prefill_tiles.cuh"),
-        include_str!("../kernels/hp1_prefill_mma.cu")
-    ),
-};
+pub const HP1_PREFILL_MMA: Kernel = with_pdl!(
+    "hp1_prefill_mma.cu",
+    "ops_common.cuh",
+    "norm_rope.cuh",
+    "tensor_core.cuh",
+    "hp1_prefill_gate.cuh",
+    "hp1_prefill_tiles.cuh"
+);
 
 /// A small per-token kernel: `ops_common.cuh` (bf16 vectors, UClipNorm, the fault word), then the
 /// file.
 macro_rules! with_ops_common {
     ($file:literal) => {
-        Kernel {
-            name: $file,
-            source: concat!(
-                include_str!("../kernels/pdl.cuh"),
-                include_str!("../kernels/ops_common.cuh"),
-                include_str!(concat!("../kernels/", $file))
-            ),
-        }
+        with_pdl!($file, "ops_common.cuh")
     };
 }
 
@@ -80,33 +63,21 @@ macro_rules! with_ops_common {
 /// the epilogues in `gemm_epilogue.cuh`, then `$header`s in order, then the file.
 macro_rules! with_gemm_epilogue {
     ($file:literal $(, $header:literal)*) => {
-        Kernel {
-            name: $file,
-            source: concat!(
-                include_str!("../kernels/pdl.cuh"),
-                include_str!("../kernels/loads.cuh"),
-                include_str!("../kernels/ops_common.cuh"),
-                include_str!("../kernels/norm_rope.cuh"),
-                include_str!("../kernels/tensor_core.cuh"),
-                include_str!("../kernels/gemm_epilogue.cuh"),
-                $(include_str!(concat!("../kernels/", $header)),)*
-                include_str!(concat!("../kernels/", $file))
-            ),
-        }
+        with_pdl!(
+            $file,
+            "loads.cuh",
+            "ops_common.cuh",
+            "norm_rope.cuh",
+            "tensor_core.cuh",
+            "gemm_epilogue.cuh"
+            $(, $header)*
+        )
     };
 }
 
 /// Fused q/k UClipNorm + RoPE + paged KV-cache write ([`crate::ops::qk_norm_rope`]):
 /// `ops_common.cuh`, the per-chunk arithmetic in `norm_rope.cuh`, then the file.
-pub const QK_NORM_ROPE_CACHE: Kernel = Kernel {
-    name: "qk_norm_rope_cache.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/norm_rope.cuh"),
-        include_str!("../kernels/qk_norm_rope_cache.cu")
-    ),
-};
+pub const QK_NORM_ROPE_CACHE: Kernel = with_pdl!("qk_norm_rope_cache.cu", "ops_common.cuh", "norm_rope.cuh");
 
 /// Peri-LN: fused norm + residual + norm, and the plain norm ([`crate::ops::norm`]).
 pub const PERI_LN_RESIDUAL: Kernel = with_ops_common!("peri_ln_residual.cu");
@@ -123,32 +94,20 @@ pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 
 /// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]): `pdl.cuh`,
 /// `ops_common.cuh`, `sampling_common.cuh`, then the file.
-pub const SAMPLING: Kernel = Kernel {
-    name: "sampling.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/sampling_common.cuh"),
-        include_str!("../kernels/sampling.cu")
-    ),
-};
+pub const SAMPLING: Kernel = with_pdl!("sampling.cu", "ops_common.cuh", "sampling_common.cuh");
 
 /// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (bf16 and UClipNorm),
 /// `norm_rope.cuh`, `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`,
 /// `wgmma.cuh`, then the file.
-pub const HP1_PREFILL_WGMMA: Kernel = Kernel {
-    name: "hp1_prefill_wgmma.cu",
-    source: concat!(
-        include_str!("../kernels/pdl.cuh"),
-        include_str!("../kernels/ops_common.cuh"),
-        include_str!("../kernels/norm_rope.cuh"),
-        include_str!("../kernels/tensor_core.cuh"),
-        include_str!("../kernels/hp1_prefill_gate.cuh"),
-        include_str!("../kernels/hp1_prefill_tiles.cuh"),
-        include_str!("../kernels/wgmma.cuh"),
-        include_str!("../kernels/hp1_prefill_wgmma.cu")
-    ),
-};
+pub const HP1_PREFILL_WGMMA: Kernel = with_pdl!(
+    "hp1_prefill_wgmma.cu",
+    "ops_common.cuh",
+    "norm_rope.cuh",
+    "tensor_core.cuh",
+    "hp1_prefill_gate.cuh",
+    "hp1_prefill_tiles.cuh",
+    "wgmma.cuh"
+);
 
 /// The skinny GEMM of decode-sized batches ([`crate::gemm`]): the body in `gemm_skinny.cuh` (its
 /// header gives the algorithm), its staged forms in `gemm_skinny_staged.cuh`, then the entry
