@@ -127,6 +127,11 @@ pub const GEMM_SKINNY_WG: Kernel = with_gemm_epilogue!("gemm_skinny_wg.cu", "wgm
 /// decode batches of 65 to 128 rows, W read once by the TMA; see `gemm_skinny_wide.cu`'s header.
 pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", "wgmma.cuh", "tma.cuh");
 
+/// The skinny GEMM's class form (sm_90; [`crate::gemm`]): the skinny order's classes of K steps
+/// on the CTAs of a cluster, for decode batches of 9 to 64 rows; see `gemm_skinny_classes.cu`'s
+/// header.
+pub const GEMM_SKINNY_CLASSES: Kernel = with_gemm_epilogue!("gemm_skinny_classes.cu", "gemm_skinny.cuh");
+
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
@@ -148,6 +153,7 @@ pub const ALL: &[Kernel] = &[
     GEMM_WGMMA,
     GEMM_SKINNY_WG,
     GEMM_SKINNY_WIDE,
+    GEMM_SKINNY_CLASSES,
     HP1_GATE_STATS,
     DECODE_MEGA,
     COPY_LIST,
@@ -164,7 +170,8 @@ pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
         (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
-            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE].contains(k) && !crate::gemm::wgmma_runs_on(cc))
+            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES].contains(k)
+                && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
     ALL.iter().filter(|k| !skipped(k)).copied().collect()
@@ -178,8 +185,8 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 4);
-        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE] {
+        assert_eq!(ampere.len(), ALL.len() - 5);
+        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES] {
             assert!(!ampere.contains(&wgmma), "{}", wgmma.name);
         }
         assert!(ampere.contains(&HP1_PREFILL_MMA));

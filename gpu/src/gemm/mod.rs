@@ -59,6 +59,7 @@
 //! # }
 //! ```
 
+mod classes_plan;
 pub mod cublaslt;
 pub mod epilogue;
 pub mod layout;
@@ -73,6 +74,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
+pub use classes_plan::{
+    classes_bytes, SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_DECODE_M, SKINNY_CLASSES_K, SKINNY_CLASSES_ROWS,
+};
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;
 pub use plan::{

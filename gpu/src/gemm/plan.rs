@@ -207,6 +207,9 @@ pub enum SkinnyForm {
     /// `gemm_skinny_staged.cuh`'s folded form, x the split-K attention's partials of this
     /// layout, added into shared memory by each CTA ([`super::staged`]).
     Folded(super::staged::FoldLayout),
+    /// `gemm_skinny_classes.cu` (sm_90): each class of K steps on its own CTA of a cluster of 8,
+    /// added through distributed shared memory ([`GemmPlan::skinny_classes`]).
+    Classes,
 }
 
 /// The skinny kernel's instantiation and grid.
@@ -360,7 +363,21 @@ impl GemmPlan {
         Self::skinny_rows_epilogue(shape, rows, epilogue)
     }
 
-    /// The model's plan for decode rows. On a device that runs wgmma (`wgmma`), the warpgroup
+    /// The model's plan for decode rows: on a device that runs wgmma (`wgmma`, sm_90, which also
+    /// launches clusters) the class form ([`GemmPlan::skinny_classes`]) at
+    /// [`super::SKINNY_CLASSES_DECODE_M`] rows where it takes the shape, else
+    /// [`GemmPlan::decode_rows_per_cta`]. Every form gives a row the same bits.
+    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
+        if wgmma && super::SKINNY_CLASSES_DECODE_M.contains(&shape.m) {
+            if let Ok(plan) = Self::skinny_classes(shape, epilogue) {
+                return Ok(plan);
+            }
+        }
+        Self::decode_rows_per_cta(shape, sms, epilogue, wgmma)
+    }
+
+    /// The plan for decode rows among the forms whose CTA adds every class of a W row itself. On
+    /// a device that runs wgmma (`wgmma`), the warpgroup
     /// form ([`GemmPlan::skinny_wgmma`]) at 33 to 64 rows where its 64-row W blocks number at
     /// least half the SMs ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of
     /// asynct-0.5b; RESULTS run 153), its one CTA a tile leaving SMs idle on small N and its
@@ -373,7 +390,7 @@ impl GemmPlan {
     /// ([`super::load_batches`]), or its three-CTA entry ([`GemmPlan::skinny_three_ctas`]) where
     /// the grid would take a second wave at two CTAs an SM and one at three. Every form gives a
     /// row the same bits, so the choice is free to change with `M`.
-    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
+    pub fn decode_rows_per_cta(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
         let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
         if let GemmPath::Skinny(t) = &plain.path {
             let fewer = super::load_batches(shape.k, t.rows, true) < super::load_batches(shape.k, t.rows, false);
@@ -568,6 +585,7 @@ impl GemmPlan {
                     SkinnyForm::Wide => "wide-",
                     SkinnyForm::Staged => "staged-",
                     SkinnyForm::Folded(_) => "fold-",
+                    SkinnyForm::Classes => "classes-",
                 };
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }

@@ -11,7 +11,7 @@ use super::epilogue::Epilogue;
 use super::plan::{GemmShape, SkinnyForm, SkinnyTile, SKINNY_THREADS};
 use super::staged::{self, FoldLayout, FoldedX};
 use crate::error::{unsupported, Result};
-use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WG};
+use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_CLASSES, GEMM_SKINNY_WG};
 use crate::runtime::{launch_error, Gpu, Launch};
 
 /// The skinny kernel of one plan, loaded.
@@ -19,6 +19,8 @@ pub(super) struct SkinnyGemm {
     func: CudaFunction,
     entry: String,
     cfg: LaunchConfig,
+    /// CTAs a cluster (the class form's 8; 1 for no clusters).
+    cluster: u32,
     m: i32,
     n: i32,
     k: i32,
@@ -42,6 +44,7 @@ impl SkinnyGemm {
             | SkinnyForm::Staged
             | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
+            SkinnyForm::Classes => &GEMM_SKINNY_CLASSES,
             SkinnyForm::Wide => {
                 return Err(unsupported(&tile.entry, "the wide form reads tensor maps: gemm::wide launches it".into()))
             }
@@ -50,7 +53,9 @@ impl SkinnyGemm {
         if tile.shared_bytes > 0 {
             gpu.set_max_dynamic_smem(&func, tile.shared_bytes)?;
         }
-        Ok(Self { func, entry: tile.entry.clone(), cfg, m: int(shape.m), n: int(shape.n), k: int(shape.k) })
+        let cluster = if tile.form == SkinnyForm::Classes { super::SKINNY_CLASSES_CLUSTER } else { 1 };
+        let (m, n, k) = (int(shape.m), int(shape.n), int(shape.k));
+        Ok(Self { func, entry: tile.entry.clone(), cfg, cluster, m, n, k })
     }
 
     /// Launches on `stream`; the buffers were checked by `Gemm::run_with`, and `epilogue` is the
@@ -63,10 +68,12 @@ impl SkinnyGemm {
         epilogue: &mut Epilogue<'_>,
     ) -> Result<()> {
         let mut b = Launch::new(stream, &self.func);
+        b.cluster_x(self.cluster);
         self.push(&mut b, x, w, epilogue)?;
         // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu (and
-        // GEMM_SKINNY_WG_ENTRY in gemm_skinny_wg.cu, the same list) with the epilogue's
-        // parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
+        // GEMM_SKINNY_WG_ENTRY in gemm_skinny_wg.cu and GEMM_SKINNY_CLASSES_ENTRY in
+        // gemm_skinny_classes.cu, the same list; the class form's grid a multiple of its
+        // cluster) with the epilogue's parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
         // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())

@@ -245,7 +245,8 @@ mod tests {
                 assert_eq!(tile(&pick(m, n, k, kind)).form, SkinnyForm::Plain, "M {m} N {n}");
             }
         }
-        assert_eq!(tile(&pick(9, 1024, 3072, EpilogueKind::PeriLn)).form, SkinnyForm::Plain);
+        assert_eq!(tile(&pick(9, 1024, 3072, EpilogueKind::PeriLn)).form, SkinnyForm::Classes);
+        assert_eq!(tile(&pick(33, 1024, 3072, EpilogueKind::PeriLn)).form, SkinnyForm::Plain);
     }
 
     #[test]

@@ -172,6 +172,10 @@ pub struct Linears {
     /// class-step copy); `ASYNCT_SKINNY_WIDE=0` keeps the forms without wgmma there, a
     /// measurement's other side.
     wide: bool,
+    /// Whether decode rows may take the skinny kernel's class form where
+    /// [`GemmPlan::decode_rows`] picks it; `ASYNCT_SKINNY_CLASSES=0` keeps the forms of one CTA
+    /// a W block there, a measurement's other side.
+    classes: bool,
     loaded: HashMap<Key, Gemm>,
 }
 
@@ -181,6 +185,7 @@ impl Linears {
     pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
         let staged_x = std::env::var("ASYNCT_STAGED_X").map_or(true, |v| v != "0");
         let wide = std::env::var("ASYNCT_SKINNY_WIDE").map_or(true, |v| v != "0");
+        let classes = std::env::var("ASYNCT_SKINNY_CLASSES").map_or(true, |v| v != "0");
         Ok(Self {
             gpu: gpu.clone(),
             sms: gpu.multiprocessors()?,
@@ -188,18 +193,19 @@ impl Linears {
             decode_cublas,
             staged_x,
             wide,
+            classes,
             loaded: HashMap::new(),
         })
     }
 
     /// Loads the GEMM of `weight` in `shape` over `lane`'s rows with `epilogue` (once per key):
-    /// the skinny kernel for decode rows (its warpgroup, wide or shared-x form where
+    /// the skinny kernel for decode rows (its warpgroup, wide, class or shared-x form where
     /// [`GemmPlan::decode_rows`] picks it; cuBLASLt where [`DecodeCublas`] names the weight); for
     /// chunk rows the WGMMA kernel with a fused epilogue, cuBLASLt (pinned) to store. The model
     /// fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, pin_at, staged_x, wide) = (self.sms, self.pin_at, self.staged_x, self.wide);
+        let (sms, pin_at, staged_x, wide, classes) = (self.sms, self.pin_at, self.staged_x, self.wide, self.classes);
         let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
         let decode_pin = self.decode_cublas.pin(weight);
         self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
@@ -210,6 +216,9 @@ impl Linears {
                     GemmPlan::skinny_epilogue(shape, sms, epilogue)
                 }
                 plan if !wide && plan.reads_class_steps() => GemmPlan::decode_rows(shape, sms, epilogue, false),
+                plan if !classes && matches!(&plan.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Classes) => {
+                    GemmPlan::decode_rows_per_cta(shape, sms, epilogue, wgmma)
+                }
                 plan => Ok(plan),
             },
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),

@@ -30,7 +30,8 @@ fn every_path(gpu: &Gpu, shape: GemmShape, seed: u64) -> Result<Vec<String>, Str
 /// A few small shapes, every path: quick enough under compute-sanitizer (tails in N and K, one
 /// and several K steps per warp, every x tile; for the WGMMA kernel, one row, a partial N tile,
 /// and M past a tile with more K blocks than ring stages; for the skinny kernel's wide form, a
-/// partial W block and a partial second slab).
+/// partial W block and a partial second slab; for its class form, a partial cluster block and
+/// rows of x past M in a CTA's share).
 pub fn sanitize_small_shapes(gpu: &Arc<Gpu>) -> Check {
     let shapes = [
         (1, 1, 8),
@@ -41,6 +42,7 @@ pub fn sanitize_small_shapes(gpu: &Arc<Gpu>) -> Check {
         (1, 16, 64),
         (130, 48, 320),
         (130, 80, 512),
+        (20, 100, 512),
     ];
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         every_path(gpu, GemmShape { m, n, k }, 40 + i as u64)?;

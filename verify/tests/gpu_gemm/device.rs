@@ -68,6 +68,7 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
     plans.extend(GemmPlan::skinny_shared_x(shape, EpilogueKind::Store, sms).ok());
     if runs_wgmma(gpu) {
         plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
+        plans.extend(GemmPlan::skinny_classes(shape, EpilogueKind::Store).ok());
         if shape.n <= WIDE_MAX_N {
             plans.extend(GemmPlan::skinny_wide(shape, EpilogueKind::Store).ok());
         }

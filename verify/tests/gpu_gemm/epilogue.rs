@@ -49,8 +49,13 @@ fn epilogue_plans(
         let wgmma = runs_wgmma(gpu);
         let warpgroup = GemmPlan::skinny_wgmma(shape, kind).ok().filter(|_| wgmma);
         let wide = GemmPlan::skinny_wide(shape, kind).ok().filter(|_| wgmma);
-        let plans: Vec<GemmPlan> =
-            plain.chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok()).chain(warpgroup).chain(wide).collect();
+        let classes = GemmPlan::skinny_classes(shape, kind).ok().filter(|_| wgmma);
+        let plans: Vec<GemmPlan> = plain
+            .chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok())
+            .chain(warpgroup)
+            .chain(wide)
+            .chain(classes)
+            .collect();
         let chosen = g(GemmPlan::decode_rows(shape, sms, kind, wgmma))?;
         if !plans.contains(&chosen) {
             return Err(format!(

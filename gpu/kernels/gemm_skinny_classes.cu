@@ -1,0 +1,207 @@
+#line 2 "gemm_skinny_classes.cu"
+// gemm_skinny_classes.cu: the skinny GEMM's class form (sm_90): the skinny order's eight classes of
+// K steps on the eight CTAs of a thread-block cluster, for decode batches of up to 64 rows. Needs
+// gemm_skinny.cuh (Config, step_mma, zero4) and the epilogues of gemm_epilogue.cuh before it;
+// gpu::kernels concatenates them.
+//
+// WHY. In the plain form a CTA owns ROWS rows of W over all of K, and reads all of its slab of x
+// (M K 2 bytes) from L2: at 32 rows and K = 3,072 (down_proj of asynct-0.5b) 192 KB of x for 48
+// KB of W, four times the W bytes, and x's vectors take the registers that would keep W in
+// flight (Config::U). Each class of the skinny order (the K steps s = c, c + 8, c + 16, ... that
+// warp c of a plain CTA adds) needs only its eighth of x. Here CTA c of a cluster computes class c
+// of 64 rows of W, reading an eighth of x; the cluster adds the eight classes' partials in class
+// order through distributed shared memory.
+//
+// ALGORITHM. A cluster of CLASSES = 8 CTAs owns W rows n0 .. n0 + 63 (n0 = 64 * cluster) and the
+// whole of x (M <= 8 MT rows, one slab); its CTA of rank c owns class c, the S = K / 256 steps s =
+// c + 8 i, i < S. Warp w of the CTA owns W rows n0 + 8 w .. n0 + 8 w + 7, as the mma's A rows g
+// (the upper 8 rows of the 16-row tile zero, as in the plain form at ROWS = 8). Before the wait on
+// the kernel that writes x (pdl.cuh), each lane loads its W row's 16 bytes of every step it will
+// multiply, up to CHUNK steps (W is constant). After it the CTA copies its class's x (steps i, all
+// 8 MT rows, zeros past M) into shared memory by cp.async as xs[i][row][32], so that the 8 lanes
+// of a 16-byte phase read 128 consecutive bytes. Then each warp runs step_mma over i = 0 .. S - 1
+// in order: exactly the mma calls, on the same fragments, that warp c of a plain CTA makes for
+// these rows, so its accumulators hold the plain CTA's class-c partial sums bit for bit (an mma
+// output depends only on its own row of A and column of B). The partials go to shared memory
+// part[x row][W row]; a cluster barrier (release / acquire) publishes them.
+// Each CTA then runs the epilogue on its share of the outputs, x rows c MT .. c MT + MT - 1 of
+// the 64 W rows (the pairing epilogues' rows 8 apart stay in one share): an output's sum reads
+// the eight CTAs' partials through distributed shared memory and adds them in class order, ((p0 +
+// p1) + p2) + ... + p7, which is Tile::sum's addition of the plain form's warps. A second cluster
+// barrier keeps every CTA's shared memory until the last share has read it.
+//
+// BITS. Each class partial and the order of their addition are the plain form's, so every output
+// has the bits of every skinny form (gemm_skinny.cuh's BATCH INVARIANCE), at every M.
+//
+// LAUNCH. gemm_skinny_classes_m{8 MT}{suffix}: grid ceil(N / 64) * 8 CTAs in clusters of 8 along
+// x (the launch's cluster attribute), block THREADS = 256, launch bounds 2 CTAs an SM; dynamic
+// shared memory S * 8 MT * 64 bytes of x and 8 MT * PAD * 4 bytes of partials
+// (gpu::gemm::classes_bytes).
+//
+// ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 256 (every
+// class has S whole steps); N < 2^31 (rows past N are read as zeros and not written); x and w
+// 16-byte aligned; the epilogue's buffers as gemm_skinny.cu's entry checks them.
+
+namespace gemm_classes {
+
+using gemm_skinny::Config;
+using gemm_skinny::STEP_K;
+using gemm_skinny::THREADS;
+using gemm_skinny::WARPS;
+
+constexpr int CLASSES = 8;            // CTAs a cluster: the skinny order's classes (its WARPS)
+constexpr int ROWS = 64;              // W rows a cluster (gpu::gemm::SKINNY_CLASSES_ROWS)
+constexpr int PAD = ROWS + 4;         // floats a partial row, against bank conflicts
+constexpr int CHUNK = 12;             // steps of W a lane holds (all of them at K <= 3,072)
+static_assert(CLASSES == WARPS && ROWS == 8 * WARPS, "one class a CTA, 8 rows of W a warp");
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ float ld_cluster_f32(unsigned local, unsigned rank) {
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// A CTA's share of the cluster's finished tile, for the epilogue (gemm_epilogue.cuh's tile
+// interface): x rows xr0 .. xr0 + MT - 1 of the slab by the cluster's 64 W rows.
+template <int MT>
+struct ShareTile {
+  static constexpr int XR = MT;
+  static constexpr int WR = ROWS;
+  static constexpr int THREADS = gemm_classes::THREADS;
+  unsigned part;   // shared address of part[0][0], the same in every CTA of the cluster
+  int xr0;         // the share's first row of the slab
+  int m;           // rows of x in this share
+  long long row0;  // the share's first row of x (= xr0: one slab)
+  int n0;
+  int n;
+
+  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
+
+  // The class partials of x row xr0 + xr and W row n0 + wr, added in class order.
+  __device__ __forceinline__ float sum(int xr, int wr) const {
+    const unsigned at = part + ((xr0 + xr) * PAD + wr) * 4;
+    float p[CLASSES];
+#pragma unroll
+    for (int q = 0; q < CLASSES; ++q) p[q] = ld_cluster_f32(at, q);
+    float s = p[0];
+#pragma unroll
+    for (int q = 1; q < CLASSES; ++q) s += p[q];
+    return s;
+  }
+};
+
+// The kernel of LAUNCH (ALGORITHM above).
+template <int MT, class Epi>
+__device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n,
+                                             int k, const Epi& epi) {
+  using C = Config<MT, 8>;
+  constexpr int XR = 8 * MT;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int c = (int)cluster_rank();
+  const int n0 = (int)(blockIdx.x / CLASSES) * ROWS;
+  const int steps = k / (STEP_K * CLASSES);
+  unsigned char* smem = tc::dynamic_smem();
+  const unsigned xs = tc::smem_addr(smem);
+  const unsigned part = xs + steps * XR * STEP_K * 2;
+
+  // This lane's W row (zeros past N) at step i of the class: k = 32 (c + 8 i) + 8 t.
+  const int row = n0 + 8 * warp + g;
+  const bf16* w_at = w + (long long)min(row, n - 1) * k + STEP_K * c + 8 * t;
+  const bool w_ok = row < n;
+  auto load_w = [&](uint4(&wv)[CHUNK][C::WV], int i0) {
+#pragma unroll
+    for (int i = 0; i < CHUNK; ++i)
+      wv[i][0] = w_ok && i0 + i < steps ? tc::ld_stream_16(w_at + (long long)(i0 + i) * STEP_K * CLASSES)
+                                        : gemm_skinny::zero4();
+  };
+  uint4 wv[CHUNK][C::WV];
+  load_w(wv, 0);
+  // ptxas issues loads whose values nothing needs yet after the wait, even across a CTA barrier
+  // (read from the SASS). A store of their XOR into an unread word needs them all first, so they
+  // arrive while the kernel before this one finishes.
+  unsigned sink = 0;
+#pragma unroll
+  for (int i = 0; i < CHUNK; ++i) sink ^= wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w;
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(part + (XR * PAD + threadIdx.x) * 4), "r"(sink) : "memory");
+  pdl_begin();
+
+  for (int e = threadIdx.x; e < steps * XR * 4; e += THREADS) {
+    const int i = e / (XR * 4), r = (e >> 2) % XR, q = e & 3;
+    const unsigned dst = xs + ((i * XR + r) * STEP_K + 8 * q) * 2;
+    if (r < m) {
+      tc::cp_async_16(dst, x + (long long)r * k + STEP_K * (c + CLASSES * i) + 8 * q, true);
+    } else {
+      tc::st_shared_16(dst, gemm_skinny::zero4());
+    }
+  }
+  tc::cp_async_commit();
+  tc::cp_async_wait<0>();
+  __syncthreads();
+
+  float acc[C::R][MT][4];
+  gemm_skinny::zero_acc<MT, 8>(acc);
+  for (int i0 = 0; i0 < steps; i0 += CHUNK) {
+    if (i0 > 0) load_w(wv, i0);
+#pragma unroll
+    for (int i = 0; i < CHUNK; ++i) {
+      if (i0 + i < steps) {  // block-uniform
+        uint4 xv[MT];
+#pragma unroll
+        for (int j = 0; j < MT; ++j) xv[j] = tc::ld_shared_16(xs + (((i0 + i) * XR + 8 * j + g) * STEP_K + 8 * t) * 2);
+        gemm_skinny::step_mma<MT, 8>(acc, wv[i], xv);
+      }
+    }
+  }
+
+  // Fragment c0, c1: W row 8 warp + g, x rows 8 j + 2 t and + 1 (c2, c3 are the zero rows g + 8).
+  float* mine = reinterpret_cast<float*>(smem + steps * XR * STEP_K * 2);
+#pragma unroll
+  for (int j = 0; j < MT; ++j) {
+    const int xr = 8 * j + 2 * t, wr = 8 * warp + g;
+    mine[xr * PAD + wr] = acc[0][j][0];
+    mine[(xr + 1) * PAD + wr] = acc[0][j][1];
+  }
+  cluster_sync();
+
+  const int xr0 = c * MT;
+  epi(ShareTile<MT>{part, xr0, max(0, min(MT, m - xr0)), xr0, n0, n});
+  cluster_sync();
+}
+
+}  // namespace gemm_classes
+
+#define GEMM_SKINNY_CLASSES_ENTRY(MT, EPI, SUFFIX)                                                              \
+  extern "C" __global__ void __launch_bounds__(gemm_skinny::THREADS, 2) gemm_skinny_classes_m##MT##SUFFIX(      \
+      const bf16* __restrict__ x, const bf16* __restrict__ w, int m, int n, int k, EPI##_PARAMS) {             \
+    gemm_classes::gemm_classes<MT / 8>(x, w, m, n, k, EPI##_EPILOGUE);                                         \
+  }
+
+GEMM_SKINNY_CLASSES_ENTRY(8, STORE, )
+GEMM_SKINNY_CLASSES_ENTRY(16, STORE, )
+GEMM_SKINNY_CLASSES_ENTRY(32, STORE, )
+GEMM_SKINNY_CLASSES_ENTRY(64, STORE, )
+GEMM_SKINNY_CLASSES_ENTRY(8, PERILN, _periln)
+GEMM_SKINNY_CLASSES_ENTRY(16, PERILN, _periln)
+GEMM_SKINNY_CLASSES_ENTRY(32, PERILN, _periln)
+GEMM_SKINNY_CLASSES_ENTRY(64, PERILN, _periln)
+GEMM_SKINNY_CLASSES_ENTRY(8, SILU_MUL, _silu_mul)
+GEMM_SKINNY_CLASSES_ENTRY(16, SILU_MUL, _silu_mul)
+GEMM_SKINNY_CLASSES_ENTRY(32, SILU_MUL, _silu_mul)
+GEMM_SKINNY_CLASSES_ENTRY(64, SILU_MUL, _silu_mul)
+GEMM_SKINNY_CLASSES_ENTRY(8, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_CLASSES_ENTRY(16, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_CLASSES_ENTRY(32, QK, _qk_norm_rope_cache)
+GEMM_SKINNY_CLASSES_ENTRY(64, QK, _qk_norm_rope_cache)

@@ -1,0 +1,127 @@
+//! The plan of the skinny kernel's class form (`gemm_skinny_classes.cu`, sm_90): the skinny
+//! order's eight classes of K steps on the eight CTAs of a cluster, each reading an eighth of x,
+//! their partials added in class order through distributed shared memory. Pure host code, tested
+//! on the CPU with the rest of the plan ([`GemmPlan::decode_rows`] picks it).
+
+use super::plan::{
+    grid, m_tile, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile, SHARED_X_MAX_BYTES,
+};
+use crate::error::{unsupported, Result};
+
+/// Rows of W a cluster of the class form owns (8 a warp; its `ROWS`).
+pub const SKINNY_CLASSES_ROWS: usize = 64;
+/// CTAs a cluster: one per class of the skinny order (its `CLASSES`).
+pub const SKINNY_CLASSES_CLUSTER: u32 = 8;
+/// The form takes a K that is a multiple of this: every class has K / 256 whole steps of 32.
+pub const SKINNY_CLASSES_K: usize = 256;
+/// The decode rows [`GemmPlan::decode_rows`] takes the form for: past one slab of 8 rows, where
+/// the plain form's CTAs read 16 to 32 rows of x each from L2 for every block of W.
+pub const SKINNY_CLASSES_DECODE_M: std::ops::RangeInclusive<usize> = 9..=32;
+
+/// The class form's dynamic shared memory for an x tile of `m_tile` rows and K `k`: each class's
+/// x (K / 8 columns of every row), the partials (`m_tile` rows of 68 floats) and a word a thread
+/// for the store that keeps W's loads ahead of the wait (the kernel's LAUNCH).
+pub fn classes_bytes(m_tile: usize, k: usize) -> usize {
+    m_tile * (k / 8) * 2 + m_tile * (SKINNY_CLASSES_ROWS + 4) * 4 + 256 * 4
+}
+
+impl GemmPlan {
+    /// The skinny kernel's class form with `epilogue` (sm_90; the caller knows the device runs
+    /// clusters): one slab of at most 64 rows of x, a cluster of 8 CTAs a block of
+    /// [`SKINNY_CLASSES_ROWS`] rows of W. The same bits as the plain form
+    /// (`gemm_skinny_classes.cu`'s header). K must be a multiple of [`SKINNY_CLASSES_K`].
+    pub fn skinny_classes(shape: GemmShape, epilogue: EpilogueKind) -> Result<Self> {
+        let entry = "gemm skinny classes";
+        let m_tile = m_tile(shape)?;
+        epilogue.check(shape, entry)?;
+        if shape.m > m_tile {
+            return Err(unsupported(entry, format!("one slab of at most {m_tile} rows of x, got M = {}", shape.m)));
+        }
+        if !shape.k.is_multiple_of(SKINNY_CLASSES_K) {
+            return Err(unsupported(entry, format!("`k` must be a multiple of {SKINNY_CLASSES_K}, got {}", shape.k)));
+        }
+        let bytes = classes_bytes(m_tile, shape.k);
+        if bytes > SHARED_X_MAX_BYTES {
+            return Err(unsupported(
+                entry,
+                format!("{bytes} bytes of shared memory at K = {} past the {SHARED_X_MAX_BYTES} a CTA takes", shape.k),
+            ));
+        }
+        let clusters = shape.n.div_ceil(SKINNY_CLASSES_ROWS);
+        let grid = grid(entry, shape, clusters.checked_mul(SKINNY_CLASSES_CLUSTER as usize))?;
+        let tile = SkinnyTile {
+            form: SkinnyForm::Classes,
+            entry: format!("gemm_skinny_classes_m{m_tile}{}", epilogue.suffix()),
+            m_tile,
+            rows: SKINNY_CLASSES_ROWS,
+            slabs: 1,
+            grid,
+            shared_bytes: bytes as u32,
+        };
+        Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tile(plan: &GemmPlan) -> &SkinnyTile {
+        match &plan.path {
+            GemmPath::Skinny(t) => t,
+            other => panic!("not a skinny plan: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_class_form_has_a_cluster_of_8_ctas_a_64_row_block_and_its_shared_memory() {
+        let down = GemmPlan::skinny_classes(GemmShape { m: 32, n: 1024, k: 3072 }, EpilogueKind::PeriLn).unwrap();
+        let t = tile(&down);
+        assert_eq!(
+            (t.form, t.entry.as_str(), t.m_tile, t.rows),
+            (SkinnyForm::Classes, "gemm_skinny_classes_m32_periln", 32, 64)
+        );
+        assert_eq!((t.grid, t.slabs), (16 * 8, 1));
+        // Each class's 384 columns of 32 rows, 32 partial rows of 68 floats, a word a thread.
+        assert_eq!(t.shared_bytes as usize, 32 * 384 * 2 + 32 * 68 * 4 + 1024);
+        let ragged = GemmPlan::skinny_classes(GemmShape { m: 9, n: 100, k: 512 }, EpilogueKind::Store).unwrap();
+        assert_eq!((tile(&ragged).m_tile, tile(&ragged).grid), (16, 16));
+        assert_eq!(down.name(), "skinny-classes-m32-r64-periln");
+    }
+
+    #[test]
+    fn the_class_form_refuses_what_its_kernel_does_not_take_by_name() {
+        let refused = |m, n, k, kind| GemmPlan::skinny_classes(GemmShape { m, n, k }, kind).unwrap_err().to_string();
+        assert!(refused(65, 1024, 1024, EpilogueKind::Store).contains("one slab"), "past 64 rows");
+        assert!(refused(8, 1024, 1000, EpilogueKind::Store).contains("multiple of 256"));
+        assert!(refused(64, 1024, 16384, EpilogueKind::Store).contains("shared memory"));
+        assert!(refused(8, 1000, 1024, EpilogueKind::SiluMul).contains("16"), "pairs of 8 rows");
+        assert!(refused(0, 1024, 1024, EpilogueKind::Store).contains("gemm"));
+    }
+
+    #[test]
+    fn decode_rows_take_the_class_form_at_9_to_32_rows_on_sm_90_only() {
+        let weights = [
+            (2048, 1024, EpilogueKind::QkNormRopeCache),
+            (1024, 1024, EpilogueKind::PeriLn),
+            (6144, 1024, EpilogueKind::SiluMul),
+            (1024, 3072, EpilogueKind::PeriLn),
+        ];
+        for (n, k, kind) in weights {
+            for m in [1, 8, 9, 16, 32, 33, 64, 65, 128] {
+                let shape = GemmShape { m, n, k };
+                let with = GemmPlan::decode_rows(shape, 132, kind, true).unwrap();
+                let classes = tile(&with).form == SkinnyForm::Classes;
+                assert_eq!(classes, SKINNY_CLASSES_DECODE_M.contains(&m), "M {m} N {n} {kind:?}: {}", with.name());
+                if !classes {
+                    assert_eq!(with, GemmPlan::decode_rows_per_cta(shape, 132, kind, true).unwrap());
+                }
+                let without = GemmPlan::decode_rows(shape, 132, kind, false).unwrap();
+                assert_ne!(tile(&without).form, SkinnyForm::Classes, "no clusters without sm_90");
+            }
+        }
+        // A K the form does not take keeps the per-CTA forms.
+        let odd = GemmPlan::decode_rows(GemmShape { m: 16, n: 1024, k: 1000 }, 132, EpilogueKind::Store, true).unwrap();
+        assert_ne!(tile(&odd).form, SkinnyForm::Classes);
+    }
+}
