@@ -364,11 +364,11 @@ impl GemmPlan {
     }
 
     /// The model's plan for decode rows: on a device that runs wgmma (`wgmma`, sm_90, which also
-    /// launches clusters) the class form ([`GemmPlan::skinny_classes`]) at
-    /// [`super::SKINNY_CLASSES_DECODE_M`] rows where it takes the shape, else
+    /// launches clusters) the class form ([`GemmPlan::skinny_classes`]) where
+    /// [`super::classes_serve`] says so and the form takes the shape, else
     /// [`GemmPlan::decode_rows_per_cta`]. Every form gives a row the same bits.
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
-        if wgmma && super::SKINNY_CLASSES_DECODE_M.contains(&shape.m) {
+        if wgmma && super::classes_serve(shape) {
             if let Ok(plan) = Self::skinny_classes(shape, epilogue) {
                 return Ok(plan);
             }
