@@ -73,8 +73,9 @@ impl SkinnyGemm {
         // SAFETY: the arguments match GEMM_SKINNY_ENTRY in gemm_skinny.cu (and
         // GEMM_SKINNY_WG_ENTRY in gemm_skinny_wg.cu and GEMM_SKINNY_CLASSES_ENTRY in
         // gemm_skinny_classes.cu, the same list; the class form's grid a multiple of its
-        // cluster) with the epilogue's parameters (the plan named the entry of `epilogue`'s kind); Gemm::run_with checked the
-        // sizes (x [m, k], w [n, k], the epilogue's buffers) and the 16-byte alignment of each.
+        // cluster) with the epilogue's parameters (the plan named the entry of `epilogue`'s
+        // kind); Gemm::run_with checked the sizes (x [m, k], w [n, k], the epilogue's buffers)
+        // and the 16-byte alignment of each.
         unsafe { b.launch(self.cfg) }.map_err(launch_error(&self.entry, &self.cfg))?;
         Ok(())
     }
