@@ -35,8 +35,8 @@
 //
 // LAUNCH. gemm_skinny_classes_m{8 MT}{suffix}: grid ceil(N / 64) * 8 CTAs in clusters of 8 along
 // x (the launch's cluster attribute), block THREADS = 256, launch bounds 2 CTAs an SM; dynamic
-// shared memory S * 8 MT * 64 bytes of x and 8 MT * PAD * 4 bytes of partials
-// (gpu::gemm::classes_bytes).
+// shared memory S * 8 MT * 64 bytes of x, 8 MT * PAD * 4 bytes of partials and a word a thread
+// for the store that keeps W's loads ahead of the wait (gpu::gemm::classes_bytes).
 //
 // ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 256 (every
 // class has S whole steps); N < 2^31 (rows past N are read as zeros and not written); x and w
