@@ -1,8 +1,8 @@
 #line 2 "gemm_skinny_classes.cu"
 // gemm_skinny_classes.cu: the skinny GEMM's class form (sm_90): the skinny order's eight classes of
 // K steps on the eight CTAs of a thread-block cluster, for decode batches of up to 64 rows. Needs
-// gemm_skinny.cuh (Config, step_mma, zero4) and the epilogues of gemm_epilogue.cuh before it;
-// gpu::kernels concatenates them.
+// tma.cuh (the mbarrier), gemm_skinny.cuh (Config, step_mma, zero4) and the epilogues of
+// gemm_epilogue.cuh before it; gpu::kernels concatenates them.
 //
 // WHY. In the plain form a CTA owns ROWS rows of W over all of K, and reads all of its slab of x
 // (M K 2 bytes) from L2: at 32 rows and K = 3,072 (down_proj of asynct-0.5b) 192 KB of x for 48
@@ -23,20 +23,23 @@
 // in order: exactly the mma calls, on the same fragments, that warp c of a plain CTA makes for
 // these rows, so its accumulators hold the plain CTA's class-c partial sums bit for bit (an mma
 // output depends only on its own row of A and column of B). The partials go to shared memory
-// part[x row][W row]; a cluster barrier (release / acquire) publishes them.
-// Each CTA then runs the epilogue on its share of the outputs, x rows c MT .. c MT + MT - 1 of
-// the 64 W rows (the pairing epilogues' rows 8 apart stay in one share): an output's sum reads
-// the eight CTAs' partials through distributed shared memory and adds them in class order, ((p0 +
-// p1) + p2) + ... + p7, which is Tile::sum's addition of the plain form's warps. A second cluster
-// barrier keeps every CTA's shared memory until the last share has read it.
+// part[x row][W row]. Each CTA then sends each share of them, x rows o MT .. o MT + MT - 1,
+// to the CTA of rank o that owns it, into its recv[c] (st.async, 16 bytes a store, counted on
+// that CTA's mbarrier), and waits on its own mbarrier for the eight classes of its share. Its
+// epilogue (the pairing epilogues' rows 8 apart stay in one share) then adds an output's eight
+// partials in class order, ((p0 + p1) + p2) + ... + p7, which is Tile::sum's addition of the
+// plain form's warps. A cluster barrier, arrived at at the start and waited on after the
+// product, orders every mbarrier's initialisation before any store to it; a CTA leaves once its
+// own share has arrived (what it sent is counted where it went, whose CTA waits for it).
 //
 // BITS. Each class partial and the order of their addition are the plain form's, so every output
 // has the bits of every skinny form (gemm_skinny.cuh's BATCH INVARIANCE), at every M.
 //
 // LAUNCH. gemm_skinny_classes_m{8 MT}{suffix}: grid ceil(N / 64) * 8 CTAs in clusters of 8 along
 // x (the launch's cluster attribute), block THREADS = 256, launch bounds 2 CTAs an SM; dynamic
-// shared memory S * 8 MT * 64 bytes of x, 8 MT * PAD * 4 bytes of partials and a word a thread
-// for the store that keeps W's loads ahead of the wait (gpu::gemm::classes_bytes).
+// shared memory S * 8 MT * 64 bytes of x, the mbarrier (16 bytes), 8 MT * PAD * 4 bytes of
+// partials received and as many sent, and a word a thread for the store that keeps W's loads
+// ahead of the wait (gpu::gemm::classes_bytes).
 //
 // ASSUMPTIONS, checked on the host (gpu::gemm): 1 <= M <= 8 MT; K a positive multiple of 256 (every
 // class has S whole steps); N < 2^31 (rows past N are read as zeros and not written); x and w
@@ -61,43 +64,63 @@ __device__ __forceinline__ unsigned cluster_rank() {
   return r;
 }
 
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
-__device__ __forceinline__ float ld_cluster_f32(unsigned local, unsigned rank) {
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_address(unsigned local, unsigned rank) {
   unsigned remote;
-  float v;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+  return remote;
+}
+
+// 16 bytes into CTA `rank`'s shared memory at the address `local` has here, counted on that CTA's
+// mbarrier at the address `bar` has here.
+__device__ __forceinline__ void st_async_16(unsigned local, unsigned rank, unsigned bar, uint4 v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_address(local, rank)),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_address(bar, rank))
+               : "memory");
+}
+
+// Waits for the phase of parity 0 of the CTA's mbarrier, with the cluster's writes it counted.
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(bar)
+        : "memory");
+  } while (!done);
 }
 
 // A CTA's share of the cluster's finished tile, for the epilogue (gemm_epilogue.cuh's tile
-// interface): x rows xr0 .. xr0 + MT - 1 of the slab by the cluster's 64 W rows.
+// interface): x rows row0 .. row0 + MT - 1 by the cluster's 64 W rows, each class's partials
+// received into recv[class][row][PAD].
 template <int MT>
 struct ShareTile {
   static constexpr int XR = MT;
   static constexpr int WR = ROWS;
   static constexpr int THREADS = gemm_classes::THREADS;
-  unsigned part;   // shared address of part[0][0], the same in every CTA of the cluster
-  int xr0;         // the share's first row of the slab
+  const float* recv;
   int m;           // rows of x in this share
-  long long row0;  // the share's first row of x (= xr0: one slab)
+  long long row0;  // the share's first row of x (one slab: the slab's row c MT)
   int n0;
   int n;
 
   __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
 
-  // The class partials of x row xr0 + xr and W row n0 + wr, added in class order.
+  // The class partials of x row row0 + xr and W row n0 + wr, added in class order.
   __device__ __forceinline__ float sum(int xr, int wr) const {
-    const unsigned at = part + ((xr0 + xr) * PAD + wr) * 4;
-    float p[CLASSES];
+    float s = recv[xr * PAD + wr];
 #pragma unroll
-    for (int q = 0; q < CLASSES; ++q) p[q] = ld_cluster_f32(at, q);
-    float s = p[0];
-#pragma unroll
-    for (int q = 1; q < CLASSES; ++q) s += p[q];
+    for (int q = 1; q < CLASSES; ++q) s += recv[(q * MT + xr) * PAD + wr];
     return s;
   }
 };
@@ -113,9 +136,23 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   const int c = (int)cluster_rank();
   const int n0 = (int)(blockIdx.x / CLASSES) * ROWS;
   const int steps = k / (STEP_K * CLASSES);
+  // Shared memory: x's class, the mbarrier, the received partials, this CTA's partials, a word a
+  // thread (gpu::gemm::classes_bytes).
   unsigned char* smem = tc::dynamic_smem();
   const unsigned xs = tc::smem_addr(smem);
-  const unsigned part = xs + steps * XR * STEP_K * 2;
+  const int x_bytes = steps * XR * STEP_K * 2;
+  const unsigned bar = xs + x_bytes;
+  float* recv = reinterpret_cast<float*>(smem + x_bytes + 16);
+  float* part = recv + XR * PAD;
+  const unsigned sink = tc::smem_addr(part + XR * PAD);
+
+  // Every CTA's mbarrier is initialised before any CTA of the cluster sends to it: the cluster
+  // barrier's arrival here, its wait after the product.
+  if (threadIdx.x == 0) {
+    tma::mbar_init(bar, 1);
+    tma::mbar_init_fence();
+  }
+  cluster_arrive();
 
   // This lane's W row (zeros past N) at step i of the class: k = 32 (c + 8 i) + 8 t.
   const int row = n0 + 8 * warp + g;
@@ -132,10 +169,10 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   // ptxas issues loads whose values nothing needs yet after the wait, even across a CTA barrier
   // (read from the SASS). A store of their XOR into an unread word needs them all first, so they
   // arrive while the kernel before this one finishes.
-  unsigned sink = 0;
+  unsigned bits = 0;
 #pragma unroll
-  for (int i = 0; i < CHUNK; ++i) sink ^= wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w;
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(part + (XR * PAD + threadIdx.x) * 4), "r"(sink) : "memory");
+  for (int i = 0; i < CHUNK; ++i) bits ^= wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w;
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(sink + threadIdx.x * 4), "r"(bits) : "memory");
   pdl_begin();
 
   for (int e = threadIdx.x; e < steps * XR * 4; e += THREADS) {
@@ -167,18 +204,27 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   }
 
   // Fragment c0, c1: W row 8 warp + g, x rows 8 j + 2 t and + 1 (c2, c3 are the zero rows g + 8).
-  float* mine = reinterpret_cast<float*>(smem + steps * XR * STEP_K * 2);
 #pragma unroll
   for (int j = 0; j < MT; ++j) {
     const int xr = 8 * j + 2 * t, wr = 8 * warp + g;
-    mine[xr * PAD + wr] = acc[0][j][0];
-    mine[(xr + 1) * PAD + wr] = acc[0][j][1];
+    part[xr * PAD + wr] = acc[0][j][0];
+    part[(xr + 1) * PAD + wr] = acc[0][j][1];
   }
-  cluster_sync();
+  __syncthreads();
+  cluster_wait();
 
+  // Each share's rows go to its CTA (rank o: x rows o MT ..), into recv[c], 16 bytes a store.
+  if (threadIdx.x == 0) tma::mbar_arrive_expect_tx(bar, CLASSES * MT * ROWS * 4);
+  for (int e = threadIdx.x; e < CLASSES * MT * (ROWS / 4); e += THREADS) {
+    const int o = e / (MT * (ROWS / 4)), r = (e / (ROWS / 4)) % MT, q = e % (ROWS / 4);
+    const uint4 v = *reinterpret_cast<const uint4*>(part + (o * MT + r) * PAD + 4 * q);
+    st_async_16(tc::smem_addr(recv + (c * MT + r) * PAD + 4 * q), o, bar, v);
+  }
+  mbar_wait_cluster(bar);
+
+  // A CTA leaves once every class has arrived here; what it sent is counted where it went.
   const int xr0 = c * MT;
-  epi(ShareTile<MT>{part, xr0, max(0, min(MT, m - xr0)), xr0, n0, n});
-  cluster_sync();
+  epi(ShareTile<MT>{recv, max(0, min(MT, m - xr0)), xr0, n0, n});
 }
 
 }  // namespace gemm_classes

@@ -130,7 +130,7 @@ pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", 
 /// The skinny GEMM's class form (sm_90; [`crate::gemm`]): the skinny order's classes of K steps
 /// on the CTAs of a cluster, for decode batches of 9 to 64 rows; see `gemm_skinny_classes.cu`'s
 /// header.
-pub const GEMM_SKINNY_CLASSES: Kernel = with_gemm_epilogue!("gemm_skinny_classes.cu", "gemm_skinny.cuh");
+pub const GEMM_SKINNY_CLASSES: Kernel = with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "gemm_skinny.cuh");
 
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid

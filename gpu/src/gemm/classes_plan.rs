@@ -31,10 +31,11 @@ pub fn classes_serve(shape: GemmShape) -> bool {
 }
 
 /// The class form's dynamic shared memory for an x tile of `m_tile` rows and K `k`: each class's
-/// x (K / 8 columns of every row), the partials (`m_tile` rows of 68 floats) and a word a thread
-/// for the store that keeps W's loads ahead of the wait (the kernel's LAUNCH).
+/// x (K / 8 columns of every row), the mbarrier (16 bytes with its padding), the partials twice
+/// (those this CTA receives and those it sends: `m_tile` rows of 68 floats each) and a word a
+/// thread for the store that keeps W's loads ahead of the wait (the kernel's LAUNCH).
 pub fn classes_bytes(m_tile: usize, k: usize) -> usize {
-    m_tile * (k / 8) * 2 + m_tile * (SKINNY_CLASSES_ROWS + 4) * 4 + 256 * 4
+    m_tile * (k / 8) * 2 + 16 + 2 * m_tile * (SKINNY_CLASSES_ROWS + 4) * 4 + 256 * 4
 }
 
 impl GemmPlan {
@@ -94,8 +95,9 @@ mod tests {
             (SkinnyForm::Classes, "gemm_skinny_classes_m32_periln", 32, 64)
         );
         assert_eq!((t.grid, t.slabs), (16 * 8, 1));
-        // Each class's 384 columns of 32 rows, 32 partial rows of 68 floats, a word a thread.
-        assert_eq!(t.shared_bytes as usize, 32 * 384 * 2 + 32 * 68 * 4 + 1024);
+        // Each class's 384 columns of 32 rows, the mbarrier, twice 32 partial rows of 68 floats,
+        // a word a thread.
+        assert_eq!(t.shared_bytes as usize, 32 * 384 * 2 + 16 + 2 * 32 * 68 * 4 + 1024);
         let ragged = GemmPlan::skinny_classes(GemmShape { m: 9, n: 100, k: 512 }, EpilogueKind::Store).unwrap();
         assert_eq!((tile(&ragged).m_tile, tile(&ragged).grid), (16, 16));
         assert_eq!(down.name(), "skinny-classes-m32-r64-periln");
