@@ -17,17 +17,13 @@ pub const SKINNY_CLASSES_K: usize = 256;
 /// The decode rows [`GemmPlan::decode_rows`] takes the form for: past one slab of 8 rows, where
 /// the plain form's CTAs read 16 to 64 rows of x each from L2 for every block of W.
 pub const SKINNY_CLASSES_DECODE_M: std::ops::RangeInclusive<usize> = 9..=64;
-/// The shortest K [`GemmPlan::decode_rows`] takes the form for: 12 steps a class, the W a lane
-/// holds in registers (the kernel's CHUNK). Measured (RESULTS run 238, H100, 32 rows): down_proj
-/// of asynct-0.5b (K = 3,072) 6.0 us against the per-CTA forms' best 7.7; at K = 1,024 (4 steps a
-/// class) the cluster's fixed costs lose, o_proj 4.3 against 3.1, qkv 8.0 against 3.9, and
-/// gate/up's 768 CTAs 17.6 against 8.0.
-pub const SKINNY_CLASSES_MIN_K: usize = 12 * SKINNY_CLASSES_K;
-
-/// Whether [`GemmPlan::decode_rows`] takes the class form for `shape` on a device that launches
-/// clusters (it still needs the form to take the shape and epilogue).
-pub fn classes_serve(shape: GemmShape) -> bool {
-    SKINNY_CLASSES_DECODE_M.contains(&shape.m) && shape.k >= SKINNY_CLASSES_MIN_K
+/// Whether [`GemmPlan::decode_rows`] takes the class form for `shape` on a device of `sms` SMs
+/// that launches clusters (it still needs the form to take the shape and epilogue): at
+/// [`SKINNY_CLASSES_DECODE_M`] rows where the grid fits one CTA an SM (o_proj and down_proj of
+/// asynct-0.5b; more clusters than one wave holds wait for a second).
+pub fn classes_serve(shape: GemmShape, sms: usize) -> bool {
+    SKINNY_CLASSES_DECODE_M.contains(&shape.m)
+        && shape.n.div_ceil(SKINNY_CLASSES_ROWS) * SKINNY_CLASSES_CLUSTER as usize <= sms
 }
 
 /// The class form's dynamic shared memory for an x tile of `m_tile` rows and K `k`: each class's
@@ -126,7 +122,7 @@ mod tests {
                 let shape = GemmShape { m, n, k };
                 let with = GemmPlan::decode_rows(shape, 132, kind, true).unwrap();
                 let classes = tile(&with).form == SkinnyForm::Classes;
-                let takes = SKINNY_CLASSES_DECODE_M.contains(&m) && k == 3072;
+                let takes = SKINNY_CLASSES_DECODE_M.contains(&m) && n == 1024;
                 assert_eq!(classes, takes, "M {m} N {n} K {k} {kind:?}: {}", with.name());
                 if !classes {
                     assert_eq!(with, GemmPlan::decode_rows_per_cta(shape, 132, kind, true).unwrap());
@@ -136,7 +132,7 @@ mod tests {
             }
         }
         // A K the form does not take keeps the per-CTA forms.
-        let odd = GemmPlan::decode_rows(GemmShape { m: 16, n: 1024, k: 3080 }, 132, EpilogueKind::Store, true).unwrap();
+        let odd = GemmPlan::decode_rows(GemmShape { m: 16, n: 1024, k: 1000 }, 132, EpilogueKind::Store, true).unwrap();
         assert_ne!(tile(&odd).form, SkinnyForm::Classes);
     }
 }

@@ -76,7 +76,7 @@ use half::bf16;
 
 pub use classes_plan::{
     classes_bytes, classes_serve, SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_DECODE_M, SKINNY_CLASSES_K,
-    SKINNY_CLASSES_MIN_K, SKINNY_CLASSES_ROWS,
+    SKINNY_CLASSES_ROWS,
 };
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use epilogue::Epilogue;

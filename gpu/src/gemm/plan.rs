@@ -368,7 +368,7 @@ impl GemmPlan {
     /// [`super::classes_serve`] says so and the form takes the shape, else
     /// [`GemmPlan::decode_rows_per_cta`]. Every form gives a row the same bits.
     pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
-        if wgmma && super::classes_serve(shape) {
+        if wgmma && super::classes_serve(shape, sms) {
             if let Ok(plan) = Self::skinny_classes(shape, epilogue) {
                 return Ok(plan);
             }

@@ -246,7 +246,7 @@ mod tests {
             }
         }
         assert_eq!(tile(&pick(9, 1024, 3072, EpilogueKind::PeriLn)).form, SkinnyForm::Classes);
-        assert_eq!(tile(&pick(9, 1024, 1024, EpilogueKind::PeriLn)).form, SkinnyForm::Plain);
+        assert_eq!(tile(&pick(9, 1024, 1024, EpilogueKind::PeriLn)).form, SkinnyForm::Classes);
     }
 
     #[test]
