@@ -61,6 +61,7 @@
 
 mod classes_plan;
 pub mod cublaslt;
+mod decode_plan;
 pub mod epilogue;
 pub mod layout;
 pub mod plan;

@@ -32,7 +32,6 @@
 //! with each finished output: store it, or run the elementwise op that follows the GEMM in the
 //! model on it ([`GemmPlan::skinny_epilogue`]).
 
-use super::wide_plan::wide_serves;
 use crate::error::{unsupported, Result};
 
 /// The widest `M` the skinny kernel serves in one slab (wider batches run in slabs of it).
@@ -361,64 +360,6 @@ impl GemmPlan {
             .or_else(|| SKINNY_ROWS.into_iter().find(|&rows| takes(rows)))
             .expect("every x tile takes 16 rows of W, and every epilogue 16");
         Self::skinny_rows_epilogue(shape, rows, epilogue)
-    }
-
-    /// The model's plan for decode rows: on a device that runs wgmma (`wgmma`, sm_90, which also
-    /// launches clusters) the class form ([`GemmPlan::skinny_classes`]) where
-    /// [`super::classes_serve`] says so and the form takes the shape, else
-    /// [`GemmPlan::decode_rows_per_cta`]. Every form gives a row the same bits.
-    pub fn decode_rows(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
-        if wgmma && super::classes_serve(shape, sms) {
-            if let Ok(plan) = Self::skinny_classes(shape, epilogue) {
-                return Ok(plan);
-            }
-        }
-        Self::decode_rows_per_cta(shape, sms, epilogue, wgmma)
-    }
-
-    /// The plan for decode rows among the forms whose CTA adds every class of a W row itself. On
-    /// a device that runs wgmma (`wgmma`), the warpgroup
-    /// form ([`GemmPlan::skinny_wgmma`]) at 33 to 64 rows where its 64-row W blocks number at
-    /// least half the SMs ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of
-    /// asynct-0.5b; RESULTS run 153), its one CTA a tile leaving SMs idle on small N and its
-    /// second slab re-reading W at 65 rows and more. Elsewhere the shared-x form where each of its
-    /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
-    /// in shared memory serves several W blocks where the plain form reads it again from L2 for
-    /// each (measured faster only there: RESULTS runs 133-136); else
-    /// [`GemmPlan::skinny_epilogue`], or at one slab of 8 rows its staged form
-    /// ([`GemmPlan::skinny_staged`]) where that takes a warp's steps in fewer batches of loads
-    /// ([`super::load_batches`]), or its three-CTA entry ([`GemmPlan::skinny_three_ctas`]) where
-    /// the grid would take a second wave at two CTAs an SM and one at three. Every form gives a
-    /// row the same bits, so the choice is free to change with `M`.
-    pub fn decode_rows_per_cta(shape: GemmShape, sms: usize, epilogue: EpilogueKind, wgmma: bool) -> Result<Self> {
-        let plain = Self::skinny_epilogue(shape, sms, epilogue)?;
-        if let GemmPath::Skinny(t) = &plain.path {
-            let fewer = super::load_batches(shape.k, t.rows, true) < super::load_batches(shape.k, t.rows, false);
-            if let Some(staged) = (t.m_tile == SKINNY_M_TILES[0] && fewer)
-                .then(|| Self::skinny_staged(shape, t.rows, epilogue).ok())
-                .flatten()
-            {
-                return Ok(staged);
-            }
-        }
-        if let GemmPath::Skinny(t) = &plain.path {
-            let waves = (SKINNY_CTAS_PER_SM * sms + 1..=3 * sms).contains(&(t.grid as usize));
-            if waves && SKINNY_THREE_CTAS.contains(&(t.m_tile, t.rows, epilogue)) {
-                return Self::skinny_three_ctas(shape, t.rows, epilogue);
-            }
-        }
-        let fills = shape.n.div_ceil(SKINNY_WG_ROWS) * SKINNY_WG_MIN_FILL >= sms;
-        if wgmma && (33..=SKINNY_WG_M_TILE).contains(&shape.m) && fills {
-            return Self::skinny_wgmma(shape, epilogue);
-        }
-        if wgmma && shape.m > SKINNY_WG_M_TILE && wide_serves(shape.n, shape.k, sms) {
-            return Self::skinny_wide(shape, epilogue);
-        }
-        let shared = Self::skinny_shared_x(shape, epilogue, sms).ok().filter(|plan| match &plan.path {
-            GemmPath::Skinny(t) => shape.n.div_ceil(t.rows) * t.slabs >= SHARED_X_MIN_BLOCKS * t.grid as usize,
-            _ => false,
-        });
-        Ok(shared.unwrap_or(plain))
     }
 
     /// The skinny kernel with `rows` rows of W per CTA (for benchmarks and the bitwise checks

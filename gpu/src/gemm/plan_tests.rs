@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::Error;
-use crate::gemm::SKINNY_WIDE_BYTES;
+use crate::gemm::{wide_serves, SKINNY_WIDE_BYTES};
 
 const H200_SMS: usize = 132;
 
