@@ -113,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn decode_rows_take_the_class_form_at_9_to_64_rows_and_a_long_k_on_sm_90_only() {
+    fn decode_rows_take_the_class_form_at_9_to_64_rows_where_its_grid_fits_one_cta_an_sm() {
         let weights = [
             (2048, 1024, EpilogueKind::QkNormRopeCache),
             (1024, 1024, EpilogueKind::PeriLn),
