@@ -1,8 +1,8 @@
 #line 2 "gemm_skinny_classes.cu"
 // gemm_skinny_classes.cu: the skinny GEMM's class form (sm_90): the skinny order's eight classes of
 // K steps on the eight CTAs of a thread-block cluster, for decode batches of up to 64 rows. Needs
-// tma.cuh (the mbarrier), gemm_skinny.cuh (Config, step_mma, zero4) and the epilogues of
-// gemm_epilogue.cuh before it; gpu::kernels concatenates them.
+// tma.cuh (the mbarrier), cluster.cuh, gemm_skinny.cuh (Config, step_mma, zero4) and the
+// epilogues of gemm_epilogue.cuh before it; gpu::kernels concatenates them.
 //
 // WHY. In the plain form a CTA owns ROWS rows of W over all of K, and reads all of its slab of x
 // (M K 2 bytes) from L2: at 32 rows and K = 3,072 (down_proj of asynct-0.5b) 192 KB of x for 48
@@ -58,35 +58,6 @@ constexpr int PAD = ROWS + 4;         // floats a partial row, against bank conf
 constexpr int CHUNK = 12;             // steps of W a lane holds (all of them at K <= 3,072)
 static_assert(CLASSES == WARPS && ROWS == 8 * WARPS, "one class a CTA, 8 rows of W a warp");
 
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-__device__ __forceinline__ void cluster_arrive() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ unsigned cluster_address(unsigned local, unsigned rank) {
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-
-// 16 bytes into CTA `rank`'s shared memory at the address `local` has here, counted on that CTA's
-// mbarrier at the address `bar` has here.
-__device__ __forceinline__ void st_async_16(unsigned local, unsigned rank, unsigned bar, uint4 v) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                   cluster_address(local, rank)),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(cluster_address(bar, rank))
-               : "memory");
-}
-
 // Waits for the phase of parity 0 of the CTA's mbarrier, with the cluster's writes it counted.
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar) {
   unsigned done;
@@ -133,7 +104,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   constexpr int XR = 8 * MT;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int c = (int)cluster_rank();
+  const int c = (int)cluster::rank();
   const int n0 = (int)(blockIdx.x / CLASSES) * ROWS;
   const int steps = k / (STEP_K * CLASSES);
   // Shared memory: x's class, the mbarrier, the received partials, this CTA's partials, a word a
@@ -152,7 +123,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
     tma::mbar_init(bar, 1);
     tma::mbar_init_fence();
   }
-  cluster_arrive();
+  cluster::arrive_relaxed();
 
   // This lane's W row (zeros past N) at step i of the class: k = 32 (c + 8 i) + 8 t.
   const int row = n0 + 8 * warp + g;
@@ -211,14 +182,14 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
     part[(xr + 1) * PAD + wr] = acc[0][j][1];
   }
   __syncthreads();
-  cluster_wait();
+  cluster::wait();
 
   // Each share's rows go to its CTA (rank o: x rows o MT ..), into recv[c], 16 bytes a store.
   if (threadIdx.x == 0) tma::mbar_arrive_expect_tx(bar, CLASSES * MT * ROWS * 4);
   for (int e = threadIdx.x; e < CLASSES * MT * (ROWS / 4); e += THREADS) {
     const int o = e / (MT * (ROWS / 4)), r = (e / (ROWS / 4)) % MT, q = e % (ROWS / 4);
     const uint4 v = *reinterpret_cast<const uint4*>(part + (o * MT + r) * PAD + 4 * q);
-    st_async_16(tc::smem_addr(recv + (c * MT + r) * PAD + 4 * q), o, bar, v);
+    cluster::st_async_16(tc::smem_addr(recv + (c * MT + r) * PAD + 4 * q), o, bar, v);
   }
   mbar_wait_cluster(bar);
 

@@ -1,9 +1,9 @@
 #line 2 "sampling.cu"
 // Choosing each row's next token on the device: greedy argmax, and the Gumbel-max sampler with
 // temperature, top-k, top-p and min-p of oracle::decode::sampler, step for step (its module doc is
-// the specification; the numbers below refer to its steps). Needs sampling_common.cuh before it
-// (the launch constants, the row types, SamplingRow, Scratch, the order, Philox and the
-// reductions).
+// the specification; the numbers below refer to its steps). Needs sampling_common.cuh (the launch
+// constants, the row types, SamplingRow, Scratch, the order, Philox and the reductions) and
+// cluster.cuh (a row's cluster of CTAs) before it.
 //
 // Buffers: logits [rows, vocab], f32 (argmax_rows, sample_rows) or bf16 (the `_bf16` entries: the
 // LM head's output read as it is, each value widened exactly to its f32); params SamplingRow [rows]
@@ -352,37 +352,8 @@ __device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, boo
     if (threadIdx.x == 0) part = RowPart{best, score, best_id, score_id, bad};
 }
 
-// The row's CTAs are a cluster along x (sm_90 and later), of the size the host launched; a grid
-// launched without one, or a GPU without clusters, has clusters of one CTA. `rank`: this CTA's
-// place in the cluster, else the cluster's size.
-__device__ __forceinline__ unsigned cluster_reg(bool rank) {
+// A word of another CTA of the row's cluster (its address from cluster::remote).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned v;
-    if (rank) {
-        asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
-    } else {
-        asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(v));
-    }
-    return v;
-#else
-    return rank ? 0u : 1u;
-#endif
-}
-__device__ __forceinline__ unsigned cluster_size() { return cluster_reg(false); }
-__device__ __forceinline__ unsigned cluster_rank() { return cluster_reg(true); }
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Every thread of every CTA of the cluster meets here; what each wrote before is visible after.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The shared-memory address of `p`'s twin in cluster CTA `rank`.
-__device__ __forceinline__ unsigned remote(const void* p, unsigned rank) {
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
-    return r;
-}
 __device__ __forceinline__ double ld_remote_f64(unsigned a) {
     double v;
     asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(a) : "memory");
@@ -401,17 +372,17 @@ __device__ __forceinline__ unsigned ld_remote_u32(unsigned a) {
 __device__ bool gather_row(RowPart& mine, RowPart& all, unsigned ctas) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (ctas > 1) {
-        cluster_sync();
-        const unsigned rank = cluster_rank();
+        cluster::sync();
+        const unsigned rank = cluster::rank();
         if (rank == 0 && threadIdx.x == 0) {
             RowPart a = mine;
             for (unsigned c = 1; c < ctas; ++c) {
                 RowPart o;
-                o.best = ld_remote_f64(remote(&mine.best, c));
-                o.score = ld_remote_f64(remote(&mine.score, c));
-                o.best_id = ld_remote_u32(remote(&mine.best_id, c));
-                o.score_id = ld_remote_u32(remote(&mine.score_id, c));
-                o.bad = (int)ld_remote_u32(remote(&mine.bad, c));
+                o.best = ld_remote_f64(cluster::remote(&mine.best, c));
+                o.score = ld_remote_f64(cluster::remote(&mine.score, c));
+                o.best_id = ld_remote_u32(cluster::remote(&mine.best_id, c));
+                o.score_id = ld_remote_u32(cluster::remote(&mine.score_id, c));
+                o.bad = (int)ld_remote_u32(cluster::remote(&mine.bad, c));
                 if (better(o.best, o.best_id, a.best, a.best_id)) {
                     a.best = o.best;
                     a.best_id = o.best_id;
@@ -425,7 +396,7 @@ __device__ bool gather_row(RowPart& mine, RowPart& all, unsigned ctas) {
             all = a;
         }
         // Also keeps every CTA's `mine` alive until CTA 0 has read it.
-        cluster_sync();
+        cluster::sync();
         return rank == 0;
     }
 #endif
@@ -437,9 +408,9 @@ __device__ bool gather_row(RowPart& mine, RowPart& all, unsigned ctas) {
 
 // The row this CTA serves and its slice: the CTAs of one cluster (consecutive along x) a row.
 struct RowCta {
-    unsigned ctas = cluster_size();
+    unsigned ctas = cluster::size();
     unsigned row = blockIdx.x / ctas;
-    unsigned slice = cluster_rank();
+    unsigned slice = cluster::rank();
 };
 
 template <class L>

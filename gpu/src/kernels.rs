@@ -93,8 +93,8 @@ pub const BF16_ROUNDING: Kernel = with_ops_common!("bf16_rounding.cu");
 pub const EMBEDDING: Kernel = with_ops_common!("embedding.cu");
 
 /// Argmax and the Philox Gumbel-max sampler ([`crate::ops::sampling`]): `pdl.cuh`,
-/// `ops_common.cuh`, `sampling_common.cuh`, then the file.
-pub const SAMPLING: Kernel = with_pdl!("sampling.cu", "ops_common.cuh", "sampling_common.cuh");
+/// `ops_common.cuh`, `sampling_common.cuh`, `cluster.cuh`, then the file.
+pub const SAMPLING: Kernel = with_pdl!("sampling.cu", "ops_common.cuh", "sampling_common.cuh", "cluster.cuh");
 
 /// HP1 prefill on Hopper warpgroup MMAs (sm_90a): `ops_common.cuh` (bf16 and UClipNorm),
 /// `norm_rope.cuh`, `tensor_core.cuh`, `hp1_prefill_gate.cuh`, `hp1_prefill_tiles.cuh`,
@@ -130,7 +130,8 @@ pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", 
 /// The skinny GEMM's class form (sm_90; [`crate::gemm`]): the skinny order's classes of K steps
 /// on the CTAs of a cluster, for decode batches of 9 to 64 rows; see `gemm_skinny_classes.cu`'s
 /// header.
-pub const GEMM_SKINNY_CLASSES: Kernel = with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "gemm_skinny.cuh");
+pub const GEMM_SKINNY_CLASSES: Kernel =
+    with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "cluster.cuh", "gemm_skinny.cuh");
 
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
