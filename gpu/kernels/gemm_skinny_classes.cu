@@ -58,19 +58,6 @@ constexpr int PAD = ROWS + 4;         // floats a partial row, against bank conf
 constexpr int CHUNK = 12;             // steps of W a lane holds (all of them at K <= 3,072)
 static_assert(CLASSES == WARPS && ROWS == 8 * WARPS, "one class a CTA, 8 rows of W a warp");
 
-// Waits for the phase of parity 0 of the CTA's mbarrier, with the cluster's writes it counted.
-__device__ __forceinline__ void mbar_wait_cluster(unsigned bar) {
-  unsigned done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, "
-        "p;\n}\n"
-        : "=r"(done)
-        : "r"(bar)
-        : "memory");
-  } while (!done);
-}
-
 // A CTA's share of the cluster's finished tile, for the epilogue (gemm_epilogue.cuh's tile
 // interface): x rows row0 .. row0 + MT - 1 by the cluster's 64 W rows, each class's partials
 // received into recv[class][row][PAD].
@@ -191,7 +178,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
     const uint4 v = *reinterpret_cast<const uint4*>(part + (o * MT + r) * PAD + 4 * q);
     cluster::st_async_16(tc::smem_addr(recv + (c * MT + r) * PAD + 4 * q), o, bar, v);
   }
-  mbar_wait_cluster(bar);
+  tma::mbar_wait<true>(bar, 0);
 
   // A CTA leaves once every class has arrived here; what it sent is counted where it went.
   const int xr0 = c * MT;
