@@ -77,6 +77,7 @@ impl GemmPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::DecodeForms;
 
     fn tile(plan: &GemmPlan) -> &SkinnyTile {
         match &plan.path {
@@ -128,7 +129,8 @@ mod tests {
                 let takes = SKINNY_CLASSES_DECODE_M.contains(&m) && n == 1024;
                 assert_eq!(classes, takes, "M {m} N {n} K {k} {kind:?}: {}", with.name());
                 if !classes {
-                    assert_eq!(with, GemmPlan::decode_rows_per_cta(shape, 132, kind, true).unwrap());
+                    let per_cta = DecodeForms { classes: false, ..DecodeForms::all(true) };
+                    assert_eq!(with, GemmPlan::decode_rows_with(shape, 132, kind, per_cta).unwrap());
                 }
                 let without = GemmPlan::decode_rows(shape, 132, kind, false).unwrap();
                 assert_ne!(tile(&without).form, SkinnyForm::Classes, "no clusters without sm_90");

@@ -80,6 +80,7 @@ pub use classes_plan::{
     SKINNY_CLASSES_ROWS,
 };
 pub use cublaslt::{CublasLt, LtAlgo};
+pub use decode_plan::DecodeForms;
 pub use epilogue::Epilogue;
 pub use plan::{
     rows_fit, shared_x_bytes, wgmma_runs_on, EpilogueKind, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm, SkinnyTile,

@@ -330,7 +330,8 @@ fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_ha
             (64, 1024, 3072),
             (64, 64 * 65, 1024),
         ] {
-            let with = GemmPlan::decode_rows_per_cta(shape(m, n, k), H200_SMS, kind, true).unwrap();
+            let per_cta = crate::gemm::DecodeForms { classes: false, ..crate::gemm::DecodeForms::all(true) };
+            let with = GemmPlan::decode_rows_with(shape(m, n, k), H200_SMS, kind, per_cta).unwrap();
             assert_ne!(skinny(&with).form, SkinnyForm::Warpgroup, "{m} {n} {k} {kind:?}");
             assert_eq!(with, GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, false).unwrap());
         }

@@ -26,7 +26,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gpu::gemm::{EpilogueKind, FoldLayout, Gemm, GemmPath, GemmPlan, GemmShape, Pin, SkinnyForm};
+use gpu::gemm::{DecodeForms, EpilogueKind, FoldLayout, Gemm, GemmPlan, GemmShape, Pin};
 use gpu::Gpu;
 
 use super::step_program::Weight;
@@ -80,12 +80,26 @@ pub const HEAD_PIN_AT: usize = 64;
 /// runs 79-195).
 pub const DECODE_PIN_AT: usize = 64;
 
+/// The skinny kernel's forms decode rows may take on a device that runs wgmma (`wgmma`) or not:
+/// every one, less those the environment turns off for measuring (`ASYNCT_STAGED_X=0`,
+/// `ASYNCT_SKINNY_WIDE=0`, `ASYNCT_SKINNY_CLASSES=0`; each keeps the forms the dispatcher would
+/// take without it, with the same bits).
+pub fn decode_forms(wgmma: bool) -> DecodeForms {
+    let on = |var| std::env::var(var).map_or(true, |v| v != "0");
+    DecodeForms {
+        staged: on("ASYNCT_STAGED_X"),
+        wide: on("ASYNCT_SKINNY_WIDE"),
+        classes: on("ASYNCT_SKINNY_CLASSES"),
+        ..DecodeForms::all(wgmma)
+    }
+}
+
 /// Which weights' decode rows run cuBLASLt instead of the skinny kernel, with which pin
 /// ([`Pin::Whole`], or [`Pin::SplitK`] for a K long beside N) and at which reference row count
 /// ([`DECODE_PIN_AT`] unless named). None by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DecodeCublas {
-    /// Indexed by [`DecodeCublas::slot`].
+    /// Indexed by [`Weight::index`].
     pins: [Option<(Pin, usize)>; 4],
 }
 
@@ -126,19 +140,14 @@ impl DecodeCublas {
                 "down" => Weight::Down,
                 _ => return Err(bad()),
             };
-            pins[Self::slot(weight)] = Some((pin, at));
+            pins[weight.index()] = Some((pin, at));
         }
         Ok(Self { pins })
     }
 
     /// How `weight`'s decode rows are pinned on cuBLASLt, and at which row count, if they run there.
     pub fn pin(&self, weight: Weight) -> Option<(Pin, usize)> {
-        self.pins[Self::slot(weight)]
-    }
-
-    /// `weight`'s place in `pins`.
-    fn slot(weight: Weight) -> usize {
-        weight.index()
+        self.pins[weight.index()]
     }
 
     /// Whether every weight's decode rows run the skinny kernel.
@@ -164,38 +173,17 @@ pub struct Linears {
     sms: usize,
     pin_at: usize,
     decode_cublas: DecodeCublas,
-    /// Whether decode rows may take the skinny kernel's staged form where
-    /// [`GemmPlan::decode_rows`] picks it; `ASYNCT_STAGED_X=0` keeps the plain form there.
-    staged_x: bool,
-    /// Whether decode rows may take the skinny kernel's wide form where
-    /// [`GemmPlan::decode_rows`] picks it (past 64 rows, where the model keeps the weight's
-    /// class-step copy); `ASYNCT_SKINNY_WIDE=0` keeps the forms without wgmma there, a
-    /// measurement's other side.
-    wide: bool,
-    /// Whether decode rows may take the skinny kernel's class form where
-    /// [`GemmPlan::decode_rows`] picks it; `ASYNCT_SKINNY_CLASSES=0` keeps the forms of one CTA
-    /// a W block there, a measurement's other side.
-    classes: bool,
+    /// The skinny kernel's forms decode rows may take ([`decode_forms`]).
+    forms: DecodeForms,
     loaded: HashMap<Key, Gemm>,
 }
 
 impl Linears {
     /// No GEMM loaded yet; chunk rows will run cuBLASLt's algorithm for `pin_at` rows, and the
-    /// decode rows of the weights `decode_cublas` names cuBLASLt's for the row count it names.
-    pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas) -> Result<Self> {
-        let staged_x = std::env::var("ASYNCT_STAGED_X").map_or(true, |v| v != "0");
-        let wide = std::env::var("ASYNCT_SKINNY_WIDE").map_or(true, |v| v != "0");
-        let classes = std::env::var("ASYNCT_SKINNY_CLASSES").map_or(true, |v| v != "0");
-        Ok(Self {
-            gpu: gpu.clone(),
-            sms: gpu.multiprocessors()?,
-            pin_at,
-            decode_cublas,
-            staged_x,
-            wide,
-            classes,
-            loaded: HashMap::new(),
-        })
+    /// decode rows of the weights `decode_cublas` names cuBLASLt's for the row count it names, and
+    /// the others the skinny kernel's `forms`.
+    pub fn new(gpu: &Arc<Gpu>, pin_at: usize, decode_cublas: DecodeCublas, forms: DecodeForms) -> Result<Self> {
+        Ok(Self { gpu: gpu.clone(), sms: gpu.multiprocessors()?, pin_at, decode_cublas, forms, loaded: HashMap::new() })
     }
 
     /// Loads the GEMM of `weight` in `shape` over `lane`'s rows with `epilogue` (once per key):
@@ -205,22 +193,12 @@ impl Linears {
     /// fuses chunk rows only where the device runs the WGMMA kernel
     /// (`GpuModel::set_chunk_fusion`).
     pub fn prepare(&mut self, lane: Lane, weight: Weight, shape: GemmShape, epilogue: EpilogueKind) -> Result<()> {
-        let (sms, pin_at, staged_x, wide, classes) = (self.sms, self.pin_at, self.staged_x, self.wide, self.classes);
-        let wgmma = gpu::gemm::wgmma_runs_on(self.gpu.info().compute_capability);
+        let (sms, pin_at, forms) = (self.sms, self.pin_at, self.forms);
         let decode_pin = self.decode_cublas.pin(weight);
         self.load(Key::Layer(lane, weight, shape, epilogue), || match (lane, epilogue, decode_pin) {
             (Lane::Rows, EpilogueKind::Store, Some((Pin::SplitK, at))) => GemmPlan::cublaslt_pinned_split(shape, at),
             (Lane::Rows, EpilogueKind::Store, Some((_, at))) => GemmPlan::cublaslt_pinned(shape, at),
-            (Lane::Rows, _, _) => match GemmPlan::decode_rows(shape, sms, epilogue, wgmma)? {
-                plan if !staged_x && matches!(&plan.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Staged) => {
-                    GemmPlan::skinny_epilogue(shape, sms, epilogue)
-                }
-                plan if !wide && plan.reads_class_steps() => GemmPlan::decode_rows(shape, sms, epilogue, false),
-                plan if !classes && matches!(&plan.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Classes) => {
-                    GemmPlan::decode_rows_per_cta(shape, sms, epilogue, wgmma)
-                }
-                plan => Ok(plan),
-            },
+            (Lane::Rows, _, _) => GemmPlan::decode_rows_with(shape, sms, epilogue, forms),
             (Lane::Chunks, EpilogueKind::Store, _) => GemmPlan::cublaslt_pinned(shape, pin_at.max(shape.m)),
             (Lane::Chunks, _, _) => GemmPlan::wgmma_epilogue(shape, epilogue),
         })

@@ -86,14 +86,19 @@ pub struct ClassSteps(pub [bool; 4]);
 
 impl ClassSteps {
     /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take the wide form: the
-    /// dispatcher's own answer at `max_decode_rows` on `sms` SMs (`wgmma`: the device runs it),
-    /// which is the answer at every narrower batch or a no (the form is taken from some row
-    /// count up, whatever the epilogue).
-    pub fn for_model(nk: impl Fn(Weight) -> (usize, usize), max_decode_rows: usize, sms: usize, wgmma: bool) -> Self {
+    /// dispatcher's own answer at `max_decode_rows` on `sms` SMs among `forms` (the model's), which
+    /// is the answer at every narrower batch or a no (the form is taken from some row count up,
+    /// whatever the epilogue).
+    pub fn for_model(
+        nk: impl Fn(Weight) -> (usize, usize),
+        max_decode_rows: usize,
+        sms: usize,
+        forms: gpu::gemm::DecodeForms,
+    ) -> Self {
         Self(Weight::ALL.map(|w| {
             let (n, k) = nk(w);
             let shape = gpu::gemm::GemmShape { m: max_decode_rows, n, k };
-            gpu::gemm::GemmPlan::decode_rows(shape, sms, gpu::gemm::EpilogueKind::Store, wgmma)
+            gpu::gemm::GemmPlan::decode_rows_with(shape, sms, gpu::gemm::EpilogueKind::Store, forms)
                 .is_ok_and(|plan| plan.reads_class_steps())
         }))
     }
@@ -372,15 +377,18 @@ mod tests {
             Weight::GateUp => (6144, 1024),
             Weight::Down => (1024, 3072),
         };
-        let steps = ClassSteps::for_model(nk, 128, 132, true);
+        let all = gpu::gemm::DecodeForms::all;
+        let steps = ClassSteps::for_model(nk, 128, 132, all(true));
         assert_eq!(Weight::ALL.map(|w| steps.has(w)), [false, false, true, false]);
         assert_eq!(steps.bytes(nk, 35), 35 * 6144 * 1024 * 2);
-        for (rows, wgmma) in [(64, true), (128, false)] {
-            let none = ClassSteps::for_model(nk, rows, 132, wgmma);
-            assert_eq!((none, none.bytes(nk, 35)), (ClassSteps::default(), 0), "{rows} rows, wgmma {wgmma}");
+        // Not at 64 rows, not without wgmma, not with the wide form turned off.
+        let no_wide = gpu::gemm::DecodeForms { wide: false, ..all(true) };
+        for (rows, forms) in [(64, all(true)), (128, all(false)), (128, no_wide)] {
+            let none = ClassSteps::for_model(nk, rows, 132, forms);
+            assert_eq!((none, none.bytes(nk, 35)), (ClassSteps::default(), 0), "{rows} rows, {forms:?}");
         }
         // On 16 SMs every weight's blocks fill half of them.
-        assert_eq!(Weight::ALL.map(|w| ClassSteps::for_model(nk, 65, 16, true).has(w)), [true; 4]);
+        assert_eq!(Weight::ALL.map(|w| ClassSteps::for_model(nk, 65, 16, all(true)).has(w)), [true; 4]);
     }
 
     #[test]

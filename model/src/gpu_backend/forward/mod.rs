@@ -54,7 +54,7 @@ use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable,
 use gpu::{Gpu, Graph};
 
 use super::decode_kernel::DecodeKernel;
-use super::linear::{DecodeCublas, Linears, RowSplit};
+use super::linear::{decode_forms, DecodeCublas, Linears, RowSplit};
 use super::pending_feed::FeedRun;
 use super::step_buffers::{step_memory, widest_decode_plan, Capacity, DeviceStep, Split, StepBuffers};
 use super::step_program::{Fusion, Op, ProgramShape, StepProgram, Weight};
@@ -237,7 +237,8 @@ impl GpuModel {
         let heads = HeadShape { num_heads: dims.num_heads, num_kv_heads: dims.num_kv_heads, head_dim: dims.head_dim };
         let wgmma = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
         let nk = |weight| gemm_nk(&dims, &heads, weight);
-        let class_steps = ClassSteps::for_model(nk, cap.max_seqs, gpu.multiprocessors()?, wgmma);
+        let forms = decode_forms(wgmma);
+        let class_steps = ClassSteps::for_model(nk, cap.max_seqs, gpu.multiprocessors()?, forms);
         let need = DeviceWeights::bytes_of(weights) + class_steps.bytes(nk, dims.num_layers);
         let (free, total) = gpu.memory()?;
         if need > free {
@@ -306,7 +307,7 @@ impl GpuModel {
             cache: DeviceCache::new(gpu, &dims, num_blocks, block_size)?,
             weights,
             bufs,
-            linears: Linears::new(gpu, cap.max_tokens, DecodeCublas::from_env()?)?,
+            linears: Linears::new(gpu, cap.max_tokens, DecodeCublas::from_env()?, forms)?,
             gpu: gpu.clone(),
             dims,
             kernels,
