@@ -7,9 +7,8 @@
 //! - [`Plan`] (in [`plan`]) is pure host code: from static facts only ([`Geometry`]: the batch
 //!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`], the
 //!   CTA [`Form`] (the QK [`GroupSize`], the [`HeadsPerCta`], the [`QkRounds`] in flight), the
-//!   grids and the split-K workspace. [`Plan::auto`] is the dispatcher, [`Plan::decode_rows`]
-//!   its form for rows that are all decode rows; [`Plan::new`] and [`Plan::with_form`] force a
-//!   plan for tests and benchmarks.
+//!   grids and the split-K workspace. [`Plan::auto`] is the dispatcher; [`Plan::new`] and
+//!   [`Plan::with_form`] force a plan for tests and benchmarks.
 //! - [`Hp1Attention`] loads a plan's kernels once; [`Hp1Attention::build_rows`] builds the row
 //!   metadata of a batch step (every query row becomes a decode row of its own: that is fake
 //!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
@@ -63,8 +62,8 @@ pub use buffers::{AttnBuffers, HostBatch, HostInputs};
 pub use gate_stats::{GateCounts, GateStats};
 pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{
-    bucket, dispatch, dispatch_decode_rows, AttentionPath, Form, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan,
-    Pv, QkRounds, CHUNK, DECODE_PAIRED_MIN_CTAS, HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS, TWO_ROUND_MAX_CTAS,
+    bucket, dispatch, AttentionPath, Form, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, QkRounds, CHUNK,
+    HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS, TWO_ROUND_MAX_CTAS,
 };
 pub use prefill_launch::{Hp1Prefill, PrefillOperands, QueryNorm};
 pub use prefill_plan::{

@@ -44,10 +44,12 @@
 //! a chunk and its overlap (128 keys at `fir_k` 3) are one round: the form would cost registers
 //! there and overlap nothing, and the dispatcher keeps one round.
 //!
-//! Rows that are all decode rows (a decode step, or the decode rows beside a tensor-core
-//! prefill) take [`dispatch_decode_rows`]: from about one wave of paired decode CTAs up, the
-//! decode kernel with two heads a CTA, which needs neither the split's partials nor one CTA for
-//! every chunk of the table's width.
+//! The paired decode kernel (one CTA a row and kv head, walking the row's chunks) beat split-K
+//! by 5 to 6% at 128 rows of one length (1K, 4K and 16K on an H100; the decode step 2.8% faster
+//! at 1K; RESULTS runs 250-251), but its launch lasts as long as its longest row's chain of
+//! chunks, which a batch of mixed lengths (continuous batching's usual shape) makes the whole
+//! launch's, where split-K's time follows the batch's total work. The dispatcher keeps split-K
+//! until a benchmark of mixed-length batches measures the decode kernel there.
 //!
 //! [`Plan::new`] and [`Plan::with_form`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`
@@ -71,9 +73,6 @@ pub const PAIR_MIN_CTAS: usize = 1024;
 /// The dispatcher loads both QK rounds' K at once up to this many one-head CTAs: one wave of
 /// that form (4 CTAs an SM) on an H100 or H200 (132 SMs).
 pub const TWO_ROUND_MAX_CTAS: usize = 4 * 132;
-/// [`Plan::decode_rows`] takes the decode kernel with two heads a CTA from this many of its CTAs
-/// (`rows * Hq / 2`) up: about one wave of that form (4 CTAs an SM) on 128 SMs or more.
-pub const DECODE_PAIRED_MIN_CTAS: usize = 512;
 
 /// The static facts a plan is made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -303,13 +302,6 @@ impl Plan {
         Self::with_form(geometry, path, form)
     }
 
-    /// The plan for rows that are each a sequence's one decode row ([`dispatch_decode_rows`]).
-    pub fn decode_rows(geometry: Geometry) -> Result<Self> {
-        geometry.validate()?;
-        let (path, form) = dispatch_decode_rows(&geometry);
-        Self::with_form(geometry, path, form)
-    }
-
     /// A plan for a forced path and group size with one head per CTA and one QK round at a time
     /// (tests and benchmarks).
     pub fn new(geometry: Geometry, path: AttentionPath, group: GroupSize) -> Result<Self> {
@@ -389,22 +381,6 @@ pub fn dispatch(geometry: &Geometry) -> (AttentionPath, Form) {
     } else {
         (path, Form::one_head(GroupSize::Eight))
     }
-}
-
-/// The dispatcher for rows that are each a sequence's one decode row: the decode kernel with two
-/// heads a CTA (sparse PV, groups of 16 lanes) from [`DECODE_PAIRED_MIN_CTAS`] of its CTAs up,
-/// else [`dispatch`]. There one CTA a row and kv head walks the row's chunks in one wave: no
-/// partials written and read back, no counter, and no CTA for a chunk past the row's length,
-/// where split-K launches one for every chunk the table's width holds. The same bits either way
-/// (the kernel header). Not for prefill rows as fake decode runs them: a prompt's rows have
-/// lengths from 1 to the chunk's end, which one CTA a row would leave unbalanced.
-pub fn dispatch_decode_rows(geometry: &Geometry) -> (AttentionPath, Form) {
-    let g = geometry;
-    let per_kv = g.num_heads / g.num_kv_heads;
-    if per_kv.is_multiple_of(2) && g.rows.saturating_mul(g.num_heads / 2) >= DECODE_PAIRED_MIN_CTAS {
-        return (AttentionPath::Decode(Pv::Sparse), Form::PAIRED);
-    }
-    dispatch(g)
 }
 
 /// The batch bucket of `num_tokens` query rows: the next power of two (at least 1), so a few

@@ -16,26 +16,6 @@ pub(crate) fn geometry(rows: usize, context: usize) -> Geometry {
 }
 
 #[test]
-fn decode_rows_take_the_paired_decode_kernel_from_one_wave_of_it_and_the_dispatcher_below() {
-    // asynct-0.5b: rows * 4 paired CTAs, 512 from 128 rows, at every table width.
-    for context in [1024, 4096, 32768] {
-        for rows in [1, 32, 64, 127] {
-            let g = geometry(rows, context);
-            assert_eq!(dispatch_decode_rows(&g), dispatch(&g), "rows {rows}, context {context}");
-        }
-        for rows in [128, 256, 1024] {
-            let plan = Plan::decode_rows(geometry(rows, context)).unwrap();
-            assert_eq!((plan.path, plan.form), (AttentionPath::Decode(Pv::Sparse), Form::PAIRED), "rows {rows}");
-            assert_eq!(plan.attention.grid as usize, rows * 4);
-            assert_eq!((plan.workspace_len, plan.counter_len), (0, 0));
-        }
-    }
-    // An odd number of query heads per kv head never pairs: the dispatcher's plan.
-    let g = Geometry { num_heads: 6, num_kv_heads: 2, ..geometry(1024, 4096) };
-    assert_eq!(dispatch_decode_rows(&g), dispatch(&g));
-}
-
-#[test]
 fn the_dispatcher_splits_past_one_chunk_loads_two_rounds_on_small_grids_and_pairs_heads_on_large_ones() {
     let (small, one, two) = (Form::TWO_ROUNDS, Form::one_head(GroupSize::Eight), Form::PAIRED);
     // Hq 8 over Hkv 4; one-head CTAs = rows * 8 * ceil(context / CHUNK): two rounds up to

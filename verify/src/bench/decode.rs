@@ -11,8 +11,7 @@ use super::timing::{copies, Timing};
 /// One path's time at one point.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PathTime {
-    /// `auto` (the decode rows' dispatcher, `Plan::decode_rows`, as the model plans a decode
-    /// step) or a path name with its form (`Form::name`).
+    /// `auto` (the dispatcher's choice) or a path name with its form (`Form::name`).
     pub name: String,
     /// The path the plan ran.
     pub path: String,
@@ -67,7 +66,7 @@ fn forced() -> Vec<(AttentionPath, Form)> {
     v
 }
 
-/// Times the decode rows' dispatcher's plan and every forced path at `(batch, context)`, back-to-back and in a
+/// Times the dispatcher's plan and every forced path at `(batch, context)`, back-to-back and in a
 /// CUDA graph; `only` keeps the plans whose name contains it. Fails when a path cannot launch; a
 /// graph that fails is recorded in the path's [`PathTime::error`].
 pub fn measure(
@@ -82,7 +81,7 @@ pub fn measure(
     let (geometry, host) = (data.geometry(), data.host());
     let kv_bytes = data.kv_bytes();
     let copies = copies(kv_bytes);
-    let mut plans = vec![("auto".to_string(), Plan::decode_rows(geometry).map_err(e)?)];
+    let mut plans = vec![("auto".to_string(), Plan::auto(geometry).map_err(e)?)];
     for (path, form) in forced() {
         let name = format!("{}-{}", path.name(), form.name());
         plans.push((name, Plan::with_form(geometry, path, form).map_err(e)?));

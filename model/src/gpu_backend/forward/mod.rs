@@ -62,9 +62,6 @@ use super::weights::{ClassSteps, DeviceWeights};
 use crate::error::{Error, Result};
 use crate::start_times::StartTimes;
 
-/// A dispatcher of the attention's plan ([`Plan::auto`] or [`Plan::decode_rows`]).
-type PlanFor = fn(Geometry) -> gpu::Result<Plan>;
-
 /// `(n, k)` of a weight's GEMM: what planning loads and enqueueing launches.
 fn gemm_nk(dims: &ModelDims, heads: &HeadShape, weight: Weight) -> (usize, usize) {
     let (hidden, inter) = (dims.hidden_size, dims.intermediate_size);
@@ -538,12 +535,12 @@ impl GpuModel {
 
     /// The step's attention launches, from its static facts.
     fn plan_attention(&mut self, split: Split, tokens: usize, width: usize) -> Result<AttnPlan> {
-        // Decode rows alone take the decode rows' dispatcher; fake decode's prompt rows the plain one.
-        let attention = |model: &mut Self, rows: usize, plan: PlanFor| -> Result<Hp1Attention> {
-            Ok(Hp1Attention::new(&model.gpu, plan(model.geometry(rows, width))?)?)
+        let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
+            let plan = Plan::auto(model.geometry(rows, width))?;
+            Ok(Hp1Attention::new(&model.gpu, plan)?)
         };
         if split.decodes == split.seqs {
-            return Ok(AttnPlan::Decode(attention(self, tokens, Plan::decode_rows)?));
+            return Ok(AttnPlan::Decode(decode(self, tokens)?));
         }
         let prefill_rows = tokens - split.decodes;
         let geometry = StepGeometry {
@@ -554,10 +551,9 @@ impl GpuModel {
         match prefill_path(geometry, self.gpu.info().compute_capability)? {
             // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
             // one launch serves decodes and chunks alike.
-            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(attention(self, tokens, Plan::auto)?)),
+            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
             PrefillPath::Prefill(plan) => {
-                let decodes =
-                    if split.decodes > 0 { Some(attention(self, split.decodes, Plan::decode_rows)?) } else { None };
+                let decodes = if split.decodes > 0 { Some(decode(self, split.decodes)?) } else { None };
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
         }
