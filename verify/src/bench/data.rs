@@ -24,6 +24,47 @@ pub const D: usize = 128;
 /// Tokens per cache block.
 pub const BLOCK: usize = 16;
 
+/// How a decode batch's sequences' lengths are laid out up to its context: the SPEC's grid is
+/// `Uniform`; the other two are the batches a continuous batcher makes, where one CTA a row
+/// waits on its longest row and split-K on the total work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lengths {
+    /// Every sequence `context` tokens.
+    #[default]
+    Uniform,
+    /// Sequence `i` of `b` has `ceil(context (i + 1) / b)` tokens: evenly spread up to `context`.
+    Spread,
+    /// Sequence 0 has `context` tokens, every other [`ONE_LONG_SHORT`] (or `context` if shorter).
+    OneLong,
+}
+
+/// Tokens of each short sequence of [`Lengths::OneLong`]: half a chunk of the attention.
+pub const ONE_LONG_SHORT: usize = 64;
+
+impl Lengths {
+    /// Each sequence's tokens, `batch` of them, the longest `context` (both at least 1).
+    pub fn lens(self, batch: usize, context: usize) -> Vec<usize> {
+        (0..batch)
+            .map(|i| match self {
+                Self::Uniform => context,
+                Self::Spread => (context * (i + 1)).div_ceil(batch),
+                Self::OneLong if i == 0 => context,
+                Self::OneLong => ONE_LONG_SHORT.min(context),
+            })
+            .collect()
+    }
+
+    /// What a point's key carries after `B{batch}_L{context}`: nothing for `Uniform`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Uniform => "",
+            Self::Spread => "_spread",
+            Self::OneLong => "_one-long",
+        }
+    }
+}
+
 /// One batch step's host inputs. `batch.block_table` is `[num_seqs, max_blocks_per_seq]`: the
 /// used entries of all rows together are a permutation of all blocks, and a shorter sequence's
 /// row is padded with block 0; `batch.seq_lens` is prefix + query of each sequence; `batch.sigma`
@@ -103,7 +144,13 @@ impl BatchData {
 
     /// A decode step of `batch` sequences of `context` tokens each (`context` at least 1).
     pub fn decode(batch: usize, context: usize, seed: u64) -> Self {
-        Self::new(&vec![(context - 1, 1); batch], seed)
+        Self::decode_lengths(batch, context, Lengths::Uniform, seed)
+    }
+
+    /// A decode step of `batch` sequences whose tokens `lengths` lays out up to `context`.
+    pub fn decode_lengths(batch: usize, context: usize, lengths: Lengths, seed: u64) -> Self {
+        let seqs: Vec<(usize, usize)> = lengths.lens(batch, context).into_iter().map(|l| (l - 1, 1)).collect();
+        Self::new(&seqs, seed)
     }
 
     /// Query rows of the step.
@@ -218,6 +265,23 @@ mod tests {
         // The geometry's checks on upload (the GPU side) would refuse anything else.
         let g = data.geometry();
         assert_eq!((g.rows, g.max_blocks_per_seq), (81, 10));
+    }
+
+    #[test]
+    fn the_length_profiles_reach_the_context_and_spread_or_skew_below_it() {
+        assert_eq!(Lengths::Uniform.lens(3, 100), [100, 100, 100]);
+        assert_eq!(Lengths::Spread.lens(4, 100), [25, 50, 75, 100]);
+        assert_eq!(Lengths::Spread.lens(3, 2), [1, 2, 2]);
+        assert_eq!(Lengths::OneLong.lens(3, 4096), [4096, 64, 64]);
+        assert_eq!(Lengths::OneLong.lens(2, 10), [10, 10]);
+        for lengths in [Lengths::Uniform, Lengths::Spread, Lengths::OneLong] {
+            assert_eq!(lengths.lens(1, 7), [7], "{lengths:?}");
+            let data = BatchData::decode_lengths(5, 300, lengths, 2);
+            let want: Vec<i32> = lengths.lens(5, 300).iter().map(|&l| l as i32).collect();
+            assert_eq!(data.batch.seq_lens, want, "{lengths:?}");
+            assert_eq!((data.num_tokens(), data.max_blocks_per_seq), (5, 300usize.div_ceil(BLOCK)));
+        }
+        assert_eq!(BatchData::decode(2, 48, 1).batch.seq_lens, [48, 48]);
     }
 
     #[test]

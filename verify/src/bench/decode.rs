@@ -5,7 +5,7 @@ use std::sync::Arc;
 use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv};
 use gpu::Gpu;
 
-use super::data::{gate_params, BatchData};
+use super::data::{gate_params, BatchData, Lengths};
 use super::timing::{copies, Timing};
 
 /// One path's time at one point.
@@ -36,13 +36,22 @@ pub struct PathTime {
     pub error: Option<String>,
 }
 
+impl DecodePoint {
+    /// The point's name: `B{batch}_L{context}` and the lengths' suffix, e.g. `B128_L4096_spread`.
+    pub fn key(&self) -> String {
+        format!("B{}_L{}{}", self.batch, self.context, self.lengths.suffix())
+    }
+}
+
 /// Every path at one decode grid point.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct DecodePoint {
     /// Sequences.
     pub batch: usize,
-    /// Tokens per sequence.
+    /// Tokens of the longest sequence (of every sequence where `lengths` is uniform).
     pub context: usize,
+    /// How the sequences' lengths are laid out up to `context`.
+    pub lengths: Lengths,
     /// K+V bytes of the batch.
     pub kv_bytes: usize,
     /// The gate's zero fraction on a sample of sequences.
@@ -71,13 +80,12 @@ fn forced() -> Vec<(AttentionPath, Form)> {
 /// graph that fails is recorded in the path's [`PathTime::error`].
 pub fn measure(
     gpu: &Arc<Gpu>,
-    batch: usize,
-    context: usize,
+    (batch, context, lengths): (usize, usize, Lengths),
     timing: &Timing,
     only: Option<&str>,
 ) -> Result<DecodePoint, String> {
     let e = |x: gpu::Error| x.to_string();
-    let data = BatchData::decode(batch, context, 0x5eed + batch as u64 * 131 + context as u64);
+    let data = BatchData::decode_lengths(batch, context, lengths, 0x5eed + batch as u64 * 131 + context as u64);
     let (geometry, host) = (data.geometry(), data.host());
     let kv_bytes = data.kv_bytes();
     let copies = copies(kv_bytes);
@@ -119,5 +127,5 @@ pub fn measure(
             error: figures.error,
         });
     }
-    Ok(DecodePoint { batch, context, kv_bytes, zero_fraction: data.zero_fraction(4, 1), paths })
+    Ok(DecodePoint { batch, context, lengths, kv_bytes, zero_fraction: data.zero_fraction(4, 1), paths })
 }

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 
+use super::data::Lengths;
 use super::decode::DecodePoint;
 use super::prefill::{Crossover, PrefillPoint};
 
@@ -72,7 +73,7 @@ pub fn table(points: &[DecodePoint], anchor: Option<&Value>) -> String {
          goal: auto ratio <= {GOAL_RATIO}\n"
     );
     s += &format!(
-        "{:<12} {:>6} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {:>4}\n",
+        "{:<20} {:>6} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {:>4}\n",
         "point",
         "zero%",
         "cudnn",
@@ -89,7 +90,9 @@ pub fn table(points: &[DecodePoint], anchor: Option<&Value>) -> String {
         "goal"
     );
     for p in points {
-        let key = format!("B{}_L{}", p.batch, p.context);
+        // The anchor's batches are uniform: other lengths have no anchor to compare with.
+        let key = p.key();
+        let anchor = anchor.filter(|_| p.lengths == Lengths::Uniform);
         let times = anchor.map_or_else(Vec::new, |a| anchor_times(a, "decode", &key));
         let best = anchor.and_then(|a| best_anchor(a, "decode", &key));
         let best_ms = best.as_ref().map(|b| b.1);
@@ -108,7 +111,7 @@ pub fn table(points: &[DecodePoint], anchor: Option<&Value>) -> String {
             None => "-",
         };
         s += &format!(
-            "{key:<12} {:>6.1} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {goal:>4}\n",
+            "{key:<20} {:>6.1} {:>8} {:>8} {:>11} {:>16} {:>8} {:>6} {:>6} {:>8} {:>22} {:>8} {:>6} {goal:>4}\n",
             p.zero_fraction * 100.0,
             backend("cudnn"),
             backend("flash"),
@@ -256,6 +259,7 @@ mod tests {
         DecodePoint {
             batch,
             context,
+            lengths: Lengths::Uniform,
             kv_bytes: 1,
             zero_fraction: 0.7,
             paths: vec![
@@ -302,6 +306,12 @@ mod tests {
         // No anchor at the point: no ratio and no verdict.
         let b128 = row("B128_L16384");
         assert_eq!((b128[5].as_str(), b128[8].as_str(), b128[13].as_str()), ("-", "-", "-"), "{t}");
+        // A batch of other lengths is named for them and not held to the uniform anchor.
+        let spread = DecodePoint { lengths: Lengths::Spread, ..decode_point(1, 1024, 0.375) };
+        let t = table(&[spread], Some(&anchor()));
+        let line = t.lines().find(|l| l.starts_with("B1_L1024_spread ")).unwrap_or_else(|| panic!("{t}"));
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!((cells[2], cells[5], cells[8], cells[13]), ("-", "-", "-", "-"), "{t}");
     }
 
     fn point(key: &str, query: usize, paths: &[(&str, Option<f64>)]) -> PrefillPoint {

@@ -3,7 +3,8 @@
 //! SDPA cuDNN, SDPA flash and FlashInfer's paged decode).
 //!
 //! `asynct-bench [--anchor anchor.json] [--out bench.json] [--quick] [--calls N] [--reps N]
-//! [--trials N] [--no-graph]` times decode; `--prefill` times the prefill grid instead (the
+//! [--trials N] [--no-graph] [--lengths uniform|spread|one-long]` times decode (`--lengths`: how
+//! each point's sequence lengths are laid out up to its context; the anchor's are uniform); `--prefill` times the prefill grid instead (the
 //! anchor run with `--prefill` holds its side) and `--prefill-crossover` the chunked-prefill
 //! crossover of fake decode and the tensor-core kernels; the two may be given together.
 //!
@@ -18,6 +19,7 @@
 //! `qkv_M8`) and `--path` (e.g. `cublaslt`) selecting, and `--quick` only M 1 and 32.
 
 use clap::Parser;
+use verify::bench::data::Lengths;
 use verify::bench::decode::{measure, DecodePoint};
 use verify::bench::gemm::{self, GemmPoint};
 use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, PrefillShape};
@@ -62,6 +64,11 @@ struct Args {
     /// one launch with ncu).
     #[arg(long)]
     point: Option<String>,
+    /// How each decode point's sequence lengths are laid out up to its context: uniform (the
+    /// SPEC's grid, beside the anchor), spread (evenly up to it) or one-long (one sequence of
+    /// it among short ones); the point's name carries the choice, e.g. `B128_L4096_spread`.
+    #[arg(long, value_enum, default_value_t)]
+    lengths: Lengths,
     /// Only plans whose name contains this, e.g. `split-k-sparse-g8`, `prefill-mma` or `auto`.
     #[arg(long)]
     path: Option<String>,
@@ -116,20 +123,21 @@ fn run(args: &Args) -> Result<(), String> {
     let mut points: Vec<DecodePoint> = Vec::new();
     let mut failures = Vec::new();
     for (batch, context) in grid {
-        if args.point.as_ref().is_some_and(|p| *p != format!("B{batch}_L{context}")) {
+        let key = format!("B{batch}_L{context}{}", args.lengths.suffix());
+        if args.point.as_ref().is_some_and(|p| *p != key) {
             continue;
         }
-        let point = measure(&gpu, batch, context, &timing, args.path.as_deref())?;
+        let point = measure(&gpu, (batch, context, args.lengths), &timing, args.path.as_deref())?;
         for t in &point.paths {
             let (graph_us, tbps) = (t.graph_ms.map_or(f64::NAN, |ms| ms * 1e3), t.graph_tbps.unwrap_or(f64::NAN));
             let error = t.error.as_ref().map_or(String::new(), |e| format!("  error: {e}"));
             println!(
-                "B{batch}_L{context} {:<24} graph {graph_us:>9.2} us {tbps:>6.2} TB/s  back-to-back {:>9.2} us{error}",
+                "{key} {:<24} graph {graph_us:>9.2} us {tbps:>6.2} TB/s  back-to-back {:>9.2} us{error}",
                 t.name,
                 t.eager_ms * 1e3
             );
             if let Some(e) = &t.error {
-                failures.push(format!("B{batch}_L{context} {}: {e}", t.name));
+                failures.push(format!("{key} {}: {e}", t.name));
             }
         }
         points.push(point);
