@@ -19,6 +19,11 @@
 #   gemm      asynct-bench --gemm: asynct-0.5b's GEMM shapes at M 1 to 128, every skinny instantiation,
 #             cuBLASLt and cuBLASLt pinned as the LM head is, graph-timed in effective TB/s against
 #             issue 9's goal (bench-gemm.json/log)
+#   lengths   asynct-bench's decode points on batches of mixed lengths: for each profile of
+#             LENGTHS (default "uniform spread one-long") the points LENGTHS_POINTS (default
+#             "B128_L1024 B128_L4096", the profile's suffix added) through the plans whose name
+#             holds LENGTHS_PATH (default sparse-g16-h2: the paired decode and split-K kernels),
+#             one line a plan in bench-lengths.log and the JSON in bench-lengths.json
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 #   step      issue 9's "How fast" on asynct-0.5b (generated into /tmp/m05; carry ".qwen3" for its
@@ -205,6 +210,18 @@ for stage in "$@"; do
       fi ;;
     gemm)
       $B/asynct-bench --gemm --out "$OUT/bench-gemm.json" 2>&1 | tee "$OUT/bench-gemm.log" || status=1 ;;
+    lengths)
+      jsons=()
+      for l in ${LENGTHS:-uniform spread one-long}; do
+        case "$l" in uniform) suffix="" ;; *) suffix="_$l" ;; esac
+        for point in ${LENGTHS_POINTS:-B128_L1024 B128_L4096}; do
+          $B/asynct-bench --lengths "$l" --point "$point$suffix" --path "${LENGTHS_PATH:-sparse-g16-h2}" \
+            --out "$OUT/lengths-$point$suffix.json" 2>&1 | grep -E "^B[0-9]+_L" | tee -a "$OUT/bench-lengths.log" || status=1
+          jsons+=("$OUT/lengths-$point$suffix.json")
+        done
+      done
+      python3 -c 'import json, sys; json.dump([json.load(open(f)) for f in sys.argv[2:]], open(sys.argv[1], "w"), indent=1)' \
+        "$OUT/bench-lengths.json" "${jsons[@]}" && rm -f "${jsons[@]}" ;;
     ncu)
       NCU_POINT=${NCU_POINT:-B128_L4096}
       for path in ${NCU_PATHS:-split-k-sparse-g8 decode-sparse-g8}; do
