@@ -47,9 +47,10 @@ impl GemmPlan {
     /// The plan for decode rows among `forms`. The class form ([`GemmPlan::skinny_classes`])
     /// where [`classes_serve`] says so and the form takes the shape. Else, among the forms whose
     /// CTA adds every class of a W row itself, the warpgroup form ([`GemmPlan::skinny_wgmma`]) at
-    /// 33 to 64 rows where its 64-row W blocks number at least half the SMs ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of
-    /// asynct-0.5b; RESULTS run 153), its one CTA a tile leaving SMs idle on small N and its
-    /// second slab re-reading W at 65 rows and more. Elsewhere the shared-x form where each of its
+    /// 33 to 64 rows where its 64-row W blocks number at least half the SMs
+    /// ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of asynct-0.5b; RESULTS run
+    /// 153), its one CTA a tile leaving SMs idle on small N and its second slab re-reading W at
+    /// 65 rows and more. Elsewhere the shared-x form where each of its
     /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
     /// in shared memory serves several W blocks where the plain form reads it again from L2 for
     /// each (measured faster only there: RESULTS runs 133-136); else
@@ -73,8 +74,6 @@ impl GemmPlan {
             {
                 return Ok(staged);
             }
-        }
-        if let GemmPath::Skinny(t) = &plain.path {
             let waves = (SKINNY_CTAS_PER_SM * sms + 1..=3 * sms).contains(&(t.grid as usize));
             if waves && SKINNY_THREE_CTAS.contains(&(t.m_tile, t.rows, epilogue)) {
                 return Self::skinny_three_ctas(shape, t.rows, epilogue);
@@ -98,7 +97,7 @@ impl GemmPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gemm::SkinnyForm;
+    use crate::gemm::{SkinnyForm, SKINNY_CLASSES_DECODE_M};
 
     fn form(m: usize, n: usize, k: usize, kind: EpilogueKind, forms: DecodeForms) -> SkinnyForm {
         match GemmPlan::decode_rows_with(GemmShape { m, n, k }, 132, kind, forms).unwrap().path {
@@ -130,7 +129,7 @@ mod tests {
         );
         // Each switch changes only its own form's shapes.
         for m in [1, 8, 9, 32, 33, 64, 65, 128] {
-            if !(9..=64).contains(&m) {
+            if !SKINNY_CLASSES_DECODE_M.contains(&m) {
                 assert_eq!(down(m, DecodeForms { classes: false, ..all }), down(m, all), "M {m}");
             }
             if m > 8 {
