@@ -36,10 +36,16 @@ pub struct PathTime {
     pub error: Option<String>,
 }
 
+/// A decode point's name: `B{batch}_L{context}` and the lengths' suffix, e.g. `B128_L4096_spread`
+/// (what `--point` selects, the anchor's key where the lengths are uniform).
+pub fn point_key(batch: usize, context: usize, lengths: Lengths) -> String {
+    format!("B{batch}_L{context}{}", lengths.suffix())
+}
+
 impl DecodePoint {
-    /// The point's name: `B{batch}_L{context}` and the lengths' suffix, e.g. `B128_L4096_spread`.
+    /// The point's name ([`point_key`]).
     pub fn key(&self) -> String {
-        format!("B{}_L{}{}", self.batch, self.context, self.lengths.suffix())
+        point_key(self.batch, self.context, self.lengths)
     }
 }
 

@@ -20,7 +20,7 @@
 
 use clap::Parser;
 use verify::bench::data::Lengths;
-use verify::bench::decode::{measure, DecodePoint};
+use verify::bench::decode::{measure, point_key, DecodePoint};
 use verify::bench::gemm::{self, GemmPoint};
 use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, PrefillShape};
 use verify::bench::report::{crossover_table, prefill_table, table};
@@ -123,7 +123,7 @@ fn run(args: &Args) -> Result<(), String> {
     let mut points: Vec<DecodePoint> = Vec::new();
     let mut failures = Vec::new();
     for (batch, context) in grid {
-        let key = format!("B{batch}_L{context}{}", args.lengths.suffix());
+        let key = point_key(batch, context, args.lengths);
         if args.point.as_ref().is_some_and(|p| *p != key) {
             continue;
         }
