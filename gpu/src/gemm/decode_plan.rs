@@ -50,10 +50,10 @@ impl GemmPlan {
     /// 33 to 64 rows where its 64-row W blocks number at least half the SMs
     /// ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of asynct-0.5b; RESULTS run
     /// 153), its one CTA a tile leaving SMs idle on small N and its second slab re-reading W at
-    /// 65 rows and more. Elsewhere the shared-x form where each of its
-    /// CTAs (one an SM) takes at least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x
-    /// in shared memory serves several W blocks where the plain form reads it again from L2 for
-    /// each (measured faster only there: RESULTS runs 133-136); else
+    /// 65 rows and more. Elsewhere the shared-x form where each of its CTAs (one an SM) takes at
+    /// least [`SHARED_X_MIN_BLOCKS`] W blocks, since there one slab of x in shared memory serves
+    /// several W blocks where the plain form reads it again from L2 for each (measured faster
+    /// only there: RESULTS runs 133-136); else
     /// [`GemmPlan::skinny_epilogue`], or at one slab of 8 rows its staged form
     /// ([`GemmPlan::skinny_staged`]) where that takes a warp's steps in fewer batches of loads
     /// ([`load_batches`]), or its three-CTA entry ([`GemmPlan::skinny_three_ctas`]) where

@@ -4,9 +4,10 @@
 //!
 //! `asynct-bench [--anchor anchor.json] [--out bench.json] [--quick] [--calls N] [--reps N]
 //! [--trials N] [--no-graph] [--lengths uniform|spread|one-long]` times decode (`--lengths`: how
-//! each point's sequence lengths are laid out up to its context; the anchor's are uniform); `--prefill` times the prefill grid instead (the
-//! anchor run with `--prefill` holds its side) and `--prefill-crossover` the chunked-prefill
-//! crossover of fake decode and the tensor-core kernels; the two may be given together.
+//! each point's sequence lengths are laid out up to its context; the anchor's are uniform);
+//! `--prefill` times the prefill grid instead (the anchor run with `--prefill` holds its side)
+//! and `--prefill-crossover` the chunked-prefill crossover of fake decode and the tensor-core
+//! kernels; the two may be given together.
 //!
 //! Every path gets two figures (`verify::bench::timing`): graph-timed, one CUDA graph of `--calls`
 //! launches replayed `--trials` times (the median per launch: the figure reported and compared,
