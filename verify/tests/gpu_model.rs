@@ -2,12 +2,14 @@
 //! the device in the layouts the kernels read (`gpu::gemm::layout`), bit for bit; the forward of an
 //! asynct-small-shaped model (random weights) agrees with the oracle's bf16-faithful f64 forward
 //! on every logits row of prefill, mixed and decode steps (prompts crossing block boundaries, a
-//! chunk long enough for the tensor-core prefill and a wide GEMM); and a decode row gives the
-//! same bits alone and beside a prefill chunk, and twice. Without a GPU every check prints that
+//! chunk long enough for the tensor-core prefill and a wide GEMM); a decode row gives the
+//! same bits alone and beside a prefill chunk, and twice; and a decode step gives the same bits
+//! through both of its plans (the dispatcher's and the even rows'). Without a GPU every check prints that
 //! it was skipped (`verify::gpu_harness`).
 
 use std::sync::Arc;
 
+use gpu::attention::{AttentionPath, DecodeAttention, Geometry, Plan};
 use gpu::gemm::layout;
 use gpu::ops::HeadShape;
 use gpu::Gpu;
@@ -40,6 +42,7 @@ fn main() {
             ("a_random_asynct_0_5b_agrees_with_the_oracles_bf16_mode", half_billion_agrees_with_the_oracles_bf16_mode),
             ("a_decode_row_has_the_same_bits_alone_beside_a_chunk_and_twice", decode_row_bits),
             ("an_asynct_0_5b_decode_row_has_the_same_bits_alone_and_beside_89_others", wide_decode_row_bits),
+            ("even_rows_plan_gives_the_dispatched_plans_bits", even_rows_bits),
             ("the_engine_on_the_gpu_draws_the_oracles_tokens_every_time", engine_on_the_gpu),
         ],
     )
@@ -182,7 +185,12 @@ fn step_input(seqs: &[Seq], step: &Step) -> (Vec<u32>, AttnMetadata, Vec<i64>) {
 
 /// Sequences of these lengths with seeded token ids and disjoint, shuffled blocks.
 fn sequences(lens: &[usize], vocab: usize, seed: u64) -> Vec<Seq> {
-    let mut order: Vec<i32> = (0..BLOCKS as i32).collect();
+    sequences_among(lens, vocab, seed, BLOCKS)
+}
+
+/// [`sequences`] in a cache of `blocks` blocks.
+fn sequences_among(lens: &[usize], vocab: usize, seed: u64, blocks: usize) -> Vec<Seq> {
+    let mut order: Vec<i32> = (0..blocks as i32).collect();
     let mut x = seed;
     for i in (1..order.len()).rev() {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
@@ -510,6 +518,67 @@ fn wide_decode_row_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
     }
     let wide = gpu::gemm::wgmma_runs_on(gpu.info().compute_capability);
     println!("  row 0 of {ROWS} decode rows: the row alone's bits (gate/up's wide form: {wide})");
+    Ok(())
+}
+
+/// asynct-0.5b (random weights): a decode step of 128 rows of 2 to 4 chunks each gives the same
+/// logits bits through the dispatcher's attention (split-K) and through the plan the decode
+/// graphs replay for even rows (the paired decode kernel, `gpu::attention::even_rows`), on one
+/// model, the prompts prefilled one at a time first (the step written twice into the cache, the
+/// same values).
+fn even_rows_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
+    const ROWS: usize = 128;
+    const WIDTH: usize = 24;
+    const CACHE_BLOCKS: usize = ROWS * WIDTH;
+    let (cfg, _, host) = preset_model(Preset::HalfBillion, 47)?;
+    let dims = cfg.dims();
+    let lens: Vec<usize> = (0..ROWS).map(|s| 200 + (s * 7) % 180).collect();
+    let seqs = sequences_among(&lens, dims.vocab_size, 13, CACHE_BLOCKS);
+    let cap = Capacity { max_tokens: 512, max_seqs: ROWS, max_blocks_per_seq: WIDTH };
+    let blocks = KvSize::Blocks(CACHE_BLOCKS);
+    let mut model =
+        GpuModel::new(gpu, dims.clone(), &host, blocks, BLOCK, cap, &mut |_, _| {}, &mut StartTimes::silent())
+            .map_err(|e| e.to_string())?;
+    let forward = |model: &mut GpuModel, step: &Step, attention| -> Result<Array2<f32>, String> {
+        let (ids, meta, slots) = step_input(&seqs, step);
+        let picked: Vec<u32> = (0..ids.len() as u32).collect();
+        let step = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
+        let shape = model.upload(&step).map_err(|e| e.to_string())?;
+        model.end_inputs().map_err(|e| e.to_string())?;
+        let launch = model.plan_with(shape, attention).map_err(|e| e.to_string())?;
+        model.enqueue(&launch).map_err(|e| e.to_string())?;
+        model.faults().check().map_err(|e| e.to_string())?;
+        model.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>()).map_err(|e| e.to_string())
+    };
+    for (s, &len) in lens.iter().enumerate() {
+        forward(&mut model, &vec![(s, 0, len - 1)], DecodeAttention::Dispatched)?;
+    }
+    let decode: Step = lens.iter().enumerate().map(|(s, &len)| (s, len - 1, 1)).collect();
+    let dispatched = forward(&mut model, &decode, DecodeAttention::Dispatched)?;
+    let even = forward(&mut model, &decode, DecodeAttention::Even)?;
+    let geometry = Geometry {
+        rows: ROWS,
+        num_heads: dims.num_heads,
+        num_kv_heads: dims.num_kv_heads,
+        head_dim: dims.head_dim,
+        block_size: BLOCK,
+        max_blocks_per_seq: WIDTH,
+    };
+    let auto = Plan::auto(geometry).map_err(|e| e.to_string())?.path;
+    if matches!(auto, AttentionPath::Decode(_)) {
+        return Err(format!(
+            "the dispatcher took {} itself: the check would compare a kernel with itself",
+            auto.name()
+        ));
+    }
+    let bits = |a: &Array2<f32>| a.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if dispatched.nrows() != ROWS || bits(&dispatched) != bits(&even) {
+        return Err(format!("{ROWS} decode rows' logits differ through {} and the paired decode kernel", auto.name()));
+    }
+    println!(
+        "  {ROWS} decode rows of 200 to 379 keys: {} and the paired decode kernel give the same bits",
+        auto.name()
+    );
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //!   bucket, the head shape, the block table's capacity) it picks the [`AttentionPath`], the
 //!   CTA [`Form`] (the QK [`GroupSize`], the [`HeadsPerCta`], the [`QkRounds`] in flight), the
 //!   grids and the split-K workspace. [`Plan::auto`] is the dispatcher; [`Plan::new`] and
-//!   [`Plan::with_form`] force a plan for tests and benchmarks.
+//!   [`Plan::with_form`] force a plan for tests and benchmarks. A step of decode rows may also
+//!   take a second plan, chosen per step from its rows' lengths ([`EvenRows`], in [`even_rows`]).
 //! - [`Hp1Attention`] loads a plan's kernels once; [`Hp1Attention::build_rows`] builds the row
 //!   metadata of a batch step (every query row becomes a decode row of its own: that is fake
 //!   decode, and a decode batch is its special case), and [`Hp1Attention::run`] launches the
@@ -51,6 +52,7 @@
 //! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(false), &gate)?;` per step.
 
 pub mod buffers;
+pub mod even_rows;
 pub mod gate_stats;
 pub mod launch;
 pub mod plan;
@@ -59,6 +61,7 @@ pub mod prefill_plan;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostBatch, HostInputs};
+pub use even_rows::{DecodeAttention, EvenRows};
 pub use gate_stats::{GateCounts, GateStats};
 pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
 pub use plan::{

@@ -48,8 +48,10 @@
 //! by 5 to 6% at 128 rows of one length (1K, 4K and 16K on an H100; the decode step 2.8% faster
 //! at 1K; RESULTS runs 250-251), but its launch lasts as long as its longest row's chain of
 //! chunks, which a batch of mixed lengths (continuous batching's usual shape) makes the whole
-//! launch's, where split-K's time follows the batch's total work. The dispatcher keeps split-K
-//! until a benchmark of mixed-length batches measures the decode kernel there.
+//! launch's, where split-K's time follows the batch's total work. Run 257 measured it on mixed
+//! lengths (24% slower on lengths spread evenly, 3-6x with one long row among short ones), so the
+//! dispatcher, which sees only static facts, keeps split-K; a step whose rows' lengths are even
+//! takes the decode kernel by [`super::even_rows`]'s rule instead.
 //!
 //! [`Plan::new`] and [`Plan::with_form`] build the plans the dispatcher never picks (decode on
 //! long capacities, dense PV, 16-lane groups for one head), for the benchmark (`asynct-bench`

@@ -11,6 +11,12 @@
 //! length exit at once; the width buckets keep a 1K-context step from launching the empty CTAs
 //! of a 32K capacity.
 //!
+//! A bucket whose rows give the paired decode kernel about one wave ([`EvenRows::grid_fits`]) keeps
+//! a second graph with that kernel as its attention ([`DecodeAttention::Even`]), replayed when
+//! the step's real rows fill the bucket with even lengths ([`EvenRows::pays`]); the kernels give
+//! the same bits, so which graph a step replays changes no output. `ASYNCT_EVEN_ROWS=0` captures
+//! none of them (to measure what they give).
+//!
 //! Padding rows decode token 0 at position 0 of a one-token sequence and sample greedily; their
 //! tokens are dropped. Their slot is negative, which the cache-writing kernel reads as padding
 //! (nothing is written), and their table points at block 0, which their attention only reads. None of this changes a real row's bits: every kernel of the step computes a row from
@@ -22,6 +28,7 @@ use std::collections::BTreeMap;
 use ndarray::{s, Array2};
 use oracle::hp1::AttnMetadata;
 
+use gpu::attention::{DecodeAttention, EvenRows};
 use gpu::Graph;
 
 use super::forward::{GpuModel, StepFacts, StepLaunch};
@@ -43,11 +50,23 @@ struct DecodeGraph {
     graph: Graph,
 }
 
-/// Every bucket's graph.
+/// The graph a decode step replays: its bucket's shape, which its inputs are padded to, and the
+/// attention it was recorded with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeBucket {
+    /// The bucket's shape.
+    pub shape: StepFacts,
+    /// Which of the bucket's graphs.
+    pub attention: DecodeAttention,
+}
+
+/// Every bucket's graphs.
 pub struct DecodeGraphs {
     rows: Vec<usize>,
     widths: Vec<usize>,
-    graphs: BTreeMap<(usize, usize), DecodeGraph>,
+    /// The rule for the even graphs; `None` when none were captured.
+    even: Option<EvenRows>,
+    graphs: BTreeMap<(usize, usize, DecodeAttention), DecodeGraph>,
 }
 
 impl DecodeGraphs {
@@ -65,17 +84,28 @@ impl DecodeGraphs {
     ) -> Result<Self> {
         let rows = row_buckets(max_seqs);
         let widths = width_buckets(max_width, block_size);
+        let even = match std::env::var("ASYNCT_EVEN_ROWS").as_deref() {
+            Ok("0") => None,
+            _ => Some(model.even_rows()?),
+        };
         let mut launches = Vec::new();
         for &r in &rows {
+            let attentions: &[DecodeAttention] = match even {
+                Some(e) if e.grid_fits(r) => &[DecodeAttention::Dispatched, DecodeAttention::Even],
+                _ => &[DecodeAttention::Dispatched],
+            };
             for &w in &widths {
                 let split = Split { decodes: r, seqs: r, max_query_len: 0 };
-                launches.push(model.plan(StepFacts { tokens: r, split, picked: r, picked_all: true, width: w })?);
+                let shape = StepFacts { tokens: r, split, picked: r, picked_all: true, width: w };
+                for &attention in attentions {
+                    launches.push((attention, model.plan_with(shape, attention)?));
+                }
             }
         }
         let total = launches.len();
         progress(0, total);
         let mut recorded = Vec::with_capacity(total);
-        for (i, launch) in launches.iter().enumerate() {
+        for (i, (_, launch)) in launches.iter().enumerate() {
             let rows = launch.shape().tokens;
             let graph =
                 gpu::runtime::with_programmatic(rows <= PDL_MAX_ROWS, || model.capture(launch, |m| sample(m, rows)))?;
@@ -85,25 +115,29 @@ impl DecodeGraphs {
         let graphs = launches
             .into_iter()
             .zip(recorded)
-            .map(|(launch, graph)| ((launch.shape().tokens, launch.shape().width), DecodeGraph { launch, graph }))
+            .map(|((attention, launch), graph)| {
+                let shape = launch.shape();
+                ((shape.tokens, shape.width, attention), DecodeGraph { launch, graph })
+            })
             .collect();
-        Ok(Self { rows, widths, graphs })
+        Ok(Self { rows, widths, even, graphs })
     }
 
-    /// The bucket of a decode step of `rows` rows with `width`-column tables, if one holds it:
-    /// the shape its inputs are padded to before [`DecodeGraphs::replay`].
-    pub fn bucket(&self, rows: usize, width: usize) -> Option<StepFacts> {
-        let r = *self.rows.iter().find(|&&b| b >= rows)?;
-        let w = *self.widths.iter().find(|&&b| b >= width)?;
-        self.graphs.get(&(r, w)).map(|g| g.launch.shape())
+    /// The graph for a decode step whose rows (one a sequence) have `seq_lens` keys in
+    /// `width`-column tables, if a bucket holds it: the even graph where the real rows fill its
+    /// bucket with even lengths, else the bucket's dispatched one.
+    pub fn bucket(&self, seq_lens: &[i32], width: usize) -> Option<DecodeBucket> {
+        let key = graph_key(&self.rows, &self.widths, self.even, seq_lens, width)?;
+        let graph = self.graphs.get(&key)?;
+        Some(DecodeBucket { shape: graph.launch.shape(), attention: key.2 })
     }
 
-    /// Replays the graph of bucket `shape` on the inputs last uploaded (asynchronous).
-    pub fn replay(&self, shape: StepFacts) -> Result<()> {
-        let graph = self
-            .graphs
-            .get(&(shape.tokens, shape.width))
-            .ok_or_else(|| crate::error::Error::Executor(format!("no decode-step graph was captured for {shape:?}")))?;
+    /// Replays the graph of `bucket` on the inputs last uploaded (asynchronous).
+    pub fn replay(&self, bucket: DecodeBucket) -> Result<()> {
+        let DecodeBucket { shape, attention } = bucket;
+        let graph = self.graphs.get(&(shape.tokens, shape.width, attention)).ok_or_else(|| {
+            crate::error::Error::Executor(format!("no decode-step graph was captured for {bucket:?}"))
+        })?;
         Ok(graph.graph.launch()?)
     }
 
@@ -116,6 +150,22 @@ impl DecodeGraphs {
     pub fn is_empty(&self) -> bool {
         self.graphs.is_empty()
     }
+}
+
+/// The key of the graph for decode rows of `seq_lens` keys in `width`-column tables among the
+/// buckets `rows` x `widths`: the smallest bucket holding them, and its even graph where `even`
+/// (the rule, when even graphs were captured) holds the rows even and they fill the bucket.
+fn graph_key(
+    rows: &[usize],
+    widths: &[usize],
+    even: Option<EvenRows>,
+    seq_lens: &[i32],
+    width: usize,
+) -> Option<(usize, usize, DecodeAttention)> {
+    let r = *rows.iter().find(|&&b| b >= seq_lens.len())?;
+    let w = *widths.iter().find(|&&b| b >= width)?;
+    let even = r == seq_lens.len() && even.is_some_and(|e| e.pays(seq_lens));
+    Some((r, w, if even { DecodeAttention::Even } else { DecodeAttention::Dispatched }))
 }
 
 /// Row buckets: powers of two below `max_seqs`, then `max_seqs`.
@@ -192,6 +242,24 @@ mod tests {
         assert_eq!(width_buckets(2048, 16), vec![64, 256, 1024, 2048]);
         assert_eq!(width_buckets(64, 16), vec![64]);
         assert_eq!(width_buckets(10, 16), vec![10]);
+    }
+
+    #[test]
+    fn a_step_replays_its_buckets_even_graph_only_when_its_rows_fill_the_bucket_evenly() {
+        let (rows, widths) = (row_buckets(256), width_buckets(4096, 16));
+        let even = Some(EvenRows { num_heads: 8, num_kv_heads: 4, sms: 132 });
+        let key = |e, lens: &[i32], width| graph_key(&rows, &widths, e, lens, width);
+        let (dispatched, even_graph) = (DecodeAttention::Dispatched, DecodeAttention::Even);
+        assert_eq!(key(even, &[1000; 128], 70), Some((128, 256, even_graph)));
+        assert_eq!(key(None, &[1000; 128], 70), Some((128, 256, dispatched)));
+        // 120 even rows padded to 128 and 200 rows (the 256-row bucket's grid is two waves).
+        assert_eq!(key(even, &[1000; 120], 70), Some((128, 256, dispatched)));
+        assert_eq!(key(even, &[1000; 200], 70), Some((256, 256, dispatched)));
+        let mut skewed = vec![64; 128];
+        skewed[0] = 4000;
+        assert_eq!(key(even, &skewed, 250), Some((128, 256, dispatched)));
+        assert_eq!(key(even, &[1000; 300], 70), None);
+        assert_eq!(key(even, &[1000; 128], 5000), None);
     }
 
     #[test]

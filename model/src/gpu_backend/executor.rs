@@ -295,9 +295,10 @@ impl GpuExecutor {
     fn replay_decode(&mut self, step: &DeviceStep<'_>, sampling: &[SamplingRow<'_>], feed: &[FeedRun]) -> Result<bool> {
         // The graphs were captured without the gate counters: a step being measured runs eagerly.
         let graphs = self.graphs.as_ref().filter(|_| self.replay && !self.measuring);
-        let Some(shape) = graphs.and_then(|g| g.bucket(step.token_ids.len(), step.meta.block_table.ncols())) else {
+        let Some(bucket) = graphs.and_then(|g| g.bucket(&step.meta.seq_lens, step.meta.block_table.ncols())) else {
             return Ok(false);
         };
+        let shape = bucket.shape;
         let padded = pad_decode_step(step, shape);
         let uploaded = self.model.upload(&padded.step())?;
         debug_assert_eq!(uploaded, shape, "a padded step has its bucket's shape");
@@ -307,7 +308,7 @@ impl GpuExecutor {
         if let Some(marks) = self.in_flight.vacant()?.marks() {
             marks.inputs(self.gpu.stream())?;
         }
-        self.graphs.as_ref().expect("a bucket was found").replay(shape)?;
+        self.graphs.as_ref().expect("a bucket was found").replay(bucket)?;
         Ok(true)
     }
 

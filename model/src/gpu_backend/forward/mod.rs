@@ -45,8 +45,8 @@ use ndarray::Array2;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
 use gpu::attention::{
-    prefill_path, AttentionPath, GateCounts, GateParams, GateStats, Geometry, Hp1Attention, Hp1Prefill, Plan,
-    PrefillPath, StepGeometry,
+    prefill_path, AttentionPath, DecodeAttention, EvenRows, GateCounts, GateParams, GateStats, Geometry, Hp1Attention,
+    Hp1Prefill, Plan, PrefillPath, StepGeometry,
 };
 use gpu::gemm::{EpilogueKind, FoldLayout, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
@@ -438,7 +438,13 @@ impl GpuModel {
     /// Plans the launches of `shape`: its attention, then its program, loading every kernel and
     /// GEMM the program names.
     pub fn plan(&mut self, shape: StepFacts) -> Result<StepLaunch> {
-        let attn = self.plan_attention(shape.split, shape.tokens, shape.width)?;
+        self.plan_with(shape, DecodeAttention::Dispatched)
+    }
+
+    /// [`GpuModel::plan`] with `decode` the attention of a step of decode rows only (its
+    /// [`DecodeAttention::Even`] plan refused for any other step).
+    pub fn plan_with(&mut self, shape: StepFacts, decode: DecodeAttention) -> Result<StepLaunch> {
+        let attn = self.plan_attention(shape.split, shape.tokens, shape.width, decode)?;
         let rows = row_split(shape);
         let program = StepProgram::build(ProgramShape {
             layers: self.dims.num_layers,
@@ -491,6 +497,12 @@ impl GpuModel {
         Ok(launch)
     }
 
+    /// What [`EvenRows`]' rule needs of this model and device.
+    pub fn even_rows(&self) -> Result<EvenRows> {
+        let d = &self.dims;
+        Ok(EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: self.gpu.multiprocessors()? })
+    }
+
     /// The index in `megas` of the megakernel entry for steps of `rows` rows, loaded on first use.
     fn mega(&mut self, rows: usize) -> Result<usize> {
         let tile = gpu::mega::row_tile(rows)
@@ -533,14 +545,19 @@ impl GpuModel {
         }
     }
 
-    /// The step's attention launches, from its static facts.
-    fn plan_attention(&mut self, split: Split, tokens: usize, width: usize) -> Result<AttnPlan> {
+    /// The step's attention launches, from its static facts (`rows` the attention of a step of
+    /// decode rows only).
+    fn plan_attention(&mut self, split: Split, tokens: usize, width: usize, rows: DecodeAttention) -> Result<AttnPlan> {
         let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
             let plan = Plan::auto(model.geometry(rows, width))?;
             Ok(Hp1Attention::new(&model.gpu, plan)?)
         };
         if split.decodes == split.seqs {
-            return Ok(AttnPlan::Decode(decode(self, tokens)?));
+            let plan = Plan::decode_rows(self.geometry(tokens, width), rows)?;
+            return Ok(AttnPlan::Decode(Hp1Attention::new(&self.gpu, plan)?));
+        }
+        if rows != DecodeAttention::Dispatched {
+            return Err(Error::Executor(format!("{rows:?} attention is for steps of decode rows only, not {split:?}")));
         }
         let prefill_rows = tokens - split.decodes;
         let geometry = StepGeometry {
