@@ -4,6 +4,8 @@
 //!   (some of them prefilling beside its decode rows), after a preemption, and with every decode
 //!   step run eagerly instead of replaying its whole-step CUDA graph, with each decode kernel
 //!   (`--decode-kernel graph` and `mega`: alone, its decode steps run in the megakernel);
+//! - a request among 256 decode rows of even lengths, whose steps replay the even-rows graph (the
+//!   paired decode kernel), gives the tokens and logits bits it gives alone and run eagerly;
 //! - a prompt whose chunks run several to a step (a large step budget) gives the tokens and
 //!   logits bits it gives one chunk a step, alone and beside others;
 //! - a request resumed from a prefix-cache hit (whole chunks of another request's prompt, or of
@@ -40,6 +42,7 @@ fn main() {
         "gpu_engine",
         &[
             ("a_request_has_the_same_bits_alone_batched_preempted_and_eager", same_bits_everywhere),
+            ("a_request_among_even_rows_has_the_bits_of_eager_steps", same_bits_in_even_rows),
             ("several_chunks_of_a_prompt_in_one_step_change_no_bit", same_bits_in_wide_steps),
             ("a_prefix_cache_hit_changes_no_token_and_no_logits_bit", same_bits_after_a_prefix_hit),
             ("planned_ahead_steps_change_no_token", same_tokens_planned_ahead),
@@ -235,6 +238,47 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
         "  {GENERATED} tokens: the same tokens and logits bits alone, beside 64 others ({mixed} mixed steps), \
          eager, twice, and after {preemptions} preemptions, with the graph path and the megakernel; tokens {:?}",
         alone.tokens
+    );
+    Ok(())
+}
+
+/// 256 requests of 130-token prompts (two chunks each) on an executor of 256 sequences whose
+/// budget takes every first chunk in one step and every second in the next: the 256 rows then
+/// decode together with even lengths of two chunks, so their steps replay the 256-row bucket's
+/// even-rows graph (the paired decode kernel; the model's 4 query heads over 2 kv heads give
+/// 512 paired CTAs). The watched request's tokens and logits bits are those of the same batch run
+/// eagerly (the dispatcher's split-K) and of the request alone.
+fn same_bits_in_even_rows(gpu: &Arc<Gpu>) -> Check {
+    const SEQS: usize = 256;
+    const PROMPT: usize = small_model::CHUNK + 2;
+    let (dir, cfg) = write_model("gpu-engine", "even")?;
+    let budget = SEQS * small_model::CHUNK + SEQS;
+    let max_model_len = cfg.max_position_embeddings;
+    let options = GpuOptions { max_batched_tokens: budget, ..gpu_options(SEQS, max_model_len, None) };
+    let mut exec =
+        GpuExecutor::load(gpu, &dir, &cfg, options, &mut |_, _| {}, &mut StartTimes::silent()).map_err(err)?;
+    let run = |exec: &mut GpuExecutor, requests: &[Request]| {
+        let sched = SchedulerConfig { max_batched_tokens: budget, ..scheduler_config(SEQS, max_model_len, false) };
+        let mut sched = Scheduler::new(sched, exec.kv_capacity()).map_err(err)?;
+        drive_on(exec, &mut sched, requests)
+    };
+    let batch: Vec<Request> =
+        (0..SEQS as u64).map(|i| if i == 7 { request(WATCHED, PROMPT) } else { request(i, PROMPT) }).collect();
+    let (alone, _, _) = run(&mut exec, &[request(WATCHED, PROMPT)])?;
+    let before = exec.even_replays();
+    let (even, _, _) = run(&mut exec, &batch)?;
+    let replays = exec.even_replays() - before;
+    if replays == 0 {
+        return Err(format!("no step of the {SEQS} rows replayed the even-rows graph ({})", exec.describe()));
+    }
+    compare("among even rows", &even, &alone)?;
+    exec.set_graph_replay(false);
+    let (eager, _, _) = run(&mut exec, &batch)?;
+    compare("the same batch eager", &eager, &alone)?;
+    std::fs::remove_dir_all(&dir).map_err(err)?;
+    println!(
+        "  {GENERATED} tokens of a request among {SEQS} even rows ({replays} steps on the even-rows graph): the \
+         bits alone and of the batch run eagerly"
     );
     Ok(())
 }

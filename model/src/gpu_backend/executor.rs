@@ -32,6 +32,7 @@ use half::bf16;
 use ndarray::{Array2, Axis};
 use rayon::prelude::*;
 
+use gpu::attention::DecodeAttention;
 use gpu::gemm::CublasLt;
 use gpu::ops::fault::describe as describe_faults;
 use gpu::ops::{Sampler, SamplingRow as DeviceSamplingRow, StepResults};
@@ -102,6 +103,8 @@ pub struct GpuExecutor {
     survivors: CudaSlice<u32>,
     graphs: Option<DecodeGraphs>,
     replay: bool,
+    /// Steps that replayed an even-rows graph ([`DecodeAttention::Even`]).
+    even_replays: u64,
     /// Steps submitted and not collected and where their results land ([`StepExecutor::submit`]).
     in_flight: InFlightRing<Landing>,
     /// Each sequence the last step drew for on the device, by its index in the draws (the
@@ -202,6 +205,7 @@ impl GpuExecutor {
             model,
             graphs: None,
             replay: true,
+            even_replays: 0,
             in_flight: InFlightRing::new(vec![Landing::new(gpu, rows)?, Landing::new(gpu, rows)?]),
             drawn: HashMap::new(),
             measuring: false,
@@ -277,6 +281,12 @@ impl GpuExecutor {
         self.replay = on;
     }
 
+    /// How many steps so far replayed a bucket's even-rows graph (`super::decode_graphs`): what
+    /// tells a check or a benchmark that the paired decode kernel ran.
+    pub fn even_replays(&self) -> u64 {
+        self.even_replays
+    }
+
     /// The bf16 logits of the last step's first `rows` sampled rows (in sampling order), widened
     /// to f32 (waits for the device).
     pub fn last_logits(&self, rows: usize) -> Result<Array2<f32>> {
@@ -309,6 +319,7 @@ impl GpuExecutor {
             marks.inputs(self.gpu.stream())?;
         }
         self.graphs.as_ref().expect("a bucket was found").replay(bucket)?;
+        self.even_replays += u64::from(bucket.attention == DecodeAttention::Even);
         Ok(true)
     }
 
