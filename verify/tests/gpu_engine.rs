@@ -24,6 +24,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use gpu::attention::EvenRows;
 use gpu::Gpu;
 use model::block_pool::KvCapacity;
 use model::config::ModelConfig;
@@ -252,6 +253,14 @@ fn same_bits_in_even_rows(gpu: &Arc<Gpu>) -> Check {
     const SEQS: usize = 256;
     const PROMPT: usize = small_model::CHUNK + 2;
     let (dir, cfg) = write_model("gpu-engine", "even")?;
+    let d = cfg.dims();
+    let rule =
+        EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: gpu.multiprocessors().map_err(err)? };
+    if !rule.grid_fits(SEQS) {
+        std::fs::remove_dir_all(&dir).map_err(err)?;
+        println!("  not run: {SEQS} rows' paired decode grid is past one wave on {} SMs", rule.sms);
+        return Ok(());
+    }
     let budget = SEQS * small_model::CHUNK + SEQS;
     let max_model_len = cfg.max_position_embeddings;
     let options = GpuOptions { max_batched_tokens: budget, ..gpu_options(SEQS, max_model_len, None) };
