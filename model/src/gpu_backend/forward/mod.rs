@@ -545,19 +545,27 @@ impl GpuModel {
         }
     }
 
-    /// The step's attention launches, from its static facts (`rows` the attention of a step of
-    /// decode rows only).
-    fn plan_attention(&mut self, split: Split, tokens: usize, width: usize, rows: DecodeAttention) -> Result<AttnPlan> {
+    /// The step's attention launches, from its static facts (`decode_rows` the attention of a
+    /// step of decode rows only).
+    fn plan_attention(
+        &mut self,
+        split: Split,
+        tokens: usize,
+        width: usize,
+        decode_rows: DecodeAttention,
+    ) -> Result<AttnPlan> {
         let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
             let plan = Plan::auto(model.geometry(rows, width))?;
             Ok(Hp1Attention::new(&model.gpu, plan)?)
         };
         if split.decodes == split.seqs {
-            let plan = Plan::decode_rows(self.geometry(tokens, width), rows)?;
+            let plan = Plan::decode_rows(self.geometry(tokens, width), decode_rows)?;
             return Ok(AttnPlan::Decode(Hp1Attention::new(&self.gpu, plan)?));
         }
-        if rows != DecodeAttention::Dispatched {
-            return Err(Error::Executor(format!("{rows:?} attention is for steps of decode rows only, not {split:?}")));
+        if decode_rows != DecodeAttention::Dispatched {
+            return Err(Error::Executor(format!(
+                "{decode_rows:?} attention is for steps of decode rows only, not {split:?}"
+            )));
         }
         let prefill_rows = tokens - split.decodes;
         let geometry = StepGeometry {
