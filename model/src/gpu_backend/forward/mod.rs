@@ -29,11 +29,14 @@
 //! per shape and replays it after each `upload` of a step of that shape. Where the step program
 //! runs the layers in the decode megakernel, `plan` also records their ops into its table; one
 //! walk over the ops (`bindings`) binds each op to its buffers for both. Logits rows reach the host
-//! through `logits`.
+//! through `logits`; `attention_plan` plans a step's attention.
 
+mod attention_plan;
 mod bindings;
 mod inputs;
 mod logits;
+
+use attention_plan::{fold_layout, folded_o_layout, AttnPlan};
 
 pub use logits::widen_rows;
 
@@ -44,11 +47,8 @@ use half::bf16;
 use ndarray::Array2;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
-use gpu::attention::{
-    prefill_path, AttentionPath, DecodeAttention, EvenRows, GateCounts, GateParams, GateStats, Geometry, Hp1Attention,
-    Hp1Prefill, Plan, PrefillPath, StepGeometry,
-};
-use gpu::gemm::{EpilogueKind, FoldLayout, GemmPlan, GemmShape};
+use gpu::attention::{DecodeAttention, GateCounts, GateParams, GateStats, Hp1Attention};
+use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
 use gpu::{Gpu, Graph};
@@ -206,15 +206,6 @@ impl StepLaunch {
             AttnPlan::Split { decodes, .. } => decodes.as_ref().map_or((0, 0), decode),
         }
     }
-}
-
-/// How a step's attention runs, decided once per step from its static facts.
-enum AttnPlan {
-    /// Every row through the decode-path kernels (decodes, fake-decode rows or both).
-    Decode(Hp1Attention),
-    /// The leading decode rows (if any) through the decode kernels, the chunks through a
-    /// tensor-core prefill.
-    Split { decodes: Option<Hp1Attention>, prefill: Hp1Prefill, rows: usize },
 }
 
 impl GpuModel {
@@ -497,12 +488,6 @@ impl GpuModel {
         Ok(launch)
     }
 
-    /// What [`EvenRows`]' rule needs of this model and device.
-    pub fn even_rows(&self) -> Result<EvenRows> {
-        let d = &self.dims;
-        Ok(EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: self.gpu.multiprocessors()? })
-    }
-
     /// The index in `megas` of the megakernel entry for steps of `rows` rows, loaded on first use.
     fn mega(&mut self, rows: usize) -> Result<usize> {
         let tile = gpu::mega::row_tile(rows)
@@ -532,74 +517,6 @@ impl GpuModel {
     pub fn enqueue(&mut self, launch: &StepLaunch) -> Result<()> {
         self.walk(launch, &launch.program.ops, &mut bindings::Sink::Launch)
     }
-
-    fn geometry(&self, rows: usize, width: usize) -> Geometry {
-        let d = &self.dims;
-        Geometry {
-            rows,
-            num_heads: d.num_heads,
-            num_kv_heads: d.num_kv_heads,
-            head_dim: d.head_dim,
-            block_size: self.cache.block_size,
-            max_blocks_per_seq: width,
-        }
-    }
-
-    /// The step's attention launches, from its static facts (`decode_rows` the attention of a
-    /// step of decode rows only).
-    fn plan_attention(
-        &mut self,
-        split: Split,
-        tokens: usize,
-        width: usize,
-        decode_rows: DecodeAttention,
-    ) -> Result<AttnPlan> {
-        let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
-            let plan = Plan::auto(model.geometry(rows, width))?;
-            Ok(Hp1Attention::new(&model.gpu, plan)?)
-        };
-        if split.decodes == split.seqs {
-            let plan = Plan::decode_rows(self.geometry(tokens, width), decode_rows)?;
-            return Ok(AttnPlan::Decode(Hp1Attention::new(&self.gpu, plan)?));
-        }
-        if decode_rows != DecodeAttention::Dispatched {
-            return Err(Error::Executor(format!(
-                "{decode_rows:?} attention is for steps of decode rows only, not {split:?}"
-            )));
-        }
-        let prefill_rows = tokens - split.decodes;
-        let geometry = StepGeometry {
-            base: self.geometry(prefill_rows, width),
-            max_seqs: split.seqs - split.decodes,
-            max_query_len: split.max_query_len,
-        };
-        match prefill_path(geometry, self.gpu.info().compute_capability)? {
-            // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
-            // one launch serves decodes and chunks alike.
-            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
-            PrefillPath::Prefill(plan) => {
-                let decodes = if split.decodes > 0 { Some(decode(self, split.decodes)?) } else { None };
-                Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
-            }
-        }
-    }
-}
-
-/// The layout of the partials the step's attention leaves where it runs split-K over every row
-/// (what o_proj's folded GEMM reads, [`Op::FoldedO`]).
-fn fold_layout(attn: &AttnPlan, d: &ModelDims) -> Option<FoldLayout> {
-    match attn {
-        AttnPlan::Decode(a) if matches!(a.plan().path, AttentionPath::SplitK(_)) => {
-            Some(FoldLayout { heads: d.num_heads, head_dim: d.head_dim, max_chunks: a.plan().geometry.max_chunks() })
-        }
-        _ => None,
-    }
-}
-
-/// [`fold_layout`] for a step whose program has an [`Op::FoldedO`], which only such an attention
-/// allows.
-fn folded_o_layout(attn: &AttnPlan, d: &ModelDims) -> Result<FoldLayout> {
-    fold_layout(attn, d).ok_or_else(|| Error::Executor("a folded o_proj beside no split-K attention".into()))
 }
 
 /// The fusions chunk rows can take on a device of compute capability `cc`: those whose GEMMs the
