@@ -192,6 +192,12 @@ pub trait StepExecutor: Send {
     fn step_marks(&mut self) -> Result<Vec<StepPhases>> {
         Ok(Vec::new())
     }
+    /// How many steps so far replayed a decode graph whose attention is the paired decode kernel
+    /// for rows of even lengths (the GPU backend's `gpu::attention::even_rows`); `None` where the
+    /// backend has no such graphs. Tells a check or a benchmark which kernel its steps ran.
+    fn even_replays(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A queued step's device time by phase, from events in its stream order (microseconds).

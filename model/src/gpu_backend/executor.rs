@@ -281,12 +281,6 @@ impl GpuExecutor {
         self.replay = on;
     }
 
-    /// How many steps so far replayed a bucket's even-rows graph (`super::decode_graphs`): what
-    /// tells a check or a benchmark that the paired decode kernel ran.
-    pub fn even_replays(&self) -> u64 {
-        self.even_replays
-    }
-
     /// The bf16 logits of the last step's first `rows` sampled rows (in sampling order), widened
     /// to f32 (waits for the device).
     pub fn last_logits(&self, rows: usize) -> Result<Array2<f32>> {
@@ -535,6 +529,10 @@ impl StepExecutor for GpuExecutor {
 
     fn step_marks(&mut self) -> Result<Vec<StepPhases>> {
         Ok(std::mem::take(&mut self.phases))
+    }
+
+    fn even_replays(&self) -> Option<u64> {
+        Some(self.even_replays)
     }
 }
 

@@ -84,6 +84,10 @@ pub struct DecodeResult {
     /// The steps after the timed ones, timed in phases on the device (null where the backend
     /// cannot).
     step_phases: Option<PhaseTimes>,
+    /// Steps that replayed an even-rows graph (the paired decode kernel) while the timed steps
+    /// ran (null where the backend has none; with steps planned ahead, the window is one step
+    /// later than the timed one, of the same shape).
+    even_rows_steps: Option<u64>,
 }
 
 /// [`MARKED_STEPS`] steps' device time by phase ([`StepPhases`]) beside their wall time, in us.
@@ -264,11 +268,13 @@ pub fn run_decode(
     if profiled {
         super::profiler(true);
     }
+    let even_before = engine.executor_mut().even_replays();
     let times = (0..timed).map(|_| step(engine, "timed")).collect::<Result<Vec<_>, String>>();
     if profiled {
         super::profiler(false);
     }
     let times = times?;
+    let even_rows_steps = engine.executor_mut().even_replays().zip(even_before).map(|(after, before)| after - before);
     let err = |e: model::Error| e.to_string();
     // The marked steps are queued as the timed ones were; the last of them is collected by the
     // settle below.
@@ -337,6 +343,7 @@ pub fn run_decode(
         sparse_kv_floor_ms: None,
         step_trace,
         step_phases,
+        even_rows_steps,
     };
     Ok((result, zero_fraction))
 }
@@ -377,9 +384,10 @@ pub fn print_decode(r: &DecodeResult, floor_ms: f64, goals: bool) {
         (Some(z), Some(ms)) => format!(", {ms:.3} ms skipping the V rows of the {:.1}% zero gates", 100.0 * z),
         _ => String::new(),
     };
+    let even = r.even_rows_steps.map_or(String::new(), |n| format!(" ({n} on the even-rows graph)"));
     println!(
         "decode B{}: median {:.3} ms (executor {:.3}; host: schedule {:.3}, hand-out {:.3}), mean {:.3}, min {:.3} \
-         over {} {}steps attending over \
+         over {} {}steps{even} attending over \
          {}..{} tokens (context {}); {:.2}x the weight floor ({floor_ms:.3} ms), {:.2}x the KV floor ({:.3} ms{sparse})\
          {anchor}{goal}",
         r.batch,
