@@ -31,7 +31,7 @@ impl GpuModel {
         Ok(EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: self.gpu.multiprocessors()? })
     }
 
-    pub(super) fn geometry(&self, rows: usize, width: usize) -> Geometry {
+    fn geometry(&self, rows: usize, width: usize) -> Geometry {
         let d = &self.dims;
         Geometry {
             rows,
@@ -52,13 +52,12 @@ impl GpuModel {
         width: usize,
         decode_rows: DecodeAttention,
     ) -> Result<AttnPlan> {
-        let decode = |model: &mut Self, rows: usize| -> Result<Hp1Attention> {
-            let plan = Plan::auto(model.geometry(rows, width))?;
+        let decode = |model: &mut Self, rows: usize, attention: DecodeAttention| -> Result<Hp1Attention> {
+            let plan = Plan::decode_rows(model.geometry(rows, width), attention)?;
             Ok(Hp1Attention::new(&model.gpu, plan)?)
         };
         if split.decodes == split.seqs {
-            let plan = Plan::decode_rows(self.geometry(tokens, width), decode_rows)?;
-            return Ok(AttnPlan::Decode(Hp1Attention::new(&self.gpu, plan)?));
+            return Ok(AttnPlan::Decode(decode(self, tokens, decode_rows)?));
         }
         if decode_rows != DecodeAttention::Dispatched {
             return Err(Error::Executor(format!(
@@ -74,9 +73,12 @@ impl GpuModel {
         match prefill_path(geometry, self.gpu.info().compute_capability)? {
             // Fake decode runs the decode kernels, whose rows are invariant to their neighbours:
             // one launch serves decodes and chunks alike.
-            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens)?)),
+            PrefillPath::FakeDecode(_) => Ok(AttnPlan::Decode(decode(self, tokens, DecodeAttention::Dispatched)?)),
             PrefillPath::Prefill(plan) => {
-                let decodes = if split.decodes > 0 { Some(decode(self, split.decodes)?) } else { None };
+                let decodes = match split.decodes {
+                    0 => None,
+                    n => Some(decode(self, n, DecodeAttention::Dispatched)?),
+                };
                 Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
             }
         }
