@@ -543,12 +543,7 @@ fn even_rows_bits(gpu: &Arc<Gpu>) -> Result<(), String> {
         let (ids, meta, slots) = step_input(&seqs, step);
         let picked: Vec<u32> = (0..ids.len() as u32).collect();
         let step = DeviceStep { token_ids: &ids, meta: &meta, slot_mapping: &slots, picked: &picked };
-        let shape = model.upload(&step).map_err(|e| e.to_string())?;
-        model.end_inputs().map_err(|e| e.to_string())?;
-        let launch = model.plan_with(shape, attention).map_err(|e| e.to_string())?;
-        model.enqueue(&launch).map_err(|e| e.to_string())?;
-        model.faults().check().map_err(|e| e.to_string())?;
-        model.download_logit_rows(&(0..picked.len()).collect::<Vec<_>>()).map_err(|e| e.to_string())
+        model.forward_with(&step, attention).map_err(|e| e.to_string())
     };
     for (s, &len) in lens.iter().enumerate() {
         forward(&mut model, &vec![(s, 0, len - 1)], DecodeAttention::Dispatched)?;

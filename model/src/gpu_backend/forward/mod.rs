@@ -386,7 +386,13 @@ impl GpuModel {
     /// Runs `step`, writing its K/V into the cache, and returns the bf16 logits of its picked
     /// rows widened to f32, `[picked, vocab]` in that order (waits for the device).
     pub fn forward(&mut self, step: &DeviceStep<'_>) -> Result<Array2<f32>> {
-        self.launch(step)?;
+        self.forward_with(step, DecodeAttention::Dispatched)
+    }
+
+    /// [`GpuModel::forward`] with `decode_rows` the attention of a step of decode rows only
+    /// ([`GpuModel::plan_with`]).
+    pub fn forward_with(&mut self, step: &DeviceStep<'_>, decode_rows: DecodeAttention) -> Result<Array2<f32>> {
+        self.launch_with(step, None, &[], decode_rows)?;
         self.kernels.faults.check()?;
         self.download_logit_rows(&(0..step.picked.len()).collect::<Vec<_>>())
     }
@@ -403,26 +409,31 @@ impl GpuModel {
     }
 
     /// Enqueues the whole step, the logits of its picked rows (in that order) last, planned
-    /// for this step alone (the eager path). Launch only: the caller checks
-    /// [`GpuModel::faults`] once the results are read.
-    pub fn launch(&mut self, step: &DeviceStep<'_>) -> Result<()> {
-        self.launch_fed(step, None, &[])
-    }
-
-    /// [`GpuModel::launch`] with `runs` of the step's ids copied from `drawn` (the step before's
-    /// draws, on the device) over the uploaded ones ([`GpuModel::feed_ids`]).
+    /// for this step alone (the eager path), with `runs` of the step's ids copied from `drawn`
+    /// (the step before's draws, on the device) over the uploaded ones ([`GpuModel::feed_ids`]).
+    /// Launch only: the caller checks [`GpuModel::faults`] once the results are read.
     pub fn launch_fed(
         &mut self,
         step: &DeviceStep<'_>,
         drawn: Option<&CudaSlice<u32>>,
         runs: &[FeedRun],
     ) -> Result<()> {
+        self.launch_with(step, drawn, runs, DecodeAttention::Dispatched)
+    }
+
+    fn launch_with(
+        &mut self,
+        step: &DeviceStep<'_>,
+        drawn: Option<&CudaSlice<u32>>,
+        runs: &[FeedRun],
+        decode_rows: DecodeAttention,
+    ) -> Result<()> {
         let shape = self.upload(step)?;
         if let Some(drawn) = drawn {
             self.feed_ids(drawn, runs)?;
         }
         self.end_inputs()?;
-        let launch = self.plan(shape)?;
+        let launch = self.plan_with(shape, decode_rows)?;
         self.enqueue(&launch)
     }
 
@@ -432,10 +443,10 @@ impl GpuModel {
         self.plan_with(shape, DecodeAttention::Dispatched)
     }
 
-    /// [`GpuModel::plan`] with `decode` the attention of a step of decode rows only (its
+    /// [`GpuModel::plan`] with `decode_rows` the attention of a step of decode rows only (its
     /// [`DecodeAttention::Even`] plan refused for any other step).
-    pub fn plan_with(&mut self, shape: StepFacts, decode: DecodeAttention) -> Result<StepLaunch> {
-        let attn = self.plan_attention(shape.split, shape.tokens, shape.width, decode)?;
+    pub fn plan_with(&mut self, shape: StepFacts, decode_rows: DecodeAttention) -> Result<StepLaunch> {
+        let attn = self.plan_attention(shape.split, shape.tokens, shape.width, decode_rows)?;
         let rows = row_split(shape);
         let program = StepProgram::build(ProgramShape {
             layers: self.dims.num_layers,
