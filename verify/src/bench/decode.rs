@@ -42,6 +42,28 @@ pub fn point_key(batch: usize, context: usize, lengths: Lengths) -> String {
     format!("B{batch}_L{context}{}", lengths.suffix())
 }
 
+/// The largest batch a named decode point may ask for: a mistyped name is refused rather than
+/// left to allocate a cache past the device.
+pub const MAX_NAMED_BATCH: usize = 4096;
+/// The longest context a named decode point may ask for, likewise.
+pub const MAX_NAMED_CONTEXT: usize = 1 << 20;
+
+/// The batch and context of a decode point named as [`point_key`] names it with `lengths`
+/// (`B256_L4096` uniform, `B256_L4096_spread`), so `--point` can ask for one off the default
+/// grid; `None` where the name is not a decode point's, an error where its sizes are past
+/// [`MAX_NAMED_BATCH`] or [`MAX_NAMED_CONTEXT`] or zero.
+pub fn parse_point_key(key: &str, lengths: Lengths) -> Option<std::result::Result<(usize, usize), String>> {
+    let body = key.strip_prefix('B')?.strip_suffix(lengths.suffix())?;
+    let (batch, context) = body.split_once("_L")?;
+    let (batch, context) = (batch.parse::<usize>().ok()?, context.parse::<usize>().ok()?);
+    if batch == 0 || context == 0 || batch > MAX_NAMED_BATCH || context > MAX_NAMED_CONTEXT {
+        return Some(Err(format!(
+            "decode point {key}: batch 1 to {MAX_NAMED_BATCH} and context 1 to {MAX_NAMED_CONTEXT} tokens"
+        )));
+    }
+    Some(Ok((batch, context)))
+}
+
 impl DecodePoint {
     /// The point's name ([`point_key`]).
     pub fn key(&self) -> String {
@@ -134,4 +156,24 @@ pub fn measure(
         });
     }
     Ok(DecodePoint { batch, context, lengths, kv_bytes, zero_fraction: data.zero_fraction(4, 1), paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_decode_point_parses_back_to_its_sizes_and_nothing_else_does() {
+        for (b, l, lengths) in [(256, 4096, Lengths::Uniform), (192, 1024, Lengths::Spread), (1, 1, Lengths::OneLong)] {
+            assert_eq!(parse_point_key(&point_key(b, l, lengths), lengths), Some(Ok((b, l))));
+        }
+        assert_eq!(parse_point_key("B256_L4096_spread", Lengths::Uniform), None, "another profile's name");
+        for other in ["B1_T16384", "B8_P4096_Q64", "B_L1", "Bx_L1", "B1_L", "B1L1024"] {
+            assert_eq!(parse_point_key(other, Lengths::Uniform), None, "{other}");
+        }
+        for huge in ["B0_L1024", "B1_L0", "B4097_L1024", "B1_L1048577", "B99999999999999999999_L1"] {
+            let parsed = parse_point_key(huge, Lengths::Uniform);
+            assert!(!matches!(parsed, Some(Ok(_))), "{huge}: {parsed:?}");
+        }
+    }
 }

@@ -21,7 +21,7 @@
 
 use clap::Parser;
 use verify::bench::data::Lengths;
-use verify::bench::decode::{measure, point_key, DecodePoint};
+use verify::bench::decode::{measure, parse_point_key, point_key, DecodePoint};
 use verify::bench::gemm::{self, GemmPoint};
 use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, PrefillShape};
 use verify::bench::report::{crossover_table, prefill_table, table};
@@ -62,7 +62,7 @@ struct Args {
     #[arg(long)]
     no_graph: bool,
     /// Only this grid point, e.g. `B128_L4096`, `B1_T16384` or `B8_P4096_Q64` (for profiling
-    /// one launch with ncu).
+    /// one launch with ncu); a decode point off the default grid (`B256_L4096`) is measured too.
     #[arg(long)]
     point: Option<String>,
     /// How each decode point's sequence lengths are laid out up to its context: uniform (the
@@ -115,7 +115,10 @@ fn run(args: &Args) -> Result<(), String> {
         return run_prefill(args, &gpu, anchor.as_ref());
     }
     let timing = args.timing(50, 40);
-    let grid: Vec<(usize, usize)> = if args.quick {
+    let named = args.point.as_deref().and_then(|p| parse_point_key(p, args.lengths)).transpose()?;
+    let grid: Vec<(usize, usize)> = if let Some(point) = named {
+        vec![point]
+    } else if args.quick {
         vec![(1, 1024), (1, 16384), (128, 1024), (128, 16384)]
     } else {
         [1, 32, 128].iter().flat_map(|&b| [1024, 4096, 16384].map(|l| (b, l))).collect()
