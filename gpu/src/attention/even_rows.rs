@@ -22,10 +22,12 @@
 use super::plan::{AttentionPath, Form, Geometry, Plan, Pv, CHUNK};
 use crate::error::Result;
 
-/// The fewest paired CTAs (`rows * Hq / 2`) on which the decode kernel is taken for even rows.
-pub const EVEN_ROWS_MIN_CTAS: usize = 512;
 /// Paired decode CTAs an SM hold at once (the entry's registers: 4 x 128 threads).
 pub const PAIRED_DECODE_CTAS_PER_SM: usize = 4;
+/// The most waves of paired CTAs on which the decode kernel is taken for even rows.
+pub const EVEN_ROWS_MAX_WAVES: usize = 2;
+/// The least share of its waves' CTA slots, in percent, a grid of paired CTAs fills for even rows.
+pub const EVEN_ROWS_MIN_FILL_PERCENT: usize = 96;
 /// Rows are even when their mean chunk count is at least this percentage of their longest.
 pub const EVEN_ROWS_MIN_BALANCE_PERCENT: usize = 96;
 
@@ -41,15 +43,19 @@ pub struct EvenRows {
 }
 
 impl EvenRows {
-    /// Whether `rows` decode rows give the paired decode kernel a grid from
-    /// [`EVEN_ROWS_MIN_CTAS`] to one wave: where a bucket of that many rows keeps a second plan.
+    /// Whether `rows` decode rows give the paired decode kernel a grid of at most
+    /// [`EVEN_ROWS_MAX_WAVES`] waves that fills at least [`EVEN_ROWS_MIN_FILL_PERCENT`] of their
+    /// CTA slots: where a bucket of that many rows keeps a second plan.
     pub fn grid_fits(&self, rows: usize) -> bool {
         let per_kv = self.num_heads / self.num_kv_heads.max(1);
         let ctas = rows.saturating_mul(self.num_heads / 2);
+        let wave = PAIRED_DECODE_CTAS_PER_SM.saturating_mul(self.sms);
+        let waves = ctas.div_ceil(wave.max(1));
         per_kv > 0
             && per_kv.is_multiple_of(2)
-            && ctas >= EVEN_ROWS_MIN_CTAS
-            && ctas <= PAIRED_DECODE_CTAS_PER_SM.saturating_mul(self.sms)
+            && wave > 0
+            && (1..=EVEN_ROWS_MAX_WAVES).contains(&waves)
+            && ctas.saturating_mul(100) >= EVEN_ROWS_MIN_FILL_PERCENT * waves * wave
     }
 
     /// Whether decode rows of `seq_lens` keys each (one row a sequence) take the paired decode
@@ -95,8 +101,8 @@ mod tests {
 
     #[test]
     fn only_a_bucket_whose_paired_grid_is_about_one_wave_keeps_the_even_plan() {
-        let fits: Vec<usize> = (1..=512).filter(|&r| MODEL.grid_fits(r)).collect();
-        assert_eq!(fits, (128..=132).collect::<Vec<_>>());
+        let fits: Vec<usize> = (1..=1024).filter(|&r| MODEL.grid_fits(r)).collect();
+        assert_eq!(fits, (127..=132).chain(254..=264).collect::<Vec<_>>());
         assert!(!EvenRows { num_heads: 6, num_kv_heads: 2, ..MODEL }.grid_fits(200), "3 heads a kv head never pair");
         assert!(!EvenRows { sms: 100, ..MODEL }.grid_fits(128), "past one wave on 100 SMs");
     }
@@ -115,8 +121,9 @@ mod tests {
         // are even; half of them (8.5 of 9, 94%: about where the kernels meet) are not.
         assert!(MODEL.pays(&rows(&|i| if i % 4 == 0 { 1008 } else { 1134 })));
         assert!(!MODEL.pays(&rows(&|i| if i % 2 == 0 { 1008 } else { 1134 })));
-        // Too few rows for a wave, whatever their lengths.
-        assert!(!MODEL.pays(&[1024; 127]));
+        // Too few rows to fill a wave, whatever their lengths.
+        assert!(!MODEL.pays(&[1024; 126]));
+        assert!(MODEL.pays(&[1024; 256]), "two full waves");
         assert!(!MODEL.pays(&[]));
     }
 
