@@ -258,7 +258,7 @@ fn same_bits_in_even_rows(gpu: &Arc<Gpu>) -> Check {
         EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: gpu.multiprocessors().map_err(err)? };
     if !rule.grid_fits(SEQS) {
         std::fs::remove_dir_all(&dir).map_err(err)?;
-        println!("  not run: {SEQS} rows' paired decode grid is past one wave on {} SMs", rule.sms);
+        println!("  not run: {SEQS} rows' paired decode grid does not fill one or two waves on {} SMs", rule.sms);
         return Ok(());
     }
     let budget = SEQS * small_model::CHUNK + SEQS;

@@ -12,9 +12,12 @@
 //! chunks and the decode kernel's its longest row's, at about 0.94 of split-K's time a chunk (the
 //! uniform points). So the decode kernel pays where the rows' mean chunk count is at least
 //! [`EVEN_ROWS_MIN_BALANCE_PERCENT`] of their longest (a margin over 94), on a grid of paired
-//! CTAs from [`EVEN_ROWS_MIN_CTAS`] (about one wave, 4 CTAs an SM) to one full wave, the
-//! range measured. Below a wave its chains are longer than the total work's time (B32: 41.7
-//! against 23.4 us); past one wave it is unmeasured.
+//! CTAs that fills one or two waves (4 CTAs an SM) to at least [`EVEN_ROWS_MIN_FILL_PERCENT`]:
+//! 256 rows of one length took 140.2 / 146.4 us at 1K and 523.8 / 556.1 at 4K (run 263), 0.96
+//! and 0.94 of split-K as at one wave, and spread lengths lost there too (83.9 / 77.1, 314.4 /
+//! 287.3). Below a wave its chains are longer than the total work's time (B32: 41.7 against
+//! 23.4 us); a grid part of a wave past a whole one would hold the decode kernel's chains for
+//! that wave too, and past two waves it is unmeasured.
 //!
 //! No choice changes results: decode and split-K give the same bits (the kernel header), so the
 //! choice may follow the step's lengths without a request's output depending on its batch.
@@ -100,11 +103,11 @@ mod tests {
     const MODEL: EvenRows = EvenRows { num_heads: 8, num_kv_heads: 4, sms: 132 };
 
     #[test]
-    fn only_a_bucket_whose_paired_grid_is_about_one_wave_keeps_the_even_plan() {
+    fn only_a_bucket_whose_paired_grid_fills_one_or_two_waves_keeps_the_even_plan() {
         let fits: Vec<usize> = (1..=1024).filter(|&r| MODEL.grid_fits(r)).collect();
         assert_eq!(fits, (127..=132).chain(254..=264).collect::<Vec<_>>());
         assert!(!EvenRows { num_heads: 6, num_kv_heads: 2, ..MODEL }.grid_fits(200), "3 heads a kv head never pair");
-        assert!(!EvenRows { sms: 100, ..MODEL }.grid_fits(128), "past one wave on 100 SMs");
+        assert!(!EvenRows { sms: 100, ..MODEL }.grid_fits(128), "1.3 waves on 100 SMs");
     }
 
     #[test]

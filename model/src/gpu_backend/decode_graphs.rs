@@ -11,7 +11,7 @@
 //! length exit at once; the width buckets keep a 1K-context step from launching the empty CTAs
 //! of a 32K capacity.
 //!
-//! A bucket whose rows give the paired decode kernel about one wave ([`EvenRows::grid_fits`]) keeps
+//! A bucket whose rows fill one or two waves of the paired decode kernel ([`EvenRows::grid_fits`]) keeps
 //! a second graph with that kernel as its attention ([`DecodeAttention::Even`]), replayed when
 //! the step's real rows fill the bucket with even lengths ([`EvenRows::pays`]); the kernels give
 //! the same bits, so which graph a step replays changes no output. `ASYNCT_EVEN_ROWS=0` captures
@@ -252,7 +252,7 @@ mod tests {
         let (dispatched, even_graph) = (DecodeAttention::Dispatched, DecodeAttention::Even);
         assert_eq!(key(even, &[1000; 128], 70), Some((128, 256, even_graph)));
         assert_eq!(key(None, &[1000; 128], 70), Some((128, 256, dispatched)));
-        // 120 even rows padded to 128 and 200 rows (the 256-row bucket's grid is two waves).
+        // 120 even rows padded to 128 and 200 padded to 256 do not fill their buckets.
         assert_eq!(key(even, &[1000; 120], 70), Some((128, 256, dispatched)));
         assert_eq!(key(even, &[1000; 200], 70), Some((256, 256, dispatched)));
         let mut skewed = vec![64; 128];
