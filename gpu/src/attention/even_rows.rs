@@ -61,16 +61,19 @@ impl EvenRows {
             && ctas.saturating_mul(100) >= EVEN_ROWS_MIN_FILL_PERCENT * waves * wave
     }
 
-    /// Whether decode rows of `seq_lens` keys each (one row a sequence) take the paired decode
-    /// kernel: their grid fits ([`EvenRows::grid_fits`]) and their chunks are even (module docs).
-    pub fn pays(&self, seq_lens: &[i32]) -> bool {
-        if !self.grid_fits(seq_lens.len()) {
+    /// Whether decode rows of `seq_lens` keys each (one row a sequence), padded to a bucket of
+    /// `rows` with rows of one key (as a graph's padding rows are), take the paired decode
+    /// kernel: the bucket's grid fits ([`EvenRows::grid_fits`]) and its rows' chunks, the
+    /// padding's one each, are even (module docs). A padding row costs the decode kernel a CTA
+    /// that ends at once and split-K none of its total work, so it counts as a short row.
+    pub fn pays(&self, seq_lens: &[i32], rows: usize) -> bool {
+        if seq_lens.is_empty() || seq_lens.len() > rows || !self.grid_fits(rows) {
             return false;
         }
         let chunks = |len: i32| (len.max(1) as usize).div_ceil(CHUNK);
         let longest = seq_lens.iter().map(|&l| chunks(l)).max().unwrap_or(0);
-        let total: usize = seq_lens.iter().map(|&l| chunks(l)).sum();
-        total.saturating_mul(100) >= EVEN_ROWS_MIN_BALANCE_PERCENT * longest * seq_lens.len()
+        let total = seq_lens.iter().map(|&l| chunks(l)).sum::<usize>() + (rows - seq_lens.len());
+        total.saturating_mul(100) >= EVEN_ROWS_MIN_BALANCE_PERCENT * longest * rows
     }
 }
 
@@ -113,21 +116,27 @@ mod tests {
     #[test]
     fn rows_of_one_length_or_within_a_chunk_are_even_and_spread_or_skewed_rows_are_not() {
         let rows = |f: &dyn Fn(usize) -> i32| (0..128).map(f).collect::<Vec<i32>>();
-        assert!(MODEL.pays(&rows(&|_| 1024)));
-        assert!(MODEL.pays(&rows(&|_| 4096)));
+        assert!(MODEL.pays(&rows(&|_| 1024), 128));
+        assert!(MODEL.pays(&rows(&|_| 4096), 128));
         // The decode bench's lengths (999 to 1,048 tokens): 8 or 9 chunks, most of them 9.
-        assert!(MODEL.pays(&rows(&|i| 999 + (i * 50 / 128) as i32)));
+        assert!(MODEL.pays(&rows(&|i| 999 + (i * 50 / 128) as i32), 128));
         // The attention bench's spread and one-long profiles.
-        assert!(!MODEL.pays(&rows(&|i| (1024 * (i + 1)).div_ceil(128) as i32)));
-        assert!(!MODEL.pays(&rows(&|i| if i == 0 { 4096 } else { 64 })));
+        assert!(!MODEL.pays(&rows(&|i| (1024 * (i + 1)).div_ceil(128) as i32), 128));
+        assert!(!MODEL.pays(&rows(&|i| if i == 0 { 4096 } else { 64 }), 128));
         // A quarter of the rows one chunk short of the others (a mean of 8.75 of 9 chunks, 97%)
         // are even; half of them (8.5 of 9, 94%: about where the kernels meet) are not.
-        assert!(MODEL.pays(&rows(&|i| if i % 4 == 0 { 1008 } else { 1134 })));
-        assert!(!MODEL.pays(&rows(&|i| if i % 2 == 0 { 1008 } else { 1134 })));
+        assert!(MODEL.pays(&rows(&|i| if i % 4 == 0 { 1008 } else { 1134 }), 128));
+        assert!(!MODEL.pays(&rows(&|i| if i % 2 == 0 { 1008 } else { 1134 }), 128));
         // Too few rows to fill a wave, whatever their lengths.
-        assert!(!MODEL.pays(&[1024; 126]));
-        assert!(MODEL.pays(&[1024; 256]), "two full waves");
-        assert!(!MODEL.pays(&[]));
+        assert!(!MODEL.pays(&[1024; 126], 126));
+        assert!(MODEL.pays(&[1024; 256], 256), "two full waves");
+        assert!(!MODEL.pays(&[], 128));
+        // Padded to a bucket: 124 rows of 9 chunks and 4 padding rows of one are a mean of 8.75
+        // chunks, 97% of 9; 120 rows and 8 of padding 8.44, 94%; more rows than the bucket never.
+        assert!(MODEL.pays(&[1024; 124], 128));
+        assert!(!MODEL.pays(&[1024; 120], 128));
+        assert!(!MODEL.pays(&[1024; 129], 128));
+        assert!(MODEL.pays(&[1024; 248], 256) && !MODEL.pays(&[1024; 240], 256));
     }
 
     #[test]

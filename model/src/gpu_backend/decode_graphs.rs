@@ -13,7 +13,7 @@
 //!
 //! A bucket whose rows fill one or two waves of the paired decode kernel ([`EvenRows::grid_fits`]) keeps
 //! a second graph with that kernel as its attention ([`DecodeAttention::Even`]), replayed when
-//! the step's real rows fill the bucket with even lengths ([`EvenRows::pays`]); the kernels give
+//! the step's rows, padding included, are even ([`EvenRows::pays`]); the kernels give
 //! the same bits, so which graph a step replays changes no output. `ASYNCT_EVEN_ROWS=0` captures
 //! none of them (to measure what they give).
 //!
@@ -154,7 +154,7 @@ impl DecodeGraphs {
 
 /// The key of the graph for decode rows of `seq_lens` keys in `width`-column tables among the
 /// buckets `rows` x `widths`: the smallest bucket holding them, and its even graph where `even`
-/// (the rule, when even graphs were captured) holds the rows even and they fill the bucket.
+/// (the rule, when even graphs were captured) holds the rows even, padding included.
 fn graph_key(
     rows: &[usize],
     widths: &[usize],
@@ -164,7 +164,7 @@ fn graph_key(
 ) -> Option<(usize, usize, DecodeAttention)> {
     let r = *rows.iter().find(|&&b| b >= seq_lens.len())?;
     let w = *widths.iter().find(|&&b| b >= width)?;
-    let even = r == seq_lens.len() && even.is_some_and(|e| e.pays(seq_lens));
+    let even = even.is_some_and(|e| e.pays(seq_lens, r));
     Some((r, w, if even { DecodeAttention::Even } else { DecodeAttention::Dispatched }))
 }
 
@@ -252,9 +252,10 @@ mod tests {
         let (dispatched, even_graph) = (DecodeAttention::Dispatched, DecodeAttention::Even);
         assert_eq!(key(even, &[1000; 128], 70), Some((128, 256, even_graph)));
         assert_eq!(key(None, &[1000; 128], 70), Some((128, 256, dispatched)));
-        // 120 even rows padded to 128 and 200 padded to 256 do not fill their buckets.
+        // 120 even rows padded to 128 and 200 padded to 256 are too few; 125 of them are enough.
         assert_eq!(key(even, &[1000; 120], 70), Some((128, 256, dispatched)));
         assert_eq!(key(even, &[1000; 200], 70), Some((256, 256, dispatched)));
+        assert_eq!(key(even, &[1000; 125], 70), Some((128, 256, even_graph)));
         let mut skewed = vec![64; 128];
         skewed[0] = 4000;
         assert_eq!(key(even, &skewed, 250), Some((128, 256, dispatched)));
