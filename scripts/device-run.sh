@@ -21,9 +21,10 @@
 #             issue 9's goal (bench-gemm.json/log)
 #   lengths   asynct-bench's decode points on batches of mixed lengths: for each profile of
 #             LENGTHS (default "uniform spread one-long") the points LENGTHS_POINTS (default
-#             "B128_L1024 B128_L4096", the profile's suffix added) through the plans whose name
-#             holds LENGTHS_PATH (default sparse-g16-h2: the paired decode and split-K kernels),
-#             one line a plan in bench-lengths.log and the JSON in bench-lengths.json
+#             "B128_L1024 B128_L4096", the profile's suffix added; any B{batch}_L{context}, on
+#             the bench's grid or off it) through the plans whose name holds LENGTHS_PATH
+#             (default sparse-g16-h2: the paired decode and split-K kernels), one line a plan in
+#             bench-lengths.log and the JSON in bench-lengths.json
 #   ncu       Nsight Compute on one launch of each NCU_PATHS plan at NCU_POINT (default B128_L4096;
 #             a prefill point such as B4_T4096 with NCU_PATHS=prefill-wgmma profiles the prefill)
 #   step      issue 9's "How fast" on asynct-0.5b (generated into /tmp/m05; carry ".qwen3" for its
