@@ -11,11 +11,11 @@
 //! length exit at once; the width buckets keep a 1K-context step from launching the empty CTAs
 //! of a 32K capacity.
 //!
-//! A bucket whose rows fill one or two waves of the paired decode kernel ([`EvenRows::grid_fits`]) keeps
-//! a second graph with that kernel as its attention ([`DecodeAttention::Even`]), replayed when
-//! the step's rows, padding included, are even ([`EvenRows::pays`]); the kernels give
-//! the same bits, so which graph a step replays changes no output. `ASYNCT_EVEN_ROWS=0` captures
-//! none of them (to measure what they give).
+//! A bucket whose rows fill one or two waves of the paired decode kernel
+//! ([`EvenRows::grid_fits`]) keeps a second graph with that kernel as its attention
+//! ([`DecodeAttention::Even`]), replayed when the step's rows, padding included, are even
+//! ([`EvenRows::pays`]); the kernels give the same bits, so which graph a step replays changes no
+//! output. `ASYNCT_EVEN_ROWS=0` captures none of them (to measure what they give).
 //!
 //! Padding rows decode token 0 at position 0 of a one-token sequence and sample greedily; their
 //! tokens are dropped. Their slot is negative, which the cache-writing kernel reads as padding
