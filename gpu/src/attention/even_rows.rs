@@ -70,9 +70,11 @@ impl EvenRows {
         if seq_lens.is_empty() || seq_lens.len() > rows || !self.grid_fits(rows) {
             return false;
         }
-        let chunks = |len: i32| (len.max(1) as usize).div_ceil(CHUNK);
-        let longest = seq_lens.iter().map(|&l| chunks(l)).max().unwrap_or(0);
-        let total = seq_lens.iter().map(|&l| chunks(l)).sum::<usize>() + (rows - seq_lens.len());
+        let (longest, real) = seq_lens.iter().fold((0, 0), |(longest, total), &len| {
+            let chunks = (len.max(1) as usize).div_ceil(CHUNK);
+            (longest.max(chunks), total + chunks)
+        });
+        let total = real + (rows - seq_lens.len());
         total.saturating_mul(100) >= EVEN_ROWS_MIN_BALANCE_PERCENT * longest * rows
     }
 }
