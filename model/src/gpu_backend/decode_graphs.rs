@@ -245,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn a_step_replays_its_buckets_even_graph_only_when_its_rows_fill_the_bucket_evenly() {
+    fn a_step_replays_its_buckets_even_graph_only_when_its_rows_padding_included_are_even() {
         let (rows, widths) = (row_buckets(256), width_buckets(4096, 16));
         let even = Some(EvenRows { num_heads: 8, num_kv_heads: 4, sms: 132 });
         let key = |e, lens: &[i32], width| graph_key(&rows, &widths, e, lens, width);
