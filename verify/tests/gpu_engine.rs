@@ -255,8 +255,7 @@ fn same_bits_in_even_rows(gpu: &Arc<Gpu>) -> Check {
     const PROMPT: usize = small_model::CHUNK + 2;
     let (dir, cfg) = write_model("gpu-engine", "even")?;
     let d = cfg.dims();
-    let rule =
-        EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: gpu.multiprocessors().map_err(err)? };
+    let rule = EvenRows::on(gpu, d.num_heads, d.num_kv_heads).map_err(err)?;
     if !rule.grid_fits(SEQS) {
         std::fs::remove_dir_all(&dir).map_err(err)?;
         println!("  not run: {SEQS} rows' paired decode grid does not fill one or two waves on {} SMs", rule.sms);

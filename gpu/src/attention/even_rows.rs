@@ -24,6 +24,7 @@
 
 use super::plan::{AttentionPath, Form, Geometry, Plan, Pv, CHUNK};
 use crate::error::Result;
+use crate::Gpu;
 
 /// Paired decode CTAs an SM hold at once (the entry's registers: 4 x 128 threads).
 pub const PAIRED_DECODE_CTAS_PER_SM: usize = 4;
@@ -46,6 +47,11 @@ pub struct EvenRows {
 }
 
 impl EvenRows {
+    /// The rule for a model of `num_heads` query heads over `num_kv_heads` on `gpu`.
+    pub fn on(gpu: &Gpu, num_heads: usize, num_kv_heads: usize) -> Result<Self> {
+        Ok(Self { num_heads, num_kv_heads, sms: gpu.multiprocessors()? })
+    }
+
     /// Whether `rows` decode rows give the paired decode kernel a grid of at most
     /// [`EVEN_ROWS_MAX_WAVES`] waves that fills at least [`EVEN_ROWS_MIN_FILL_PERCENT`] of their
     /// CTA slots: where a bucket of that many rows keeps a second plan.

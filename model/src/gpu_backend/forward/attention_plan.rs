@@ -27,8 +27,7 @@ pub(super) enum AttnPlan {
 impl GpuModel {
     /// What [`EvenRows`]' rule needs of this model and device.
     pub fn even_rows(&self) -> Result<EvenRows> {
-        let d = &self.dims;
-        Ok(EvenRows { num_heads: d.num_heads, num_kv_heads: d.num_kv_heads, sms: self.gpu.multiprocessors()? })
+        Ok(EvenRows::on(&self.gpu, self.dims.num_heads, self.dims.num_kv_heads)?)
     }
 
     fn geometry(&self, rows: usize, width: usize) -> Geometry {
