@@ -102,7 +102,10 @@
 #             and with windows of the held-out text (--prompt-text), to
 #             bench-trained-{random,text}.json/log; each part's seconds to trained-times.txt
 #             (the stage aims at under 3 minutes)
-# Logs and JSON go to $OUT (the device tool brings them back).
+# Logs and JSON go to $OUT (the device tool brings them back, at most 8 files a call: PACK_OUT=1
+# packs everything under $OUT into $OUT/results.tgz at the end). REQUIRE_GPU=H200 runs nothing
+# (and exits 0) unless the GPU's name holds it: the device tool may lend an H100 where an H200 was
+# asked for, and issue 15's goals are H200 figures, so a call that only wants those costs its start.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -168,6 +171,10 @@ half_billion() {
 # Stops the server start_serve left running (SIGTERM, then waits for it to drain and exit).
 stop_serve() { kill -TERM "$served" 2>/dev/null; wait "$served"; }
 echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
+if [ -n "${REQUIRE_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE_GPU"; then
+  echo "REQUIRE_GPU=$REQUIRE_GPU: this device is not one; nothing run" | tee -a "$OUT/env.txt"
+  exit 0
+fi
 for stage in "$@"; do
   case "$stage" in
     tests)
@@ -496,4 +503,7 @@ PY
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
+if [ -n "${PACK_OUT:-}" ]; then
+  tar czf /tmp/asynct-results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/asynct-results.tgz "$OUT/results.tgz"
+fi
 exit $status
