@@ -170,8 +170,9 @@ half_billion() {
 }
 # Stops the server start_serve left running (SIGTERM, then waits for it to drain and exit).
 stop_serve() { kill -TERM "$served" 2>/dev/null; wait "$served"; }
-echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)" | tee "$OUT/env.txt"
-if [ -n "${REQUIRE_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE_GPU"; then
+device=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+echo "commit $(cat $B/COMMIT | tr '\n' ' ')| $device" | tee "$OUT/env.txt"
+if [ -n "${REQUIRE_GPU:-}" ] && [[ ${device%%,*} != *"$REQUIRE_GPU"* ]]; then
   echo "REQUIRE_GPU=$REQUIRE_GPU: this device is not one; nothing run" | tee -a "$OUT/env.txt"
   exit 0
 fi
