@@ -76,11 +76,11 @@ impl EvenRows {
         if seq_lens.is_empty() || seq_lens.len() > rows || !self.grid_fits(rows) {
             return false;
         }
-        let (longest, real) = seq_lens.iter().fold((0, 0), |(longest, total), &len| {
+        // The padding rows' chunks (one each) start the total.
+        let (longest, total) = seq_lens.iter().fold((0, rows - seq_lens.len()), |(longest, total), &len| {
             let chunks = (len.max(1) as usize).div_ceil(CHUNK);
             (longest.max(chunks), total + chunks)
         });
-        let total = real + (rows - seq_lens.len());
         total.saturating_mul(100) >= EVEN_ROWS_MIN_BALANCE_PERCENT * longest * rows
     }
 }
