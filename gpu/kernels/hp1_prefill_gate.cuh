@@ -106,9 +106,14 @@ __device__ __forceinline__ float gate_rectify(float s, int relu_pre) {
 //   RELU  1 or 0 for relu_pre known, -1 for gp.relu_pre read at run time.
 //   MASK  whether any key of the tile may lie past a row's position (the diagonal tiles); the
 //         tiles wholly below both rows of every lane skip the per-key test.
-template <int FIR, int RELU, bool MASK>
+//   CLAMP false: s holds gamma * z on exit, unclamped, for a caller that rounds to bf16 first and
+//         then clamps the pairs (clamp_bf16x2: the same bits, see there). Only where MASK is
+//         false (a masked key's 0 must not meet the clamp) and gamma is not 0 (0 * inf is NaN
+//         where gamma * clamp(inf) is 0).
+template <int FIR, int RELU, bool MASK, bool CLAMP = true>
 __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, int key0, int pos_lo, int pos_hi,
                                           const GateParams& gp) {
+  static_assert(CLAMP || !MASK, "masked keys are zeroed after the clamp");
   const unsigned FULL = 0xffffffffu;
   constexpr int TAPS = fir_taps<FIR>();  // the most taps this variant may sum
   constexpr int BACK = TAPS - 1;         // keys before a lane's first that a window may reach
@@ -143,10 +148,37 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
       }
       const float sc = s[m >> 1][2 * h + (m & 1)];
       const float z = __fmaf_rn(-gp.sigma_over_f, sum, sc);
-      const float p = __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max));
+      const float p = CLAMP ? __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max)) : __fmul_rn(gp.gamma, z);
       s[m >> 1][2 * h + (m & 1)] = !MASK || key + m <= pos ? p : 0.0f;
     }
   }
+}
+
+// The clamp gate_tile<..., CLAMP = false> leaves out, on bf16 pairs: for gamma != 0,
+// bf16(gamma * clamp(z, lo, hi)) = clamp(bf16(gamma * z), bf16(gamma lo), bf16(gamma hi)) with the
+// bounds swapped for gamma < 0, since rounding (to f32, then to bf16) is monotonic: a z below lo
+// rounds to at most gamma lo's rounding, which the clamp returns, and likewise above hi, while a
+// z between them is untouched by either clamp. A NaN stays NaN (max.NaN, min.NaN). Only the sign
+// of a zero p may differ (a p of -0 where the clamp gives +0), which adds the same zero to P V.
+// One max and one min a pair where the f32 clamp took two instructions a score.
+struct PackedClamp {
+  unsigned lo, hi;  // the bounds in both halves
+};
+
+__device__ __forceinline__ PackedClamp packed_clamp(const GateParams& gp) {
+  float a = __fmul_rn(gp.gamma, gp.clip_min), b = __fmul_rn(gp.gamma, gp.clip_max);
+  if (gp.gamma < 0.0f) {
+    const float t = a;
+    a = b;
+    b = t;
+  }
+  return PackedClamp{tc::pack_bf16x2(a, a), tc::pack_bf16x2(b, b)};
+}
+
+__device__ __forceinline__ unsigned clamp_bf16x2(unsigned v, const PackedClamp& c) {
+  unsigned r;
+  asm("max.NaN.bf16x2 %0, %1, %2;\n\tmin.NaN.bf16x2 %0, %0, %3;" : "=r"(r) : "r"(v), "r"(c.lo), "r"(c.hi));
+  return r;
 }
 
 // Whether the tile of keys key0 .. key0 + 63 needs the causal test for a warp whose rows end at

@@ -1,8 +1,8 @@
 #line 1 "hp1_prefill_wgmma.cu"
 // hp1_prefill_wgmma.cu: HP1 prefill on Hopper's warpgroup MMAs (wgmma.mma_async, sm_90a), over
 // the paged KV cache (SPEC sections 2 and 6). The ABI (entry signature, buffers, grid and the
-// query-tile order) is the MMA path's, stated in hp1_prefill_mma.cu; this file differs only in
-// how a tile is computed.
+// query-tile order) is the MMA path's, stated in hp1_prefill_mma.cu, plus a last parameter,
+// late_clamp (below, 3); this file differs only in how a tile is computed.
 //
 // ALGORITHM. One CTA = two warpgroups (256 threads) sharing every K and V tile. With HPC = 2
 // heads per CTA (Hq / Hkv even) warpgroup w computes head 2 blockIdx.x + w on the CTA's 64 query
@@ -18,7 +18,8 @@
 //      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A tile's rows hold its keys in the
 //      gate's order (hp1_prefill_gate.cuh LAYOUT: row n is key key_of_column(n)), for both K and
 //      V, so S's columns and P V's k-steps agree; a thread's cache rows serve its K and V chunks
-//      and, with blocks of 16 keys or more, come from one block-table lookup (load_kv). Keys
+//      and, with blocks of 16 keys or more, come from one block-table lookup (load_kv; each
+//      thread's part fixed for the CTA, KvShare, each copy's address one wide multiply-add). Keys
 //      past the CTA's last position (so past seq_len) are zero-filled (cp.async with source size
 //      0: nothing is read). K and V have two stages: tile j + 1 loads while tile j computes.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
@@ -26,7 +27,12 @@
 //   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
 //      warp's 16 x 64 slice is exactly the m16n8 fragment layout there, with the FIR tail of
 //      each row carried in registers from key tile to key tile; keys past a row's position get
-//      p = 0, tested only on the tiles that reach past a row of the warp.
+//      p = 0, tested only on the tiles that reach past a row of the warp. On the other tiles, with
+//      late_clamp set and gamma not 0, the gate leaves gamma * z unclamped and the clamp runs on
+//      the bf16 pairs of step 4 (clamp_bf16x2: the same bits; one max and one min a pair where
+//      the f32 clamp took two instructions a score, and the kernel's time follows the
+//      instructions it issues, RESULTS run 168). late_clamp 0 (Hp1Prefill::with_exact_gate) gates
+//      every tile in f32, for the GPU check that the two give the same bits.
 //   4. PV: O[64 x D] += P V as 4 wgmma m64nDk16 with P from registers (the accumulator
 //      fragments rounded to bf16x2 are exactly the register-A layout, all packed before the
 //      wgmma fence) and V from shared memory (MN-major: V rows are keys with the head dims
@@ -48,8 +54,9 @@
 // the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
 // gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
 // dispatcher sends D = 256 to the MMA path. Registers (ptxas of NVRTC 13, sm_90a): the _f3_relu
-// entries fit two CTAs per SM in 128 registers without spills, except d128_h1 (168 registers, one
-// CTA); the general entries take 164 to 228 registers, one CTA per SM, without spills.
+// entries fit two CTAs per SM in 128 registers, except d128_h1 (168 registers, one CTA);
+// d128_h2_f3_relu keeps one value in 8 bytes of stack, stored before the key loop and loaded
+// after it; the general entries take 167 to 224 registers, one CTA per SM, without spills.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
@@ -65,57 +72,69 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// The K and V rows of keys k0 .. k0 + 63 of one kv head into two swizzled tiles, by all THREADS
-// threads, key k0 + key_of_column(r) in row r (the gate's layout); keys at or past `end` are
-// zero-filled without a read. A thread owns one 16-byte chunk column c and the rows r0, r0 + P,
-// r0 + 2P, ... (P = THREADS / (D / 8)), which hold keys kc, kc + P/4, kc + 2P/4, ... (kc =
-// key_of_column(r0)): all in one 16-key group of the tile. col is the element offset of the
-// thread's chunk of kv head g within a cache row (g * D + 8 c); a row is row_stride = Hkv * D
-// elements long. With blocks of 16 keys or more the group is in one block, so the thread looks
-// the block up once and steps its cache rows by P/4; smaller blocks look each key up. Branch-free
-// per key: a key past `end` copies 0 bytes from an address inside a looked-up block.
+// A thread's share of every K and V tile load_kv copies, fixed for the CTA: the thread owns one
+// 16-byte chunk column c and the rows r0, r0 + P, r0 + 2P, r0 + 3P (P = THREADS / (D / 8)), which
+// hold keys kc, kc + P/4, kc + 2P/4, kc + 3P/4 of a tile (kc = key_of_column(r0)): all in one
+// 16-key group. `at` is row r0's chunk c in a swizzled tile (row r0 + m P is m P 128 bytes
+// further), k_col and v_col the thread's chunk of kv head g in cache row 0 of each cache (row
+// r's is r * row_bytes further; the two caches are separate allocations).
+// `at` and kc live in shared memory, packed (at | kc << 16), one word a thread, written once: with
+// 128 registers a thread ptxas recomputed them from the thread index at every key tile (about 18
+// instructions), where one shared load and two to unpack do.
 template <int D>
-__device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const bf16* __restrict__ key_cache,
-                                        const bf16* __restrict__ value_cache, const int* __restrict__ table,
-                                        int log2_block, unsigned row_stride, int col, int k0, int end) {
-  constexpr int CHUNKS = D / 8;
-  constexpr int PASS = THREADS / CHUNKS;
-  constexpr int KEY_STEP = PASS / 4;  // keys between a thread's rows r and r + PASS
+struct KvShare {
+  static constexpr int CHUNKS = D / 8;
+  static constexpr int PASS = THREADS / CHUNKS;
+  static constexpr int KEY_STEP = PASS / 4;  // keys between a thread's rows r and r + PASS
   static_assert(PASS % 8 == 0 && KEY_STEP * (BN / PASS) <= 16, "a thread's keys in one 16-key group");
+  const unsigned* packed;  // this thread's word
+  unsigned long long k_col, v_col;
+  unsigned row_bytes;
+  __device__ __forceinline__ KvShare(unsigned* words, const bf16* key_cache, const bf16* value_cache, int g,
+                                     int kv_heads) {
+    const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
+    packed = words + threadIdx.x;
+    words[threadIdx.x] = swizzled(r0, c) | (unsigned)hp1_prefill::key_of_column(r0) << 16;
+    k_col = reinterpret_cast<unsigned long long>(key_cache + g * D + 8 * c);
+    v_col = reinterpret_cast<unsigned long long>(value_cache + g * D + 8 * c);
+    row_bytes = (unsigned)(kv_heads * D * 2);
+  }
+};
+
+// The K and V rows of keys k0 .. k0 + 63 into two swizzled tiles, by all THREADS threads (each its
+// KvShare), key k0 + key_of_column(r) in row r (the gate's layout); keys at or past `end` are
+// zero-filled without a read. With blocks of 16 keys or more a thread's 16-key group is in one
+// block, so it looks the block up once and steps its cache rows by KEY_STEP; smaller blocks look
+// each key up. Each copy's address is one wide multiply-add of its cache row onto the chunk's
+// column. Branch-free per key: a key past `end` copies 0 bytes from a row inside a looked-up block.
+template <int D>
+__device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const KvShare<D>& sh,
+                                        const int* __restrict__ table, int log2_block, int k0, int end) {
+  using S = KvShare<D>;
   const int mask = (1 << log2_block) - 1;
-  const int c = threadIdx.x % CHUNKS, r0 = threadIdx.x / CHUNKS;
-  const int t0 = k0 + hp1_prefill::key_of_column(r0);
-  const unsigned at = swizzled(r0, c);  // row r0 + m PASS is PASS * 128 bytes further per m
-  // Byte arithmetic: the cache row of key t's chunk in the key cache; the value cache's is
-  // v_minus_k bytes further (the same offset in the other buffer, reached as an address, since
-  // the two are separate allocations).
-  const char* const k_col = reinterpret_cast<const char*>(key_cache + col);
-  const unsigned long long v_minus_k =
-      reinterpret_cast<unsigned long long>(value_cache) - reinterpret_cast<unsigned long long>(key_cache);
-  const unsigned row_bytes = row_stride * 2;
-  // Key t's chunk in the key cache (key 0's for a key past `end`, whose copy reads nothing).
-  const auto source = [&](int t) {
+  const unsigned word = *sh.packed, at = word & 0xffffu;
+  const int t0 = k0 + (int)(word >> 16);
+  // Key t's cache row (key 0's for a key past `end`, whose copy reads nothing).
+  const auto row_of = [&](int t) {
     const int key = t < end ? t : 0;
-    const unsigned row = ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
-    return k_col + (unsigned long long)row * row_bytes;
+    return ((unsigned)__ldg(&table[key >> log2_block]) << log2_block) | (unsigned)(key & mask);
   };
-  // Row r0 + m PASS of both tiles from the key cache's src (the value cache's alongside), key
-  // t0 + m KEY_STEP.
-  const auto copy = [&](int m, const char* src) {
-    const bool valid = t0 + m * KEY_STEP < end;
-    tc::cp_async_16(k_dst + at + m * PASS * 128, src, valid);
-    tc::cp_async_16(v_dst + at + m * PASS * 128,
-                    reinterpret_cast<const void*>(reinterpret_cast<unsigned long long>(src) + v_minus_k), valid);
+  // Row r0 + m PASS of both tiles from cache row `row`, key t0 + m KEY_STEP.
+  const auto copy = [&](int m, unsigned row) {
+    const bool valid = t0 + m * S::KEY_STEP < end;
+    const unsigned dst = at + m * S::PASS * 128;
+    tc::cp_async_16(k_dst + dst, reinterpret_cast<const void*>(sh.k_col + (unsigned long long)row * sh.row_bytes), valid);
+    tc::cp_async_16(v_dst + dst, reinterpret_cast<const void*>(sh.v_col + (unsigned long long)row * sh.row_bytes), valid);
   };
   // Two loops, not one with a select per key: merged, ptxas predicates the per-key lookups into
   // the one-block path, whose issue slots they then take.
   if (log2_block >= 4) {
-    const char* const first = source(t0);
+    const unsigned first = row_of(t0);
 #pragma unroll
-    for (int m = 0; m < BN / PASS; ++m) copy(m, first + m * KEY_STEP * row_bytes);
+    for (int m = 0; m < BN / S::PASS; ++m) copy(m, first + m * S::KEY_STEP);
   } else {
 #pragma unroll
-    for (int m = 0; m < BN / PASS; ++m) copy(m, source(t0 + m * KEY_STEP));
+    for (int m = 0; m < BN / S::PASS; ++m) copy(m, row_of(t0 + m * S::KEY_STEP));
   }
 }
 
@@ -137,7 +156,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
                                         const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,
                                         const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads,
                                         int log2_block, float scale, int fir_k, int relu_pre, float clip_min, float clip_max,
-                                        bf16* __restrict__ out) {
+                                        bf16* __restrict__ out, bool late_clamp) {
   constexpr int CHUNKS = D / 8;
   constexpr int TILE = BN * D * 2;        // bytes of one 64-row tile
   constexpr int BM = 64 * WGS / HPC;      // query rows per CTA
@@ -168,9 +187,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
     }
   }
-  const unsigned row_stride = (unsigned)(kv_heads * D);
-  const int col = g * D + (threadIdx.x % CHUNKS) * 8;
-  load_kv<D>(k_tile, v_tile, key_cache, value_cache, table, log2_block, row_stride, col, 0, key_end);
+  __shared__ unsigned share_words[THREADS];
+  const KvShare<D> share(share_words, key_cache, value_cache, g, kv_heads);
+  load_kv<D>(k_tile, v_tile, share, table, log2_block, 0, key_end);
   tc::cp_async_commit();
   // Queries from qkv: normed and rotated here while the first key tile flies; the fence at the
   // top of the key loop orders these generic stores before the wgmmas read them.
@@ -183,6 +202,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate =
       hp1_prefill::gate_params(scale, sigma[h], gamma[h], clip_min, clip_max, fir_k, relu_pre);
+  const bool clamp_late = late_clamp && gate.gamma != 0.0f;
+  const hp1_prefill::PackedClamp bounds = hp1_prefill::packed_clamp(gate);
   hp1_prefill::FirTail<FIR> tail;
   hp1_prefill::fir_tail_init(tail);
 
@@ -203,8 +224,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     __syncthreads();
     if (j + 1 < tiles) {
       const unsigned next = (stage ^ 1) * TILE;
-      load_kv<D>(k_tile + next, v_tile + next, key_cache, value_cache, table, log2_block, row_stride, col, (j + 1) * BN,
-                 key_end);
+      load_kv<D>(k_tile + next, v_tile + next, share, table, log2_block, (j + 1) * BN, key_end);
       tc::cp_async_commit();
     }
     // A warpgroup whose rows all end before this key tile has nothing left to add (uniform over
@@ -223,10 +243,13 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     wgmma_wait<0>();
 
     float (&frag)[8][4] = *reinterpret_cast<float (*)[8][4]>(s);
-    if (hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b))
-      hp1_prefill::gate_tile<FIR, RELU, true>(frag, tail, j * BN, pos_a, pos_b, gate);
+    // Tiles wholly below the diagonal clamp after rounding (two instructions a pair, not two a
+    // score); the diagonal's tiles, and every tile of a head with gamma 0, take the exact form.
+    const bool late_clamp = clamp_late && !hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b);
+    if (late_clamp)
+      hp1_prefill::gate_tile<FIR, RELU, false, false>(frag, tail, j * BN, pos_a, pos_b, gate);
     else
-      hp1_prefill::gate_tile<FIR, RELU, false>(frag, tail, j * BN, pos_a, pos_b, gate);
+      hp1_prefill::gate_tile<FIR, RELU, true>(frag, tail, j * BN, pos_a, pos_b, gate);
 
     // Every A fragment is packed before the fence, so no register a wgmma reads changes
     // between the fence and the commit.
@@ -237,6 +260,12 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       a[kk][1] = tc::pack_bf16x2(frag[2 * kk][2], frag[2 * kk][3]);
       a[kk][2] = tc::pack_bf16x2(frag[2 * kk + 1][0], frag[2 * kk + 1][1]);
       a[kk][3] = tc::pack_bf16x2(frag[2 * kk + 1][2], frag[2 * kk + 1][3]);
+    }
+    if (late_clamp) {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[kk][i] = hp1_prefill::clamp_bf16x2(a[kk][i], bounds);
     }
     wgmma_fence();
 #pragma unroll
@@ -273,14 +302,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       int max_blocks,                                                                                                 \
       const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                        \
       const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
-      float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out) {                 \
+      float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out, int late_clamp) { \
     pdl_begin();                                                                                                      \
     const QNormRope qn = {rope, max_pos,                                                                              \
                           {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride, q_norm_weight_stride,       \
                            q_norm_bias_stride}};                                                                      \
     hp1_wgmma::prefill<D, FIR, RELU, HPC>(q, q_row_stride, qn, key_cache, value_cache, block_table, max_blocks, seq_lens, \
                                           query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block,       \
-                                          scale, fir_k, relu_pre, clip_min, clip_max, out);                           \
+                                          scale, fir_k, relu_pre, clip_min, clip_max, out, late_clamp != 0);          \
   }
 
 #define HP1_PREFILL_WGMMA_ENTRIES(D, HPC, MIN_CTAS)                                                                     \

@@ -22,12 +22,15 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, uns
          ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
-// A descriptor split so that a loop can advance its address with one 32-bit add: the fields
-// other than the address are constants of the call site (the high word, and the leading byte
-// offset in the low one), and at(bytes) adds bytes >> 4 to the address field, which cannot carry
-// out of its 14 bits while the operand stays under the 256 KB that the field spans (every shared
-// memory of sm_90). wgmma_desc(addr + bytes, lbo, sbo) == WgmmaDesc(addr, lbo, sbo).at(bytes)
-// for 16-byte multiples; the compiler otherwise recomputes every field at every wgmma.
+// A descriptor split so that a loop can advance its address with one add: the fields other than
+// the address are constants of the call site (the high word, and the leading byte offset in the
+// low one), and at(bytes) adds bytes >> 4 to the address field, which cannot carry out of its 14
+// bits while the operand stays under the 256 KB that the field spans (every shared memory of
+// sm_90). wgmma_desc(addr + bytes, lbo, sbo) == WgmmaDesc(addr, lbo, sbo).at(bytes) for 16-byte
+// multiples; the compiler otherwise recomputes every field at every wgmma. at() adds to the whole
+// 64-bit word, which ptxas emits as one 64-bit uniform add into the wgmma's operand registers;
+// adding to the low word alone cost two more moves a descriptor (the high word moved in again at
+// every wgmma).
 struct WgmmaDesc {
   unsigned lo, hi;
   __device__ __forceinline__ WgmmaDesc(unsigned smem_addr, unsigned lbo, unsigned sbo) {
@@ -36,7 +39,7 @@ struct WgmmaDesc {
     hi = (unsigned)(d >> 32);
   }
   __device__ __forceinline__ unsigned long long at(unsigned bytes) const {
-    return ((unsigned long long)hi << 32) | (lo + (bytes >> 4));
+    return (((unsigned long long)hi << 32) | lo) + (bytes >> 4);
   }
   __device__ __forceinline__ WgmmaDesc advanced(unsigned bytes) const { return WgmmaDesc(lo + (bytes >> 4), hi); }
 

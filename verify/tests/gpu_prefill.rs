@@ -7,8 +7,9 @@
 //! every FIR length, gate zero fractions under 10% and over 95%); two runs giving the same bits;
 //! a sequence giving the same bits alone and in a batch; and the dispatcher's choices with their
 //! fallbacks (short queries to fake decode, D = 256 to MMA where WGMMA is not built for it),
-//! each choice agreeing with the oracle; and each kernel norming and rotating its queries from a
-//! qkv buffer itself giving the bits it gives on the queries `qk_norm_rope_cache` normed. The
+//! each choice agreeing with the oracle; each kernel norming and rotating its queries from a
+//! qkv buffer itself giving the bits it gives on the queries `qk_norm_rope_cache` normed; and the
+//! WGMMA kernel's clamp of bf16 pairs giving the bits of its f32 gate. The
 //! drawn cases of `gpu_attention` run these paths too (they are in `gpu_paths`).
 
 use std::fmt::Display;
@@ -40,6 +41,7 @@ fn main() {
         ("prefill_a_sequence_gives_the_same_bits_alone_and_in_a_batch", same_bits_alone_and_batched),
         ("the_step_dispatcher_falls_back_and_agrees_with_the_oracle", dispatcher_choices),
         ("prefill_norming_its_queries_gives_the_bits_of_the_normed_queries", norming_queries),
+        ("prefill_wgmma_clamping_after_rounding_gives_the_bits_of_the_f32_gate", late_clamp),
     ];
     run("gpu_prefill", checks);
 }
@@ -279,6 +281,72 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
             }
             println!("  {} D {d}, {tokens} rows: the same bits norming the queries", kernel.name());
         }
+    }
+    Ok(())
+}
+
+/// The WGMMA kernel clamping the gates of the tiles below the diagonal on their bf16 pairs (its
+/// default) against the same kernel gating every tile in f32 (`Hp1Prefill::with_exact_gate`):
+/// the same bits. The gates clamp on both sides (inputs scaled up, a clip_min above 0 and a low
+/// clip_max), gamma takes both signs and 0 (which keeps the f32 gate), and the cases reach both
+/// entries (3 taps with relu_pre, and the general gate), D 64 and 128, one and two heads a CTA,
+/// and blocks of 2 and 16 keys.
+fn late_clamp(gpu: &Arc<Gpu>) -> Check {
+    if !kernels(gpu).contains(&PrefillKernel::Wgmma) {
+        return Ok(());
+    }
+    let with = |mut c: Case, edit: &dyn Fn(&mut Case)| {
+        edit(&mut c);
+        c
+    };
+    let cases = [
+        with(case(&[(300, 200), (0, 129), (77, 1)], (8, 4), 128, 16, 711), &|c| {
+            c.gamma = vec![1.0, -0.75, 2.0, 0.0, 0.3, -2.0, 1.5, 0.01];
+            c.input_scale = 2.0;
+        }),
+        with(case(&[(0, 300), (100, 64)], (4, 4), 64, 2, 712), &|c| {
+            (c.clip_min, c.clip_max) = (0.25, 0.5);
+            c.gamma = vec![-1.0, 0.5, 3.0, -0.25];
+        }),
+        with(case(&[(50, 260), (0, 90)], (8, 2), 128, 16, 713), &|c| {
+            (c.fir_k, c.relu_pre, c.clip_min, c.clip_max) = (2, false, 0.1, 0.9);
+            c.gamma = vec![0.5, -1.5, 1.0, 0.0, -0.125, 4.0, 2.0, -3.0];
+            c.input_scale = 3.0;
+        }),
+    ];
+    for c in cases {
+        let data = c.materialise().map_err(msg)?;
+        let host = HostCase::new(&data);
+        let plan = PrefillPlan::new(step_geometry(&data), PrefillKernel::Wgmma).map_err(msg)?;
+        let late = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?;
+        let exact = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?.with_exact_gate();
+        let mut bufs = AttnBuffers::upload(gpu, plan.geometry.base, &host.inputs()).map_err(msg)?;
+        let (tokens, heads, d) = data.out_shape();
+        let mut run = |attention: &Hp1Prefill| -> Result<Vec<bf16>, String> {
+            bufs.poison_output(gpu).map_err(msg)?;
+            attention.run(bufs.prefill_operands(), &host.gate()).map_err(msg)?;
+            let mut out = bufs.download_output(gpu).map_err(msg)?;
+            out.truncate(tokens * heads * d);
+            Ok(out)
+        };
+        let (a, b) = (run(&late)?, run(&exact)?);
+        if let Some(at) = b.iter().position(|v| !v.is_finite()) {
+            return Err(format!("D {d}: output element {at} is {} with the f32 gate", b[at]));
+        }
+        if b.iter().all(|v| v.to_f32() == 0.0) {
+            return Err(format!("D {d}: every output is 0; the case checks no clamp"));
+        }
+        if let Some(at) = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+            return Err(format!(
+                "{}: output element {at} is {} clamping pairs, {} with the f32 gate",
+                plan.entry, a[at], b[at]
+            ));
+        }
+        println!(
+            "  {} ({}), {tokens} rows: the same bits clamping bf16 pairs",
+            plan.entry_for(&host.gate()),
+            plan.entry
+        );
     }
     Ok(())
 }

@@ -53,6 +53,7 @@ pub struct Hp1Prefill {
     stream: Arc<CudaStream>,
     general: CudaFunction,
     specialised: Option<CudaFunction>,
+    late_clamp: bool,
 }
 
 impl Hp1Prefill {
@@ -79,7 +80,16 @@ impl Hp1Prefill {
             }
             None => None,
         };
-        Ok(Self { plan, stream: gpu.stream().clone(), general, specialised })
+        Ok(Self { plan, stream: gpu.stream().clone(), general, specialised, late_clamp: true })
+    }
+
+    /// The WGMMA kernel gating every tile in f32 as the oracle writes it, where it otherwise
+    /// clamps the tiles below the diagonal after rounding them to bf16 pairs (the same bits,
+    /// `hp1_prefill_gate.cuh`'s `clamp_bf16x2`, in fewer instructions): the other side of the GPU
+    /// check that holds the two equal. The MMA kernel gates in f32 either way.
+    pub fn with_exact_gate(mut self) -> Self {
+        self.late_clamp = false;
+        self
     }
 
     /// The plan being launched.
@@ -161,10 +171,13 @@ impl Hp1Prefill {
             .arg(&gate.clip_min)
             .arg(&gate.clip_max)
             .arg(&mut out);
+        if self.plan.kernel == PrefillKernel::Wgmma {
+            launch.arg(&i32::from(self.late_clamp));
+        }
         // SAFETY: the arguments match the prefill entries' signature (the header of
-        // hp1_prefill_mma.cu, shared by hp1_prefill_wgmma.cu), and every buffer was checked above
-        // against what the grid reaches (positions are clamped into the RoPE table on the device);
-        // block-table entries were checked when uploaded.
+        // hp1_prefill_mma.cu, shared by hp1_prefill_wgmma.cu, whose entries add `late_clamp`),
+        // and every buffer was checked above against what the grid reaches (positions are clamped
+        // into the RoPE table on the device); block-table entries were checked when uploaded.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
     }

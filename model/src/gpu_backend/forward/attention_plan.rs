@@ -21,7 +21,7 @@ pub(super) enum AttnPlan {
     Decode(Hp1Attention),
     /// The leading decode rows (if any) through the decode kernels, the chunks through a
     /// tensor-core prefill.
-    Split { decodes: Option<Hp1Attention>, prefill: Hp1Prefill, rows: usize },
+    Split { decodes: Option<Hp1Attention>, prefill: Box<Hp1Prefill>, rows: usize },
 }
 
 impl GpuModel {
@@ -78,7 +78,11 @@ impl GpuModel {
                     0 => None,
                     n => Some(decode(self, n, DecodeAttention::Dispatched)?),
                 };
-                Ok(AttnPlan::Split { decodes, prefill: Hp1Prefill::new(&self.gpu, plan)?, rows: prefill_rows })
+                Ok(AttnPlan::Split {
+                    decodes,
+                    prefill: Box::new(Hp1Prefill::new(&self.gpu, plan)?),
+                    rows: prefill_rows,
+                })
             }
         }
     }
