@@ -16,7 +16,8 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use gpu::attention::{
-    prefill_path, AttnBuffers, Hp1Prefill, PrefillKernel, PrefillPath, PrefillPlan, QueryNorm, FAKE_DECODE_MAX_QUERY,
+    prefill_path, AttnBuffers, Hp1Prefill, LayerBuffers, PrefillKernel, PrefillOperands, PrefillPath, PrefillPlan,
+    QueryNorm, FAKE_DECODE_MAX_QUERY,
 };
 use gpu::ops::{Faults, HeadShape, QkNormRopeCache, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 use gpu::Gpu;
@@ -252,22 +253,16 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
             };
             let attention = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?;
             let mut bufs = AttnBuffers::upload(gpu, plan.geometry.base, &host.inputs()).map_err(msg)?;
-            let mut run = |norming: bool| -> Result<Vec<bf16>, String> {
-                bufs.poison_output(gpu).map_err(msg)?;
-                let mut ops = bufs.prefill_operands();
-                if norming {
-                    ops.layer.q = qkv_dev.as_view();
-                    ops.layer.q_row_stride = shape.qkv_width();
-                    ops.query_norm = Some(QueryNorm { rope: pass.rope(), norm: &norm });
-                } else {
-                    ops.layer.q = q.as_view();
-                }
-                attention.run(ops, &host.gate()).map_err(msg)?;
-                let mut out = bufs.download_output(gpu).map_err(msg)?;
-                out.truncate(tokens * shape.q_width());
-                Ok(out)
-            };
-            let (read, normed) = (run(false)?, run(true)?);
+            let len = tokens * shape.q_width();
+            let gate = host.gate();
+            let read = prefill_output(gpu, &mut bufs, len, |ops| {
+                attention.run(PrefillOperands { layer: LayerBuffers { q: q.as_view(), ..ops.layer }, ..ops }, &gate)
+            })?;
+            let normed = prefill_output(gpu, &mut bufs, len, |ops| {
+                let layer = LayerBuffers { q: qkv_dev.as_view(), q_row_stride: shape.qkv_width(), ..ops.layer };
+                let query_norm = Some(QueryNorm { rope: pass.rope(), norm: &norm });
+                attention.run(PrefillOperands { layer, query_norm, ..ops }, &gate)
+            })?;
             if let Some(at) = read.iter().position(|v| !v.is_finite()) {
                 return Err(format!("{}: output element {at} is {} reading normed queries", kernel.name(), read[at]));
             }
@@ -285,6 +280,21 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
+/// The first `len` outputs `launch` leaves on `bufs`' operands, the output poisoned with NaN
+/// before it.
+fn prefill_output(
+    gpu: &Gpu,
+    bufs: &mut AttnBuffers,
+    len: usize,
+    launch: impl FnOnce(PrefillOperands<'_>) -> gpu::Result<()>,
+) -> Result<Vec<bf16>, String> {
+    bufs.poison_output(gpu).map_err(msg)?;
+    launch(bufs.prefill_operands()).map_err(msg)?;
+    let mut out = bufs.download_output(gpu).map_err(msg)?;
+    out.truncate(len);
+    Ok(out)
+}
+
 /// The WGMMA kernel clamping the gates of the tiles below the diagonal on their bf16 pairs (its
 /// default) against the same kernel gating every tile in f32 (`Hp1Prefill::with_exact_gate`):
 /// the same bits. The gates clamp on both sides (inputs scaled up, a clip_min above 0 and a low
@@ -295,24 +305,27 @@ fn late_clamp(gpu: &Arc<Gpu>) -> Check {
     if !kernels(gpu).contains(&PrefillKernel::Wgmma) {
         return Ok(());
     }
-    let with = |mut c: Case, edit: &dyn Fn(&mut Case)| {
-        edit(&mut c);
-        c
-    };
     let cases = [
-        with(case(&[(300, 200), (0, 129), (77, 1)], (8, 4), 128, 16, 711), &|c| {
-            c.gamma = vec![1.0, -0.75, 2.0, 0.0, 0.3, -2.0, 1.5, 0.01];
-            c.input_scale = 2.0;
-        }),
-        with(case(&[(0, 300), (100, 64)], (4, 4), 64, 2, 712), &|c| {
-            (c.clip_min, c.clip_max) = (0.25, 0.5);
-            c.gamma = vec![-1.0, 0.5, 3.0, -0.25];
-        }),
-        with(case(&[(50, 260), (0, 90)], (8, 2), 128, 16, 713), &|c| {
-            (c.fir_k, c.relu_pre, c.clip_min, c.clip_max) = (2, false, 0.1, 0.9);
-            c.gamma = vec![0.5, -1.5, 1.0, 0.0, -0.125, 4.0, 2.0, -3.0];
-            c.input_scale = 3.0;
-        }),
+        Case {
+            gamma: vec![1.0, -0.75, 2.0, 0.0, 0.3, -2.0, 1.5, 0.01],
+            input_scale: 2.0,
+            ..case(&[(300, 200), (0, 129), (77, 1)], (8, 4), 128, 16, 711)
+        },
+        Case {
+            clip_min: 0.25,
+            clip_max: 0.5,
+            gamma: vec![-1.0, 0.5, 3.0, -0.25],
+            ..case(&[(0, 300), (100, 64)], (4, 4), 64, 2, 712)
+        },
+        Case {
+            fir_k: 2,
+            relu_pre: false,
+            clip_min: 0.1,
+            clip_max: 0.9,
+            gamma: vec![0.5, -1.5, 1.0, 0.0, -0.125, 4.0, 2.0, -3.0],
+            input_scale: 3.0,
+            ..case(&[(50, 260), (0, 90)], (8, 2), 128, 16, 713)
+        },
     ];
     for c in cases {
         let data = c.materialise().map_err(msg)?;
@@ -322,14 +335,10 @@ fn late_clamp(gpu: &Arc<Gpu>) -> Check {
         let exact = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?.with_exact_gate();
         let mut bufs = AttnBuffers::upload(gpu, plan.geometry.base, &host.inputs()).map_err(msg)?;
         let (tokens, heads, d) = data.out_shape();
-        let mut run = |attention: &Hp1Prefill| -> Result<Vec<bf16>, String> {
-            bufs.poison_output(gpu).map_err(msg)?;
-            attention.run(bufs.prefill_operands(), &host.gate()).map_err(msg)?;
-            let mut out = bufs.download_output(gpu).map_err(msg)?;
-            out.truncate(tokens * heads * d);
-            Ok(out)
-        };
-        let (a, b) = (run(&late)?, run(&exact)?);
+        let len = tokens * heads * d;
+        let gate = host.gate();
+        let a = prefill_output(gpu, &mut bufs, len, |ops| late.run(ops, &gate))?;
+        let b = prefill_output(gpu, &mut bufs, len, |ops| exact.run(ops, &gate))?;
         if let Some(at) = b.iter().position(|v| !v.is_finite()) {
             return Err(format!("D {d}: output element {at} is {} with the f32 gate", b[at]));
         }
