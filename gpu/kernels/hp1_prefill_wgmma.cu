@@ -202,7 +202,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate =
       hp1_prefill::gate_params(scale, sigma[h], gamma[h], clip_min, clip_max, fir_k, relu_pre);
-  const bool clamp_late = late_clamp && gate.gamma != 0.0f;
+  const bool pairs_ok = late_clamp && gate.gamma != 0.0f;  // this head may clamp on pairs
   const hp1_prefill::PackedClamp bounds = hp1_prefill::packed_clamp(gate);
   hp1_prefill::FirTail<FIR> tail;
   hp1_prefill::fir_tail_init(tail);
@@ -245,8 +245,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     float (&frag)[8][4] = *reinterpret_cast<float (*)[8][4]>(s);
     // Tiles wholly below the diagonal clamp after rounding (two instructions a pair, not two a
     // score); the diagonal's tiles, and every tile of a head with gamma 0, take the exact form.
-    const bool late_clamp = clamp_late && !hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b);
-    if (late_clamp)
+    const bool clamp_pairs = pairs_ok && !hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b);
+    if (clamp_pairs)
       hp1_prefill::gate_tile<FIR, RELU, false, false>(frag, tail, j * BN, pos_a, pos_b, gate);
     else
       hp1_prefill::gate_tile<FIR, RELU, true>(frag, tail, j * BN, pos_a, pos_b, gate);
@@ -261,7 +261,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
       a[kk][2] = tc::pack_bf16x2(frag[2 * kk + 1][0], frag[2 * kk + 1][1]);
       a[kk][3] = tc::pack_bf16x2(frag[2 * kk + 1][2], frag[2 * kk + 1][3]);
     }
-    if (late_clamp) {
+    if (clamp_pairs) {
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk)
 #pragma unroll
