@@ -58,6 +58,24 @@ impl PrefillShape {
     }
 }
 
+/// The most query rows a named prefill point may ask for: a mistyped name is refused rather than
+/// left to allocate past the device.
+pub const MAX_NAMED_ROWS: usize = 1 << 20;
+
+/// The shape of a full prefill named as [`PrefillShape::key`] names it (`B256_T64`), so
+/// `--point` can ask for one off the grid; `None` where the name is not a full prefill's, an
+/// error where a size is zero or the rows pass [`MAX_NAMED_ROWS`].
+pub fn parse_prefill_key(key: &str) -> Option<Result<PrefillShape, String>> {
+    let (batch, length) = key.strip_prefix('B')?.split_once("_T")?;
+    let (batch, length) = (batch.parse::<usize>().ok()?, length.parse::<usize>().ok()?);
+    if batch == 0 || length == 0 || batch.checked_mul(length).is_none_or(|rows| rows > MAX_NAMED_ROWS) {
+        return Some(Err(format!(
+            "prefill point {key}: at least one sequence and token, at most {MAX_NAMED_ROWS} rows"
+        )));
+    }
+    Some(Ok(PrefillShape::prefill(batch, length)))
+}
+
 /// One path's result at one step.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PrefillTime {
@@ -312,6 +330,19 @@ mod tests {
         // A missing time at the shortest query gives no crossover, not a guess.
         assert_eq!(fake_decode_wins_up_to(&[p(16, None, Some(2.0), None)]), None);
         assert_eq!(fake_decode_wins_up_to(&[p(16, Some(3.0), Some(2.0), Some(2.5))]), None);
+    }
+
+    #[test]
+    fn named_points_parse_back_to_their_shapes_and_refuse_bad_sizes() {
+        for shape in [PrefillShape::prefill(256, 64), PrefillShape::prefill(1, 16384)] {
+            assert_eq!(parse_prefill_key(&shape.key()), Some(Ok(shape)));
+        }
+        for bad in ["B0_T64", "B64_T0", "B2048_T1024", "B99999999999999999_T99999999999"] {
+            assert!(matches!(parse_prefill_key(bad), Some(Err(_))), "{bad}");
+        }
+        for other in ["B8_P4096_Q16", "B128_L4096", "B_T64", "B4_T", "b4_T64", "B4_T64x"] {
+            assert_eq!(parse_prefill_key(other), None, "{other}");
+        }
     }
 
     #[test]

@@ -23,7 +23,9 @@ use clap::Parser;
 use verify::bench::data::Lengths;
 use verify::bench::decode::{measure, parse_point_key, point_key, DecodePoint};
 use verify::bench::gemm::{self, GemmPoint};
-use verify::bench::prefill::{self, crossover_shapes, fake_decode_wins_up_to, Crossover, PrefillPoint, PrefillShape};
+use verify::bench::prefill::{
+    self, crossover_shapes, fake_decode_wins_up_to, parse_prefill_key, Crossover, PrefillPoint, PrefillShape,
+};
 use verify::bench::report::{crossover_table, prefill_table, table};
 use verify::bench::timing::Timing;
 
@@ -62,7 +64,8 @@ struct Args {
     #[arg(long)]
     no_graph: bool,
     /// Only this grid point, e.g. `B128_L4096`, `B1_T16384` or `B8_P4096_Q64` (for profiling
-    /// one launch with ncu); a decode point off the default grid (`B256_L4096`) is measured too.
+    /// one launch with ncu); a decode point off the default grid (`B256_L4096`) is measured too,
+    /// and with --prefill a full prefill off it (`B256_T64`).
     #[arg(long)]
     point: Option<String>,
     /// How each decode point's sequence lengths are laid out up to its context: uniform (the
@@ -187,7 +190,13 @@ fn run_prefill(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>, anchor: Option<&serd
     let mut tables = String::new();
     if args.prefill {
         let grid = if args.quick { vec![PREFILL_GRID[0], PREFILL_GRID[3]] } else { PREFILL_GRID.to_vec() };
-        let shapes = grid.into_iter().map(|(b, t)| PrefillShape::prefill(b, t)).collect();
+        let mut shapes: Vec<_> = grid.into_iter().map(|(b, t)| PrefillShape::prefill(b, t)).collect();
+        // A named full prefill off the grid (B256_T64: a tile's cost outside its key loop).
+        if let Some(named) = args.point.as_deref().and_then(parse_prefill_key).transpose()? {
+            if !shapes.contains(&named) {
+                shapes = vec![named];
+            }
+        }
         let points = measure_points(args, gpu, &timing, shapes, &mut failures);
         tables += &format!("\n{}", prefill_table(&points, anchor));
         json["prefill"] = serde_json::to_value(&points).expect("plain data serialises");
