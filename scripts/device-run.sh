@@ -88,6 +88,14 @@
 #             With ASYNCT_STEP_TRACE=1 among them the runs also print (and write into builds.json)
 #             each launch's time on the step's path (gpu::runtime::step_trace); their logs stay in
 #             /tmp/asynct-builds, so the command cats them into one file of $OUT
+#   prefill-builds  the prefill attention of several builds in one call (issue 18): for each
+#             folder of BUILDS (default "device-bin"), in turn, PREFILL_BUILDS_PASSES times (default
+#             4), `asynct-bench --prefill --path PREFILL_BUILDS_PATH --trials 7` (default path
+#             prefill-wgmma; PREFILL_BUILDS_POINT times one point, off the grid too: B256_T64), a
+#             line of graph-timed us per point and run in prefill-builds-summary.txt; with
+#             PREFILL_NCU_POINT set, then ncu --set full of one launch there per build, its time,
+#             instructions and clock and scripts/ncu_regions.py's table (the warps' samples before,
+#             in and after the main loop) in prefill-builds-ncu.txt
 #   budget    issue 18's step-budget sweep on asynct-0.5b (generated into /tmp/m05 as the step stage
 #             does; carry ".qwen3"): `asynct bench` of BUDGET_SCENARIOS (default "prefill_heavy_b16
 #             balanced_b32 long_decode_b32") once per --max-num-batched-tokens in BUDGETS (default
@@ -334,6 +342,30 @@ for name, passes in runs.items():
     print(f"{name:<32} " + "  ".join(f"B{b} {', '.join(v)}" for b, v in sorted(cells.items())))
 PY
       ;;
+    prefill-builds)
+      path=${PREFILL_BUILDS_PATH:-prefill-wgmma}
+      runs=/tmp/asynct-prefill-builds; rm -rf $runs; mkdir -p $runs
+      for pass in $(seq "${PREFILL_BUILDS_PASSES:-4}"); do
+        for d in ${BUILDS:-device-bin}; do
+          log=$runs/${d#device-bin-}-$pass.log
+          $d/asynct-bench --prefill --path "$path" --trials 7 ${PREFILL_BUILDS_POINT:+--point "$PREFILL_BUILDS_POINT"} \
+            > "$log" 2>&1 || { status=1; tail -n 5 "$log"; }
+          echo "${d#device-bin-} ($(head -c 7 $d/COMMIT)) pass $pass: $(awk '/^B[0-9]+_T[0-9]+ +prefill/ { printf "%s %s  ", $1, $5 }' "$log")" \
+            | tee -a "$OUT/prefill-builds-summary.txt"
+        done
+      done
+      if [ -n "${PREFILL_NCU_POINT:-}" ]; then
+        for d in ${BUILDS:-device-bin}; do
+          rep=$runs/ncu-${d#device-bin-}
+          ncu --set full --import-source yes --kernel-name "regex:hp1_prefill_" --launch-skip 3 --launch-count 1 -f -o "$rep" \
+            $d/asynct-bench --prefill --point "$PREFILL_NCU_POINT" --path "$path" --reps 1 --trials 1 --no-graph \
+            > "$rep.log" 2>&1 || status=1
+          ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>/dev/null
+          { echo "== ${d#device-bin-} ($(head -c 7 $d/COMMIT)) at $PREFILL_NCU_POINT"
+            ncu --import "$rep.ncu-rep" --page details | grep -E "Duration|Executed Instructions  |SM Frequency"
+            python3 scripts/ncu_regions.py "$rep.csv"; } 2>&1 | tee -a "$OUT/prefill-builds-ncu.txt"
+        done
+      fi ;;
     budget)
       half_billion budget
       scenarios=(); for sc in ${BUDGET_SCENARIOS:-prefill_heavy_b16 balanced_b32 long_decode_b32}; do scenarios+=(--scenario "$sc"); done
