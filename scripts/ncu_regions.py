@@ -42,7 +42,9 @@ def load(path):
     out = []
     for r in body:
         # ncu prints absolute addresses, branch targets too: both become offsets here.
-        text = re.sub(r"0x[0-9a-f]{6,}", lambda m: hex(int(m.group(0), 16) - base), r[1].strip())
+        text = re.sub(
+            r"(BRA\b[^;]*?)0x([0-9a-f]+)", lambda m: m.group(1) + hex(int(m.group(2), 16) - base), r[1].strip()
+        )
         stalls = {h[len("stall_") :]: number(r[column[h]]) for h in reasons}
         out.append((int(r[0], 16) - base, text, number(r[column[SAMPLES]]), number(r[column[EXECUTED]]), stalls))
     return out
