@@ -189,14 +189,14 @@ fn run_prefill(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>, anchor: Option<&serd
     let mut failures = Vec::new();
     let mut tables = String::new();
     if args.prefill {
-        let grid = if args.quick { vec![PREFILL_GRID[0], PREFILL_GRID[3]] } else { PREFILL_GRID.to_vec() };
-        let mut shapes: Vec<_> = grid.into_iter().map(|(b, t)| PrefillShape::prefill(b, t)).collect();
-        // A named full prefill off the grid (B256_T64: a tile's cost outside its key loop).
-        if let Some(named) = args.point.as_deref().and_then(parse_prefill_key).transpose()? {
-            if !shapes.contains(&named) {
-                shapes = vec![named];
+        // A named full prefill, on the grid or off it (B256_T64: a tile's cost outside its key loop).
+        let shapes = match args.point.as_deref().and_then(parse_prefill_key).transpose()? {
+            Some(named) => vec![named],
+            None => {
+                let grid = if args.quick { vec![PREFILL_GRID[0], PREFILL_GRID[3]] } else { PREFILL_GRID.to_vec() };
+                grid.into_iter().map(|(b, t)| PrefillShape::prefill(b, t)).collect()
             }
-        }
+        };
         let points = measure_points(args, gpu, &timing, shapes, &mut failures);
         tables += &format!("\n{}", prefill_table(&points, anchor));
         json["prefill"] = serde_json::to_value(&points).expect("plain data serialises");
