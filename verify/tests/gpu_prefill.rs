@@ -351,11 +351,7 @@ fn late_clamp(gpu: &Arc<Gpu>) -> Check {
                 plan.entry, a[at], b[at]
             ));
         }
-        println!(
-            "  {} ({}), {tokens} rows: the same bits clamping bf16 pairs",
-            plan.entry_for(&host.gate()),
-            plan.entry
-        );
+        println!("  {} ({}), {tokens} rows: the same bits clamping bf16 pairs", plan.entry_for(&gate), plan.entry);
     }
     Ok(())
 }
