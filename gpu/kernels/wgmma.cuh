@@ -30,7 +30,9 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, uns
 // multiples; the compiler otherwise recomputes every field at every wgmma. at() adds to the whole
 // 64-bit word, which ptxas emits as one 64-bit uniform add into the wgmma's operand registers;
 // adding to the low word alone cost two more moves a descriptor (the high word moved in again at
-// every wgmma).
+// every wgmma). The words stay apart so that advanced() is one 32-bit add: kept as one 64-bit word,
+// ptxas made it an add with carry in the prefill's key loop and moved its registers (SASS of NVRTC
+// 13, session 51).
 struct WgmmaDesc {
   unsigned lo, hi;
   __device__ __forceinline__ WgmmaDesc(unsigned smem_addr, unsigned lbo, unsigned sbo) {
