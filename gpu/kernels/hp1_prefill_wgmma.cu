@@ -39,7 +39,7 @@
 //      contiguous, read transposed).
 //   A warpgroup whose rows all end before a key tile skips 2 to 4 (uniform over it, as wgmma
 //   needs) but keeps loading and meeting the barriers. O stays in f32 registers and is rounded
-//   to bf16 once at the end.
+//   to bf16 once at the end, then stored through the warpgroup's Q tile in 16-byte pieces.
 // Ordering: cp.async -> wait -> fence.proxy.async -> __syncthreads before wgmma reads a stage;
 // a stage is refilled only after the wgmmas that read it were waited for (the barrier at the
 // top of the next tile orders every warp's wait before the refill).
@@ -71,6 +71,9 @@ constexpr int BN = 64;
 __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
+
+// Barrier of warpgroup wg's 128 threads alone (named barrier 1 + wg; 0 is __syncthreads').
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
 
 // A thread's share of every K and V tile load_kv copies, fixed for the CTA: the thread owns one
 // 16-byte chunk column c and the rows r0, r0 + P, r0 + 2P, r0 + 3P (P = THREADS / (D / 8)), which
@@ -160,11 +163,15 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   constexpr int CHUNKS = D / 8;
   constexpr int TILE = BN * D * 2;        // bytes of one 64-row tile
   constexpr int BM = 64 * WGS / HPC;      // query rows per CTA
-  const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.y, BM);
-  if (tile.seq < 0) return;
   const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
   // Warpgroup wg: head h0 + wg on the CTA's rows (HPC = 2), or rows 64 wg .. of head h0.
   const int h = blockIdx.x * HPC + (HPC == 2 ? wg : 0), g = h / (heads / kv_heads);
+  // The head's gate parameters are asked for before the tile's lookup, whose chain of dependent
+  // loads then covers their latency (asked for after it, their wait showed in ncu's samples,
+  // RESULTS run 277).
+  const float sigma_h = __ldg(&sigma[h]), gamma_h = __ldg(&gamma[h]);
+  const PrefillTile tile = find_prefill_tile(query_start_loc, seq_lens, num_seqs, blockIdx.y, BM);
+  if (tile.seq < 0) return;
   const int rb = HPC == 2 ? 0 : 64 * wg;
   const int wg_rows = max(0, min(64, tile.rows - rb));
 
@@ -178,13 +185,17 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 
   const long long q_row0 = tile.token0 + tile.row0 + rb;
   if (!qn.rope) {
+    // Thread wtid copies 16-byte chunk c of rows r0, r0 + STEP, ...: a row STEP further is
+    // STEP * 128 bytes further in the tile (STEP a multiple of 8 keeps the swizzle's row
+    // bits), so each copy is two additions, not the row's product with the stride.
+    constexpr int STEP = 128 / CHUNKS;
+    const int c = wtid % CHUNKS, r0 = wtid / CHUNKS;
+    const bf16* src = q + (q_row0 + r0) * q_row_stride + (long long)h * D + 8 * c;
 #pragma unroll
-    for (int i = wtid; i < 64 * CHUNKS; i += 128) {
-      const int r = i / CHUNKS, c = i % CHUNKS;
-      const bool valid = r < wg_rows;
-      const bf16* src = q;
-      if (valid) src = q + (q_row0 + r) * q_row_stride + (long long)h * D + c * 8;
-      tc::cp_async_16(q_tile + swizzled(r, c), src, valid);
+    for (int k = 0; k < 64 / STEP; ++k) {
+      const bool valid = r0 + k * STEP < wg_rows;
+      tc::cp_async_16(q_tile + swizzled(r0, c) + k * STEP * 128, valid ? src : q, valid);
+      src += STEP * q_row_stride;
     }
   }
   __shared__ unsigned share_words[THREADS];
@@ -201,7 +212,7 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int row_a = 16 * warp + (lane >> 2);
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate =
-      hp1_prefill::gate_params(scale, sigma[h], gamma[h], clip_min, clip_max, fir_k, relu_pre);
+      hp1_prefill::gate_params(scale, sigma_h, gamma_h, clip_min, clip_max, fir_k, relu_pre);
   const bool pairs_ok = late_clamp && gate.gamma != 0.0f;  // this head may clamp on pairs
   const hp1_prefill::PackedClamp bounds = hp1_prefill::packed_clamp(gate);
   hp1_prefill::FirTail<FIR> tail;
@@ -274,16 +285,33 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     wgmma_wait<0>();
   }
 
+  // The output goes through this warpgroup's Q tile, whose last reader (the QK wgmmas of the
+  // last key tile) was waited for: each thread puts its bf16 pairs there, swizzled as Q (row r's
+  // lanes write distinct banks), and the warpgroup then stores whole rows in 16-byte pieces.
+  // Stored straight from the fragments, 4 bytes a store, a warp's stores queued in the LSU
+  // (ncu's lg stall) and held its CTA at exit until they drained: a third of the CTA's warp
+  // time at B16_T1024 went to its first and last steps (RESULTS session 51).
   // o[4n + e]: n-block n, e = 0, 1 row a, e = 2, 3 row b, columns 8n + 2 (lane % 4) + (e & 1).
-  const int out_col = 2 * (lane & 3);
+  if (wg_rows == 0) return;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row_a + 8 * half;
-    if (r >= wg_rows) continue;
-    unsigned* dst =
-        reinterpret_cast<unsigned*>(out + ((long long)(tile.token0 + tile.row0 + rb + r) * heads + h) * D + out_col);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) dst[4 * n] = tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]);
+    for (int n = 0; n < D / 8; ++n)
+      tc::st_shared_4(q_tile + swizzled(r, n) + 4 * (lane & 3),
+                      tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]));
+  }
+  warpgroup_sync(wg);
+  // Thread wtid stores 16-byte chunk c of rows r0, r0 + STEP, ... (the Q load's share).
+  constexpr int STEP = 128 / CHUNKS;
+  const int c = wtid % CHUNKS, r0 = wtid / CHUNKS;
+  const long long row_elems = (long long)heads * D;
+  uint4* dst = reinterpret_cast<uint4*>(out + (q_row0 + r0) * row_elems + (long long)h * D + 8 * c);
+#pragma unroll
+  for (int k = 0; k < 64 / STEP; ++k) {
+    if (r0 + k * STEP >= wg_rows) break;
+    *dst = tc::ld_shared_16(q_tile + swizzled(r0, c) + k * STEP * 128);
+    dst += STEP * row_elems / 8;
   }
 }
 

@@ -89,6 +89,11 @@ __device__ __forceinline__ void st_shared_16(unsigned addr, uint4 v) {
                : "memory");
 }
 
+// 4 bytes to shared memory at the shared-window address addr (4-byte aligned).
+__device__ __forceinline__ void st_shared_4(unsigned addr, unsigned v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // Closes the group of this thread's cp.async issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 

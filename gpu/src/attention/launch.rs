@@ -64,13 +64,13 @@ pub struct LayerBuffers<'a> {
     pub sigma: CudaView<'a, f32>,
     /// `[Hq]` output gains.
     pub gamma: CudaView<'a, f32>,
-    /// `[rows, Hq, D]` out.
+    /// `[rows, Hq, D]` out, on a 16-byte boundary (written in vectors and by the TMA).
     pub out: CudaViewMut<'a, bf16>,
 }
 
 impl LayerBuffers<'_> {
     /// Checks `q`'s stride and reach, the caches, the per-head arrays, the output and the
-    /// alignment of the buffers read in vectors against `g` (the block table's shape is the
+    /// alignment of the buffers read or written in vectors against `g` (the block table's shape is the
     /// caller's: decode and prefill read it differently).
     pub(super) fn check(&self, entry: &str, g: &Geometry, stream: &CudaStream) -> Result<()> {
         let head_row = g.num_heads * g.head_dim;
@@ -88,7 +88,8 @@ impl LayerBuffers<'_> {
         check_len(entry, "out", self.out.len(), g.rows * head_row)?;
         check_aligned(stream, entry, "q", &self.q)?;
         check_aligned(stream, entry, "key_cache", &self.key_cache)?;
-        check_aligned(stream, entry, "value_cache", &self.value_cache)
+        check_aligned(stream, entry, "value_cache", &self.value_cache)?;
+        check_aligned(stream, entry, "out", &self.out)
     }
 }
 
