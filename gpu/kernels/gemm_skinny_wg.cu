@@ -161,11 +161,10 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
 #pragma unroll
     for (int j = 0; j < ACC; ++j) acc[c][j] = 0.0f;
   const int r = 16 * warp + g;  // and r + 8
-  const unsigned bar = 1 + group;
   for (int i = 0; i < walk; ++i) {
     tc::cp_async_wait<STAGES - 1>();
     fence_proxy_async();
-    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+    warpgroup_sync(group);
     // Fragment slots of wgmma e of step h: word k0 (+ 16 for slots 2t + 8, 2t + 9) of rows r and
     // r + 8, k0 = 32 h + 4 e + 8 (t / 2) + 2 (t % 2).
     unsigned a[2][2][4];
@@ -196,7 +195,7 @@ __device__ __forceinline__ void gemm(const bf16* __restrict__ x, const bf16* __r
     }
     wgmma_commit();
     wgmma_wait<0>();
-    asm volatile("bar.sync %0, 128;" ::"r"(bar) : "memory");
+    warpgroup_sync(group);
     load_w(i + STAGES);
     load_x(i + STAGES);
   }

@@ -72,8 +72,18 @@ __device__ __forceinline__ unsigned swizzled(int r, int c) {
   return (unsigned)((c >> 3) * 8192 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// Barrier of warpgroup wg's 128 threads alone (named barrier 1 + wg; 0 is __syncthreads').
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
+// A warpgroup thread's share of a 64-row tile moved in 16-byte chunks (its queries in, its
+// output out): chunk column c of rows r0 + k STEP, k < COUNT. STEP is a multiple of 8, which
+// keeps the swizzle's row bits, so row k's chunk is STEP * 128 bytes past row k - 1's and a
+// copy's addresses step by additions, not by a row's product with the stride.
+template <int D>
+struct TileShare {
+  static constexpr int CHUNKS = D / 8, STEP = 128 / CHUNKS, COUNT = 64 / STEP;
+  int c, r0;
+  __device__ __forceinline__ explicit TileShare(int wtid) : c(wtid % CHUNKS), r0(wtid / CHUNKS) {}
+  __device__ __forceinline__ int row(int k) const { return r0 + k * STEP; }
+  __device__ __forceinline__ unsigned at(int k) const { return swizzled(r0, c) + k * STEP * 128; }
+};
 
 // A thread's share of every K and V tile load_kv copies, fixed for the CTA: the thread owns one
 // 16-byte chunk column c and the rows r0, r0 + P, r0 + 2P, r0 + 3P (P = THREADS / (D / 8)), which
@@ -160,7 +170,6 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
                                         const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads,
                                         int log2_block, float scale, int fir_k, int relu_pre, float clip_min, float clip_max,
                                         bf16* __restrict__ out, bool late_clamp) {
-  constexpr int CHUNKS = D / 8;
   constexpr int TILE = BN * D * 2;        // bytes of one 64-row tile
   constexpr int BM = 64 * WGS / HPC;      // query rows per CTA
   const int wg = threadIdx.x >> 7, wtid = threadIdx.x & 127;
@@ -184,18 +193,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int wg_last = first_pos + rb + wg_rows - 1;
 
   const long long q_row0 = tile.token0 + tile.row0 + rb;
+  const TileShare<D> tile_share(wtid);
   if (!qn.rope) {
-    // Thread wtid copies 16-byte chunk c of rows r0, r0 + STEP, ...: a row STEP further is
-    // STEP * 128 bytes further in the tile (STEP a multiple of 8 keeps the swizzle's row
-    // bits), so each copy is two additions, not the row's product with the stride.
-    constexpr int STEP = 128 / CHUNKS;
-    const int c = wtid % CHUNKS, r0 = wtid / CHUNKS;
-    const bf16* src = q + (q_row0 + r0) * q_row_stride + (long long)h * D + 8 * c;
+    const bf16* src = q + (q_row0 + tile_share.r0) * q_row_stride + (long long)h * D + 8 * tile_share.c;
 #pragma unroll
-    for (int k = 0; k < 64 / STEP; ++k) {
-      const bool valid = r0 + k * STEP < wg_rows;
-      tc::cp_async_16(q_tile + swizzled(r0, c) + k * STEP * 128, valid ? src : q, valid);
-      src += STEP * q_row_stride;
+    for (int k = 0; k < TileShare<D>::COUNT; ++k) {
+      const bool valid = tile_share.row(k) < wg_rows;
+      tc::cp_async_16(q_tile + tile_share.at(k), valid ? src : q, valid);
+      src += TileShare<D>::STEP * q_row_stride;
     }
   }
   __shared__ unsigned share_words[THREADS];
@@ -290,7 +295,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   // lanes write distinct banks), and the warpgroup then stores whole rows in 16-byte pieces.
   // Stored straight from the fragments, 4 bytes a store, a warp's stores queued in the LSU
   // (ncu's lg stall) and held its CTA at exit until they drained: a third of the CTA's warp
-  // time at B16_T1024 went to its first and last steps (RESULTS session 51).
+  // time at B16_T1024 went to its first and last steps (RESULTS run 277; through the Q tile the
+  // points of short sequences ran 11-20% faster, run 278).
   // o[4n + e]: n-block n, e = 0, 1 row a, e = 2, 3 row b, columns 8n + 2 (lane % 4) + (e & 1).
   if (wg_rows == 0) return;
 #pragma unroll
@@ -302,16 +308,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
                       tc::pack_bf16x2(o[4 * n + 2 * half], o[4 * n + 2 * half + 1]));
   }
   warpgroup_sync(wg);
-  // Thread wtid stores 16-byte chunk c of rows r0, r0 + STEP, ... (the Q load's share).
-  constexpr int STEP = 128 / CHUNKS;
-  const int c = wtid % CHUNKS, r0 = wtid / CHUNKS;
+  // Each thread stores the chunks it loaded the queries into.
   const long long row_elems = (long long)heads * D;
-  uint4* dst = reinterpret_cast<uint4*>(out + (q_row0 + r0) * row_elems + (long long)h * D + 8 * c);
+  uint4* dst = reinterpret_cast<uint4*>(out + (q_row0 + tile_share.r0) * row_elems + (long long)h * D + 8 * tile_share.c);
 #pragma unroll
-  for (int k = 0; k < 64 / STEP; ++k) {
-    if (r0 + k * STEP >= wg_rows) break;
-    *dst = tc::ld_shared_16(q_tile + swizzled(r0, c) + k * STEP * 128);
-    dst += STEP * row_elems / 8;
+  for (int k = 0; k < TileShare<D>::COUNT; ++k) {
+    if (tile_share.row(k) >= wg_rows) break;
+    *dst = tc::ld_shared_16(q_tile + tile_share.at(k));
+    dst += TileShare<D>::STEP * row_elems / 8;
   }
 }
 

@@ -55,6 +55,9 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Barrier of warpgroup wg's 128 threads alone: named barrier 1 + wg (0 is __syncthreads').
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
+
 // d (+)= A(smem, K-major) * B(smem, K-major), m64nNk16, bf16 in, f32 accumulate; accumulate = 0
 // overwrites d.
 __device__ __forceinline__ void wgmma_ss_m64n64k16(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b, int accumulate) {
