@@ -32,7 +32,8 @@ def number(text):
 
 def load(path):
     """The kernel's instructions: (offset, SASS, samples, executed, {stall reason: samples})."""
-    rows = list(csv.reader(open(path, errors="replace")))
+    with open(path, errors="replace") as f:
+        rows = list(csv.reader(f))
     at = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
     header = rows[at]
     body = [r for r in rows[at + 1 :] if r and r[0].startswith("0x")]
