@@ -1,0 +1,217 @@
+// Probe (issue 15): what one dependent op's hand-off costs at batch 1, through
+// griddepcontrol.wait against a counter the producer's CTAs release and the consumer's CTAs
+// acquire. A chain of bf16 GEMVs with asynct-0.5b's decode shapes (a layer: qkv 1024 -> 2048,
+// o_proj 1024 -> 1024, gate/up 1024 -> 6144, down 3072 -> 1024; 35 layers, 25.2 MB of W a layer,
+// buffers reused from layer to layer as the engine reuses them) captured into one CUDA graph and
+// replayed; the attention is left out. Every op reads all of the output of the op before it.
+// Modes (every kernel the same body; only its hand-off differs):
+//   plain    no programmatic launch: each kernel starts when the one before it has ended
+//   wait     programmatic launch, W into registers, griddepcontrol.wait, then the trigger
+//            (the engine's order: at most one kernel ahead of the one working)
+//   early    the trigger first, W into registers, then griddepcontrol.wait
+//   counter  the trigger first, W into registers, then thread 0 spins on the producer's counter
+//            (ld.acquire.gpu) until every producer CTA has added its 1 after its stores
+//            (__threadfence, then atomicAdd); no griddepcontrol.wait at all
+//   counter1 the counter's wait with the trigger after it, as wait has it (one kernel ahead)
+// Prints each mode's median step and its time an op, and checks that every mode's output has
+// the bits of plain's (a consumer that read a stale x would differ).
+// Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff
+// scripts/probes/handoff.cu && /tmp/handoff
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e = (x);                                                                      \
+    if (e != cudaSuccess) {                                                                   \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));               \
+      exit(1);                                                                                \
+    }                                                                                         \
+  } while (0)
+
+enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, MODES = 5 };
+constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
+
+__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
+  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
+    acc = fmaf(fa.x, fb.x, acc);
+    acc = fmaf(fa.y, fb.y, acc);
+  }
+  return acc;
+}
+
+// y[n] = W[n] . x for RW rows a warp; lane l holds 16-byte chunks l, l + 32, ... of each row.
+template <int K, int RW>
+__global__ void __launch_bounds__(32 * WARPS) gemv(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* x,
+                                                     __nv_bfloat16* y, int mode, unsigned* counters, int op,
+                                                     unsigned producers) {
+  constexpr int C = K / 256;  // chunks a lane a row
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = (blockIdx.x * WARPS + warp) * RW;
+  if (mode == EARLY || mode == COUNTER) grid_trigger();
+  uint4 wr[RW][C];
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      wr[r][c] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(row0 + r) * K) + c * 32 + lane);
+  if (mode == WAIT || mode == EARLY) grid_wait();
+  if ((mode == COUNTER || mode == COUNTER1) && op > 0) {
+    if (threadIdx.x == 0)
+      while (ld_acquire(counters + op - 1) < producers) __nanosleep(32);
+    __syncthreads();
+  }
+  if (mode == WAIT || mode == COUNTER1) grid_trigger();
+  uint4 xr[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) xr[c] = __ldcg(reinterpret_cast<const uint4*>(x) + c * 32 + lane);
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc = dot8(wr[r][c], xr[c], acc);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    // Scaled down so that 35 layers of random weights stay finite.
+    if (lane == 0) y[row0 + r] = __float2bfloat16(acc * 0.03125f);
+  }
+  if (mode == COUNTER || mode == COUNTER1) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(counters + op, 1u);
+    }
+  }
+}
+
+struct Op {
+  int k, n;
+  const __nv_bfloat16* x;
+  __nv_bfloat16* y;
+  const __nv_bfloat16* w;
+};
+
+static unsigned ctas_of(const Op& o) {
+  const int rw = o.k == 1024 ? 4 : 1;
+  return o.n / (WARPS * rw);
+}
+
+static void launch(const Op& o, int mode, unsigned* counters, int op, unsigned producers, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(ctas_of(o));
+  cfg.blockDim = dim3(32 * WARPS);
+  cfg.stream = s;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = mode == PLAIN ? 0 : 1;
+  if (o.k == 1024)
+    CK(cudaLaunchKernelEx(&cfg, gemv<1024, 4>, o.w, o.x, o.y, mode, counters, op, producers));
+  else
+    CK(cudaLaunchKernelEx(&cfg, gemv<3072, 1>, o.w, o.x, o.y, mode, counters, op, producers));
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+  const int shapes[4][2] = {{1024, 2048}, {1024, 1024}, {1024, 6144}, {3072, 1024}};
+  size_t layer_elems = 0;
+  for (auto& s : shapes) layer_elems += (size_t)s[0] * s[1];
+  __nv_bfloat16 *w, *h_in, *qkv, *a, *gu, *h0, *h1;
+  CK(cudaMalloc(&w, layer_elems * LAYERS * 2));
+  std::vector<unsigned short> host(layer_elems * LAYERS);
+  unsigned seed = 12345;
+  for (auto& v : host) {
+    seed = seed * 1664525u + 1013904223u;
+    const float f = ((int)(seed >> 9) - (1 << 22)) / (float)(1 << 22);  // -1 .. 1
+    const __nv_bfloat16 b = __float2bfloat16(f);
+    memcpy(&v, &b, 2);
+  }
+  CK(cudaMemcpy(w, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&h_in, 1024 * 2));
+  CK(cudaMemcpy(h_in, host.data(), 1024 * 2, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&qkv, 2048 * 2));
+  CK(cudaMalloc(&a, 1024 * 2));
+  CK(cudaMalloc(&gu, 6144 * 2));
+  CK(cudaMalloc(&h0, 1024 * 2));
+  CK(cudaMalloc(&h1, 1024 * 2));
+  unsigned* counters;
+  CK(cudaMalloc(&counters, OPS * sizeof(unsigned)));
+
+  std::vector<Op> ops;
+  const __nv_bfloat16* wp = w;
+  for (int l = 0; l < LAYERS; ++l) {
+    const __nv_bfloat16* in = l == 0 ? h_in : (l % 2 ? h0 : h1);
+    __nv_bfloat16* out = l % 2 ? h1 : h0;
+    const __nv_bfloat16* xs[4] = {in, qkv, a, gu};
+    __nv_bfloat16* ys[4] = {qkv, a, gu, out};
+    for (int i = 0; i < 4; ++i) {
+      ops.push_back(Op{shapes[i][0], shapes[i][1], xs[i], ys[i], wp});
+      wp += (size_t)shapes[i][0] * shapes[i][1];
+    }
+  }
+  __nv_bfloat16* final_out = ops.back().y;
+
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1"};
+  std::vector<unsigned short> reference(1024), result(1024);
+  for (int mode = 0; mode < MODES; ++mode) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMemsetAsync(counters, 0, OPS * sizeof(unsigned), s));
+    for (int i = 0; i < OPS; ++i) launch(ops[i], mode, counters, i, i > 0 ? ctas_of(ops[i - 1]) : 0, s);
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaMemsetAsync(qkv, 0, 2048 * 2, s));
+    CK(cudaMemsetAsync(a, 0, 1024 * 2, s));
+    CK(cudaMemsetAsync(gu, 0, 6144 * 2, s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(result.data(), final_out, 2048, cudaMemcpyDeviceToHost));
+    if (mode == PLAIN) reference = result;
+    const bool same = result == reference;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 5; ++i) CK(cudaGraphLaunch(ge, s));
+    std::vector<float> ms;
+    for (int rep = 0; rep < 30; ++rep) {
+      CK(cudaEventRecord(e0, s));
+      CK(cudaGraphLaunch(ge, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float t;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2] * 1e3;
+    printf("%-8s median %8.1f us a step (min %8.1f), %5.2f us an op, %6.2f TB/s of W; output %s plain's\n",
+           names[mode], med, ms[0] * 1e3, med / OPS, layer_elems * LAYERS * 2 / med / 1e6,
+           same ? "the bits of" : "DIFFERS from");
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+  }
+  return 0;
+}
