@@ -3,7 +3,8 @@
 // acquire. A chain of bf16 GEMVs with asynct-0.5b's decode shapes (a layer: qkv 1024 -> 2048,
 // o_proj 1024 -> 1024, gate/up 1024 -> 6144, down 3072 -> 1024; 35 layers, 25.2 MB of W a layer,
 // buffers reused from layer to layer as the engine reuses them) captured into one CUDA graph and
-// replayed; the attention is left out. Every op reads all of the output of the op before it.
+// replayed; the attention is left out (o_proj reads the first half of qkv's output, down the first
+// half of gate/up's, where the attention and SiLU-mul would stand).
 // Modes (every kernel the same body; only its hand-off differs):
 //   plain    no programmatic launch: each kernel starts when the one before it has ended
 //   wait     programmatic launch, W into registers, griddepcontrol.wait, then the trigger
@@ -13,6 +14,11 @@
 //            (ld.acquire.gpu) until every producer CTA has added its 1 after its stores
 //            (__threadfence, then atomicAdd); no griddepcontrol.wait at all
 //   counter1 the counter's wait with the trigger after it, as wait has it (one kernel ahead)
+//   chunks   the trigger first; a counter for each 256 outputs of an op, which its producer CTAs
+//            add to, so a consumer starts on the part of x that has landed while the rest is
+//            being made (the megakernels' fine-grained dependencies); a consumer waits for the
+//            producer's other chunks before it counts its own, so every later op still follows
+//            all of the earlier ones (no buffer is rewritten while a reader is left)
 // Prints each mode's median step and its time an op, and checks that every mode's output has
 // the bits of plain's (a consumer that read a stale x would differ).
 // Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff
@@ -34,8 +40,9 @@
     }                                                                                         \
   } while (0)
 
-enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, MODES = 5 };
+enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, MODES = 6 };
 constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
+constexpr int CHUNK = 256, MAX_CHUNKS = 6144 / CHUNK;  // outputs a chunk counter covers; the most an op has
 
 __device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
@@ -43,6 +50,20 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// What a kernel waits for and counts: op's own counter (and chunk counters, op * MAX_CHUNKS on),
+// the producer's CTA count, rows a CTA and outputs.
+struct Handoff {
+  unsigned* counters;
+  unsigned* chunks;
+  int op;
+  unsigned producers;
+  int producer_rows, producer_n;
+};
+
+__device__ __forceinline__ void wait_count(const unsigned* p, unsigned need) {
+  while (ld_acquire(p) < need) __nanosleep(32);
 }
 
 __device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
@@ -60,12 +81,11 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
 // y[n] = W[n] . x for RW rows a warp; lane l holds 16-byte chunks l, l + 32, ... of each row.
 template <int K, int RW>
 __global__ void __launch_bounds__(32 * WARPS) gemv(const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* x,
-                                                     __nv_bfloat16* y, int mode, unsigned* counters, int op,
-                                                     unsigned producers) {
+                                                     __nv_bfloat16* y, int mode, Handoff h) {
   constexpr int C = K / 256;  // chunks a lane a row
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * WARPS + warp) * RW;
-  if (mode == EARLY || mode == COUNTER) grid_trigger();
+  if (mode == EARLY || mode == COUNTER || mode == CHUNKS) grid_trigger();
   uint4 wr[RW][C];
 #pragma unroll
   for (int r = 0; r < RW; ++r)
@@ -73,30 +93,39 @@ __global__ void __launch_bounds__(32 * WARPS) gemv(const __nv_bfloat16* __restri
     for (int c = 0; c < C; ++c)
       wr[r][c] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(row0 + r) * K) + c * 32 + lane);
   if (mode == WAIT || mode == EARLY) grid_wait();
-  if ((mode == COUNTER || mode == COUNTER1) && op > 0) {
-    if (threadIdx.x == 0)
-      while (ld_acquire(counters + op - 1) < producers) __nanosleep(32);
+  if ((mode == COUNTER || mode == COUNTER1) && h.op > 0) {
+    if (threadIdx.x == 0) wait_count(h.counters + h.op - 1, h.producers);
     __syncthreads();
   }
+  const unsigned* ready = h.chunks + (h.op > 0 ? h.op - 1 : 0) * MAX_CHUNKS;  // the producer's chunk counters
+  const unsigned per_chunk = CHUNK / max(h.producer_rows, 1);
   if (mode == WAIT || mode == COUNTER1) grid_trigger();
-  uint4 xr[C];
+  // Chunk c of a lane's x is outputs 256 c .. 256 c + 255 of the producer: one chunk counter.
+  float acc[RW];
 #pragma unroll
-  for (int c = 0; c < C; ++c) xr[c] = __ldcg(reinterpret_cast<const uint4*>(x) + c * 32 + lane);
+  for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    if (mode == CHUNKS && h.op > 0) wait_count(ready + c, per_chunk);
+    const uint4 xc = __ldcg(reinterpret_cast<const uint4*>(x) + c * 32 + lane);
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r] = dot8(wr[r][c], xc, acc[r]);
+  }
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
-    float acc = 0.0f;
 #pragma unroll
-    for (int c = 0; c < C; ++c) acc = dot8(wr[r][c], xr[c], acc);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     // Scaled down so that 35 layers of random weights stay finite.
-    if (lane == 0) y[row0 + r] = __float2bfloat16(acc * 0.03125f);
+    if (lane == 0) y[row0 + r] = __float2bfloat16(acc[r] * 0.03125f);
   }
-  if (mode == COUNTER || mode == COUNTER1) {
+  if (mode == CHUNKS && h.op > 0)
+    for (int c = C; c < h.producer_n / CHUNK; ++c) wait_count(ready + c, per_chunk);
+  if (mode == COUNTER || mode == COUNTER1 || mode == CHUNKS) {
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence();
-      atomicAdd(counters + op, 1u);
+      const int chunk = blockIdx.x * WARPS * RW / CHUNK;  // the one chunk this CTA's rows lie in
+      atomicAdd(mode == CHUNKS ? h.chunks + h.op * MAX_CHUNKS + chunk : h.counters + h.op, 1u);
     }
   }
 }
@@ -108,12 +137,10 @@ struct Op {
   const __nv_bfloat16* w;
 };
 
-static unsigned ctas_of(const Op& o) {
-  const int rw = o.k == 1024 ? 4 : 1;
-  return o.n / (WARPS * rw);
-}
+static int rows_of(const Op& o) { return WARPS * (o.k == 1024 ? 4 : 1); }
+static unsigned ctas_of(const Op& o) { return o.n / rows_of(o); }
 
-static void launch(const Op& o, int mode, unsigned* counters, int op, unsigned producers, cudaStream_t s) {
+static void launch(const Op& o, int mode, Handoff h, cudaStream_t s) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(ctas_of(o));
   cfg.blockDim = dim3(32 * WARPS);
@@ -124,9 +151,9 @@ static void launch(const Op& o, int mode, unsigned* counters, int op, unsigned p
   cfg.attrs = &attr;
   cfg.numAttrs = mode == PLAIN ? 0 : 1;
   if (o.k == 1024)
-    CK(cudaLaunchKernelEx(&cfg, gemv<1024, 4>, o.w, o.x, o.y, mode, counters, op, producers));
+    CK(cudaLaunchKernelEx(&cfg, gemv<1024, 4>, o.w, o.x, o.y, mode, h));
   else
-    CK(cudaLaunchKernelEx(&cfg, gemv<3072, 1>, o.w, o.x, o.y, mode, counters, op, producers));
+    CK(cudaLaunchKernelEx(&cfg, gemv<3072, 1>, o.w, o.x, o.y, mode, h));
 }
 
 int main() {
@@ -154,8 +181,9 @@ int main() {
   CK(cudaMalloc(&gu, 6144 * 2));
   CK(cudaMalloc(&h0, 1024 * 2));
   CK(cudaMalloc(&h1, 1024 * 2));
-  unsigned* counters;
+  unsigned *counters, *chunks;
   CK(cudaMalloc(&counters, OPS * sizeof(unsigned)));
+  CK(cudaMalloc(&chunks, OPS * MAX_CHUNKS * sizeof(unsigned)));
 
   std::vector<Op> ops;
   const __nv_bfloat16* wp = w;
@@ -173,13 +201,18 @@ int main() {
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1"};
+  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1", "chunks"};
   std::vector<unsigned short> reference(1024), result(1024);
   for (int mode = 0; mode < MODES; ++mode) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMemsetAsync(counters, 0, OPS * sizeof(unsigned), s));
-    for (int i = 0; i < OPS; ++i) launch(ops[i], mode, counters, i, i > 0 ? ctas_of(ops[i - 1]) : 0, s);
+    CK(cudaMemsetAsync(chunks, 0, OPS * MAX_CHUNKS * sizeof(unsigned), s));
+    for (int i = 0; i < OPS; ++i) {
+      const Handoff h = {counters, chunks, i, i > 0 ? ctas_of(ops[i - 1]) : 0u, i > 0 ? rows_of(ops[i - 1]) : 0,
+                         i > 0 ? ops[i - 1].n : 0};
+      launch(ops[i], mode, h, s);
+    }
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
     CK(cudaGraphInstantiate(&ge, g, 0));
