@@ -130,7 +130,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   unsigned bits = 0;
 #pragma unroll
   for (int i = 0; i < CHUNK; ++i) bits ^= wv[i][0].x ^ wv[i][0].y ^ wv[i][0].z ^ wv[i][0].w;
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(sink + threadIdx.x * 4), "r"(bits) : "memory");
+  tc::st_shared_4(sink + threadIdx.x * 4, bits);
   pdl_begin();
 
   for (int e = threadIdx.x; e < steps * XR * 4; e += THREADS) {

@@ -64,14 +64,14 @@ pub struct LayerBuffers<'a> {
     pub sigma: CudaView<'a, f32>,
     /// `[Hq]` output gains.
     pub gamma: CudaView<'a, f32>,
-    /// `[rows, Hq, D]` out, on a 16-byte boundary (written in vectors and by the TMA).
+    /// `[rows, Hq, D]` out, on a 16-byte boundary (the WGMMA prefill writes it in vectors).
     pub out: CudaViewMut<'a, bf16>,
 }
 
 impl LayerBuffers<'_> {
     /// Checks `q`'s stride and reach, the caches, the per-head arrays, the output and the
-    /// alignment of the buffers read or written in vectors against `g` (the block table's shape is the
-    /// caller's: decode and prefill read it differently).
+    /// alignment of the buffers read or written in vectors against `g` (the block table's shape
+    /// is the caller's: decode and prefill read it differently).
     pub(super) fn check(&self, entry: &str, g: &Geometry, stream: &CudaStream) -> Result<()> {
         let head_row = g.num_heads * g.head_dim;
         let stride = self.q_row_stride;
