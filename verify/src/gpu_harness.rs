@@ -14,6 +14,16 @@ use gpu::Gpu;
 /// One named GPU check: `Ok` or a message saying what was wrong.
 pub type GpuCheck = (&'static str, fn(&Arc<Gpu>) -> std::result::Result<(), String>);
 
+/// Fails unless `result` is `gpu::Error::Unsupported` whose message holds `needle`: a check that
+/// a bad buffer or shape is refused by name, before anything is launched.
+pub fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> std::result::Result<(), String> {
+    match result {
+        Err(e @ gpu::Error::Unsupported { .. }) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, but the message lacks `{needle}`: {e}")),
+        Ok(_) => Err(format!("{what}: accepted, should be refused naming `{needle}`")),
+    }
+}
+
 /// Runs `checks` (all of them, even after a failure) and exits the process with the outcome.
 pub fn run(binary: &str, checks: &[GpuCheck]) -> ! {
     let gpu = match Gpu::new() {

@@ -9,7 +9,8 @@
 //! fallbacks (short queries to fake decode, D = 256 to MMA where WGMMA is not built for it),
 //! each choice agreeing with the oracle; each kernel norming and rotating its queries from a
 //! qkv buffer itself giving the bits it gives on the queries `qk_norm_rope_cache` normed; and the
-//! WGMMA kernel's clamp of bf16 pairs giving the bits of its f32 gate. The
+//! WGMMA kernel's clamp of bf16 pairs giving the bits of its f32 gate; and an output off a
+//! 16-byte boundary refused by name (the WGMMA kernel stores it in 16-byte pieces). The
 //! drawn cases of `gpu_attention` run these paths too (they are in `gpu_paths`).
 
 use std::fmt::Display;
@@ -24,7 +25,7 @@ use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::step_buffers::positions;
 use verify::gpu_cases::{alone, case, check_cases, decodes, spread};
-use verify::gpu_harness::{run, GpuCheck};
+use verify::gpu_harness::{refused, run, GpuCheck};
 use verify::gpu_paths::HostCase;
 use verify::gpu_paths::{
     prefill_kinds, run_step, same_bits, step_geometry, widen_bits, GpuPath, TENSOR_CORE_TOLERANCE,
@@ -43,6 +44,7 @@ fn main() {
         ("the_step_dispatcher_falls_back_and_agrees_with_the_oracle", dispatcher_choices),
         ("prefill_norming_its_queries_gives_the_bits_of_the_normed_queries", norming_queries),
         ("prefill_wgmma_clamping_after_rounding_gives_the_bits_of_the_f32_gate", late_clamp),
+        ("a_prefill_output_off_a_16_byte_boundary_is_refused_before_any_launch", misaligned_output),
     ];
     run("gpu_prefill", checks);
 }
@@ -275,6 +277,28 @@ fn norming_queries(gpu: &Arc<Gpu>) -> Check {
                 ));
             }
             println!("  {} D {d}, {tokens} rows: the same bits norming the queries", kernel.name());
+        }
+    }
+    Ok(())
+}
+
+/// Each kernel refuses an output that starts 2 bytes past a 16-byte boundary, naming it, and
+/// leaves that output as it was (poisoned): its stores are 16 bytes wide.
+fn misaligned_output(gpu: &Arc<Gpu>) -> Check {
+    let data = case(&[(30, 100), (0, 70)], (4, 2), 128, 16, 801).materialise().map_err(msg)?;
+    let host = HostCase::new(&data);
+    for kernel in kernels(gpu) {
+        let plan = PrefillPlan::new(step_geometry(&data), kernel).map_err(msg)?;
+        let attention = Hp1Prefill::new(gpu, plan.clone()).map_err(msg)?;
+        let mut bufs = AttnBuffers::upload(gpu, plan.geometry.base, &host.inputs()).map_err(msg)?;
+        let ops = bufs.prefill_operands();
+        let len = ops.layer.out.len();
+        let mut padded = gpu.upload(&vec![bf16::NAN; len + 1]).map_err(msg)?;
+        let layer = LayerBuffers { out: padded.slice_mut(1..), ..ops.layer };
+        let result = attention.run(PrefillOperands { layer, ..ops }, &host.gate());
+        refused(kernel.name(), result, "`out` must start on a 16-byte boundary")?;
+        if !gpu.download(&padded).map_err(msg)?.iter().all(|v| v.is_nan()) {
+            return Err(format!("{}: a refused run wrote the output", kernel.name()));
         }
     }
     Ok(())

@@ -8,6 +8,7 @@ use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::{DECODE_PIN_AT, HEAD_PIN_AT};
 use verify::gemm_default;
+use verify::gpu_harness::refused;
 
 use super::device::{
     default_plan, g, label, plans, run, runs_wgmma, wgmma_left_out, wgmma_serves, Check, MODEL_SHAPES, PINNED_AT,
@@ -172,15 +173,6 @@ pub fn two_runs(gpu: &Arc<Gpu>) -> Check {
         }
     }
     Ok(())
-}
-
-/// Fails unless `result` is `gpu::Error::Unsupported` whose message holds `needle`.
-fn refused<T>(what: &str, result: gpu::Result<T>, needle: &str) -> Check {
-    match result {
-        Err(e @ gpu::Error::Unsupported { .. }) if e.to_string().contains(needle) => Ok(()),
-        Err(e) => Err(format!("{what}: refused, but the message lacks `{needle}`: {e}")),
-        Ok(_) => Err(format!("{what}: accepted, should be refused naming `{needle}`")),
-    }
 }
 
 /// Bad shapes are refused by the plans, and buffers of the wrong size or alignment by

@@ -15,6 +15,7 @@ use gpu::ops::{
 };
 use gpu::Gpu;
 use half::bf16;
+use verify::gpu_harness::refused;
 use verify::rng::Counter;
 
 use super::device::{g, runs_wgmma, weight_for, wgmma_left_out, wgmma_serves, Check};
@@ -408,15 +409,6 @@ fn periln_over<'a>(
     before: &'a UClipNormParams,
 ) -> Epilogue<'a> {
     Epilogue::PeriLn { x: residual.as_view(), after, before, x_out, h_out }
-}
-
-/// Fails unless `result` is `gpu::Error::Unsupported` whose message holds `needle`.
-fn refused(what: &str, result: gpu::Result<()>, needle: &str) -> Check {
-    match result {
-        Err(e @ gpu::Error::Unsupported { .. }) if e.to_string().contains(needle) => Ok(()),
-        Err(e) => Err(format!("{what}: refused, but the message lacks `{needle}`: {e}")),
-        Ok(()) => Err(format!("{what}: accepted, should be refused naming `{needle}`")),
-    }
 }
 
 /// `run_with` refuses, before launching (the outputs stay poisoned): an epilogue the plan was not
