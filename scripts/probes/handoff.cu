@@ -53,12 +53,11 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
 }
 
 // What a kernel waits for and counts: op's own counter (and chunk counters, op * MAX_CHUNKS on),
-// the producer's CTA count, rows a CTA and outputs.
+// and the producer's rows a CTA and outputs (so producer_n / producer_rows CTAs).
 struct Handoff {
   unsigned* counters;
   unsigned* chunks;
   int op;
-  unsigned producers;
   int producer_rows, producer_n;
 };
 
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(32 * WARPS) gemv(const __nv_bfloat16* __restri
       wr[r][c] = __ldg(reinterpret_cast<const uint4*>(w + (size_t)(row0 + r) * K) + c * 32 + lane);
   if (mode == WAIT || mode == EARLY) grid_wait();
   if ((mode == COUNTER || mode == COUNTER1) && h.op > 0) {
-    if (threadIdx.x == 0) wait_count(h.counters + h.op - 1, h.producers);
+    if (threadIdx.x == 0) wait_count(h.counters + h.op - 1, h.producer_n / h.producer_rows);
     __syncthreads();
   }
   const unsigned* ready = h.chunks + (h.op > 0 ? h.op - 1 : 0) * MAX_CHUNKS;  // the producer's chunk counters
@@ -209,8 +208,7 @@ int main() {
     CK(cudaMemsetAsync(counters, 0, OPS * sizeof(unsigned), s));
     CK(cudaMemsetAsync(chunks, 0, OPS * MAX_CHUNKS * sizeof(unsigned), s));
     for (int i = 0; i < OPS; ++i) {
-      const Handoff h = {counters, chunks, i, i > 0 ? ctas_of(ops[i - 1]) : 0u, i > 0 ? rows_of(ops[i - 1]) : 0,
-                         i > 0 ? ops[i - 1].n : 0};
+      const Handoff h = {counters, chunks, i, i > 0 ? rows_of(ops[i - 1]) : 0, i > 0 ? ops[i - 1].n : 0};
       launch(ops[i], mode, h, s);
     }
     CK(cudaStreamEndCapture(s, &g));
