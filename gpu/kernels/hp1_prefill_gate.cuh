@@ -20,6 +20,8 @@
 //   z = fma(-sigma_over_f, sum, s) (sigma_over_f = sigma * (1/F), rounded per head);
 //   p = gamma * clamp(z, clip_min, clip_max), NaN passing the clamp.
 // Keys past the row's position get p = 0 (causal mask; a row with position -1 is all masked).
+// The UNIT FORM (unit_gate_params) runs this text with scale and gamma 1 on other bounds and
+// leaves gamma * scale to the caller: the same value in exact arithmetic, rounded otherwise.
 // Two departures from that text change at most the sign of a zero p, and so no output bit: the
 // sum starts at r_t (0 + r_t differs from r_t only when r_t is -0), and the clamp is max.NaN then
 // min.NaN (a NaN z stays NaN, as with the selects; the two differ only in which zero a zero z
@@ -59,6 +61,30 @@ __device__ __forceinline__ GateParams gate_params(float scale, float sigma, floa
                                                   int fir_k, int relu_pre) {
   return GateParams{scale, __fmul_rn(sigma, __fdiv_rn(1.0f, (float)fir_k)), gamma, clip_min, clip_max, fir_k, relu_pre};
 }
+
+// The same gate on the unscaled products a = q . k, for scale > 0 (UNIT FORM): scale and gamma 1,
+// the bounds divided by scale (each rounded), and scale * gamma (gain_of) left for the caller to
+// multiply into the output. In exact arithmetic gamma * clamp(z, lo, hi) with s = scale * a is
+// (gamma * scale) * clamp(z / scale, lo / scale, hi / scale), and z / scale is a's own
+// z = a - sigma / F * sum(max(a, 0)) since max(scale a, 0) = scale max(a, 0) for scale > 0. It
+// rounds differently from the oracle's f32 order (the products are summed before any scaling,
+// the bounds and the gain are rounded once a head, and P meets V before the gain), as every
+// tensor-core path already differs from it by rounding P to bf16, and leaves out the score's
+// two multiplications: a quarter of a key tile's instructions in a kernel bound by issuing them.
+// At 3 taps it also sums an odd key t's window as (r_{t-1} + r_{t-2}) + r_t, so that the first
+// sum is the even key t - 1's (keys are paired from key 0, as every tile starts at a multiple of
+// 64): three additions a pair of keys where four were.
+// With clip_min = 0 the lower bound is 0 and a weight is exactly 0 wherever z <= 0, as before.
+// The host picks it only where scale is a positive normal number and both bounds divided by it
+// are finite (GateParams::has_unit_form).
+__device__ __forceinline__ GateParams unit_gate_params(float scale, float sigma, float clip_min, float clip_max,
+                                                       int fir_k, int relu_pre) {
+  return GateParams{1.0f, __fmul_rn(sigma, __fdiv_rn(1.0f, (float)fir_k)), 1.0f, __fdiv_rn(clip_min, scale),
+                    __fdiv_rn(clip_max, scale), fir_k, relu_pre};
+}
+
+// What a head's output sum of P V is multiplied by in the unit form: gamma * scale, rounded.
+__device__ __forceinline__ float gain_of(float gamma, float scale) { return __fmul_rn(gamma, scale); }
 
 // The key (0 .. 63) that row n of a 64-key tile of K and V holds (LAYOUT).
 __device__ __forceinline__ int key_of_column(int n) { return ((n >> 1) & 3) * 16 + (n >> 3) * 2 + (n & 1); }
@@ -110,7 +136,10 @@ __device__ __forceinline__ float gate_rectify(float s, int relu_pre) {
 //         then clamps the pairs (clamp_bf16x2: the same bits, see there). Only where MASK is
 //         false (a masked key's 0 must not meet the clamp) and gamma is not 0 (0 * inf is NaN
 //         where gamma * clamp(inf) is 0).
-template <int FIR, int RELU, bool MASK, bool CLAMP = true>
+//   UNIT  gp from unit_gate_params: its scale and gamma are 1, so their multiplications (exact
+//         for every value but a NaN's payload) are left out; at FIR 3 an odd key's window is
+//         summed in the unit form's order.
+template <int FIR, int RELU, bool MASK, bool CLAMP = true, bool UNIT = false>
 __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, int key0, int pos_lo, int pos_hi,
                                           const GateParams& gp) {
   static_assert(CLAMP || !MASK, "masked keys are zeroed after the clamp");
@@ -120,10 +149,12 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
   const int fir_k = FIR > 0 ? FIR : gp.fir_k;
   const int lane = threadIdx.x & 31, t = lane & 3, quad = lane & ~3;
   const int from = quad | ((t + 3) & 3);  // lane t - 1 of the quad (lane 3 for lane 0)
+  if (!UNIT) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) s[j][c] = __fmul_rn(gp.scale, s[j][c]);
+      for (int c = 0; c < 4; ++c) s[j][c] = __fmul_rn(gp.scale, s[j][c]);
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     // r of keys 16t - BACK .. 16t + 15: w[BACK + m] is key 16t + m, the BACK before it come from
@@ -142,13 +173,20 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], FirTail<FIR>& tail, 
 #pragma unroll
     for (int m = 0; m < 16; ++m) {
       float sum = r[m];
+      if (UNIT && FIR == 3) {
+        // Keys 2i and 2i + 1 (m even and odd) share the sum of r of keys 2i and 2i - 1.
+        const int e = m & ~1;
+        sum = __fadd_rn(__fadd_rn(r[e], r[e - 1]), m & 1 ? r[m] : r[m - 2]);
+      } else {
 #pragma unroll
-      for (int f = 1; f < TAPS; ++f) {
-        if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, r[m - f]);
+        for (int f = 1; f < TAPS; ++f) {
+          if (FIR > 0 || f < fir_k) sum = __fadd_rn(sum, r[m - f]);
+        }
       }
       const float sc = s[m >> 1][2 * h + (m & 1)];
       const float z = __fmaf_rn(-gp.sigma_over_f, sum, sc);
-      const float p = CLAMP ? __fmul_rn(gp.gamma, clamp_nan(z, gp.clip_min, gp.clip_max)) : __fmul_rn(gp.gamma, z);
+      const float c = CLAMP ? clamp_nan(z, gp.clip_min, gp.clip_max) : z;
+      const float p = UNIT ? c : __fmul_rn(gp.gamma, c);
       s[m >> 1][2 * h + (m & 1)] = !MASK || key + m <= pos ? p : 0.0f;
     }
   }

@@ -32,7 +32,9 @@
 //      the bf16 pairs of step 4 (clamp_bf16x2: the same bits; one max and one min a pair where
 //      the f32 clamp took two instructions a score, and the kernel's time follows the
 //      instructions it issues, RESULTS run 168). late_clamp 0 (Hp1Prefill::with_exact_gate) gates
-//      every tile in f32, for the GPU check that the two give the same bits.
+//      every tile in f32, for the GPU check that the two give the same bits. The specialised
+//      entries gate in the unit form (hp1_prefill_gate.cuh, UNIT FORM: no scale or gamma a
+//      score, the output multiplied by gamma * scale once before it is rounded).
 //   4. PV: O[64 x D] += P V as 4 wgmma m64nDk16 with P from registers (the accumulator
 //      fragments rounded to bf16x2 are exactly the register-A layout, all packed before the
 //      wgmma fence) and V from shared memory (MN-major: V rows are keys with the head dims
@@ -51,12 +53,12 @@
 // (2 * 64 + 2 * 2 * 64) * D * 2 bytes plus 1024 for aligning the tiles to 1024 bytes: 50176 for
 // D = 64 and 99328 for D = 128 (PrefillKernel::shared_bytes). Entries
 // hp1_prefill_wgmma_d{64,128}_h{1,2} (the general gate: fir_k and relu_pre at run time) and
-// the same with _f3_relu (3 taps and relu_pre compiled in; the host picks it for exactly that
-// gate). At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
+// the same with _f3_relu (3 taps and relu_pre compiled in, gating in the unit form; the host
+// picks it for exactly that gate where its scale allows the unit form, GateParams::has_unit_form).
+// At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
 // dispatcher sends D = 256 to the MMA path. Registers (ptxas of NVRTC 13, sm_90a): the _f3_relu
-// entries fit two CTAs per SM in 128 registers, except d128_h1 (168 registers, one CTA);
-// d128_h2_f3_relu keeps one value in 8 bytes of stack, stored before the key loop and loaded
-// after it; the general entries take 167 to 224 registers, one CTA per SM, without spills.
+// entries fit two CTAs per SM in 128 registers, except d128_h1 (164 registers, one CTA); the
+// general entries take 158 to 213 registers, one CTA per SM, without spills.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
@@ -162,7 +164,7 @@ struct Acc<128> {
   static __device__ __forceinline__ void pv(float (&o)[64], const unsigned (&a)[4], unsigned long long d) { wgmma_rs_m64n128k16<1>(o, a, d); }
 };
 
-template <int D, int FIR, int RELU, int HPC>
+template <int D, int FIR, int RELU, int HPC, bool UNIT>
 __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_row_stride, const QNormRope& qn,
                                         const bf16* __restrict__ key_cache,
                                         const bf16* __restrict__ value_cache, const int* __restrict__ block_table, int max_blocks,
@@ -217,7 +219,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   const int row_a = 16 * warp + (lane >> 2);
   const int pos_a = first_pos + rb + row_a, pos_b = pos_a + 8;
   const hp1_prefill::GateParams gate =
-      hp1_prefill::gate_params(scale, sigma_h, gamma_h, clip_min, clip_max, fir_k, relu_pre);
+      UNIT ? hp1_prefill::unit_gate_params(scale, sigma_h, clip_min, clip_max, fir_k, relu_pre)
+           : hp1_prefill::gate_params(scale, sigma_h, gamma_h, clip_min, clip_max, fir_k, relu_pre);
   const bool pairs_ok = late_clamp && gate.gamma != 0.0f;  // this head may clamp on pairs
   const hp1_prefill::PackedClamp bounds = hp1_prefill::packed_clamp(gate);
   hp1_prefill::FirTail<FIR> tail;
@@ -263,9 +266,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     // score); the diagonal's tiles, and every tile of a head with gamma 0, take the exact form.
     const bool clamp_pairs = pairs_ok && !hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b);
     if (clamp_pairs)
-      hp1_prefill::gate_tile<FIR, RELU, false, false>(frag, tail, j * BN, pos_a, pos_b, gate);
+      hp1_prefill::gate_tile<FIR, RELU, false, false, UNIT>(frag, tail, j * BN, pos_a, pos_b, gate);
     else
-      hp1_prefill::gate_tile<FIR, RELU, true>(frag, tail, j * BN, pos_a, pos_b, gate);
+      hp1_prefill::gate_tile<FIR, RELU, true, true, UNIT>(frag, tail, j * BN, pos_a, pos_b, gate);
 
     // Every A fragment is packed before the fence, so no register a wgmma reads changes
     // between the fence and the commit.
@@ -299,6 +302,11 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   // points of short sequences ran 11-20% faster, run 278).
   // o[4n + e]: n-block n, e = 0, 1 row a, e = 2, 3 row b, columns 8n + 2 (lane % 4) + (e & 1).
   if (wg_rows == 0) return;
+  if (UNIT) {
+    const float gain = hp1_prefill::gain_of(gamma_h, scale);
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = __fmul_rn(gain, o[i]);
+  }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row_a + 8 * half;
@@ -323,9 +331,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 
 // One entry per head dim, heads per CTA and gate variant: the general gate (fir_k and relu_pre
 // read at run time, one CTA per SM) and the model's configuration specialised at compile time
-// (3 taps, relu_pre; two CTAs per SM), which the host picks whenever the layer's gate
-// parameters are exactly that.
-#define HP1_PREFILL_WGMMA_ENTRY(D, HPC, NAME, FIR, RELU, MIN_CTAS)                                                     \
+// (3 taps, relu_pre, the unit form; two CTAs per SM), which the host picks whenever the layer's
+// gate parameters are exactly that.
+#define HP1_PREFILL_WGMMA_ENTRY(D, HPC, NAME, FIR, RELU, UNIT, MIN_CTAS)                                                     \
   extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS, MIN_CTAS) NAME(                                     \
       const bf16* __restrict__ q, long long q_row_stride, const float* __restrict__ rope, int max_pos,                \
       const float* q_norm_alpha, int q_norm_alpha_stride,                                                             \
@@ -339,14 +347,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     const QNormRope qn = {rope, max_pos,                                                                              \
                           {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride, q_norm_weight_stride,       \
                            q_norm_bias_stride}};                                                                      \
-    hp1_wgmma::prefill<D, FIR, RELU, HPC>(q, q_row_stride, qn, key_cache, value_cache, block_table, max_blocks, seq_lens, \
+    hp1_wgmma::prefill<D, FIR, RELU, HPC, UNIT>(q, q_row_stride, qn, key_cache, value_cache, block_table, max_blocks, seq_lens, \
                                           query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block,       \
                                           scale, fir_k, relu_pre, clip_min, clip_max, out, late_clamp != 0);          \
   }
 
 #define HP1_PREFILL_WGMMA_ENTRIES(D, HPC, MIN_CTAS)                                                                     \
-  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC, 0, -1, 1)                                          \
-  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC##_f3_relu, 3, 1, MIN_CTAS)
+  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC, 0, -1, false, 1)                                   \
+  HP1_PREFILL_WGMMA_ENTRY(D, HPC, hp1_prefill_wgmma_d##D##_h##HPC##_f3_relu, 3, 1, true, MIN_CTAS)
 
 HP1_PREFILL_WGMMA_ENTRIES(64, 1, 2)
 HP1_PREFILL_WGMMA_ENTRIES(64, 2, 2)

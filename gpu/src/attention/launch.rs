@@ -43,6 +43,17 @@ impl GateParams {
         }
         Ok(())
     }
+
+    /// Whether the gate may run in the unit form of the WGMMA prefill's specialised entries
+    /// (`hp1_prefill_gate.cuh`, UNIT FORM): on `q . k` unscaled, with the bounds divided by
+    /// `scale` and `gamma * scale` multiplied into the output. That takes a positive normal
+    /// `scale` and bounds whose quotients by it are finite, in f32 as the kernel divides.
+    pub fn has_unit_form(&self) -> bool {
+        self.scale > 0.0
+            && self.scale.is_normal()
+            && (self.clip_min / self.scale).is_finite()
+            && (self.clip_max / self.scale).is_finite()
+    }
 }
 
 /// The buffers every HP1 attention launch takes, decode and prefill alike: one layer's queries,

@@ -35,8 +35,8 @@ use crate::error::{Error, Result};
 pub const FAKE_DECODE_MAX_QUERY: usize = 16;
 /// Keys per tile of both tensor-core kernels.
 pub const KEY_TILE: usize = 64;
-/// The FIR taps the specialised prefill entries are compiled for (with `relu_pre`): the
-/// model's configuration (SPEC section 1).
+/// The FIR taps the specialised prefill entries are compiled for (with `relu_pre`, gating in the
+/// unit form): the model's configuration (SPEC section 1).
 pub const SPECIALISED_FIR_K: usize = 3;
 
 /// The tensor-core prefill kernels.
@@ -211,11 +211,12 @@ impl PrefillPlan {
 
 impl PrefillPlan {
     /// The entry a launch with `gate` runs: the specialised one when the gate is exactly its
-    /// configuration, else the general one. Both compute the same bits; the specialised one only
-    /// leaves out run-time tests.
+    /// configuration and has the unit form ([`GateParams::has_unit_form`]), which the
+    /// specialised entries gate in, else the general one. The two round differently (the unit
+    /// form is the same value in exact arithmetic); each is held against the oracle.
     pub fn entry_for(&self, gate: &GateParams) -> &str {
         match &self.specialised_entry {
-            Some(entry) if gate.fir_k == SPECIALISED_FIR_K && gate.relu_pre => entry,
+            Some(entry) if gate.fir_k == SPECIALISED_FIR_K && gate.relu_pre && gate.has_unit_form() => entry,
             _ => &self.entry,
         }
     }
@@ -334,6 +335,15 @@ mod tests {
         assert_eq!(wgmma.entry_for(&gate), "hp1_prefill_wgmma_d128_h2_f3_relu");
         assert_eq!(wgmma.entry_for(&GateParams { fir_k: 4, ..gate }), "hp1_prefill_wgmma_d128_h2");
         assert_eq!(wgmma.entry_for(&GateParams { relu_pre: false, ..gate }), "hp1_prefill_wgmma_d128_h2");
+        // Without the unit form (a scale of 0 or below, subnormal, or bounds over it past f32).
+        for scale in [0.0, -0.125, f32::MIN_POSITIVE / 2.0, 1e-38] {
+            assert_eq!(wgmma.entry_for(&GateParams { scale, ..gate }), "hp1_prefill_wgmma_d128_h2", "scale {scale}");
+        }
+        assert_eq!(wgmma.entry_for(&GateParams { scale: 1e-6, clip_max: 1e36, ..gate }), "hp1_prefill_wgmma_d128_h2");
+        assert_eq!(
+            wgmma.entry_for(&GateParams { scale: 1e-6, clip_max: 1e30, ..gate }),
+            "hp1_prefill_wgmma_d128_h2_f3_relu"
+        );
         let mma = PrefillPlan::new(step(300, 5, 300, 128), PrefillKernel::Mma).unwrap();
         assert_eq!(mma.entry_for(&gate), "hp1_prefill_mma_d128");
     }
