@@ -1,11 +1,13 @@
 //! Properties of HP1 and of the case model itself, over drawn cases: the zero-fraction range the
-//! strategies promise is reached, HP1 with its gate opened is plain causal attention, the sparse
-//! list holds exactly the nonzero weights, a shuffled block table changes no bit of any path's
-//! output, and every path holds on a few long-context cases.
+//! strategies promise is reached, HP1 with its gate opened is plain causal attention, the gate of
+//! the unscaled products is the gate (the WGMMA prefill's unit form), the sparse list holds
+//! exactly the nonzero weights, a shuffled block table changes no bit of any path's output, and
+//! every path holds on a few long-context cases.
 
 use ndarray::{Array3, Array4};
 use oracle::hp1::direct::hp1_direct;
 use oracle::hp1::sparse_pv::nonzero_keys;
+use oracle::hp1::{Gate, Hp1Inputs, Hp1Params};
 use proptest::strategy::{BoxedStrategy, Strategy, ValueTree};
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use verify::bound::F64_ROUNDOFF;
@@ -104,6 +106,42 @@ fn an_open_gate_is_plain_causal_attention() {
         compare("naive-causal", &naive_causal(&case), &reference, Bound { tolerance: 1e-12, roundoff: F64_ROUNDOFF })
             .map(|_| ())
             .map_err(|f| TestCaseError::fail(format!("{f}\n{case:?}")))
+    });
+}
+
+/// The identity the WGMMA prefill's unit form rests on (`hp1_prefill_gate.cuh`, UNIT FORM): for
+/// scale > 0, the gate of the scores `scale a` is `gamma * scale` times the gate of the unscaled
+/// products `a` with scale and gamma 1 and both bounds divided by scale (`max(scale a, 0)` is
+/// `scale max(a, 0)`, so `z` is `scale z'`), in f64 up to its rounding, with the zeros of the
+/// sparse PV in the same places.
+#[test]
+fn the_gate_of_the_unscaled_products_times_gamma_scale_is_the_gate() {
+    run_property(small_case(), 64, 0x0417, |case| {
+        let data = case.materialise().unwrap();
+        let inp = data.inputs_f64();
+        let p = inp.params;
+        proptest::prop_assert!(p.scale > 0.0);
+        let unit_params = Hp1Params { scale: 1.0, clip_min: p.clip_min / p.scale, clip_max: p.clip_max / p.scale, ..p };
+        let unit = Hp1Inputs { params: unit_params, ..inp };
+        for row in data.meta.rows() {
+            for h in 0..case.num_heads {
+                let keys = 0..row.pos + 1;
+                let (s, a) = (inp.scores(row, h, keys.clone()), unit.scores(row, h, keys));
+                let (mut w, mut w_unit) = (vec![0.0; s.len()], vec![0.0; s.len()]);
+                inp.gate(h).apply(&[], &s, &mut w);
+                Gate { gamma: 1.0, ..unit.gate(h) }.apply(&[], &a, &mut w_unit);
+                let gain = inp.gamma[h] * p.scale;
+                let size = w.iter().fold(f64::MIN_POSITIVE, |m, x| m.max(x.abs()));
+                for (t, (&x, &y)) in w.iter().zip(&w_unit).enumerate() {
+                    proptest::prop_assert!(
+                        (x - gain * y).abs() <= 1e-12 * size,
+                        "row {row:?} head {h} key {t}: {x} against {gain} * {y}"
+                    );
+                    proptest::prop_assert!(gain == 0.0 || (x == 0.0) == (y == 0.0), "key {t}: {x} and {y}");
+                }
+            }
+        }
+        Ok(())
     });
 }
 
