@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# The device call that measures what waits here, in order of what it settles (a call cut short
-# still returns the summary written so far): scripts/probes/handoff.cu (issue 15's hand-off
-# probe), then the prefill branches (issue 18) beside main. Built here first:
-#   git switch -c exp-k-table main && git am verify/pending/exp-prefill-table-ahead.patch
-#   git switch -c exp-k-both && git am verify/pending/exp-prefill-lookup-once.patch && git switch main
-#   scripts/device-build-refs.sh a=exp-k-table:gpu_prefill b=exp-k-both:gpu_prefill \
-#     t=main:gpu_prefill,gpu_model u=exp-unit-gate:gpu_prefill,gpu_model
+# The device call that measures what waits here (issues 15 and 18), in order of what it settles
+# (a call cut short still returns the summary written so far): session 52's two prefill patches
+# on main as it is since the unit-form gate (run 280 measured them on its parent, where the
+# first was 8% slower at B1_T16384), then main's decode step beside the torch.compile anchor and
+# prefill_heavy_b16 on an H200 (issues 15 and 18 state their goals on the H200). Built here:
+#   git branch -f exp-k-table main && git switch exp-k-table && git am verify/pending/exp-prefill-table-ahead.patch
+#   git branch -f exp-k-both exp-k-table && git switch exp-k-both && git am verify/pending/exp-prefill-lookup-once.patch
+#   git switch main
+#   scripts/device-build-refs.sh a=exp-k-table:gpu_prefill b=exp-k-both:gpu_prefill t=main:gpu_prefill
 # then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"].
-# a - t is the table-ahead patch, b - a the lookup-once patch, u - t the unit-form gate
-# (exp-unit-gate, session 54), whose rounding differs from main's, so its build runs
-# gpu_prefill and gpu_model (the model's logits against the f64 reference) first. On an H200
-# it also times main's decode step beside the torch.compile anchor and prefill_heavy_b16 on t
-# and u (issues 15 and 18 state their goals on the H200). Writes $OUT/summary.txt and
-# $OUT/results.tgz. SKIP="probe tests ..." leaves out those stages (names below), for a call
-# that finishes what an earlier one cut short.
+# a - t is the table-ahead patch, b - a the lookup-once patch. Writes $OUT/summary.txt and
+# $OUT/results.tgz. SKIP="tests grid ..." leaves out those stages (names below), for a call that
+# finishes what an earlier one cut short.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -37,32 +35,21 @@ stage() {
   pack
 }
 
-probe() {
-  if nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -o /tmp/handoff scripts/probes/handoff.cu \
-    > $R/handoff-build.log 2>&1; then
-    { timeout 60 /tmp/handoff; timeout 60 /tmp/handoff; } > $R/handoff.txt 2>&1
-    echo "handoff rc=$?" >> $S
-    cat $R/handoff.txt >> $S
-  else
-    tail -20 $R/handoff-build.log >> $S
-  fi
-}
-
 tests() {
-  for n in u b; do
+  for n in b t; do
     BIN_DIR=device-bin-$n OUT=$R/$n scripts/device-run.sh tests > $R/$n-tests.log 2>&1
     echo "$n tests rc=$?" >> $S
     grep -E "test result|passed|failed|FAIL|Error" $R/$n-tests.log | tail -12 >> $S
   done
 }
 
-all_builds="device-bin-a device-bin-b device-bin-t device-bin-u"
+all_builds="device-bin-a device-bin-b device-bin-t"
 grid() {
   BUILDS=$all_builds PREFILL_BUILDS_PASSES=2 PREFILL_NCU_POINT=B16_T1024 OUT=$R/pb \
     scripts/device-run.sh prefill-builds > $R/pb.log 2>&1
   echo "prefill-builds rc=$?" >> $S
   cat $R/pb/prefill-builds-summary.txt $R/pb/prefill-builds-ncu.txt >> $S 2>/dev/null
-  for n in b t u; do
+  for n in a b t; do
     ncu --import /tmp/asynct-prefill-builds/ncu-$n.ncu-rep --page details > $R/ncu-$n-details.txt 2>&1
   done
 }
@@ -81,18 +68,11 @@ anchor() {
 }
 
 sanitize() {
-  for n in u b; do
+  for n in b; do
     BIN_DIR=device-bin-$n OUT=$R/${n}s scripts/device-run.sh sanitize > $R/$n-sanitize.log 2>&1
     echo "$n sanitize rc=$?" >> $S
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" $R/$n-sanitize.log | tail -10 >> $S
   done
-}
-
-# The lookup-once patch changes the MMA path's lookup too.
-mma() {
-  BUILDS="device-bin-b device-bin-t" PREFILL_BUILDS_PASSES=2 PREFILL_BUILDS_PATH=prefill-mma OUT=$R/mma \
-    scripts/device-run.sh prefill-builds > $R/mma.log 2>&1
-  cat $R/mma/prefill-builds-summary.txt >> $S 2>/dev/null
 }
 
 step() {
@@ -102,7 +82,7 @@ step() {
 }
 
 chunks() {
-  for n in t u; do
+  for n in t; do
     BIN_DIR=device-bin-$n CHUNK_VARIANTS="unfused unfused" OUT=$R/chunks-$n scripts/device-run.sh chunks \
       > $R/chunks-$n.log 2>&1
     echo "prefill_heavy_b16 on $n:" >> $S
@@ -110,14 +90,14 @@ chunks() {
   done
 }
 
-stage probe probe
+if [[ $gpu == *H200* ]]; then
+  stage step step
+fi
 stage tests tests
 stage grid grid
 stage points points
 stage anchor anchor
-stage sanitize sanitize
-stage mma mma
 if [[ $gpu == *H200* ]]; then
-  stage step step
   stage chunks chunks
 fi
+stage sanitize sanitize
