@@ -18,8 +18,9 @@
 //      (c / 8) * 8192 + r * 128 + ((c % 8) ^ (r % 8)) * 16. A tile's rows hold its keys in the
 //      gate's order (hp1_prefill_gate.cuh LAYOUT: row n is key key_of_column(n)), for both K and
 //      V, so S's columns and P V's k-steps agree; a thread's cache rows serve its K and V chunks
-//      and, with blocks of 16 keys or more, come from one block-table lookup (load_kv; each
-//      thread's part fixed for the CTA, KvShare, each copy's address one wide multiply-add). Keys
+//      and, with blocks of 16 keys or more, come from one block-table lookup, asked for a key
+//      tile ahead (group_block, load_kv; each thread's part fixed for the CTA, KvShare, each
+//      copy's address one wide multiply-add). Keys
 //      past the CTA's last position (so past seq_len) are zero-filled (cp.async with source size
 //      0: nothing is read). K and V have two stages: tile j + 1 loads while tile j computes.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
@@ -116,15 +117,27 @@ struct KvShare {
   }
 };
 
+// The block-table entry of this thread's 16-key group in the key tile from k0, with blocks of 16
+// keys or more (key 0's block for a group past `end`, whose copies read nothing). The key loop
+// asks for the next tile's entry a tile ahead, so that its round trip is not waited for before
+// that tile's copies issue (at the top of every tile, before its product: RESULTS run 278's
+// long-scoreboard stall, once a tile a warp).
+template <int D>
+__device__ __forceinline__ int group_block(const KvShare<D>& sh, const int* __restrict__ table, int log2_block, int k0,
+                                           int end) {
+  const int t0 = k0 + (int)(*sh.packed >> 16);
+  return __ldg(&table[(t0 < end ? t0 : 0) >> log2_block]);
+}
+
 // The K and V rows of keys k0 .. k0 + 63 into two swizzled tiles, by all THREADS threads (each its
 // KvShare), key k0 + key_of_column(r) in row r (the gate's layout); keys at or past `end` are
 // zero-filled without a read. With blocks of 16 keys or more a thread's 16-key group is in one
-// block, so it looks the block up once and steps its cache rows by KEY_STEP; smaller blocks look
+// block, `block` (group_block's), and it steps its cache rows by KEY_STEP; smaller blocks look
 // each key up. Each copy's address is one wide multiply-add of its cache row onto the chunk's
 // column. Branch-free per key: a key past `end` copies 0 bytes from a row inside a looked-up block.
 template <int D>
 __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const KvShare<D>& sh,
-                                        const int* __restrict__ table, int log2_block, int k0, int end) {
+                                        const int* __restrict__ table, int log2_block, int k0, int end, int block) {
   using S = KvShare<D>;
   const int mask = (1 << log2_block) - 1;
   const unsigned word = *sh.packed, at = word & 0xffffu;
@@ -144,7 +157,7 @@ __device__ __forceinline__ void load_kv(unsigned k_dst, unsigned v_dst, const Kv
   // Two loops, not one with a select per key: merged, ptxas predicates the per-key lookups into
   // the one-block path, whose issue slots they then take.
   if (log2_block >= 4) {
-    const unsigned first = row_of(t0);
+    const unsigned first = ((unsigned)block << log2_block) | (unsigned)((t0 < end ? t0 : 0) & mask);
 #pragma unroll
     for (int m = 0; m < BN / S::PASS; ++m) copy(m, first + m * S::KEY_STEP);
   } else {
@@ -207,8 +220,11 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
   }
   __shared__ unsigned share_words[THREADS];
   const KvShare<D> share(share_words, key_cache, value_cache, g, kv_heads);
-  load_kv<D>(k_tile, v_tile, share, table, log2_block, 0, key_end);
+  const bool group_blocks = log2_block >= 4;  // one block-table entry a thread and key tile
+  load_kv<D>(k_tile, v_tile, share, table, log2_block, 0, key_end,
+             group_blocks ? group_block(share, table, log2_block, 0, key_end) : 0);
   tc::cp_async_commit();
+  int next_block = group_blocks ? group_block(share, table, log2_block, BN, key_end) : 0;
   // Queries from qkv: normed and rotated here while the first key tile flies; the fence at the
   // top of the key loop orders these generic stores before the wgmmas read them.
   if (qn.rope)
@@ -243,8 +259,9 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
     __syncthreads();
     if (j + 1 < tiles) {
       const unsigned next = (stage ^ 1) * TILE;
-      load_kv<D>(k_tile + next, v_tile + next, share, table, log2_block, (j + 1) * BN, key_end);
+      load_kv<D>(k_tile + next, v_tile + next, share, table, log2_block, (j + 1) * BN, key_end, next_block);
       tc::cp_async_commit();
+      if (group_blocks) next_block = group_block(share, table, log2_block, (j + 2) * BN, key_end);
     }
     // A warpgroup whose rows all end before this key tile has nothing left to add (uniform over
     // the warpgroup, as wgmma needs); it still loads and meets the barriers.
