@@ -36,12 +36,15 @@ for line in sys.stdin:
 # and after). Build them in a worktree of that commit with CARGO_TARGET_DIR of their own.
 cp "$keep"/* "$bin"/ 2>/dev/null || true
 strip "$bin"/*
+# ../shared beside the main checkout, found from a worktree too (device-build-refs.sh builds in
+# worktrees under /tmp, where ../shared is not it).
+shared=$(cd "$(git rev-parse --git-common-dir)/../.." && pwd)/shared
 # The prefill anchor (issue 18) for device-run.sh's chunks stage, beside the binaries.
-[ -f ../shared/anchors/torch_prefill_anchor.py ] && cp ../shared/anchors/torch_prefill_anchor.py "$bin"/
+[ -f "$shared"/anchors/torch_prefill_anchor.py ] && cp "$shared"/anchors/torch_prefill_anchor.py "$bin"/
 # The large presets' tokenizer, for `asynct init --preset asynct-small|asynct-0.5b` on the device
 # (carry ".qwen3" and set ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 there); ignored by git like device-bin.
-if [ -d ../shared/tokenizers/qwen3 ]; then
-  mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
+if [ -d "$shared"/tokenizers/qwen3 ]; then
+  mkdir -p .qwen3 && cp "$shared"/tokenizers/qwen3/* .qwen3/
   exclude=$(git rev-parse --git-path info/exclude)
   grep -qx '/.qwen3/' "$exclude" 2>/dev/null || echo '/.qwen3/' >> "$exclude"
 fi

@@ -58,8 +58,8 @@
 // picks it for exactly that gate where its scale allows the unit form, GateParams::has_unit_form).
 // At D = 256 the f32 accumulator of m64n256 alone takes 128 registers per thread, so the
 // dispatcher sends D = 256 to the MMA path. Registers (ptxas of NVRTC 13, sm_90a): the _f3_relu
-// entries fit two CTAs per SM in 128 registers, except d128_h1 (164 registers, one CTA); the
-// general entries take 158 to 213 registers, one CTA per SM, without spills.
+// entries fit two CTAs per SM in 128 registers, except d128_h1 (180 registers, one CTA); the
+// general entries take 160 to 220 registers, one CTA per SM, without spills.
 //
 // ASSUMPTIONS: those of hp1_prefill_mma.cu (checked on the host), Hq / Hkv even for HPC = 2,
 // and an sm_90a device.
