@@ -47,7 +47,8 @@ pub struct PrefillOperands<'a> {
 }
 
 /// A prefill plan with its entry points loaded: the general gate and, where the kernel has one,
-/// the variant specialised at compile time for the model's gate (3 taps, `relu_pre`).
+/// the variant specialised at compile time for the model's gate (3 taps, `relu_pre`; the WGMMA
+/// kernel's gates in the unit form).
 pub struct Hp1Prefill {
     plan: PrefillPlan,
     stream: Arc<CudaStream>,

@@ -13,7 +13,11 @@
 //! Every GPU path computes these operations in f32 in this order (`hp1_prefill_gate.cuh`,
 //! `hp1_attention.cuh`, `hp1_gate_stats.cu`), which the f32 instantiation here reproduces bit
 //! for bit; the fused form is one instruction a key where `s - sigma * (sum / F)` took three, in
-//! kernels bound by issuing the gate's instructions.
+//! kernels bound by issuing the gate's instructions. One exception: the WGMMA prefill's entries
+//! for the model's gate run it in the unit form (`hp1_prefill_gate.cuh`, UNIT FORM: on `q . k`
+//! unscaled, with scale and gamma 1 and the bounds divided by scale, the output multiplied by
+//! `gamma * scale`), the same value in exact arithmetic and rounded otherwise; a property test
+//! in `verify` holds the identity.
 //!
 //! The gate of key `t` reads the raw scores of keys `t-F+1..=t` only, so a chunk of keys can
 //! be gated alone once it is handed the `F - 1` scores to its left: that is the whole of the
