@@ -20,9 +20,9 @@
 //      V, so S's columns and P V's k-steps agree; a thread's cache rows serve its K and V chunks
 //      and, with blocks of 16 keys or more, come from one block-table lookup, asked for a key
 //      tile ahead (group_block, load_kv; each thread's part fixed for the CTA, KvShare, each
-//      copy's address one wide multiply-add). Keys
-//      past the CTA's last position (so past seq_len) are zero-filled (cp.async with source size
-//      0: nothing is read). K and V have two stages: tile j + 1 loads while tile j computes.
+//      copy's address one wide multiply-add). Keys past the CTA's last position (so past
+//      seq_len) are zero-filled (cp.async with source size 0: nothing is read). K and V have two
+//      stages: tile j + 1 loads while tile j computes.
 //   2. QK: S[64 x 64] = Q K^T as D / 16 wgmma m64n64k16 (both operands K-major in shared
 //      memory), all issued before one commit and one wait. Scale is applied in the gate.
 //   3. Gate on the accumulator fragments (hp1_prefill_gate.cuh, shared with the MMA path): a
@@ -280,7 +280,8 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 
     float (&frag)[8][4] = *reinterpret_cast<float (*)[8][4]>(s);
     // Tiles wholly below the diagonal clamp after rounding (two instructions a pair, not two a
-    // score); the diagonal's tiles, and every tile of a head with gamma 0, take the exact form.
+    // score); the diagonal's tiles, and every tile of a head whose gate has gamma 0 (never in
+    // the unit form, whose gate has gamma 1), take the exact form.
     const bool clamp_pairs = pairs_ok && !hp1_prefill::gate_tile_needs_mask(j * BN, pos_a, pos_b);
     if (clamp_pairs)
       hp1_prefill::gate_tile<FIR, RELU, false, false, UNIT>(frag, tail, j * BN, pos_a, pos_b, gate);
