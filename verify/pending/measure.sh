@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): main's figures beside the anchors
-# in the same call, which no call has taken on an H200 since run 246 (issues 15 and 18 state
-# their goals on the H200; on an H100 the ratios still hold for that card). The decode step
-# beside torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid
-# beside cuDNN. Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz of main),
+# (a call cut short still returns the summary written so far): first the checks issue 18 asks of
+# a new attention that main's unit-form gate and table-ahead loads have not had on a device
+# (`gpu_engine`'s bit identity, the whole GPU suite, the fuzzer; runs 280-282 ran `gpu_prefill`,
+# `gpu_model` and compute-sanitizer on them), then main's figures beside the anchors in the same
+# call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
+# the H200; on an H100 the ratios still hold for that card): the decode step beside
+# torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
+# cuDNN. Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz of main),
 # then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"],
 # kind nvidia-h200. Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out
 # those stages (names below), for a call that finishes what an earlier one cut short.
@@ -31,6 +34,18 @@ stage() {
   pack
 }
 
+checks() {
+  OUT=$R/tests scripts/device-run.sh tests > $R/tests.log 2>&1
+  echo "tests rc=$?" >> $S
+  grep -E "^test .*(FAIL|failed)|passed, .* failed" $R/tests.log >> $S
+}
+
+fuzz() {
+  FUZZ_MINUTES=2 OUT=$R/fuzz scripts/device-run.sh fuzz > $R/fuzz.log 2>&1
+  echo "fuzz rc=$?" >> $S
+  tail -6 $R/fuzz.log >> $S
+}
+
 step() {
   STEP_PARTS="anchor graph" OUT=$R/step scripts/device-run.sh step > $R/step.log 2>&1
   echo "step rc=$?" >> $S
@@ -54,6 +69,8 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
+stage checks checks
 stage step step
 stage chunks chunks
 stage grid grid
+stage fuzz fuzz
