@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): first the checks issue 18 asks of
-# a new attention that main's unit-form gate and table-ahead loads have not had on a device
-# (`gpu_engine`'s bit identity, the whole GPU suite, the fuzzer; runs 280-282 ran `gpu_prefill`,
-# `gpu_model` and compute-sanitizer on them), then main's figures beside the anchors in the same
+# (a call cut short still returns the summary written so far): first the whole GPU suite, which
+# main's unit-form gate and table-ahead loads have had only in part (`gpu_prefill`, `gpu_model`
+# and compute-sanitizer in runs 280-282, `gpu_engine` and a minute of the fuzzer in runs
+# 284-285), then main's figures beside the anchors in the same
 # call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
 # the H200; on an H100 the ratios still hold for that card): the decode step beside
 # torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
