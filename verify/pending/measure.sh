@@ -7,7 +7,8 @@
 # call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
 # the H200; on an H100 the ratios still hold for that card): the decode step beside
 # torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
-# cuDNN. Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz of main),
+# cuDNN; then the hand-off probe's `free` mode (a B1 chain with no dependency: how much of an
+# op's 2 us beyond its bytes is the wait at all). Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz of main),
 # then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"],
 # kind nvidia-h200. Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out
 # those stages (names below), for a call that finishes what an earlier one cut short.
@@ -38,6 +39,13 @@ checks() {
   OUT=$R/tests scripts/device-run.sh tests > $R/tests.log 2>&1
   echo "tests rc=$?" >> $S
   grep -E "^test .*(FAIL|failed)|passed, .* failed" $R/tests.log >> $S
+}
+
+probe() {
+  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff scripts/probes/handoff.cu > $R/handoff-build.log 2>&1 \
+    && timeout 60 /tmp/handoff > $R/handoff.txt 2>&1
+  echo "probe rc=$?" >> $S
+  cat $R/handoff.txt >> $S 2>/dev/null || tail -5 $R/handoff-build.log >> $S
 }
 
 fuzz() {
@@ -74,4 +82,5 @@ stage checks checks
 stage step step
 stage chunks chunks
 stage grid grid
+stage probe probe
 stage fuzz fuzz
