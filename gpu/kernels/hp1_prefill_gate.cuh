@@ -79,8 +79,7 @@ __device__ __forceinline__ GateParams gate_params(float scale, float sigma, floa
 // are finite (GateParams::has_unit_form).
 __device__ __forceinline__ GateParams unit_gate_params(float scale, float sigma, float clip_min, float clip_max,
                                                        int fir_k, int relu_pre) {
-  return GateParams{1.0f, __fmul_rn(sigma, __fdiv_rn(1.0f, (float)fir_k)), 1.0f, __fdiv_rn(clip_min, scale),
-                    __fdiv_rn(clip_max, scale), fir_k, relu_pre};
+  return gate_params(1.0f, sigma, 1.0f, __fdiv_rn(clip_min, scale), __fdiv_rn(clip_max, scale), fir_k, relu_pre);
 }
 
 // What a head's output sum of P V is multiplied by in the unit form: gamma * scale, rounded.
