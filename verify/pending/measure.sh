@@ -24,13 +24,12 @@ S=$OUT/summary.txt
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 echo "gpu: $gpu" | tee $S
 pack() { tar czf "$OUT/results.tgz" -C /tmp pending-runs 2>/dev/null; }
-# Runs stage $1 unless SKIP names it, and notes its time in the summary.
+# Runs the stage (a function below) named $1 unless SKIP names it, and notes its time.
 stage() {
   local name=$1 t0=$SECONDS
-  shift
   [[ " ${SKIP:-} " == *" $name "* ]] && return
   echo "== $name" >> $S
-  "$@"
+  "$name"
   echo "== $name: $((SECONDS - t0)) s" >> $S
   pack
 }
@@ -78,9 +77,9 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
-stage checks checks
-stage step step
-stage chunks chunks
-stage grid grid
-stage probe probe
-stage fuzz fuzz
+stage checks
+stage step
+stage chunks
+stage grid
+stage probe
+stage fuzz
