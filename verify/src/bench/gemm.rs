@@ -105,6 +105,14 @@ impl GemmPoint {
         format!("{weight}_M{m}")
     }
 
+    /// The weight and M a key names (the inverse of [`GemmPoint::key`]), for a `--point` off
+    /// [`M_GRID`]; `None` where `key` is not of that form.
+    pub fn parse_key(key: &str) -> Option<(&str, usize)> {
+        let (weight, m) = key.rsplit_once("_M")?;
+        let m = m.parse().ok().filter(|&m| m > 0)?;
+        Some((weight, m))
+    }
+
     /// The dispatcher's plan's time.
     pub fn dispatcher(&self) -> Option<&GemmTime> {
         self.paths.iter().find(|t| t.dispatcher)
@@ -374,6 +382,16 @@ mod tests {
         assert_eq!(order_classes(&[out("a", &[0]), out("b", &[0x8000]), out("c", &[0])]).len(), 2);
         assert_eq!(order_classes(&[out("a", &[0xffff]), out("b", &[0xffff])]).len(), 1);
         assert!(order_classes(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_point_key_names_its_weight_and_m_on_the_grid_or_off_it() {
+        for (weight, m) in [("qkv", 8), ("down", 96), ("lm_head", 2048)] {
+            assert_eq!(GemmPoint::parse_key(&GemmPoint::key(weight, m)), Some((weight, m)));
+        }
+        for key in ["down", "down_M", "down_M0", "down_Mx", "B128_L4096"] {
+            assert_eq!(GemmPoint::parse_key(key), None, "{key}");
+        }
     }
 
     #[test]

@@ -277,12 +277,14 @@ fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
     };
     let mut points: Vec<GemmPoint> = Vec::new();
     let mut failures = Vec::new();
+    // A point names its own M, on the grid or off it (e.g. `down_M96`).
+    let named = args.point.as_deref().and_then(GemmPoint::parse_key);
     for weight in gemm::WEIGHTS {
-        let selected: Vec<usize> = ms
-            .iter()
-            .copied()
-            .filter(|&m| args.point.as_ref().is_none_or(|p| *p == GemmPoint::key(weight.0, m)))
-            .collect();
+        let selected: Vec<usize> = match named {
+            Some((w, m)) => (w == weight.0).then_some(m).into_iter().collect(),
+            None if args.point.is_some() => Vec::new(),
+            None => ms.to_vec(),
+        };
         if selected.is_empty() {
             continue;
         }
