@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): first the whole GPU suite, which
-# main's unit-form gate and table-ahead loads have had only in part (`gpu_prefill`, `gpu_model`
-# and compute-sanitizer in runs 280-282, `gpu_engine` and a minute of the fuzzer in runs
-# 284-285), then main's figures beside the anchors in the same
-# call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
-# the H200; on an H100 the ratios still hold for that card): the decode step beside
+# (a call cut short still returns the summary written so far): first the whole GPU suite, then
+# main's figures beside the anchors in the same call, which no call has taken on an H200 since
+# run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
-# cuDNN; then the hand-off probe's `free` mode (a B1 chain with no dependency: how much of an
-# op's 2 us beyond its bytes is the wait at all). Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz of main),
-# then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"],
-# kind nvidia-h200. Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out
-# those stages (names below), for a call that finishes what an earlier one cut short.
+# cuDNN; then the hand-off probe and the fuzzer. Run 286 ran checks, probe and fuzz on main
+# 2bbaba7 and run 288 its chunks stage, both on an H100; main's kernels have not changed since,
+# so on an H200 the call still owed is SKIP="checks probe fuzz". Built here:
+# `scripts/device-build.sh` (device-bin and device-pack.tgz of main), then the device tool:
+# command "bash verify/pending/measure.sh", carry ["device-pack.tgz"], kind nvidia-h200. Writes
+# $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}

@@ -1,0 +1,197 @@
+// Probe (issue 18): how near the Peri-LN residual pass (gpu/kernels/peri_ln_residual.cu, twice a
+// layer over a prefill step's rows) runs to the bandwidth its traffic can reach, and whether its
+// grid is what holds it. Each variant computes the engine kernel's arithmetic (the same
+// ops_common.cuh helpers, so the same bits, which the probe checks), on [rows, 1024] bf16 with
+// per-channel f32 parameters, buffers larger than L2:
+//   engine   the engine's launch: min(ceil(vecs / 256), 4096) CTAs of 256, a grid-stride loop
+//   full     one 16-byte vector a thread, ceil(vecs / 256) CTAs, no loop
+//   two      two vectors a thread (v and v + vecs / 2), both loads of both issued first
+//   copy     the same traffic with no arithmetic (a -> x_out, x -> h_out): the floor of the pass
+// Prints each variant's median us over 200 launches, its TB/s of the 8 bytes an element moves,
+// and whether its outputs have the engine's bits. RESULTS runs 289-290: the pair form is 10%
+// faster here and level inside a prefill step, where the pass's inputs are partly in L2.
+// Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/peri_ln
+// scripts/probes/peri_ln.cu && /tmp/peri_ln
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../../gpu/kernels/ops_common.cuh"
+
+#define CK(x)                                                                   \
+  do {                                                                          \
+    cudaError_t e = (x);                                                        \
+    if (e != cudaSuccess) {                                                     \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                  \
+    }                                                                           \
+  } while (0)
+
+constexpr int HIDDEN = 1024;
+
+struct Params {
+  const bf16 *a, *x;
+  UClip after, before;
+  bf16 *x_out, *h_out;
+  long long vecs;
+};
+
+// The engine kernel's body for vector v.
+__device__ __forceinline__ void one(const Params& p, long long v) {
+  const long long e = v * 8;
+  const int c0 = (int)(e % HIDDEN);
+  float av[8], xv[8], hv[8];
+  load8(p.a + e, av);
+  load8(p.x + e, xv);
+  const UClip8 after8(p.after, c0), before8(p.before, c0);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
+  round8_cvt(av);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) xv[k] += av[k];
+  const uint4 x_bits = pack8_cvt(xv);
+  load8_raw(x_bits, xv);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) hv[k] = before8(k, xv[k]);
+  *reinterpret_cast<uint4*>(p.x_out + e) = x_bits;
+  store8_cvt(p.h_out + e, hv);
+}
+
+__global__ void engine(Params p) {
+  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < p.vecs; v += (long long)gridDim.x * blockDim.x)
+    one(p, v);
+}
+
+__global__ void full(Params p) {
+  const long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (v < p.vecs) one(p, v);
+}
+
+// Two vectors half the tensor apart, every load of both before any arithmetic.
+__global__ void two(Params p) {
+  const long long half = p.vecs / 2;
+  const long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (v >= half) return;
+  long long vs[2] = {v, v + half};
+  uint4 ra[2], rx[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    ra[i] = *reinterpret_cast<const uint4*>(p.a + vs[i] * 8);
+    rx[i] = *reinterpret_cast<const uint4*>(p.x + vs[i] * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const long long e = vs[i] * 8;
+    const int c0 = (int)(e % HIDDEN);
+    float av[8], xv[8], hv[8];
+    load8_raw(ra[i], av);
+    load8_raw(rx[i], xv);
+    const UClip8 after8(p.after, c0), before8(p.before, c0);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
+    round8_cvt(av);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) xv[k] += av[k];
+    const uint4 x_bits = pack8_cvt(xv);
+    load8_raw(x_bits, xv);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) hv[k] = before8(k, xv[k]);
+    *reinterpret_cast<uint4*>(p.x_out + e) = x_bits;
+    store8_cvt(p.h_out + e, hv);
+  }
+}
+
+__global__ void copy(Params p) {
+  const long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (v >= p.vecs) return;
+  reinterpret_cast<uint4*>(p.x_out)[v] = reinterpret_cast<const uint4*>(p.a)[v];
+  reinterpret_cast<uint4*>(p.h_out)[v] = reinterpret_cast<const uint4*>(p.x)[v];
+}
+
+static std::vector<unsigned short> random_bf16(size_t n, unsigned seed) {
+  std::vector<unsigned short> v(n);
+  for (auto& b : v) {
+    seed = seed * 1664525u + 1013904223u;
+    const float f = ((int)(seed >> 9) - (1 << 22)) / (float)(1 << 21);  // -2 .. 2
+    unsigned u;
+    memcpy(&u, &f, 4);
+    b = (unsigned short)(u >> 16);
+  }
+  return v;
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  // The norms' parameters: alpha, weight, bias of after, then of before, [HIDDEN] each.
+  std::vector<float> host_params(6 * HIDDEN);
+  for (int i = 0; i < 6 * HIDDEN; ++i) host_params[i] = 0.5f + 0.001f * (float)((i * 37) % 1000);
+  float* params;
+  CK(cudaMalloc(&params, host_params.size() * 4));
+  CK(cudaMemcpy(params, host_params.data(), host_params.size() * 4, cudaMemcpyHostToDevice));
+  const UClip after = {params, params + HIDDEN, params + 2 * HIDDEN, 1, 1, 1};
+  const UClip before = {params + 3 * HIDDEN, params + 4 * HIDDEN, params + 5 * HIDDEN, 1, 1, 1};
+  const char* names[4] = {"engine", "full", "two", "copy"};
+  for (long long rows : {8192LL, 16400LL}) {
+    const size_t n = (size_t)rows * HIDDEN;
+    // Four copies of every buffer in turn, so that no launch finds its inputs in L2.
+    constexpr int COPIES = 4;
+    std::vector<bf16*> bufs(4 * COPIES);
+    for (auto& b : bufs) CK(cudaMalloc(&b, n * 2));
+    const auto ha = random_bf16(n, 1), hx = random_bf16(n, 2);
+    for (int c = 0; c < COPIES; ++c) {
+      CK(cudaMemcpy(bufs[4 * c], ha.data(), n * 2, cudaMemcpyHostToDevice));
+      CK(cudaMemcpy(bufs[4 * c + 1], hx.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+    auto params_of = [&](int c) {
+      return Params{bufs[4 * c], bufs[4 * c + 1], after, before, bufs[4 * c + 2], bufs[4 * c + 3], (long long)(n / 8)};
+    };
+    std::vector<unsigned short> ref_x, ref_h;
+    for (int variant = 0; variant < 4; ++variant) {
+      auto launch = [&](int c) {
+        const Params p = params_of(c);
+        const long long vecs = p.vecs;
+        switch (variant) {
+          case 0: engine<<<(unsigned)std::min((vecs + 255) / 256, 4096LL), 256>>>(p); break;
+          case 1: full<<<(unsigned)((vecs + 255) / 256), 256>>>(p); break;
+          case 2: two<<<(unsigned)((vecs / 2 + 255) / 256), 256>>>(p); break;
+          default: copy<<<(unsigned)((vecs + 255) / 256), 256>>>(p); break;
+        }
+      };
+      CK(cudaMemset(bufs[2], 0xff, n * 2));
+      CK(cudaMemset(bufs[3], 0xff, n * 2));
+      launch(0);
+      CK(cudaDeviceSynchronize());
+      std::vector<unsigned short> out_x(n), out_h(n);
+      CK(cudaMemcpy(out_x.data(), bufs[2], n * 2, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(out_h.data(), bufs[3], n * 2, cudaMemcpyDeviceToHost));
+      if (variant == 0) ref_x = out_x, ref_h = out_h;
+      const char* bits = variant == 3 ? "(no arithmetic)" : (out_x == ref_x && out_h == ref_h) ? "the engine's bits" : "DIFFERENT bits";
+      for (int i = 0; i < 20; ++i) launch(i % COPIES);
+      cudaEvent_t e0, e1;
+      CK(cudaEventCreate(&e0));
+      CK(cudaEventCreate(&e1));
+      std::vector<float> us;
+      for (int rep = 0; rep < 200; ++rep) {
+        CK(cudaEventRecord(e0));
+        launch(rep % COPIES);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        us.push_back(ms * 1e3f);
+      }
+      std::sort(us.begin(), us.end());
+      const double med = us[us.size() / 2];
+      printf("rows %6lld %-7s median %7.2f us (min %7.2f), %5.2f TB/s; %s\n", rows, names[variant], med, us[0],
+             n * 8.0 / med / 1e6, bits);
+    }
+    for (auto b : bufs) CK(cudaFree(b));
+  }
+  return 0;
+}
