@@ -22,6 +22,12 @@
 //   free     the trigger first and no wait of any kind: the ops stream their W back to back with
 //            no dependency (each reads x whenever it gets there, so its output races and is not
 //            compared): what the chain costs without a hand-off, the floor the others stand on
+//   persist  one persistent kernel for the whole chain, a CTA an SM, each op's rows split over the
+//            CTAs; a CTA copies its rows of the next op's W into shared memory (cp.async, two
+//            buffers) while it waits at a grid barrier (a counter each op, red.release then
+//            ld.acquire) for the op before, then reads x into shared memory and multiplies: the
+//            megakernel's hand-off with the weights streamed ahead, in its plainest form
+//   pfree    persist without the barrier: the W stream of a persistent kernel, no dependency
 // Prints each mode's median step and its time an op, and checks that every mode's output but
 // free's has the bits of plain's (a consumer that read a stale x would differ).
 // Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff
@@ -43,7 +49,7 @@
     }                                                                                         \
   } while (0)
 
-enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, FREE = 6, MODES = 7 };
+enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, FREE = 6, PERSIST = 7, PFREE = 8, MODES = 9 };
 constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
 constexpr int CHUNK = 256, MAX_CHUNKS = 6144 / CHUNK;  // outputs a chunk counter covers; the most an op has
 
@@ -139,6 +145,75 @@ struct Op {
   const __nv_bfloat16* w;
 };
 
+// The persistent modes: threads a CTA, and the shared memory of one W buffer (the most rows of
+// any op a CTA gets, 47 of gate/up's 6,144 on 132 SMs, times K = 1,024, rounded up) and of x.
+constexpr int P_THREADS = 256, P_WARPS = P_THREADS / 32;
+constexpr int P_W_BYTES = 96 * 1024, P_X_BYTES = 3072 * 2;
+
+// CTA c's first row of an op of n rows over g CTAs, and its row count.
+__device__ __forceinline__ void rows_of_cta(int n, int g, int c, int& first, int& count) {
+  const int base = n / g, rem = n % g;
+  first = c * base + min(c, rem);
+  count = base + (c < rem ? 1 : 0);
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// Copies this CTA's rows of op's W into shared memory at dst (one commit group).
+__device__ __forceinline__ void stream_w(const Op& op, unsigned dst) {
+  int first, count;
+  rows_of_cta(op.n, gridDim.x, blockIdx.x, first, count);
+  const char* src = reinterpret_cast<const char*>(op.w + (size_t)first * op.k);
+  const int chunks = count * op.k / 8;
+  for (int i = threadIdx.x; i < chunks; i += P_THREADS) cp_async16(dst + 16 * i, src + 16 * i);
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// The whole chain in one kernel (modes persist and pfree). A row's sum is gemv's: lane l takes
+// 16-byte chunks l, l + 32, ... of the row in order, then the same butterfly, so persist gives
+// plain's bits.
+__global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, unsigned* counters, int barrier) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned wbuf[2] = {base, base + P_W_BYTES};
+  const uint4* xs = reinterpret_cast<const uint4*>(smem + 2 * P_W_BYTES);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  stream_w(ops[0], wbuf[0]);
+  for (int i = 0; i < n_ops; ++i) {
+    const Op op = ops[i];
+    if (i + 1 < n_ops) {
+      stream_w(ops[i + 1], wbuf[(i + 1) & 1]);
+    } else {
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    if (barrier && i > 0) {
+      if (threadIdx.x == 0) wait_count(counters + i - 1, gridDim.x);
+      __syncthreads();
+    }
+    for (int c = threadIdx.x; c < op.k / 8; c += P_THREADS)
+      reinterpret_cast<uint4*>(smem + 2 * P_W_BYTES)[c] = __ldcg(reinterpret_cast<const uint4*>(op.x) + c);
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();
+    int first, count;
+    rows_of_cta(op.n, gridDim.x, blockIdx.x, first, count);
+    const uint4* w = reinterpret_cast<const uint4*>(smem + (wbuf[i & 1] - base));
+    for (int r = warp; r < count; r += P_WARPS) {
+      float acc = 0.0f;
+      for (int c = 0; c < op.k / 256; ++c) acc = dot8(w[r * (op.k / 8) + c * 32 + lane], xs[c * 32 + lane], acc);
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) op.y[first + r] = __float2bfloat16(acc * 0.03125f);
+    }
+    __syncthreads();
+    if (barrier && threadIdx.x == 0) {
+      __threadfence();
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + i) : "memory");
+    }
+  }
+}
+
 static int rows_of(const Op& o) { return WARPS * (o.k == 1024 ? 4 : 1); }
 static unsigned ctas_of(const Op& o) { return o.n / rows_of(o); }
 
@@ -203,16 +278,36 @@ int main() {
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1", "chunks", "free"};
+  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1", "chunks", "free", "persist", "pfree"};
+  Op* dev_ops;
+  CK(cudaMalloc(&dev_ops, ops.size() * sizeof(Op)));
+  CK(cudaMemcpy(dev_ops, ops.data(), ops.size() * sizeof(Op), cudaMemcpyHostToDevice));
+  const int p_smem = 2 * P_W_BYTES + P_X_BYTES;
+  for (const Op& o : ops) {
+    const int most_rows = (o.n + prop.multiProcessorCount - 1) / prop.multiProcessorCount;
+    if ((size_t)most_rows * o.k * 2 > (size_t)P_W_BYTES || o.k * 2 > P_X_BYTES) {
+      printf("an op of %d x %d takes more than a W buffer on %d SMs: the persistent modes need more SMs\n", o.n, o.k,
+             prop.multiProcessorCount);
+      return 1;
+    }
+  }
+  CK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize, p_smem));
   std::vector<unsigned short> reference(1024), result(1024);
   for (int mode = 0; mode < MODES; ++mode) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     CK(cudaMemsetAsync(counters, 0, OPS * sizeof(unsigned), s));
     CK(cudaMemsetAsync(chunks, 0, OPS * MAX_CHUNKS * sizeof(unsigned), s));
-    for (int i = 0; i < OPS; ++i) {
-      const Handoff h = {counters, chunks, i, i > 0 ? rows_of(ops[i - 1]) : 0, i > 0 ? ops[i - 1].n : 0};
-      launch(ops[i], mode, h, s);
+    if (mode == PERSIST || mode == PFREE) {
+      // A CTA an SM, every one resident (nothing else runs), so the grid barrier cannot wait on
+      // a CTA that has not started.
+      chain<<<prop.multiProcessorCount, P_THREADS, p_smem, s>>>(dev_ops, OPS, counters, mode == PERSIST);
+      CK(cudaGetLastError());
+    } else {
+      for (int i = 0; i < OPS; ++i) {
+        const Handoff h = {counters, chunks, i, i > 0 ? rows_of(ops[i - 1]) : 0, i > 0 ? ops[i - 1].n : 0};
+        launch(ops[i], mode, h, s);
+      }
     }
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
@@ -243,7 +338,7 @@ int main() {
     const double med = ms[ms.size() / 2] * 1e3;
     printf("%-8s median %8.1f us a step (min %8.1f), %5.2f us an op, %6.2f TB/s of W; output %s\n",
            names[mode], med, ms[0] * 1e3, med / OPS, layer_elems * LAYERS * 2 / med / 1e6,
-           mode == FREE ? "not compared (no dependency)" : same ? "the bits of plain's" : "DIFFERS from plain's");
+           mode == FREE || mode == PFREE ? "not compared (no dependency)" : same ? "the bits of plain's" : "DIFFERS from plain's");
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
   }
