@@ -28,6 +28,12 @@
 //            ld.acquire) for the op before, then reads x into shared memory and multiplies: the
 //            megakernel's hand-off with the weights streamed ahead, in its plainest form
 //   pfree    persist without the barrier: the W stream of a persistent kernel, no dependency
+//   ring     persist with W streamed through a ring deeper than an op: a producer warp copies
+//            each CTA's rows of op after op into a ring of stages (4 KB, or RING_STAGE_KB;
+//            cp.async.bulk on mbarriers, a slice starting on a stage), running up to the ring's
+//            192 KB ahead of the consumers whatever the barrier holds them at; the consumers as
+//            in persist
+//   rfree    ring without the barrier
 // Prints each mode's median step and its time an op, and checks that every mode's output but
 // free's has the bits of plain's (a consumer that read a stale x would differ).
 // Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff
@@ -49,7 +55,7 @@
     }                                                                                         \
   } while (0)
 
-enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, FREE = 6, PERSIST = 7, PFREE = 8, MODES = 9 };
+enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, FREE = 6, PERSIST = 7, PFREE = 8, RING = 9, RFREE = 10, MODES = 11 };
 constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
 constexpr int CHUNK = 256, MAX_CHUNKS = 6144 / CHUNK;  // outputs a chunk counter covers; the most an op has
 
@@ -214,6 +220,115 @@ __global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, 
   }
 }
 
+// The ring modes: stages of R_STAGE bytes (RING_STAGE_KB at compile time, 4 by default) filling
+// 192 KB, then x; 8 consumer warps and a producer warp.
+#ifndef RING_STAGE_KB
+#define RING_STAGE_KB 4
+#endif
+constexpr int R_STAGE = RING_STAGE_KB * 1024, R_STAGES = 192 / RING_STAGE_KB, R_RING = R_STAGE * R_STAGES;
+constexpr int R_CONSUMERS = 256, R_THREADS = R_CONSUMERS + 32;
+
+__device__ __forceinline__ void mb_init(unsigned bar, unsigned n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(n) : "memory");
+}
+__device__ __forceinline__ void mb_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mb_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// The whole chain in one kernel with W through a ring (modes ring and rfree). Stage g of the
+// stream (g counted over the whole chain) sits in ring stage g % R_STAGES, its n-th use waiting
+// for parity n & 1 on `full` and its refill for the consumers' arrival on `empty`. A row's sum
+// is gemv's, so ring gives plain's bits.
+__global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_ops, unsigned* counters, int barrier) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned full0 = base + R_RING + P_X_BYTES, empty0 = full0 + 8 * R_STAGES;
+  const uint4* xs = reinterpret_cast<const uint4*>(smem + R_RING);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < R_STAGES; ++st) {
+      mb_init(full0 + 8 * st, 1);
+      mb_init(empty0 + 8 * st, 1);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x >= R_CONSUMERS) {
+    if (threadIdx.x == R_CONSUMERS) {
+      long long g = 0;
+      for (int i = 0; i < n_ops; ++i) {
+        const Op op = ops[i];
+        int first, count;
+        rows_of_cta(op.n, gridDim.x, blockIdx.x, first, count);
+        const char* src = reinterpret_cast<const char*>(op.w + (size_t)first * op.k);
+        const int bytes = count * op.k * 2;
+        for (int off = 0; off < bytes; off += R_STAGE, ++g) {
+          const int st = (int)(g % R_STAGES);
+          if (g >= R_STAGES) mb_wait(empty0 + 8 * st, (unsigned)((g / R_STAGES - 1) & 1));
+          const unsigned len = (unsigned)min(R_STAGE, bytes - off);
+          mb_expect(full0 + 8 * st, len);
+          bulk_copy(base + st * R_STAGE, src + off, len, full0 + 8 * st);
+        }
+      }
+    }
+    return;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  long long g = 0;
+  for (int i = 0; i < n_ops; ++i) {
+    const Op op = ops[i];
+    int first, count;
+    rows_of_cta(op.n, gridDim.x, blockIdx.x, first, count);
+    const int bytes = count * op.k * 2, stages = (bytes + R_STAGE - 1) / R_STAGE;
+    if (barrier && i > 0) {
+      if (threadIdx.x == 0) wait_count(counters + i - 1, gridDim.x);
+      asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
+    }
+    for (int c = threadIdx.x; c < op.k / 8; c += R_CONSUMERS)
+      reinterpret_cast<uint4*>(smem + R_RING)[c] = __ldcg(reinterpret_cast<const uint4*>(op.x) + c);
+    for (int j = 0; j < stages; ++j) mb_wait(full0 + 8 * ((g + j) % R_STAGES), (unsigned)(((g + j) / R_STAGES) & 1));
+    asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
+    const unsigned start = (unsigned)((g % R_STAGES) * R_STAGE);
+    for (int r = warp; r < count; r += P_WARPS) {
+      float acc = 0.0f;
+      for (int c = 0; c < op.k / 256; ++c) {
+        // A slice is at most the ring, so one subtraction wraps it (a modulo costs ~20 instructions).
+        unsigned at = start + (unsigned)(r * op.k * 2 + (c * 32 + lane) * 16);
+        at = at >= (unsigned)R_RING ? at - R_RING : at;
+        acc = dot8(*reinterpret_cast<const uint4*>(smem + at), xs[c * 32 + lane], acc);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (lane == 0) op.y[first + r] = __float2bfloat16(acc * 0.03125f);
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
+    if (threadIdx.x == 0) {
+      for (int j = 0; j < stages; ++j) mb_arrive(empty0 + 8 * ((g + j) % R_STAGES));
+      if (barrier) {
+        __threadfence();
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + i) : "memory");
+      }
+    }
+    g += stages;
+  }
+}
+
 static int rows_of(const Op& o) { return WARPS * (o.k == 1024 ? 4 : 1); }
 static unsigned ctas_of(const Op& o) { return o.n / rows_of(o); }
 
@@ -278,7 +393,8 @@ int main() {
 
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const char* names[MODES] = {"plain", "wait", "early", "counter", "counter1", "chunks", "free", "persist", "pfree"};
+  const char* names[MODES] = {"plain", "wait",    "early", "counter", "counter1", "chunks",
+                              "free",  "persist", "pfree", "ring",    "rfree"};
   Op* dev_ops;
   CK(cudaMalloc(&dev_ops, ops.size() * sizeof(Op)));
   CK(cudaMemcpy(dev_ops, ops.data(), ops.size() * sizeof(Op), cudaMemcpyHostToDevice));
@@ -292,6 +408,8 @@ int main() {
     }
   }
   CK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize, p_smem));
+  const int r_smem = R_RING + P_X_BYTES + 16 * R_STAGES;
+  CK(cudaFuncSetAttribute(ring_chain, cudaFuncAttributeMaxDynamicSharedMemorySize, r_smem));
   std::vector<unsigned short> reference(1024), result(1024);
   for (int mode = 0; mode < MODES; ++mode) {
     cudaGraph_t g;
@@ -302,6 +420,9 @@ int main() {
       // A CTA an SM, every one resident (nothing else runs), so the grid barrier cannot wait on
       // a CTA that has not started.
       chain<<<prop.multiProcessorCount, P_THREADS, p_smem, s>>>(dev_ops, OPS, counters, mode == PERSIST);
+      CK(cudaGetLastError());
+    } else if (mode == RING || mode == RFREE) {
+      ring_chain<<<prop.multiProcessorCount, R_THREADS, r_smem, s>>>(dev_ops, OPS, counters, mode == RING);
       CK(cudaGetLastError());
     } else {
       for (int i = 0; i < OPS; ++i) {
@@ -338,7 +459,7 @@ int main() {
     const double med = ms[ms.size() / 2] * 1e3;
     printf("%-8s median %8.1f us a step (min %8.1f), %5.2f us an op, %6.2f TB/s of W; output %s\n",
            names[mode], med, ms[0] * 1e3, med / OPS, layer_elems * LAYERS * 2 / med / 1e6,
-           mode == FREE || mode == PFREE ? "not compared (no dependency)" : same ? "the bits of plain's" : "DIFFERS from plain's");
+           mode == FREE || mode == PFREE || mode == RFREE ? "not compared (no dependency)" : same ? "the bits of plain's" : "DIFFERS from plain's");
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
   }
