@@ -24,14 +24,8 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
+#include "probe.cuh"
+
 
 constexpr int LAYERS = 35, H = 1024, D = 128, QH = 8, KVH = 4, QKV = 2048, GU = 6144, DOWN_K = 3072;
 constexpr int KEYS = 1008, CHUNK = 126, CHUNKS = KEYS / CHUNK, NEW = KEYS - 1;
@@ -68,17 +62,6 @@ __device__ __forceinline__ void st_cluster_b16(const void* local, unsigned rank,
   asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(v) : "memory");
 }
 
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
-    acc = fmaf(fa.x, fb.x, acc);
-    acc = fmaf(fa.y, fb.y, acc);
-  }
-  return acc;
-}
 
 // A row's sum: lane l takes 16-byte chunks l, l + 32, ... of the row (w and x in any memory),
 // then the butterfly. Every form sums a row this way.
@@ -374,23 +357,9 @@ int main() {
     CK(cudaStreamSynchronize(s));
     result[form].resize(H);
     CK(cudaMemcpy(result[form].data(), b.h, H * 2, cudaMemcpyDeviceToHost));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; ++i) CK(cudaGraphLaunch(ge, s));
-    std::vector<float> ms;
-    for (int rep = 0; rep < 30; ++rep) {
-      CK(cudaEventRecord(e0, s));
-      CK(cudaGraphLaunch(ge, s));
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    step_us[form] = ms[ms.size() / 2] * 1e3;
-    printf("%-6s median %8.1f us a step (min %8.1f), %6.2f us a layer\n", names[form], step_us[form], ms[0] * 1e3,
+    const Timing t = time_graph(ge, s);
+    step_us[form] = t.median_us;
+    printf("%-6s median %8.1f us a step (min %8.1f), %6.2f us a layer\n", names[form], step_us[form], t.min_us,
            step_us[form] / LAYERS);
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));

@@ -46,14 +46,8 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e = (x);                                                                      \
-    if (e != cudaSuccess) {                                                                   \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));               \
-      exit(1);                                                                                \
-    }                                                                                         \
-  } while (0)
+#include "probe.cuh"
+
 
 enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 5, FREE = 6, PERSIST = 7, PFREE = 8, RING = 9, RFREE = 10, MODES = 11 };
 constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
@@ -80,17 +74,6 @@ __device__ __forceinline__ void wait_count(const unsigned* p, unsigned need) {
   while (ld_acquire(p) < need) __nanosleep(32);
 }
 
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
-  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
-  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
-    acc = fmaf(fa.x, fb.x, acc);
-    acc = fmaf(fa.y, fb.y, acc);
-  }
-  return acc;
-}
 
 // y[n] = W[n] . x for RW rows a warp; lane l holds 16-byte chunks l, l + 32, ... of each row.
 template <int K, int RW>
@@ -441,24 +424,10 @@ int main() {
     CK(cudaMemcpy(result.data(), final_out, 2048, cudaMemcpyDeviceToHost));
     if (mode == PLAIN) reference = result;
     const bool same = result == reference;
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; ++i) CK(cudaGraphLaunch(ge, s));
-    std::vector<float> ms;
-    for (int rep = 0; rep < 30; ++rep) {
-      CK(cudaEventRecord(e0, s));
-      CK(cudaGraphLaunch(ge, s));
-      CK(cudaEventRecord(e1, s));
-      CK(cudaEventSynchronize(e1));
-      float t;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2] * 1e3;
+    const Timing t = time_graph(ge, s);
+    const double med = t.median_us;
     printf("%-8s median %8.1f us a step (min %8.1f), %5.2f us an op, %6.2f TB/s of W; output %s\n",
-           names[mode], med, ms[0] * 1e3, med / OPS, layer_elems * LAYERS * 2 / med / 1e6,
+           names[mode], med, t.min_us, med / OPS, layer_elems * LAYERS * 2 / med / 1e6,
            mode == FREE || mode == PFREE || mode == RFREE ? "not compared (no dependency)" : same ? "the bits of plain's" : "DIFFERS from plain's");
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));

@@ -21,15 +21,8 @@
 #include <vector>
 
 #include "../../gpu/kernels/ops_common.cuh"
+#include "probe.cuh"
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e = (x);                                                        \
-    if (e != cudaSuccess) {                                                     \
-      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      exit(1);                                                                  \
-    }                                                                           \
-  } while (0)
 
 constexpr int HIDDEN = 1024;
 
@@ -40,13 +33,13 @@ struct Params {
   long long vecs;
 };
 
-// The engine kernel's body for vector v.
-__device__ __forceinline__ void one(const Params& p, long long v) {
+// The engine kernel's body for vector v, its a and x already loaded (16 bytes each).
+__device__ __forceinline__ void residual(const Params& p, long long v, uint4 a_raw, uint4 x_raw) {
   const long long e = v * 8;
   const int c0 = (int)(e % HIDDEN);
   float av[8], xv[8], hv[8];
-  load8(p.a + e, av);
-  load8(p.x + e, xv);
+  load8_raw(a_raw, av);
+  load8_raw(x_raw, xv);
   const UClip8 after8(p.after, c0), before8(p.before, c0);
 #pragma unroll
   for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
@@ -61,14 +54,16 @@ __device__ __forceinline__ void one(const Params& p, long long v) {
   store8_cvt(p.h_out + e, hv);
 }
 
+__device__ __forceinline__ uint4 vec(const bf16* base, long long v) { return reinterpret_cast<const uint4*>(base)[v]; }
+
 __global__ void engine(Params p) {
   for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < p.vecs; v += (long long)gridDim.x * blockDim.x)
-    one(p, v);
+    residual(p, v, vec(p.a, v), vec(p.x, v));
 }
 
 __global__ void full(Params p) {
   const long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (v < p.vecs) one(p, v);
+  if (v < p.vecs) residual(p, v, vec(p.a, v), vec(p.x, v));
 }
 
 // Two vectors half the tensor apart, every load of both before any arithmetic.
@@ -76,33 +71,9 @@ __global__ void two(Params p) {
   const long long half = p.vecs / 2;
   const long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (v >= half) return;
-  long long vs[2] = {v, v + half};
-  uint4 ra[2], rx[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    ra[i] = *reinterpret_cast<const uint4*>(p.a + vs[i] * 8);
-    rx[i] = *reinterpret_cast<const uint4*>(p.x + vs[i] * 8);
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const long long e = vs[i] * 8;
-    const int c0 = (int)(e % HIDDEN);
-    float av[8], xv[8], hv[8];
-    load8_raw(ra[i], av);
-    load8_raw(rx[i], xv);
-    const UClip8 after8(p.after, c0), before8(p.before, c0);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
-    round8_cvt(av);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) xv[k] += av[k];
-    const uint4 x_bits = pack8_cvt(xv);
-    load8_raw(x_bits, xv);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) hv[k] = before8(k, xv[k]);
-    *reinterpret_cast<uint4*>(p.x_out + e) = x_bits;
-    store8_cvt(p.h_out + e, hv);
-  }
+  const uint4 a0 = vec(p.a, v), x0 = vec(p.x, v), a1 = vec(p.a, v + half), x1 = vec(p.x, v + half);
+  residual(p, v, a0, x0);
+  residual(p, v + half, a1, x1);
 }
 
 __global__ void copy(Params p) {
@@ -172,24 +143,9 @@ int main() {
       CK(cudaMemcpy(out_h.data(), bufs[3], n * 2, cudaMemcpyDeviceToHost));
       if (variant == 0) ref_x = out_x, ref_h = out_h;
       const char* bits = variant == 3 ? "(no arithmetic)" : (out_x == ref_x && out_h == ref_h) ? "the engine's bits" : "DIFFERENT bits";
-      for (int i = 0; i < 20; ++i) launch(i % COPIES);
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      std::vector<float> us;
-      for (int rep = 0; rep < 200; ++rep) {
-        CK(cudaEventRecord(e0));
-        launch(rep % COPIES);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        us.push_back(ms * 1e3f);
-      }
-      std::sort(us.begin(), us.end());
-      const double med = us[us.size() / 2];
-      printf("rows %6lld %-7s median %7.2f us (min %7.2f), %5.2f TB/s; %s\n", rows, names[variant], med, us[0],
-             n * 8.0 / med / 1e6, bits);
+      const Timing t = time_on_stream(0, 20, 200, [&](int i) { launch(i % COPIES); });
+      printf("rows %6lld %-7s median %7.2f us (min %7.2f), %5.2f TB/s; %s\n", rows, names[variant], t.median_us, t.min_us,
+             n * 8.0 / t.median_us / 1e6, bits);
     }
     for (auto b : bufs) CK(cudaFree(b));
   }

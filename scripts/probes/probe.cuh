@@ -1,0 +1,69 @@
+// probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the
+// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), and
+// the GEMV probes' 8-element bf16 dot product. Each
+// probe stays one file that nvcc builds alone (its header says how); this is its only include
+// from here.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                   \
+  do {                                                                          \
+    cudaError_t e = (x);                                                        \
+    if (e != cudaSuccess) {                                                     \
+      printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      exit(1);                                                                  \
+    }                                                                           \
+  } while (0)
+
+// The median and the least of `trials` timings, each of one call of `run(trial)` on stream s
+// between two events, after `warm` untimed calls.
+struct Timing {
+  double median_us, min_us;
+};
+
+template <class Run>
+Timing time_on_stream(cudaStream_t s, int warm, int trials, Run run) {
+  for (int i = 0; i < warm; ++i) run(i);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < trials; ++i) {
+    CK(cudaEventRecord(e0, s));
+    run(warm + i);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float t;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return Timing{ms[ms.size() / 2] * 1e3, ms[0] * 1e3};
+}
+
+// A graph's replay: 5 untimed, then the median of 30.
+inline Timing time_graph(cudaGraphExec_t ge, cudaStream_t s) {
+  return time_on_stream(s, 5, 30, [&](int) { CK(cudaGraphLaunch(ge, s)); });
+}
+
+// acc + a . b over 8 bf16 pairs (16 bytes each), in element order with fmaf: every GEMV of the
+// probes sums a row through it, so two forms that order their chunks alike give the same bits.
+__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
+  const __nv_bfloat162* pa = reinterpret_cast<const __nv_bfloat162*>(&a);
+  const __nv_bfloat162* pb = reinterpret_cast<const __nv_bfloat162*>(&b);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(pa[i]), fb = __bfloat1622float2(pb[i]);
+    acc = fmaf(fa.x, fb.x, acc);
+    acc = fmaf(fa.y, fb.y, acc);
+  }
+  return acc;
+}
