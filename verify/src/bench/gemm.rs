@@ -44,6 +44,10 @@ pub const WEIGHTS: [(&str, usize, usize); 5] = [
 pub const M_GRID: [usize; 5] = [1, 8, 32, 64, 128];
 /// The prefill steps' rows timed (`--prefill`).
 pub const PREFILL_M_GRID: [usize; 2] = [2048, 8448];
+/// The widest M a `--point` may name: past any step's rows, and small enough that x and y of the
+/// widest weight fit an H100 (65,536 x 151,936 bf16 outputs are 20 GB); where they do not fit,
+/// the allocation's error fails the point, as for any weight.
+pub const MAX_POINT_M: usize = 1 << 16;
 /// The widest M at which the skinny kernel (slabs of 64 rows) is still timed.
 const SKINNY_TIMED_MAX_M: usize = 512;
 /// Issue 9's goal for the dispatcher at M up to [`GOAL_MAX_M`], effective TB/s.
@@ -106,10 +110,10 @@ impl GemmPoint {
     }
 
     /// The weight and M a key names (the inverse of [`GemmPoint::key`]), for a `--point` off
-    /// [`M_GRID`]; `None` where `key` is not of that form.
+    /// [`M_GRID`]; `None` where `key` is not of that form or M is not 1 to [`MAX_POINT_M`].
     pub fn parse_key(key: &str) -> Option<(&str, usize)> {
         let (weight, m) = key.rsplit_once("_M")?;
-        let m = m.parse().ok().filter(|&m| m > 0)?;
+        let m = m.parse().ok().filter(|m| (1..=MAX_POINT_M).contains(m))?;
         Some((weight, m))
     }
 
@@ -389,7 +393,9 @@ mod tests {
         for (weight, m) in [("qkv", 8), ("down", 96), ("lm_head", 2048)] {
             assert_eq!(GemmPoint::parse_key(&GemmPoint::key(weight, m)), Some((weight, m)));
         }
-        for key in ["down", "down_M", "down_M0", "down_Mx", "B128_L4096"] {
+        assert_eq!(GemmPoint::parse_key(&GemmPoint::key("down", MAX_POINT_M)), Some(("down", MAX_POINT_M)));
+        let too_wide = GemmPoint::key("down", MAX_POINT_M + 1);
+        for key in ["down", "down_M", "down_M0", "down_Mx", "B128_L4096", "down_M99999999999999999999999", &too_wide] {
             assert_eq!(GemmPoint::parse_key(key), None, "{key}");
         }
     }
