@@ -38,14 +38,6 @@ constexpr int F_SMEM = F_W_BYTES + F_KV_BYTES + H * 2 + HEAD_ROWS * 2 + 2 * CHUN
 constexpr int A_SMEM = F_KV_BYTES + 2 * CHUNK * 4 + 2 * D * 4;
 static_assert(CHUNKS == 8, "a cluster of 8");
 
-__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src)
-               : "memory");
-}
-
 // The cluster's pieces as inline PTX: this CTA's rank, a barrier of all its CTAs (release and
 // acquire), and a 16-bit store into the shared memory of the CTA of rank `rank`.
 __device__ __forceinline__ unsigned cluster_rank() {
@@ -58,7 +50,7 @@ __device__ __forceinline__ void cluster_sync() {
 }
 __device__ __forceinline__ void st_cluster_b16(const void* local, unsigned rank, unsigned short v) {
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
   asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(v) : "memory");
 }
 
@@ -70,9 +62,7 @@ __device__ __forceinline__ float row_sum(const uint4* w, const uint4* x, int lan
   float acc = 0.0f;
 #pragma unroll
   for (int c = 0; c < K / 256; ++c) acc = dot8(w[c * 32 + lane], x[c * 32 + lane], acc);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc * 0.03125f;
+  return finish_row(acc);
 }
 
 // A warp's RW rows of W in registers, loaded before the wait as the engine's kernels do (W is
@@ -90,9 +80,7 @@ struct WarpRows {
     float acc = 0.0f;
 #pragma unroll
     for (int c = 0; c < K / 256; ++c) acc = dot8(w[r][c], x[c * 32 + lane], acc);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    return acc * 0.03125f;
+    return finish_row(acc);
   }
 };
 
@@ -180,8 +168,8 @@ __global__ void __launch_bounds__(128) attention_apart(Layer l, Bufs b) {
   const int j = blockIdx.x / CHUNKS, c = blockIdx.x % CHUNKS;
   const size_t kv0 = ((size_t)j * KEYS + c * CHUNK) * D;
   for (int i = threadIdx.x; i < CHUNK * D / 8; i += 128) {
-    cp_async16(reinterpret_cast<uint4*>(ks) + i, reinterpret_cast<const uint4*>(l.k_cache + kv0) + i);
-    cp_async16(reinterpret_cast<uint4*>(vs) + i, reinterpret_cast<const uint4*>(l.v_cache + kv0) + i);
+    cp_async16(smem_addr(reinterpret_cast<uint4*>(ks) + i), reinterpret_cast<const uint4*>(l.k_cache + kv0) + i);
+    cp_async16(smem_addr(reinterpret_cast<uint4*>(vs) + i), reinterpret_cast<const uint4*>(l.v_cache + kv0) + i);
   }
   grid_wait();
   grid_trigger();
@@ -239,12 +227,12 @@ __global__ void __launch_bounds__(F_THREADS, 1) qkv_attention_fused(Layer l, Buf
   // W and its chunk's K and V.
   for (int i = threadIdx.x; i < F_W_BYTES / 16; i += F_THREADS) {
     const int r = i / (H / 8), e = i % (H / 8);
-    cp_async16(ws + i, reinterpret_cast<const uint4*>(l.w_qkv + (size_t)qkv_row(c * CTA_ROWS + r) * H) + e);
+    cp_async16(smem_addr(ws + i), reinterpret_cast<const uint4*>(l.w_qkv + (size_t)qkv_row(c * CTA_ROWS + r) * H) + e);
   }
   const size_t kv0 = ((size_t)j * KEYS + c * CHUNK) * D;
   for (int i = threadIdx.x; i < CHUNK * D / 8; i += F_THREADS) {
-    cp_async16(reinterpret_cast<uint4*>(ks) + i, reinterpret_cast<const uint4*>(l.k_cache + kv0) + i);
-    cp_async16(reinterpret_cast<uint4*>(vs) + i, reinterpret_cast<const uint4*>(l.v_cache + kv0) + i);
+    cp_async16(smem_addr(reinterpret_cast<uint4*>(ks) + i), reinterpret_cast<const uint4*>(l.k_cache + kv0) + i);
+    cp_async16(smem_addr(reinterpret_cast<uint4*>(vs) + i), reinterpret_cast<const uint4*>(l.v_cache + kv0) + i);
   }
   // Every CTA of the cluster has started before any writes into another's shared memory.
   cluster_sync();
@@ -289,17 +277,6 @@ static void launch(void (*k)(P...), unsigned grid, unsigned threads, unsigned sm
   cfg.attrs = attr;
   cfg.numAttrs = cluster > 1 ? 2 : 1;
   CK(cudaLaunchKernelEx(&cfg, k, args...));
-}
-
-static std::vector<unsigned short> random_bf16(size_t n, unsigned seed) {
-  std::vector<unsigned short> v(n);
-  for (auto& b : v) {
-    seed = seed * 1664525u + 1013904223u;
-    const float f = ((int)(seed >> 9) - (1 << 22)) / (float)(1 << 22);
-    __nv_bfloat16 h = __float2bfloat16(f);
-    memcpy(&b, &h, 2);
-  }
-  return v;
 }
 
 static __nv_bfloat16* upload(const std::vector<unsigned short>& v) {

@@ -53,8 +53,6 @@ enum Mode { PLAIN = 0, WAIT = 1, EARLY = 2, COUNTER = 3, COUNTER1 = 4, CHUNKS = 
 constexpr int LAYERS = 35, OPS = 4 * LAYERS, WARPS = 4;
 constexpr int CHUNK = 256, MAX_CHUNKS = 6144 / CHUNK;  // outputs a chunk counter covers; the most an op has
 
-__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -72,6 +70,12 @@ struct Handoff {
 
 __device__ __forceinline__ void wait_count(const unsigned* p, unsigned need) {
   while (ld_acquire(p) < need) __nanosleep(32);
+}
+
+// A persistent CTA's count of an op it has finished, after __syncthreads ordered its stores.
+__device__ __forceinline__ void release_count(unsigned* p) {
+  __threadfence();
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
 }
 
 
@@ -110,10 +114,8 @@ __global__ void __launch_bounds__(32 * WARPS) gemv(const __nv_bfloat16* __restri
   }
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    // Scaled down so that 35 layers of random weights stay finite.
-    if (lane == 0) y[row0 + r] = __float2bfloat16(acc[r] * 0.03125f);
+    const float total = finish_row(acc[r]);
+    if (lane == 0) y[row0 + r] = __float2bfloat16(total);
   }
   if (mode == CHUNKS && h.op > 0)
     for (int c = C; c < h.producer_n / CHUNK; ++c) wait_count(ready + c, per_chunk);
@@ -146,8 +148,9 @@ __device__ __forceinline__ void rows_of_cta(int n, int g, int c, int& first, int
   count = base + (c < rem ? 1 : 0);
 }
 
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+// x of op into shared memory at xs, by `threads` threads.
+__device__ __forceinline__ void copy_x(uint4* xs, const Op& op, int threads) {
+  for (int c = threadIdx.x; c < op.k / 8; c += threads) xs[c] = __ldcg(reinterpret_cast<const uint4*>(op.x) + c);
 }
 
 // Copies this CTA's rows of op's W into shared memory at dst (one commit group).
@@ -165,9 +168,9 @@ __device__ __forceinline__ void stream_w(const Op& op, unsigned dst) {
 // plain's bits.
 __global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, unsigned* counters, int barrier) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned base = smem_addr(smem);
   const unsigned wbuf[2] = {base, base + P_W_BYTES};
-  const uint4* xs = reinterpret_cast<const uint4*>(smem + 2 * P_W_BYTES);
+  uint4* xs = reinterpret_cast<uint4*>(smem + 2 * P_W_BYTES);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   stream_w(ops[0], wbuf[0]);
   for (int i = 0; i < n_ops; ++i) {
@@ -181,8 +184,7 @@ __global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, 
       if (threadIdx.x == 0) wait_count(counters + i - 1, gridDim.x);
       __syncthreads();
     }
-    for (int c = threadIdx.x; c < op.k / 8; c += P_THREADS)
-      reinterpret_cast<uint4*>(smem + 2 * P_W_BYTES)[c] = __ldcg(reinterpret_cast<const uint4*>(op.x) + c);
+    copy_x(xs, op, P_THREADS);
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     int first, count;
@@ -191,15 +193,11 @@ __global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, 
     for (int r = warp; r < count; r += P_WARPS) {
       float acc = 0.0f;
       for (int c = 0; c < op.k / 256; ++c) acc = dot8(w[r * (op.k / 8) + c * 32 + lane], xs[c * 32 + lane], acc);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) op.y[first + r] = __float2bfloat16(acc * 0.03125f);
+      const float total = finish_row(acc);
+      if (lane == 0) op.y[first + r] = __float2bfloat16(total);
     }
     __syncthreads();
-    if (barrier && threadIdx.x == 0) {
-      __threadfence();
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + i) : "memory");
-    }
+    if (barrier && threadIdx.x == 0) release_count(counters + i);
   }
 }
 
@@ -241,9 +239,9 @@ __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigne
 // is gemv's, so ring gives plain's bits.
 __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_ops, unsigned* counters, int barrier) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const unsigned base = (unsigned)__cvta_generic_to_shared(smem);
+  const unsigned base = smem_addr(smem);
   const unsigned full0 = base + R_RING + P_X_BYTES, empty0 = full0 + 8 * R_STAGES;
-  const uint4* xs = reinterpret_cast<const uint4*>(smem + R_RING);
+  uint4* xs = reinterpret_cast<uint4*>(smem + R_RING);
   if (threadIdx.x == 0) {
     for (int st = 0; st < R_STAGES; ++st) {
       mb_init(full0 + 8 * st, 1);
@@ -283,8 +281,7 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
       if (threadIdx.x == 0) wait_count(counters + i - 1, gridDim.x);
       asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     }
-    for (int c = threadIdx.x; c < op.k / 8; c += R_CONSUMERS)
-      reinterpret_cast<uint4*>(smem + R_RING)[c] = __ldcg(reinterpret_cast<const uint4*>(op.x) + c);
+    copy_x(xs, op, R_CONSUMERS);
     for (int j = 0; j < stages; ++j) mb_wait(full0 + 8 * ((g + j) % R_STAGES), (unsigned)(((g + j) / R_STAGES) & 1));
     asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     const unsigned start = (unsigned)((g % R_STAGES) * R_STAGE);
@@ -296,17 +293,13 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
         at = at >= (unsigned)R_RING ? at - R_RING : at;
         acc = dot8(*reinterpret_cast<const uint4*>(smem + at), xs[c * 32 + lane], acc);
       }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-      if (lane == 0) op.y[first + r] = __float2bfloat16(acc * 0.03125f);
+      const float total = finish_row(acc);
+      if (lane == 0) op.y[first + r] = __float2bfloat16(total);
     }
     asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     if (threadIdx.x == 0) {
       for (int j = 0; j < stages; ++j) mb_arrive(empty0 + 8 * ((g + j) % R_STAGES));
-      if (barrier) {
-        __threadfence();
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counters + i) : "memory");
-      }
+      if (barrier) release_count(counters + i);
     }
     g += stages;
   }
@@ -340,14 +333,7 @@ int main() {
   for (auto& s : shapes) layer_elems += (size_t)s[0] * s[1];
   __nv_bfloat16 *w, *h_in, *qkv, *a, *gu, *h0, *h1;
   CK(cudaMalloc(&w, layer_elems * LAYERS * 2));
-  std::vector<unsigned short> host(layer_elems * LAYERS);
-  unsigned seed = 12345;
-  for (auto& v : host) {
-    seed = seed * 1664525u + 1013904223u;
-    const float f = ((int)(seed >> 9) - (1 << 22)) / (float)(1 << 22);  // -1 .. 1
-    const __nv_bfloat16 b = __float2bfloat16(f);
-    memcpy(&v, &b, 2);
-  }
+  const std::vector<unsigned short> host = random_bf16(layer_elems * LAYERS, 12345);
   CK(cudaMemcpy(w, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMalloc(&h_in, 1024 * 2));
   CK(cudaMemcpy(h_in, host.data(), 1024 * 2, cudaMemcpyHostToDevice));

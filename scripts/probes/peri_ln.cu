@@ -1,8 +1,9 @@
 // Probe (issue 18): how near the Peri-LN residual pass (gpu/kernels/peri_ln_residual.cu, twice a
 // layer over a prefill step's rows) runs to the bandwidth its traffic can reach, and whether its
-// grid is what holds it. Each variant computes the engine kernel's arithmetic (the same
-// ops_common.cuh helpers, so the same bits, which the probe checks), on [rows, 1024] bf16 with
-// per-channel f32 parameters, buffers larger than L2:
+// grid is what holds it. engine is the engine's kernel itself (this file includes it), and full
+// and two run its body (peri_ln_residual8) in other launch shapes, so every variant has its
+// bits, which the probe checks; on [rows, 1024] bf16 with per-channel f32 parameters, buffers
+// larger than L2:
 //   engine   the engine's launch: min(ceil(vecs / 256), 4096) CTAs of 256, a grid-stride loop
 //   full     one 16-byte vector a thread, ceil(vecs / 256) CTAs, no loop
 //   two      two vectors a thread (v and v + vecs / 2), both loads of both issued first
@@ -21,8 +22,9 @@
 #include <vector>
 
 #include "../../gpu/kernels/ops_common.cuh"
+#include "../../gpu/kernels/pdl.cuh"
+#include "../../gpu/kernels/peri_ln_residual.cu"
 #include "probe.cuh"
-
 
 constexpr int HIDDEN = 1024;
 
@@ -33,32 +35,11 @@ struct Params {
   long long vecs;
 };
 
-// The engine kernel's body for vector v, its a and x already loaded (16 bytes each).
-__device__ __forceinline__ void residual(const Params& p, long long v, uint4 a_raw, uint4 x_raw) {
-  const long long e = v * 8;
-  const int c0 = (int)(e % HIDDEN);
-  float av[8], xv[8], hv[8];
-  load8_raw(a_raw, av);
-  load8_raw(x_raw, xv);
-  const UClip8 after8(p.after, c0), before8(p.before, c0);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) av[k] = after8(k, av[k]);
-  round8_cvt(av);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) xv[k] += av[k];
-  const uint4 x_bits = pack8_cvt(xv);
-  load8_raw(x_bits, xv);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) hv[k] = before8(k, xv[k]);
-  *reinterpret_cast<uint4*>(p.x_out + e) = x_bits;
-  store8_cvt(p.h_out + e, hv);
-}
-
 __device__ __forceinline__ uint4 vec(const bf16* base, long long v) { return reinterpret_cast<const uint4*>(base)[v]; }
 
-__global__ void engine(Params p) {
-  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < p.vecs; v += (long long)gridDim.x * blockDim.x)
-    residual(p, v, vec(p.a, v), vec(p.x, v));
+// The engine's body for vector v (peri_ln_residual.cu).
+__device__ __forceinline__ void residual(const Params& p, long long v, uint4 a_raw, uint4 x_raw) {
+  peri_ln_residual8(p.after, p.before, a_raw, x_raw, p.x_out, p.h_out, v, HIDDEN);
 }
 
 __global__ void full(Params p) {
@@ -83,18 +64,6 @@ __global__ void copy(Params p) {
   reinterpret_cast<uint4*>(p.h_out)[v] = reinterpret_cast<const uint4*>(p.x)[v];
 }
 
-static std::vector<unsigned short> random_bf16(size_t n, unsigned seed) {
-  std::vector<unsigned short> v(n);
-  for (auto& b : v) {
-    seed = seed * 1664525u + 1013904223u;
-    const float f = ((int)(seed >> 9) - (1 << 22)) / (float)(1 << 21);  // -2 .. 2
-    unsigned u;
-    memcpy(&u, &f, 4);
-    b = (unsigned short)(u >> 16);
-  }
-  return v;
-}
-
 int main() {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
@@ -114,7 +83,7 @@ int main() {
     constexpr int COPIES = 4;
     std::vector<bf16*> bufs(4 * COPIES);
     for (auto& b : bufs) CK(cudaMalloc(&b, n * 2));
-    const auto ha = random_bf16(n, 1), hx = random_bf16(n, 2);
+    const auto ha = random_bf16(n, 1, 2.0f), hx = random_bf16(n, 2, 2.0f);
     for (int c = 0; c < COPIES; ++c) {
       CK(cudaMemcpy(bufs[4 * c], ha.data(), n * 2, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(bufs[4 * c + 1], hx.data(), n * 2, cudaMemcpyHostToDevice));
@@ -128,7 +97,11 @@ int main() {
         const Params p = params_of(c);
         const long long vecs = p.vecs;
         switch (variant) {
-          case 0: engine<<<(unsigned)std::min((vecs + 255) / 256, 4096LL), 256>>>(p); break;
+          case 0:
+            peri_ln_residual<<<(unsigned)std::min((vecs + 255) / 256, 4096LL), 256>>>(
+                p.a, p.x, p.after.alpha, 1, p.after.weight, 1, p.after.bias, 1, p.before.alpha, 1, p.before.weight, 1,
+                p.before.bias, 1, p.x_out, p.h_out, vecs, HIDDEN);
+            break;
           case 1: full<<<(unsigned)((vecs + 255) / 256), 256>>>(p); break;
           case 2: two<<<(unsigned)((vecs / 2 + 255) / 256), 256>>>(p); break;
           default: copy<<<(unsigned)((vecs + 255) / 256), 256>>>(p); break;

@@ -1,6 +1,8 @@
 // probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the
-// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), and
-// the GEMV probes' 8-element bf16 dot product. Each
+// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), random
+// bf16 data, programmatic launch's wait and trigger, a 16-byte cp.async, and the GEMV probes'
+// row arithmetic (dot8, finish_row), whose one definition is what lets two forms of a probe give
+// the same bits. Each
 // probe stays one file that nvcc builds alone (its header says how); this is its only include
 // from here.
 #pragma once
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CK(x)                                                                   \
@@ -66,4 +69,33 @@ __device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
     acc = fmaf(fa.y, fb.y, acc);
   }
   return acc;
+}
+
+// The end of a GEMV row's sum held across a warp's lanes: the butterfly, then the scale that
+// keeps 35 layers of random weights finite. Every lane gets the total.
+__device__ __forceinline__ float finish_row(float acc) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc * 0.03125f;
+}
+
+__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+// 16 bytes from global memory to shared address dst, through L2 only.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+
+// n bf16 bits uniform in [-range, range), from an LCG started at seed, each rounded to bf16.
+inline std::vector<unsigned short> random_bf16(size_t n, unsigned seed, float range = 1.0f) {
+  std::vector<unsigned short> v(n);
+  for (auto& b : v) {
+    seed = seed * 1664525u + 1013904223u;
+    const __nv_bfloat16 h = __float2bfloat16(range * (((int)(seed >> 9) - (1 << 22)) / (float)(1 << 22)));
+    memcpy(&b, &h, 2);
+  }
+  return v;
 }
