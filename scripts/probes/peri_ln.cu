@@ -9,8 +9,9 @@
 //   two      two vectors a thread (v and v + vecs / 2), both loads of both issued first
 //   copy     the same traffic with no arithmetic (a -> x_out, x -> h_out): the floor of the pass
 // Prints each variant's median us over 200 launches, its TB/s of the 8 bytes an element moves,
-// and whether its outputs have the engine's bits. RESULTS runs 289-290: the pair form is 10%
-// faster here and level inside a prefill step, where the pass's inputs are partly in L2.
+// and whether its outputs have the engine's bits. RESULTS run 295: the engine's launch is within
+// 4% of the copy and no other form beats it (run 289's 10% for the pair form was measured
+// against an earlier copy of the kernel's body, whose pointers lacked __restrict__).
 // Build and run on the device: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/peri_ln
 // scripts/probes/peri_ln.cu && /tmp/peri_ln
 #include <cuda_runtime.h>
