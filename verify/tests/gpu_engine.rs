@@ -216,8 +216,16 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
         mixed = m;
 
         exec.set_graph_replay(false);
+        let fused_before = exec.qkv_split_launches();
         let (eager, _, _) = drive(&mut exec, &cfg, &[watched()])?;
         compare(&what("eager (no graph replay)"), &eager, &alone)?;
+        // Alone, its decode steps take one launch for qkv and the attention on the graph path
+        // (the megakernel keeps its own tasks): the batches above ran the two launches.
+        let fused = exec.qkv_split_launches() - fused_before;
+        let clusters = gpu.info().compute_capability.0 >= 9;
+        if (kernel == DecodeKernel::Graph && clusters) != (fused > 0) {
+            return Err(what(&format!("{fused} fused qkv and attention launches alone")));
+        }
         exec.set_graph_replay(true);
         let (again, _, _) = drive(&mut exec, &cfg, &[watched()])?;
         compare(&what("a second run"), &again, &alone)?;
@@ -237,7 +245,8 @@ fn same_bits_everywhere(gpu: &Arc<Gpu>) -> Check {
     std::fs::remove_dir_all(&dir).map_err(err)?;
     println!(
         "  {GENERATED} tokens: the same tokens and logits bits alone, beside 64 others ({mixed} mixed steps), \
-         eager, twice, and after {preemptions} preemptions, with the graph path and the megakernel; tokens {:?}",
+         eager, twice, and after {preemptions} preemptions, with the graph path (one-row steps with qkv and \
+         the attention in one launch) and the megakernel; tokens {:?}",
         alone.tokens
     );
     Ok(())
