@@ -224,7 +224,7 @@ fn preset_model(preset: Preset, seed: u64) -> Result<(ModelConfig, ModelWeights<
 }
 
 fn gpu_model(gpu: &Arc<Gpu>, cfg: &ModelConfig, host: &ModelWeights<bf16>) -> Result<GpuModel, String> {
-    let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: 32 };
+    let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: BLOCKS };
     GpuModel::new(gpu, cfg.dims(), host, KvSize::Blocks(BLOCKS), BLOCK, cap, &mut |_, _| {}, &mut StartTimes::silent())
         .map_err(|e| e.to_string())
 }
@@ -454,7 +454,8 @@ fn the_forward_agrees_with_the_oracles_bf16_mode(gpu: &Arc<Gpu>) -> Result<(), S
     let fake_decode = compare_steps(gpu, 31, &[45, 28], &chunked, MODEL_BOUND)?;
     // One sequence alone past 8 chunks: its decode steps run qkv and the attention in one launch,
     // where some halves of a CTA take two of the 18 chunk tasks.
-    let alone: Vec<Step> = vec![vec![(0, 0, 1060)], vec![(0, 1060, 1)], vec![(0, 1061, 1)]];
+    let mut alone: Vec<Step> = (0..1060).step_by(212).map(|at| vec![(0, at, 212)]).collect();
+    alone.extend([vec![(0, 1060, 1)], vec![(0, 1061, 1)]]);
     let one_row = compare_steps(gpu, 31, &[1100], &alone, MODEL_BOUND)?;
     println!("  tensor-core prefill:\n    {}", tensor_core.join("\n    "));
     println!("  chunks of 16 (fake decode):\n    {}", fake_decode.join("\n    "));

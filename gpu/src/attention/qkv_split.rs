@@ -12,9 +12,9 @@
 //! result does not depend on whether its step took this launch.
 //!
 //! The plan takes a split-K [`Plan`] of one row and the GEMM's K, and refuses what the kernel
-//! does not serve: more rows, the decode path, KV heads whose rows do not split into whole
-//! 16-row blocks over the cluster's CTAs, a K that is not a multiple of 8, or W rows past
-//! [`QKV_SPLIT_MAX_SHARED`]. [`QkvSplitPlan::pays`] says where it should run: a row of the
+//! does not serve: more rows, the decode path, KV heads whose rows do not split over the
+//! cluster's CTAs in runs of one head ([`QKV_SPLIT_ENTRIES`]), a K that is not a multiple of 8,
+//! or W rows past [`QKV_SPLIT_MAX_SHARED`]. [`QkvSplitPlan::pays`] says where it should run: a row of the
 //! plan's capacity gives each half of a CTA (one split-K CTA's work) at most two chunk tasks.
 
 use std::sync::Arc;
@@ -30,8 +30,9 @@ use crate::runtime::{check_aligned, launch_error, Gpu, Launch};
 
 /// CTAs of a cluster, one cluster a KV head.
 pub const QKV_SPLIT_CLUSTER: usize = 8;
-/// Rows of W a block: the skinny GEMM's ROWS = 16 (the pairing epilogue's least).
-pub const QKV_SPLIT_BLOCK_ROWS: usize = 16;
+/// The instantiated (head dim, rows of W a CTA): `(Hq / Hkv + 2) D / 8` rows at 2 and 6 query
+/// heads a KV head, where a CTA's rows lie in one head.
+pub const QKV_SPLIT_ENTRIES: [(usize, usize); 5] = [(64, 32), (64, 64), (128, 64), (128, 128), (256, 128)];
 /// Threads a CTA: two attention CTAs' worth, one skinny GEMM CTA.
 pub const QKV_SPLIT_THREADS: u32 = 256;
 /// The most dynamic shared memory a plan takes: an sm_90 CTA's 227 KB less room for the static
@@ -39,8 +40,6 @@ pub const QKV_SPLIT_THREADS: u32 = 256;
 pub const QKV_SPLIT_MAX_SHARED: usize = 212 * 1024;
 /// Chunk tasks a half CTA runs at most where the launch pays ([`QkvSplitPlan::pays`]).
 pub const QKV_SPLIT_MAX_TASKS: usize = 2;
-/// Floats of the GEMM's partial sums: 8 warps x 8 rows x (16 + 4).
-const PART_FLOATS: usize = 8 * 8 * (QKV_SPLIT_BLOCK_ROWS + 4);
 
 /// A launch of `hp1_qkv_split.cu`, from static facts.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +61,7 @@ impl QkvSplitPlan {
     /// its row over `k` inputs.
     pub fn new(attention: Plan, k: usize) -> Result<Self> {
         let g = attention.geometry;
-        let entry = |pv: &str| format!("hp1_qkv_split_d{}_{pv}", g.head_dim);
+        let entry = |rows: usize, pv: &str| format!("hp1_qkv_split_d{}_r{rows}_{pv}", g.head_dim);
         let refuse = |reason: String| Err(unsupported("hp1_qkv_split", reason));
         let pv = match attention.path {
             AttentionPath::SplitK(Pv::Sparse) => "sparse",
@@ -74,18 +73,20 @@ impl QkvSplitPlan {
         if g.rows != 1 {
             return refuse(format!("it serves one decode row, not {}", g.rows));
         }
-        let per_kv = g.num_heads / g.num_kv_heads;
-        let blocks = (per_kv + 2) * g.head_dim / QKV_SPLIT_BLOCK_ROWS;
-        if !blocks.is_multiple_of(QKV_SPLIT_CLUSTER) {
+        let head_rows = (g.num_heads / g.num_kv_heads + 2) * g.head_dim;
+        let rows = head_rows / QKV_SPLIT_CLUSTER;
+        if !QKV_SPLIT_ENTRIES.contains(&(g.head_dim, rows)) || rows * QKV_SPLIT_CLUSTER != head_rows {
             return refuse(format!(
-                "a KV head's {blocks} blocks of {QKV_SPLIT_BLOCK_ROWS} qkv rows do not split over {QKV_SPLIT_CLUSTER} CTAs"
+                "a KV head's {head_rows} qkv rows at D = {} do not make {QKV_SPLIT_CLUSTER} CTAs of one of {:?} \
+                 (head dim, rows)",
+                g.head_dim, QKV_SPLIT_ENTRIES
             ));
         }
         if k == 0 || !k.is_multiple_of(8) {
             return refuse(format!("K must be a positive multiple of 8, got {k}"));
         }
-        let rows = blocks / QKV_SPLIT_CLUSTER * QKV_SPLIT_BLOCK_ROWS;
-        let shared = rows * shared_stride(k) * 2 + k * 2 + PART_FLOATS * 4;
+        // W's rows, x, the partial sums of 8 warps x 8 rows x (rows + 4).
+        let shared = rows * shared_stride(k) * 2 + k * 2 + 8 * 8 * (rows + 4) * 4;
         if shared > QKV_SPLIT_MAX_SHARED {
             return refuse(format!(
                 "{rows} rows of W at K = {k} take {shared} bytes of shared memory, past {QKV_SPLIT_MAX_SHARED}"
@@ -93,7 +94,7 @@ impl QkvSplitPlan {
         }
         let n = (g.num_heads + 2 * g.num_kv_heads) * g.head_dim;
         Ok(Self {
-            entry: entry(pv),
+            entry: entry(rows, pv),
             shape: GemmShape { m: 1, n, k },
             grid: (g.num_kv_heads * QKV_SPLIT_CLUSTER) as u32,
             shared_bytes: shared as u32,
@@ -197,7 +198,7 @@ impl QkvSplit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attention::plan::{Form, Geometry, HEAD_DIMS};
+    use crate::attention::plan::{Form, Geometry};
     use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
@@ -210,11 +211,11 @@ mod tests {
     fn asynct_half_billion_at_one_row_runs_four_clusters_of_four_blocks() {
         let attention = Plan::auto(half_billion(64)).unwrap();
         let plan = QkvSplitPlan::new(attention, 1024).unwrap();
-        assert_eq!(plan.entry, "hp1_qkv_split_d128_sparse");
+        assert_eq!(plan.entry, "hp1_qkv_split_d128_r64_sparse");
         assert_eq!(plan.grid, 32);
         assert_eq!(plan.shape, GemmShape { m: 1, n: 2048, k: 1024 });
         // 64 rows of 1,056 elements, x, the partial sums.
-        assert_eq!(plan.shared_bytes as usize, 64 * 1056 * 2 + 2048 + 5120);
+        assert_eq!(plan.shared_bytes as usize, 64 * 1056 * 2 + 2048 + 8 * 8 * 68 * 4);
         assert_eq!(shared_stride(1024) * 2 % 128, 64);
         for k in [8, 64, 72, 1000, 4096] {
             let s = shared_stride(k);
@@ -240,13 +241,15 @@ mod tests {
         assert!(err(QkvSplitPlan::new(two, 1024)).contains("one decode row, not 2"));
         let decode = Plan::with_form(g, AttentionPath::Decode(Pv::Sparse), Form::TWO_ROUNDS).unwrap();
         assert!(err(QkvSplitPlan::new(decode, 1024)).contains("not the decode kernel's"));
-        // 1 q head a KV head at D 64: 12 blocks over 8 CTAs.
+        // 1 q head a KV head at D 64: 192 rows, 24 a CTA crossing heads; 4 at D 256: 1,536 rows.
         let odd = Plan::auto(Geometry { num_heads: 4, head_dim: 64, ..g }).unwrap();
-        assert!(err(QkvSplitPlan::new(odd, 1024)).contains("12 blocks"));
+        assert!(err(QkvSplitPlan::new(odd, 1024)).contains("192 qkv rows at D = 64"));
+        let wide = Plan::auto(Geometry { num_heads: 16, head_dim: 256, ..g }).unwrap();
+        assert!(err(QkvSplitPlan::new(wide, 64)).contains("1536 qkv rows at D = 256"));
         assert!(err(QkvSplitPlan::new(Plan::auto(g).unwrap(), 1020)).contains("multiple of 8, got 1020"));
         assert!(err(QkvSplitPlan::new(Plan::auto(g).unwrap(), 2048)).contains("past"));
         let dense = Plan::with_form(g, AttentionPath::SplitK(Pv::Dense), Form::TWO_ROUNDS).unwrap();
-        assert_eq!(QkvSplitPlan::new(dense, 512).unwrap().entry, "hp1_qkv_split_d128_dense");
+        assert_eq!(QkvSplitPlan::new(dense, 512).unwrap().entry, "hp1_qkv_split_d128_r64_dense");
     }
 
     #[test]
@@ -256,9 +259,10 @@ mod tests {
             return;
         }
         let names = functions(&compile(&HP1_QKV_SPLIT, "sm_90a").unwrap_or_else(|e| panic!("{e}"))).unwrap();
-        for head_dim in HEAD_DIMS {
+        for (head_dim, rows) in QKV_SPLIT_ENTRIES {
+            let per_kv = rows * QKV_SPLIT_CLUSTER / head_dim - 2;
             for pv in [Pv::Dense, Pv::Sparse] {
-                let g = Geometry { head_dim, ..half_billion(64) };
+                let g = Geometry { head_dim, num_heads: 4 * per_kv, ..half_billion(64) };
                 let plan =
                     QkvSplitPlan::new(Plan::with_form(g, AttentionPath::SplitK(pv), Form::TWO_ROUNDS).unwrap(), 256);
                 let entry = plan.unwrap().entry;
