@@ -2,7 +2,8 @@
 // hp1_qkv_split.cu: the qkv GEMM of one decode row with its q/k norm + RoPE + cache-write epilogue,
 // and the split-K HP1 attention of that row leaving its chunks' partials, in one launch (issue 15).
 // Needs pdl.cuh, loads.cuh, ops_common.cuh, norm_rope.cuh, tensor_core.cuh, gemm_epilogue.cuh,
-// gemm_skinny.cuh, hp1_qk_pv.cuh and hp1_attention.cuh before it; gpu::kernels concatenates them.
+// gemm_skinny.cuh, hp1_qk_pv.cuh, hp1_attention.cuh, cluster.cuh and tma.cuh before it;
+// gpu::kernels concatenates them.
 // The host side is gpu::attention::qkv_split.
 //
 // WHY. A decode step of one row is a chain of latency-bound launches, and each hand-off from one
@@ -19,9 +20,11 @@
 // heads j GH .. j GH + GH - 1 (GH = Hq / Hkv), of k head j and of v head j, in that order: (GH +
 // 2) D rows, ROWS = (GH + 2) D / 8 a CTA, the CTA of rank r taking local rows r ROWS onwards. At
 // GH = 2 or 6, ROWS divides D, so a CTA's rows are one run inside one head.
-//   1. Before the wait: cp.async copies the CTA's rows into shared memory, a row every
-//      gemm_skinny::shared_x_stride(K) elements (64 bytes past a multiple of 128, so the 8 lanes
-//      of a 16-byte load's phase, rows g and g + 1 at 16 t, fall in distinct banks).
+//   1. Before the wait: the TMA copies the CTA's rows into shared memory (a bulk copy a row,
+//      counted on an mbarrier), a row every gemm_skinny::shared_x_stride(K) elements (64 bytes
+//      past a multiple of 128, so the 8 lanes of a 16-byte load's phase, rows g and g + 1 at 16
+//      t, fall in distinct banks). The TMA keeps the whole copy in flight: cp.async's 16-byte
+//      copies from the 256 threads took 4 us and more for 135 KB on one SM (run 297).
 //   2. After it: x's one row into shared memory; then the product and the epilogue exactly as
 //      gemm_skinny's gemm_block computes a block of ROWS rows at MT = 1: warp w takes K steps w,
 //      w + 8, ... in order, lane (g, t) the same 16-byte vectors of W rows 16 i + g and 16 i + g
@@ -113,20 +116,28 @@ __device__ __forceinline__ void run(const bf16* __restrict__ x, const bf16* __re
   float* part = reinterpret_cast<float*>(smem + w_bytes + k * 2);
   const int n0 = head_row(rank * ROWS, j, gh, D, a.num_heads, a.num_kv_heads);
 
-  // 1. The CTA's rows of W, constant, before the wait.
-  const int vectors = k / 8;
-  for (int i = threadIdx.x; i < ROWS * vectors; i += gemm_skinny::THREADS) {
-    const int row = i / vectors, v = i % vectors;
-    tc::cp_async_16(w_base + (row * stride + 8 * v) * 2, w + (long long)(n0 + row) * k + 8 * v, true);
+  // 1. The CTA's rows of W, constant, before the wait: a bulk copy a row by warp 0, counted on
+  // w_bar.
+  __shared__ __align__(8) unsigned long long w_bar;
+  const unsigned bar = tc::smem_addr(&w_bar);
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      tma::mbar_init(bar, 1);
+      tma::mbar_init_fence();
+      tma::mbar_arrive_expect_tx(bar, ROWS * k * 2);
+    }
+    __syncwarp();
+    for (int row = threadIdx.x; row < ROWS; row += 32)
+      tma::bulk_load(w_base + row * stride * 2, w + (long long)(n0 + row) * k, k * 2, bar);
   }
-  tc::cp_async_commit();
   pdl_begin();
 
   // 2. x, then the product and its epilogue.
-  for (int v = threadIdx.x; v < vectors; v += gemm_skinny::THREADS) tc::cp_async_16(x_base + 16 * v, x + 8 * v, true);
+  for (int v = threadIdx.x; v < k / 8; v += gemm_skinny::THREADS) tc::cp_async_16(x_base + 16 * v, x + 8 * v, true);
   tc::cp_async_commit();
   tc::cp_async_wait<0>();
-  __syncthreads();
+  __syncthreads();  // x, and the barrier's initialisation, seen by every thread
+  tma::mbar_wait(bar, 0);
   tile_from_shared<ROWS>(w_base, x_base, stride, part, n0, n, k, epi);
 
   // 3. Every q, k and v of the KV head stored, and seen.

@@ -140,10 +140,16 @@ pub const DECODE_MEGA: Kernel =
     with_gemm_epilogue!("decode_mega.cu", "gemm_skinny.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
 
 /// The qkv GEMM and the split-K HP1 attention of one decode row in one launch (sm_90: clusters;
-/// [`crate::attention::QkvSplit`]): the skinny GEMM's and the attention's bodies, then the
-/// file; see `hp1_qkv_split.cu`'s header.
-pub const HP1_QKV_SPLIT: Kernel =
-    with_gemm_epilogue!("hp1_qkv_split.cu", "gemm_skinny.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh", "cluster.cuh");
+/// [`crate::attention::QkvSplit`]): the skinny GEMM's and the attention's bodies, the cluster
+/// barrier and the TMA's bulk copies, then the file; see `hp1_qkv_split.cu`'s header.
+pub const HP1_QKV_SPLIT: Kernel = with_gemm_epilogue!(
+    "hp1_qkv_split.cu",
+    "gemm_skinny.cuh",
+    "hp1_qk_pv.cuh",
+    "hp1_attention.cuh",
+    "cluster.cuh",
+    "tma.cuh"
+);
 
 /// Every kernel file of the crate.
 pub const ALL: &[Kernel] = &[
