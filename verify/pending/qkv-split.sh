@@ -38,7 +38,7 @@ if ! skip sanitize; then
 fi
 if ! skip bench; then
   for ctx in ${CONTEXTS:-960 1024}; do
-    BUILDS="device-bin device-bin:ASYNCT_QKV_SPLIT=0" STEP_BATCHES=${BATCHES:-1} BUILDS_PASSES=2 BUILDS_CONTEXT=$ctx \
+    BUILDS=${BENCH_BUILDS:-"device-bin device-bin:ASYNCT_QKV_SPLIT=0"} STEP_BATCHES=${BATCHES:-1} BUILDS_PASSES=2 BUILDS_CONTEXT=$ctx \
       OUT=$R/bench-$ctx scripts/device-run.sh builds > $R/bench-$ctx.log 2>&1
     echo "bench context $ctx:" >> $S
     cat $R/bench-$ctx/builds-table.txt >> $S 2>/dev/null
@@ -47,7 +47,7 @@ if ! skip bench; then
 fi
 # Each launch's time on a traced B1 step's path, the launch on and off.
 if ! skip trace; then
-  BUILDS="device-bin:ASYNCT_STEP_TRACE=1 device-bin:ASYNCT_QKV_SPLIT=0,ASYNCT_STEP_TRACE=1" STEP_BATCHES=1 BUILDS_PASSES=1 \
+  BUILDS=${TRACE_BUILDS:-"device-bin:ASYNCT_STEP_TRACE=1 device-bin:ASYNCT_QKV_SPLIT=0,ASYNCT_STEP_TRACE=1"} STEP_BATCHES=1 BUILDS_PASSES=1 \
     BUILDS_CONTEXT=960 OUT=$R/trace scripts/device-run.sh builds > $R/trace.log 2>&1
   cat /tmp/asynct-builds/*.log > $R/trace-runs.log
   grep -iE "trace|us a layer|on the path" /tmp/asynct-builds/*.log | head -40 >> $S
