@@ -93,6 +93,18 @@ struct Op {
   }
 };
 
+// 128 threads of the CTA as one attention CTA (hp1_attention.cuh's WholeCta, on a named barrier).
+struct HalfCta {
+  long long bid;
+  int tid;
+  int barrier;
+  __device__ __forceinline__ void sync() const {
+    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(hp1::THREADS) : "memory");
+  }
+  // The grid barrier before the op made every input visible.
+  __device__ __forceinline__ void inputs() const {}
+};
+
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -173,7 +185,7 @@ __device__ __forceinline__ void run_attention(const Op& op, hp1::Shared<1>* sh, 
   const int half = threadIdx.x / hp1::THREADS;
   const int tid = threadIdx.x % hp1::THREADS;
   for (unsigned v = 2 * blockIdx.x + half; v < op.tasks(); v += 2 * gridDim.x) {
-    hp1::attention<D, 8, 1, 1, true, SPLIT, CoherentLoads>(a, hp1::HalfCta{v, tid, 1 + half}, sh[half], out, partial,
+    hp1::attention<D, 8, 1, 1, true, SPLIT, CoherentLoads>(a, HalfCta{v, tid, 1 + half}, sh[half], out, partial,
                                                            counters);
   }
 }

@@ -195,19 +195,6 @@ struct WholeCta {
   __device__ __forceinline__ void inputs() const { pdl_begin(); }
 };
 
-// 128 threads of a CTA of 256 as one attention CTA: half `barrier - 1` of it, synchronised on named
-// barrier `barrier` (1 or 2; __syncthreads takes 0). Its caller has made every input visible
-// before the body runs (the decode megakernel's grid barrier, hp1_qkv_split.cu's cluster barrier).
-struct HalfCta {
-  long long bid;
-  int tid;
-  int barrier;
-  __device__ __forceinline__ void sync() const {
-    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(THREADS) : "memory");
-  }
-  __device__ __forceinline__ void inputs() const {}
-};
-
 // V consecutive floats as one vector load.
 template <int V>
 struct FloatVec;
@@ -562,21 +549,3 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
 }
 
 }  // namespace hp1
-
-// The parameters of an entry that runs attention() in a kernel of its own, in the order the host's
-// gpu::attention pushes them, and the Args built from them (hp1_decode.cu, hp1_qkv_split.cu).
-// `p` prefixes each name, so that an entry may take them beside parameters of the same names.
-#define HP1_ATTENTION_PARAMS_AS(p)                                                                       \
-  const unsigned short *p##q, long long p##q_row_stride, const unsigned short *p##key_cache,           \
-      const unsigned short *p##value_cache, const int *p##block_table, int p##max_blocks_per_seq,      \
-      const int *p##row_seq, const int *p##row_len, const float *p##sigma, const float *p##gamma,      \
-      int p##num_heads, int p##num_kv_heads, int p##log2_block, int p##max_chunks, float p##scale,      \
-      int p##fir_k, int p##relu_pre, float p##clip_min, float p##clip_max
-#define HP1_ATTENTION_ARGS_AS(p)                                                                          \
-  hp1::Args {                                                                                             \
-    p##q, p##q_row_stride, p##key_cache, p##value_cache, p##block_table, p##max_blocks_per_seq, p##row_seq, \
-        p##row_len, p##sigma, p##gamma, p##num_heads, p##num_kv_heads, p##log2_block, p##max_chunks,      \
-        p##scale, p##fir_k, p##relu_pre, p##clip_min, p##clip_max                                         \
-  }
-#define HP1_ATTENTION_PARAMS HP1_ATTENTION_PARAMS_AS()
-#define HP1_ATTENTION_ARGS HP1_ATTENTION_ARGS_AS()

@@ -5,6 +5,20 @@
 // (decode_mega.cu) runs the same body as its tasks.
 
 // One extern "C" entry per instantiation, so the host finds each by name without C++ mangling.
+#define HP1_ATTENTION_PARAMS                                                                          \
+  const unsigned short *q, long long q_row_stride, const unsigned short *key_cache,                 \
+      const unsigned short *value_cache, const int *block_table, int max_blocks_per_seq,            \
+      const int *row_seq, const int *row_len, const float *sigma, const float *gamma, int num_heads, \
+      int num_kv_heads, int log2_block, int max_chunks, float scale, int fir_k, int relu_pre,        \
+      float clip_min, float clip_max
+
+#define HP1_ATTENTION_ARGS                                                                            \
+  hp1::Args {                                                                                         \
+    q, q_row_stride, key_cache, value_cache, block_table, max_blocks_per_seq, row_seq, row_len,      \
+        sigma, gamma, num_heads, num_kv_heads, log2_block, max_chunks, scale, fir_k, relu_pre,       \
+        clip_min, clip_max                                                                            \
+  }
+
 // rows_settled = 1: the kernel launched before this one did not write row_seq, row_len or the
 // block table, so the body reads them (and fills its first chunk's slots) before it waits for
 // that kernel (hp1::WholeCta::inputs); 0: it waits first. R is the instantiation's QK rounds in

@@ -61,14 +61,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
-// `bytes` (a multiple of 16) from `src` to shared memory at `dst` (both 16-byte aligned), counted
-// on the mbarrier at `bar`: one bulk copy, no tensor map.
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-
 // A warp-specialised CTA's dynamic shared memory: a ring of `stages` stages of `stage_bytes` at
 // its first 1024-byte boundary (the 128-byte swizzle's atoms), then the stages' full and empty
 // mbarriers; `tile` is the ring's generic address, where the consumers stage their finished tile

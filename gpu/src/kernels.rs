@@ -139,18 +139,6 @@ pub const GEMM_SKINNY_CLASSES: Kernel =
 pub const DECODE_MEGA: Kernel =
     with_gemm_epilogue!("decode_mega.cu", "gemm_skinny.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
 
-/// The qkv GEMM and the split-K HP1 attention of one decode row in one launch (sm_90: clusters;
-/// [`crate::attention::QkvSplit`]): the skinny GEMM's and the attention's bodies, the cluster
-/// barrier and the TMA's bulk copies, then the file; see `hp1_qkv_split.cu`'s header.
-pub const HP1_QKV_SPLIT: Kernel = with_gemm_epilogue!(
-    "hp1_qkv_split.cu",
-    "gemm_skinny.cuh",
-    "hp1_qk_pv.cuh",
-    "hp1_attention.cuh",
-    "cluster.cuh",
-    "tma.cuh"
-);
-
 /// Every kernel file of the crate.
 pub const ALL: &[Kernel] = &[
     HP1_DECODE,
@@ -169,7 +157,6 @@ pub const ALL: &[Kernel] = &[
     GEMM_SKINNY_CLASSES,
     HP1_GATE_STATS,
     DECODE_MEGA,
-    HP1_QKV_SPLIT,
     COPY_LIST,
     STEP_RESULTS,
 ];
@@ -184,7 +171,7 @@ pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
         (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
-            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES, HP1_QKV_SPLIT].contains(k)
+            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES].contains(k)
                 && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
@@ -199,10 +186,8 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 6);
-        for wgmma in
-            [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES, HP1_QKV_SPLIT]
-        {
+        assert_eq!(ampere.len(), ALL.len() - 5);
+        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES] {
             assert!(!ampere.contains(&wgmma), "{}", wgmma.name);
         }
         assert!(ampere.contains(&HP1_PREFILL_MMA));

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use gpu::attention::{AttentionPath, DecodeAttention, Geometry, Plan};
-use gpu::gemm::layout;
+use gpu::gemm::{layout, FOLD_CHUNKS};
 use gpu::ops::HeadShape;
 use gpu::Gpu;
 use half::bf16;
@@ -331,7 +331,7 @@ fn compare_preset_steps(
     let seqs = sequences(lens, dims.vocab_size, seed);
     let mut report = Vec::new();
     let mut failed = false;
-    let (mut mega_steps, mut norming_steps, mut prefill_steps, mut split_steps) = (0, 0, 0, 0);
+    let (mut mega_steps, mut norming_steps, mut prefill_steps, mut folded_steps) = (0, 0, 0, 0);
     for (i, step) in steps.iter().enumerate() {
         let (ids, meta, slots) = step_input(&seqs, step);
         let input = StepInput { token_ids: &ids, meta: &meta, slot_mapping: &slots, logits: LogitRows::All };
@@ -356,7 +356,7 @@ fn compare_preset_steps(
         let has =
             |want: AttnPart| program.ops.iter().any(|op| matches!(op, Op::Attention { part, .. } if *part == want));
         norming_steps += usize::from(has(AttnPart::PrefillNormingQueries));
-        split_steps += usize::from(program.ops.iter().any(|op| matches!(op, Op::QkvSplit { .. })));
+        folded_steps += usize::from(program.ops.iter().any(|op| matches!(op, Op::FoldedO { .. })));
         prefill_steps += usize::from(has(AttnPart::PrefillNormingQueries) || has(AttnPart::Prefill));
         let (error, worst_row) = errors(&got, &want).map_err(|e| format!("step {i}: {e}"))?;
         let error_fused = if fused_runs {
@@ -400,21 +400,18 @@ fn compare_preset_steps(
         true => format!("{mega_steps} decode steps in the megakernel, the same bits as the graph path's kernels"),
         false => format!("decode rows on cuBLASLt ({} = {cublas:?}): no step in the megakernel", DecodeCublas::VAR),
     });
-    // Where the device has clusters, a step of one decode row whose attention runs split-K
-    // (its table holds more than one chunk) runs qkv and the attention in one launch, unless
-    // turned off (a table of these tests, at most BLOCKS blocks, gives a half CTA two chunks at
-    // most, where the launch pays); the megakernel above ran its tasks instead, same bits.
-    let split_k = |s: &Step| seqs[s[0].0].blocks.len() * BLOCK > gpu::attention::CHUNK;
-    let one_row = steps.iter().filter(|s| s.len() == 1 && s[0].2 == 1 && split_k(s)).count();
-    let split_on = std::env::var("ASYNCT_QKV_SPLIT").map_or(true, |v| v != "0");
-    let want_split = if split_on && cublas.is_none() && gpu.info().compute_capability.0 >= 9 { one_row } else { 0 };
-    if split_steps != want_split {
-        return Err(format!(
-            "{split_steps} of the {one_row} one-row split-K decode steps ran qkv and the attention fused"
-        ));
+    // A step of one decode row whose table holds 2 to FOLD_CHUNKS chunks runs the split-K
+    // attention leaving its partials and o_proj adding them (the B1 step's path), unless turned
+    // off.
+    let chunks = |s: &Step| (seqs[s[0].0].blocks.len() * BLOCK).div_ceil(gpu::attention::CHUNK);
+    let one_row = steps.iter().filter(|s| s.len() == 1 && s[0].2 == 1 && (2..=FOLD_CHUNKS).contains(&chunks(s)));
+    let one_row = one_row.count();
+    let fold_on = std::env::var("ASYNCT_FOLD_O").map_or(true, |v| v != "0");
+    if fold_on && cublas.is_none() && folded_steps < one_row {
+        return Err(format!("{folded_steps} steps folded o_proj, fewer than the {one_row} one-row split-K steps"));
     }
-    if split_steps > 0 {
-        report.push(format!("{split_steps} one-row steps with qkv and the attention in one launch"));
+    if folded_steps > 0 {
+        report.push(format!("{folded_steps} steps with o_proj adding the split-K attention's partials"));
     }
     // The default model norms the queries in every tensor-core prefill (decode rows fused).
     if norming_steps != prefill_steps {
@@ -452,8 +449,8 @@ fn the_forward_agrees_with_the_oracles_bf16_mode(gpu: &Arc<Gpu>) -> Result<(), S
         vec![(0, 40, 1), (1, 24, 1)],
     ];
     let fake_decode = compare_steps(gpu, 31, &[45, 28], &chunked, MODEL_BOUND)?;
-    // One sequence alone past 8 chunks: its decode steps run qkv and the attention in one launch,
-    // where some halves of a CTA take two of the 18 chunk tasks.
+    // One sequence alone in chunks of 212, then decoding at 1,061 keys (9 chunks), as a B1 step
+    // does at 1K context: split-K leaving its partials and o_proj adding them.
     let mut alone: Vec<Step> = (0..1060).step_by(212).map(|at| vec![(0, at, 212)]).collect();
     alone.extend([vec![(0, 1060, 1)], vec![(0, 1061, 1)]]);
     let one_row = compare_steps(gpu, 31, &[1100], &alone, MODEL_BOUND)?;

@@ -8,7 +8,6 @@ use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut, LaunchConf
 use half::bf16;
 
 use super::plan::{AttentionPath, Geometry, Plan, MAX_FIR_K};
-use super::qkv_split::SplitArgs;
 use crate::error::{unsupported, Error, Result};
 use crate::kernels::{HP1_DECODE, HP1_ROWS};
 use crate::mega::MegaOp;
@@ -183,19 +182,6 @@ impl Hp1Attention {
         let mut launch = Launch::new(&self.stream, &self.attention);
         self.push(&mut launch, ops, gate)?;
         MegaOp::attention(&self.plan, launch.into_slots())
-    }
-
-    /// What [`Hp1Attention::run`] would pass a split-K launch that leaves its partials, for a
-    /// [`super::QkvSplit`] launch of this plan to run instead: the same checks, then the
-    /// arguments.
-    pub fn args_leaving_partials(&self, ops: Operands<'_>, gate: &GateParams) -> Result<SplitArgs> {
-        if !ops.leave_partials {
-            let why = "the fused qkv and split-K launch leaves the partials to o_proj".into();
-            return Err(unsupported(&self.plan.attention.entry, why));
-        }
-        let mut launch = Launch::new(&self.stream, &self.attention);
-        self.push(&mut launch, ops, gate)?;
-        Ok(SplitArgs { plan: self.plan.clone(), slots: launch.into_slots() })
     }
 
     /// Checks the gate parameters and every buffer against the plan, then appends the entry's

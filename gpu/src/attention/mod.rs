@@ -25,8 +25,6 @@
 //! - [`AttnBuffers`] uploads one call's inputs for tests and benchmarks and hands out the
 //!   [`Operands`] and [`RowOperands`] views the launches take; the engine builds those views over
 //!   buffers of its own.
-//! - [`QkvSplit`] (in [`qkv_split`]) runs a split-K plan of one decode row together with the qkv
-//!   GEMM before it, a cluster of CTAs a KV head, with the bits of the two launches.
 //!
 //! Every path and form gives the same bits for a row (fixed 126-key
 //! chunks, fixed reduction orders, an ordered nonzero list): the dispatcher's choice and a
@@ -60,7 +58,6 @@ pub mod launch;
 pub mod plan;
 pub mod prefill_launch;
 pub mod prefill_plan;
-pub mod qkv_split;
 pub mod rows;
 
 pub use buffers::{AttnBuffers, HostBatch, HostInputs};
@@ -75,5 +72,4 @@ pub use prefill_launch::{Hp1Prefill, PrefillOperands, QueryNorm};
 pub use prefill_plan::{
     prefill_path, PrefillKernel, PrefillPath, PrefillPlan, StepGeometry, FAKE_DECODE_MAX_QUERY, KEY_TILE,
 };
-pub use qkv_split::{QkvSplit, QkvSplitPlan, SplitArgs, QKV_SPLIT_CLUSTER};
 pub use rows::{row_metadata, RowOperands};

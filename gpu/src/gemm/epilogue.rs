@@ -83,7 +83,7 @@ impl Epilogue<'_> {
 
     /// Checks every buffer's length and 16-byte alignment against `shape`; errors name `entry`
     /// and the buffer.
-    pub(crate) fn check(&self, entry: &str, stream: &CudaStream, shape: GemmShape) -> Result<()> {
+    pub(super) fn check(&self, entry: &str, stream: &CudaStream, shape: GemmShape) -> Result<()> {
         let mn = shape.m * shape.n;
         let len = |what: &str, got: usize, want: usize| -> Result<()> {
             if got == want {
@@ -148,7 +148,7 @@ impl Epilogue<'_> {
     }
 
     /// Appends the epilogue's kernel arguments, in the order of its `*_PARAMS` in `gemm_skinny.cu`.
-    pub(crate) fn push(&mut self, entry: &str, b: &mut Launch<'_>) -> Result<()> {
+    pub(super) fn push(&mut self, entry: &str, b: &mut Launch<'_>) -> Result<()> {
         match self {
             Epilogue::Store { y } => {
                 b.arg(y);

@@ -275,11 +275,6 @@ impl GpuExecutor {
         Ok(self.model.inputs().stage(&params, &mut self.params.slice_mut(..params.len()))?)
     }
 
-    /// The model's fused qkv GEMM and attention launches so far ([`GpuModel::qkv_split_launches`]).
-    pub fn qkv_split_launches(&self) -> u64 {
-        self.model.qkv_split_launches()
-    }
-
     /// Whether pure decode steps replay their bucket's graph (when graphs were captured); off,
     /// every step runs eagerly. The bits are the same either way (`gpu_engine` checks it).
     pub fn set_graph_replay(&mut self, on: bool) {

@@ -138,10 +138,6 @@ pub enum Op {
     QkNormRopeCache { layer: usize, rows: Rows, queries: bool },
     /// HP1 attention.
     Attention { layer: usize, part: AttnPart },
-    /// The qkv GEMM of the one decode row with its q/k norm + RoPE + cache-write epilogue, then
-    /// the split-K attention leaving its partials for [`Op::FoldedO`]
-    /// ([`AttnPart::RowsLeavingPartials`]), in one launch (`gpu::attention::QkvSplit`).
-    QkvSplit { layer: usize },
     /// The gate's exact zeros over the decode kernels' rows of a layer, counted (a measurement,
     /// only in programs that ask for it).
     GateStats { layer: usize, part: AttnPart },
@@ -274,10 +270,6 @@ pub struct ProgramShape {
     /// them (the caller's to know, with whether folding pays at its rows), o_proj's decode rows
     /// on the skinny kernel, no gate statistics, not in the megakernel.
     pub fold_o: bool,
-    /// Whether the qkv GEMM and the attention should be one launch ([`Op::QkvSplit`]) where the
-    /// step allows it: o_proj folded, one decode row, its qkv GEMM fused on the skinny kernel
-    /// (the caller's to know: the attention split-K and the launch supported for it).
-    pub qkv_split: bool,
 }
 
 /// A step's launches in order.
@@ -306,7 +298,6 @@ impl StepProgram {
             prefill_norms_queries,
             persistent,
             fold_o,
-            qkv_split,
         } = shape;
         // Whether decode rows fuse `weight`'s op, which `on` asks for: not on cuBLASLt.
         let decode_fuses = |weight: Weight, on: bool| on && decode_cublas.pin(weight).is_none();
@@ -326,7 +317,6 @@ impl StepProgram {
         let decode_only = rows.decodes > 0 && rows.chunks == 0 && attention_on_rows && !gate_stats;
         let mega = persistent && decode_only && fusion == Fusion::ALL && decode_cublas.is_none() && layers > 0;
         let fold = fold_o && !mega && decode_only && decode_cublas.pin(Weight::O).is_none();
-        let qkv_split = qkv_split && fold && rows.decodes == 1 && decode_fuses(Weight::Qkv, fusion.qkv);
         let prologue = ops.len();
         for layer in 0..layers {
             // A GEMM over each lane's rows (with `epilogue` where that lane's fusion `on` says
@@ -349,13 +339,10 @@ impl StepProgram {
                     _ => Some(Rows::All),
                 }
             };
-            if qkv_split {
-                ops.push(Op::QkvSplit { layer });
-            } else if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
+            if let Some(r) = sublayer(Weight::Qkv, |f| f.qkv, EpilogueKind::QkNormRopeCache, &mut ops) {
                 ops.push(Op::QkNormRopeCache { layer, rows: r, queries: !norming });
             }
             let decode_part = match (attention_on_rows, fold) {
-                _ if qkv_split => None,
                 (true, true) => Some(AttnPart::RowsLeavingPartials),
                 (true, false) => Some(AttnPart::Rows),
                 (false, _) => (rows.decodes > 0).then_some(AttnPart::Decodes),
@@ -425,7 +412,7 @@ impl Op {
             Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel => Some(Rows::All),
             Op::Gather | Op::LmHead { .. } => None,
             Op::Linear { lane, .. } => Some(Rows::of_lane(lane)),
-            Op::FoldedO { .. } | Op::QkvSplit { .. } => Some(Rows::Decodes),
+            Op::FoldedO { .. } => Some(Rows::Decodes),
             Op::QkNormRopeCache { rows, .. } | Op::PeriLn { rows, .. } | Op::SiluMul { rows, .. } => Some(rows),
             Op::Attention { part, .. } | Op::GateStats { part, .. } => Some(match part {
                 AttnPart::Rows | AttnPart::RowsLeavingPartials => Rows::All,
@@ -471,7 +458,6 @@ impl Op {
             Op::Attention { part: AttnPart::PrefillNormingQueries, .. } => vec![QNormRope, AttnOutput],
             // f32 partials; FoldedO rounds their sums.
             Op::Attention { part: AttnPart::RowsLeavingPartials, .. } => vec![],
-            Op::QkvSplit { .. } => vec![QProj, KProj, VProj, QNormRope, KNormRope],
             Op::FoldedO { epilogue: EpilogueKind::PeriLn, .. } => {
                 [AttnOutput, OProj].into_iter().chain(attn_close).collect()
             }
@@ -515,9 +501,6 @@ impl Op {
                 _ => (vec![Q, Cache(layer), Meta, RowMeta], vec![Attn]),
             },
             Op::GateStats { layer, .. } => (vec![Q, Cache(layer), Meta, RowMeta], vec![GateCounts]),
-            // Its attention reads the q and the newest K and V rows it writes itself (past a
-            // cluster barrier), and the cache's older rows, which earlier steps wrote.
-            Op::QkvSplit { layer } => (vec![H, PositionsSlots, Meta, RowMeta], vec![Q, Cache(layer), Partials]),
             Op::PeriLn { sublayer: Sublayer::Attention, .. } => (vec![Proj, X], vec![XNext, H]),
             Op::PeriLn { sublayer: Sublayer::Mlp, .. } => (vec![Proj, XNext], vec![X, H]),
             Op::SiluMul { .. } => (vec![GateUp], vec![Mlp]),

@@ -23,15 +23,13 @@ fn shape(decodes: usize, chunks: usize, attention_on_rows: bool, fusion: Fusion)
         prefill_norms_queries: true,
         persistent: false,
         fold_o: false,
-        qkv_split: false,
     }
 }
 
 /// Every shape the executor can plan: decode-only, prefill-only, mixed, fake decode, each
 /// with every fusion setting of either class of rows, with and without the megakernel asked
 /// for, with the prefill norming its queries or not, with decode rows of no weight, gate/up
-/// alone or every weight on cuBLASLt, and with o_proj's folded form asked for or not (and with
-/// the qkv GEMM and the attention in one launch asked for beside it).
+/// alone or every weight on cuBLASLt, and with o_proj's folded form asked for or not.
 fn shapes() -> Vec<ProgramShape> {
     let fusions = [Fusion::ALL, Fusion::NONE, Fusion { qkv: false, ..Fusion::ALL }, Fusion::parse("qkv,silu")];
     let cublas = ["", "gate_up", "qkv,o:split,gate_up,down:split"].map(|l| DecodeCublas::parse(l).unwrap());
@@ -43,7 +41,6 @@ fn shapes() -> Vec<ProgramShape> {
                     let s = ProgramShape { persistent, chunk_fusion, decode_cublas, ..shape(d, c, c == 0, fusion) };
                     all.push(s);
                     all.push(ProgramShape { fold_o: true, ..s });
-                    all.push(ProgramShape { fold_o: true, qkv_split: true, ..s });
                     all.push(ProgramShape { gate_stats: true, ..s });
                     if c > 0 {
                         all.push(ProgramShape { attention_on_rows: true, ..s });
@@ -162,40 +159,6 @@ fn o_proj_folds_only_beside_a_decode_only_attention_of_its_own_kernels() {
     assert!(!StepProgram::build(mega).persistent.is_empty());
 }
 
-#[test]
-fn one_decode_row_runs_its_qkv_gemm_and_attention_in_one_launch_where_asked() {
-    let s = ProgramShape { fold_o: true, qkv_split: true, ..shape(1, 0, true, Fusion::ALL) };
-    let p = StepProgram::build(s);
-    let layer1: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(1)).copied().collect();
-    let rows = Lane::Rows;
-    assert_eq!(
-        layer1,
-        vec![
-            Op::QkvSplit { layer: 1 },
-            Op::FoldedO { layer: 1, epilogue: EpilogueKind::PeriLn },
-            Op::Linear { layer: 1, weight: Weight::GateUp, lane: rows, epilogue: EpilogueKind::SiluMul },
-            Op::Linear { layer: 1, weight: Weight::Down, lane: rows, epilogue: EpilogueKind::PeriLn },
-        ]
-    );
-    // embed, input norm, rows, 3 x 4, the head.
-    assert_eq!(p.launches(), 3 + 12 + 1);
-    let apart = StepProgram::build(ProgramShape { qkv_split: false, ..s });
-    let rounds = |p: &StepProgram| p.ops.iter().flat_map(|op| op.rounds(3)).collect::<Vec<_>>();
-    assert_eq!(rounds(&p), rounds(&apart));
-    // Only beside the folded o_proj, at one decode row, with qkv's epilogue on the skinny kernel.
-    for other in [
-        ProgramShape { fold_o: false, ..s },
-        ProgramShape { rows: RowSplit { decodes: 2, chunks: 0 }, ..s },
-        ProgramShape { fusion: Fusion { qkv: false, ..Fusion::ALL }, ..s },
-        ProgramShape { decode_cublas: DecodeCublas::parse("qkv").unwrap(), ..s },
-        ProgramShape { gate_stats: true, ..s },
-        ProgramShape { persistent: true, ..s },
-    ] {
-        let ops = StepProgram::build(other).expanded();
-        assert!(!ops.iter().any(|op| matches!(op, Op::QkvSplit { .. })), "{other:?}");
-    }
-}
-
 fn layer_of(op: &Op) -> Option<usize> {
     match *op {
         Op::Linear { layer, .. }
@@ -204,8 +167,7 @@ fn layer_of(op: &Op) -> Option<usize> {
         | Op::Attention { layer, .. }
         | Op::GateStats { layer, .. }
         | Op::PeriLn { layer, .. }
-        | Op::SiluMul { layer, .. }
-        | Op::QkvSplit { layer } => Some(layer),
+        | Op::SiluMul { layer, .. } => Some(layer),
         Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel | Op::Gather | Op::LmHead { .. } => None,
     }
 }

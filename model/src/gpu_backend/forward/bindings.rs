@@ -10,9 +10,7 @@ use gpu::gemm::{Epilogue, EpilogueKind, FoldedX, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
 
-use super::{
-    folded_o_layout, gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, Kernels, StepFacts, StepLaunch,
-};
+use super::{folded_o_layout, gemm_nk, head_shape, row_split, AttnPlan, DeviceCache, GpuModel, StepFacts, StepLaunch};
 use crate::error::{Error, Result};
 use crate::gpu_backend::step_buffers::{Split, StepBuffers};
 use crate::gpu_backend::step_program::{AttnPart, Op, Rows, Sublayer, Weight};
@@ -29,9 +27,7 @@ impl GpuModel {
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let shape = self.heads;
         let nk = |weight| gemm_nk(&d, &shape, weight);
-        let Self {
-            weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, qkv_split_launches, ..
-        } = self;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
             Rows::Chunks => rows.decodes..t,
@@ -81,10 +77,22 @@ impl GpuModel {
                         (Weight::Qkv, EpilogueKind::Store) => {
                             (b.h.slice(hr), lw.qkv.as_view(), Epilogue::Store { y: b.qkv.slice_mut(el(&r, qkv_width)) })
                         }
-                        (Weight::Qkv, EpilogueKind::QkNormRopeCache) => {
-                            let (x, epi) = QkvRows::of(b, cache, layer, r.clone(), hidden, q_width).bind(*heads, k, lw);
-                            (x, lw.qkv.as_view(), epi)
-                        }
+                        (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (
+                            b.h.slice(hr),
+                            lw.qkv.as_view(),
+                            Epilogue::QkNormRopeCache {
+                                heads: *heads,
+                                rope: k.qk.rope(),
+                                q_norm: &lw.q_norm,
+                                k_norm: &lw.k_norm,
+                                positions: b.positions.slice(r.clone()),
+                                slot_mapping: b.slots.slice(r.clone()),
+                                q: b.q.slice_mut(el(&r, q_width)),
+                                key_cache: cache.key[layer].as_view_mut(),
+                                value_cache: cache.value[layer].as_view_mut(),
+                                faults: &mut k.faults,
+                            },
+                        ),
                         (Weight::O, EpilogueKind::Store) => {
                             (b.attn.slice(attn_r), lw.o.as_view(), Epilogue::Store { y: b.proj.slice_mut(hr) })
                         }
@@ -159,19 +167,6 @@ impl GpuModel {
                 Op::Attention { layer, part } => {
                     let l = LayerRef::of(cache, w, layer, gate, heads, width);
                     attention_part(&launch.attn, part, l, b, k.qk.rope(), split, sink)?;
-                }
-                Op::QkvSplit { layer } => {
-                    let (AttnPlan::Decode(a), Some(fused)) = (&launch.attn, &launch.qkv_split) else {
-                        return Err(Error::Executor("a fused qkv and attention op without its launch".into()));
-                    };
-                    // The attention's arguments first: it reads the q and cache that the GEMM's
-                    // epilogue then writes, within the launch.
-                    let l = LayerRef::of(cache, w, layer, gate, heads, width);
-                    let args = a.args_leaving_partials(decode_operands(a, &l, b, split.seqs, true), l.gate)?;
-                    let lw = &w.layers[layer];
-                    let (x, epi) = QkvRows::of(b, cache, layer, 0..1, hidden, q_width).bind(*heads, k, lw);
-                    fused.run(&x, &lw.qkv.as_view(), epi, &args)?;
-                    *qkv_split_launches += 1;
                 }
                 Op::Megakernel => {
                     let (mega, table) = launch
@@ -283,55 +278,6 @@ impl<'a> Close<'a> {
     }
 }
 
-/// The qkv GEMM over rows `r` with its q/k norm + RoPE + cache-write epilogue: its input rows of
-/// `h`, and what the epilogue reads and writes (the rows' queries, and the keys and values of
-/// their slots in layer `layer`'s cache).
-struct QkvRows<'a> {
-    x: CudaView<'a, bf16>,
-    positions: CudaView<'a, i32>,
-    slots: CudaView<'a, i64>,
-    q: CudaViewMut<'a, bf16>,
-    key: CudaViewMut<'a, bf16>,
-    value: CudaViewMut<'a, bf16>,
-}
-
-impl<'a> QkvRows<'a> {
-    fn of(
-        b: &'a mut StepBuffers,
-        cache: &'a mut DeviceCache,
-        layer: usize,
-        r: std::ops::Range<usize>,
-        hidden: usize,
-        q_width: usize,
-    ) -> Self {
-        Self {
-            x: b.h.slice(r.start * hidden..r.end * hidden),
-            positions: b.positions.slice(r.clone()),
-            slots: b.slots.slice(r.clone()),
-            q: b.q.slice_mut(r.start * q_width..r.end * q_width),
-            key: cache.key[layer].as_view_mut(),
-            value: cache.value[layer].as_view_mut(),
-        }
-    }
-
-    /// The GEMM's x, and its epilogue with `lw`'s norms.
-    fn bind(self, heads: HeadShape, k: &'a mut Kernels, lw: &'a DeviceLayer) -> (CudaView<'a, bf16>, Epilogue<'a>) {
-        let epilogue = Epilogue::QkNormRopeCache {
-            heads,
-            rope: k.qk.rope(),
-            q_norm: &lw.q_norm,
-            k_norm: &lw.k_norm,
-            positions: self.positions,
-            slot_mapping: self.slots,
-            q: self.q,
-            key_cache: self.key,
-            value_cache: self.value,
-            faults: &mut k.faults,
-        };
-        (self.x, epilogue)
-    }
-}
-
 /// One layer's cache and weights, as its attention reads them.
 struct LayerRef<'a> {
     key: &'a CudaSlice<bf16>,
@@ -382,36 +328,6 @@ impl<'a> LayerRef<'a> {
     }
 }
 
-/// The operands of `a`'s decode-path launch over `seqs` sequences' rows of `b.q` into `b.attn`,
-/// with the split-K partials in `b.workspace` (counted on `b.counters`, or left for o_proj).
-fn decode_operands<'a>(
-    a: &Hp1Attention,
-    layer: &LayerRef<'a>,
-    b: &'a mut StepBuffers,
-    seqs: usize,
-    leave_partials: bool,
-) -> Operands<'a> {
-    let (plan, qw) = (a.plan(), layer.q_width);
-    let rows = plan.geometry.rows;
-    let (ws, counters) = match plan.workspace_len {
-        0 => (None, None),
-        len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
-        len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
-    };
-    Operands {
-        layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
-        row_seq: b.row_seq.slice(..rows),
-        row_len: b.row_len.slice(..rows),
-        workspace: ws,
-        counters,
-        leave_partials,
-        // The op before an attention op is a GEMM or an op on q, never BuildRows
-        // (StepProgram's tests), and the block table is uploaded before the step; the fused
-        // qkv launch reads them after its wait.
-        rows_settled: true,
-    }
-}
-
 /// One part of a layer's attention over `b.q` (or `b.qkv`, normed with `rope` by a prefill that
 /// norms its queries) into `b.attn`, as the step's plan says.
 fn attention_part(
@@ -425,7 +341,24 @@ fn attention_part(
 ) -> Result<()> {
     let qw = layer.q_width;
     let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool| -> Result<()> {
-        let ops = decode_operands(a, &layer, b, seqs, leave_partials);
+        let plan = a.plan();
+        let rows = plan.geometry.rows;
+        let (ws, counters) = match plan.workspace_len {
+            0 => (None, None),
+            len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
+            len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
+        };
+        let ops = Operands {
+            layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
+            row_seq: b.row_seq.slice(..rows),
+            row_len: b.row_len.slice(..rows),
+            workspace: ws,
+            counters,
+            leave_partials,
+            // The op before an attention op is a GEMM or an op on q, never BuildRows
+            // (StepProgram's tests), and the block table is uploaded before the step.
+            rows_settled: true,
+        };
         match sink {
             Sink::Launch => Ok(a.run(ops, layer.gate)?),
             Sink::Record(recorded) => {

@@ -47,7 +47,7 @@ use half::bf16;
 use ndarray::Array2;
 use oracle::model::weights::{ModelDims, ModelWeights};
 
-use gpu::attention::{DecodeAttention, GateCounts, GateParams, GateStats, Hp1Attention, QkvSplit, QkvSplitPlan};
+use gpu::attention::{DecodeAttention, GateCounts, GateParams, GateStats, Hp1Attention};
 use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape};
 use gpu::mega::{DecodeMega, MegaTable};
 use gpu::ops::{Embedding, Faults, HeadShape, PeriLn, QkNormRopeCache, RopeTable, SiluMul};
@@ -124,7 +124,7 @@ impl DeviceCache {
 }
 
 /// The kernels a forward launches, loaded once.
-pub(super) struct Kernels {
+struct Kernels {
     embedding: Embedding,
     peri_ln: PeriLn,
     qk: QkNormRopeCache,
@@ -150,12 +150,6 @@ pub struct GpuModel {
     /// ([`ProgramShape::fold_o`], [`FoldLayout::load_rounds`]): 1, where it pays, unless
     /// `ASYNCT_FOLD_O` names another count (0 turns it off).
     fold_rounds: usize,
-    /// Whether a step of one decode row runs its qkv GEMM and attention in one launch where the
-    /// device runs it and it pays ([`ProgramShape::qkv_split`]); `ASYNCT_QKV_SPLIT=0` turns it
-    /// off.
-    qkv_split: bool,
-    /// [`Op::QkvSplit`] launches enqueued (eagerly or into a graph being captured).
-    qkv_split_launches: u64,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -191,8 +185,6 @@ pub struct StepLaunch {
     /// The megakernel's table of the program's persistent ops, when it has any, and the index in
     /// `GpuModel::megas` of the entry it was checked against.
     mega: Option<(usize, MegaTable)>,
-    /// The launch of the program's [`Op::QkvSplit`] ops, when it has any.
-    qkv_split: Option<QkvSplit>,
 }
 
 impl StepLaunch {
@@ -321,20 +313,12 @@ impl GpuModel {
                     Error::Executor(format!("ASYNCT_FOLD_O must be a count of load rounds (0: no fold), not {v:?}"))
                 })?,
             },
-            qkv_split: std::env::var("ASYNCT_QKV_SPLIT").map_or(true, |v| v != "0"),
-            qkv_split_launches: 0,
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
         };
         model.set_chunk_fusion(Fusion::from_env("ASYNCT_CHUNK_FUSION", Fusion::NONE));
         Ok(model)
-    }
-
-    /// The fused qkv GEMM and attention launches ([`Op::QkvSplit`]) enqueued so far, eagerly or
-    /// into a graph being captured (a replay adds none).
-    pub fn qkv_split_launches(&self) -> u64 {
-        self.qkv_split_launches
     }
 
     /// The dimensions.
@@ -464,7 +448,6 @@ impl GpuModel {
     pub fn plan_with(&mut self, shape: StepFacts, decode_rows: DecodeAttention) -> Result<StepLaunch> {
         let attn = self.plan_attention(shape.split, shape.tokens, shape.width, decode_rows)?;
         let rows = row_split(shape);
-        let qkv_split = self.qkv_split_plan(&attn, rows);
         let program = StepProgram::build(ProgramShape {
             layers: self.dims.num_layers,
             rows,
@@ -478,14 +461,7 @@ impl GpuModel {
             prefill_norms_queries: self.prefill_norms_queries,
             persistent: self.decode_kernel.persistent(shape.tokens),
             fold_o: fold_layout(&attn, &self.dims).is_some_and(|l| l.load_rounds(rows.decodes) <= self.fold_rounds),
-            qkv_split: qkv_split.is_some(),
         });
-        let qkv_split = match qkv_split {
-            Some(plan) if program.ops.iter().any(|op| matches!(op, Op::QkvSplit { .. })) => {
-                Some(QkvSplit::new(&self.gpu, plan)?)
-            }
-            _ => None,
-        };
         for op in &program.expanded() {
             match *op {
                 Op::FoldedO { epilogue, .. } => {
@@ -504,7 +480,7 @@ impl GpuModel {
                 _ => {}
             }
         }
-        let mut launch = StepLaunch { shape, attn, program, mega: None, qkv_split };
+        let mut launch = StepLaunch { shape, attn, program, mega: None };
         let (ws, counters) = launch.workspace();
         if ws > self.bufs.workspace.len() || counters > self.bufs.counters.len() {
             return Err(Error::Executor(format!(
@@ -521,17 +497,6 @@ impl GpuModel {
             launch.mega = Some((mega, self.megas[mega].upload(&self.gpu, &ops)?));
         }
         Ok(launch)
-    }
-
-    /// The one launch of the qkv GEMM and the attention for a step of one decode row under
-    /// `attn`, where it is on, the device runs it (clusters: sm_90) and it pays.
-    fn qkv_split_plan(&self, attn: &AttnPlan, rows: RowSplit) -> Option<QkvSplitPlan> {
-        let AttnPlan::Decode(a) = attn else { return None };
-        let runs = self.gpu.info().compute_capability.0 >= 9;
-        if !self.qkv_split || !runs || rows.decodes != 1 || rows.chunks != 0 {
-            return None;
-        }
-        QkvSplitPlan::new(a.plan().clone(), self.dims.hidden_size).ok().filter(QkvSplitPlan::pays)
     }
 
     /// The index in `megas` of the megakernel entry for steps of `rows` rows, loaded on first use.
