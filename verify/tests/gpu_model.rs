@@ -2,7 +2,8 @@
 //! the device in the layouts the kernels read (`gpu::gemm::layout`), bit for bit; the forward of an
 //! asynct-small-shaped model (random weights) agrees with the oracle's bf16-faithful f64 forward
 //! on every logits row of prefill, mixed and decode steps (prompts crossing block boundaries, a
-//! chunk long enough for the tensor-core prefill and a wide GEMM); a decode row gives the
+//! chunk long enough for the tensor-core prefill and a wide GEMM, one sequence decoding alone at
+//! 9 chunks as a B1 step does at 1K context); a decode row gives the
 //! same bits alone and beside a prefill chunk, and twice; and a decode step gives the same bits
 //! through both of its plans (the dispatcher's and the even rows'). Without a GPU every check prints that
 //! it was skipped (`verify::gpu_harness`).
@@ -25,13 +26,19 @@ use model::gpu_backend::weights::{gate_up_rows, qkv_rows, stacked_rows, ClassSte
 use model::presets::Preset;
 use model::start_times::StartTimes;
 use ndarray::Array2;
-use oracle::hp1::AttnMetadata;
 use oracle::model::forward::Model;
 use oracle::model::init::random_weights;
 use oracle::model::kv_cache::KvCache;
 use oracle::model::precision::Rounding;
 use oracle::model::step::{LogitRows, StepInput};
-use oracle::model::weights::ModelWeights;
+
+#[path = "gpu_model/scenario.rs"]
+mod scenario;
+
+use scenario::{
+    cache_errors, errors, gpu_model, preset_model, sequences, sequences_among, small_model, step_input, Step, BLOCK,
+    BLOCKS,
+};
 
 fn main() {
     verify::gpu_harness::run(
@@ -150,129 +157,6 @@ fn weights_land_in_the_stacked_layouts_bit_for_bit(gpu: &Arc<Gpu>) -> Result<(),
         }
     }
     Ok(())
-}
-
-const BLOCK: usize = 16;
-const BLOCKS: usize = 96;
-
-/// A sequence of a scenario: its token ids and the cache blocks it owns.
-struct Seq {
-    tokens: Vec<u32>,
-    blocks: Vec<i32>,
-}
-
-/// One step: `(sequence, first position, query tokens)` per sequence, decodes first.
-type Step = Vec<(usize, usize, usize)>;
-
-/// The step's ids, metadata and slots over `seqs`.
-fn step_input(seqs: &[Seq], step: &Step) -> (Vec<u32>, AttnMetadata, Vec<i64>) {
-    let width = step.iter().map(|&(s, _, _)| seqs[s].blocks.len()).max().unwrap_or(1);
-    let mut table = Array2::<i32>::zeros((step.len(), width));
-    let (mut ids, mut slots, mut seq_lens, mut qsl) = (Vec::new(), Vec::new(), Vec::new(), vec![0i32]);
-    for (i, &(s, start, len)) in step.iter().enumerate() {
-        for (j, &b) in seqs[s].blocks.iter().enumerate() {
-            table[[i, j]] = b;
-        }
-        for t in start..start + len {
-            ids.push(seqs[s].tokens[t]);
-            slots.push((seqs[s].blocks[t / BLOCK] as usize * BLOCK + t % BLOCK) as i64);
-        }
-        seq_lens.push((start + len) as i32);
-        qsl.push(qsl[i] + len as i32);
-    }
-    (ids, AttnMetadata { block_table: table, seq_lens, query_start_loc: qsl }, slots)
-}
-
-/// Sequences of these lengths with seeded token ids and disjoint, shuffled blocks.
-fn sequences(lens: &[usize], vocab: usize, seed: u64) -> Vec<Seq> {
-    sequences_among(lens, vocab, seed, BLOCKS)
-}
-
-/// [`sequences`] in a cache of `blocks` blocks.
-fn sequences_among(lens: &[usize], vocab: usize, seed: u64, blocks: usize) -> Vec<Seq> {
-    let mut order: Vec<i32> = (0..blocks as i32).collect();
-    let mut x = seed;
-    for i in (1..order.len()).rev() {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        order.swap(i, (x >> 33) as usize % (i + 1));
-    }
-    let mut next = order.into_iter();
-    lens.iter()
-        .map(|&len| {
-            let tokens =
-                (0..len).map(|t| ((t as u64 * 7919 + seed * 104_729 + len as u64) % vocab as u64) as u32).collect();
-            Seq { tokens, blocks: next.by_ref().take(len.div_ceil(BLOCK)).collect() }
-        })
-        .collect()
-}
-
-/// The asynct-small shape with random weights, as the GPU loads it (raw bf16 from a checkpoint)
-/// and as the oracle reads it.
-fn small_model(seed: u64) -> Result<(ModelConfig, ModelWeights<f32>, ModelWeights<bf16>), String> {
-    preset_model(Preset::Small, seed)
-}
-
-/// A preset's shape with random weights, as the GPU and the oracle read it.
-fn preset_model(preset: Preset, seed: u64) -> Result<(ModelConfig, ModelWeights<f32>, ModelWeights<bf16>), String> {
-    let cfg = preset.config();
-    let weights = random_weights(&cfg.dims(), seed);
-    let dir = std::env::temp_dir().join(format!("asynct-gpu-model-small-{}-{seed}", std::process::id()));
-    save_checkpoint(&dir, &cfg, &weights, StoredDtype::Bf16).map_err(|e| e.to_string())?;
-    let host = load_weights::<bf16>(&dir, &cfg, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    std::fs::remove_dir_all(&dir).map_err(|e| e.to_string())?;
-    Ok((cfg, weights, host))
-}
-
-fn gpu_model(gpu: &Arc<Gpu>, cfg: &ModelConfig, host: &ModelWeights<bf16>) -> Result<GpuModel, String> {
-    let cap = Capacity { max_tokens: 256, max_seqs: 8, max_blocks_per_seq: BLOCKS };
-    GpuModel::new(gpu, cfg.dims(), host, KvSize::Blocks(BLOCKS), BLOCK, cap, &mut |_, _| {}, &mut StartTimes::silent())
-        .map_err(|e| e.to_string())
-}
-
-/// Relative L2 of `got` against `want` (f64), and the worst row's; any non-finite value fails.
-fn errors(got: &Array2<f32>, want: &Array2<f64>) -> Result<(f64, f64), String> {
-    let (mut diff2, mut ref2, mut worst_row) = (0.0f64, 0.0f64, 0.0f64);
-    for (g, w) in got.rows().into_iter().zip(want.rows()) {
-        let (mut d2, mut r2) = (0.0, 0.0);
-        for (&g, &w) in g.iter().zip(w.iter()) {
-            if !g.is_finite() {
-                return Err(format!("a logit is {g}"));
-            }
-            d2 += (f64::from(g) - w).powi(2);
-            r2 += w * w;
-        }
-        worst_row = worst_row.max((d2 / r2).sqrt());
-        diff2 += d2;
-        ref2 += r2;
-    }
-    Ok(((diff2 / ref2).sqrt(), worst_row))
-}
-
-/// The relative L2 of every layer's K and V cache rows at `slots`, GPU against oracle: where the
-/// two forwards part, layer by layer.
-fn cache_errors(model: &GpuModel, cache: &KvCache<f64>, gpu: &Gpu, slots: &[i64]) -> Result<String, String> {
-    let width = model.dims().num_kv_heads * model.dims().head_dim;
-    let mut out = Vec::new();
-    for l in 0..model.dims().num_layers {
-        let mut parts = Vec::new();
-        for (name, dev, host) in
-            [("K", &model.cache().key[l], &cache.key[l]), ("V", &model.cache().value[l], &cache.value[l])]
-        {
-            let got = gpu.download(dev).map_err(|e| e.to_string())?;
-            let flat = host.as_slice().ok_or("the oracle's cache is contiguous")?;
-            let (mut d2, mut r2) = (0.0f64, 0.0f64);
-            for &slot in slots {
-                let at = slot as usize * width;
-                for j in at..at + width {
-                    d2 += (got[j].to_f64() - flat[j]).powi(2);
-                    r2 += flat[j] * flat[j];
-                }
-            }
-            parts.push(format!("{name} {:.1e}", (d2 / r2).sqrt()));
-        }
-        out.push(format!("layer {l}: {}", parts.join(", ")));
-    }
-    Ok(out.join("; "))
 }
 
 /// Logits of every row of `steps` on the GPU and in the oracle's bf16 mode; returns one report
