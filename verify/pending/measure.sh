@@ -5,8 +5,10 @@
 # run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
 # cuDNN; then the hand-off probe and the fuzzer. Run 286 ran checks, probe and fuzz on main
-# 2bbaba7 and run 288 its chunks stage, both on an H100; main's kernels have not changed since,
-# so on an H200 the call still owed is SKIP="checks probe fuzz". Built here:
+# 2bbaba7 and run 288 its chunks stage, both on an H100; main's kernels have not changed since.
+# gpu_model's one-row decode at 9 chunks (session 56) has run only on the fused launch taken out
+# again (run 297), so the next call owes `checks` too, on any GPU; on an H200 then SKIP="probe
+# fuzz". Built here:
 # `scripts/device-build.sh` (device-bin and device-pack.tgz of main), then the device tool:
 # command "bash verify/pending/measure.sh", carry ["device-pack.tgz"], kind nvidia-h200. Writes
 # $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below).
