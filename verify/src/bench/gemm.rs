@@ -110,9 +110,11 @@ impl GemmPoint {
     }
 
     /// The weight and M a key names (the inverse of [`GemmPoint::key`]), for a `--point` off
-    /// [`M_GRID`]; `None` where `key` is not of that form or M is not 1 to [`MAX_POINT_M`].
-    pub fn parse_key(key: &str) -> Option<(&str, usize)> {
+    /// [`M_GRID`]; `None` where `key` is not of that form, its weight not one of [`WEIGHTS`] or
+    /// its M not 1 to [`MAX_POINT_M`].
+    pub fn parse_key(key: &str) -> Option<(&'static str, usize)> {
         let (weight, m) = key.rsplit_once("_M")?;
+        let weight = WEIGHTS.iter().find(|w| w.0 == weight)?.0;
         let m = m.parse().ok().filter(|m| (1..=MAX_POINT_M).contains(m))?;
         Some((weight, m))
     }
@@ -395,7 +397,9 @@ mod tests {
         }
         assert_eq!(GemmPoint::parse_key(&GemmPoint::key("down", MAX_POINT_M)), Some(("down", MAX_POINT_M)));
         let too_wide = GemmPoint::key("down", MAX_POINT_M + 1);
-        for key in ["down", "down_M", "down_M0", "down_Mx", "B128_L4096", "down_M99999999999999999999999", &too_wide] {
+        for key in
+            ["down", "down_M", "down_M0", "down_Mx", "B128_L4096", "down_M99999999999999999999999", &too_wide, "up_M8"]
+        {
             assert_eq!(GemmPoint::parse_key(key), None, "{key}");
         }
     }

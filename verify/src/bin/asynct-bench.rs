@@ -277,12 +277,24 @@ fn run_gemm(args: &Args, gpu: &std::sync::Arc<gpu::Gpu>) -> Result<(), String> {
     };
     let mut points: Vec<GemmPoint> = Vec::new();
     let mut failures = Vec::new();
-    // A point names its own M, on the grid or off it (e.g. `down_M96`).
-    let named = args.point.as_deref().and_then(GemmPoint::parse_key);
+    // A point names its own M, on the grid or off it (e.g. `down_M96`); one naming no weight's M
+    // is refused, not a run that measures nothing.
+    let named = args
+        .point
+        .as_deref()
+        .map(|p| {
+            GemmPoint::parse_key(p).ok_or_else(|| {
+                let weights: Vec<&str> = gemm::WEIGHTS.iter().map(|w| w.0).collect();
+                format!(
+                    "--point {p}: a GEMM point is WEIGHT_M<M>, WEIGHT one of {weights:?}, M 1 to {}",
+                    gemm::MAX_POINT_M
+                )
+            })
+        })
+        .transpose()?;
     for weight in gemm::WEIGHTS {
         let selected: Vec<usize> = match named {
             Some((w, m)) => (w == weight.0).then_some(m).into_iter().collect(),
-            None if args.point.is_some() => Vec::new(),
             None => ms.to_vec(),
         };
         if selected.is_empty() {
