@@ -50,18 +50,28 @@ pub const MAX_NAMED_CONTEXT: usize = 1 << 20;
 
 /// The batch and context of a decode point named as [`point_key`] names it with `lengths`
 /// (`B256_L4096` uniform, `B256_L4096_spread`), so `--point` can ask for one off the default
-/// grid; `None` where the name is not a decode point's, an error where its sizes are past
-/// [`MAX_NAMED_BATCH`] or [`MAX_NAMED_CONTEXT`] or zero.
-pub fn parse_point_key(key: &str, lengths: Lengths) -> Option<std::result::Result<(usize, usize), String>> {
-    let body = key.strip_prefix('B')?.strip_suffix(lengths.suffix())?;
-    let (batch, context) = body.split_once("_L")?;
-    let (batch, context) = (batch.parse::<usize>().ok()?, context.parse::<usize>().ok()?);
+/// grid; an error naming the form where the name is not a decode point's of `lengths` (another
+/// profile's suffix, a prefill or GEMM point), or where its sizes are past [`MAX_NAMED_BATCH`]
+/// or [`MAX_NAMED_CONTEXT`] or zero: a point that selects nothing is refused, not measured as
+/// nothing.
+pub fn parse_point_key(key: &str, lengths: Lengths) -> std::result::Result<(usize, usize), String> {
+    let sizes = || {
+        let body = key.strip_prefix('B')?.strip_suffix(lengths.suffix())?;
+        let (batch, context) = body.split_once("_L")?;
+        Some((batch.parse::<usize>().ok()?, context.parse::<usize>().ok()?))
+    };
+    let (batch, context) = sizes().ok_or_else(|| {
+        format!(
+            "decode point {key}: the form is {} (batch, context and the lengths' suffix)",
+            point_key(128, 4096, lengths)
+        )
+    })?;
     if batch == 0 || context == 0 || batch > MAX_NAMED_BATCH || context > MAX_NAMED_CONTEXT {
-        return Some(Err(format!(
+        return Err(format!(
             "decode point {key}: batch 1 to {MAX_NAMED_BATCH} and context 1 to {MAX_NAMED_CONTEXT} tokens"
-        )));
+        ));
     }
-    Some(Ok((batch, context)))
+    Ok((batch, context))
 }
 
 impl DecodePoint {
@@ -165,15 +175,19 @@ mod tests {
     #[test]
     fn a_named_decode_point_parses_back_to_its_sizes_and_nothing_else_does() {
         for (b, l, lengths) in [(256, 4096, Lengths::Uniform), (192, 1024, Lengths::Spread), (1, 1, Lengths::OneLong)] {
-            assert_eq!(parse_point_key(&point_key(b, l, lengths), lengths), Some(Ok((b, l))));
+            assert_eq!(parse_point_key(&point_key(b, l, lengths), lengths), Ok((b, l)));
         }
-        assert_eq!(parse_point_key("B256_L4096_spread", Lengths::Uniform), None, "another profile's name");
-        for other in ["B1_T16384", "B8_P4096_Q64", "B_L1", "Bx_L1", "B1_L", "B1L1024"] {
-            assert_eq!(parse_point_key(other, Lengths::Uniform), None, "{other}");
+        let spread = parse_point_key("B256_L4096_spread", Lengths::Uniform).unwrap_err();
+        assert!(spread.contains("B128_L4096 "), "another profile's name: {spread}");
+        let uniform = parse_point_key("B256_L4096", Lengths::Spread).unwrap_err();
+        assert!(uniform.contains("B128_L4096_spread"), "{uniform}");
+        for other in
+            ["B1_T16384", "B8_P4096_Q64", "qkv_M8", "B_L1", "Bx_L1", "B1_L", "B1L1024", "B99999999999999999999_L1"]
+        {
+            assert!(parse_point_key(other, Lengths::Uniform).unwrap_err().contains("the form is"), "{other}");
         }
-        for huge in ["B0_L1024", "B1_L0", "B4097_L1024", "B1_L1048577", "B99999999999999999999_L1"] {
-            let parsed = parse_point_key(huge, Lengths::Uniform);
-            assert!(!matches!(parsed, Some(Ok(_))), "{huge}: {parsed:?}");
+        for huge in ["B0_L1024", "B1_L0", "B4097_L1024", "B1_L1048577"] {
+            assert!(parse_point_key(huge, Lengths::Uniform).unwrap_err().contains("batch 1 to"), "{huge}");
         }
     }
 }

@@ -118,7 +118,9 @@ fn run(args: &Args) -> Result<(), String> {
         return run_prefill(args, &gpu, anchor.as_ref());
     }
     let timing = args.timing(50, 40);
-    let named = args.point.as_deref().and_then(|p| parse_point_key(p, args.lengths)).transpose()?;
+    // A point names its own batch and context, on the grid or off it; one that names no decode
+    // point of this lengths profile is refused, not a run that measures nothing.
+    let named = args.point.as_deref().map(|p| parse_point_key(p, args.lengths)).transpose()?;
     let grid: Vec<(usize, usize)> = if let Some(point) = named {
         vec![point]
     } else if args.quick {
@@ -131,9 +133,6 @@ fn run(args: &Args) -> Result<(), String> {
     let mut failures = Vec::new();
     for (batch, context) in grid {
         let key = point_key(batch, context, args.lengths);
-        if args.point.as_ref().is_some_and(|p| *p != key) {
-            continue;
-        }
         let point = measure(&gpu, (batch, context, args.lengths), &timing, args.path.as_deref())?;
         for t in &point.paths {
             let (graph_us, tbps) = (t.graph_ms.map_or(f64::NAN, |ms| ms * 1e3), t.graph_tbps.unwrap_or(f64::NAN));
