@@ -93,6 +93,31 @@ struct StagedTile {
   }
 };
 
+// One CTA's share of a cluster's finished tile in the class forms (gemm_skinny_classes.cu,
+// gemm_skinny_classes_wg.cu): x rows row0 .. row0 + ROWS_X - 1 by the cluster's ROWS_W rows of W,
+// each of the CLASSES classes' partials received into recv[class][row][PAD], added in class
+// order, ((p0 + p1) + p2) + ... (gemm_skinny.cuh's warp order).
+template <int ROWS_X, int ROWS_W, int CTA_THREADS, int PAD, int CLASSES>
+struct ClassShareTile {
+  static constexpr int XR = ROWS_X;
+  static constexpr int WR = ROWS_W;
+  static constexpr int THREADS = CTA_THREADS;
+  const float* recv;
+  int m;           // rows of x in this share
+  long long row0;  // the share's first row of x
+  int n0;
+  int n;
+
+  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
+
+  __device__ __forceinline__ float sum(int xr, int wr) const {
+    float s = recv[xr * PAD + wr];
+#pragma unroll
+    for (int q = 1; q < CLASSES; ++q) s += recv[(q * XR + xr) * PAD + wr];
+    return s;
+  }
+};
+
 struct Store {
   bf16* y;
 

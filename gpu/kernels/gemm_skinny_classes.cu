@@ -58,30 +58,9 @@ constexpr int PAD = ROWS + 4;         // floats a partial row, against bank conf
 constexpr int CHUNK = 12;             // steps of W a lane holds (all of them at K <= 3,072)
 static_assert(CLASSES == WARPS && ROWS == 8 * WARPS, "one class a CTA, 8 rows of W a warp");
 
-// A CTA's share of the cluster's finished tile, for the epilogue (gemm_epilogue.cuh's tile
-// interface): x rows row0 .. row0 + MT - 1 by the cluster's 64 W rows, each class's partials
-// received into recv[class][row][PAD].
+// A CTA's share of the cluster's finished tile, for the epilogue: x rows row0 .. row0 + MT - 1.
 template <int MT>
-struct ShareTile {
-  static constexpr int XR = MT;
-  static constexpr int WR = ROWS;
-  static constexpr int THREADS = gemm_classes::THREADS;
-  const float* recv;
-  int m;           // rows of x in this share
-  long long row0;  // the share's first row of x (one slab: the slab's row c MT)
-  int n0;
-  int n;
-
-  __device__ __forceinline__ bool has(int xr, int wr) const { return xr < m && n0 + wr < n; }
-
-  // The class partials of x row row0 + xr and W row n0 + wr, added in class order.
-  __device__ __forceinline__ float sum(int xr, int wr) const {
-    float s = recv[xr * PAD + wr];
-#pragma unroll
-    for (int q = 1; q < CLASSES; ++q) s += recv[(q * MT + xr) * PAD + wr];
-    return s;
-  }
-};
+using ShareTile = gemm_epilogue::ClassShareTile<MT, ROWS, THREADS, PAD, CLASSES>;
 
 // The kernel of LAUNCH (ALGORITHM above).
 template <int MT, class Epi>

@@ -17,9 +17,12 @@
 // proxy by fence.proxy.async.shared::cta (then a barrier); registers written by ordinary code
 // (accumulators, the register A operand) need wgmma.fence before the first wgmma reading them.
 
-__device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, unsigned lbo, unsigned sbo) {
+// SWIZZLE: the layout field, 1 for the 128-byte swizzle above, 2 for the 64-byte one (rows of 32
+// bf16, 8-row atoms of 512 bytes, chunk c of row r at c ^ ((r / 2) % 4): gemm_skinny_classes_wg.cu).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, unsigned lbo, unsigned sbo,
+                                                         unsigned swizzle = 1) {
   return (unsigned long long)((smem_addr & 0x3FFFFu) >> 4) | ((unsigned long long)((lbo & 0x3FFFFu) >> 4) << 16) |
-         ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
+         ((unsigned long long)((sbo & 0x3FFFFu) >> 4) << 32) | ((unsigned long long)swizzle << 62);
 }
 
 // A descriptor split so that a loop can advance its address with one add: the fields other than
@@ -35,8 +38,8 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem_addr, uns
 // 13, session 51).
 struct WgmmaDesc {
   unsigned lo, hi;
-  __device__ __forceinline__ WgmmaDesc(unsigned smem_addr, unsigned lbo, unsigned sbo) {
-    const unsigned long long d = wgmma_desc(smem_addr, lbo, sbo);
+  __device__ __forceinline__ WgmmaDesc(unsigned smem_addr, unsigned lbo, unsigned sbo, unsigned swizzle = 1) {
+    const unsigned long long d = wgmma_desc(smem_addr, lbo, sbo, swizzle);
     lo = (unsigned)d;
     hi = (unsigned)(d >> 32);
   }

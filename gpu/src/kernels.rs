@@ -133,6 +133,12 @@ pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", 
 pub const GEMM_SKINNY_CLASSES: Kernel =
     with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "cluster.cuh", "gemm_skinny.cuh");
 
+/// The skinny GEMM's class form on warpgroups (sm_90a; [`crate::gemm`]): the classes on the
+/// CTAs of a cluster for decode batches of 65 to 128 rows, fed by the TMA; see
+/// `gemm_skinny_classes_wg.cu`'s header.
+pub const GEMM_SKINNY_CLASSES_WG: Kernel =
+    with_gemm_epilogue!("gemm_skinny_classes_wg.cu", "wgmma.cuh", "tma.cuh", "cluster.cuh");
+
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
@@ -155,6 +161,7 @@ pub const ALL: &[Kernel] = &[
     GEMM_SKINNY_WG,
     GEMM_SKINNY_WIDE,
     GEMM_SKINNY_CLASSES,
+    GEMM_SKINNY_CLASSES_WG,
     HP1_GATE_STATS,
     DECODE_MEGA,
     COPY_LIST,
@@ -171,7 +178,7 @@ pub fn for_device(cc: (i32, i32)) -> Vec<Kernel> {
     use crate::attention::PrefillKernel;
     let skipped = |k: &Kernel| {
         (*k == HP1_PREFILL_WGMMA && !PrefillKernel::Wgmma.runs_on(cc))
-            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES].contains(k)
+            || ([GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES, GEMM_SKINNY_CLASSES_WG].contains(k)
                 && !crate::gemm::wgmma_runs_on(cc))
             || (*k == HP1_PREFILL_MMA && !PrefillKernel::Mma.runs_on(cc))
     };
@@ -186,8 +193,15 @@ mod tests {
     fn hopper_runs_every_kernel_and_ampere_all_but_wgmma() {
         assert_eq!(for_device((9, 0)), ALL.to_vec());
         let ampere = for_device((8, 0));
-        assert_eq!(ampere.len(), ALL.len() - 5);
-        for wgmma in [HP1_PREFILL_WGMMA, GEMM_WGMMA, GEMM_SKINNY_WG, GEMM_SKINNY_WIDE, GEMM_SKINNY_CLASSES] {
+        assert_eq!(ampere.len(), ALL.len() - 6);
+        for wgmma in [
+            HP1_PREFILL_WGMMA,
+            GEMM_WGMMA,
+            GEMM_SKINNY_WG,
+            GEMM_SKINNY_WIDE,
+            GEMM_SKINNY_CLASSES,
+            GEMM_SKINNY_CLASSES_WG,
+        ] {
             assert!(!ampere.contains(&wgmma), "{}", wgmma.name);
         }
         assert!(ampere.contains(&HP1_PREFILL_MMA));

@@ -4,6 +4,7 @@
 //! Pure host code, tested on the CPU with the rest of the plan.
 
 use super::classes_plan::classes_serve;
+use super::classes_wg_plan::classes_wg_serve;
 use super::plan::{
     EpilogueKind, GemmPath, GemmPlan, GemmShape, SHARED_X_MIN_BLOCKS, SKINNY_CTAS_PER_SM, SKINNY_M_TILES,
     SKINNY_THREE_CTAS, SKINNY_WG_MIN_FILL, SKINNY_WG_M_TILE, SKINNY_WG_ROWS,
@@ -15,7 +16,8 @@ use crate::error::Result;
 /// Which of the skinny kernel's forms [`GemmPlan::decode_rows_with`] may take beside the plain
 /// one: the device's (`wgmma`: sm_90, whose warpgroup, wide and class forms need wgmma, the TMA
 /// or clusters) and, for measuring, each optional form on or off (the model reads them from
-/// `ASYNCT_STAGED_X`, `ASYNCT_SKINNY_WIDE` and `ASYNCT_SKINNY_CLASSES`). Every form gives a row
+/// `ASYNCT_STAGED_X`, `ASYNCT_SKINNY_WIDE`, `ASYNCT_SKINNY_CLASSES` and `ASYNCT_SKINNY_CLASSES_WG`).
+/// Every form gives a row
 /// the same bits, so these change speed only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeForms {
@@ -28,12 +30,15 @@ pub struct DecodeForms {
     pub wide: bool,
     /// The class form at 9 to 64 rows ([`GemmPlan::skinny_classes`]).
     pub classes: bool,
+    /// The class form on warpgroups at 65 to 128 rows ([`GemmPlan::skinny_classes_wg`]; the
+    /// model keeps its class-step copies only where it may be taken).
+    pub classes_wg: bool,
 }
 
 impl DecodeForms {
     /// Every form the device runs.
     pub fn all(wgmma: bool) -> Self {
-        Self { wgmma, staged: true, wide: true, classes: true }
+        Self { wgmma, staged: true, wide: true, classes: true, classes_wg: true }
     }
 }
 
@@ -45,7 +50,8 @@ impl GemmPlan {
     }
 
     /// The plan for decode rows among `forms`. The class form ([`GemmPlan::skinny_classes`])
-    /// where [`classes_serve`] says so and the form takes the shape. Else, among the forms whose
+    /// where [`classes_serve`] says so and the form takes the shape, and past 64 rows its
+    /// warpgroup form ([`GemmPlan::skinny_classes_wg`]) where [`classes_wg_serve`] does. Else, among the forms whose
     /// CTA adds every class of a W row itself, the warpgroup form ([`GemmPlan::skinny_wgmma`]) at
     /// 33 to 64 rows where its 64-row W blocks number at least half the SMs
     /// ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of asynct-0.5b; RESULTS run
@@ -62,6 +68,11 @@ impl GemmPlan {
     pub fn decode_rows_with(shape: GemmShape, sms: usize, epilogue: EpilogueKind, forms: DecodeForms) -> Result<Self> {
         if forms.wgmma && forms.classes && classes_serve(shape, sms) {
             if let Ok(plan) = Self::skinny_classes(shape, epilogue) {
+                return Ok(plan);
+            }
+        }
+        if forms.wgmma && forms.classes_wg && classes_wg_serve(shape, sms) {
+            if let Ok(plan) = Self::skinny_classes_wg(shape, epilogue) {
                 return Ok(plan);
             }
         }

@@ -20,6 +20,9 @@
 //!   tile; decode rows take it at 33 to 64 rows on wide weights (gate/up). Its wide form
 //!   (`gemm_skinny_wide.cu`, [`GemmPlan::skinny_wide`]) reads W once for 128 rows of x through
 //!   the TMA, W stored in the class-step layout ([`layout::to_class_steps`]), for 65 to 128 rows.
+//!   Its class form (`gemm_skinny_classes.cu`, [`GemmPlan::skinny_classes`]) puts each class of
+//!   the skinny order's K steps on its own CTA of a cluster, for 9 to 64 rows, and the same on
+//!   warpgroups (`gemm_skinny_classes_wg.cu`, [`GemmPlan::skinny_classes_wg`]) for 65 to 128.
 //! - The WGMMA kernel (`gemm_wgmma.cu`, sm_90a, [`GemmPlan::wgmma_epilogue`]) is for prefill rows:
 //!   128 x 128 tiles fed by the TMA through an mbarrier ring to two consumer warpgroups, with the
 //!   same epilogues as the skinny kernel (`gemm_epilogue.cuh`). A row's bits depend on neither
@@ -60,6 +63,7 @@
 //! ```
 
 mod classes_plan;
+mod classes_wg_plan;
 pub mod cublaslt;
 mod decode_plan;
 pub mod epilogue;
@@ -78,6 +82,10 @@ use half::bf16;
 pub use classes_plan::{
     classes_bytes, classes_serve, SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_DECODE_M, SKINNY_CLASSES_K,
     SKINNY_CLASSES_ROWS,
+};
+pub use classes_wg_plan::{
+    classes_wg_serve, SKINNY_CLASSES_WG_BYTES, SKINNY_CLASSES_WG_DECODE_M, SKINNY_CLASSES_WG_K,
+    SKINNY_CLASSES_WG_M_TILE,
 };
 pub use cublaslt::{CublasLt, LtAlgo};
 pub use decode_plan::DecodeForms;
@@ -118,7 +126,9 @@ impl Gemm {
     pub fn new(gpu: &Gpu, plan: GemmPlan) -> Result<Self> {
         plan.shape.validate()?;
         let exec = match &plan.path {
-            GemmPath::Skinny(tile) if plan.reads_class_steps() => Exec::Tma(TmaGemm::wide(gpu, plan.shape, tile)?),
+            GemmPath::Skinny(tile) if plan.reads_class_steps() => {
+                Exec::Tma(TmaGemm::class_steps(gpu, plan.shape, tile)?)
+            }
             GemmPath::Skinny(tile) => Exec::Skinny(SkinnyGemm::new(gpu, plan.shape, tile)?),
             GemmPath::Wgmma(tile) => Exec::Tma(TmaGemm::wgmma(gpu, plan.shape, tile)?),
             GemmPath::CublasLt { heuristic_m, pin } => {
@@ -254,7 +264,7 @@ fn mismatch(entry: &str, plan: &GemmPlan, epilogue: &Epilogue<'_>) -> crate::Err
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_WIDE};
+    use crate::kernels::{GEMM_SKINNY, GEMM_SKINNY_CLASSES_WG, GEMM_SKINNY_WIDE};
     use crate::runtime::cubin::functions;
     use crate::runtime::kernel_cache::compile;
     use crate::runtime::nvrtc_available;
@@ -317,6 +327,13 @@ mod tests {
         for kind in EpilogueKind::ALL {
             let plan = GemmPlan::skinny_wide(GemmShape { m: 100, n: 128, k: 512 }, kind).unwrap();
             assert!(wide.contains(&entry(&plan)), "{} missing", entry(&plan));
+        }
+        // The class form on warpgroups, every epilogue, in its own file.
+        let classes_wg =
+            functions(&compile(&GEMM_SKINNY_CLASSES_WG, "sm_90a").unwrap_or_else(|e| panic!("{e}"))).unwrap();
+        for kind in EpilogueKind::ALL {
+            let plan = GemmPlan::skinny_classes_wg(GemmShape { m: 100, n: 128, k: 1024 }, kind).unwrap();
+            assert!(classes_wg.contains(&entry(&plan)), "{} missing", entry(&plan));
         }
     }
 }

@@ -209,6 +209,9 @@ pub enum SkinnyForm {
     /// `gemm_skinny_classes.cu` (sm_90): each class of K steps on its own CTA of a cluster of 8,
     /// added through distributed shared memory ([`GemmPlan::skinny_classes`]).
     Classes,
+    /// `gemm_skinny_classes_wg.cu` (sm_90a): the class form on warpgroup MMAs for one slab of
+    /// 128 rows, fed by the TMA from the class-step copy ([`GemmPlan::skinny_classes_wg`]).
+    ClassesWg,
 }
 
 /// The skinny kernel's instantiation and grid.
@@ -527,6 +530,7 @@ impl GemmPlan {
                     SkinnyForm::Staged => "staged-",
                     SkinnyForm::Folded(_) => "fold-",
                     SkinnyForm::Classes => "classes-",
+                    SkinnyForm::ClassesWg => "classes-wg-",
                 };
                 format!("skinny-{form}m{}-r{}{}", t.m_tile, t.rows, self.epilogue.suffix().replace('_', "-"))
             }

@@ -330,7 +330,8 @@ fn decode_rows_take_the_warpgroup_form_at_33_to_64_rows_where_its_blocks_fill_ha
             (64, 1024, 3072),
             (64, 64 * 65, 1024),
         ] {
-            let per_cta = crate::gemm::DecodeForms { classes: false, ..crate::gemm::DecodeForms::all(true) };
+            let per_cta =
+                crate::gemm::DecodeForms { classes: false, classes_wg: false, ..crate::gemm::DecodeForms::all(true) };
             let with = GemmPlan::decode_rows_with(shape(m, n, k), H200_SMS, kind, per_cta).unwrap();
             assert_ne!(skinny(&with).form, SkinnyForm::Warpgroup, "{m} {n} {k} {kind:?}");
             assert_eq!(with, GemmPlan::decode_rows(shape(m, n, k), H200_SMS, kind, false).unwrap());
@@ -352,9 +353,12 @@ fn decode_rows_take_the_wide_form_past_64_rows_where_its_blocks_fill_half_the_sm
             let without = GemmPlan::decode_rows(shape(m, 6144, 1024), H200_SMS, kind, false).unwrap();
             assert!(!without.reads_class_steps(), "{m} {kind:?} without wgmma");
         }
-        // qkv, o and down (32 and 16 blocks of 64 rows), a K the form does not take, 64 rows.
+        // qkv, o and down (32 and 16 blocks of 64 rows), a K the form does not take, 64 rows; o
+        // and down read the class steps on the class form on warpgroups instead.
         for (m, n, k) in [(128, 2048, 1024), (128, 1024, 1024), (128, 1024, 3072), (128, 6144, 768), (64, 6144, 1024)] {
-            assert!(!plan(m, n, k, kind).reads_class_steps(), "{m} {n} {k} {kind:?}");
+            let p = plan(m, n, k, kind);
+            assert_ne!(skinny(&p).form, SkinnyForm::Wide, "{m} {n} {k} {kind:?}");
+            assert_eq!(p.reads_class_steps(), n == 1024, "{m} {n} {k} {kind:?}");
         }
     }
     assert!(wide_serves(6144, 1024, H200_SMS) && wide_serves(66 * 64, 3072, H200_SMS));

@@ -45,8 +45,8 @@ impl SkinnyGemm {
             | SkinnyForm::Folded(_) => &GEMM_SKINNY,
             SkinnyForm::Warpgroup => &GEMM_SKINNY_WG,
             SkinnyForm::Classes => &GEMM_SKINNY_CLASSES,
-            SkinnyForm::Wide => {
-                return Err(unsupported(&tile.entry, "the wide form reads tensor maps: gemm::wide launches it".into()))
+            SkinnyForm::Wide | SkinnyForm::ClassesWg => {
+                return Err(unsupported(&tile.entry, "the form reads tensor maps: gemm::wgmma launches it".into()))
             }
         };
         let func = gpu.function(kernel, &tile.entry)?;

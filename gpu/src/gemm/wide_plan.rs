@@ -58,8 +58,8 @@ impl GemmPlan {
     }
 
     /// Whether the plan reads W in the class-step layout ([`super::layout::to_class_steps`])
-    /// rather than as stored: the wide form's.
+    /// rather than as stored: the wide form's and the class form's on warpgroups.
     pub fn reads_class_steps(&self) -> bool {
-        matches!(&self.path, GemmPath::Skinny(t) if t.form == SkinnyForm::Wide)
+        matches!(&self.path, GemmPath::Skinny(t) if matches!(t.form, SkinnyForm::Wide | SkinnyForm::ClassesWg))
     }
 }

@@ -82,14 +82,15 @@ pub const DECODE_PIN_AT: usize = 64;
 
 /// The skinny kernel's forms decode rows may take on a device that runs wgmma (`wgmma`) or not:
 /// every one, less those the environment turns off for measuring (`ASYNCT_STAGED_X=0`,
-/// `ASYNCT_SKINNY_WIDE=0`, `ASYNCT_SKINNY_CLASSES=0`; each keeps the forms the dispatcher would
-/// take without it, with the same bits).
+/// `ASYNCT_SKINNY_WIDE=0`, `ASYNCT_SKINNY_CLASSES=0`, `ASYNCT_SKINNY_CLASSES_WG=0`; each keeps the
+/// forms the dispatcher would take without it, with the same bits).
 pub fn decode_forms(wgmma: bool) -> DecodeForms {
     let on = |var| std::env::var(var).map_or(true, |v| v != "0");
     DecodeForms {
         staged: on("ASYNCT_STAGED_X"),
         wide: on("ASYNCT_SKINNY_WIDE"),
         classes: on("ASYNCT_SKINNY_CLASSES"),
+        classes_wg: on("ASYNCT_SKINNY_CLASSES_WG"),
         ..DecodeForms::all(wgmma)
     }
 }

@@ -80,15 +80,17 @@ impl DeviceLayer {
 
 /// Which of a layer's weights the device also holds in the class-step column order, by
 /// [`Weight::index`]: for a model, those whose decode rows [`gpu::gemm::GemmPlan::decode_rows`]
-/// plans on the wide form at the model's widest decode batch ([`ClassSteps::for_model`]).
+/// plans on a form that reads that order at some decode batch the model runs
+/// ([`ClassSteps::for_model`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassSteps(pub [bool; 4]);
 
 impl ClassSteps {
-    /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take the wide form: the
-    /// dispatcher's own answer at `max_decode_rows` on `sms` SMs among `forms` (the model's), which
-    /// is the answer at every narrower batch or a no (the form is taken from some row count up,
-    /// whatever the epilogue).
+    /// The weights (each `(N, K)` as `nk` gives it) whose decode rows may take a form that reads
+    /// the class-step copy (the wide form, the class form on warpgroups): the dispatcher's own
+    /// answer at some row count up to `max_decode_rows` on `sms` SMs among `forms` (the model's).
+    /// Every row count is asked, since the class form on warpgroups is taken at 65 to 128 rows
+    /// only; the choice does not depend on the epilogue.
     pub fn for_model(
         nk: impl Fn(Weight) -> (usize, usize),
         max_decode_rows: usize,
@@ -97,9 +99,11 @@ impl ClassSteps {
     ) -> Self {
         Self(Weight::ALL.map(|w| {
             let (n, k) = nk(w);
-            let shape = gpu::gemm::GemmShape { m: max_decode_rows, n, k };
-            gpu::gemm::GemmPlan::decode_rows_with(shape, sms, gpu::gemm::EpilogueKind::Store, forms)
-                .is_ok_and(|plan| plan.reads_class_steps())
+            (1..=max_decode_rows).any(|m| {
+                let shape = gpu::gemm::GemmShape { m, n, k };
+                gpu::gemm::GemmPlan::decode_rows_with(shape, sms, gpu::gemm::EpilogueKind::Store, forms)
+                    .is_ok_and(|plan| plan.reads_class_steps())
+            })
         }))
     }
 
@@ -368,9 +372,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_class_step_copies_are_of_the_weights_the_wide_form_serves_past_64_rows() {
+    fn the_class_step_copies_are_of_the_weights_whose_forms_read_them_past_64_rows() {
         // asynct-0.5b on 132 SMs: qkv [2048, 1024], o [1024, 1024], gate/up [6144, 1024], down
-        // [1024, 3072]; only gate/up has the 66 blocks of 64 rows the form asks for.
+        // [1024, 3072]; gate/up has the 66 blocks of 64 rows the wide form asks for, o and down
+        // the 16 clusters of 8 the class form on warpgroups fits in one CTA an SM, qkv neither.
         let nk = |w: Weight| match w {
             Weight::Qkv => (2048, 1024),
             Weight::O => (1024, 1024),
@@ -379,11 +384,17 @@ mod tests {
         };
         let all = gpu::gemm::DecodeForms::all;
         let steps = ClassSteps::for_model(nk, 128, 132, all(true));
-        assert_eq!(Weight::ALL.map(|w| steps.has(w)), [false, false, true, false]);
-        assert_eq!(steps.bytes(nk, 35), 35 * 6144 * 1024 * 2);
-        // Not at 64 rows, not without wgmma, not with the wide form turned off.
-        let no_wide = gpu::gemm::DecodeForms { wide: false, ..all(true) };
-        for (rows, forms) in [(64, all(true)), (128, all(false)), (128, no_wide)] {
+        assert_eq!(Weight::ALL.map(|w| steps.has(w)), [false, true, true, true]);
+        assert_eq!(steps.bytes(nk, 35), 35 * (1024 * 1024 + 6144 * 1024 + 1024 * 3072) * 2);
+        // Past 128 rows too: the class form on warpgroups still serves a batch of 65 to 128.
+        assert_eq!(ClassSteps::for_model(nk, 256, 132, all(true)), steps);
+        let only = |wide, classes_wg| gpu::gemm::DecodeForms { wide, classes_wg, ..all(true) };
+        let wide = ClassSteps::for_model(nk, 128, 132, only(true, false));
+        assert_eq!(Weight::ALL.map(|w| wide.has(w)), [false, false, true, false]);
+        let classes_wg = ClassSteps::for_model(nk, 100, 132, only(false, true));
+        assert_eq!(Weight::ALL.map(|w| classes_wg.has(w)), [false, true, false, true]);
+        // Not at 64 rows, not without wgmma, not with both forms turned off.
+        for (rows, forms) in [(64, all(true)), (128, all(false)), (128, only(false, false))] {
             let none = ClassSteps::for_model(nk, rows, 132, forms);
             assert_eq!((none, none.bytes(nk, 35)), (ClassSteps::default(), 0), "{rows} rows, {forms:?}");
         }

@@ -157,6 +157,7 @@ fn plans(shape: GemmShape, cc: (i32, i32), sms: usize) -> Result<Vec<GemmPlan>, 
             plans.extend(GemmPlan::skinny_wgmma(shape, EpilogueKind::Store).ok());
             plans.extend(GemmPlan::skinny_wide(shape, EpilogueKind::Store).ok());
             plans.extend(GemmPlan::skinny_classes(shape, EpilogueKind::Store).ok());
+            plans.extend(GemmPlan::skinny_classes_wg(shape, EpilogueKind::Store).ok());
         }
         plans.extend(GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).ok());
     }

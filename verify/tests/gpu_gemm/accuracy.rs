@@ -43,6 +43,7 @@ pub fn sanitize_small_shapes(gpu: &Arc<Gpu>) -> Check {
         (130, 48, 320),
         (130, 80, 512),
         (20, 100, 512),
+        (100, 80, 1024),
     ];
     for (i, &(m, n, k)) in shapes.iter().enumerate() {
         every_path(gpu, GemmShape { m, n, k }, 40 + i as u64)?;

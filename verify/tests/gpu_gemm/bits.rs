@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape};
+use gpu::gemm::{EpilogueKind, Gemm, GemmPlan, GemmShape, SKINNY_CLASSES_WG_K};
 use gpu::Gpu;
 use half::bf16;
 use model::gpu_backend::linear::{DECODE_PIN_AT, HEAD_PIN_AT};
@@ -72,8 +72,8 @@ type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 /// Past 64 rows: a row alone (M = 1) and at M = 65, 130 and 256 in a later slab of the skinny
 /// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as decode
 /// rows are planned (the shared-x form where it serves, and on a device that runs wgmma the
-/// warpgroup form, from M = 33); in the wide form at M 65 to 256 (below 65 `batch_invariance`
-/// holds it to the default plan's row alone); through the WGMMA kernel at M = 7 to 2100, at
+/// warpgroup form, from M = 33); in the wide form at M 65 to 256 and the class form on warpgroups
+/// at M 65 to 128 (below 65 `batch_invariance` holds them to the default plan's row alone); through the WGMMA kernel at M = 7 to 2100, at
 /// every place in its tile the M puts it; through cuBLASLt pinned at one reference M, a row alone
 /// and at M = 7, 65, 300, 768 and 1000 has the same bits (so a prefill chunk's rows do not depend
 /// on the chunks beside them); and pinned at the LM head's reference (`HEAD_PIN_AT`, 64), whole
@@ -86,7 +86,7 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
         let w_d = g(gpu.upload(&draw_w(seed, n, k)))?;
         let row = draw_x(seed + 1, 1, k);
         let row_d = g(gpu.upload(&row))?;
-        let paths: [(&str, PlanAt, &[usize]); 8] = [
+        let paths: [(&str, PlanAt, &[usize]); 9] = [
             ("skinny", |s| GemmPlan::skinny(s, 132), &[65, 130, 256]),
             ("decode rows", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, false), &[65, 130, 256]),
             ("decode rows on wgmma", |s| GemmPlan::decode_rows(s, 132, EpilogueKind::Store, true), &[33, 65, 130, 256]),
@@ -99,6 +99,7 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
             ),
             ("wgmma", |s| GemmPlan::wgmma_epilogue(s, EpilogueKind::Store), &[7, 65, 128, 129, 300, 1000, 2100]),
             ("skinny wide", |s| GemmPlan::skinny_wide(s, EpilogueKind::Store), &[65, 100, 128, 129, 256]),
+            ("skinny classes wg", |s| GemmPlan::skinny_classes_wg(s, EpilogueKind::Store), &[65, 100, 128]),
         ];
         for (path, plan, ms) in paths {
             if path == "wgmma" && !wgmma_serves(gpu, GemmShape { m: 1, n, k }) {
@@ -107,6 +108,10 @@ pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
             }
             if path == "skinny wide" && (!runs_wgmma(gpu) || n > WIDE_MAX_N) {
                 println!("  {name}: the wide form is not checked here (no wgmma, or past {WIDE_MAX_N} rows)");
+                continue;
+            }
+            if path == "skinny classes wg" && (!runs_wgmma(gpu) || n > WIDE_MAX_N || k % SKINNY_CLASSES_WG_K != 0) {
+                println!("  {name}: the class form on warpgroups is not checked here (no wgmma, N, or K)");
                 continue;
             }
             if path == "decode rows on wgmma" && !runs_wgmma(gpu) {

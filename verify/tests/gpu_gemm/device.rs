@@ -53,8 +53,8 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
 /// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) and, at up to 8 rows, its
 /// staged form with x as it is (where shared memory holds the rows), the shared-x form where it
 /// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
-/// device runs wgmma and the slab fits, its wide form there on weights up to `WIDE_MAX_N` rows
-/// (K a multiple of 512), the WGMMA kernel where it serves the shape, cuBLASLt's own
+/// device runs wgmma and the slab fits, its wide form and its class form on warpgroups there on
+/// weights up to `WIDE_MAX_N` rows (K a multiple of 512 and 1,024), the WGMMA kernel where it serves the shape, cuBLASLt's own
 /// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
 /// (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
@@ -71,6 +71,7 @@ pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
         plans.extend(GemmPlan::skinny_classes(shape, EpilogueKind::Store).ok());
         if shape.n <= WIDE_MAX_N {
             plans.extend(GemmPlan::skinny_wide(shape, EpilogueKind::Store).ok());
+            plans.extend(GemmPlan::skinny_classes_wg(shape, EpilogueKind::Store).ok());
         }
     }
     if wgmma_serves(gpu, shape) {

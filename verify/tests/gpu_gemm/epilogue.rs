@@ -28,7 +28,8 @@ const MS: [usize; 9] = [1, 3, 8, 17, 32, 64, 65, 128, 300];
 /// The plans of `kind` for `shape`, each family with the plain plan whose output its fused plans
 /// must reproduce: the skinny kernel at M up to 128 (every rows of W per CTA the epilogue takes at
 /// this M, plain, staged (to 8 rows), three CTAs an SM (where instantiated), shared-x and (where
-/// the device runs wgmma) warpgroup and wide (its W the class-step copy), the model's on `sms` SMs
+/// the device runs wgmma) warpgroup, wide and the class forms (the wide form and the class form
+/// on warpgroups reading the class-step copy), the model's on `sms` SMs
 /// among them, against the plain form's Store plan), and the WGMMA kernel where `gpu` runs it
 /// (against its own Store plan).
 fn epilogue_plans(
@@ -51,11 +52,13 @@ fn epilogue_plans(
         let warpgroup = GemmPlan::skinny_wgmma(shape, kind).ok().filter(|_| wgmma);
         let wide = GemmPlan::skinny_wide(shape, kind).ok().filter(|_| wgmma);
         let classes = GemmPlan::skinny_classes(shape, kind).ok().filter(|_| wgmma);
+        let classes_wg = GemmPlan::skinny_classes_wg(shape, kind).ok().filter(|_| wgmma);
         let plans: Vec<GemmPlan> = plain
             .chain(GemmPlan::skinny_shared_x(shape, kind, sms).ok())
             .chain(warpgroup)
             .chain(wide)
             .chain(classes)
+            .chain(classes_wg)
             .collect();
         let chosen = g(GemmPlan::decode_rows(shape, sms, kind, wgmma))?;
         if !plans.contains(&chosen) {
