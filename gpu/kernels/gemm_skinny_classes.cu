@@ -1,8 +1,9 @@
 #line 2 "gemm_skinny_classes.cu"
 // gemm_skinny_classes.cu: the skinny GEMM's class form (sm_90): the skinny order's eight classes of
 // K steps on the eight CTAs of a thread-block cluster, for decode batches of up to 64 rows. Needs
-// tma.cuh (the mbarrier), cluster.cuh, gemm_skinny.cuh (Config, step_mma, zero4) and the
-// epilogues of gemm_epilogue.cuh before it; gpu::kernels concatenates them.
+// tma.cuh (the mbarrier), cluster.cuh, class_fold.cuh (the classes' addition), gemm_skinny.cuh
+// (Config, step_mma, zero4) and the epilogues of gemm_epilogue.cuh before it; gpu::kernels
+// concatenates them.
 //
 // WHY. In the plain form a CTA owns ROWS rows of W over all of K, and reads all of its slab of x
 // (M K 2 bytes) from L2: at 32 rows and K = 3,072 (down_proj of asynct-0.5b) 192 KB of x for 48
@@ -57,10 +58,6 @@ constexpr int ROWS = 64;              // W rows a cluster (gpu::gemm::SKINNY_CLA
 constexpr int PAD = ROWS + 4;         // floats a partial row, against bank conflicts
 constexpr int CHUNK = 12;             // steps of W a lane holds (all of them at K <= 3,072)
 static_assert(CLASSES == WARPS && ROWS == 8 * WARPS, "one class a CTA, 8 rows of W a warp");
-
-// A CTA's share of the cluster's finished tile, for the epilogue: x rows row0 .. row0 + MT - 1.
-template <int MT>
-using ShareTile = gemm_epilogue::ClassShareTile<MT, ROWS, THREADS, PAD, CLASSES>;
 
 // The kernel of LAUNCH (ALGORITHM above).
 template <int MT, class Epi>
@@ -150,18 +147,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   __syncthreads();
   cluster::wait();
 
-  // Each share's rows go to its CTA (rank o: x rows o MT ..), into recv[c], 16 bytes a store.
-  if (threadIdx.x == 0) tma::mbar_arrive_expect_tx(bar, CLASSES * MT * ROWS * 4);
-  for (int e = threadIdx.x; e < CLASSES * MT * (ROWS / 4); e += THREADS) {
-    const int o = e / (MT * (ROWS / 4)), r = (e / (ROWS / 4)) % MT, q = e % (ROWS / 4);
-    const uint4 v = *reinterpret_cast<const uint4*>(part + (o * MT + r) * PAD + 4 * q);
-    cluster::st_async_16(tc::smem_addr(recv + (c * MT + r) * PAD + 4 * q), o, bar, v);
-  }
-  tma::mbar_wait<true>(bar, 0);
-
-  // A CTA leaves once every class has arrived here; what it sent is counted where it went.
-  const int xr0 = c * MT;
-  epi(ShareTile<MT>{recv, max(0, min(MT, m - xr0)), xr0, n0, n});
+  class_fold::send_and_finish<MT, ROWS, PAD, CLASSES, THREADS>(part, recv, bar, c, m, n0, n, epi);
 }
 
 }  // namespace gemm_classes

@@ -3,7 +3,8 @@
 // batches of 65 to 128 rows: each of the skinny order's eight classes of K steps on its own CTA of
 // a cluster, all 128 rows of x at once, the classes' partials added in class order through
 // distributed shared memory. Needs pdl.cuh, loads.cuh, ops_common.cuh, tensor_core.cuh,
-// gemm_epilogue.cuh, wgmma.cuh, tma.cuh and cluster.cuh before it; gpu::kernels concatenates them.
+// gemm_epilogue.cuh, wgmma.cuh, tma.cuh, cluster.cuh and class_fold.cuh before it; gpu::kernels
+// concatenates them.
 //
 // WHY. Past 64 rows o_proj and down_proj of asynct-0.5b (16 blocks of 64 W rows) ran the plain
 // form in two slabs of 64 rows, each CTA reading its slab of x whole from L2 (384 KB at K = 3,072
@@ -37,8 +38,8 @@
 // Then the partials go to shared memory (the ring, no longer read), [128][PAD] floats; each CTA
 // sends share o of them (x rows 16 o .. 16 o + 15) to the CTA of rank o, into its recv[c]
 // (st.async, 16 bytes a store, counted on that CTA's mbarrier), waits on its own mbarrier for the
-// eight classes of its share, and runs the epilogue there (gemm_epilogue::ClassShareTile adds an
-// output's partials in class order). A cluster barrier, arrived at at the start and waited on
+// eight classes of its share, and runs the epilogue there (class_fold.cuh; ClassShareTile adds
+// an output's partials in class order). A cluster barrier, arrived at at the start and waited on
 // after the product, orders every mbarrier's initialisation before any store to it.
 //
 // LAUNCH. gemm_skinny_classes_wg{suffix}: grid ceil(N / 64) * 8 CTAs in clusters of 8 along x,
@@ -71,7 +72,6 @@ static_assert(STAGE_BYTES % 512 == 0 && W_TILE % 512 == 0, "every tile on a 64-b
 static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs an SM");
 
 using Tile = gemm_epilogue::StagedTile<XN, W_ROWS, CONSUMERS, PAD>;
-using ShareTile = gemm_epilogue::ClassShareTile<SHARE, W_ROWS, CONSUMERS, PAD, CLASSES>;
 
 template <class Epi>
 __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::TensorMap* mw, int m, int n, int k,
@@ -162,18 +162,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   tma::consumers_sync<CONSUMERS>();
   cluster::wait();
 
-  // Each share's rows go to its CTA (rank o: x rows o SHARE ..), into recv[c], 16 bytes a store.
-  if (threadIdx.x == 0) tma::mbar_arrive_expect_tx(bar, CLASSES * SHARE * W_ROWS * 4);
-  for (int e = threadIdx.x; e < CLASSES * SHARE * (W_ROWS / 4); e += CONSUMERS) {
-    const int o = e / (SHARE * (W_ROWS / 4)), rr = (e / (W_ROWS / 4)) % SHARE, q = e % (W_ROWS / 4);
-    const uint4 v = *reinterpret_cast<const uint4*>(part + (o * SHARE + rr) * PAD + 4 * q);
-    cluster::st_async_16(tc::smem_addr(recv + (c * SHARE + rr) * PAD + 4 * q), o, bar, v);
-  }
-  tma::mbar_wait<true>(bar, 0);
-
-  // A CTA leaves once every class has arrived here; what it sent is counted where it went.
-  const int xr0 = c * SHARE;
-  epi(ShareTile{recv, max(0, min(SHARE, m - xr0)), xr0, n0, n});
+  class_fold::send_and_finish<SHARE, W_ROWS, PAD, CLASSES, CONSUMERS>(part, recv, bar, c, m, n0, n, epi);
 }
 
 }  // namespace classes_wg

@@ -131,13 +131,13 @@ pub const GEMM_SKINNY_WIDE: Kernel = with_gemm_epilogue!("gemm_skinny_wide.cu", 
 /// on the CTAs of a cluster, for decode batches of 9 to 64 rows; see `gemm_skinny_classes.cu`'s
 /// header.
 pub const GEMM_SKINNY_CLASSES: Kernel =
-    with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "cluster.cuh", "gemm_skinny.cuh");
+    with_gemm_epilogue!("gemm_skinny_classes.cu", "tma.cuh", "cluster.cuh", "class_fold.cuh", "gemm_skinny.cuh");
 
 /// The skinny GEMM's class form on warpgroups (sm_90a; [`crate::gemm`]): the classes on the
 /// CTAs of a cluster for decode batches of 65 to 128 rows, fed by the TMA; see
 /// `gemm_skinny_classes_wg.cu`'s header.
 pub const GEMM_SKINNY_CLASSES_WG: Kernel =
-    with_gemm_epilogue!("gemm_skinny_classes_wg.cu", "wgmma.cuh", "tma.cuh", "cluster.cuh");
+    with_gemm_epilogue!("gemm_skinny_classes_wg.cu", "wgmma.cuh", "tma.cuh", "cluster.cuh", "class_fold.cuh");
 
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid

@@ -59,32 +59,37 @@ impl GemmPlan {
                 format!("{bytes} bytes of shared memory at K = {} past the {SHARED_X_MAX_BYTES} a CTA takes", shape.k),
             ));
         }
-        let clusters = shape.n.div_ceil(SKINNY_CLASSES_ROWS);
-        let grid = grid(entry, shape, clusters.checked_mul(SKINNY_CLASSES_CLUSTER as usize))?;
-        let tile = SkinnyTile {
-            form: SkinnyForm::Classes,
-            entry: format!("gemm_skinny_classes_m{m_tile}{}", epilogue.suffix()),
-            m_tile,
-            rows: SKINNY_CLASSES_ROWS,
-            slabs: 1,
-            grid,
-            shared_bytes: bytes as u32,
-        };
+        let entry_name = format!("gemm_skinny_classes_m{m_tile}{}", epilogue.suffix());
+        let tile = SkinnyTile::per_cluster(entry, shape, SkinnyForm::Classes, entry_name, m_tile, bytes)?;
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
+    }
+}
+
+impl SkinnyTile {
+    /// The tile of a class form (`form`, its entry point `entry`): a cluster of
+    /// [`SKINNY_CLASSES_CLUSTER`] CTAs for each block of [`SKINNY_CLASSES_ROWS`] rows of W, one
+    /// slab of `m_tile` rows of x, `shared_bytes` of dynamic shared memory a CTA; a refusal names
+    /// `label`.
+    pub(super) fn per_cluster(
+        label: &str,
+        shape: GemmShape,
+        form: SkinnyForm,
+        entry: String,
+        m_tile: usize,
+        shared_bytes: usize,
+    ) -> Result<Self> {
+        let clusters = shape.n.div_ceil(SKINNY_CLASSES_ROWS);
+        let grid = grid(label, shape, clusters.checked_mul(SKINNY_CLASSES_CLUSTER as usize))?;
+        let shared_bytes = shared_bytes as u32;
+        Ok(Self { form, entry, m_tile, rows: SKINNY_CLASSES_ROWS, slabs: 1, grid, shared_bytes })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::plan::tests::{skinny as tile, MODEL_WEIGHTS};
     use crate::gemm::DecodeForms;
-
-    fn tile(plan: &GemmPlan) -> &SkinnyTile {
-        match &plan.path {
-            GemmPath::Skinny(t) => t,
-            other => panic!("not a skinny plan: {other:?}"),
-        }
-    }
 
     #[test]
     fn the_class_form_has_a_cluster_of_8_ctas_a_64_row_block_and_its_shared_memory() {
@@ -115,13 +120,7 @@ mod tests {
 
     #[test]
     fn decode_rows_take_the_class_form_at_9_to_64_rows_where_its_grid_fits_one_cta_an_sm() {
-        let weights = [
-            (2048, 1024, EpilogueKind::QkNormRopeCache),
-            (1024, 1024, EpilogueKind::PeriLn),
-            (6144, 1024, EpilogueKind::SiluMul),
-            (1024, 3072, EpilogueKind::PeriLn),
-        ];
-        for (n, k, kind) in weights {
+        for (n, k, kind) in MODEL_WEIGHTS {
             for m in [1, 8, 9, 16, 32, 33, 64, 65, 128] {
                 let shape = GemmShape { m, n, k };
                 let with = GemmPlan::decode_rows(shape, 132, kind, true).unwrap();

@@ -6,7 +6,7 @@
 //! ([`GemmPlan::decode_rows`] picks it).
 
 use super::classes_plan::{SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_ROWS};
-use super::plan::{grid, tma_fits, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile};
+use super::plan::{tma_fits, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile};
 use crate::error::{unsupported, Result};
 
 /// Rows of x the form takes: one slab, the two warpgroups' wgmma M (the kernel's XN).
@@ -61,17 +61,9 @@ impl GemmPlan {
                 format!("one slab of at most {SKINNY_CLASSES_WG_M_TILE} rows of x, got M = {}", shape.m),
             ));
         }
-        let clusters = shape.n.div_ceil(SKINNY_CLASSES_ROWS);
-        let grid = grid(entry, shape, clusters.checked_mul(SKINNY_CLASSES_CLUSTER as usize))?;
-        let tile = SkinnyTile {
-            form: SkinnyForm::ClassesWg,
-            entry: format!("gemm_skinny_classes_wg{}", epilogue.suffix()),
-            m_tile: SKINNY_CLASSES_WG_M_TILE,
-            rows: SKINNY_CLASSES_ROWS,
-            slabs: 1,
-            grid,
-            shared_bytes: SKINNY_CLASSES_WG_BYTES as u32,
-        };
+        let entry_name = format!("gemm_skinny_classes_wg{}", epilogue.suffix());
+        let (m_tile, bytes) = (SKINNY_CLASSES_WG_M_TILE, SKINNY_CLASSES_WG_BYTES);
+        let tile = SkinnyTile::per_cluster(entry, shape, SkinnyForm::ClassesWg, entry_name, m_tile, bytes)?;
         Ok(Self { shape, path: GemmPath::Skinny(tile), epilogue })
     }
 }
@@ -79,14 +71,8 @@ impl GemmPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gemm::plan::tests::{skinny as tile, MODEL_WEIGHTS};
     use crate::gemm::DecodeForms;
-
-    fn tile(plan: &GemmPlan) -> &SkinnyTile {
-        match &plan.path {
-            GemmPath::Skinny(t) => t,
-            other => panic!("not a skinny plan: {other:?}"),
-        }
-    }
 
     #[test]
     fn the_form_has_a_cluster_of_8_ctas_a_64_row_block_and_reads_the_class_step_copy() {
@@ -114,13 +100,7 @@ mod tests {
 
     #[test]
     fn decode_rows_take_it_at_65_to_128_rows_where_its_clusters_fit_one_cta_an_sm() {
-        let weights = [
-            (2048, 1024, EpilogueKind::QkNormRopeCache),
-            (1024, 1024, EpilogueKind::PeriLn),
-            (6144, 1024, EpilogueKind::SiluMul),
-            (1024, 3072, EpilogueKind::PeriLn),
-        ];
-        for (n, k, kind) in weights {
+        for (n, k, kind) in MODEL_WEIGHTS {
             for m in [1, 32, 64, 65, 100, 128, 129, 256] {
                 let shape = GemmShape { m, n, k };
                 let with = GemmPlan::decode_rows(shape, 132, kind, true).unwrap();

@@ -11,6 +11,15 @@ fn shape(m: usize, n: usize, k: usize) -> GemmShape {
     GemmShape { m, n, k }
 }
 
+/// asynct-0.5b's weights as the decode rows' tests plan them: (N, K, the epilogue after it) of
+/// qkv, o_proj, gate/up and down_proj (also the class forms' tests).
+pub(in crate::gemm) const MODEL_WEIGHTS: [(usize, usize, EpilogueKind); 4] = [
+    (2048, 1024, EpilogueKind::QkNormRopeCache),
+    (1024, 1024, EpilogueKind::PeriLn),
+    (6144, 1024, EpilogueKind::SiluMul),
+    (1024, 3072, EpilogueKind::PeriLn),
+];
+
 /// The skinny tile of `plan`, which must be skinny (also `super::staged`'s tests).
 pub(in crate::gemm) fn skinny(plan: &GemmPlan) -> &SkinnyTile {
     match &plan.path {

@@ -1,0 +1,33 @@
+#line 2 "class_fold.cuh"
+// class_fold.cuh: how the class forms of the skinny GEMM (gemm_skinny_classes.cu,
+// gemm_skinny_classes_wg.cu) add their classes: each CTA of a cluster holds one class's partials
+// of the cluster's tile, sends each share of them to the CTA that owns it, and finishes its own
+// share once every class has arrived. Needs tma.cuh (the mbarrier), cluster.cuh and
+// gemm_epilogue.cuh (ClassShareTile) before it.
+
+namespace class_fold {
+
+// This CTA (rank c of CLASSES) holds its class's partials in part[x row][PAD] for the tile's
+// CLASSES * SHARE rows of x by ROWS rows of W. Its THREADS threads send share o (x rows o SHARE ..
+// o SHARE + SHARE - 1) to the CTA of rank o, into its recv[c][row][PAD] (st.async, 16 bytes a
+// store, counted on that CTA's mbarrier `bar`, one arrival: this CTA's own, armed here), then
+// wait on `bar` for the CLASSES classes of this CTA's share and run `epi` on it, the partials
+// added in class order (gemm_epilogue::ClassShareTile). Every CTA's `bar` is initialised before
+// any CTA calls this (the callers' cluster barrier), and a CTA may leave once its own share has
+// arrived: what it sent is counted where it went.
+template <int SHARE, int ROWS, int PAD, int CLASSES, int THREADS, class Epi>
+__device__ __forceinline__ void send_and_finish(const float* part, float* recv, unsigned bar, int c, int m, int n0,
+                                                int n, const Epi& epi) {
+  if (threadIdx.x == 0) tma::mbar_arrive_expect_tx(bar, CLASSES * SHARE * ROWS * 4);
+  for (int e = threadIdx.x; e < CLASSES * SHARE * (ROWS / 4); e += THREADS) {
+    const int o = e / (SHARE * (ROWS / 4)), r = (e / (ROWS / 4)) % SHARE, q = e % (ROWS / 4);
+    const uint4 v = *reinterpret_cast<const uint4*>(part + (o * SHARE + r) * PAD + 4 * q);
+    cluster::st_async_16(tc::smem_addr(recv + (c * SHARE + r) * PAD + 4 * q), o, bar, v);
+  }
+  tma::mbar_wait<true>(bar, 0);
+  const int xr0 = c * SHARE;
+  epi(gemm_epilogue::ClassShareTile<SHARE, ROWS, THREADS, PAD, CLASSES>{recv, max(0, min(SHARE, m - xr0)), xr0, n0,
+                                                                         n});
+}
+
+}  // namespace class_fold
