@@ -99,7 +99,7 @@ mod tests {
             (t.form, t.entry.as_str(), t.m_tile, t.rows),
             (SkinnyForm::Classes, "gemm_skinny_classes_m32_periln", 32, 64)
         );
-        assert_eq!((t.grid, t.slabs), (16 * 8, 1));
+        assert_eq!((t.grid, t.slabs, t.form.cluster()), (16 * 8, 1, 8));
         // Each class's 384 columns of 32 rows, the mbarrier, twice 32 partial rows of 68 floats,
         // a word a thread.
         assert_eq!(t.shared_bytes as usize, 32 * 384 * 2 + 16 + 2 * 32 * 68 * 4 + 1024);

@@ -89,6 +89,7 @@ mod tests {
         // 68 floats.
         assert_eq!(t.shared_bytes as usize, 1024 + 6 * 192 * 64 + 96 + 16 + 8 * 16 * 68 * 4);
         assert!(down.reads_class_steps());
+        assert_eq!(t.form.cluster(), 8);
         assert_eq!(down.name(), "skinny-classes-wg-m128-r64-periln");
     }
 

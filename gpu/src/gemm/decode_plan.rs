@@ -16,9 +16,8 @@ use crate::error::Result;
 /// Which of the skinny kernel's forms [`GemmPlan::decode_rows_with`] may take beside the plain
 /// one: the device's (`wgmma`: sm_90, whose warpgroup, wide and class forms need wgmma, the TMA
 /// or clusters) and, for measuring, each optional form on or off (the model reads them from
-/// `ASYNCT_STAGED_X`, `ASYNCT_SKINNY_WIDE`, `ASYNCT_SKINNY_CLASSES` and `ASYNCT_SKINNY_CLASSES_WG`).
-/// Every form gives a row
-/// the same bits, so these change speed only.
+/// `ASYNCT_STAGED_X`, `ASYNCT_SKINNY_WIDE`, `ASYNCT_SKINNY_CLASSES` and
+/// `ASYNCT_SKINNY_CLASSES_WG`). Every form gives a row the same bits, so these change speed only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeForms {
     /// The device runs wgmma, the TMA and clusters (sm_90).
@@ -51,9 +50,10 @@ impl GemmPlan {
 
     /// The plan for decode rows among `forms`. The class form ([`GemmPlan::skinny_classes`])
     /// where [`classes_serve`] says so and the form takes the shape, and past 64 rows its
-    /// warpgroup form ([`GemmPlan::skinny_classes_wg`]) where [`classes_wg_serve`] does. Else, among the forms whose
-    /// CTA adds every class of a W row itself, the warpgroup form ([`GemmPlan::skinny_wgmma`]) at
-    /// 33 to 64 rows where its 64-row W blocks number at least half the SMs
+    /// warpgroup form ([`GemmPlan::skinny_classes_wg`]) where [`classes_wg_serve`] does. Else,
+    /// among the forms whose CTA adds every class of a W row itself, the warpgroup form
+    /// ([`GemmPlan::skinny_wgmma`]) at 33 to 64 rows where its 64-row W blocks number at least
+    /// half the SMs
     /// ([`SKINNY_WG_MIN_FILL`]): measured faster there only (gate/up of asynct-0.5b; RESULTS run
     /// 153), its one CTA a tile leaving SMs idle on small N and its second slab re-reading W at
     /// 65 rows and more. Elsewhere the shared-x form where each of its CTAs (one an SM) takes at

@@ -236,6 +236,17 @@ pub struct SkinnyTile {
     pub shared_bytes: u32,
 }
 
+impl SkinnyForm {
+    /// CTAs a thread-block cluster of the form's launch: the class forms' one CTA a class
+    /// ([`super::SKINNY_CLASSES_CLUSTER`]), 1 (no clusters) for the others.
+    pub fn cluster(self) -> u32 {
+        match self {
+            SkinnyForm::Classes | SkinnyForm::ClassesWg => super::SKINNY_CLASSES_CLUSTER,
+            _ => 1,
+        }
+    }
+}
+
 impl SkinnyTile {
     /// The tile of a form whose CTA takes one block of `rows` rows of W by one slab of `m_tile`
     /// rows of x over all of K (the warpgroup and wide forms): `ceil(N / rows) * slabs` CTAs, CTA

@@ -19,7 +19,7 @@ pub(super) struct SkinnyGemm {
     func: CudaFunction,
     entry: String,
     cfg: LaunchConfig,
-    /// CTAs a cluster (the class form's 8; 1 for no clusters).
+    /// CTAs a cluster ([`SkinnyForm::cluster`]).
     cluster: u32,
     m: i32,
     n: i32,
@@ -53,7 +53,7 @@ impl SkinnyGemm {
         if tile.shared_bytes > 0 {
             gpu.set_max_dynamic_smem(&func, tile.shared_bytes)?;
         }
-        let cluster = if tile.form == SkinnyForm::Classes { super::SKINNY_CLASSES_CLUSTER } else { 1 };
+        let cluster = tile.form.cluster();
         let (m, n, k) = (int(shape.m), int(shape.n), int(shape.k));
         Ok(Self { func, entry: tile.entry.clone(), cfg, cluster, m, n, k })
     }

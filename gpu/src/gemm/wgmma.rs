@@ -10,7 +10,7 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, DevicePtr, LaunchConfig};
 use half::bf16;
 
-use super::classes_plan::{SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_ROWS};
+use super::classes_plan::SKINNY_CLASSES_ROWS;
 use super::classes_wg_plan::{SKINNY_CLASSES_WG_BOX_K, SKINNY_CLASSES_WG_M_TILE, SKINNY_CLASSES_WG_THREADS};
 use super::epilogue::Epilogue;
 use super::plan::{GemmShape, SkinnyForm, SkinnyTile, WgmmaTile, WGMMA_BK, WGMMA_TILE};
@@ -42,7 +42,7 @@ pub(super) struct TmaGemm {
     entry: String,
     cfg: LaunchConfig,
     boxes: Boxes,
-    /// CTAs a cluster (1 for no clusters).
+    /// CTAs a cluster ([`SkinnyForm::cluster`]; 1 for the WGMMA kernel).
     cluster: u32,
     shape: GemmShape,
 }
@@ -63,15 +63,15 @@ impl TmaGemm {
     /// `gemm_skinny_wide.cu` on first use) or the class form's on warpgroups
     /// (`gemm_skinny_classes_wg.cu`).
     pub(super) fn class_steps(gpu: &Gpu, shape: GemmShape, tile: &SkinnyTile) -> Result<Self> {
-        let (kernel, threads, boxes, cluster) = match tile.form {
+        let (kernel, threads, boxes) = match tile.form {
             SkinnyForm::Wide => {
                 let boxes = Boxes { x_rows: SKINNY_WIDE_M_TILE, w_rows: SKINNY_WIDE_ROWS, k: WGMMA_BK };
-                (&GEMM_SKINNY_WIDE, SKINNY_WIDE_THREADS, boxes, 1)
+                (&GEMM_SKINNY_WIDE, SKINNY_WIDE_THREADS, boxes)
             }
             SkinnyForm::ClassesWg => {
                 let boxes =
                     Boxes { x_rows: SKINNY_CLASSES_WG_M_TILE, w_rows: SKINNY_CLASSES_ROWS, k: SKINNY_CLASSES_WG_BOX_K };
-                (&GEMM_SKINNY_CLASSES_WG, SKINNY_CLASSES_WG_THREADS, boxes, SKINNY_CLASSES_CLUSTER)
+                (&GEMM_SKINNY_CLASSES_WG, SKINNY_CLASSES_WG_THREADS, boxes)
             }
             other => return Err(unsupported(&tile.entry, format!("the {other:?} form reads no tensor maps"))),
         };
@@ -80,7 +80,7 @@ impl TmaGemm {
             block_dim: (threads, 1, 1),
             shared_mem_bytes: tile.shared_bytes,
         };
-        Self::load(gpu, kernel, &tile.entry, cfg, boxes, cluster, shape)
+        Self::load(gpu, kernel, &tile.entry, cfg, boxes, tile.form.cluster(), shape)
     }
 
     /// Loads `entry` of `kernel` with the shared memory `cfg` asks for.
