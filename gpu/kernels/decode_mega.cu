@@ -186,7 +186,7 @@ __device__ __forceinline__ void run_attention(const Op& op, hp1::Shared<1>* sh, 
   const int tid = threadIdx.x % hp1::THREADS;
   for (unsigned v = 2 * blockIdx.x + half; v < op.tasks(); v += 2 * gridDim.x) {
     hp1::attention<D, 8, 1, 1, true, SPLIT, CoherentLoads>(a, HalfCta{v, tid, 1 + half}, sh[half], out, partial,
-                                                           counters);
+                                                           counters, false);
   }
 }
 

@@ -64,6 +64,13 @@
 // the o_proj GEMM of one decode row (gemm_skinny.cuh's FOLDED X), adds them itself, with
 // split_finish's additions in split_finish's order, so the bits are the same, and the tail of
 // fence, count and last CTA's loads leaves the path of a step whose kernels are latency chains.
+// EARLY K. Where the launcher says each row's keys but its newest were in the caches before the
+// kernel launched before this one started (decode rows; the kernel before writes the newest
+// key's row), a split-K CTA of the QR = 2 entries (the small grids') loads its chunk's first
+// group step of K into registers, and asks L2 for its chunk's V rows, before the wait; after it,
+// the lane that loaded the newest key's row loads it again from L2. At D >= 128 that step is the
+// whole chunk, so no K load is left on the path after the wait. The bits are the same: the same
+// values reach the same arithmetic.
 //
 // LAUNCH. Block THREADS = 128 (4 warps). Grid is one-dimensional, head groups fastest so the
 // heads that share a kv head run side by side; a CTA computes heads h0 .. h0 + HP - 1:
@@ -249,10 +256,12 @@ __device__ __forceinline__ void split_finish(int tid, const float* partial, unsi
 
 // One CTA's work (LAUNCH) for the 128 threads of `cta` (WholeCta or the megakernel's half), with
 // `sh` their shared memory; In reads q and the caches (loads.cuh).
+// keys_settled: every key of a row but its newest (row_len - 1) was in the caches before the
+// kernel launched before this one started (EARLY K in the header); false is always safe.
 template <int D, int G, int HP, int QR, bool SPARSE, bool SPLIT, class In, class Cta>
 __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<HP>& sh,
                                           unsigned short* __restrict__ out, float* __restrict__ partial,
-                                          int* __restrict__ counters) {
+                                          int* __restrict__ counters, bool keys_settled) {
   static_assert(D == 64 || D == 128 || D == 256, "head_dim must be 64, 128 or 256");
   static_assert(G == 8 || G == 16, "thread group must be 8 or 16 lanes");
   static_assert(HP == 1 || HP == 2, "a CTA computes one query head or two sharing a kv head");
@@ -317,7 +326,6 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   // is the step's. This store, which ptxas keeps ahead of griddepcontrol.wait, has them computed
   // before it: the asynct-0.5b B1 step 0.6% faster (RESULTS run 212; three passes each).
   if (tid == 0) sh.kv_head = g;
-  cta.inputs();
 
   // QK: group grp, lane gl; PV: stream tid / TPR, dims (tid % TPR) * 8 .. + 8.
   const int grp = tid / G, gl = tid % G;
@@ -328,6 +336,42 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
   const int stream = tid / TPR;
   const unsigned short* __restrict__ v_head = a.value_cache + (long long)g * D;
   const unsigned short* __restrict__ v_thread = v_head + (tid % TPR) * 8;
+  constexpr int STEP = QR * NG * U;  // slots a group step covers
+  using StepK = unsigned[QR][U][CPL][C / 2];
+
+  // A group step's K from slots k0 .. (QR rounds): every load issued before any is used.
+  const auto load_step = [&](int k0, int slots, StepK& kw) {
+#pragma unroll
+    for (int r = 0; r < QR; ++r) {
+      if (r > 0 && k0 + r * NG * U >= slots) break;
+      int rows[U];
+      load_rows<U>(sh.slot + k0 + r * NG * U, rows);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
+#pragma unroll
+        for (int s = 0; s < CPL; ++s) load_words<In, C>(kp + s * G * C, kw[r][u][s]);
+      }
+    }
+  };
+
+  // EARLY K (the header): the chunk's first group step of K is loaded, and its V rows asked of
+  // L2, before the wait. Only the QR = 2 entries take it: in the others the K held across the
+  // wait costs registers past their launch bounds (a spill for HP = 2).
+  const bool early = SPLIT && QR == 2 && keys_settled;
+  const int first_jstart = -(a.fir_k - 1);
+  const int first_slots = min(CHUNK, len - c_begin * CHUNK) - first_jstart;
+  StepK kw_first;
+  if (early) {
+    cta.sync();
+    if (grp * U < first_slots) load_step(grp * U, first_slots, kw_first);
+    for (int j = tid; j < first_slots + first_jstart; j += THREADS) {
+      const unsigned short* v_row = cache_row(v_head, sh.slot[j - first_jstart], token_bytes);
+#pragma unroll
+      for (int l = 0; l < D / 64; ++l) prefetch_l2(v_row + l * 64);
+    }
+  }
+  cta.inputs();
   float qf[CPL][HP][C];
 #pragma unroll
   for (int hh = 0; hh < HP; ++hh) {
@@ -357,26 +401,12 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     const int jstart = (SPLIT || c == 0) ? -(a.fir_k - 1) : 0;
     const int slots = n - jstart;
     if (c != c_begin) fill_slots(c);
-    cta.sync();
+    if (c != c_begin || !early) cta.sync();
 
     // 1. QK into score[hh][OV + jstart .. OV + n): a group step takes slots k0 .. k0 + U - 1
     // of QR rounds (k0 + r NG U for round r), every load before the first dot, each K vector used
     // by all HP heads; steps past slots or before key 0 load a clamped row and drop it.
-#pragma unroll 1
-    for (int k0 = grp * U; k0 < slots; k0 += QR * NG * U) {
-      unsigned kw[QR][U][CPL][C / 2];
-#pragma unroll
-      for (int r = 0; r < QR; ++r) {
-        if (r > 0 && k0 + r * NG * U >= slots) break;
-        int rows[U];
-        load_rows<U>(sh.slot + k0 + r * NG * U, rows);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const unsigned short* kp = cache_row(k_lane, rows[u], token_bytes);
-#pragma unroll
-          for (int s = 0; s < CPL; ++s) load_words<In, C>(kp + s * G * C, kw[r][u][s]);
-        }
-      }
+    const auto qk_step = [&](int k0, const StepK& kw) {
 #pragma unroll
       for (int r = 0; r < QR; ++r) {
         const int kr = k0 + r * NG * U;
@@ -398,6 +428,34 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
           }
         }
       }
+    };
+    int k0 = grp * U;
+    if (early && k0 < slots) {  // a split CTA's only chunk
+      // The newest key's slot (past the step or the chunk where it is not this chunk's). Other
+      // slots clamped onto its row lie past `slots` and are dropped. Its pre-wait load may have
+      // left the stale line in L1, so the reload goes to L2; no other load of this kernel reads
+      // that line after the wait, since a chunk whose first step holds a slot clamped onto it
+      // has no second step.
+      const int newest = len - 1 - c0 - jstart;
+#pragma unroll
+      for (int r = 0; r < QR; ++r) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (k0 + r * NG * U + u == newest) {
+            const unsigned short* kp = cache_row(k_lane, sh.slot[newest], token_bytes);
+#pragma unroll
+            for (int s = 0; s < CPL; ++s) load_words<CoherentLoads, C>(kp + s * G * C, kw_first[r][u][s]);
+          }
+        }
+      }
+      qk_step(k0, kw_first);
+      k0 += STEP;
+    }
+#pragma unroll 1
+    for (; k0 < slots; k0 += STEP) {
+      StepK kw;
+      load_step(k0, slots, kw);
+      qk_step(k0, kw);
     }
     cta.sync();
 
@@ -440,7 +498,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     // runs beside the ranks, the list barrier and the first head's PV instead of after them (RESULTS
     // run 159: 1-2% of the decode step at B32-B128; the same for K's second QK round was slower).
 #pragma unroll
-    for (int r = 0; r < ROUNDS; ++r) {
+    for (int r = 0; r < ROUNDS && !early; ++r) {
       bool any = false;
 #pragma unroll
       for (int hh = 0; hh < HP; ++hh) any = any || keep_r[hh][r];

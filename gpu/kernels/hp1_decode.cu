@@ -19,25 +19,27 @@
         clip_min, clip_max                                                                            \
   }
 
-// rows_settled = 1: the kernel launched before this one did not write row_seq, row_len or the
-// block table, so the body reads them (and fills its first chunk's slots) before it waits for
-// that kernel (hp1::WholeCta::inputs); 0: it waits first. R is the instantiation's QK rounds in
-// flight (hp1::attention's QR); its name carries _r2 where it is 2.
+// settled (gpu::attention::Settled): 0, the body waits for the kernel launched before this one
+// before it reads anything; 1, that kernel did not write row_seq, row_len or the block table, so
+// the body reads them (and fills its first chunk's slots) before it waits (hp1::WholeCta::inputs);
+// 2, as 1, and each row's keys but its newest were in the caches before that kernel started, so
+// split-K loads its chunk's first K before the wait too (hp1_attention.cuh's EARLY K). R is the
+// instantiation's QK rounds in flight (hp1::attention's QR); its name carries _r2 where it is 2.
 #define HP1_ENTRIES(D, G, HP, R, NAME_R, PV, SPARSE)                                                  \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(false, HP, D, G, R))           \
-      hp1_decode_d##D##_g##G##_h##HP##NAME_R##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int rows_settled) { \
+      hp1_decode_d##D##_g##G##_h##HP##NAME_R##_##PV(HP1_ATTENTION_PARAMS, unsigned short* out, int settled) { \
     __shared__ hp1::Shared<HP> sh;                                                                  \
-    if (!rows_settled) pdl_begin();                                                                 \
+    if (settled == 0) pdl_begin();                                                                  \
     hp1::attention<D, G, HP, R, SPARSE, false, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
-                                                              sh, out, nullptr, nullptr);           \
+                                                              sh, out, nullptr, nullptr, false);    \
   }                                                                                                 \
   extern "C" __global__ void __launch_bounds__(hp1::THREADS, hp1::min_ctas(true, HP, D, G, R))            \
       hp1_split_d##D##_g##G##_h##HP##NAME_R##_##PV(HP1_ATTENTION_PARAMS, float* partial, int* counters, \
-                                                   unsigned short* out, int rows_settled) {         \
+                                                   unsigned short* out, int settled) {         \
     __shared__ hp1::Shared<HP> sh;                                                                  \
-    if (!rows_settled) pdl_begin();                                                                 \
+    if (settled == 0) pdl_begin();                                                                  \
     hp1::attention<D, G, HP, R, SPARSE, true, ReadOnlyLoads>(HP1_ATTENTION_ARGS, hp1::WholeCta{blockIdx.x, (int)threadIdx.x}, \
-                                                             sh, out, partial, counters);           \
+                                                             sh, out, partial, counters, settled == 2); \
   }
 
 #define HP1_HEAD_DIM(D)                                                                               \

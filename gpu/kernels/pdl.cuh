@@ -5,10 +5,11 @@
 // kernel may start while its predecessor on the stream is still running. Each entry point
 // therefore calls pdl_wait() before it reads or writes any buffer another kernel touches (only
 // constant weights may be read before it: a GEMM prefetches them into L2 there; and the HP1
-// attention reads its row metadata there when the launcher says that the kernel before it did
-// not write them: hp1_decode.cu's rows_settled), then
+// attention reads its row metadata, and a decode row's older keys, there when the launcher says
+// that the kernel before it did not write them: hp1_decode.cu's settled), then
 // pdl_launch_dependents() to let its own successor be scheduled. The trigger comes after the wait,
-// so at most one kernel runs ahead of the one doing the work. Both are no-ops on a launch without
+// so at most one kernel runs ahead of the one doing the work, and what the kernel before that
+// one wrote is complete when a kernel starts. Both are no-ops on a launch without
 // the attribute, and compiled out before sm_90, which lacks griddepcontrol.
 
 #ifdef ASYNCT_STEP_TRACE

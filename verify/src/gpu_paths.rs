@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use gpu::attention::{
     bucket, dispatch, prefill_path, AttentionPath, AttnBuffers, Form, GateParams, Geometry, GroupSize, HostInputs,
-    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, StepGeometry, HEAD_DIMS, MAX_FIR_K,
+    Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan, Pv, Settled, StepGeometry, HEAD_DIMS,
+    MAX_FIR_K,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -23,6 +24,7 @@ use ndarray::{Array3, ShapeError};
 use crate::case::{Case, CaseData};
 use crate::error::{Error, Result};
 use crate::path::Path;
+use crate::settled_keys::{check_older_keys, decode_rows};
 
 /// SPEC section 4's bound for a path whose weights stay f32 (the output is rounded to bf16).
 pub const GPU_TOLERANCE: f64 = 4e-3;
@@ -158,10 +160,12 @@ pub fn same_bits(a: &[bf16], b: &[bf16]) -> bool {
 /// Runs HP1 attention for `data` on the GPU over `rows` query rows (the batch padded to that
 /// many; at least its own): upload, plan, NaN-poisoned output, row metadata, attention, download.
 ///
-/// Both launch forms run: right after the row metadata (`rows_settled` false, as every caller
-/// may launch), and, on a freshly poisoned output, a launch whose predecessor is another
-/// attention launch, so that it reads the metadata while that one finishes (`rows_settled`
-/// true, as the engine launches). Their outputs must be the same bits, or this is an error.
+/// The launch forms run, each on a freshly poisoned output: right after the row metadata
+/// ([`Settled::Nothing`], as every caller may launch); after another attention launch, so that
+/// it reads the metadata while that one finishes ([`Settled::Rows`], as the engine launches);
+/// and, for a batch of decode rows, after a kernel that writes their newest keys
+/// ([`Settled::OlderKeys`], [`check_older_keys`]). Their outputs must be the same bits, or this
+/// is an error.
 pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> Result<GpuRun> {
     let host = HostCase::new(data);
     let geometry = geometry(data, rows);
@@ -171,16 +175,19 @@ pub fn run_gpu(gpu: &Gpu, data: &CaseData, rows: usize, choice: PlanChoice) -> R
     bufs.reserve_workspace(gpu, plan.workspace_len)?;
     bufs.poison_output(gpu)?;
     attention.build_rows(bufs.row_operands())?;
-    attention.run(bufs.operands(false), &host.gate())?;
+    attention.run(bufs.operands(Settled::Nothing), &host.gate())?;
     let mut out = bufs.download_output(gpu)?;
     bufs.poison_output(gpu)?;
-    attention.run(bufs.operands(false), &host.gate())?;
-    attention.run(bufs.operands(true), &host.gate())?;
+    attention.run(bufs.operands(Settled::Nothing), &host.gate())?;
+    attention.run(bufs.operands(Settled::Rows), &host.gate())?;
     if !same_bits(&bufs.download_output(gpu)?, &out) {
         return Err(Error::Path {
             path: plan.path.name().to_string(),
             reason: "reading the row metadata before the wait for the kernel before changed the output bits".into(),
         });
+    }
+    if decode_rows(data) {
+        check_older_keys(gpu, data, &attention, &mut bufs, &host.gate(), &out)?;
     }
     let (num_tokens, heads, dim) = data.out_shape();
     out.truncate(num_tokens * heads * dim);

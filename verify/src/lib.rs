@@ -53,6 +53,7 @@ pub mod greedy_agreement;
 pub mod path;
 pub mod regression;
 pub mod rng;
+pub mod settled_keys;
 pub mod strategy;
 
 pub use bound::{Bound, RowScales};

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use gpu::attention::{
     bucket, row_metadata, AttentionPath, AttnBuffers, Form, GateCounts, GateStats, GroupSize, HostInputs, Hp1Attention,
-    Plan, Pv,
+    Plan, Pv, Settled,
 };
 use gpu::Gpu;
 use half::bf16;
@@ -309,13 +309,13 @@ fn cuda_graph(gpu: &Arc<Gpu>) -> Check {
     let mut bufs = AttnBuffers::upload(gpu, geometry, &HostInputs { seq_lens: &dummy, ..inputs }).map_err(msg)?;
     bufs.reserve_workspace(gpu, plan.workspace_len).map_err(msg)?;
     attention.build_rows(bufs.row_operands()).map_err(msg)?;
-    attention.run(bufs.operands(false), &host.gate()).map_err(msg)?;
+    attention.run(bufs.operands(Settled::Nothing), &host.gate()).map_err(msg)?;
     // A fault of the eager run surfaces here rather than as a failed capture.
     gpu.synchronize().map_err(msg)?;
     let graph = gpu
         .capture(|| {
             attention.build_rows(bufs.row_operands())?;
-            attention.run(bufs.operands(false), &host.gate())
+            attention.run(bufs.operands(Settled::Nothing), &host.gate())
         })
         .map_err(msg)?;
 
@@ -435,7 +435,7 @@ fn device_counts(gpu: &Arc<Gpu>, stats: &GateStats, data: &CaseData, launches: u
     attention.build_rows(bufs.row_operands())?;
     let mut counters = gpu.upload(&[u64::MAX, 12345])?;
     stats.zero(&mut counters.as_view_mut())?;
-    let ops = bufs.operands(false);
+    let ops = bufs.operands(Settled::Nothing);
     for _ in 0..launches {
         stats.run(&ops.layer, &ops.row_seq, &ops.row_len, &g, &host.gate(), &mut counters.as_view_mut())?;
     }

@@ -7,10 +7,10 @@
 //! on the device, not an error. `q` and the output have `geometry.rows` rows; rows past the
 //! batch's last query are padding (`q` zero, output written as zero by the kernels).
 
-use cudarc::driver::{CudaSlice, CudaView};
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::launch::{LayerBuffers, Operands};
+use super::launch::{LayerBuffers, Operands, Settled};
 use super::plan::Geometry;
 use super::prefill_launch::PrefillOperands;
 use super::rows::RowOperands;
@@ -252,6 +252,11 @@ impl AttnBuffers {
         Ok(())
     }
 
+    /// The key and value caches, for a check that rewrites rows of them between launches.
+    pub fn caches_mut(&mut self) -> (CudaViewMut<'_, bf16>, CudaViewMut<'_, bf16>) {
+        (self.layer.key_cache.as_view_mut(), self.layer.value_cache.as_view_mut())
+    }
+
     /// The output, `[rows, Hq, D]` (synchronises).
     pub fn download_output(&self, gpu: &Gpu) -> Result<Vec<bf16>> {
         gpu.download(&self.layer.out)
@@ -284,8 +289,8 @@ impl AttnBuffers {
         }
     }
 
-    /// The buffers of the attention launch; `rows_settled` as [`Operands::rows_settled`] says.
-    pub fn operands(&mut self, rows_settled: bool) -> Operands<'_> {
+    /// The buffers of the attention launch, its predecessor having left `settled` alone.
+    pub fn operands(&mut self, settled: Settled) -> Operands<'_> {
         Operands {
             layer: self.layer.views(&self.geometry),
             row_seq: self.row_seq.as_view(),
@@ -293,14 +298,14 @@ impl AttnBuffers {
             workspace: self.workspace.as_mut().map(|w| w.as_view_mut()),
             counters: self.counters.as_mut().map(|c| c.as_view_mut()),
             leave_partials: false,
-            rows_settled,
+            settled,
         }
     }
 
     /// The buffers of a split-K launch that leaves its partials in the workspace
     /// ([`Operands::leave_partials`]); read them with [`AttnBuffers::partials`].
-    pub fn operands_leaving_partials(&mut self, rows_settled: bool) -> Operands<'_> {
-        Operands { counters: None, leave_partials: true, ..self.operands(rows_settled) }
+    pub fn operands_leaving_partials(&mut self, settled: Settled) -> Operands<'_> {
+        Operands { counters: None, leave_partials: true, ..self.operands(settled) }
     }
 
     /// The split-K workspace (the chunks' partials) and the rows' key counts: what

@@ -121,11 +121,36 @@ pub struct Operands<'a> {
     /// ([`crate::gemm::FoldedX`], the same additions) instead of counting them on `counters`;
     /// `out` then gets only the zeros of rows without keys.
     pub leave_partials: bool,
-    /// True when the kernel launched just before this one on the stream did not write `row_seq`,
-    /// `row_len` or the block table (they were written before it started): the kernel then reads
-    /// them while that kernel finishes (PDL), two memory round trips off its start. False is
-    /// always safe; true right after [`Hp1Attention::build_rows`] is a race.
-    pub rows_settled: bool,
+    /// What the kernel launched just before this one on the stream left alone.
+    pub settled: Settled,
+}
+
+/// What an attention launch's predecessor on the stream (the kernel launched just before it)
+/// did not write: the attention reads it while that kernel finishes (PDL). Each variant says
+/// more than the one before it; a claim that is not true is a race.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// Nothing: the kernel waits for its predecessor before it reads anything. Always safe.
+    Nothing,
+    /// `row_seq`, `row_len` and the block table were written before the predecessor started
+    /// (not right after [`Hp1Attention::build_rows`]): two memory round trips off the start.
+    Rows,
+    /// As [`Settled::Rows`], and each row's keys but its newest (`row_len - 1`) were in the
+    /// caches before the predecessor started: true of decode rows, whose newest key the step
+    /// writes, and never of a prefill chunk's rows. Split-K's small-grid entries then load their
+    /// first K before the wait (`hp1_attention.cuh`'s EARLY K), the same bits.
+    OlderKeys,
+}
+
+impl Settled {
+    /// The entry's `settled` argument (`hp1_decode.cu`).
+    fn code(self) -> i32 {
+        match self {
+            Settled::Nothing => 0,
+            Settled::Rows => 1,
+            Settled::OlderKeys => 2,
+        }
+    }
 }
 
 /// A plan with its entry points loaded, ready to launch on the GPU's stream.
@@ -166,7 +191,7 @@ impl Hp1Attention {
         self.push(&mut launch, ops, gate)?;
         // SAFETY: the arguments match the entry's signature (HP1_ATTENTION_PARAMS, then `out` for
         // decode, or the partials, the counters (zero, as every launch leaves them, or null to
-        // leave the partials) and `out` for split-K, then `rows_settled`), and every buffer was
+        // leave the partials) and `out` for split-K, then `settled`), and every buffer was
         // checked against the grid's reach.
         unsafe { launch.launch(cfg) }.map_err(launch_error(entry, &cfg))?;
         Ok(())
@@ -188,7 +213,7 @@ impl Hp1Attention {
     /// arguments.
     fn push(&self, launch: &mut Launch<'_>, ops: Operands<'_>, gate: &GateParams) -> Result<()> {
         gate.validate()?;
-        let Operands { layer, row_seq, row_len, workspace, counters, leave_partials, rows_settled } = ops;
+        let Operands { layer, row_seq, row_len, workspace, counters, leave_partials, settled } = ops;
         let g = self.plan.geometry;
         let entry = self.plan.attention.entry.as_str();
         layer.check(entry, &g, &self.stream)?;
@@ -227,13 +252,13 @@ impl Hp1Attention {
             .arg(&relu_pre)
             .arg(&gate.clip_min)
             .arg(&gate.clip_max);
-        let rows_settled = i32::from(rows_settled);
+        let settled = settled.code();
         match self.plan.path {
             AttentionPath::Decode(_) if leave_partials => {
                 return Err(unsupported(entry, "only split-K leaves partials for their reader".into()));
             }
             AttentionPath::Decode(_) => {
-                launch.arg(&mut out).arg(&rows_settled);
+                launch.arg(&mut out).arg(&settled);
             }
             AttentionPath::SplitK(_) => {
                 let mut workspace = workspace.ok_or_else(|| {
@@ -258,7 +283,7 @@ impl Hp1Attention {
                         ))
                     }
                 };
-                launch.arg(&mut out).arg(&rows_settled);
+                launch.arg(&mut out).arg(&settled);
             }
         }
         Ok(())

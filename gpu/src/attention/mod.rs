@@ -49,7 +49,8 @@
 //! `let mut bufs = AttnBuffers::upload(&gpu, geometry, &host)?;` and
 //! `bufs.reserve_workspace(&gpu, attn.plan().workspace_len)?;` once (it also allocates the
 //! split-K counters), then
-//! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(false), &gate)?;` per step.
+//! `attn.build_rows(bufs.row_operands())?; attn.run(bufs.operands(Settled::Nothing), &gate)?;`
+//! per step.
 
 pub mod buffers;
 pub mod even_rows;
@@ -63,7 +64,7 @@ pub mod rows;
 pub use buffers::{AttnBuffers, HostBatch, HostInputs};
 pub use even_rows::{DecodeAttention, EvenRows};
 pub use gate_stats::{GateCounts, GateStats};
-pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands};
+pub use launch::{GateParams, Hp1Attention, LayerBuffers, Operands, Settled};
 pub use plan::{
     bucket, dispatch, AttentionPath, Form, Geometry, GroupSize, HeadsPerCta, LaunchShape, Plan, Pv, QkRounds, CHUNK,
     HEAD_DIMS, MAX_FIR_K, PAIR_MIN_CTAS, TWO_ROUND_MAX_CTAS,

@@ -236,7 +236,7 @@ fn every_buffer_is_written_before_it_is_read() {
 
 #[test]
 fn no_attention_follows_the_op_that_writes_the_row_metadata() {
-    // The attention launches with `rows_settled` and the folded o_proj reads row_len alike
+    // The attention launches with `Settled::Rows` or more and the folded o_proj reads row_len alike
     // (before waiting for the kernel before it), a race right after the op that writes them.
     for s in shapes() {
         let ops = StepProgram::build(s).expanded();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, Form, Hp1Attention, Plan, Pv, Settled};
 use gpu::Gpu;
 
 use super::data::{gate_params, BatchData, Lengths};
@@ -149,7 +149,9 @@ pub fn measure(
         }
         // Past the first, a launch follows another attention launch, which writes no row
         // metadata: the engine's form, the metadata read while that one finishes.
-        let figures = timing.measure(gpu, |i| attn.run(bufs[i % copies].operands(i > 0), &gate));
+        let figures = timing.measure(gpu, |i| {
+            attn.run(bufs[i % copies].operands(if i > 0 { Settled::Rows } else { Settled::Nothing }), &gate)
+        });
         let Some(eager_ms) = figures.eager_ms else {
             return Err(format!("{name}: {}", figures.error.unwrap_or_default()));
         };

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use gpu::attention::{
     prefill_path, AttnBuffers, GateParams, Hp1Attention, Hp1Prefill, Plan, PrefillKernel, PrefillPath, PrefillPlan,
-    StepGeometry,
+    Settled, StepGeometry,
 };
 use gpu::Gpu;
 
@@ -228,7 +228,7 @@ pub fn measure(
                 if rows {
                     attn.build_rows(b.row_operands())?;
                 }
-                attn.run(b.operands(false), &gate)
+                attn.run(b.operands(Settled::Nothing), &gate)
             }),
             Ok(Launcher::Prefill(prefill)) => {
                 timing.measure(gpu, |i| prefill.run(bufs[i % copies].prefill_operands(), &gate))

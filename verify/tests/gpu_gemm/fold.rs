@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use gpu::attention::{AttentionPath, AttnBuffers, Hp1Attention, Pv};
+use gpu::attention::{AttentionPath, AttnBuffers, Hp1Attention, Pv, Settled};
 use gpu::gemm::{Epilogue, EpilogueKind, FoldLayout, FoldedX, Gemm, GemmPath, GemmPlan, GemmShape, FOLD_CHUNKS};
 use gpu::Gpu;
 use half::bf16;
@@ -47,10 +47,10 @@ pub fn folded_x(gpu: &Arc<Gpu>) -> Check {
         g(bufs.reserve_workspace(gpu, plan.workspace_len))?;
         g(bufs.poison_output(gpu))?;
         g(attention.build_rows(bufs.row_operands()))?;
-        g(attention.run(bufs.operands(false), &host.gate()))?;
+        g(attention.run(bufs.operands(Settled::Nothing), &host.gate()))?;
         let finished = g(bufs.download_output(gpu))?;
         g(bufs.poison_workspace(gpu))?;
-        g(attention.run(bufs.operands_leaving_partials(true), &host.gate()))?;
+        g(attention.run(bufs.operands_leaving_partials(Settled::Rows), &host.gate()))?;
 
         let label = format!("{m} rows of {lens:?} keys, D {d}");
         let layout = FoldLayout { heads: heads.0, head_dim: d, max_chunks: geo.max_chunks() };

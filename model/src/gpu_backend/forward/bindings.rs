@@ -5,7 +5,9 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 use half::bf16;
 
-use gpu::attention::{GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands};
+use gpu::attention::{
+    GateParams, Hp1Attention, LayerBuffers, Operands, PrefillOperands, QueryNorm, RowOperands, Settled,
+};
 use gpu::gemm::{Epilogue, EpilogueKind, FoldedX, GemmShape};
 use gpu::mega::MegaOp;
 use gpu::ops::{HeadShape, QkvInputs, QkvOutputs, RopeTable, UClipNormParams};
@@ -27,7 +29,7 @@ impl GpuModel {
         let (qkv_width, q_width) = (self.heads.qkv_width(), self.heads.q_width());
         let shape = self.heads;
         let nk = |weight| gemm_nk(&d, &shape, weight);
-        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, .. } = self;
+        let Self { weights: w, cache, bufs: b, kernels: k, linears, gate, gates, heads, megas, early_keys, .. } = self;
         let span = |r: Rows| match r {
             Rows::Decodes => 0..rows.decodes,
             Rows::Chunks => rows.decodes..t,
@@ -166,7 +168,7 @@ impl GpuModel {
                 }
                 Op::Attention { layer, part } => {
                     let l = LayerRef::of(cache, w, layer, gate, heads, width);
-                    attention_part(&launch.attn, part, l, b, k.qk.rope(), split, sink)?;
+                    attention_part(&launch.attn, part, l, b, k.qk.rope(), split, *early_keys, sink)?;
                 }
                 Op::Megakernel => {
                     let (mega, table) = launch
@@ -329,7 +331,9 @@ impl<'a> LayerRef<'a> {
 }
 
 /// One part of a layer's attention over `b.q` (or `b.qkv`, normed with `rope` by a prefill that
-/// norms its queries) into `b.attn`, as the step's plan says.
+/// norms its queries) into `b.attn`, as the step's plan says; `early_keys` lets the decode rows'
+/// attention read their older keys before the op before it ends ([`Settled::OlderKeys`]).
+#[allow(clippy::too_many_arguments)]
 fn attention_part(
     attn: &AttnPlan,
     part: AttnPart,
@@ -337,40 +341,47 @@ fn attention_part(
     b: &mut StepBuffers,
     rope: &RopeTable,
     split: Split,
+    early_keys: bool,
     sink: &mut Sink<'_>,
 ) -> Result<()> {
     let qw = layer.q_width;
-    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool| -> Result<()> {
-        let plan = a.plan();
-        let rows = plan.geometry.rows;
-        let (ws, counters) = match plan.workspace_len {
-            0 => (None, None),
-            len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
-            len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
-        };
-        let ops = Operands {
-            layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
-            row_seq: b.row_seq.slice(..rows),
-            row_len: b.row_len.slice(..rows),
-            workspace: ws,
-            counters,
-            leave_partials,
-            // The op before an attention op is a GEMM or an op on q, never BuildRows
-            // (StepProgram's tests), and the block table is uploaded before the step.
-            rows_settled: true,
-        };
-        match sink {
-            Sink::Launch => Ok(a.run(ops, layer.gate)?),
-            Sink::Record(recorded) => {
-                recorded.push(a.record(ops, layer.gate)?);
-                Ok(())
+    // The op before an attention op is a GEMM or an op on q, never BuildRows (StepProgram's
+    // tests), and the block table is uploaded before the step. A decode row's keys but its
+    // newest were written by earlier steps; a fake-decode chunk row's were not.
+    let settled = if early_keys && split.decodes == split.seqs { Settled::OlderKeys } else { Settled::Rows };
+    let mut decode =
+        |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool, settled| -> Result<()> {
+            let plan = a.plan();
+            let rows = plan.geometry.rows;
+            let (ws, counters) = match plan.workspace_len {
+                0 => (None, None),
+                len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
+                len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
+            };
+            let ops = Operands {
+                layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
+                row_seq: b.row_seq.slice(..rows),
+                row_len: b.row_len.slice(..rows),
+                workspace: ws,
+                counters,
+                leave_partials,
+                settled,
+            };
+            match sink {
+                Sink::Launch => Ok(a.run(ops, layer.gate)?),
+                Sink::Record(recorded) => {
+                    recorded.push(a.record(ops, layer.gate)?);
+                    Ok(())
+                }
             }
-        }
-    };
+        };
     match (attn, part) {
-        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs, false),
-        (AttnPlan::Decode(a), AttnPart::RowsLeavingPartials) => decode(a, b, split.seqs, true),
-        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes, false),
+        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs, false, settled),
+        (AttnPlan::Decode(a), AttnPart::RowsLeavingPartials) => decode(a, b, split.seqs, true, settled),
+        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => {
+            let settled = if early_keys { Settled::OlderKeys } else { Settled::Rows };
+            decode(a, b, split.decodes, false, settled)
+        }
         (AttnPlan::Split { .. }, AttnPart::Prefill | AttnPart::PrefillNormingQueries)
             if matches!(sink, Sink::Record(_)) =>
         {

@@ -150,6 +150,10 @@ pub struct GpuModel {
     /// ([`ProgramShape::fold_o`], [`FoldLayout::load_rounds`]): 1, where it pays, unless
     /// `ASYNCT_FOLD_O` names another count (0 turns it off).
     fold_rounds: usize,
+    /// Whether decode rows' attention reads their older keys before the op before it ends
+    /// ([`gpu::attention::Settled::OlderKeys`]); `ASYNCT_EARLY_KEYS=0` turns it off, to measure
+    /// it (the same bits).
+    early_keys: bool,
     gates: Option<GateMeter>,
     decode_kernel: DecodeKernel,
     /// The megakernel entries loaded so far, one per row tile.
@@ -313,6 +317,7 @@ impl GpuModel {
                     Error::Executor(format!("ASYNCT_FOLD_O must be a count of load rounds (0: no fold), not {v:?}"))
                 })?,
             },
+            early_keys: std::env::var("ASYNCT_EARLY_KEYS").map_or(true, |v| v != "0"),
             gates: None,
             decode_kernel: DecodeKernel::default(),
             megas: Vec::new(),
