@@ -29,7 +29,8 @@
 //   - The producer warp (warp 8, one lane) streams step by step W [64 x 32] and x [128 x 32]
 //     (12 KB) through a ring of STAGES stages by the TMA, 64-byte swizzled, armed on each stage's
 //     `full` mbarrier, refilling a stage once the 8 consumer warps arrived on `empty`. The first
-//     stages' W is asked for before the wait on the kernel that writes x (W is constant).
+//     stages' W is asked for before the wait on the kernel that writes x (W is constant), and
+//     L2 for the rest of the class's W, so that a stage's refill finds it there.
 //   - Two consumer warpgroups, warpgroup h on x rows 64h .. 64h + 63 (the wgmma's M), one
 //     accumulator of 64 x 64: rounds of ROUND steps, each round's x fragments (one 16-byte shared
 //     load per row a step) in registers before its first wgmma (ptxas serialises a kernel's wgmma
@@ -56,7 +57,7 @@ constexpr int XN = 128;                       // rows of x: the two warpgroups' 
 constexpr int W_ROWS = 64;                    // rows of W a cluster: the wgmma's N
 constexpr int STEP_K = 32;                    // a step of the skinny order: one 64-byte row
 constexpr int STAGES = 6;
-constexpr int ROUND = 4;                      // steps a consumer round
+constexpr int ROUND = 2;                      // steps a consumer round
 constexpr int W_TILE = W_ROWS * STEP_K * 2;
 constexpr int X_TILE = XN * STEP_K * 2;
 constexpr int STAGE_BYTES = W_TILE + X_TILE;
@@ -99,6 +100,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
       tma::mbar_arrive_expect_tx(full0 + 8 * i, STAGE_BYTES);
       tma::load_2d(ring + i * STAGE_BYTES, mw, step_k(i), n0, full0 + 8 * i);
     }
+    for (int i = STAGES; i < steps; ++i) tma::prefetch_2d(mw, step_k(i), n0);
   }
   // x and every buffer of the epilogue come from earlier kernels.
   pdl_begin();

@@ -109,4 +109,13 @@ __device__ __forceinline__ void load_2d(unsigned dst, const TensorMap* map, int 
       : "memory");
 }
 
+// Asks L2 for the box of `map` at (c0, c1), for a later load_2d to find there; nothing is
+// written to shared memory or counted.
+__device__ __forceinline__ void prefetch_2d(const TensorMap* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 }  // namespace tma

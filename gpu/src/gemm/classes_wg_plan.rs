@@ -12,7 +12,7 @@ use crate::error::{unsupported, Result};
 /// Rows of x the form takes: one slab, the two warpgroups' wgmma M (the kernel's XN).
 pub const SKINNY_CLASSES_WG_M_TILE: usize = 128;
 /// The form takes a K that is a multiple of this: every class has K / 256 steps of 32, a whole
-/// number of its consumers' rounds of 4 steps.
+/// number of its consumers' rounds of steps.
 pub const SKINNY_CLASSES_WG_K: usize = 1024;
 /// Threads of a CTA: two consumer warpgroups and the producer warp.
 pub const SKINNY_CLASSES_WG_THREADS: u32 = 288;
