@@ -1,27 +1,23 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): first the patch of session 57
-# (`patches`: the decode step of main, main without the class form on warpgroups, and the
-# patch, in one call, then the round-2 kernel through gpu_gemm), then the whole GPU suite, then
-# main's figures beside the anchors in the same call, which no call has taken on an H200 since
-# run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
-# torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
-# cuDNN; then the hand-off probe and the fuzzer. Run 301 (H100) ran gpu_gemm, gpu_model and
-# gpu_engine on main's kernels of ece82f4 (the class form on warpgroups), run 286 the probe and
-# the fuzzer on 2bbaba7, run 288 the chunks stage; on an H200 SKIP="probe fuzz".
-# Built here: `git am verify/pending/classes-wg-round2.patch` on a branch exp-r2, then
-# `scripts/device-build-refs.sh main=main r2=exp-r2:gpu_gemm,gpu_engine` (device-bin-NAME and
-# device-pack.tgz; without patches waiting, `scripts/device-build.sh` and SKIP=patches), then the
-# device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"], kind
-# nvidia-h200. Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those
-# stages (names below); the stages after `patches` run device-bin-main's binaries (or
-# device-bin's).
+# (a call cut short still returns the summary written so far). No patch waits (session 58 merged
+# or closed them): the stages take main's figures. First the whole GPU suite, then main beside
+# the anchors in the same call, which no call has taken on an H200 since run 246 (issues 15 and
+# 18 state their goals on the H200): the decode step beside torch.compile, prefill_heavy_b16
+# beside torch.compile, and the prefill attention's grid beside cuDNN; then the hand-off probe
+# and the fuzzer. On an H200 SKIP="probe fuzz".
+# Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz); for patches, a stage of
+# their own with `scripts/device-build-refs.sh main=main NAME=BRANCH` (device-bin-NAME; as
+# abbe039's `patches` stage did) and MAIN=main. Then the device tool: command
+# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
+# $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below); the stages run
+# device-bin's binaries (device-bin-$MAIN's where only those were built).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
 mkdir -p "$OUT"
 tar xzf device-pack.tgz
-[ -d device-bin ] || ln -s device-bin-main device-bin
+[ -d device-bin ] || ln -s "device-bin-${MAIN:-main}" device-bin
 R=/tmp/pending-runs
 rm -rf $R
 mkdir -p $R
@@ -37,22 +33,6 @@ stage() {
   "$name"
   echo "== $name: $((SECONDS - t0)) s" >> $S
   pack
-}
-
-patches() {
-  BUILDS="device-bin-main device-bin-main:ASYNCT_SKINNY_CLASSES_WG=0 device-bin-r2" \
-    STEP_BATCHES=65,96,128 OUT=$R/patches timeout 330 scripts/device-run.sh builds > $R/patches.log 2>&1
-  echo "patches rc=$?" >> $S
-  cat $R/patches/builds-table.txt >> $S 2>/dev/null
-  for b in main r2; do
-    timeout 60 device-bin-$b/asynct-bench --gemm --point down_M128 > $R/gemm-$b.log 2>&1
-    grep -E "^down_M128.*(classes|\{)" $R/gemm-$b.log >> $S
-  done
-  for t in r2/gpu_gemm r2/gpu_engine; do
-    timeout 300 device-bin-$t > $R/${t/\//-}.log 2>&1
-    echo "$t rc=$?" >> $S
-    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
-  done
 }
 
 checks() {
@@ -98,7 +78,6 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
-stage patches
 stage checks
 stage step
 stage chunks
