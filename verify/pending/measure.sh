@@ -2,7 +2,8 @@
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
 # (a call cut short still returns the summary written so far): first the patch of session 58
 # (`patches`: gpu_attention on it, the decode step of main and of the patch, each with EARLY K
-# on and off, in one call), then the whole GPU suite, then main beside the anchors in the same
+# on and off, in one call), then main with every kernel at one carveout (`carveout`), then the
+# whole GPU suite, then main beside the anchors in the same
 # call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
 # the H200): the decode step beside torch.compile, prefill_heavy_b16 beside torch.compile, and
 # the prefill attention's grid beside cuDNN; then the hand-off probe and the fuzzer. On an H200
@@ -50,6 +51,16 @@ patches() {
   cat $R/patches/builds-table.txt >> $S 2>/dev/null
 }
 
+carveout() {
+  # Session 58's open question (RESULTS run 307's reading): does the driver's shared-memory split
+  # per kernel cost the launches' overlap? The step with every kernel at the largest carveout
+  # (ASYNCT_CARVEOUT=100) beside the driver's choice, one binary.
+  BUILDS="device-bin device-bin:ASYNCT_CARVEOUT=100" STEP_BATCHES=1,32,128 \
+    OUT=$R/carveout timeout 300 scripts/device-run.sh builds > $R/carveout.log 2>&1
+  echo "carveout rc=$?" >> $S
+  cat $R/carveout/builds-table.txt >> $S 2>/dev/null
+}
+
 checks() {
   OUT=$R/tests scripts/device-run.sh tests > $R/tests.log 2>&1
   echo "tests rc=$?" >> $S
@@ -94,6 +105,7 @@ grid() {
 }
 
 stage patches
+stage carveout
 stage checks
 stage step
 stage chunks

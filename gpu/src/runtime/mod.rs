@@ -50,6 +50,25 @@ pub struct Gpu {
     shared: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
     /// Where the kernels stamp their launches, when the environment asks ([`step_trace`]).
     trace: Option<step_trace::StepTrace>,
+    /// The preferred shared-memory carveout every entry point gets ([`parse_carveout`]).
+    carveout: Option<i32>,
+}
+
+/// `ASYNCT_CARVEOUT`'s value, for a measurement: the percent of an SM's unified L1 and shared
+/// memory that every entry point [`Gpu::function`] hands out prefers as shared memory
+/// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); unset, the driver picks per kernel.
+/// Consecutive kernels of different splits may not share an SM until it drains, which a
+/// programmatic launch's overlap needs (RESULTS run 307's reading); one split for all would
+/// remove that, at the cost of L1 for kernels that need less shared memory.
+pub fn parse_carveout(value: Option<&str>) -> Result<Option<i32>> {
+    let Some(v) = value else { return Ok(None) };
+    match v.parse::<i32>() {
+        Ok(p) if (0..=100).contains(&p) => Ok(Some(p)),
+        _ => Err(Error::Unsupported {
+            entry: "ASYNCT_CARVEOUT".to_string(),
+            reason: format!("must be a percent from 0 to 100, not {v:?}"),
+        }),
+    }
 }
 
 impl Gpu {
@@ -65,6 +84,7 @@ impl Gpu {
         launch::configure(info.compute_capability);
         let arch: &'static str = Box::leak(info.nvrtc_arch().into_boxed_str());
         let trace = step_trace::StepTrace::from_env(&stream)?;
+        let carveout = parse_carveout(std::env::var("ASYNCT_CARVEOUT").ok().as_deref())?;
         Ok(Arc::new(Self {
             ctx,
             stream,
@@ -73,6 +93,7 @@ impl Gpu {
             modules: Mutex::new(HashMap::new()),
             shared: Mutex::new(HashMap::new()),
             trace,
+            carveout,
         }))
     }
 
@@ -111,7 +132,12 @@ impl Gpu {
 
     /// The entry point `entry` of `kernel`, compiling and loading the module on first use.
     pub fn function(&self, kernel: &Kernel, entry: &str) -> Result<CudaFunction> {
-        Ok(self.module(kernel, &mut || {})?.load_function(entry)?)
+        use cudarc::driver::sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+        let f = self.module(kernel, &mut || {})?.load_function(entry)?;
+        if let Some(percent) = self.carveout {
+            f.set_attribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, percent)?;
+        }
+        Ok(f)
     }
 
     /// Loads every one of `kernels` now, compiling those the disk cache lacks; before each
@@ -252,5 +278,21 @@ pub fn launch_error<'a>(entry: &'a str, cfg: &LaunchConfig) -> impl FnOnce(cudar
         block: cfg.block_dim,
         smem: cfg.shared_mem_bytes,
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_carveout_is_a_percent_or_unset() {
+        assert_eq!(parse_carveout(None).unwrap(), None);
+        assert_eq!(parse_carveout(Some("0")).unwrap(), Some(0));
+        assert_eq!(parse_carveout(Some("100")).unwrap(), Some(100));
+        for bad in ["101", "-1", "", "max", "50%"] {
+            let e = parse_carveout(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("ASYNCT_CARVEOUT") && e.contains(&format!("{bad:?}")), "{bad}: {e}");
+        }
     }
 }
