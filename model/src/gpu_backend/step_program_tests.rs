@@ -1,6 +1,7 @@
 //! Tests of [`super`]: the program of every step shape against the properties the executor,
 //! the graphs and the megakernel rely on (launches per layer, every buffer written before it is
-//! read, the rounding points once per layer, no attention op right after the row metadata).
+//! read, the rounding points once per layer, no attention op right after the row metadata, the
+//! caches written at the step's own slots only).
 
 use std::collections::HashSet;
 
@@ -250,6 +251,25 @@ fn no_attention_follows_the_op_that_writes_the_row_metadata() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn a_cache_is_written_only_at_the_steps_own_slots() {
+    // The decode rows' attention launches with `Settled::OlderKeys` (it reads every key but a
+    // row's newest before waiting for the kernel before it), which holds while no op of the step
+    // writes a cache anywhere but at its own rows' slots: each op that writes one places its
+    // rows by the uploaded slots.
+    for s in shapes() {
+        let mut writers = 0;
+        for op in StepProgram::build(s).expanded() {
+            let (reads, writes) = op.access();
+            if writes.iter().any(|b| matches!(b, Buf::Cache(_))) {
+                assert!(reads.contains(&Buf::PositionsSlots), "{op:?} writes a cache in {s:?}");
+                writers += 1;
+            }
+        }
+        assert!(writers >= s.layers, "{s:?} writes {writers} caches");
     }
 }
 
