@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): first the patch of session 58
-# (`patches`: gpu_attention on it, the decode step of main and of the patch, each with EARLY K
-# on and off, in one call), then main with every kernel at one carveout (`carveout`), then the
-# whole GPU suite, then main beside the anchors in the same
-# call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
-# the H200): the decode step beside torch.compile, prefill_heavy_b16 beside torch.compile, and
-# the prefill attention's grid beside cuDNN; then the hand-off probe and the fuzzer. On an H200
-# SKIP="probe fuzz".
-# Built here: `git am verify/pending/early-keys-one-head.patch` on a branch exp-h1, then
-# `scripts/device-build-refs.sh main=main h1=exp-h1:gpu_attention` (device-bin-NAME and
-# device-pack.tgz; without patches waiting, `scripts/device-build.sh` and SKIP=patches), then
-# the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes
-# $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below);
-# the stages after `patches` run device-bin-$MAIN's binaries (MAIN default main; device-bin's
-# where `scripts/device-build.sh` built them).
+# (a call cut short still returns the summary written so far): first the patches of session 58
+# (`patches`: their GPU checks, then the decode step of main, with EARLY K on and off, and of
+# each patch, in one call), then main with every kernel at one carveout (`carveout`), then the
+# whole GPU suite, then main beside the anchors in the same call, which no call has taken on an
+# H200 since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
+# torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
+# cuDNN; then the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
+# Built here: `git am verify/pending/early-keys-one-head.patch` on a branch exp-h1 and `git am
+# verify/pending/qkv-rope-early.patch` on a branch exp-rope (each from main), then
+# `scripts/device-build-refs.sh main=main h1=exp-h1:gpu_attention
+# rope=exp-rope:gpu_gemm,gpu_model,gpu_engine` (device-bin-NAME and device-pack.tgz; without
+# patches waiting, `scripts/device-build.sh` and SKIP=patches), then the device tool: command
+# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
+# $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below); the stages after
+# `patches` run device-bin-$MAIN's binaries (MAIN default main; device-bin's where
+# `scripts/device-build.sh` built them).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -39,13 +40,18 @@ stage() {
 }
 
 patches() {
-  # early-keys-one-head.patch (session 58): gpu_attention on it, then the step of main and of
-  # the patch, each with EARLY K on and off (ASYNCT_EARLY_KEYS=0), at B1 (level) and B8 (its
-  # target).
+  # Session 58's two patches: gpu_attention on early-keys-one-head (h1), gpu_gemm, gpu_model and
+  # gpu_engine on qkv-rope-early (rope), then the step of main (EARLY K on and off) and of each
+  # patch at B1 (rope's target; h1 level) and B8 (h1's target).
   timeout 300 device-bin-h1/gpu_attention > $R/attn-h1.log 2>&1
   echo "h1/gpu_attention rc=$?" >> $S
   grep -E "passed, |OlderKeys" $R/attn-h1.log | cut -c1-300 | head -3 >> $S
-  BUILDS="device-bin-main device-bin-main:ASYNCT_EARLY_KEYS=0 device-bin-h1 device-bin-h1:ASYNCT_EARLY_KEYS=0" \
+  for t in rope/gpu_gemm rope/gpu_model rope/gpu_engine; do
+    timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
+    echo "$t rc=$?" >> $S
+    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
+  done
+  BUILDS="device-bin-main device-bin-main:ASYNCT_EARLY_KEYS=0 device-bin-h1 device-bin-rope" \
     STEP_BATCHES=1,8 OUT=$R/patches timeout 330 scripts/device-run.sh builds > $R/patches.log 2>&1
   echo "patches rc=$?" >> $S
   cat $R/patches/builds-table.txt >> $S 2>/dev/null
