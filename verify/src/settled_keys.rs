@@ -6,6 +6,9 @@
 //! of theirs keeps it running while the attention's CTAs load. A launch that kept a row it read
 //! before the wait gives NaN or other bits than a launch that waited first.
 
+use std::sync::Mutex;
+
+use cudarc::driver::CudaSlice;
 use half::bf16;
 
 use gpu::attention::{AttnBuffers, GateParams, Hp1Attention, Settled};
@@ -20,6 +23,13 @@ use crate::gpu_paths::same_bits;
 /// Bytes the copy kernel moves before the newest rows, so that it is still running when the
 /// attention's CTAs load their keys (one CTA copies it in rounds of 32 KB).
 const DELAY_BYTES: usize = 1 << 20;
+
+/// The copy kernel's list and the destination of its delay, made once a device (page-locked
+/// areas and a megabyte block are slow to allocate per case).
+struct Copier {
+    copies: CopyList,
+    delay: CudaSlice<u8>,
+}
 
 /// Whether `data` is a batch of decode rows (one query a sequence), the only rows the claim of
 /// [`Settled::OlderKeys`] holds for: a prefill chunk's rows read keys the step writes.
@@ -68,11 +78,13 @@ pub fn check_older_keys(
         .copied()
         .collect();
     let fresh = gpu.upload(&fresh)?;
-    let mut delay = gpu.zeros::<u8>(DELAY_BYTES)?;
-    let mut copies = CopyList::new(gpu, DELAY_BYTES)?;
+    let copier = gpu
+        .shared(|g| Ok(Mutex::new(Copier { copies: CopyList::new(g, DELAY_BYTES)?, delay: g.zeros(DELAY_BYTES)? })))?;
+    let mut copier = copier.lock().expect("the copier's lock is never poisoned by a panic here");
+    let Copier { copies, delay } = &mut *copier;
     let nan = vec![bf16::NAN; width];
     copies.begin();
-    copies.stage(&vec![0u8; DELAY_BYTES], &mut delay)?;
+    copies.stage(&vec![0u8; DELAY_BYTES], delay)?;
     {
         let (mut key, mut value) = bufs.caches_mut();
         for (i, &row) in rows.iter().enumerate() {
