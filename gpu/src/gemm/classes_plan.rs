@@ -25,8 +25,13 @@ pub const SKINNY_CLASSES_DECODE_M: std::ops::RangeInclusive<usize> = 9..=64;
 /// against 3.1 to 3.3, but qkv's 32 clusters 5.7 against 3.9 and gate/up's 96 13.2 against 8.1;
 /// in the decode step o_proj with down_proj 2% faster at B16 to B64 than down_proj alone.
 pub fn classes_serve(shape: GemmShape, sms: usize) -> bool {
-    SKINNY_CLASSES_DECODE_M.contains(&shape.m)
-        && shape.n.div_ceil(SKINNY_CLASSES_ROWS) * SKINNY_CLASSES_CLUSTER as usize <= sms
+    SKINNY_CLASSES_DECODE_M.contains(&shape.m) && class_form_ctas(shape.n).is_some_and(|ctas| ctas <= sms)
+}
+
+/// CTAs of a class form's grid for `n` rows of W: a cluster of [`SKINNY_CLASSES_CLUSTER`] for
+/// each block of [`SKINNY_CLASSES_ROWS`] (both class forms); `None` past `usize`.
+pub(super) fn class_form_ctas(n: usize) -> Option<usize> {
+    n.div_ceil(SKINNY_CLASSES_ROWS).checked_mul(SKINNY_CLASSES_CLUSTER as usize)
 }
 
 /// The class form's dynamic shared memory for an x tile of `m_tile` rows and K `k`: each class's
@@ -78,8 +83,7 @@ impl SkinnyTile {
         m_tile: usize,
         shared_bytes: usize,
     ) -> Result<Self> {
-        let clusters = shape.n.div_ceil(SKINNY_CLASSES_ROWS);
-        let grid = grid(label, shape, clusters.checked_mul(SKINNY_CLASSES_CLUSTER as usize))?;
+        let grid = grid(label, shape, class_form_ctas(shape.n))?;
         let shared_bytes = shared_bytes as u32;
         Ok(Self { form, entry, m_tile, rows: SKINNY_CLASSES_ROWS, slabs: 1, grid, shared_bytes })
     }

@@ -5,7 +5,7 @@
 //! distributed shared memory. Pure host code, tested on the CPU with the rest of the plan
 //! ([`GemmPlan::decode_rows`] picks it).
 
-use super::classes_plan::{SKINNY_CLASSES_CLUSTER, SKINNY_CLASSES_ROWS};
+use super::classes_plan::{class_form_ctas, SKINNY_CLASSES_ROWS};
 use super::plan::{tma_fits, EpilogueKind, GemmPath, GemmPlan, GemmShape, SkinnyForm, SkinnyTile};
 use crate::error::{unsupported, Result};
 
@@ -45,7 +45,7 @@ pub const SKINNY_CLASSES_WG_DECODE_M: std::ops::RangeInclusive<usize> = 65..=SKI
 pub fn classes_wg_serve(shape: GemmShape, sms: usize) -> bool {
     SKINNY_CLASSES_WG_DECODE_M.contains(&shape.m)
         && shape.k.is_multiple_of(SKINNY_CLASSES_WG_K)
-        && shape.n.div_ceil(SKINNY_CLASSES_ROWS) * SKINNY_CLASSES_CLUSTER as usize <= sms
+        && class_form_ctas(shape.n).is_some_and(|ctas| ctas <= sms)
 }
 
 impl GemmPlan {
