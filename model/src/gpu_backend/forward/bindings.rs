@@ -347,41 +347,38 @@ fn attention_part(
     let qw = layer.q_width;
     // The op before an attention op is a GEMM or an op on q, never BuildRows (StepProgram's
     // tests), and the block table is uploaded before the step. A decode row's keys but its
-    // newest were written by earlier steps; a fake-decode chunk row's were not.
-    let settled = if early_keys && split.decodes == split.seqs { Settled::OlderKeys } else { Settled::Rows };
-    let mut decode =
-        |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool, settled| -> Result<()> {
-            let plan = a.plan();
-            let rows = plan.geometry.rows;
-            let (ws, counters) = match plan.workspace_len {
-                0 => (None, None),
-                len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
-                len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
-            };
-            let ops = Operands {
-                layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
-                row_seq: b.row_seq.slice(..rows),
-                row_len: b.row_len.slice(..rows),
-                workspace: ws,
-                counters,
-                leave_partials,
-                settled,
-            };
-            match sink {
-                Sink::Launch => Ok(a.run(ops, layer.gate)?),
-                Sink::Record(recorded) => {
-                    recorded.push(a.record(ops, layer.gate)?);
-                    Ok(())
-                }
-            }
+    // newest were written by earlier steps; a fake-decode chunk row's were not, and the launch
+    // over the first `seqs` sequences holds chunk rows where they pass the leading decodes.
+    let mut decode = |a: &Hp1Attention, b: &mut StepBuffers, seqs: usize, leave_partials: bool| -> Result<()> {
+        let settled = if early_keys && seqs <= split.decodes { Settled::OlderKeys } else { Settled::Rows };
+        let plan = a.plan();
+        let rows = plan.geometry.rows;
+        let (ws, counters) = match plan.workspace_len {
+            0 => (None, None),
+            len if leave_partials => (Some(b.workspace.slice_mut(..len)), None),
+            len => (Some(b.workspace.slice_mut(..len)), Some(b.counters.slice_mut(..plan.counter_len))),
         };
-    match (attn, part) {
-        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs, false, settled),
-        (AttnPlan::Decode(a), AttnPart::RowsLeavingPartials) => decode(a, b, split.seqs, true, settled),
-        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => {
-            let settled = if early_keys { Settled::OlderKeys } else { Settled::Rows };
-            decode(a, b, split.decodes, false, settled)
+        let ops = Operands {
+            layer: layer.buffers(&b.q, qw, 0..rows, &b.meta.block_table, seqs, b.attn.slice_mut(..rows * qw)),
+            row_seq: b.row_seq.slice(..rows),
+            row_len: b.row_len.slice(..rows),
+            workspace: ws,
+            counters,
+            leave_partials,
+            settled,
+        };
+        match sink {
+            Sink::Launch => Ok(a.run(ops, layer.gate)?),
+            Sink::Record(recorded) => {
+                recorded.push(a.record(ops, layer.gate)?);
+                Ok(())
+            }
         }
+    };
+    match (attn, part) {
+        (AttnPlan::Decode(a), AttnPart::Rows) => decode(a, b, split.seqs, false),
+        (AttnPlan::Decode(a), AttnPart::RowsLeavingPartials) => decode(a, b, split.seqs, true),
+        (AttnPlan::Split { decodes: Some(a), .. }, AttnPart::Decodes) => decode(a, b, split.decodes, false),
         (AttnPlan::Split { .. }, AttnPart::Prefill | AttnPart::PrefillNormingQueries)
             if matches!(sink, Sink::Record(_)) =>
         {
