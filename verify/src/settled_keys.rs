@@ -24,10 +24,11 @@ use crate::gpu_paths::same_bits;
 /// attention's CTAs load their keys (one CTA copies it in rounds of 32 KB).
 const DELAY_BYTES: usize = 1 << 20;
 
-/// The copy kernel's list and the destination of its delay, made once a device (page-locked
+/// The copy kernel's list and its delay's bytes and destination, made once a device (page-locked
 /// areas and a megabyte block are slow to allocate per case).
 struct Copier {
     copies: CopyList,
+    zeros: Vec<u8>,
     delay: CudaSlice<u8>,
 }
 
@@ -78,13 +79,15 @@ pub fn check_older_keys(
         .copied()
         .collect();
     let fresh = gpu.upload(&fresh)?;
-    let copier = gpu
-        .shared(|g| Ok(Mutex::new(Copier { copies: CopyList::new(g, DELAY_BYTES)?, delay: g.zeros(DELAY_BYTES)? })))?;
+    let copier = gpu.shared(|g| {
+        let (copies, delay) = (CopyList::new(g, DELAY_BYTES)?, g.zeros(DELAY_BYTES)?);
+        Ok(Mutex::new(Copier { copies, zeros: vec![0; DELAY_BYTES], delay }))
+    })?;
     let mut copier = copier.lock().expect("the copier's lock is never poisoned by a panic here");
-    let Copier { copies, delay } = &mut *copier;
+    let Copier { copies, zeros, delay } = &mut *copier;
     let nan = vec![bf16::NAN; width];
     copies.begin();
-    copies.stage(&vec![0u8; DELAY_BYTES], delay)?;
+    copies.stage(zeros, delay)?;
     {
         let (mut key, mut value) = bufs.caches_mut();
         for (i, &row) in rows.iter().enumerate() {
