@@ -73,13 +73,14 @@ type PlanAt = fn(GemmShape) -> gpu::Result<GemmPlan>;
 /// kernel, beside drawn, NaN and infinite rows, has the same bits, in the plain form and as decode
 /// rows are planned (the shared-x form where it serves, and on a device that runs wgmma the
 /// warpgroup form, from M = 33); in the wide form at M 65 to 256 and the class form on warpgroups
-/// at M 65 to 128 (below 65 `batch_invariance` holds them to the default plan's row alone); through the WGMMA kernel at M = 7 to 2100, at
-/// every place in its tile the M puts it; through cuBLASLt pinned at one reference M, a row alone
-/// and at M = 7, 65, 300, 768 and 1000 has the same bits (so a prefill chunk's rows do not depend
-/// on the chunks beside them); and pinned at the LM head's reference (`HEAD_PIN_AT`, 64), whole
-/// and allowed to split K at the decode rows' (`DECODE_PIN_AT`, 64), at the decode buckets' M 2 to
-/// 256, the reference itself included (so a request's logits, and its decode rows where a
-/// weight's run cuBLASLt, do not depend on its batch); for every weight of the model.
+/// at M 65 to 128 (below 65 `batch_invariance` holds them to the default plan's row alone); through
+/// the WGMMA kernel at M = 7 to 2100, at every place in its tile the M puts it; through cuBLASLt
+/// pinned at one reference M, a row alone and at M = 7, 65, 300, 768 and 1000 has the same bits (so
+/// a prefill chunk's rows do not depend on the chunks beside them); and pinned at the LM head's
+/// reference (`HEAD_PIN_AT`, 64), whole and allowed to split K at the decode rows'
+/// (`DECODE_PIN_AT`, 64), at the decode buckets' M 2 to 256, the reference itself included (so a
+/// request's logits, and its decode rows where a weight's run cuBLASLt, do not depend on its
+/// batch); for every weight of the model.
 pub fn wide_batch_invariance(gpu: &Arc<Gpu>) -> Check {
     for (s, &(name, n, k)) in MODEL_SHAPES.iter().enumerate() {
         let seed = 7000 + 100 * s as u64;

@@ -49,12 +49,12 @@ pub fn wgmma_serves(gpu: &Gpu, shape: GemmShape) -> bool {
     runs_wgmma(gpu) && GemmPlan::wgmma_epilogue(shape, EpilogueKind::Store).is_ok()
 }
 
-/// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the
-/// dispatcher's among them; past `SKINNY_MAX_M` rows in slabs of 64) and, at up to 8 rows, its
-/// staged form with x as it is (where shared memory holds the rows), the shared-x form where it
-/// takes the shape (M past 32, the slab fitting shared memory), the warpgroup form where the
-/// device runs wgmma and the slab fits, its wide form and its class form on warpgroups there on
-/// weights up to `WIDE_MAX_N` rows (K a multiple of 512 and 1,024), the WGMMA kernel where it serves the shape, cuBLASLt's own
+/// Every plan that serves `shape` on `gpu`: each skinny instantiation for its `M` (the dispatcher's
+/// among them; past `SKINNY_MAX_M` rows in slabs of 64) and, at up to 8 rows, its staged form with
+/// x as it is (where shared memory holds the rows), the shared-x form where it takes the shape (M
+/// past 32, the slab fitting shared memory), the warpgroup form where the device runs wgmma and the
+/// slab fits, its wide form and its class form on warpgroups there on weights up to `WIDE_MAX_N`
+/// rows (K a multiple of 512 and 1,024), the WGMMA kernel where it serves the shape, cuBLASLt's own
 /// choice, and cuBLASLt pinned at the reference `M` of `PINNED_AT` where N and K are at least 64
 /// (and, allowed to split K, at `DECODE_PIN_AT`, the decode rows' reference).
 pub fn plans(gpu: &Gpu, shape: GemmShape) -> Result<Vec<GemmPlan>, String> {
