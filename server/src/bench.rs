@@ -36,6 +36,7 @@
 mod decode;
 mod scenario;
 mod step_timeline;
+mod twins;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -56,6 +57,7 @@ use decode::{
 };
 use model::executor_loader::BLOCK_SIZE;
 use scenario::{print_scenario, run_scenario, scenarios, ScenarioResult};
+use twins::{print_twins, run_twins, TwinsResult};
 
 /// The H200's HBM bandwidth, which issue 9's weight floor (about 0.28 ms for asynct-0.5b) uses.
 pub const HBM_BYTES_PER_S: f64 = 4.3e12;
@@ -150,6 +152,8 @@ struct Report {
     definitions: BTreeMap<&'static str, &'static str>,
     scenarios: Vec<ScenarioResult>,
     decode: Vec<DecodeResult>,
+    /// `--decode-twins`' figures (empty without it).
+    twins: Vec<TwinsResult>,
 }
 
 /// Runs the command; the error is the message to print.
@@ -193,7 +197,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 
     let tokenizer = load::tokenizer(&args.model)?;
     let text = args.prompt_text.as_deref().map(|path| text_ids(path, &tokenizer)).transpose()?;
-    let mut engine = load_engine(args, &cfg, tokenizer, max_num_seqs, cpu_blocks)?;
+    // With twins, the first engine leaves the second half of the memory it may take.
+    let share = if args.decode_twins { 0.5 } else { 1.0 };
+    let mut engine = load_engine(args, &cfg, tokenizer.clone(), max_num_seqs, cpu_blocks, share)?;
     let bytes = weight_bytes(&cfg);
     let floor_ms = bytes as f64 / HBM_BYTES_PER_S * 1e3;
     println!(
@@ -223,6 +229,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         definitions: DEFINITIONS.into_iter().collect(),
         scenarios: Vec::new(),
         decode: Vec::new(),
+        twins: Vec::new(),
     };
     let prompts = PromptSource {
         seed: args.seed,
@@ -258,6 +265,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         report.decode.push(r);
         report.save(args.out.as_deref())?;
     }
+    if args.decode_twins {
+        let mut twin = load_engine(args, &cfg, tokenizer, max_num_seqs, cpu_blocks, 1.0)?;
+        for &batch in &args.decode_batch {
+            let run = [runs.next().expect("endless"), runs.next().expect("endless")].map(|n| prompts.for_run(n));
+            let r = run_twins([&mut engine, &mut twin], batch, args, timed, [&run[0], &run[1]])?;
+            print_twins(&r);
+            report.twins.push(r);
+            report.save(args.out.as_deref())?;
+        }
+    }
     Ok(())
 }
 
@@ -269,15 +286,18 @@ impl Report {
     }
 }
 
-/// The engine over the executor `--device` names, with the tokenizer covering every model id.
+/// The engine over the executor `--device` names, with the tokenizer covering every model id, its
+/// device memory at most `share` of `--gpu-memory-utilization`'s fraction.
 fn load_engine(
     args: &BenchArgs,
     cfg: &ModelConfig,
     tokenizer: Tokenizer,
     max_num_seqs: usize,
     cpu_blocks: usize,
+    share: f64,
 ) -> Result<Engine, String> {
-    let opts = args.engine.executor_options(Precision::F32, max_num_seqs, cfg.max_position_embeddings, cpu_blocks);
+    let mut opts = args.engine.executor_options(Precision::F32, max_num_seqs, cfg.max_position_embeddings, cpu_blocks);
+    opts.gpu_memory_utilization *= share;
     let load_start = Instant::now();
     let loaded = load::executor_with_progress(&args.model, cfg, &opts)?;
     println!(
@@ -343,6 +363,12 @@ fn check_decode_args(args: &BenchArgs, any_scenario: bool) -> Result<usize, Stri
     let timed = args.profile_steps.unwrap_or(args.steps);
     if args.decode_batch.contains(&0) || timed == 0 {
         return Err(format!("--decode-batch and --steps must be positive, got {:?} and {timed}", args.decode_batch));
+    }
+    if args.decode_twins && (args.decode_batch.is_empty() || args.decode_batch.iter().any(|b| b % 2 == 1)) {
+        return Err(format!(
+            "--decode-twins splits each --decode-batch in two halves: give even batches, got {:?}",
+            args.decode_batch
+        ));
     }
     if !args.decode_batch.is_empty() && args.context <= args.warmup_steps + timed / 2 + 1 {
         return Err(format!(

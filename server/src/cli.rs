@@ -199,6 +199,11 @@ pub struct BenchArgs {
     /// --scenario (its first this many steps).
     #[arg(long)]
     pub profile_steps: Option<usize>,
+    /// Also time each --decode-batch B (even) as two engines of B/2 requests, each on a CUDA stream
+    /// of its own, a step of each in turn: a bound on a step whose batch runs as two halves that
+    /// overlap (issue 15's probe). The first engine then takes half of --gpu-memory-utilization.
+    #[arg(long)]
+    pub decode_twins: bool,
     /// decode_anchor.py's JSON: the decode table gets each batch's ratio to its best variant.
     #[arg(long)]
     pub anchor: Option<PathBuf>,

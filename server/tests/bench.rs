@@ -126,6 +126,36 @@ fn scenarios_and_decode_batches_report_consistent_counts() {
 }
 
 #[test]
+fn decode_twins_time_a_pair_of_half_batches_after_the_whole_batches() {
+    let dir = tiny("twins");
+    let json = dir.join("bench.json");
+    let m = dir.to_str().unwrap();
+    let args = ["bench", "--model", m, "--device", "cpu", "--decode-batch", "2,4", "--context", "48"];
+    let out = asynct(
+        &[&args[..], &["--decode-twins", "--warmup-steps", "1", "--steps", "3"]]
+            .concat()
+            .iter()
+            .copied()
+            .chain(["--out", json.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let whole: Vec<u64> = report["decode"].as_array().unwrap().iter().map(|d| count(&d["batch"])).collect();
+    assert_eq!(whole, vec![2, 4], "the whole batches are timed as without the flag: {report}");
+    let twins = report["twins"].as_array().unwrap();
+    assert_eq!(twins.iter().map(|t| count(&t["batch"])).collect::<Vec<_>>(), vec![2, 4], "{report}");
+    for t in twins {
+        assert_eq!(count(&t["timed_steps"]), 3, "{t}");
+        let (min, median) = (t["pair_ms"]["min"].as_f64().unwrap(), t["pair_ms"]["median"].as_f64().unwrap());
+        assert!(0.0 < min && min <= median, "{t}");
+    }
+    assert!(stdout.contains("decode twins B4: two engines of 2 rows"), "{stdout}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn bad_flags_get_a_message_and_exit_code_1() {
     let dir = tiny("bad");
     let m = dir.to_str().unwrap();
@@ -166,6 +196,7 @@ fn bad_flags_get_a_message_and_exit_code_1() {
         ([&decode[..], &["--temperature=-0.5"]].concat(), "--temperature"),
         ([&decode[..], &["--temperature=nan"]].concat(), "--temperature"),
         ([&decode[..], &["--anchor", "/nonexistent/a.json"]].concat(), "/nonexistent/a.json"),
+        ([&decode[..], &["--decode-twins"]].concat(), "--decode-twins"),
     ];
     for (args, needle) in cases {
         let out = asynct(&args);

@@ -2,8 +2,8 @@
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
 # (a call cut short still returns the summary written so far): first the patches of session 58
 # (`patches`: their GPU checks, then the decode step of main, with EARLY K on and off, and of
-# each patch, in one call), then main with every kernel at one carveout (`carveout`), then the
-# whole GPU suite, then main beside the anchors in the same call, which no call has taken on an
+# each patch, in one call), then the twin engines' probe (`twins`), then main with every kernel
+# at one carveout (`carveout`), then the whole GPU suite, then main beside the anchors in the same call, which no call has taken on an
 # H200 since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile, prefill_heavy_b16 beside torch.compile, and the prefill attention's grid beside
 # cuDNN; then the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
@@ -22,6 +22,7 @@ OUT=${OUT:-/tmp/asynct-out}
 mkdir -p "$OUT"
 tar xzf device-pack.tgz
 [ -d device-bin ] || ln -s "device-bin-${MAIN:-main}" device-bin
+MAIN_BIN=${MAIN:-main}
 R=/tmp/pending-runs
 rm -rf $R
 mkdir -p $R
@@ -55,6 +56,21 @@ patches() {
     STEP_BATCHES=1,8 OUT=$R/patches timeout 330 scripts/device-run.sh builds > $R/patches.log 2>&1
   echo "patches rc=$?" >> $S
   cat $R/patches/builds-table.txt >> $S 2>/dev/null
+}
+
+twins() {
+  # Session 59's probe (issue 15): each batch's step beside two engines of half the batch, each
+  # on a stream of its own, stepped in turn (`asynct bench --decode-twins`): what a step whose
+  # halves overlap (one half's attention beside the other's GEMMs) could take at best. Uses the
+  # model the `patches` stage generated, or generates it.
+  export ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3
+  M=/tmp/m05
+  [ -f $M/model.safetensors ] || device-bin-$MAIN_BIN/asynct init --preset asynct-0.5b --out $M > $R/init.log 2>&1
+  timeout 400 device-bin-$MAIN_BIN/asynct bench --model $M --decode-batch 32,64,96,128 --decode-twins \
+    --out $R/twins.json > $R/twins.log 2>&1
+  echo "twins rc=$?" >> $S
+  grep -E "^decode (B|twins)" $R/twins.log | cut -c1-150 >> $S
+  tail -3 $R/twins.log >> $S
 }
 
 carveout() {
@@ -111,6 +127,7 @@ grid() {
 }
 
 stage patches
+stage twins
 stage carveout
 stage checks
 stage step

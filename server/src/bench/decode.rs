@@ -206,16 +206,27 @@ pub fn decode_lengths(context: usize, warmup_steps: usize, timed: usize) -> (usi
     (start_len, start_len + warmup_steps + timed + MARKED_STEPS + 2)
 }
 
-/// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps; then
-/// one more step with the gate's zeros counted, whose zero fraction comes back beside the result
-/// (`None` where the backend cannot count).
-pub fn run_decode(
+/// A decode batch prefilled through the engine: its requests, each sequence's length at its first
+/// decode step, and the engine steps the prefill took.
+pub struct Started {
+    /// The requests, in the batch's order.
+    pub ids: Vec<u64>,
+    /// Each sequence's length at its first decode step.
+    pub first: Vec<usize>,
+    /// Engine steps until every request had drawn its first token.
+    pub prefill_steps: usize,
+}
+
+/// Submits `batch` requests of staggered prompts ([`staggered_prompts`]) and steps the engine until
+/// each has drawn its first token, so that the next step is a decode step of `batch` rows of one
+/// length (said on stderr where the engine strayed from the plan).
+pub fn start_batch(
     engine: &mut Engine,
     batch: usize,
     args: &BenchArgs,
     timed: usize,
     prompts: &PromptSource,
-) -> Result<(DecodeResult, Option<f64>), String> {
+) -> Result<Started, String> {
     let (start_len, end_len) = decode_lengths(args.context, args.warmup_steps, timed);
     let (lens, drawn) = staggered_prompts(engine.scheduler().config(), batch, start_len, end_len)?;
     let mut ids = Vec::with_capacity(batch);
@@ -242,16 +253,43 @@ pub fn run_decode(
     if first != expected {
         eprintln!("decode B{batch}: the engine's prefill differed from the plan; sequence lengths {first:?}");
     }
-    let step = |engine: &mut Engine, what: &str| -> Result<(f64, StepTimes), String> {
-        let t = Instant::now();
-        engine.step().map_err(|e| e.to_string())?;
-        let ms = millis(t.elapsed());
-        let shape = engine.last_step();
-        if !shape.is_decode_only() || shape.num_seqs != batch {
-            return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
-        }
-        Ok((ms, engine.last_step_times()))
-    };
+    Ok(Started { ids, first, prefill_steps })
+}
+
+/// One engine step, timed by the wall clock, refused unless it carried `batch` decode rows alone.
+pub fn decode_step(engine: &mut Engine, batch: usize, what: &str) -> Result<(f64, StepTimes), String> {
+    let t = Instant::now();
+    engine.step().map_err(|e| e.to_string())?;
+    let ms = millis(t.elapsed());
+    let shape = engine.last_step();
+    if !shape.is_decode_only() || shape.num_seqs != batch {
+        return Err(format!("decode B{batch}: a {what} step carried {shape:?}, not {batch} decode rows"));
+    }
+    Ok((ms, engine.last_step_times()))
+}
+
+/// Ends the batch's requests that still run: had the engine's prefill strayed from the plan, a
+/// request would outlive its timed steps.
+pub fn end_batch(engine: &mut Engine, ids: Vec<u64>) -> Result<(), String> {
+    let finished: Vec<u64> = engine.take_finished().iter().map(|c| c.id).collect();
+    for id in ids.into_iter().filter(|id| !finished.contains(id)) {
+        engine.abort(id).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Prefills `batch` requests, runs the warm-up, then times (or profiles) the decode steps; then
+/// one more step with the gate's zeros counted, whose zero fraction comes back beside the result
+/// (`None` where the backend cannot count).
+pub fn run_decode(
+    engine: &mut Engine,
+    batch: usize,
+    args: &BenchArgs,
+    timed: usize,
+    prompts: &PromptSource,
+) -> Result<(DecodeResult, Option<f64>), String> {
+    let Started { ids, first, prefill_steps } = start_batch(engine, batch, args, timed, prompts)?;
+    let step = |engine: &mut Engine, what: &str| decode_step(engine, batch, what);
     // The last warm-up steps are the step trace's, one window each, where the kernels stamp
     // their launches (`ASYNCT_STEP_TRACE=1`): each read waits for the step, which the timed
     // steps must not.
@@ -306,11 +344,7 @@ pub fn run_decode(
             counts.filter(|&(_, total)| total > 0).map(|(zeros, total)| zeros as f64 / total as f64)
         }
     };
-    // Had the engine's prefill strayed from the plan, a request would still run: end it.
-    let finished: Vec<u64> = engine.take_finished().iter().map(|c| c.id).collect();
-    for id in ids.into_iter().filter(|id| !finished.contains(id)) {
-        engine.abort(id).map_err(|e| e.to_string())?;
-    }
+    end_batch(engine, ids)?;
     let phase = |of: fn(&StepTimes) -> Duration| -> Summary {
         let ms: Vec<f64> = times.iter().map(|(_, t)| millis(of(t))).collect();
         Summary::of(&ms).expect("at least one timed step")
