@@ -305,33 +305,44 @@ __device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, boo
                            RowPart& part, Scratch& sh) {
     const unsigned per = ((n + slices - 1) / slices + 7u) & ~7u;
     const unsigned lo = min(n, slice * per), hi = min(n, lo + per);
-    double best = NEG_INF;
+    // The pass compares in f32, the logits' own precision: the pair order of `better` on the
+    // widened values, exactly, at a fraction of the f64 compares' cost.
+    float best_f = __int_as_float(0xFF800000);
     unsigned best_id = ALL_IDS;
     int bad = 0;
     const auto take = [&](float x, unsigned v) {
         if (x != x || x == POS_INF_F) bad = 1;
-        if (better((double)x, v, best, best_id)) {
-            best = x;
+        if (x > best_f || (x == best_f && v < best_id)) {
+            best_f = x;
             best_id = v;
         }
     };
     // (value, id) is a total order and the fault an or, so the order in which a thread meets its
-    // tokens changes nothing: the vector loop takes VEC consecutive ids a load and UNROLL loads in
-    // flight (the slice's bytes in flight bound the pass), the scalar loop the rest.
-    constexpr unsigned VEC = L::VEC, UNROLL = 4, STEP = VEC * THREADS;
-    unsigned v0 = lo;
+    // tokens changes nothing. An aligned row's slice starts aligned (`per` is a multiple of 8) and
+    // is read in whole vectors of VEC ids, thread t taking vectors t, t + THREADS, ..., UNROLL of
+    // them in flight a round, the last round's loads predicated on the vector existing: the
+    // slice's bytes in flight bound the pass. Only the row's last partial vector is read an id at
+    // a time; a slice's whole remainder read so cost a memory round trip per THREADS ids, most of
+    // the sampler's time (RESULTS, session 59).
+    constexpr unsigned VEC = L::VEC, UNROLL = 4;
+    unsigned tail = lo;
     if (l.aligned()) {
-        for (; v0 + UNROLL * STEP <= hi; v0 += UNROLL * STEP) {
+        const unsigned vectors = (hi - lo) / VEC;
+        for (unsigned i0 = threadIdx.x; i0 < vectors; i0 += UNROLL * THREADS) {
             float x[UNROLL][VEC];
 #pragma unroll
-            for (unsigned u = 0; u < UNROLL; ++u) l.vec(v0 + u * STEP + threadIdx.x * VEC, x[u]);
+            for (unsigned u = 0; u < UNROLL; ++u)
+                if (i0 + u * THREADS < vectors) l.vec(lo + (i0 + u * THREADS) * VEC, x[u]);
 #pragma unroll
             for (unsigned u = 0; u < UNROLL; ++u)
+                if (i0 + u * THREADS < vectors)
 #pragma unroll
-                for (unsigned k = 0; k < VEC; ++k) take(x[u][k], v0 + u * STEP + threadIdx.x * VEC + k);
+                    for (unsigned k = 0; k < VEC; ++k) take(x[u][k], lo + (i0 + u * THREADS) * VEC + k);
         }
+        tail = lo + vectors * VEC;
     }
-    for (unsigned v = v0 + threadIdx.x; v < hi; v += THREADS) take(l[v], v);
+    for (unsigned v = tail + threadIdx.x; v < hi; v += THREADS) take(l[v], v);
+    double best = best_f;
     bad = __syncthreads_or(bad);
     block_best(best, best_id, sh);
     // Step 5 with every token surviving: the same score, token for token, as the final pass of
