@@ -66,7 +66,9 @@
 // the row is 16-byte aligned: a slice's pass runs at the bytes its SM keeps in flight (step 5
 // reads the slice again, an element a thread at a time, its f64 work the longer part). A greedy B1
 // step's sampler took 17.6 us in one CTA and 8.4 in 8 (RESULTS runs 77, 122), and a B1 step at
-// temperature 1.0 took 0.27 ms less with 8 (run 119).
+// temperature 1.0 took 0.27 ms less with 8 (run 119). What remains at B1 (9.3 us under ncu, run
+// 314) is fixed: the launch's first instructions, one load round trip, and the two cluster
+// barriers of gather_row with their fences.
 
 // Over sh.hist scanned from digit 255 down (descending) or from 0 up: the digit holding the
 // rank-th element (1-based) and how many elements come before that digit, into sh.digit and
@@ -322,8 +324,9 @@ __device__ void scan_slice(L l, unsigned n, unsigned slice, unsigned slices, boo
     // is read in whole vectors of VEC ids, thread t taking vectors t, t + THREADS, ..., UNROLL of
     // them in flight a round, the last round's loads predicated on the vector existing: the
     // slice's bytes in flight bound the pass. Only the row's last partial vector is read an id at
-    // a time; a slice's whole remainder read so cost a memory round trip per THREADS ids, most of
-    // the sampler's time (RESULTS, session 59).
+    // a time. A slice's whole remainder read so, a memory round trip per THREADS ids, had cost
+    // the sampler 1.0, 3.1 and 2.0 us of its 9.2, 19.5 and 23.8 at B1, B32 and B128 (RESULTS run
+    // 313).
     constexpr unsigned VEC = L::VEC, UNROLL = 4;
     unsigned tail = lo;
     if (l.aligned()) {
