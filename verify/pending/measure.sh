@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): the whole GPU suite (`checks`),
+# (a call cut short still returns the summary written so far): session 59's patch (`patches`:
+# embed-norm's GPU checks, then the decode step of main and of the patch, with a traced pass
+# each), then the whole GPU suite (`checks`),
 # then main beside the anchors in the same call, which no call has taken on an H200 since run
 # 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile
 # (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill attention's grid
 # beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
-# Built here: `scripts/device-build.sh` (device-bin and device-pack.tgz), then the device tool:
-# command "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt
+# Built here: `git am verify/pending/embed-norm.patch` on a branch exp-en from main, then
+# `scripts/device-build-refs.sh main=main en=exp-en:gpu_ops,gpu_model,gpu_engine` (without the
+# patch, `scripts/device-build.sh` and SKIP=patches), then the device tool: command
+# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt
 # and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). A pack of
 # several builds from `scripts/device-build-refs.sh` works too: MAIN names the one the stages
 # run (device-bin-$MAIN, default main).
@@ -31,6 +35,23 @@ stage() {
   "$name"
   echo "== $name: $((SECONDS - t0)) s" >> $S
   pack
+}
+
+patches() {
+  # Session 59's embed-norm: the gather and layer 0's input norm in one launch.
+  for t in en/gpu_ops en/gpu_model en/gpu_engine; do
+    timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
+    echo "$t rc=$?" >> $S
+    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
+  done
+  BUILDS="device-bin-main device-bin-en" STEP_BATCHES=1,32,128 OUT=$R/patches \
+    timeout 300 scripts/device-run.sh builds > $R/patches.log 2>&1
+  echo "patches rc=$?" >> $S
+  cat $R/patches/builds-table.txt >> $S 2>/dev/null
+  BUILDS="device-bin-main:ASYNCT_STEP_TRACE=1 device-bin-en:ASYNCT_STEP_TRACE=1" BUILDS_PASSES=1 \
+    STEP_BATCHES=1,128 OUT=$R/traced timeout 200 scripts/device-run.sh builds > $R/traced.log 2>&1
+  cp -r /tmp/asynct-builds $R/traced-runs
+  for f in $R/traced-runs/*.log; do echo "== $f"; grep -E "^step trace B|^ +[0-3] [a-z_]+\.cu" $f; done >> $S
 }
 
 checks() {
@@ -76,6 +97,7 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
+stage patches
 stage checks
 stage step
 stage chunks
