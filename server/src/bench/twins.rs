@@ -7,9 +7,10 @@
 //! halves on two streams could overlap one half's attention with the other's GEMMs, at the price
 //! of reading every weight twice. This measures what that could give before any step program is
 //! changed for it: each engine steps with its own graphs and pipelining, so the device holds both
-//! engines' steps at once, and the time of a pair of steps (one each) is what a step of the whole
-//! batch in overlapping halves would take at best, were the two graphs one. Set beside the
-//! whole batch's step and the half's step of the same run.
+//! engines' steps at once. The time of a pair of steps (one each) bounds a step of the whole
+//! batch in overlapping halves from above, by about one LM head (each twin runs its own). The
+//! run's `--decode-batch` figures are the whole batches' steps to set it beside. RESULTS run 309
+//! measured it and closed the halves: slower than the whole batch past 64 rows.
 
 use std::time::Instant;
 
