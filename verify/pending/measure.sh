@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): session 59's patch (`patches`:
-# embed-norm's GPU checks, then the decode step of main and of the patch, with a traced pass
-# each), then the whole GPU suite (`checks`),
+# (a call cut short still returns the summary written so far): session 59's patches (`patches`:
+# their GPU checks and racecheck on the sampler's, then the decode step of main and of each
+# patch, with a traced pass each), then the whole GPU suite (`checks`),
 # then main beside the anchors in the same call, which no call has taken on an H200 since run
 # 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile
 # (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill attention's grid
 # beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
-# Built here: `git am verify/pending/embed-norm.patch` on a branch exp-en from main, then
-# `scripts/device-build-refs.sh main=main en=exp-en:gpu_ops,gpu_model,gpu_engine` (without the
-# patch, `scripts/device-build.sh` and SKIP=patches), then the device tool: command
-# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt
+# Built here: `git am verify/pending/embed-norm.patch` on a branch exp-en from main and `git am
+# verify/pending/sampler-push.patch` on a branch exp-sp from main, then
+# `scripts/device-build-refs.sh main=main en=exp-en:gpu_ops,gpu_model,gpu_engine
+# sp=exp-sp:gpu_ops,gpu_sampling,gpu_engine` (past the 64 MiB a call carries, main=main:gpu_ops
+# and SKIP=checks; without patches, `scripts/device-build.sh` and SKIP=patches), then the device
+# tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt
 # and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). A pack of
 # several builds from `scripts/device-build-refs.sh` works too: MAIN names the one the stages
 # run (device-bin-$MAIN, default main).
@@ -38,20 +40,30 @@ stage() {
 }
 
 patches() {
-  # Session 59's embed-norm: the gather and layer 0's input norm in one launch.
-  for t in en/gpu_ops en/gpu_model en/gpu_engine; do
+  # Session 59's embed-norm (the gather and layer 0's input norm in one launch) and sampler-push
+  # (the sampler's row cluster gathers by pushes to CTA 0's mbarrier).
+  for t in en/gpu_ops en/gpu_model en/gpu_engine sp/gpu_ops sp/gpu_sampling sp/gpu_engine; do
     timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
     echo "$t rc=$?" >> $S
     grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
   done
-  BUILDS="device-bin-main device-bin-en" STEP_BATCHES=1,32,128 OUT=$R/patches \
+  for f in argmax sampler_draws; do
+    timeout 240 compute-sanitizer --tool racecheck --error-exitcode 3 device-bin-sp/gpu_ops $f \
+      > $R/sp-racecheck-$f.log 2>&1
+    echo "sp/gpu_ops $f racecheck rc=$?" >> $S
+    grep -E "ERROR SUMMARY|hazard" $R/sp-racecheck-$f.log | tail -2 >> $S
+  done
+  BUILDS="device-bin-main device-bin-en device-bin-sp" STEP_BATCHES=1,32,128 OUT=$R/patches \
     timeout 300 scripts/device-run.sh builds > $R/patches.log 2>&1
   echo "patches rc=$?" >> $S
   cat $R/patches/builds-table.txt >> $S 2>/dev/null
-  BUILDS="device-bin-main:ASYNCT_STEP_TRACE=1 device-bin-en:ASYNCT_STEP_TRACE=1" BUILDS_PASSES=1 \
-    STEP_BATCHES=1,128 OUT=$R/traced timeout 200 scripts/device-run.sh builds > $R/traced.log 2>&1
+  BUILDS="device-bin-main:ASYNCT_STEP_TRACE=1 device-bin-en:ASYNCT_STEP_TRACE=1 device-bin-sp:ASYNCT_STEP_TRACE=1" \
+    BUILDS_PASSES=1 STEP_BATCHES=1,128 OUT=$R/traced timeout 200 scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
-  for f in $R/traced-runs/*.log; do echo "== $f"; grep -E "^step trace B|^ +[0-3] [a-z_]+\.cu" $f; done >> $S
+  for f in $R/traced-runs/*.log; do
+    echo "== $f"
+    grep -E "^step trace B|^ +[0-3] [a-z_]+\.cu|sampling\.cu" $f
+  done >> $S
 }
 
 checks() {
