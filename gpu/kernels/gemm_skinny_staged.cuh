@@ -2,7 +2,7 @@
 // gemm_skinny_staged.cuh: the skinny GEMM's staged forms, which take one slab of at most 8 rows
 // of x and stage it in shared memory before the product. Needs gemm_skinny.cuh before it
 // (gemm_block's pieces, which it reuses) and, for the folded form, the finish order of
-// hp1_attention.cuh's split_finish, restated below; gpu::kernels concatenates them. The entry
+// hp1_split_finish.cuh's split_finish, restated below; gpu::kernels concatenates them. The entry
 // points are in gemm_skinny.cu; the batch invariance and the epilogues are gemm_skinny.cuh's.
 //
 // ALGORITHM (gemm_staged). A CTA loads its first U steps of W into registers before the wait (W
@@ -125,7 +125,7 @@ struct FoldedX {
 // that one row of x there costs one L2 round trip.
 constexpr int FOLD_CHUNKS = 9;
 
-// Every thread 4 consecutive elements of x: split_finish's additions (hp1_attention.cuh) over the
+// Every thread 4 consecutive elements of x: split_finish's additions (hp1_split_finish.cuh) over the
 // row's scratch[r] chunks, in its order, and its rounding.
 __device__ __forceinline__ void FoldedX::stage(const int* scratch, bf16* xs, int m, int k) const {
   const int heads = k >> log2_d, d_mask = (1 << log2_d) - 1;

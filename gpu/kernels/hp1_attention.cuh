@@ -3,7 +3,8 @@
 // and 6): the decode kernel and the split-K kernel, with dense or sparse-index PV.
 // Prefill rows run through the same kernels ("fake decode"): hp1_rows.cu gives each row its own
 // sequence and length once per step, and these kernels read only that row metadata. Needs
-// pdl.cuh, loads.cuh and hp1_qk_pv.cuh (the per-thread arithmetic of steps 1 and 4) before it;
+// pdl.cuh, loads.cuh, hp1_qk_pv.cuh (the per-thread arithmetic of steps 1 and 4) and
+// hp1_split_finish.cuh (split-K's last CTA) before it;
 // the entry points are in hp1_decode.cu, and the decode megakernel (decode_mega.cu) runs
 // attention(), the body of one CTA, as its tasks.
 //
@@ -201,58 +202,6 @@ struct WholeCta {
   __device__ __forceinline__ void sync() const { __syncthreads(); }
   __device__ __forceinline__ void inputs() const { pdl_begin(); }
 };
-
-// V consecutive floats as one vector load.
-template <int V>
-struct FloatVec;
-template <>
-struct FloatVec<1> {
-  using T = float;
-};
-template <>
-struct FloatVec<2> {
-  using T = float2;
-};
-template <>
-struct FloatVec<4> {
-  using T = float4;
-};
-
-// Split-K's last CTA of a (row, HP heads): adds the row's partials of every chunk in chunk order
-// from 0 (exactly the decode kernel's additions) and writes out. The partials of other CTAs are
-// read through L2 (__ldcg), after the acquire that pairs with their releases. A thread owns V
-// consecutive elements of the HP heads' outputs and issues the vector loads of up to PU chunks
-// before its first add, so a row of up to PU chunks costs one L2 round trip here, not one per
-// PU / V.
-template <int D, int HP>
-__device__ __forceinline__ void split_finish(int tid, const float* partial, unsigned short* __restrict__ out,
-                                             long long row, int h0, int num_heads, int max_chunks, int num_chunks) {
-  constexpr int V = HP * D >= 4 * THREADS ? 4 : (HP * D >= 2 * THREADS ? 2 : 1);  // elements a thread owns
-  constexpr int PU = 32 / V;  // chunks whose loads are issued before their first add
-  using Vec = typename FloatVec<V>::T;
-  for (int e = tid * V; e < HP * D; e += THREADS * V) {
-    const Vec* src = reinterpret_cast<const Vec*>(partial + ((row * num_heads + h0 + e / D) * max_chunks) * D + e % D);
-    float acc[V];
-#pragma unroll
-    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
-    for (int c0 = 0; c0 < num_chunks; c0 += PU) {
-      Vec x[PU];
-#pragma unroll
-      for (int u = 0; u < PU; ++u)
-        if (c0 + u < num_chunks) x[u] = __ldcg(src + (long long)(c0 + u) * (D / V));
-#pragma unroll
-      for (int u = 0; u < PU; ++u) {
-        if (c0 + u < num_chunks) {
-          const float* xs = reinterpret_cast<const float*>(&x[u]);
-#pragma unroll
-          for (int i = 0; i < V; ++i) acc[i] = __fadd_rn(acc[i], xs[i]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < V; ++i) out[(row * num_heads + h0) * D + e + i] = f32_to_bf16(acc[i]);
-  }
-}
 
 // One CTA's work (LAUNCH) for the 128 threads of `cta` (WholeCta or the megakernel's half), with
 // `sh` their shared memory; In reads q and the caches (loads.cuh).
@@ -591,7 +540,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     }
     cta.sync();
     if (sh.last) {
-      split_finish<D, HP>(tid, partial, out, row, h0, a.num_heads, a.max_chunks, total);
+      split_finish<D, HP, THREADS>(tid, partial, out, row, h0, a.num_heads, a.max_chunks, total);
       if (tid == 0) *counter = 0;
     }
   } else {

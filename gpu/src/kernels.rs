@@ -24,7 +24,8 @@ macro_rules! with_pdl {
 /// HP1 attention, decode and split-K (dense or sparse-index PV): the body in
 /// `hp1_attention.cuh` (its header gives the algorithm) over the per-thread arithmetic of
 /// `hp1_qk_pv.cuh`, the entry points in `hp1_decode.cu`.
-pub const HP1_DECODE: Kernel = with_pdl!("hp1_decode.cu", "loads.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
+pub const HP1_DECODE: Kernel =
+    with_pdl!("hp1_decode.cu", "loads.cuh", "hp1_qk_pv.cuh", "hp1_split_finish.cuh", "hp1_attention.cuh");
 
 /// A step's inputs, uploaded as one block, copied to their buffers ([`crate::runtime::CopyList`]).
 pub const COPY_LIST: Kernel = with_pdl!("copy_list.cu");
@@ -142,8 +143,13 @@ pub const GEMM_SKINNY_CLASSES_WG: Kernel =
 /// The persistent decode megakernel ([`crate::mega`]): every layer of a small decode step in one
 /// launch, running the skinny GEMM's and the HP1 attention's bodies as tasks between grid
 /// barriers; see `decode_mega.cu`'s header.
-pub const DECODE_MEGA: Kernel =
-    with_gemm_epilogue!("decode_mega.cu", "gemm_skinny.cuh", "hp1_qk_pv.cuh", "hp1_attention.cuh");
+pub const DECODE_MEGA: Kernel = with_gemm_epilogue!(
+    "decode_mega.cu",
+    "gemm_skinny.cuh",
+    "hp1_qk_pv.cuh",
+    "hp1_split_finish.cuh",
+    "hp1_attention.cuh"
+);
 
 /// Every kernel file of the crate.
 pub const ALL: &[Kernel] = &[
