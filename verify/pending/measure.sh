@@ -6,7 +6,8 @@
 # then main beside the anchors in the same call, which no call has taken on an H200 since run
 # 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile
 # (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill attention's grid
-# beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
+# beside cuDNN (`grid`); then the decode GEMMs at 32 and 128 rows under ncu (`gemm_ncu`, run
+# 315's lead), the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
 # Built here: `git am verify/pending/embed-norm.patch` on a branch exp-en from main and `git am
 # verify/pending/sampler-push.patch` on a branch exp-sp from main, then
 # `scripts/device-build-refs.sh main=main en=exp-en:gpu_ops,gpu_model,gpu_engine
@@ -72,6 +73,33 @@ checks() {
   grep -E "^test .*(FAIL|failed)|passed, .* failed" $R/tests.log >> $S
 }
 
+gemm_ncu() {
+  # Run 315's lead: past one row the four decode GEMMs are 2.9x (B32) and 4.6x (B128) their
+  # bytes' floor, and chains of latencies under ncu. Each point's default plan alone (Store, the
+  # fourth eager launch), `--set full` with the SASS, then scripts/ncu_regions.py's table of the
+  # warps' samples before, in and after the main loop and the hottest instructions.
+  for point in o_proj_M128 down_M128 qkv_M128 gate_up_M128 o_proj_M32 gate_up_M32; do
+    local rep=$R/ncu-$point
+    device-bin/asynct-bench --gemm --point $point --no-graph --reps 1 --trials 1 --out $rep.json > $rep-list.log 2>&1
+    local plan
+    plan=$(python3 - $rep.json <<'PY'
+import json, sys
+points = json.load(open(sys.argv[1]))["gemm"]
+print(next(t["name"] for p in points for t in p["paths"] if t["dispatcher"]))
+PY
+)
+    timeout 120 ncu --set full --import-source yes -k regex:"gemm|nvjet|sm90" --launch-skip 3 --launch-count 1 -f \
+      -o $rep device-bin/asynct-bench --gemm --point $point --path "$plan" --no-graph --reps 1 --trials 1 \
+      > $rep.log 2>&1
+    ncu --import $rep.ncu-rep --page source --csv --print-source sass > $rep.csv 2>/dev/null
+    { echo "== $point: $plan"
+      ncu --import $rep.ncu-rep --page details \
+        | grep -E "Duration|DRAM Thr|L2 Cache Thr|Compute \(SM\) Thr|Issued Warp|Achieved Occ|Registers Per"
+      python3 scripts/ncu_regions.py $rep.csv --hot 12; } >> $R/gemm-ncu.txt 2>&1
+  done
+  cat $R/gemm-ncu.txt >> $S
+}
+
 probe() {
   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff scripts/probes/handoff.cu > $R/handoff-build.log 2>&1 \
     && timeout 60 /tmp/handoff > $R/handoff.txt 2>&1
@@ -114,5 +142,6 @@ stage checks
 stage step
 stage chunks
 stage grid
+stage gemm_ncu
 stage probe
 stage fuzz
