@@ -57,9 +57,9 @@ pub struct Gpu {
 /// `ASYNCT_CARVEOUT`'s value, for a measurement: the percent of an SM's unified L1 and shared
 /// memory that every entry point [`Gpu::function`] hands out prefers as shared memory
 /// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`); unset, the driver picks per kernel.
-/// Consecutive kernels of different splits may not share an SM until it drains, which a
-/// programmatic launch's overlap needs (RESULTS run 307's reading); one split for all would
-/// remove that, at the cost of L1 for kernels that need less shared memory.
+/// It asks whether consecutive kernels of different splits lose a programmatic launch's overlap
+/// (RESULTS run 307's reading); no one split beat the driver's choice at 1 or 32 decode rows
+/// (runs 311-312: L1 lost under the kernels that need less shared memory costs more).
 pub fn parse_carveout(value: Option<&str>) -> Result<Option<i32>> {
     let Some(v) = value else { return Ok(None) };
     match v.parse::<i32>() {
