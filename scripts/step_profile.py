@@ -17,7 +17,8 @@ JSON of an unprofiled `asynct bench --decode-batch` run) and --batch, the kernel
 beside the step's measured wall time: the rest is launch overhead and idle GPU.
 
 Families: GEMM (gemm_skinny*, cuBLASLt's nvjet/cutlass/sm90 xmma kernels), attention (hp1_*),
-norms (peri_ln*, uclipnorm, qk_norm*: the q/k norm kernel also applies RoPE and writes the cache),
+norms (peri_ln*, qk_norm*: the q/k norm kernel also applies RoPE and writes the cache; the first
+layer's input norm runs inside embedding_norm, counted as other),
 other (embedding, silu_mul, sampling, anything unmatched, each listed by name).
 
 Reads both of ncu's CSV pages: `details` (the default; a row per kernel and metric) and `raw`
@@ -36,7 +37,7 @@ METRIC = "gpu__time_duration.sum"
 FAMILIES = [
     ("GEMM", re.compile(r"gemm|nvjet|cutlass|xmma|gemv|splitkreduce|cublas", re.I)),
     ("attention", re.compile(r"^hp1_|flash|fmha|attention", re.I)),
-    ("norms", re.compile(r"peri_ln|uclipnorm|qk_norm|rms_?norm", re.I)),
+    ("norms", re.compile(r"peri_ln|qk_norm|rms_?norm", re.I)),
 ]
 UNIT_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 

@@ -66,8 +66,9 @@ __device__ __forceinline__ bool any_nan8(const float v[8]) {
 // gpu_ops holds this to bf16_bits on every one of the 2^32 f32 bit patterns (bf16_rounding.cu).
 //
 // WHICH FORM. The _cvt forms take a fraction of bf16_bits' instructions. The elementwise passes
-// over [tokens, hidden] (peri_ln_residual, uclipnorm, silu_mul, qk_norm_rope_cache) were bound by
-// those (peri_ln_residual: ALU 75% busy, DRAM 27%, RESULTS run 129) and use them. The GEMM
+// over [tokens, hidden] (peri_ln_residual, silu_mul, qk_norm_rope_cache, and the norm of
+// embedding_norm) were bound by those (peri_ln_residual: ALU 75% busy, DRAM 27%, RESULTS run 129)
+// and use them. The GEMM
 // epilogues keep bf16_bits: rounding is a small share of a GEMM, and a first form that also
 // rounded their outputs by the hardware (scalars with an out-of-line NaN call, vectors through
 // pack8_cvt, and a max.NaN clamp) made the decode step 2% slower at B1 (run 130). Which of the

@@ -1,6 +1,7 @@
 #line 2 "peri_ln_residual.cu"
-// The Peri-LN norms around each sublayer (SPEC section 1): the fused residual step and the plain
-// norm, both elementwise over [tokens, hidden] (UClipNorm has no reduction).
+// The Peri-LN norms around each sublayer (SPEC section 1): the fused residual step, elementwise
+// over [tokens, hidden] (UClipNorm has no reduction). The first layer's input_layernorm, the one
+// norm without a residual before it, is embedding.cu's embedding_norm.
 //
 // peri_ln_residual, out of place (a and x are only read):
 //   x_out = bf16(x + bf16(norm_after(a)))        the residual stream after the sublayer
@@ -12,9 +13,7 @@
 // PreFfnNorm (PostFfnNorm / FfnResidual / InputNorm) round points, in that order; the sum is
 // formed in f32 from the two bf16 values.
 //
-// uclipnorm: y = bf16(norm(x)): the first layer's input_layernorm and the final norm.
-//
-// Buffers: a, x, x_out, h_out, y: bf16 [tokens, hidden]; norm parameters f32 over hidden
+// Buffers: a, x, x_out, h_out: bf16 [tokens, hidden]; norm parameters f32 over hidden
 // (ops_common.cuh), read 8 channels at a time (UClip8). One thread per 8 consecutive elements
 // (16-byte accesses) of the flattened tensor, grid-stride; hidden % 8 == 0 keeps each vector
 // inside one row. No shared memory.
@@ -68,31 +67,5 @@ extern "C" __global__ void peri_ln_residual(
          v += (long long)gridDim.x * blockDim.x) {
         const uint4 a_raw = reinterpret_cast<const uint4*>(a)[v], x_raw = reinterpret_cast<const uint4*>(x)[v];
         peri_ln_residual8(after, before, a_raw, x_raw, x_out, h_out, v, hidden);
-    }
-}
-
-extern "C" __global__ void uclipnorm(
-    const bf16* __restrict__ x,
-    const float* alpha, int alpha_stride,
-    const float* weight, int weight_stride,
-    const float* bias, int bias_stride,
-    bf16* __restrict__ y,
-    long long num_vecs,
-    int hidden)
-{
-    pdl_begin();
-    const UClip norm = {alpha, weight, bias, alpha_stride, weight_stride, bias_stride};
-    for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
-         v += (long long)gridDim.x * blockDim.x) {
-        const long long e = v * 8;
-        const int c0 = (int)(e % hidden);
-        float xv[8];
-        load8(x + e, xv);
-        const UClip8 norm8(norm, c0);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            xv[k] = norm8(k, xv[k]);
-        }
-        store8_cvt(y + e, xv);
     }
 }

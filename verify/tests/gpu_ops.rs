@@ -28,7 +28,10 @@ fn main() {
             ("embedding_gathers_rows_bit_for_bit", elementwise::embedding_gathers_rows_bit_for_bit),
             ("silu_mul_matches_the_oracle", elementwise::silu_mul_matches_the_oracle),
             ("peri_ln_residual_rounds_like_the_oracle", elementwise::peri_ln_residual_rounds_like_the_oracle),
-            ("uclipnorm_matches_the_oracle_in_every_shape", elementwise::uclipnorm_matches_the_oracle_in_every_shape),
+            (
+                "embedding_norm_matches_the_oracle_in_every_shape",
+                elementwise::embedding_norm_matches_the_oracle_in_every_shape,
+            ),
             ("qk_norm_rope_cache_matches_the_oracle", qk::qk_norm_rope_cache_matches_the_oracle),
             (
                 "qk_norm_rope_cache_masks_and_reports_bad_positions_and_slots",

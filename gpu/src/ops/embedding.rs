@@ -1,11 +1,12 @@
-//! The embedding gather, `out[t] = table[ids[t]]` (`embedding.cu`), and the host check of token ids.
+//! The embedding gather, `out[t] = table[ids[t]]`, alone or with the first layer's input norm of
+//! the rows it gathers (`embedding.cu`), and the host check of token ids.
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaStream, CudaView, CudaViewMut};
 use half::bf16;
 
-use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults};
+use super::{as_i32, check_aligned, check_len, elementwise_config, unsupported, Faults, UClipNormParams};
 use crate::error::{Error, Result};
 use crate::kernels::EMBEDDING;
 use crate::runtime::{launch_error, Gpu, Launch};
@@ -25,13 +26,22 @@ pub fn check_token_ids(ids: &[u32], vocab: usize) -> Result<()> {
 /// `embedding.cu`, loaded.
 pub struct Embedding {
     stream: Arc<CudaStream>,
-    func: CudaFunction,
+    gather: CudaFunction,
+    normed: CudaFunction,
 }
+
+/// A gather's launch arguments after its checks: tokens, hidden and vocab as the kernel takes
+/// them; `None` for no tokens (nothing to launch).
+type GatherArgs = Option<(i32, i32, u32)>;
 
 impl Embedding {
     /// Loads `embedding.cu` (compiling it on first use).
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        Ok(Self { stream: gpu.stream().clone(), func: gpu.function(&EMBEDDING, "embedding")? })
+        Ok(Self {
+            stream: gpu.stream().clone(),
+            gather: gpu.function(&EMBEDDING, "embedding")?,
+            normed: gpu.function(&EMBEDDING, "embedding_norm")?,
+        })
     }
 
     /// `out[t] = table[ids[t]]`: `table` `[vocab, hidden]`, `ids` `[tokens]`, `out`
@@ -46,29 +56,72 @@ impl Embedding {
         faults: &mut Faults,
     ) -> Result<()> {
         const ENTRY: &str = "embedding";
+        let Some((tokens, hidden, vocab)) = self.check(ENTRY, table, vocab, ids.len(), out)? else { return Ok(()) };
+        let cfg = elementwise_config(tokens as u64 * hidden as u64 / 8);
+        let mut b = Launch::new(&self.stream, &self.gather);
+        b.arg(ids).arg(table).arg(out).arg(&tokens).arg(&hidden).arg(&vocab).arg(faults.word());
+        // SAFETY: the arguments match `embedding` in embedding.cu; sizes and alignment checked
+        // by `check`, and the kernel never reads a row at or past `vocab`.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+
+    /// [`Embedding::run`] that also writes `h = bf16(norm(out))` (`[tokens, hidden]`, `norm` over
+    /// `hidden` channels): the bits of the gather then the plain norm, in one launch that does not
+    /// read the rows back. Launch only.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_normed(
+        &self,
+        table: &CudaView<'_, bf16>,
+        vocab: usize,
+        ids: &CudaView<'_, u32>,
+        norm: &UClipNormParams,
+        out: &mut CudaViewMut<'_, bf16>,
+        h: &mut CudaViewMut<'_, bf16>,
+        faults: &mut Faults,
+    ) -> Result<()> {
+        const ENTRY: &str = "embedding_norm";
+        let Some((tokens, hidden, vocab)) = self.check(ENTRY, table, vocab, ids.len(), out)? else { return Ok(()) };
+        if norm.channels() != hidden as usize {
+            return Err(unsupported(ENTRY, format!("a norm of {} channels for rows of {hidden}", norm.channels())));
+        }
+        check_len(ENTRY, "h", h.len(), out.len())?;
+        check_aligned(&self.stream, ENTRY, "h", h)?;
+        let cfg = elementwise_config(tokens as u64 * hidden as u64 / 8);
+        let mut b = Launch::new(&self.stream, &self.normed);
+        b.arg(ids).arg(table);
+        norm.push(&mut b);
+        b.arg(out).arg(h).arg(&tokens).arg(&hidden).arg(&vocab).arg(faults.word());
+        // SAFETY: the arguments match `embedding_norm` in embedding.cu; sizes and alignment
+        // checked here and by `check`, and the kernel never reads a row at or past `vocab`.
+        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
+        Ok(())
+    }
+
+    /// Checks a gather of `tokens` rows of `table` (`vocab` rows of a positive multiple of 8
+    /// channels) into `out`, and returns its launch arguments.
+    fn check(
+        &self,
+        entry: &str,
+        table: &CudaView<'_, bf16>,
+        vocab: usize,
+        tokens: usize,
+        out: &CudaViewMut<'_, bf16>,
+    ) -> Result<GatherArgs> {
         if vocab == 0 || !table.len().is_multiple_of(vocab) || u32::try_from(vocab).is_err() {
-            return Err(unsupported(ENTRY, format!("a table of {} elements is not {vocab} whole rows", table.len())));
+            return Err(unsupported(entry, format!("a table of {} elements is not {vocab} whole rows", table.len())));
         }
         let hidden = table.len() / vocab;
         if hidden == 0 || !hidden.is_multiple_of(8) {
-            return Err(unsupported(ENTRY, format!("hidden must be a positive multiple of 8, got {hidden}")));
+            return Err(unsupported(entry, format!("hidden must be a positive multiple of 8, got {hidden}")));
         }
-        let tokens = ids.len();
-        check_len(ENTRY, "out", out.len(), tokens * hidden)?;
-        check_aligned(&self.stream, ENTRY, "table", table)?;
-        check_aligned(&self.stream, ENTRY, "out", out)?;
+        check_len(entry, "out", out.len(), tokens * hidden)?;
+        check_aligned(&self.stream, entry, "table", table)?;
+        check_aligned(&self.stream, entry, "out", out)?;
         if tokens == 0 {
-            return Ok(());
+            return Ok(None);
         }
-        let (tokens_i, hidden_i) = (as_i32(ENTRY, "tokens", tokens)?, as_i32(ENTRY, "hidden", hidden)?);
-        let vocab_u = vocab as u32;
-        let cfg = elementwise_config((tokens * hidden / 8) as u64);
-        let mut b = Launch::new(&self.stream, &self.func);
-        b.arg(ids).arg(table).arg(out).arg(&tokens_i).arg(&hidden_i).arg(&vocab_u).arg(faults.word());
-        // SAFETY: the arguments match `embedding` in embedding.cu; sizes and alignment checked
-        // above, and the kernel never reads a row at or past `vocab`.
-        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
-        Ok(())
+        Ok(Some((as_i32(entry, "tokens", tokens)?, as_i32(entry, "hidden", hidden)?, vocab as u32)))
     }
 }
 

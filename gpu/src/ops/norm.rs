@@ -1,11 +1,12 @@
-//! UClipNorm parameters on the device, and the Peri-LN kernels of `peri_ln_residual.cu`: the
-//! fused post-sublayer norm + residual add + next norm, and the plain norm.
+//! UClipNorm parameters on the device, and the Peri-LN kernel of `peri_ln_residual.cu`: the
+//! fused post-sublayer norm + residual add + next norm.
 //!
 //! UClipNorm (SPEC section 3) has no reduction, so a norm fuses into whatever is next to it. After
 //! attention, [`PeriLn::residual`] turns the o_proj output and the residual stream into the new
 //! residual stream and the MLP's input in one pass; after the MLP, the same call with the
-//! post-feedforward norm and the next layer's input norm. [`PeriLn::norm`] is the first layer's
-//! input norm and the final norm.
+//! post-feedforward norm and the next layer's input norm (the final norm after the last layer).
+//! The first layer's input norm comes with the embedding gather
+//! ([`super::Embedding::run_normed`]).
 
 use std::sync::Arc;
 
@@ -106,17 +107,12 @@ fn strides(name: &str, channels: usize, alpha: usize, weight: usize, bias: Optio
 pub struct PeriLn {
     stream: Arc<CudaStream>,
     fused: CudaFunction,
-    plain: CudaFunction,
 }
 
 impl PeriLn {
     /// Loads `peri_ln_residual.cu` (compiling it on first use).
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        Ok(Self {
-            stream: gpu.stream().clone(),
-            fused: gpu.function(&PERI_LN_RESIDUAL, "peri_ln_residual")?,
-            plain: gpu.function(&PERI_LN_RESIDUAL, "uclipnorm")?,
-        })
+        Ok(Self { stream: gpu.stream().clone(), fused: gpu.function(&PERI_LN_RESIDUAL, "peri_ln_residual")? })
     }
 
     /// `x_out = bf16(x + bf16(after(a)))`, `h_out = bf16(before(x_out))`, every buffer
@@ -159,29 +155,6 @@ impl PeriLn {
         b.arg(x_out).arg(h_out).arg(&num_vecs).arg(&hidden);
         // SAFETY: the arguments match the kernel's signature in peri_ln_residual.cu, and every
         // buffer's size and alignment was checked above against the elements the kernel touches.
-        unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
-        Ok(())
-    }
-
-    /// `y = bf16(norm(x))`, both `[tokens, hidden]` with `hidden` the norm's channels (a multiple
-    /// of 8). Launch only.
-    pub fn norm(&self, x: &CudaView<'_, bf16>, norm: &UClipNormParams, y: &mut CudaViewMut<'_, bf16>) -> Result<()> {
-        const ENTRY: &str = "uclipnorm";
-        let hidden = norm.channels();
-        let num_vecs = check_rows(ENTRY, hidden, x.len())?;
-        check_len(ENTRY, "y", y.len(), x.len())?;
-        check_aligned(&self.stream, ENTRY, "x", x)?;
-        check_aligned(&self.stream, ENTRY, "y", y)?;
-        if num_vecs == 0 {
-            return Ok(());
-        }
-        let hidden = as_i32(ENTRY, "hidden", hidden)?;
-        let cfg = elementwise_config(num_vecs as u64);
-        let mut b = Launch::new(&self.stream, &self.plain);
-        b.arg(x);
-        norm.push(&mut b);
-        b.arg(y).arg(&num_vecs).arg(&hidden);
-        // SAFETY: as in `residual`: signature matched, sizes and alignment checked.
         unsafe { b.launch(cfg) }.map_err(launch_error(ENTRY, &cfg))?;
         Ok(())
     }

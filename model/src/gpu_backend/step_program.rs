@@ -122,10 +122,8 @@ pub enum AttnPart {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
 pub enum Op {
-    /// `x = embed_tokens[ids]`, every row.
+    /// `x = embed_tokens[ids]` and `h = input_layernorm(x)` of layer 0, every row, in one launch.
     Embed,
-    /// `h = input_layernorm(x)` of layer 0, every row.
-    InputNorm,
     /// The decode kernels' per-row metadata, once for every layer.
     BuildRows,
     /// `x W^T` over `lane`'s rows, and what `epilogue` does with the result.
@@ -284,7 +282,7 @@ pub struct StepProgram {
 impl StepProgram {
     /// The program of a step of `shape`.
     pub fn build(shape: ProgramShape) -> Self {
-        let mut ops = vec![Op::Embed, Op::InputNorm];
+        let mut ops = vec![Op::Embed];
         let ProgramShape {
             layers,
             rows,
@@ -409,7 +407,7 @@ impl Op {
     /// The rows the op covers; `None` for the ops over the picked rows.
     pub fn rows(&self) -> Option<Rows> {
         match *self {
-            Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel => Some(Rows::All),
+            Op::Embed | Op::BuildRows | Op::Megakernel => Some(Rows::All),
             Op::Gather | Op::LmHead { .. } => None,
             Op::Linear { lane, .. } => Some(Rows::of_lane(lane)),
             Op::FoldedO { .. } => Some(Rows::Decodes),
@@ -434,8 +432,8 @@ impl Op {
         };
         match *self {
             // The megakernel's rounding points are those of its ops (StepProgram::expanded).
-            Op::Embed | Op::BuildRows | Op::Gather | Op::GateStats { .. } | Op::Megakernel => vec![],
-            Op::InputNorm => vec![InputNorm],
+            Op::BuildRows | Op::Gather | Op::GateStats { .. } | Op::Megakernel => vec![],
+            Op::Embed => vec![InputNorm],
             Op::Linear { layer, weight, epilogue, .. } => {
                 let mut points = match weight {
                     Weight::Qkv => vec![QProj, KProj, VProj],
@@ -474,10 +472,9 @@ impl Op {
     pub fn access(&self) -> (Vec<Buf>, Vec<Buf>) {
         use Buf::*;
         match *self {
-            Op::Embed => (vec![Ids], vec![X]),
+            Op::Embed => (vec![Ids], vec![X, H]),
             // Its ops' buffers (StepProgram::expanded).
             Op::Megakernel => (vec![], vec![]),
-            Op::InputNorm => (vec![X], vec![H]),
             Op::BuildRows => (vec![Meta], vec![RowMeta]),
             Op::Linear { layer, weight, epilogue, .. } => match (weight, epilogue) {
                 (Weight::Qkv, EpilogueKind::QkNormRopeCache) => (vec![H, PositionsSlots], vec![Q, Cache(layer)]),

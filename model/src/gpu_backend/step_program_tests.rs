@@ -59,7 +59,7 @@ fn the_megakernel_takes_every_layer_of_a_fused_decode_step_and_nothing_else() {
     let graph = StepProgram::build(shape(8, 0, true, Fusion::ALL));
     let mega = StepProgram::build(ProgramShape { persistent: true, ..shape(8, 0, true, Fusion::ALL) });
     // embed, input norm, rows, the megakernel, the head.
-    assert_eq!(mega.ops, vec![Op::Embed, Op::InputNorm, Op::BuildRows, Op::Megakernel, Op::LmHead { direct: true }]);
+    assert_eq!(mega.ops, vec![Op::Embed, Op::BuildRows, Op::Megakernel, Op::LmHead { direct: true }]);
     assert_eq!(mega.persistent.len(), 3 * 5);
     assert_eq!(mega.expanded(), graph.ops);
     assert!(graph.persistent.is_empty());
@@ -81,10 +81,10 @@ fn a_fused_decode_layer_is_five_launches() {
     let p = StepProgram::build(shape(32, 0, true, Fusion::ALL));
     let layer1: Vec<_> = p.ops.iter().filter(|op| layer_of(op) == Some(1)).collect();
     assert_eq!(layer1.len(), 5, "{layer1:?}");
-    // embed, input norm, rows, 3 x 5, the head without a gather
-    assert_eq!(p.launches(), 3 + 15 + 1);
+    // embed with layer 0's input norm, rows, 3 x 5, the head without a gather
+    assert_eq!(p.launches(), 2 + 15 + 1);
     let unfused = StepProgram::build(shape(32, 0, true, Fusion::NONE));
-    assert_eq!(unfused.launches(), 3 + 3 * 9 + 1);
+    assert_eq!(unfused.launches(), 2 + 3 * 9 + 1);
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn layer_of(op: &Op) -> Option<usize> {
         | Op::GateStats { layer, .. }
         | Op::PeriLn { layer, .. }
         | Op::SiluMul { layer, .. } => Some(layer),
-        Op::Embed | Op::InputNorm | Op::BuildRows | Op::Megakernel | Op::Gather | Op::LmHead { .. } => None,
+        Op::Embed | Op::BuildRows | Op::Megakernel | Op::Gather | Op::LmHead { .. } => None,
     }
 }
 

@@ -1,5 +1,6 @@
-//! The elementwise ops against the oracle: embedding gather, SiLU-multiply (on the interleaved
-//! gate/up layout), the fused Peri-LN residual step and the plain norm.
+//! The elementwise ops against the oracle: embedding gather, alone and with the first layer's
+//! input norm, SiLU-multiply (on the interleaved gate/up layout) and the fused Peri-LN residual
+//! step.
 
 use std::sync::Arc;
 
@@ -154,25 +155,52 @@ pub fn peri_ln_residual_rounds_like_the_oracle(gpu: &Arc<Gpu>) -> Check {
     Ok(())
 }
 
-pub fn uclipnorm_matches_the_oracle_in_every_shape(gpu: &Arc<Gpu>) -> Check {
-    let op = g(PeriLn::new(gpu))?;
-    for (case, &(tokens, hidden)) in [(1usize, 1024usize), (7, 64), (300, 1024)].iter().enumerate() {
+/// The gather with layer 0's input norm (`Embedding::run_normed`, the step's first op): x the
+/// gathered rows bit for bit, h the oracle's norm of them at its round point, for every shape of
+/// the norm's parameters; a row of an id past the vocabulary is NaN in both and reported.
+pub fn embedding_norm_matches_the_oracle_in_every_shape(gpu: &Arc<Gpu>) -> Check {
+    let op = g(Embedding::new(gpu))?;
+    let mut faults = g(Faults::new(gpu))?;
+    for (case, &(vocab, tokens, hidden)) in
+        [(512usize, 1usize, 1024usize), (64, 7, 64), (512, 300, 1024)].iter().enumerate()
+    {
         for (i, &shape) in ALL_NORM_SHAPES.iter().enumerate() {
             let seed = 500 + 16 * case as u64 + i as u64;
             let norm = draw_norm(gpu, seed, shape, hidden)?;
-            let x = random_bf16(&Counter::new(seed, 10), tokens * hidden, 3.0);
-            let want = norm_rounded(&widen(&x), hidden, &norm.oracle);
-            let x_d = g(gpu.upload(&x))?;
-            let mut y = g(gpu.upload(&vec![POISON; x.len()]))?;
-            g(op.norm(&x_d.as_view(), &norm.device, &mut y.as_view_mut()))?;
-            let got = g(gpu.download(&y))?;
-            compare_bf16(
-                &format!("uclipnorm tokens {tokens} hidden {hidden} {shape:?}"),
-                &got,
-                &want,
-                None,
-                slack(&want),
-            )?;
+            let table = random_bf16(&Counter::new(seed, 10), vocab * hidden, 3.0);
+            let picks = Counter::new(seed, 11);
+            let mut ids: Vec<u32> = (0..tokens).map(|t| picks.below(vocab as u64, &[t as u64]) as u32).collect();
+            // The last token's id is past the vocabulary where there are several.
+            let bad = (tokens > 1).then(|| tokens - 1);
+            if let Some(t) = bad {
+                ids[t] = vocab as u32 + 3;
+            }
+            let gathered: Vec<bf16> = (0..tokens)
+                .flat_map(|t| match bad == Some(t) {
+                    true => vec![bf16::NAN; hidden],
+                    false => table[ids[t] as usize * hidden..][..hidden].to_vec(),
+                })
+                .collect();
+            let good = bad.unwrap_or(tokens) * hidden;
+            let want = norm_rounded(&widen(&gathered[..good]), hidden, &norm.oracle);
+            let (table_d, ids_d) = (g(gpu.upload(&table))?, g(gpu.upload(&ids))?);
+            let mut x = g(gpu.upload(&vec![POISON; tokens * hidden]))?;
+            let mut h = g(gpu.upload(&vec![POISON; tokens * hidden]))?;
+            let (ids_v, table_v) = (ids_d.as_view(), table_d.as_view());
+            let (mut x_v, mut h_v) = (x.as_view_mut(), h.as_view_mut());
+            g(op.run_normed(&table_v, vocab, &ids_v, &norm.device, &mut x_v, &mut h_v, &mut faults))?;
+            let (got_x, got_h) = (g(gpu.download(&x))?, g(gpu.download(&h))?);
+            let label = format!("embedding_norm vocab {vocab} tokens {tokens} hidden {hidden} {shape:?}");
+            same_bits(&format!("x of {label}"), &got_x[..good], &gathered[..good])?;
+            compare_bf16(&format!("h of {label}"), &got_h[..good], &want, None, slack(&want))?;
+            if !got_x[good..].iter().chain(&got_h[good..]).all(|v| v.is_nan()) {
+                return Err(format!("{label}: the out-of-range id's row is not NaN in x and h"));
+            }
+            match (bad, faults.check()) {
+                (None, Ok(())) => {}
+                (Some(_), Err(e)) if e.to_string().contains(&format!("{}", vocab + 3)) => {}
+                (_, other) => return Err(format!("{label}: the fault word said {other:?}")),
+            }
         }
     }
     Ok(())

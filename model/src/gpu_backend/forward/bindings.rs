@@ -43,14 +43,15 @@ impl GpuModel {
                 return Err(Error::Executor(format!("{op:?} has no megakernel form")));
             }
             match *op {
-                Op::Embed => k.embedding.run(
+                Op::Embed => k.embedding.run_normed(
                     &w.embed_tokens.as_view(),
                     vocab,
                     &b.ids.slice(..t),
+                    &w.layers[0].input_norm,
                     &mut b.x.slice_mut(..th),
+                    &mut b.h.slice_mut(..th),
                     &mut k.faults,
                 )?,
-                Op::InputNorm => k.peri_ln.norm(&b.x.slice(..th), &w.layers[0].input_norm, &mut b.h.slice_mut(..th))?,
                 Op::BuildRows => {
                     let (a, seqs) = match &launch.attn {
                         AttnPlan::Decode(a) => (a, split.seqs),
