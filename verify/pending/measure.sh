@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# The device call that measures what waits here (issues 15 and 18), in order of what it settles
-# (a call cut short still returns the summary written so far): session 59's patches (`patches`:
-# their GPU checks and racecheck on the sampler's, then the decode step of main and of each
-# patch, with a traced pass each), then the whole GPU suite (`checks`),
-# then main beside the anchors in the same call, which no call has taken on an H200 since run
-# 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile
-# (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill attention's grid
-# beside cuDNN (`grid`); then the decode GEMMs at 32 and 128 rows under ncu (`gemm_ncu`, run
-# 315's lead), the hand-off probe and the fuzzer. On an H200 SKIP="probe fuzz".
-# Built here: `git am verify/pending/embed-norm.patch` on a branch exp-en from main and `git am
-# verify/pending/sampler-push.patch` on a branch exp-sp from main, then
-# `scripts/device-build-refs.sh main=main en=exp-en:gpu_ops,gpu_model,gpu_engine
-# sp=exp-sp:gpu_ops,gpu_sampling,gpu_engine` (past the 64 MiB a call carries, main=main:gpu_ops
-# and SKIP=checks; without patches, `scripts/device-build.sh` and SKIP=patches), then the device
-# tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt
-# and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). A pack of
-# several builds from `scripts/device-build-refs.sh` works too: MAIN names the one the stages
-# run (device-bin-$MAIN, default main).
+# The device call that measures what waits here (issue 15), in order of what it settles (a call
+# cut short still returns the summary written so far): session 60's class-form prefetch
+# (`prefetch`: its GPU checks, then the decode step of its base and of it at 32, 64 and 128
+# rows, where the class forms serve o_proj and down_proj, with a traced pass each), then the
+# decode GEMMs at 32 and 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then
+# the whole GPU suite (`checks`), then main beside the anchors in the same call, which no call
+# has taken on an H200 since run 246 (issues 15 and 18 state their goals on the H200): the
+# decode step beside torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`),
+# and the prefill attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer.
+# On an H200 SKIP="probe fuzz".
+# Built here: `git am verify/pending/class-prefetch.patch` on a branch exp-cp from main, then
+# `scripts/device-build-refs.sh base=main:gpu_ops cp=exp-cp:gpu_gemm,gpu_model,gpu_engine`
+# (without patches, `scripts/device-build.sh` and SKIP=prefetch), then the device tool: command
+# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
+# $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
+# the other stages run (device-bin-$MAIN, default main); BASE the patch's base (default base).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -40,30 +38,24 @@ stage() {
   pack
 }
 
-patches() {
-  # Session 59's embed-norm (the gather and layer 0's input norm in one launch) and sampler-push
-  # (the sampler's row cluster gathers by pushes to CTA 0's mbarrier).
-  for t in en/gpu_ops en/gpu_model en/gpu_engine sp/gpu_ops sp/gpu_sampling sp/gpu_engine; do
+prefetch() {
+  # The class forms ask L1 for their share's epilogue loads once the wait is over.
+  local base=device-bin-${BASE:-base}
+  for t in cp/gpu_gemm cp/gpu_engine cp/gpu_model; do
     timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
     echo "$t rc=$?" >> $S
     grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
   done
-  for f in argmax sampler_draws; do
-    timeout 240 compute-sanitizer --tool racecheck --error-exitcode 3 device-bin-sp/gpu_ops $f \
-      > $R/sp-racecheck-$f.log 2>&1
-    echo "sp/gpu_ops $f racecheck rc=$?" >> $S
-    grep -E "ERROR SUMMARY|hazard" $R/sp-racecheck-$f.log | tail -2 >> $S
-  done
-  BUILDS="device-bin-main device-bin-en device-bin-sp" STEP_BATCHES=1,32,128 OUT=$R/patches \
-    timeout 300 scripts/device-run.sh builds > $R/patches.log 2>&1
-  echo "patches rc=$?" >> $S
-  cat $R/patches/builds-table.txt >> $S 2>/dev/null
-  BUILDS="device-bin-main:ASYNCT_STEP_TRACE=1 device-bin-en:ASYNCT_STEP_TRACE=1 device-bin-sp:ASYNCT_STEP_TRACE=1" \
-    BUILDS_PASSES=1 STEP_BATCHES=1,128 OUT=$R/traced timeout 200 scripts/device-run.sh builds > $R/traced.log 2>&1
+  BUILDS="$base device-bin-cp" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/prefetch \
+    timeout 300 scripts/device-run.sh builds > $R/prefetch.log 2>&1
+  echo "prefetch rc=$?" >> $S
+  cat $R/prefetch/builds-table.txt >> $S 2>/dev/null
+  BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-cp:ASYNCT_STEP_TRACE=1" \
+    BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced timeout 150 scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
     echo "== $f"
-    grep -E "^step trace B|^ +[0-3] [a-z_]+\.cu|sampling\.cu" $f
+    grep -E "^step trace B|^    [a-z_]+\.cu " $f
   done >> $S
 }
 
@@ -75,27 +67,25 @@ checks() {
 
 gemm_ncu() {
   # Run 315's lead: past one row the four decode GEMMs are 2.9x (B32) and 4.6x (B128) their
-  # bytes' floor, and chains of latencies under ncu. Each point's default plan alone (Store, the
-  # fourth eager launch), `--set full` with the SASS, then scripts/ncu_regions.py's table of the
-  # warps' samples before, in and after the main loop and the hottest instructions.
-  for point in o_proj_M128 down_M128 qkv_M128 gate_up_M128 o_proj_M32 gate_up_M32; do
+  # bytes' floor, and chains of latencies under ncu. Each point's plan in the step at that batch
+  # alone (Store, the fourth eager launch), `--set full` with the SASS, W left in L2 by the
+  # launches before (as a step's prefetch leaves it) and the clocks free, then
+  # scripts/ncu_regions.py's table of the warps' samples before, in and after the main loop and
+  # the hottest instructions. (The bench's own dispatcher flag names cuBLASLt past 64 rows, run
+  # 316, so the paths are named here.)
+  for spec in o_proj_M128=skinny-classes-wg-m128-r64 down_M128=skinny-classes-wg-m128-r64 \
+    qkv_M128=skinny-m64-r16 gate_up_M128=skinny-wide-m128-r64 o_proj_M32=skinny-classes-m32-r64; do
+    local point=${spec%%=*} plan=${spec#*=}
     local rep=$R/ncu-$point
-    device-bin/asynct-bench --gemm --point $point --no-graph --reps 1 --trials 1 --out $rep.json > $rep-list.log 2>&1
-    local plan
-    plan=$(python3 - $rep.json <<'PY'
-import json, sys
-points = json.load(open(sys.argv[1]))["gemm"]
-print(next(t["name"] for p in points for t in p["paths"] if t["dispatcher"]))
-PY
-)
-    timeout 120 ncu --set full --import-source yes -k regex:"gemm|nvjet|sm90" --launch-skip 3 --launch-count 1 -f \
+    timeout 120 ncu --set full --import-source yes --cache-control none --clock-control none \
+      -k regex:"gemm" --launch-skip 3 --launch-count 1 -f \
       -o $rep device-bin/asynct-bench --gemm --point $point --path "$plan" --no-graph --reps 1 --trials 1 \
       > $rep.log 2>&1
     ncu --import $rep.ncu-rep --page source --csv --print-source sass > $rep.csv 2>/dev/null
     { echo "== $point: $plan"
       ncu --import $rep.ncu-rep --page details \
         | grep -E "Duration|DRAM Thr|L2 Cache Thr|Compute \(SM\) Thr|Issued Warp|Achieved Occ|Registers Per"
-      python3 scripts/ncu_regions.py $rep.csv --hot 12; } >> $R/gemm-ncu.txt 2>&1
+      python3 scripts/ncu_regions.py $rep.csv --hot 16; } >> $R/gemm-ncu.txt 2>&1
   done
   cat $R/gemm-ncu.txt >> $S
 }
@@ -137,11 +127,11 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
-stage patches
+stage prefetch
+stage gemm_ncu
 stage checks
 stage step
 stage chunks
 stage grid
-stage gemm_ncu
 stage probe
 stage fuzz
