@@ -9,8 +9,10 @@
 # decode step beside torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`),
 # and the prefill attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer.
 # On an H200 SKIP="probe fuzz".
-# Built here: `git am verify/pending/class-prefetch.patch` on a branch exp-cp from main, then
-# `scripts/device-build-refs.sh base=main:gpu_ops cp=exp-cp:gpu_gemm,gpu_model,gpu_engine`
+# Built here: `git am verify/pending/class-prefetch.patch` on a branch exp-cp from main, a branch
+# exp-cp2 from it with the plain form's `epi.prefetch` at every MT (gemm_skinny.cuh), then
+# `scripts/device-build-refs.sh base=main:gpu_ops cp=exp-cp:gpu_gemm,gpu_model,gpu_engine
+# cp2=exp-cp2:gpu_gemm`
 # (without patches, `scripts/device-build.sh` and SKIP=prefetch), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
@@ -39,15 +41,18 @@ stage() {
 }
 
 prefetch() {
-  # The class forms ask L1 for their share's epilogue loads once the wait is over.
+  # The class forms ask L1 for their share's epilogue loads once the wait is over (cp); and the
+  # plain form's prefetch at every slab width on top of it (cp2, run 65's finding again).
+  # PREFETCH_MODEL=1 adds cp's gpu_model (100 s; a prefetch changes no value, and gpu_engine
+  # holds the class forms' rows to their bits alone and beside 64 others).
   local base=device-bin-${BASE:-base}
-  for t in cp/gpu_gemm cp/gpu_engine cp/gpu_model; do
+  for t in cp/gpu_gemm cp/gpu_engine cp2/gpu_gemm ${PREFETCH_MODEL:+cp/gpu_model}; do
     timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
     echo "$t rc=$?" >> $S
     grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
   done
-  BUILDS="$base device-bin-cp" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/prefetch \
-    timeout 300 scripts/device-run.sh builds > $R/prefetch.log 2>&1
+  BUILDS="$base device-bin-cp device-bin-cp2" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/prefetch \
+    timeout 330 scripts/device-run.sh builds > $R/prefetch.log 2>&1
   echo "prefetch rc=$?" >> $S
   cat $R/prefetch/builds-table.txt >> $S 2>/dev/null
   BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-cp:ASYNCT_STEP_TRACE=1" \
