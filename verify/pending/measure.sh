@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): session 60's class-form prefetch
-# (`prefetch`: its GPU checks, then the decode step of its base and of it at 32, 64 and 128
-# rows, where the class forms serve o_proj and down_proj, with a traced pass each), then the
-# decode GEMMs at 32 and 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then
-# the whole GPU suite (`checks`), then main beside the anchors in the same call, which no call
-# has taken on an H200 since run 246 (issues 15 and 18 state their goals on the H200): the
-# decode step beside torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`),
-# and the prefill attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer.
-# On an H200 SKIP="probe fuzz".
-# Built here: `git am verify/pending/class-prefetch.patch` on a branch exp-cp from main, a branch
-# exp-cp2 from it with the plain form's `epi.prefetch` at every MT (gemm_skinny.cuh), then
-# `scripts/device-build-refs.sh base=main:gpu_ops cp=exp-cp:gpu_gemm,gpu_model,gpu_engine
-# cp2=exp-cp2:gpu_gemm`
-# (without patches, `scripts/device-build.sh` and SKIP=prefetch), then the device tool: command
+# cut short still returns the summary written so far): session 60's class-ahead patch (`ahead`:
+# the step of its base and of it at 32, 64 and 128 rows, where the class forms serve o_proj and
+# down_proj, then its GPU checks, then a traced pass of each), then the decode GEMMs at 32 and
+# 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then the whole GPU suite
+# (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
+# since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
+# torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
+# attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200
+# SKIP="probe fuzz".
+# Built here: `git am verify/pending/class-ahead.patch` on a branch exp-ahead from main, then
+# `scripts/device-build-refs.sh base=main:gpu_ops ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine`
+# (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
-# the other stages run (device-bin-$MAIN, default main); BASE the patch's base (default base).
+# the other stages run (device-bin-$MAIN, default main; MAIN=ahead where only patch builds are
+# packed); BASE the patch's base (default base). About 180 s for `ahead` on a warm kernel cache.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -40,22 +39,20 @@ stage() {
   pack
 }
 
-prefetch() {
-  # The class forms ask L1 for their share's epilogue loads once the wait is over (cp); and the
-  # plain form's prefetch at every slab width on top of it (cp2, run 65's finding again).
-  # PREFETCH_MODEL=1 adds cp's gpu_model (100 s; a prefetch changes no value, and gpu_engine
-  # holds the class forms' rows to their bits alone and beside 64 others).
+ahead() {
+  # The class forms' Peri-LN epilogue loads its residuals and norm parameters into registers
+  # before the partials' wait. The step first: it answers whether the patch is worth its checks.
   local base=device-bin-${BASE:-base}
-  for t in cp/gpu_gemm cp/gpu_engine cp2/gpu_gemm ${PREFETCH_MODEL:+cp/gpu_model}; do
+  BUILDS="$base device-bin-ahead" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/ahead \
+    timeout 240 scripts/device-run.sh builds > $R/ahead.log 2>&1
+  echo "ahead rc=$?" >> $S
+  cat $R/ahead/builds-table.txt >> $S 2>/dev/null
+  for t in ahead/gpu_gemm ahead/gpu_engine ahead/gpu_model; do
     timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
     echo "$t rc=$?" >> $S
     grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
   done
-  BUILDS="$base device-bin-cp device-bin-cp2" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/prefetch \
-    timeout 330 scripts/device-run.sh builds > $R/prefetch.log 2>&1
-  echo "prefetch rc=$?" >> $S
-  cat $R/prefetch/builds-table.txt >> $S 2>/dev/null
-  BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-cp:ASYNCT_STEP_TRACE=1" \
+  BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-ahead:ASYNCT_STEP_TRACE=1" \
     BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced timeout 150 scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
@@ -132,7 +129,7 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
-stage prefetch
+stage ahead
 stage gemm_ncu
 stage checks
 stage step
