@@ -3,7 +3,11 @@
 //! model plans decode rows with ([`GemmPlan::decode_rows`]), cuBLASLt's own per-`M` choice
 //! ([`GemmPlan::cublaslt`]) beyond. The model plans its GEMMs by lane instead (decode rows, chunk
 //! rows, logit rows: `model::gpu_backend::linear`), so this policy is test machinery and lives
-//! here, beside its users, rather than in `gpu`.
+//! here, beside its users, rather than in `gpu`. It is not the model's plan past
+//! [`SKINNY_MAX_M`] rows: decode rows take [`GemmPlan::decode_rows`] at every batch (the class
+//! form on warpgroups, the wide form and the plain form's slabs at 65 to 128 rows), so a bench
+//! of a step's GEMM there names its path (RESULTS run 316 profiled cuBLASLt by taking this
+//! plan for the step's).
 
 use gpu::gemm::{EpilogueKind, GemmPlan, GemmShape, SKINNY_MAX_M};
 

@@ -53,7 +53,7 @@ fn newest_rows(data: &CaseData) -> Vec<usize> {
 
 /// Poisons the newest key and value rows of up to 31 of `data`'s decode rows (the copy list's
 /// entries, one for the delay and two a row), has the copy kernel write them back behind
-/// [`DELAY_BYTES`] of other copying, and launches `attention` right after it with
+/// a megabyte (`DELAY_BYTES`) of other copying, and launches `attention` right after it with
 /// [`Settled::OlderKeys`] on a NaN-poisoned output. `expected` is the output of a launch that
 /// waited first; any other bit is an error. Leaves the caches as they were.
 pub fn check_older_keys(
