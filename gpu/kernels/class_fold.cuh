@@ -25,9 +25,12 @@ __device__ __forceinline__ void send_and_finish(const float* part, float* recv, 
     cluster::st_async_16(tc::smem_addr(recv + (c * SHARE + r) * PAD + 4 * q), o, bar, v);
   }
   tma::mbar_wait<true>(bar, 0);
+  // The step trace's marks (pdl.cuh): 2 every class arrived, 3 the epilogue's stores issued.
+  if (threadIdx.x == 0) step_trace_mark(2);
   const int xr0 = c * SHARE;
   epi(gemm_epilogue::ClassShareTile<SHARE, ROWS, THREADS, PAD, CLASSES>{recv, max(0, min(SHARE, m - xr0)), xr0, n0,
                                                                          n});
+  if (threadIdx.x == 0) step_trace_mark(3);
 }
 
 }  // namespace class_fold

@@ -328,11 +328,14 @@ __device__ __forceinline__ void gemm_block(unsigned block, float* part, const bf
       if (s0 + u * WARPS < steps) step_mma<MT, ROWS>(acc, wv[u], xv[u]);
     }
   }
+  // The step trace's marks (pdl.cuh): 1 the product done, 3 the epilogue's stores issued.
+  if (OWN_LAUNCH && threadIdx.x == 0) step_trace_mark(1);
 
   store_partials<MT, ROWS>(part, acc);
   __syncthreads();
 
   epi(Tile<MT, ROWS>{part, m, row0, n0, n});
+  if (OWN_LAUNCH && threadIdx.x == 0) step_trace_mark(3);
 }
 
 // The kernel of LAUNCH: CTA blockIdx.x's block.

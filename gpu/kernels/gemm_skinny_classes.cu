@@ -121,6 +121,8 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
   tc::cp_async_commit();
   tc::cp_async_wait<0>();
   __syncthreads();
+  // The step trace's marks (pdl.cuh): 0 the class's x in shared memory, 1 the product done.
+  if (threadIdx.x == 0) step_trace_mark(0);
 
   float acc[C::R][MT][4];
   gemm_skinny::zero_acc<MT, 8>(acc);
@@ -137,6 +139,7 @@ __device__ __forceinline__ void gemm_classes(const bf16* __restrict__ x, const b
     }
   }
 
+  if (threadIdx.x == 0) step_trace_mark(1);
   // Fragment c0, c1: W row 8 warp + g, x rows 8 j + 2 t and + 1 (c2, c3 are the zero rows g + 8).
 #pragma unroll
   for (int j = 0; j < MT; ++j) {

@@ -137,6 +137,9 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
     for (int j = 0; j < ROUND; ++j) {
       const int i = i0 + j, s = i % STAGES;
       tma::mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+      // The step trace's marks (pdl.cuh): 0 the first step's x and W in the ring, 1 the product
+      // done.
+      if (i == 0 && threadIdx.x == 0) step_trace_mark(0);
       const unsigned x = ring + s * STAGE_BYTES;
       const uint4 lo = tc::ld_shared_16(x + x_lo), hi = tc::ld_shared_16(x + x_hi);
       f[j][0][0] = lo.x; f[j][0][1] = hi.x; f[j][0][2] = lo.y; f[j][0][3] = hi.y;
@@ -156,6 +159,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
       if (lane == 0) tma::mbar_arrive(empty0 + 8 * ((i0 + j) % STAGES));
     }
   }
+  if (threadIdx.x == 0) step_trace_mark(1);
   fence_proxy_async();
   tma::consumers_sync<CONSUMERS>();
 

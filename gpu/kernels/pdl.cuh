@@ -20,8 +20,9 @@
 // behind each other and held the kernels' ends: 11-26% on the step, RESULTS run 220). A launch's slot is its
 // %gridid (the same at every replay of a graph node) modulo STEP_TRACE_SLOTS; CTA 0 writes the
 // slot's header, and each record carries the low bits of its launch's id, so the host can tell
-// a slot that two launches wrote. CTAs past STEP_TRACE_CTAS are not recorded. The host sets the
-// module's pointer and number after loading it; a null pointer records nothing.
+// a slot that two launches wrote. CTAs past STEP_TRACE_CTAS are not recorded. After the records,
+// each slot holds the marks (step_trace_mark) of its first STEP_TRACE_MARK_CTAS CTAs. The host
+// sets the module's pointer and number after loading it; a null pointer records nothing.
 struct StepTraceHeader {
   unsigned long long grid_plus_one;
   unsigned int module, threads, ctas, pad[11];
@@ -31,9 +32,18 @@ struct StepTraceCta {
   unsigned int waited;        // ns in it
   unsigned int grid_low;      // low 32 bits of %gridid
 };
-static_assert(sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16, "the host's layout");
+// A CTA's marks (step_trace_mark): the low 32 bits of the global timer at each point a kernel
+// marks, 0 where it marked none.
+struct StepTraceMarks {
+  unsigned int at[4];
+};
+static_assert(sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16 && sizeof(StepTraceMarks) == 16,
+              "the host's layout");
 constexpr unsigned long long STEP_TRACE_SLOTS = 1024;
 constexpr unsigned long long STEP_TRACE_CTAS = 8192;
+constexpr unsigned long long STEP_TRACE_MARK_CTAS = 1024;
+constexpr unsigned long long STEP_TRACE_SLOT_BYTES = sizeof(StepTraceHeader) + sizeof(StepTraceCta) * STEP_TRACE_CTAS +
+                                                     sizeof(StepTraceMarks) * STEP_TRACE_MARK_CTAS;
 struct StepTraceTarget {
   unsigned char* base;  // STEP_TRACE_SLOTS slots of one header and STEP_TRACE_CTAS records
   unsigned int module;
@@ -53,8 +63,7 @@ __device__ __forceinline__ void step_trace_record(const StepTraceTarget& target,
   unsigned long long grid;
   asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
   if (target.base == nullptr) return;
-  unsigned char* slot =
-      target.base + grid % STEP_TRACE_SLOTS * (sizeof(StepTraceHeader) + sizeof(StepTraceCta) * STEP_TRACE_CTAS);
+  unsigned char* slot = target.base + grid % STEP_TRACE_SLOTS * STEP_TRACE_SLOT_BYTES;
   const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   if (cta == 0) {
     StepTraceHeader* h = reinterpret_cast<StepTraceHeader*>(slot);
@@ -69,6 +78,26 @@ __device__ __forceinline__ void step_trace_record(const StepTraceTarget& target,
   }
 }
 #endif
+
+// Marks point k (0 to 3) of this CTA's path through its kernel in the step trace, from the
+// calling thread (the caller picks one); the timeline reports each mark after the CTA's release.
+// Compiled out without ASYNCT_STEP_TRACE.
+__device__ __forceinline__ void step_trace_mark(int k) {
+#ifdef ASYNCT_STEP_TRACE
+  const unsigned long long now = step_trace_now();
+  const StepTraceTarget target = asynct_step_trace;
+  if (target.base == nullptr) return;
+  unsigned long long grid;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (cta >= STEP_TRACE_MARK_CTAS) return;
+  unsigned char* marks = target.base + grid % STEP_TRACE_SLOTS * STEP_TRACE_SLOT_BYTES + sizeof(StepTraceHeader) +
+                         sizeof(StepTraceCta) * STEP_TRACE_CTAS;
+  reinterpret_cast<StepTraceMarks*>(marks)[cta].at[k] = (unsigned)now;
+#else
+  (void)k;
+#endif
+}
 
 __device__ __forceinline__ void pdl_wait() {
 #ifdef ASYNCT_STEP_TRACE

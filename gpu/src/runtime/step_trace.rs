@@ -16,7 +16,10 @@
 //! the H200, RESULTS runs 220-221), so a window that replays a graph twice keeps the later
 //! replay. Each module is told its number when it is loaded, so a slot names its kernel file.
 //! cuBLASLt's launches are not ours and are not stamped: their time falls into the gap after the
-//! launch before them. The stamps still cost each CTA a store and two timer reads; compare the
+//! launch before them. A kernel may also mark points of a CTA's path (`step_trace_mark(k)`, k
+//! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs mark theirs), which the
+//! reader gives as times after each CTA's release ([`LaunchTrace::marks`]): where a launch's
+//! time on the step's path goes inside it. The stamps still cost each CTA a store and two timer reads; compare the
 //! traced step's time with an untraced run's. The decode bench (`asynct bench`, the server's
 //! `bench::step_timeline`) turns the launches into a step's timeline.
 
@@ -30,10 +33,16 @@ use crate::error::{Error, Result};
 pub const SLOTS: usize = 1024;
 /// CTAs of a launch that get a record (`STEP_TRACE_CTAS`); the rest are not stamped.
 pub const CTAS: usize = 8192;
-/// Bytes of a slot's header and of a CTA's record (`StepTraceHeader`, `StepTraceCta`).
+/// CTAs of a launch whose marks are kept (`STEP_TRACE_MARK_CTAS`).
+pub const MARK_CTAS: usize = 1024;
+/// Marks a CTA may set (`StepTraceMarks::at`).
+pub const MARKS: usize = 4;
+/// Bytes of a slot's header, of a CTA's record and of its marks (`StepTraceHeader`,
+/// `StepTraceCta`, `StepTraceMarks`).
 const HEADER_BYTES: usize = 64;
 const RECORD_BYTES: usize = 16;
-const SLOT_BYTES: usize = HEADER_BYTES + CTAS * RECORD_BYTES;
+const MARKS_BYTES: usize = 4 * MARKS;
+const SLOT_BYTES: usize = HEADER_BYTES + CTAS * RECORD_BYTES + MARK_CTAS * MARKS_BYTES;
 
 /// Whether the environment asks for the trace: `ASYNCT_STEP_TRACE=1` on, unset or `0` off, any
 /// other value refused by name.
@@ -86,6 +95,18 @@ pub struct LaunchTrace {
     pub release: (u64, u64),
     /// The release by which half the stamped CTAs were out.
     pub release_median: u64,
+    /// Each mark a kernel sets (`step_trace_mark` in `pdl.cuh`): over the CTAs that set it, the
+    /// median and the largest time from a CTA's own release to it; `None` where none set it.
+    pub marks: [Option<MarkTimes>; MARKS],
+}
+
+/// One mark of a launch, nanoseconds after each CTA's release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkTimes {
+    /// The median CTA's.
+    pub median: u64,
+    /// The slowest CTA's: the one the next launch waits for.
+    pub max: u64,
 }
 
 /// The device buffer the stamps land in, and which module has which number.
@@ -158,7 +179,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
         let mut stamps = Vec::with_capacity(expected);
         let mut foreign = false;
         // Every record, past the grid's CTAs too: a larger launch's leftovers mark a shared slot.
-        for (i, r) in slot[HEADER_BYTES..].chunks_exact(RECORD_BYTES).enumerate() {
+        for (i, r) in slot[HEADER_BYTES..HEADER_BYTES + CTAS * RECORD_BYTES].chunks_exact(RECORD_BYTES).enumerate() {
             let arrive = u64_at(r, 0);
             if arrive == 0 {
                 continue;
@@ -173,6 +194,23 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
             dropped_slots += 1;
             continue;
         }
+        let marks_at = HEADER_BYTES + CTAS * RECORD_BYTES;
+        let marks = std::array::from_fn(|k| {
+            // A mark holds the global timer's low 32 bits: its distance from the CTA's release
+            // is their difference modulo 2^32 (a CTA is never 4 s long).
+            // Stamps are in CTA order here (a slot kept holds every CTA's).
+            let mut after: Vec<u64> = stamps
+                .iter()
+                .take(MARK_CTAS)
+                .enumerate()
+                .filter_map(|(i, &(_, release))| {
+                    let at = u32_at(slot, marks_at + i * MARKS_BYTES + 4 * k);
+                    (at != 0).then(|| u64::from(at.wrapping_sub(release as u32)))
+                })
+                .collect();
+            after.sort_unstable();
+            after.last().map(|&max| MarkTimes { median: after[(after.len() - 1) / 2], max })
+        });
         let mut releases: Vec<u64> = stamps.iter().map(|s| s.1).collect();
         releases.sort_unstable();
         launches.push(LaunchTrace {
@@ -184,6 +222,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
             arrive: (stamps.iter().map(|s| s.0).min().unwrap_or(0), stamps.iter().map(|s| s.0).max().unwrap_or(0)),
             release: (releases[0], releases[releases.len() - 1]),
             release_median: releases[(releases.len() - 1) / 2],
+            marks,
         });
     }
     // Each launch on the stream is released only once the one before it has finished, so
@@ -232,6 +271,7 @@ mod tests {
             arrive: (80, 80),
             release: (95, 95),
             release_median: 95,
+            marks: [None; MARKS],
         };
         let a = LaunchTrace {
             kernel: "a.cu",
@@ -242,15 +282,45 @@ mod tests {
             arrive: (90, 120),
             release: (150, 160),
             release_median: 155,
+            marks: [None; MARKS],
         };
         assert_eq!(window.launches, vec![b, a]);
+    }
+
+    /// Sets mark `k` of CTA `cta` of launch `grid` to the timer's low 32 bits at `at`.
+    fn mark(bytes: &mut [u8], grid: u64, cta: usize, k: usize, at: u64) {
+        let slot = &mut bytes[(grid as usize % SLOTS) * SLOT_BYTES..][..SLOT_BYTES];
+        let m = HEADER_BYTES + CTAS * RECORD_BYTES + cta * MARKS_BYTES + 4 * k;
+        slot[m..m + 4].copy_from_slice(&(at as u32).to_ne_bytes());
+    }
+
+    #[test]
+    fn marks_read_back_after_each_ctas_own_release_across_the_timers_wrap() {
+        let mut bytes = vec![0u8; 2 * SLOT_BYTES];
+        // Releases at 150, 160 and just below 2^32, so that the third CTA's marks wrap: mark 0
+        // comes 20, 40 and 30 ns after them.
+        let wrap = (1u64 << 32) - 5;
+        stamp(&mut bytes, 1, 0, 256, 3, &[(100, 150), (120, 160), (wrap - 20, wrap)]);
+        mark(&mut bytes, 1, 0, 0, 170);
+        mark(&mut bytes, 1, 1, 0, 200);
+        mark(&mut bytes, 1, 2, 0, wrap + 30);
+        mark(&mut bytes, 1, 2, 3, wrap + 1000);
+        let window = parse(&bytes, &["a.cu"]);
+        let marks = window.launches[0].marks;
+        assert_eq!(marks[0], Some(MarkTimes { median: 30, max: 40 }));
+        assert_eq!(marks[3], Some(MarkTimes { median: 1000, max: 1000 }));
+        assert_eq!((marks[1], marks[2]), (None, None));
     }
 
     #[test]
     fn the_device_layout_is_the_one_parsed_here() {
         let src = crate::kernels::HP1_ROWS.source;
-        assert!(src.contains("sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16"));
+        assert!(
+            src.contains("sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16 && sizeof(StepTraceMarks) == 16")
+        );
         assert!(src.contains(&format!("STEP_TRACE_SLOTS = {SLOTS};")));
         assert!(src.contains(&format!("STEP_TRACE_CTAS = {CTAS};")));
+        assert!(src.contains(&format!("STEP_TRACE_MARK_CTAS = {MARK_CTAS};")));
+        assert!(src.contains(&format!("unsigned int at[{MARKS}];")));
     }
 }

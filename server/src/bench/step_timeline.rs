@@ -9,10 +9,13 @@
 //! Each traced step is one trace window; the steps whose launch sequence is the most common one
 //! are combined position by position (medians), and the repeating stretch of that sequence (the
 //! layers) is found by its period, so each launch of a layer is reported summed over the layers.
+//! Where a kernel marks points of its CTAs' paths (the decode GEMMs: 0 their x in, 1 the product
+//! done, 2 the classes' partials in, 3 the epilogue's stores issued), a layer's launch also gets
+//! each mark's time after the median CTA's release and after the slowest CTA's.
 
 use serde::Serialize;
 
-use model::executor::{LaunchTrace, TraceWindow};
+use model::executor::{LaunchTrace, MarkTimes, TraceWindow};
 
 use super::Summary;
 
@@ -31,6 +34,9 @@ pub struct PositionTimes {
     pub spread_us: f64,
     /// First release to the release by which half the CTAs were out.
     pub half_out_us: f64,
+    /// Each mark the kernel sets (`step_trace_mark`), after each CTA's release: the median CTA's
+    /// and the slowest's; `None` where a combined step lacks it.
+    pub marks_us: Vec<Option<(f64, f64)>>,
 }
 
 /// One launch of a layer, summed over the layers.
@@ -46,6 +52,8 @@ pub struct LayerSlot {
     pub waited_us: f64,
     pub spread_us: f64,
     pub half_out_us: f64,
+    /// As [`PositionTimes`], means per layer; `None` where a layer lacks the mark.
+    pub marks_us: Vec<Option<(f64, f64)>>,
 }
 
 /// The repeating stretch of a step's launches.
@@ -111,6 +119,15 @@ pub fn timeline(steps: &[TraceWindow]) -> Option<StepTimeline> {
                 waited_us: per_step(&|s| us(s[j].arrive.0, s[j].release.0)),
                 spread_us: per_step(&|s| us(s[j].release.0, s[j].release.1)),
                 half_out_us: per_step(&|s| us(s[j].release.0, s[j].release_median)),
+                marks_us: (0..same[0][j].marks.len())
+                    .map(|k| {
+                        let at: Option<Vec<_>> = same.iter().map(|s| s[j].marks[k]).collect();
+                        at.map(|m| {
+                            let ns = |f: fn(&MarkTimes) -> u64| median(m.iter().map(|t| f(t) as f64 / 1e3).collect());
+                            (ns(|t| t.median), ns(|t| t.max))
+                        })
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -162,6 +179,17 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
                 waited_us: mean(&at.iter().map(|p| p.waited_us).collect::<Vec<_>>()),
                 spread_us: mean(&at.iter().map(|p| p.spread_us).collect::<Vec<_>>()),
                 half_out_us: mean(&at.iter().map(|p| p.half_out_us).collect::<Vec<_>>()),
+                marks_us: (0..at[0].marks_us.len())
+                    .map(|k| {
+                        let m: Option<Vec<(f64, f64)>> = at.iter().map(|p| p.marks_us[k]).collect();
+                        m.map(|m| {
+                            (
+                                mean(&m.iter().map(|t| t.0).collect::<Vec<_>>()),
+                                mean(&m.iter().map(|t| t.1).collect::<Vec<_>>()),
+                            )
+                        })
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -191,6 +219,15 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
                 "    {:<24} {:>6} x {:<4} on path {:>7.2} ({:>7.1})  waited {:>6.2}  half out {:>6.2}  all out {:>6.2}",
                 s.kernel, s.ctas, s.threads, s.on_path_us, s.on_path_sum_us, s.waited_us, s.half_out_us, s.spread_us
             );
+            if s.marks_us.iter().any(Option::is_some) {
+                let marks: Vec<String> = s
+                    .marks_us
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, m)| m.map(|(median, max)| format!("{k}: {median:.2} / {max:.2}")))
+                    .collect();
+                println!("      marks after release, us (median CTA / slowest): {}", marks.join("  "));
+            }
         }
     }
     if let Some(last) = t.layers.as_ref().and_then(|l| l.last_on_path_us) {
@@ -211,11 +248,12 @@ mod tests {
     use super::*;
 
     /// One step: embed, then `layers` x (gemm, attn), then sample; each CTA set released over
-    /// 100 ns (half out at 40), arriving 500 ns before its release.
+    /// 100 ns (half out at 40), arriving 500 ns before its release. Layer i's gemm sets mark 0,
+    /// 1,000 + 200 i ns after the median CTA's release and 1,500 after the slowest's.
     fn step(layers: usize, t0: u64) -> TraceWindow {
         let mut out = Vec::new();
         let mut t = t0;
-        let mut push = |kernel: &'static str, ctas: u32, dur: u64| {
+        let mut push = |kernel: &'static str, ctas: u32, dur: u64, mark: Option<MarkTimes>| {
             let grid_id = out.len() as u64;
             out.push(LaunchTrace {
                 kernel,
@@ -226,15 +264,16 @@ mod tests {
                 arrive: (t - 500, t),
                 release: (t, t + 100),
                 release_median: t + 40,
+                marks: [mark, None, None, None],
             });
             t += dur;
         };
-        push("embedding.cu", 1, 2_000);
-        for _ in 0..layers {
-            push("gemm.cu", 128, 4_000);
-            push("attn.cu", 72, 6_000);
+        push("embedding.cu", 1, 2_000, None);
+        for i in 0..layers as u64 {
+            push("gemm.cu", 128, 4_000, Some(MarkTimes { median: 1_000 + 200 * i, max: 1_500 }));
+            push("attn.cu", 72, 6_000, None);
         }
-        push("sampling.cu", 1, 9_000);
+        push("sampling.cu", 1, 9_000, None);
         TraceWindow { launches: out, dropped_slots: 1 }
     }
 
@@ -256,6 +295,10 @@ mod tests {
         // The last layer's attention runs on into the unstamped time before the sampler: apart.
         assert_eq!((l.slots[1].kernel, l.slots[1].on_path_sum_us), ("attn.cu", 12.0));
         assert_eq!(l.last_on_path_us, Some(6.0));
+        // Marks: per launch the median over steps, per layer slot the mean over layers.
+        assert_eq!(t.positions[3].marks_us, vec![Some((1.2, 1.5)), None, None, None]);
+        assert_eq!(l.slots[0].marks_us, vec![Some((1.2, 1.5)), None, None, None]);
+        assert_eq!(l.slots[1].marks_us, vec![None; 4]);
     }
 
     #[test]
