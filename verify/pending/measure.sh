@@ -42,6 +42,7 @@ stage() {
 ahead() {
   # The class forms' Peri-LN epilogue loads its residuals and norm parameters into registers
   # before the partials' wait. The step first: it answers whether the patch is worth its checks.
+  # The traced pass prints the decode GEMMs' marks (step_trace_mark, first measured here).
   local base=device-bin-${BASE:-base}
   BUILDS="$base device-bin-ahead" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/ahead \
     timeout 240 scripts/device-run.sh builds > $R/ahead.log 2>&1
@@ -57,7 +58,7 @@ ahead() {
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
     echo "== $f"
-    grep -E "^step trace B|^    [a-z_]+\.cu " $f
+    grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
   done >> $S
 }
 
