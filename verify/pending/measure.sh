@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): session 60's class-ahead patch (`ahead`:
+# cut short still returns the summary written so far): session 60's epilogue-ahead patch (`ahead`:
 # the step of its base and of it at 32, 64 and 128 rows, where the class forms serve o_proj and
-# down_proj, then its GPU checks, then a traced pass of each), then the decode GEMMs at 32 and
+# down_proj and the plain form qkv, then its GPU checks, then a traced pass of each, which
+# prints the step trace's marks inside the decode GEMMs), then the decode GEMMs at 32 and
 # 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then the whole GPU suite
 # (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
 # since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
 # attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200
 # SKIP="probe fuzz".
-# Built here: `git am verify/pending/class-ahead.patch` on a branch exp-ahead from main, then
+# Built here: `git am verify/pending/epilogue-ahead.patch` on a branch exp-ahead from main, then
 # `scripts/device-build-refs.sh base=main:gpu_ops ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine`
 # (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
@@ -40,8 +41,9 @@ stage() {
 }
 
 ahead() {
-  # The class forms' Peri-LN epilogue loads its residuals and norm parameters into registers
-  # before the partials' wait. The step first: it answers whether the patch is worth its checks.
+  # The epilogues that read memory (Peri-LN, q/k norm and RoPE) load their inputs into
+  # registers before the partials' wait, in the class forms and the plain form. The step first:
+  # it answers whether the patch is worth its checks.
   # The traced pass prints the decode GEMMs' marks (step_trace_mark, first measured here).
   local base=device-bin-${BASE:-base}
   BUILDS="$base device-bin-ahead" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/ahead \
