@@ -103,6 +103,8 @@ struct HalfCta {
   }
   // The grid barrier before the op made every input visible.
   __device__ __forceinline__ void inputs() const {}
+  // A task is not a launch: the step trace's marks are the launches' own.
+  __device__ __forceinline__ void mark(int) const {}
 };
 
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {

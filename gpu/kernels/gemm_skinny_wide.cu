@@ -168,6 +168,9 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
     const int last = (q + 1) * per_pair;
     for (int i = q * per_pair; i < last; i += 2) {
       load(f0, i);
+      // The step trace's marks (pdl.cuh): 0 the first tile in the ring, 1 the product done, 3
+      // the epilogue's stores issued.
+      if (i == 0 && threadIdx.x == 0) step_trace_mark(0);
       load(f1, i + 1);
       wgmma_fence();
       mma(f0, i);
@@ -180,6 +183,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
 #pragma unroll
     for (int e = 0; e < 32; ++e) sum[e] = q == 0 ? __fadd_rn(even[e], odd[e]) : __fadd_rn(__fadd_rn(sum[e], even[e]), odd[e]);
   }
+  if (threadIdx.x == 0) step_trace_mark(1);
   fence_proxy_async();
   tma::consumers_sync<CONSUMERS>();
 
@@ -187,6 +191,7 @@ __device__ __forceinline__ void gemm(const tma::TensorMap* mx, const tma::Tensor
   Tile::stage(part, wg * 64, sum);
   tma::consumers_sync<CONSUMERS>();
   epi.wide(Tile{part, (int)min((long long)XN, (long long)m - row0), row0, n0, n});
+  if (threadIdx.x == 0) step_trace_mark(3);
 }
 
 }  // namespace skinny_wide

@@ -201,6 +201,11 @@ struct WholeCta {
   int tid;
   __device__ __forceinline__ void sync() const { __syncthreads(); }
   __device__ __forceinline__ void inputs() const { pdl_begin(); }
+  // The step trace's marks (pdl.cuh): 2 every chunk's partial done, 3 the output written (or,
+  // in split-K, this CTA's part in it done).
+  __device__ __forceinline__ void mark(int k) const {
+    if (tid == 0) step_trace_mark(k);
+  }
 };
 
 // One CTA's work (LAUNCH) for the 128 threads of `cta` (WholeCta or the megakernel's half), with
@@ -520,9 +525,13 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
     // Every thread is past the gate, so the overlap slots are free to take the carry.
     if (!SPLIT && tid < HP * OV) sh.score[tid / OV][tid % OV] = carry;
   }
+  cta.mark(2);
 
   if constexpr (SPLIT) {
-    if (counters == nullptr) return;  // uniform: the partials' reader adds them (ALGORITHM)
+    if (counters == nullptr) {  // uniform: the partials' reader adds them (ALGORITHM)
+      cta.mark(3);
+      return;
+    }
     // Publish the partials, then count this chunk; the CTA that counts the row's last chunk adds
     // them all. The count picks only which CTA adds, never the order, and goes back to 0 so the
     // next launch (or graph replay) starts from a clean counter.
@@ -553,6 +562,7 @@ __device__ __forceinline__ void attention(const Args& a, const Cta& cta, Shared<
       }
     }
   }
+  cta.mark(3);
 }
 
 }  // namespace hp1

@@ -17,7 +17,7 @@
 //! replay. Each module is told its number when it is loaded, so a slot names its kernel file.
 //! cuBLASLt's launches are not ours and are not stamped: their time falls into the gap after the
 //! launch before them. A kernel may also mark points of a CTA's path (`step_trace_mark(k)`, k
-//! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs mark theirs), which the
+//! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs and attention mark theirs), which the
 //! reader gives as times after each CTA's release ([`LaunchTrace::marks`]): where a launch's
 //! time on the step's path goes inside it. The stamps still cost each CTA a store and two timer reads; compare the
 //! traced step's time with an untraced run's. The decode bench (`asynct bench`, the server's

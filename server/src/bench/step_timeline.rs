@@ -10,8 +10,9 @@
 //! are combined position by position (medians), and the repeating stretch of that sequence (the
 //! layers) is found by its period, so each launch of a layer is reported summed over the layers.
 //! Where a kernel marks points of its CTAs' paths (the decode GEMMs: 0 their x in, 1 the product
-//! done, 2 the classes' partials in, 3 the epilogue's stores issued), a layer's launch also gets
-//! each mark's time after the median CTA's release and after the slowest CTA's.
+//! done, 2 the classes' partials in, 3 the epilogue's stores issued; the attention: 2 its chunks
+//! done, 3 its output written), a layer's launch also gets each mark's time after the median
+//! CTA's release and after the slowest CTA's.
 
 use serde::Serialize;
 
