@@ -15,8 +15,9 @@
 # (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
-# the other stages run (device-bin-$MAIN, default main; MAIN=ahead where only patch builds are
-# packed); BASE the patch's base (default base). About 180 s for `ahead` on a warm kernel cache.
+# the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
+# base is main's build); BASE the patch's base (default base). `ahead` takes about 6 minutes
+# (run 317's like stage: 336 s), `gemm_ncu` about 1.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
