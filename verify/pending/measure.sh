@@ -4,7 +4,8 @@
 # the step of its base and of it at 32, 64 and 128 rows, where the class forms serve o_proj and
 # down_proj and the plain form qkv, then its GPU checks, then a traced pass of each, which
 # prints the step trace's marks inside the decode GEMMs), then the decode GEMMs at 32 and
-# 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then the whole GPU suite
+# 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then compute-sanitizer on
+# embedding_norm and the patch's epilogues (`sanitize_new`), then the whole GPU suite
 # (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
 # since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
@@ -17,7 +18,9 @@
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
 # the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
 # base is main's build); BASE the patch's base (default base). `ahead` takes about 6 minutes
-# (run 317's like stage: 336 s), `gemm_ncu` about 1.
+# (run 317's like stage: 336 s), `gemm_ncu` about 1, `sanitize_new` up to 9: past one call's
+# 10 minutes together, so a second call on the same warm machine runs `sanitize_new` alone
+# (SKIP naming every other stage).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -63,6 +66,22 @@ ahead() {
     echo "== $f"
     grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
   done >> $S
+}
+
+sanitize_new() {
+  # compute-sanitizer on what no call has run it on: main's embedding_norm (run 316 merged it on
+  # its checks alone) and the patch's epilogues (every form's periln, silu_mul and q/k checks).
+  local base=device-bin-${BASE:-base}
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $base/gpu_ops embedding_norm \
+    > $R/base-memcheck-embedding-norm.log 2>&1
+  echo "base/gpu_ops embedding_norm memcheck rc=$?" >> $S
+  grep -E "ERROR SUMMARY" $R/base-memcheck-embedding-norm.log | tail -1 >> $S
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 device-bin-ahead/gpu_gemm epilogue \
+      > $R/ahead-$tool-epilogue.log 2>&1
+    echo "ahead/gpu_gemm epilogue $tool rc=$?" >> $S
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $R/ahead-$tool-epilogue.log | tail -1 >> $S
+  done
 }
 
 checks() {
@@ -135,6 +154,7 @@ grid() {
 
 stage ahead
 stage gemm_ncu
+stage sanitize_new
 stage checks
 stage step
 stage chunks
