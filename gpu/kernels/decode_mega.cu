@@ -82,7 +82,7 @@ struct Op {
   __device__ __forceinline__ int i32(int i) const { return (int)(unsigned)s[HEADER + i]; }
   __device__ __forceinline__ long long i64(int i) const { return (long long)s[HEADER + i]; }
   __device__ __forceinline__ float f32(int i) const { return __uint_as_float((unsigned)s[HEADER + i]); }
-  // GEMM_SKINNY_UCLIP_PARAMS at slot i: alpha, its stride, weight, its stride, bias, its stride.
+  // UCLIP_PARAMS at slot i: alpha, its stride, weight, its stride, bias, its stride.
   __device__ __forceinline__ UClip uclip(int i) const {
     return UClip{ptr<const float>(i), ptr<const float>(i + 2), ptr<const float>(i + 4), i32(i + 1), i32(i + 3),
                  i32(i + 5)};

@@ -68,9 +68,7 @@ extern "C" __global__ void embedding(
 extern "C" __global__ void embedding_norm(
     const unsigned* __restrict__ ids,
     const bf16* __restrict__ table,
-    const float* alpha, int alpha_stride,
-    const float* weight, int weight_stride,
-    const float* bias, int bias_stride,
+    UCLIP_PARAMS(norm),
     bf16* __restrict__ out,
     bf16* __restrict__ h,
     int tokens,
@@ -78,6 +76,5 @@ extern "C" __global__ void embedding_norm(
     unsigned vocab,
     unsigned* fault)
 {
-    const UClip norm = {alpha, weight, bias, alpha_stride, weight_stride, bias_stride};
-    embed<true>(ids, table, out, h, norm, tokens, hidden, vocab, fault);
+    embed<true>(ids, table, out, h, UCLIP_OF(norm), tokens, hidden, vocab, fault);
 }

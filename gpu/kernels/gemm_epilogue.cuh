@@ -368,30 +368,27 @@ struct QkNormRopeCache {
   }
 };
 
-// The epilogues' kernel parameters after the operands and (m, n, k), and the epilogue built from them.
-#define GEMM_SKINNY_UCLIP_PARAMS(p)                                                                  \
-  const float *p##_alpha, int p##_alpha_stride, const float *p##_weight, int p##_weight_stride, \
-      const float *p##_bias, int p##_bias_stride
-#define GEMM_SKINNY_UCLIP(p) UClip{p##_alpha, p##_weight, p##_bias, p##_alpha_stride, p##_weight_stride, p##_bias_stride}
+// The epilogues' kernel parameters after the operands and (m, n, k), and the epilogue built from
+// them (a norm's as ops_common.cuh's UCLIP_PARAMS).
 
 #define STORE_PARAMS bf16* __restrict__ y
 #define STORE_EPILOGUE gemm_epilogue::Store{y}
 #define PERILN_PARAMS                                                                                 \
-  const bf16* __restrict__ x_res, GEMM_SKINNY_UCLIP_PARAMS(after), GEMM_SKINNY_UCLIP_PARAMS(before), \
+  const bf16* __restrict__ x_res, UCLIP_PARAMS(after), UCLIP_PARAMS(before), \
       bf16* __restrict__ x_out, bf16* __restrict__ h_out
 #define PERILN_EPILOGUE \
-  gemm_epilogue::PeriLn<ReadOnlyLoads>{x_res, GEMM_SKINNY_UCLIP(after), GEMM_SKINNY_UCLIP(before), x_out, h_out}
+  gemm_epilogue::PeriLn<ReadOnlyLoads>{x_res, UCLIP_OF(after), UCLIP_OF(before), x_out, h_out}
 #define SILU_MUL_PARAMS bf16* __restrict__ out
 #define SILU_MUL_EPILOGUE gemm_epilogue::SiluMul{out}
 #define QK_PARAMS                                                                                      \
   const int *__restrict__ positions, const long long *__restrict__ slot_mapping,                      \
-      const float *__restrict__ rope, int max_pos, GEMM_SKINNY_UCLIP_PARAMS(q_norm),                   \
-      GEMM_SKINNY_UCLIP_PARAMS(k_norm), bf16 *__restrict__ q_out, bf16 *__restrict__ key_cache,      \
+      const float *__restrict__ rope, int max_pos, UCLIP_PARAMS(q_norm),                   \
+      UCLIP_PARAMS(k_norm), bf16 *__restrict__ q_out, bf16 *__restrict__ key_cache,      \
       bf16 *__restrict__ value_cache, long long num_slots, int num_heads, int num_kv_heads, int head_dim, \
       unsigned *fault
 #define QK_EPILOGUE                                                                                  \
-  gemm_epilogue::QkNormRopeCache{positions, slot_mapping, rope, max_pos, GEMM_SKINNY_UCLIP(q_norm),     \
-                               GEMM_SKINNY_UCLIP(k_norm), q_out, key_cache, value_cache, num_slots,  \
+  gemm_epilogue::QkNormRopeCache{positions, slot_mapping, rope, max_pos, UCLIP_OF(q_norm),     \
+                               UCLIP_OF(k_norm), q_out, key_cache, value_cache, num_slots,  \
                                num_heads, num_kv_heads, head_dim, fault}
 
 }  // namespace gemm_epilogue

@@ -127,6 +127,13 @@ struct UClip {
     int bias_stride;
 };
 
+// A norm's kernel parameters, named p_alpha, p_alpha_stride, ... (the order gpu::ops's
+// UClipNormParams::push passes them in), and the UClip built from them.
+#define UCLIP_PARAMS(p)                                                                          \
+  const float *p##_alpha, int p##_alpha_stride, const float *p##_weight, int p##_weight_stride, \
+      const float *p##_bias, int p##_bias_stride
+#define UCLIP_OF(p) UClip{p##_alpha, p##_weight, p##_bias, p##_alpha_stride, p##_weight_stride, p##_bias_stride}
+
 // clamp(v, -1, 1), NaN kept: max.NaN and min.NaN return NaN when either input is, in two
 // instructions where the compare-and-select form took three (RESULTS run 178). Their NaN is the
 // canonical one where the select form kept v's payload; every use multiplies the result, which

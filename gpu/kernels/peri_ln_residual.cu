@@ -47,22 +47,15 @@ __device__ __forceinline__ void peri_ln_residual8(const UClip& after, const UCli
 extern "C" __global__ void peri_ln_residual(
     const bf16* __restrict__ a,
     const bf16* __restrict__ x,
-    const float* after_alpha, int after_alpha_stride,
-    const float* after_weight, int after_weight_stride,
-    const float* after_bias, int after_bias_stride,
-    const float* before_alpha, int before_alpha_stride,
-    const float* before_weight, int before_weight_stride,
-    const float* before_bias, int before_bias_stride,
+    UCLIP_PARAMS(after),
+    UCLIP_PARAMS(before),
     bf16* __restrict__ x_out,
     bf16* __restrict__ h_out,
     long long num_vecs,
     int hidden)
 {
     pdl_begin();
-    const UClip after = {after_alpha, after_weight, after_bias,
-                         after_alpha_stride, after_weight_stride, after_bias_stride};
-    const UClip before = {before_alpha, before_weight, before_bias,
-                          before_alpha_stride, before_weight_stride, before_bias_stride};
+    const UClip after = UCLIP_OF(after), before = UCLIP_OF(before);
     for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < num_vecs;
          v += (long long)gridDim.x * blockDim.x) {
         const uint4 a_raw = reinterpret_cast<const uint4*>(a)[v], x_raw = reinterpret_cast<const uint4*>(x)[v];
