@@ -45,7 +45,7 @@ constexpr unsigned long long STEP_TRACE_MARK_CTAS = 1024;
 constexpr unsigned long long STEP_TRACE_SLOT_BYTES = sizeof(StepTraceHeader) + sizeof(StepTraceCta) * STEP_TRACE_CTAS +
                                                      sizeof(StepTraceMarks) * STEP_TRACE_MARK_CTAS;
 struct StepTraceTarget {
-  unsigned char* base;  // STEP_TRACE_SLOTS slots of one header and STEP_TRACE_CTAS records
+  unsigned char* base;  // STEP_TRACE_SLOTS slots of STEP_TRACE_SLOT_BYTES
   unsigned int module;
 };
 __device__ StepTraceTarget asynct_step_trace;
@@ -56,15 +56,27 @@ __device__ __forceinline__ unsigned long long step_trace_now() {
   return t;
 }
 
+// This launch's id (%gridid), its slot under `base`, and this CTA's number in the launch.
+__device__ __forceinline__ unsigned long long step_trace_grid() {
+  unsigned long long grid;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+  return grid;
+}
+__device__ __forceinline__ unsigned char* step_trace_slot(unsigned char* base, unsigned long long grid) {
+  return base + grid % STEP_TRACE_SLOTS * STEP_TRACE_SLOT_BYTES;
+}
+__device__ __forceinline__ unsigned step_trace_cta() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
 // `target` is read before the wait, so that its load is not on the path of a CTA released at
 // once.
 __device__ __forceinline__ void step_trace_record(const StepTraceTarget& target, unsigned long long arrive) {
   const unsigned long long release = step_trace_now();
-  unsigned long long grid;
-  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+  const unsigned long long grid = step_trace_grid();
   if (target.base == nullptr) return;
-  unsigned char* slot = target.base + grid % STEP_TRACE_SLOTS * STEP_TRACE_SLOT_BYTES;
-  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned char* slot = step_trace_slot(target.base, grid);
+  const unsigned cta = step_trace_cta();
   if (cta == 0) {
     StepTraceHeader* h = reinterpret_cast<StepTraceHeader*>(slot);
     h->grid_plus_one = grid + 1;
@@ -86,12 +98,9 @@ __device__ __forceinline__ void step_trace_mark(int k) {
 #ifdef ASYNCT_STEP_TRACE
   const unsigned long long now = step_trace_now();
   const StepTraceTarget target = asynct_step_trace;
-  if (target.base == nullptr) return;
-  unsigned long long grid;
-  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-  const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (cta >= STEP_TRACE_MARK_CTAS) return;
-  unsigned char* marks = target.base + grid % STEP_TRACE_SLOTS * STEP_TRACE_SLOT_BYTES + sizeof(StepTraceHeader) +
+  const unsigned cta = step_trace_cta();
+  if (target.base == nullptr || cta >= STEP_TRACE_MARK_CTAS) return;
+  unsigned char* marks = step_trace_slot(target.base, step_trace_grid()) + sizeof(StepTraceHeader) +
                          sizeof(StepTraceCta) * STEP_TRACE_CTAS;
   reinterpret_cast<StepTraceMarks*>(marks)[cta].at[k] = (unsigned)now;
 #else
