@@ -58,7 +58,7 @@ fn shapes() -> Vec<ProgramShape> {
 fn the_megakernel_takes_every_layer_of_a_fused_decode_step_and_nothing_else() {
     let graph = StepProgram::build(shape(8, 0, true, Fusion::ALL));
     let mega = StepProgram::build(ProgramShape { persistent: true, ..shape(8, 0, true, Fusion::ALL) });
-    // embed, input norm, rows, the megakernel, the head.
+    // embed with layer 0's input norm, rows, the megakernel, the head.
     assert_eq!(mega.ops, vec![Op::Embed, Op::BuildRows, Op::Megakernel, Op::LmHead { direct: true }]);
     assert_eq!(mega.persistent.len(), 3 * 5);
     assert_eq!(mega.expanded(), graph.ops);
