@@ -182,13 +182,8 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
                 half_out_us: mean(&at.iter().map(|p| p.half_out_us).collect::<Vec<_>>()),
                 marks_us: (0..at[0].marks_us.len())
                     .map(|k| {
-                        let m: Option<Vec<(f64, f64)>> = at.iter().map(|p| p.marks_us[k]).collect();
-                        m.map(|m| {
-                            (
-                                mean(&m.iter().map(|t| t.0).collect::<Vec<_>>()),
-                                mean(&m.iter().map(|t| t.1).collect::<Vec<_>>()),
-                            )
-                        })
+                        let m: Option<(Vec<f64>, Vec<f64>)> = at.iter().map(|p| p.marks_us[k]).collect();
+                        m.map(|(medians, maxes)| (mean(&medians), mean(&maxes)))
                     })
                     .collect(),
             }
