@@ -327,8 +327,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
 
 #define HP1_PREFILL_PARAMS                                                                              \
   const unsigned short *q, long long q_row_stride, const float *rope,                                 \
-      int max_pos, const float *q_norm_alpha, int q_norm_alpha_stride, const float *q_norm_weight,    \
-      int q_norm_weight_stride, const float *q_norm_bias, int q_norm_bias_stride,                     \
+      int max_pos, UCLIP_PARAMS(q_norm),                                                              \
       const unsigned short *key_cache,                                                                \
       const unsigned short *value_cache, const int *block_table, int max_blocks, const int *seq_lens, \
       const int *query_start_loc, int num_seqs, const float *sigma, const float *gamma, int heads,    \
@@ -339,9 +338,7 @@ __device__ __forceinline__ void prefill(const Args& a, unsigned short* __restric
   extern "C" __global__ void __launch_bounds__(hp1_prefill::THREADS, hp1_prefill::min_ctas(D))           \
       hp1_prefill_mma_d##D(HP1_PREFILL_PARAMS) {                                                        \
     pdl_begin();                                                                                      \
-    const QNormRope qn = {rope, max_pos,                                                              \
-                          {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride,               \
-                           q_norm_weight_stride, q_norm_bias_stride}};                                  \
+    const QNormRope qn = {rope, max_pos, UCLIP_OF(q_norm)};                                          \
     hp1_prefill::prefill<D>(hp1_prefill::Args{q, q_row_stride, qn, key_cache, value_cache, block_table,     \
                                               max_blocks, seq_lens, query_start_loc, num_seqs, sigma,  \
                                               gamma, heads, kv_heads, log2_block, scale, fir_k,        \

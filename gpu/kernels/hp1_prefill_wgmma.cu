@@ -354,17 +354,14 @@ __device__ __forceinline__ void prefill(const bf16* __restrict__ q, long long q_
 #define HP1_PREFILL_WGMMA_ENTRY(D, HPC, NAME, FIR, RELU, UNIT, MIN_CTAS)                                                     \
   extern "C" __global__ void __launch_bounds__(hp1_wgmma::THREADS, MIN_CTAS) NAME(                                     \
       const bf16* __restrict__ q, long long q_row_stride, const float* __restrict__ rope, int max_pos,                \
-      const float* q_norm_alpha, int q_norm_alpha_stride,                                                             \
-      const float* q_norm_weight, int q_norm_weight_stride, const float* q_norm_bias, int q_norm_bias_stride,         \
+      UCLIP_PARAMS(q_norm),                                                                                           \
       const bf16* __restrict__ key_cache, const bf16* __restrict__ value_cache, const int* __restrict__ block_table,  \
       int max_blocks,                                                                                                 \
       const int* __restrict__ seq_lens, const int* __restrict__ query_start_loc, int num_seqs,                        \
       const float* __restrict__ sigma, const float* __restrict__ gamma, int heads, int kv_heads, int log2_block,     \
       float scale, int fir_k, int relu_pre, float clip_min, float clip_max, bf16* __restrict__ out, int late_clamp) { \
     pdl_begin();                                                                                                      \
-    const QNormRope qn = {rope, max_pos,                                                                              \
-                          {q_norm_alpha, q_norm_weight, q_norm_bias, q_norm_alpha_stride, q_norm_weight_stride,       \
-                           q_norm_bias_stride}};                                                                      \
+    const QNormRope qn = {rope, max_pos, UCLIP_OF(q_norm)};                                                          \
     hp1_wgmma::prefill<D, FIR, RELU, HPC, UNIT>(q, q_row_stride, qn, key_cache, value_cache, block_table, max_blocks, seq_lens, \
                                           query_start_loc, num_seqs, sigma, gamma, heads, kv_heads, log2_block,       \
                                           scale, fir_k, relu_pre, clip_min, clip_max, out, late_clamp != 0);          \

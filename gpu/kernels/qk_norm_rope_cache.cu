@@ -73,12 +73,8 @@ extern "C" __global__ void qk_norm_rope_cache(
     const long long* __restrict__ slot_mapping,
     const float* __restrict__ rope,
     int max_pos,
-    const float* q_norm_alpha, int q_norm_alpha_stride,
-    const float* q_norm_weight, int q_norm_weight_stride,
-    const float* q_norm_bias, int q_norm_bias_stride,
-    const float* k_norm_alpha, int k_norm_alpha_stride,
-    const float* k_norm_weight, int k_norm_weight_stride,
-    const float* k_norm_bias, int k_norm_bias_stride,
+    UCLIP_PARAMS(q_norm),
+    UCLIP_PARAMS(k_norm),
     bf16* __restrict__ q_out,
     bf16* __restrict__ key_cache,
     bf16* __restrict__ value_cache,
@@ -90,10 +86,7 @@ extern "C" __global__ void qk_norm_rope_cache(
     unsigned* fault)
 {
     pdl_begin();
-    const UClip q_norm = {q_norm_alpha, q_norm_weight, q_norm_bias,
-                          q_norm_alpha_stride, q_norm_weight_stride, q_norm_bias_stride};
-    const UClip k_norm = {k_norm_alpha, k_norm_weight, k_norm_bias,
-                          k_norm_alpha_stride, k_norm_weight_stride, k_norm_bias_stride};
+    const UClip q_norm = UCLIP_OF(q_norm), k_norm = UCLIP_OF(k_norm);
     const int half = head_dim / 2;
     const int pair_chunks = half / 8;
     const long long row = (long long)(num_heads + 2 * num_kv_heads) * head_dim;
