@@ -51,17 +51,14 @@ ahead() {
   # The epilogues that read memory (Peri-LN, q/k norm and RoPE) load their inputs into
   # registers before the partials' wait, in the class forms and the plain form. The step first:
   # it answers whether the patch is worth its checks.
-  # The traced pass prints the decode GEMMs' marks (step_trace_mark, first measured here).
+  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call.
+  # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
+  # (step_trace_mark, first measured here).
   local base=device-bin-${BASE:-base}
-  BUILDS="$base device-bin-ahead" BUILDS_PASSES=3 STEP_BATCHES=32,64,128 OUT=$R/ahead \
+  BUILDS="$base device-bin-ahead" BUILDS_PASSES=${AHEAD_PASSES:-3} STEP_BATCHES=32,64,128 OUT=$R/ahead \
     timeout 240 scripts/device-run.sh builds > $R/ahead.log 2>&1
   echo "ahead rc=$?" >> $S
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
-  for t in ahead/gpu_gemm ahead/gpu_engine ahead/gpu_model; do
-    timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
-    echo "$t rc=$?" >> $S
-    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
-  done
   BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-ahead:ASYNCT_STEP_TRACE=1" \
     BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced timeout 150 scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
@@ -69,6 +66,13 @@ ahead() {
     echo "== $f"
     grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
   done >> $S
+  pack
+  for t in ${AHEAD_TESTS:-gpu_gemm gpu_engine gpu_model}; do
+    t=ahead/$t
+    timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
+    echo "$t rc=$?" >> $S
+    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
+  done
 }
 
 sanitize_new() {
