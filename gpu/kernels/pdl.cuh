@@ -34,16 +34,18 @@ struct StepTraceCta {
 };
 // A CTA's marks (step_trace_mark): the low 32 bits of the global timer at each point a kernel
 // marks, 0 where it marked none.
+constexpr int STEP_TRACE_MARKS = 4;
 struct StepTraceMarks {
-  unsigned int at[4];
+  unsigned int at[STEP_TRACE_MARKS];
 };
 static_assert(sizeof(StepTraceHeader) == 64 && sizeof(StepTraceCta) == 16 && sizeof(StepTraceMarks) == 16,
               "the host's layout");
 constexpr unsigned long long STEP_TRACE_SLOTS = 1024;
 constexpr unsigned long long STEP_TRACE_CTAS = 8192;
 constexpr unsigned long long STEP_TRACE_MARK_CTAS = 1024;
-constexpr unsigned long long STEP_TRACE_SLOT_BYTES = sizeof(StepTraceHeader) + sizeof(StepTraceCta) * STEP_TRACE_CTAS +
-                                                     sizeof(StepTraceMarks) * STEP_TRACE_MARK_CTAS;
+// Where a slot's marks begin: after its header and its CTAs' records.
+constexpr unsigned long long STEP_TRACE_MARKS_AT = sizeof(StepTraceHeader) + sizeof(StepTraceCta) * STEP_TRACE_CTAS;
+constexpr unsigned long long STEP_TRACE_SLOT_BYTES = STEP_TRACE_MARKS_AT + sizeof(StepTraceMarks) * STEP_TRACE_MARK_CTAS;
 struct StepTraceTarget {
   unsigned char* base;  // STEP_TRACE_SLOTS slots of STEP_TRACE_SLOT_BYTES
   unsigned int module;
@@ -91,7 +93,7 @@ __device__ __forceinline__ void step_trace_record(const StepTraceTarget& target,
 }
 #endif
 
-// Marks point k (0 to 3) of this CTA's path through its kernel in the step trace, from the
+// Marks point k (below STEP_TRACE_MARKS) of this CTA's path through its kernel in the step trace, from the
 // calling thread (the caller picks one); the timeline reports each mark after the CTA's release.
 // Compiled out without ASYNCT_STEP_TRACE.
 __device__ __forceinline__ void step_trace_mark(int k) {
@@ -100,8 +102,7 @@ __device__ __forceinline__ void step_trace_mark(int k) {
   const StepTraceTarget target = asynct_step_trace;
   const unsigned cta = step_trace_cta();
   if (target.base == nullptr || cta >= STEP_TRACE_MARK_CTAS) return;
-  unsigned char* marks = step_trace_slot(target.base, step_trace_grid()) + sizeof(StepTraceHeader) +
-                         sizeof(StepTraceCta) * STEP_TRACE_CTAS;
+  unsigned char* marks = step_trace_slot(target.base, step_trace_grid()) + STEP_TRACE_MARKS_AT;
   reinterpret_cast<StepTraceMarks*>(marks)[cta].at[k] = (unsigned)now;
 #else
   (void)k;

@@ -17,10 +17,11 @@
 //! replay. Each module is told its number when it is loaded, so a slot names its kernel file.
 //! cuBLASLt's launches are not ours and are not stamped: their time falls into the gap after the
 //! launch before them. A kernel may also mark points of a CTA's path (`step_trace_mark(k)`, k
-//! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs and attention mark theirs), which the
-//! reader gives as times after each CTA's release ([`LaunchTrace::marks`]): where a launch's
-//! time on the step's path goes inside it. The stamps still cost each CTA a store and two timer reads; compare the
-//! traced step's time with an untraced run's. The decode bench (`asynct bench`, the server's
+//! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs and attention mark
+//! theirs), which the reader gives as times after each CTA's release ([`LaunchTrace::marks`]):
+//! where a launch's time on the step's path goes inside it. The stamps still cost each CTA a
+//! store and two timer reads, and each mark a store and one; compare the traced step's time with
+//! an untraced run's. The decode bench (`asynct bench`, the server's
 //! `bench::step_timeline`) turns the launches into a step's timeline.
 
 use std::sync::{Arc, Mutex};
@@ -42,7 +43,9 @@ pub const MARKS: usize = 4;
 const HEADER_BYTES: usize = 64;
 const RECORD_BYTES: usize = 16;
 const MARKS_BYTES: usize = 4 * MARKS;
-const SLOT_BYTES: usize = HEADER_BYTES + CTAS * RECORD_BYTES + MARK_CTAS * MARKS_BYTES;
+/// Where a slot's marks begin: after its header and its CTAs' records.
+const MARKS_AT: usize = HEADER_BYTES + CTAS * RECORD_BYTES;
+const SLOT_BYTES: usize = MARKS_AT + MARK_CTAS * MARKS_BYTES;
 
 /// Whether the environment asks for the trace: `ASYNCT_STEP_TRACE=1` on, unset or `0` off, any
 /// other value refused by name.
@@ -179,7 +182,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
         let mut stamps = Vec::with_capacity(expected);
         let mut foreign = false;
         // Every record, past the grid's CTAs too: a larger launch's leftovers mark a shared slot.
-        for (i, r) in slot[HEADER_BYTES..HEADER_BYTES + CTAS * RECORD_BYTES].chunks_exact(RECORD_BYTES).enumerate() {
+        for (i, r) in slot[HEADER_BYTES..MARKS_AT].chunks_exact(RECORD_BYTES).enumerate() {
             let arrive = u64_at(r, 0);
             if arrive == 0 {
                 continue;
@@ -194,7 +197,6 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
             dropped_slots += 1;
             continue;
         }
-        let marks_at = HEADER_BYTES + CTAS * RECORD_BYTES;
         let marks = std::array::from_fn(|k| {
             // A mark holds the global timer's low 32 bits: its distance from the CTA's release
             // is their difference modulo 2^32 (a CTA is never 4 s long).
@@ -204,7 +206,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
                 .take(MARK_CTAS)
                 .enumerate()
                 .filter_map(|(i, &(_, release))| {
-                    let at = u32_at(slot, marks_at + i * MARKS_BYTES + 4 * k);
+                    let at = u32_at(slot, MARKS_AT + i * MARKS_BYTES + 4 * k);
                     (at != 0).then(|| u64::from(at.wrapping_sub(release as u32)))
                 })
                 .collect();
@@ -290,7 +292,7 @@ mod tests {
     /// Sets mark `k` of CTA `cta` of launch `grid` to the timer's low 32 bits at `at`.
     fn mark(bytes: &mut [u8], grid: u64, cta: usize, k: usize, at: u64) {
         let slot = &mut bytes[(grid as usize % SLOTS) * SLOT_BYTES..][..SLOT_BYTES];
-        let m = HEADER_BYTES + CTAS * RECORD_BYTES + cta * MARKS_BYTES + 4 * k;
+        let m = MARKS_AT + cta * MARKS_BYTES + 4 * k;
         slot[m..m + 4].copy_from_slice(&(at as u32).to_ne_bytes());
     }
 
@@ -321,6 +323,6 @@ mod tests {
         assert!(src.contains(&format!("STEP_TRACE_SLOTS = {SLOTS};")));
         assert!(src.contains(&format!("STEP_TRACE_CTAS = {CTAS};")));
         assert!(src.contains(&format!("STEP_TRACE_MARK_CTAS = {MARK_CTAS};")));
-        assert!(src.contains(&format!("unsigned int at[{MARKS}];")));
+        assert!(src.contains(&format!("STEP_TRACE_MARKS = {MARKS};")));
     }
 }
