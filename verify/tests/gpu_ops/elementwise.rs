@@ -176,9 +176,12 @@ pub fn embedding_norm_matches_the_oracle_in_every_shape(gpu: &Arc<Gpu>) -> Check
                 ids[t] = vocab as u32 + 3;
             }
             let gathered: Vec<bf16> = (0..tokens)
-                .flat_map(|t| match bad == Some(t) {
-                    true => vec![bf16::NAN; hidden],
-                    false => table[ids[t] as usize * hidden..][..hidden].to_vec(),
+                .flat_map(|t| {
+                    if bad == Some(t) {
+                        vec![bf16::NAN; hidden]
+                    } else {
+                        table[ids[t] as usize * hidden..][..hidden].to_vec()
+                    }
                 })
                 .collect();
             let good = bad.unwrap_or(tokens) * hidden;
