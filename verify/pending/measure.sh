@@ -51,15 +51,17 @@ ahead() {
   # The epilogues that read memory (Peri-LN, q/k norm and RoPE) load their inputs into
   # registers before the partials' wait, in the class forms and the plain form. The step first:
   # it answers whether the patch is worth its checks.
-  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call.
+  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call;
+  # AHEAD_BUILDS (default ahead) names the builds it takes beside the base (device-bin-NAME each).
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
   # (step_trace_mark, first measured here).
-  local base=device-bin-${BASE:-base}
-  BUILDS="$base device-bin-ahead" BUILDS_PASSES=${AHEAD_PASSES:-3} STEP_BATCHES=32,64,128 OUT=$R/ahead \
-    timeout 240 scripts/device-run.sh builds > $R/ahead.log 2>&1
+  local base=device-bin-${BASE:-base} b builds=() traced=()
+  for b in ${AHEAD_BUILDS:-ahead}; do builds+=(device-bin-$b); traced+=(device-bin-$b:ASYNCT_STEP_TRACE=1); done
+  BUILDS="$base ${builds[*]}" BUILDS_PASSES=${AHEAD_PASSES:-3} STEP_BATCHES=32,64,128 OUT=$R/ahead \
+    timeout 300 scripts/device-run.sh builds > $R/ahead.log 2>&1
   echo "ahead rc=$?" >> $S
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
-  BUILDS="$base:ASYNCT_STEP_TRACE=1 device-bin-ahead:ASYNCT_STEP_TRACE=1" \
+  BUILDS="$base:ASYNCT_STEP_TRACE=1 ${traced[*]}" \
     BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced timeout 150 scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
@@ -67,11 +69,13 @@ ahead() {
     grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
   done >> $S
   pack
+  local t
   for t in ${AHEAD_TESTS:-gpu_gemm gpu_engine gpu_model}; do
-    t=ahead/$t
-    timeout 240 device-bin-$t > $R/${t/\//-}.log 2>&1
-    echo "$t rc=$?" >> $S
-    grep -E "passed|FAIL" $R/${t/\//-}.log | tail -3 >> $S
+    for b in ${AHEAD_BUILDS:-ahead}; do
+      timeout 240 device-bin-$b/$t > $R/$b-$t.log 2>&1
+      echo "$b/$t rc=$?" >> $S
+      grep -E "passed|FAIL" $R/$b-$t.log | tail -3 >> $S
+    done
   done
 }
 
