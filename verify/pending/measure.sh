@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): session 60's epilogue-ahead patch (`ahead`:
+# cut short still returns the summary written so far): session 62's sends-first patch (`ahead`:
 # the step of its base and of it at 32, 64 and 128 rows, where the class forms serve o_proj and
-# down_proj and the plain form qkv, then its GPU checks, then a traced pass of each, which
-# prints the step trace's marks inside the decode GEMMs), then the decode GEMMs at 32 and
+# down_proj, then a traced pass of each, which prints the step trace's marks inside the decode
+# GEMMs, then its GPU checks), then the decode GEMMs at 32 and
 # 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then compute-sanitizer on
-# embedding_norm and the patch's epilogues (`sanitize_new`), then the whole GPU suite
+# the patch's epilogues (`sanitize_new`), then the whole GPU suite
 # (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
 # since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
 # attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200
 # SKIP="probe fuzz".
-# Built here: `git am verify/pending/epilogue-ahead.patch` on a branch exp-ahead from main, then
+# Built here: `git am verify/pending/sends-first.patch` on a branch exp-ahead from main, then
 # `scripts/device-build-refs.sh base=main:gpu_ops ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine`
 # (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
 # the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
 # base is main's build); BASE the patch's base (default base). `ahead` takes about 6 minutes
-# (run 317's like stage: 336 s), `gemm_ncu` about 1, `sanitize_new` up to 9: past one call's
+# (run 319: 426 s for three builds), `gemm_ncu` about 1, `sanitize_new` up to 7: past one call's
 # 10 minutes together, so a second call on the same warm machine runs `sanitize_new` alone
 # (SKIP naming every other stage).
 set -u
@@ -48,21 +48,22 @@ stage() {
 }
 
 ahead() {
-  # The epilogues that read memory (Peri-LN, q/k norm and RoPE) load their inputs into
-  # registers before the partials' wait, in the class forms and the plain form. The step first:
-  # it answers whether the patch is worth its checks.
+  # The class forms' Peri-LN epilogue loads its inputs into registers between the partials'
+  # sends and their wait. The step first: it answers whether the patch is worth its checks.
   # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call;
   # AHEAD_BUILDS (default ahead) names the builds it takes beside the base (device-bin-NAME each).
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
-  # (step_trace_mark, first measured here).
+  # (step_trace_mark, first read in runs 319-320).
   local base=device-bin-${BASE:-base} b builds=() traced=()
   for b in ${AHEAD_BUILDS:-ahead}; do builds+=(device-bin-$b); traced+=(device-bin-$b:ASYNCT_STEP_TRACE=1); done
   BUILDS="$base ${builds[*]}" BUILDS_PASSES=${AHEAD_PASSES:-3} STEP_BATCHES=32,64,128 OUT=$R/ahead \
     timeout 300 scripts/device-run.sh builds > $R/ahead.log 2>&1
   echo "ahead rc=$?" >> $S
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
-  BUILDS="$base:ASYNCT_STEP_TRACE=1 ${traced[*]}" \
-    BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced timeout 150 scripts/device-run.sh builds > $R/traced.log 2>&1
+  # Each build compiles every kernel again with the trace on: 150 s a build (run 319 ran out at 150
+  # for three).
+  BUILDS="$base:ASYNCT_STEP_TRACE=1 ${traced[*]}" BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced \
+    timeout $((150 * (1 + ${#traced[@]}))) scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
     echo "== $f"
@@ -80,13 +81,7 @@ ahead() {
 }
 
 sanitize_new() {
-  # compute-sanitizer on what no call has run it on: main's embedding_norm (run 316 merged it on
-  # its checks alone) and the patch's epilogues (every form's periln, silu_mul and q/k checks).
-  local base=device-bin-${BASE:-base}
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $base/gpu_ops embedding_norm \
-    > $R/base-memcheck-embedding-norm.log 2>&1
-  echo "base/gpu_ops embedding_norm memcheck rc=$?" >> $S
-  grep -E "ERROR SUMMARY" $R/base-memcheck-embedding-norm.log | tail -1 >> $S
+  # compute-sanitizer on the patch's epilogues (every form's periln, silu_mul and q/k checks).
   for tool in memcheck racecheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 device-bin-ahead/gpu_gemm epilogue \
       > $R/ahead-$tool-epilogue.log 2>&1
