@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): session 62's sends-first patch (`ahead`:
-# the step of its base and of it at 32, 64 and 128 rows, where the class forms serve o_proj and
-# down_proj, then a traced pass of each, which prints the step trace's marks inside the decode
-# GEMMs, then its GPU checks), then the decode GEMMs at 32 and
+# cut short still returns the summary written so far): session 62's sends-first and direct-sends
+# patches (`ahead`: the step of their base and of each at 32, 64 and 128 rows, where the class
+# forms serve o_proj and down_proj, then a traced pass of each, which prints the step trace's
+# marks inside the decode GEMMs, then their GPU checks), then the decode GEMMs at 32 and
 # 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then compute-sanitizer on
-# the patch's epilogues (`sanitize_new`), then the whole GPU suite
+# the patches' epilogues (`sanitize_new`), then the whole GPU suite
 # (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
 # since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
 # torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
 # attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200
 # SKIP="probe fuzz".
-# Built here: `git am verify/pending/sends-first.patch` on a branch exp-ahead from main, then
-# `scripts/device-build-refs.sh base=main:gpu_ops ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine`
+# Built here as verify/pending/README.md says: `scripts/device-build-refs.sh base=main:gpu_ops
+# ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine direct=exp-direct:gpu_gemm,gpu_model,gpu_engine`
 # (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
 # the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
 # base is main's build); BASE the patch's base (default base). `ahead` takes about 6 minutes
-# (run 319: 426 s for three builds), `gemm_ncu` about 1, `sanitize_new` up to 7: past one call's
+# (run 319: 426 s for three builds), `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's
 # 10 minutes together, so a second call on the same warm machine runs `sanitize_new` alone
 # (SKIP naming every other stage).
 set -u
@@ -49,7 +49,8 @@ stage() {
 
 ahead() {
   # The class forms' Peri-LN epilogue loads its inputs into registers between the partials'
-  # sends and their wait. The step first: it answers whether the patch is worth its checks.
+  # sends and their wait (ahead); the class form on warpgroups sends from its accumulators
+  # (direct, on ahead). The step first: it answers whether a patch is worth its checks.
   # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call;
   # AHEAD_BUILDS (default ahead) names the builds it takes beside the base (device-bin-NAME each).
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
@@ -81,12 +82,16 @@ ahead() {
 }
 
 sanitize_new() {
-  # compute-sanitizer on the patch's epilogues (every form's periln, silu_mul and q/k checks).
-  for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 device-bin-ahead/gpu_gemm epilogue \
-      > $R/ahead-$tool-epilogue.log 2>&1
-    echo "ahead/gpu_gemm epilogue $tool rc=$?" >> $S
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $R/ahead-$tool-epilogue.log | tail -1 >> $S
+  # compute-sanitizer on the patches' epilogues and sends (every form's periln, silu_mul and q/k
+  # checks), each build AHEAD_BUILDS names.
+  local b tool
+  for b in ${AHEAD_BUILDS:-ahead}; do
+    for tool in memcheck racecheck; do
+      timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 device-bin-$b/gpu_gemm epilogue \
+        > $R/$b-$tool-epilogue.log 2>&1
+      echo "$b/gpu_gemm epilogue $tool rc=$?" >> $S
+      grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $R/$b-$tool-epilogue.log | tail -1 >> $S
+    done
   done
 }
 
