@@ -41,13 +41,7 @@ for spec in "$@"; do
   fi
   dirs+=("device-bin-$name")
 done
-# .qwen3 is packed; ignored by git like device-bin, or the device tool would carry it a second
-# time beside the pack, past the limit this script's estimate below allows for (session 62).
-if [ -d ../shared/tokenizers/qwen3 ]; then
-  mkdir -p .qwen3 && cp ../shared/tokenizers/qwen3/* .qwen3/
-  exclude=$(git rev-parse --git-path info/exclude)
-  grep -qx '/.qwen3/' "$exclude" 2>/dev/null || echo '/.qwen3/' >> "$exclude"
-fi
+scripts/device-tokenizer.sh
 pack=${PACK_FILE:-device-pack.tgz}
 tar czf "$pack" "${dirs[@]}" $( [ -d .qwen3 ] && echo .qwen3 )
 tracked=$(git ls-files -z | xargs -0 stat -c %s | awk '{n += $1} END {print n}')

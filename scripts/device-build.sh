@@ -45,14 +45,9 @@ git rev-parse HEAD > "$bin"/COMMIT
 git status --porcelain | grep -q . && echo "dirty" >> "$bin"/COMMIT || true
 du -sh "$bin"; ls "$bin"
 [ "${PACK:-1}" = 0 ] && exit 0
-# The large presets' tokenizer, for `asynct init --preset asynct-small|asynct-0.5b` on the device
-# (carried packed; ASYNCT_QWEN3_TOKENIZER_DIR=$PWD/.qwen3 there); ignored by git like device-bin.
+# The large presets' tokenizer, for `asynct init --preset asynct-small|asynct-0.5b` on the device.
 # Only where this script packs: a caller that packs (device-build-refs.sh) brings its own copy.
-if [ -d "$shared"/tokenizers/qwen3 ]; then
-  mkdir -p .qwen3 && cp "$shared"/tokenizers/qwen3/* .qwen3/
-  exclude=$(git rev-parse --git-path info/exclude)
-  grep -qx '/.qwen3/' "$exclude" 2>/dev/null || echo '/.qwen3/' >> "$exclude"
-fi
+scripts/device-tokenizer.sh
 # device-bin and .qwen3 with the tracked tree pass the device tool's 64 MiB carry limit, so they
 # also travel packed (about a third of the size): carry ["device-pack.tgz"] and run
 #   tar xzf device-pack.tgz && scripts/device-run.sh STAGES
