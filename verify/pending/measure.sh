@@ -17,10 +17,11 @@
 # "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
 # $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
 # the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
-# base is main's build); BASE the patch's base (default base). `ahead` takes about 6 minutes
-# (run 319: 426 s for three builds), `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's
-# 10 minutes together, so a second call on the same warm machine runs `sanitize_new` alone
-# (SKIP naming every other stage).
+# base is main's build); BASE the patch's base (default base); AHEAD_BUILDS the builds beside it
+# (default ahead: device-bin-NAME each). `ahead` takes about 6 minutes (run 319: 426 s for three
+# builds), `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's 10 minutes
+# together, so a second call on the same warm machine runs `sanitize_new` alone (SKIP naming
+# every other stage).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -31,6 +32,7 @@ R=/tmp/pending-runs
 rm -rf $R
 mkdir -p $R
 S=$OUT/summary.txt
+AHEAD_BUILDS=${AHEAD_BUILDS:-ahead}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 echo "gpu: $gpu" | tee $S
 # H200_SKIP replaces SKIP on an H200, which calls rarely get: its figures for issues 15 and 18
@@ -51,14 +53,15 @@ ahead() {
   # The class forms' Peri-LN epilogue loads its inputs into registers between the partials'
   # sends and their wait (ahead); the class form on warpgroups sends from its accumulators
   # (direct, on ahead). The step first: it answers whether a patch is worth its checks.
-  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short call;
-  # AHEAD_BUILDS (default ahead) names the builds it takes beside the base (device-bin-NAME each).
+  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short
+  # call.
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
   # (step_trace_mark, first read in runs 319-320).
   local base=device-bin-${BASE:-base} b builds=() traced=()
-  for b in ${AHEAD_BUILDS:-ahead}; do builds+=(device-bin-$b); traced+=(device-bin-$b:ASYNCT_STEP_TRACE=1); done
+  for b in $AHEAD_BUILDS; do builds+=(device-bin-$b); traced+=(device-bin-$b:ASYNCT_STEP_TRACE=1); done
+  # 150 s a build, the base's included.
   BUILDS="$base ${builds[*]}" BUILDS_PASSES=${AHEAD_PASSES:-3} STEP_BATCHES=32,64,128 OUT=$R/ahead \
-    timeout 300 scripts/device-run.sh builds > $R/ahead.log 2>&1
+    timeout $((150 * (1 + ${#builds[@]}))) scripts/device-run.sh builds > $R/ahead.log 2>&1
   echo "ahead rc=$?" >> $S
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
   # Each build compiles every kernel again with the trace on: 150 s a build (run 319 ran out at 150
@@ -73,7 +76,7 @@ ahead() {
   pack
   local t
   for t in ${AHEAD_TESTS:-gpu_gemm gpu_engine gpu_model}; do
-    for b in ${AHEAD_BUILDS:-ahead}; do
+    for b in $AHEAD_BUILDS; do
       timeout 240 device-bin-$b/$t > $R/$b-$t.log 2>&1
       echo "$b/$t rc=$?" >> $S
       grep -E "passed|FAIL" $R/$b-$t.log | tail -3 >> $S
@@ -83,9 +86,9 @@ ahead() {
 
 sanitize_new() {
   # compute-sanitizer on the patches' epilogues and sends (every form's periln, silu_mul and q/k
-  # checks), each build AHEAD_BUILDS names.
+  # checks) in each build AHEAD_BUILDS names.
   local b tool
-  for b in ${AHEAD_BUILDS:-ahead}; do
+  for b in $AHEAD_BUILDS; do
     for tool in memcheck racecheck; do
       timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 device-bin-$b/gpu_gemm epilogue \
         > $R/$b-$tool-epilogue.log 2>&1
