@@ -169,6 +169,15 @@ struct PeriLn {
     }
   }
 
+  // Output i (channel c) of sum s, its residual's bits res, the norms' parameters of c.
+  __device__ __forceinline__ void finish(long long i, float s, unsigned short res, const UClip1& after_c,
+                                         const UClip1& before_c) const {
+    const float normed = round_bf16(after_c(round_bf16(s)));
+    const float x = round_bf16(__uint_as_float((unsigned)res << 16) + normed);
+    x_out[i] = (bf16)bf16_bits(x);
+    h_out[i] = (bf16)bf16_bits(before_c(x));
+  }
+
   template <class T>
   __device__ __forceinline__ void operator()(const T& t) const {
     for (int e = threadIdx.x; e < T::XR * T::WR; e += T::THREADS) {
@@ -176,11 +185,36 @@ struct PeriLn {
       if (!t.has(xr, wr)) continue;
       const int c = t.n0 + wr;
       const long long i = (t.row0 + xr) * t.n + c;
-      const float a = round_bf16(t.sum(xr, wr));
-      const float normed = round_bf16(uclip(after, c, a));
-      const float x = round_bf16(__uint_as_float((unsigned)In::load(x_res + i) << 16) + normed);
-      x_out[i] = (bf16)bf16_bits(x);
-      h_out[i] = (bf16)bf16_bits(uclip(before, c, x));
+      finish(i, t.sum(xr, wr), In::load(x_res + i), UClip1(after, c), UClip1(before, c));
+    }
+  }
+
+  // operator()(t) where the sums are ready only once wait() returns (the class forms' exchange
+  // of partials, class_fold::finish): this thread's residuals and the parameters of its one
+  // channel are loaded into registers first. The exchange ends in an acquire at cluster scope,
+  // which drops L1 (CCTL.IVALL), so a prefetch there comes to nothing (RESULTS run 317);
+  // registers keep the loads under way while the classes arrive.
+  template <class T, class Wait>
+  __device__ __forceinline__ void after_wait(const T& t, Wait wait) const {
+    static_assert(T::THREADS % T::WR == 0, "a thread's outputs share one channel");
+    constexpr int PER = (T::XR * T::WR + T::THREADS - 1) / T::THREADS;
+    const int wr = threadIdx.x % T::WR, c = t.n0 + wr;
+    UClip1 after_c{}, before_c{};
+    unsigned short res[PER];
+    if (c < t.n) {
+      after_c = UClip1(after, c);
+      before_c = UClip1(before, c);
+    }
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int e = threadIdx.x + j * T::THREADS, xr = e / T::WR;
+      res[j] = e < T::XR * T::WR && t.has(xr, wr) ? In::load(x_res + (t.row0 + xr) * t.n + c) : 0;
+    }
+    wait();
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+      const int e = threadIdx.x + j * T::THREADS, xr = e / T::WR;
+      if (e < T::XR * T::WR && t.has(xr, wr)) finish((t.row0 + xr) * t.n + c, t.sum(xr, wr), res[j], after_c, before_c);
     }
   }
 

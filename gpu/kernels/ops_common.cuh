@@ -145,13 +145,19 @@ __device__ __forceinline__ float clip_unit(float v) {
     return r;
 }
 
+// The norm's parameters of channel c, read once (into registers) for several values.
+struct UClip1 {
+    float a, w, b;
+
+    UClip1() = default;
+    __device__ __forceinline__ UClip1(const UClip& n, int c)
+        : a(n.alpha[c * n.alpha_stride]), w(n.weight[c * n.weight_stride]), b(n.bias[c * n.bias_stride]) {}
+
+    __device__ __forceinline__ float operator()(float x) const { return w * clip_unit(a * x) + b; }
+};
+
 // UClipNorm of channel c of value x, in f32.
-__device__ __forceinline__ float uclip(const UClip& n, int c, float x) {
-    const float a = n.alpha[c * n.alpha_stride];
-    const float w = n.weight[c * n.weight_stride];
-    const float b = n.bias[c * n.bias_stride];
-    return w * clip_unit(a * x) + b;
-}
+__device__ __forceinline__ float uclip(const UClip& n, int c, float x) { return UClip1(n, c)(x); }
 
 // A UClipNorm parameter of the 8 channels c0 .. c0 + 7 (c0 a multiple of 8): one value for all
 // where the stride is 0, else two 16-byte loads (each parameter array is its own allocation, so
