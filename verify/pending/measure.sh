@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): session 62's sends-first and direct-sends
-# patches (`ahead`: the step of their base and of each at 32, 64 and 128 rows, where the class
-# forms serve o_proj and down_proj, then a traced pass of each, which prints the step trace's
-# marks inside the decode GEMMs, then their GPU checks), then the decode GEMMs at 32 and
-# 128 rows under ncu with W warm in L2, as in a step (`gemm_ncu`), then compute-sanitizer on
-# the patches' epilogues (`sanitize_new`), then the whole GPU suite
-# (`checks`), then main beside the anchors in the same call, which no call has taken on an H200
-# since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside
-# torch.compile (`step`), prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill
-# attention's grid beside cuDNN (`grid`); then the hand-off probe and the fuzzer. On an H200
-# SKIP="probe fuzz".
-# Built here as verify/pending/README.md says: `scripts/device-build-refs.sh base=main:gpu_ops
-# ahead=exp-ahead:gpu_gemm,gpu_model,gpu_engine direct=exp-direct:gpu_gemm,gpu_model,gpu_engine`
-# (without patches, `scripts/device-build.sh` and SKIP=ahead), then the device tool: command
-# "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes $OUT/summary.txt and
-# $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below). MAIN names the build
-# the other stages run (device-bin-$MAIN, default main; MAIN=base with the pack above, whose
-# base is main's build); BASE the patch's base (default base); AHEAD_BUILDS the builds beside it
-# (default ahead: device-bin-NAME each). `ahead` takes about 6 minutes (run 319: 426 s for three
-# builds), `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's 10 minutes
-# together, so a second call on the same warm machine runs `sanitize_new` alone (SKIP naming
-# every other stage).
+# cut short still returns the summary written so far): builds beside main's (`ahead`: the step of
+# the base and of each at 32, 64 and 128 rows, a traced pass that prints the step trace's marks
+# inside the decode GEMMs, then their GPU checks; none waits now), then the class forms'
+# exchange of partials alone, through distributed shared memory against L2
+# (`exchange`: scripts/probes/exchange.cu, session 63), then main beside the anchors in the same
+# call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
+# the H200): the decode step beside torch.compile (`step`), prefill_heavy_b16 beside
+# torch.compile (`chunks`), and the prefill attention's grid beside cuDNN (`grid`); then the
+# decode GEMMs at 32 and 128 rows under ncu with W warm in L2 (`gemm_ncu`), compute-sanitizer on
+# the builds' epilogues (`sanitize_new`), the whole GPU suite (`checks`), the hand-off probe and
+# the fuzzer.
+# Built here with `scripts/device-build.sh` (main alone; then SKIP names `ahead` and
+# `sanitize_new`), or with builds beside it as verify/pending/README.md says
+# (`scripts/device-build-refs.sh base=main:gpu_ops NAME=BRANCH:gpu_gemm,gpu_model,gpu_engine`),
+# then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"].
+# Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names
+# below); on an H200, H200_SKIP replaces it. MAIN names the build the other stages run
+# (device-bin-$MAIN, default main; MAIN=base with device-build-refs.sh's pack; device-build.sh's
+# pack holds device-bin itself); BASE the builds' base (default base); AHEAD_BUILDS the builds
+# beside it (device-bin-NAME each). `ahead` takes about 6 minutes for three builds (run 319:
+# 426 s), `step` about 2, `grid` 1, `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one
+# call's 10 minutes together, so a second call on the same warm machine takes the rest (SKIP
+# naming the stages done).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -129,6 +130,13 @@ gemm_ncu() {
   cat $R/gemm-ncu.txt >> $S
 }
 
+exchange() {
+  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/exchange scripts/probes/exchange.cu > $R/exchange-build.log 2>&1 \
+    && timeout 90 /tmp/exchange > $R/exchange.txt 2>&1
+  echo "exchange rc=$?" >> $S
+  cat $R/exchange.txt >> $S 2>/dev/null || tail -5 $R/exchange-build.log >> $S
+}
+
 probe() {
   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff scripts/probes/handoff.cu > $R/handoff-build.log 2>&1 \
     && timeout 60 /tmp/handoff > $R/handoff.txt 2>&1
@@ -167,11 +175,12 @@ grid() {
 }
 
 stage ahead
-stage gemm_ncu
-stage sanitize_new
-stage checks
+stage exchange
 stage step
 stage chunks
 stage grid
+stage gemm_ncu
+stage sanitize_new
+stage checks
 stage probe
 stage fuzz
