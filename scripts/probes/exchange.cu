@@ -11,8 +11,11 @@
 // Modes (the same sums, the same bits; only the way the shares travel differs):
 //   none   no exchange: the CTA adds its own share's partials 8 times (the fixed cost: staging,
 //          sums, stores, the launch)
-//   push   the engine's: each CTA sends its 7 peers their shares by st.async (16 bytes a store)
-//          into their receive buffers, counted on the receiver's mbarrier; waits on its own
+//   push   each CTA sends its 7 peers their shares by st.async (16 bytes a store) into their
+//          receive buffers, counted on the receiver's mbarrier, and waits on its own; the shares
+//          in turn from the next rank on, so that at any moment the CTAs send to different CTAs
+//   pushr  push with the shares in rank order, as the engine sent them until session 63: all
+//          CTAs of a cluster send to rank 0 first, then to rank 1, ...
 //   pull   a cluster barrier (release / acquire), then each CTA reads its share of the 7 peers'
 //          staged partials with ld.shared::cluster (16 bytes a load); a second barrier before exit
 //          keeps the peers' shared memory alive
@@ -35,8 +38,8 @@
 
 #include "probe.cuh"
 
-enum Mode { NONE = 0, PUSH = 1, PULL = 2, L2 = 3, SPLIT = 4, MODES = 5 };
-static const char* MODE_NAMES[MODES] = {"none", "push", "pull", "l2", "split"};
+enum Mode { NONE = 0, PUSH = 1, PUSHR = 2, PULL = 3, L2 = 4, SPLIT = 5, MODES = 6 };
+static const char* MODE_NAMES[MODES] = {"none", "push", "pushr", "pull", "l2", "split"};
 constexpr int CLASSES = 8, CLUSTERS = 16, COLS = 64, PAD = 68, THREADS = 256, QUADS = COLS / 4;
 
 // A partial's value: distinct per cluster, class, row and column, with magnitudes that make the
@@ -84,7 +87,9 @@ __device__ __forceinline__ void add4(float4& a, float4 b) {
   a.w += b.w;
 }
 // Whether the share for the peer at distance d in the cluster goes by push (split: odd d).
-__device__ __forceinline__ bool pushed(int mode, int d) { return mode == PUSH || (mode == SPLIT && (d & 1)); }
+__device__ __forceinline__ bool pushed(int mode, int d) {
+  return mode == PUSH || mode == PUSHR || (mode == SPLIT && (d & 1));
+}
 
 __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* scratch, float* out,
                                                     unsigned long long* spans) {
@@ -111,14 +116,17 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   const int quads = share * QUADS;  // float4s of one share
   int pushes = 0;
   for (int d = 1; d < CLASSES; ++d) pushes += pushed(mode, d);
-  if (mode == PUSH || mode == SPLIT) {
+  if (mode == PUSH || mode == PUSHR || mode == SPLIT) {
     if (threadIdx.x == 0) {
       asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
                    "r"(pushes * quads * 16)
                    : "memory");
     }
     for (int i = threadIdx.x; i < (CLASSES - 1) * quads; i += THREADS) {
-      const int d = 1 + i / quads, o = (c + d) % CLASSES, r = (i % quads) / QUADS, q = i % QUADS;
+      // Share slot 1 .. 7: push takes the ranks from the next one on, pushr in rank order, own skipped.
+      const int slot = 1 + i / quads, ranked = slot - 1 < c ? slot - 1 : slot;
+      const int o = mode == PUSHR ? ranked : (c + slot) % CLASSES, d = (o - c + CLASSES) % CLASSES;
+      const int r = (i % quads) / QUADS, q = i % QUADS;
       if (!pushed(mode, d)) continue;
       const float4 v = *reinterpret_cast<const float4*>(part + (o * share + r) * PAD + 4 * q);
       const unsigned dst = (unsigned)__cvta_generic_to_shared(recv + (c * share + r) * PAD + 4 * q);
@@ -134,7 +142,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
     }
   }
   if (mode == PULL || mode == L2 || mode == SPLIT) cluster_sync_release_acquire();
-  if (mode == PUSH || mode == SPLIT) {
+  if (mode == PUSH || mode == PUSHR || mode == SPLIT) {
     unsigned done;
     do {
       asm volatile(

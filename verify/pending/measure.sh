@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): builds beside main's (`ahead`: the step of
-# the base and of each at 32, 64 and 128 rows, a traced pass that prints the step trace's marks
-# inside the decode GEMMs, then their GPU checks; none waits now), then the class forms'
-# exchange of partials alone, through distributed shared memory against L2
-# (`exchange`: scripts/probes/exchange.cu, session 63), then main beside the anchors in the same
+# cut short still returns the summary written so far): the class forms' exchange of partials
+# alone, through distributed shared memory against L2 (`exchange`: scripts/probes/exchange.cu,
+# seconds), then builds beside main's (`ahead`: the step of the base and of each at 32, 64 and
+# 128 rows, a traced pass that prints the step trace's marks inside the decode GEMMs, then their
+# GPU checks), then main beside the anchors in the same
 # call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
 # the H200): the decode step beside torch.compile (`step`), prefill_heavy_b16 beside
 # torch.compile (`chunks`), and the prefill attention's grid beside cuDNN (`grid`); then the
@@ -67,8 +67,10 @@ ahead() {
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
   # Each build compiles every kernel again with the trace on: 150 s a build (run 319 ran out at 150
   # for three).
-  BUILDS="$base:ASYNCT_STEP_TRACE=1 ${traced[*]}" BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced \
-    timeout $((150 * (1 + ${#traced[@]}))) scripts/device-run.sh builds > $R/traced.log 2>&1
+  # TRACE_BASE=0 leaves the base out of it, for a short call whose base's marks an earlier run has.
+  [ "${TRACE_BASE:-1}" = 0 ] || traced=("$base:ASYNCT_STEP_TRACE=1" "${traced[@]}")
+  BUILDS="${traced[*]}" BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced \
+    timeout $((150 * ${#traced[@]})) scripts/device-run.sh builds > $R/traced.log 2>&1
   cp -r /tmp/asynct-builds $R/traced-runs
   for f in $R/traced-runs/*.log; do
     echo "== $f"
@@ -174,8 +176,8 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
-stage ahead
 stage exchange
+stage ahead
 stage step
 stage chunks
 stage grid
