@@ -67,15 +67,18 @@ ahead() {
   cat $R/ahead/builds-table.txt >> $S 2>/dev/null
   # Each build compiles every kernel again with the trace on: 150 s a build (run 319 ran out at 150
   # for three).
-  # TRACE_BASE=0 leaves the base out of it, for a short call whose base's marks an earlier run has.
+  # TRACE_BASE=0 leaves the base out of it, for a short call whose base's marks an earlier run has;
+  # TRACED=0 leaves the traced pass out.
   [ "${TRACE_BASE:-1}" = 0 ] || traced=("$base:ASYNCT_STEP_TRACE=1" "${traced[@]}")
-  BUILDS="${traced[*]}" BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced \
-    timeout $((150 * ${#traced[@]})) scripts/device-run.sh builds > $R/traced.log 2>&1
-  cp -r /tmp/asynct-builds $R/traced-runs
-  for f in $R/traced-runs/*.log; do
-    echo "== $f"
-    grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
-  done >> $S
+  if [ "${TRACED:-1}" != 0 ]; then
+    BUILDS="${traced[*]}" BUILDS_PASSES=1 STEP_BATCHES=32,128 OUT=$R/traced \
+      timeout $((150 * ${#traced[@]})) scripts/device-run.sh builds > $R/traced.log 2>&1
+    cp -r /tmp/asynct-builds $R/traced-runs
+    for f in $R/traced-runs/*.log; do
+      echo "== $f"
+      grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
+    done >> $S
+  fi
   pack
   local t
   for t in ${AHEAD_TESTS:-gpu_gemm gpu_engine gpu_model}; do
