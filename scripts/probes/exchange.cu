@@ -207,20 +207,8 @@ int main() {
             want[((size_t)cl * rows + r) * COLS + j] = acc;
           }
       for (int mode = 0; mode < MODES; ++mode) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(n_ctas);
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CLASSES;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
         CK(cudaMemset(out, 0xff, (size_t)CLUSTERS * rows * COLS * 4));
-        auto launch = [&] { CK(cudaLaunchKernelEx(&cfg, exchange, mode, rows, scratch, out, spans)); };
+        auto launch = [&] { launch_ex(exchange, n_ctas, THREADS, smem, CLASSES, false, s, mode, rows, scratch, out, spans); };
         const Timing t = time_on_stream(s, 1, 5, [&](int) {
           for (int i = 0; i < 200; ++i) launch();
         });

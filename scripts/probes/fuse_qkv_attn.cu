@@ -260,23 +260,10 @@ __global__ void __launch_bounds__(F_THREADS, 1) qkv_attention_fused(Layer l, Buf
   for (int p = threadIdx.x; p < 2 * D; p += F_THREADS) b.part[((size_t)(j * CHUNKS + c) * 2) * D + p] = out[p];
 }
 
+// Every launch of the probe is programmatic (PDL), as the engine's are.
 template <class... P, class... A>
 static void launch(void (*k)(P...), unsigned grid, unsigned threads, unsigned smem, int cluster, cudaStream_t s, A... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = cluster;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster > 1 ? 2 : 1;
-  CK(cudaLaunchKernelEx(&cfg, k, args...));
+  launch_ex(k, grid, threads, smem, cluster, true, s, args...);
 }
 
 static __nv_bfloat16* upload(const std::vector<unsigned short>& v) {

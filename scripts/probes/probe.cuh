@@ -1,5 +1,6 @@
 // probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the
-// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), random
+// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), a launch
+// with clusters or programmatic serialisation, random
 // bf16 data, programmatic launch's wait and trigger, a 16-byte cp.async, and the GEMV probes'
 // row arithmetic (dot8, finish_row), whose one definition is what lets two forms of a probe give
 // the same bits. Each
@@ -50,6 +51,33 @@ Timing time_on_stream(cudaStream_t s, int warm, int trials, Run run) {
   CK(cudaEventDestroy(e1));
   std::sort(ms.begin(), ms.end());
   return Timing{ms[ms.size() / 2] * 1e3, ms[0] * 1e3};
+}
+
+// A launch by cudaLaunchKernelEx on stream s: clusters of `cluster` CTAs along x (1: none) and,
+// with pdl, programmatic stream serialisation.
+template <class... P, class... A>
+inline void launch_ex(void (*k)(P...), unsigned grid, unsigned threads, unsigned smem, int cluster, bool pdl,
+                      cudaStream_t s, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
+  cfg.attrs = attr;
+  cfg.numAttrs = n;
+  CK(cudaLaunchKernelEx(&cfg, k, args...));
 }
 
 // A graph's replay: 5 untimed, then the median of 30.
