@@ -4,9 +4,8 @@
 # alone, through distributed shared memory against L2 (`exchange`: scripts/probes/exchange.cu,
 # seconds), then builds beside main's (`ahead`: the step of the base and of each at 32, 64 and
 # 128 rows, a traced pass that prints the step trace's marks inside the decode GEMMs, then their
-# GPU checks), then main beside the anchors in the same
-# call, which no call has taken on an H200 since run 246 (issues 15 and 18 state their goals on
-# the H200): the decode step beside torch.compile (`step`), prefill_heavy_b16 beside
+# GPU checks), then main beside the anchors in the same call, which no call has taken on an H200
+# since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile (`step`), prefill_heavy_b16 beside
 # torch.compile (`chunks`), and the prefill attention's grid beside cuDNN (`grid`); then the
 # decode GEMMs at 32 and 128 rows under ncu with W warm in L2 (`gemm_ncu`), compute-sanitizer on
 # the builds' epilogues (`sanitize_new`), the whole GPU suite (`checks`), the hand-off probe and
@@ -51,11 +50,10 @@ stage() {
 }
 
 ahead() {
-  # The class forms' Peri-LN epilogue loads its inputs into registers between the partials'
-  # sends and their wait (ahead); the class form on warpgroups sends from its accumulators
-  # (direct, on ahead). The step first: it answers whether a patch is worth its checks.
-  # AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm gpu_engine gpu_model) trim it for a short
-  # call.
+  # The builds AHEAD_BUILDS names beside their base (verify/pending/README.md: session 63's
+  # rotated sends, and qkv on the class form on warpgroups on them). The step first: it answers
+  # whether a patch is worth its checks. AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm
+  # gpu_engine gpu_model) trim it for a short call.
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
   # (step_trace_mark, first read in runs 319-320).
   local base=device-bin-${BASE:-base} b builds=() traced=()
@@ -135,19 +133,17 @@ gemm_ncu() {
   cat $R/gemm-ncu.txt >> $S
 }
 
-exchange() {
-  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/exchange scripts/probes/exchange.cu > $R/exchange-build.log 2>&1 \
-    && timeout 90 /tmp/exchange > $R/exchange.txt 2>&1
-  echo "exchange rc=$?" >> $S
-  cat $R/exchange.txt >> $S 2>/dev/null || tail -5 $R/exchange-build.log >> $S
+# Builds scripts/probes/$1.cu with nvcc and runs it for at most $2 seconds, into the summary.
+run_probe() {
+  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/$1 scripts/probes/$1.cu > $R/$1-build.log 2>&1 \
+    && timeout $2 /tmp/$1 > $R/$1.txt 2>&1
+  echo "$1 rc=$?" >> $S
+  cat $R/$1.txt >> $S 2>/dev/null || tail -5 $R/$1-build.log >> $S
 }
 
-probe() {
-  nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/handoff scripts/probes/handoff.cu > $R/handoff-build.log 2>&1 \
-    && timeout 60 /tmp/handoff > $R/handoff.txt 2>&1
-  echo "probe rc=$?" >> $S
-  cat $R/handoff.txt >> $S 2>/dev/null || tail -5 $R/handoff-build.log >> $S
-}
+exchange() { run_probe exchange 90; }
+
+probe() { run_probe handoff 60; }
 
 fuzz() {
   FUZZ_MINUTES=2 OUT=$R/fuzz scripts/device-run.sh fuzz > $R/fuzz.log 2>&1
