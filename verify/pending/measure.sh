@@ -1,27 +1,25 @@
 #!/usr/bin/env bash
-# The device call that measures what waits here (issue 15), in order of what it settles (a call
-# cut short still returns the summary written so far): the class forms' exchange of partials
-# alone, through distributed shared memory against L2 (`exchange`: scripts/probes/exchange.cu,
-# seconds), then builds beside main's (`ahead`: the step of the base and of each at 32, 64 and
-# 128 rows, a traced pass that prints the step trace's marks inside the decode GEMMs, then their
-# GPU checks), then main beside the anchors in the same call, which no call has taken on an H200
-# since run 246 (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile (`step`), prefill_heavy_b16 beside
-# torch.compile (`chunks`), and the prefill attention's grid beside cuDNN (`grid`); then the
-# decode GEMMs at 32 and 128 rows under ncu with W warm in L2 (`gemm_ncu`), compute-sanitizer on
-# the builds' epilogues (`sanitize_new`), the whole GPU suite (`checks`), the hand-off probe and
-# the fuzzer.
-# Built here with `scripts/device-build.sh` (main alone; then SKIP names `ahead` and
-# `sanitize_new`), or with builds beside it as verify/pending/README.md says
-# (`scripts/device-build-refs.sh base=main:gpu_ops NAME=BRANCH:gpu_gemm,gpu_model,gpu_engine`),
-# then the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"].
-# Writes $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names
-# below); on an H200, H200_SKIP replaces it. MAIN names the build the other stages run
-# (device-bin-$MAIN, default main; MAIN=base with device-build-refs.sh's pack; device-build.sh's
-# pack holds device-bin itself); BASE the builds' base (default base); AHEAD_BUILDS the builds
-# beside it (device-bin-NAME each). `ahead` takes about 6 minutes for three builds (run 319:
-# 426 s), `step` about 2, `grid` 1, `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one
-# call's 10 minutes together, so a second call on the same warm machine takes the rest (SKIP
-# naming the stages done).
+# The device call that measures what waits here (issue 15), in order of what it settles (a call cut
+# short still returns the summary written so far): the class forms' exchange of partials alone,
+# through distributed shared memory against L2 (`exchange`, scripts/probes/exchange.cu: seconds),
+# then builds beside main's (`ahead`: the step of the base and of each at 32, 64 and 128 rows, a
+# traced pass that prints the step trace's marks inside the decode GEMMs, then their GPU checks),
+# then main beside the anchors in the same call, which no call has taken on an H200 since run 246
+# (issues 15 and 18 state their goals on the H200): the decode step beside torch.compile (`step`),
+# prefill_heavy_b16 beside torch.compile (`chunks`), and the prefill attention's grid beside cuDNN
+# (`grid`); then the decode GEMMs at 32 and 128 rows under ncu with W warm in L2 (`gemm_ncu`),
+# compute-sanitizer on the builds' epilogues (`sanitize_new`), the whole GPU suite (`checks`), the
+# hand-off probe and the fuzzer. Built here with `scripts/device-build.sh` (main alone; then SKIP
+# names `ahead` and `sanitize_new`), or with builds beside it as verify/pending/README.md says
+# (`scripts/device-build-refs.sh base=main:gpu_ops NAME=BRANCH:gpu_gemm,gpu_model,gpu_engine`), then
+# the device tool: command "bash verify/pending/measure.sh", carry ["device-pack.tgz"]. Writes
+# $OUT/summary.txt and $OUT/results.tgz. SKIP="step ..." leaves out those stages (names below); on
+# an H200, H200_SKIP replaces it. MAIN names the build the other stages run (device-bin-$MAIN,
+# default main; MAIN=base with device-build-refs.sh's pack; device-build.sh's pack holds device-bin
+# itself); BASE the builds' base (default base); AHEAD_BUILDS the builds beside it (device-bin-NAME
+# each). `ahead` takes about 6 minutes for three builds (run 319: 426 s), `step` 5 (run 325: 281 s), `grid` 1,
+# `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's 10 minutes together, so a
+# second call on the same warm machine takes the rest (SKIP naming the stages done).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
