@@ -27,9 +27,12 @@ struct StepTraceHeader {
   unsigned long long grid_plus_one;
   unsigned int module, threads, ctas, pad[11];
 };
+// waited_sm: the ns spent in the wait in the low STEP_TRACE_WAIT_BITS (saturated), the CTA's SM
+// (%smid) above them, so that the host can tell how many of a launch's CTAs shared an SM.
+constexpr unsigned STEP_TRACE_WAIT_BITS = 24;
 struct StepTraceCta {
   unsigned long long arrive;  // ns at the wait
-  unsigned int waited;        // ns in it
+  unsigned int waited_sm;     // ns in it and the SM, as above
   unsigned int grid_low;      // low 32 bits of %gridid
 };
 // A CTA's marks (step_trace_mark): the low 32 bits of the global timer at each point a kernel
@@ -88,7 +91,11 @@ __device__ __forceinline__ void step_trace_record(const StepTraceTarget& target,
   }
   if (cta < STEP_TRACE_CTAS) {
     StepTraceCta* r = reinterpret_cast<StepTraceCta*>(slot + sizeof(StepTraceHeader)) + cta;
-    *r = StepTraceCta{arrive, (unsigned)(release - arrive), (unsigned)grid};
+    constexpr unsigned long long wait_max = (1ull << STEP_TRACE_WAIT_BITS) - 1;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const unsigned waited = (unsigned)min(release - arrive, wait_max);
+    *r = StepTraceCta{arrive, waited | min(sm, 255u) << STEP_TRACE_WAIT_BITS, (unsigned)grid};
   }
 }
 #endif

@@ -72,7 +72,7 @@ ahead() {
     cp -r /tmp/asynct-builds $R/traced-runs
     for f in $R/traced-runs/*.log; do
       echo "== $f"
-      grep -E "^step trace B|^    [a-z_]+\.cu |marks after release" $f
+      grep -E "^step trace B|^    [a-z_]+\.cu |marks after release|last mark by" $f
     done >> $S
   fi
   pack

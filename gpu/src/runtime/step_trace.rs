@@ -19,7 +19,10 @@
 //! launch before them. A kernel may also mark points of a CTA's path (`step_trace_mark(k)`, k
 //! below [`MARKS`], for the first [`MARK_CTAS`] CTAs; the decode GEMMs and attention mark
 //! theirs), which the reader gives as times after each CTA's release ([`LaunchTrace::marks`]):
-//! where a launch's time on the step's path goes inside it. The stamps still cost each CTA a
+//! where a launch's time on the step's path goes inside it. Each record also holds the CTA's SM
+//! (`%smid`, above 24 bits of its wait, which saturates at 16.8 ms), so that the reader can group
+//! the last mark by how many of the launch's CTAs an SM held ([`LaunchTrace::by_sm_load`]): an
+//! SM's share of a wave is one cause of a launch's slowest CTAs. The stamps still cost each CTA a
 //! store and two timer reads, and each mark a store and one; compare the traced step's time with
 //! an untraced run's. The decode bench (`asynct bench`, the server's
 //! `bench::step_timeline`) turns the launches into a step's timeline.
@@ -43,6 +46,8 @@ pub const MARKS: usize = 4;
 const HEADER_BYTES: usize = 64;
 const RECORD_BYTES: usize = 16;
 const MARKS_BYTES: usize = 4 * MARKS;
+/// Bits of a record's wait time (`STEP_TRACE_WAIT_BITS`); the CTA's SM sits above them.
+const WAIT_BITS: u32 = 24;
 /// Where a slot's marks begin: after its header and its CTAs' records.
 const MARKS_AT: usize = HEADER_BYTES + CTAS * RECORD_BYTES;
 const SLOT_BYTES: usize = MARKS_AT + MARK_CTAS * MARKS_BYTES;
@@ -101,6 +106,20 @@ pub struct LaunchTrace {
     /// Each mark a kernel sets (`step_trace_mark` in `pdl.cuh`): over the CTAs that set it, the
     /// median and the largest time from a CTA's own release to it; `None` where none set it.
     pub marks: [Option<MarkTimes>; MARKS],
+    /// The kernel's last mark (the highest it sets) by how many of the launch's CTAs ran on a
+    /// CTA's SM, fewest first: whether the slowest CTAs are those that shared their SM with more.
+    pub by_sm_load: Vec<SmLoad>,
+}
+
+/// The CTAs that ran on SMs holding `ctas_on_sm` of their launch's CTAs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLoad {
+    /// CTAs of the launch an SM held, over the launch (all waves).
+    pub ctas_on_sm: u32,
+    /// SMs that held that many.
+    pub sms: u32,
+    /// Their CTAs' last mark, after each CTA's release.
+    pub last_mark: MarkTimes,
 }
 
 /// One mark of a launch, nanoseconds after each CTA's release.
@@ -165,6 +184,12 @@ impl StepTrace {
     }
 }
 
+/// The median and the largest of `after`; `None` where it is empty.
+fn mark_times(mut after: Vec<u64>) -> Option<MarkTimes> {
+    after.sort_unstable();
+    after.last().map(|&max| MarkTimes { median: after[(after.len() - 1) / 2], max })
+}
+
 /// The window `bytes` holds (module numbers naming `modules`).
 pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
     let u64_at = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
@@ -179,7 +204,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
         let grid_id = grid_plus_one - 1;
         let (threads, ctas) = (u32_at(slot, 12), u32_at(slot, 16));
         let expected = (ctas as usize).min(CTAS);
-        let mut stamps = Vec::with_capacity(expected);
+        let mut stamps = Vec::with_capacity(expected); // (arrive, release, SM)
         let mut foreign = false;
         // Every record, past the grid's CTAs too: a larger launch's leftovers mark a shared slot.
         for (i, r) in slot[HEADER_BYTES..MARKS_AT].chunks_exact(RECORD_BYTES).enumerate() {
@@ -191,28 +216,40 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
                 foreign = true;
                 continue;
             }
-            stamps.push((arrive, arrive + u64::from(u32_at(r, 8))));
+            let waited_sm = u32_at(r, 8);
+            stamps.push((arrive, arrive + u64::from(waited_sm & ((1 << WAIT_BITS) - 1)), waited_sm >> WAIT_BITS));
         }
         if foreign || stamps.len() != expected {
             dropped_slots += 1;
             continue;
         }
-        let marks = std::array::from_fn(|k| {
-            // A mark holds the global timer's low 32 bits: its distance from the CTA's release
-            // is their difference modulo 2^32 (a CTA is never 4 s long).
-            // Stamps are in CTA order here (a slot kept holds every CTA's).
-            let mut after: Vec<u64> = stamps
-                .iter()
-                .take(MARK_CTAS)
-                .enumerate()
-                .filter_map(|(i, &(_, release))| {
-                    let at = u32_at(slot, MARKS_AT + i * MARKS_BYTES + 4 * k);
-                    (at != 0).then(|| u64::from(at.wrapping_sub(release as u32)))
-                })
-                .collect();
-            after.sort_unstable();
-            after.last().map(|&max| MarkTimes { median: after[(after.len() - 1) / 2], max })
-        });
+        // Mark k of CTA i after its release, where it set one. A mark holds the global timer's
+        // low 32 bits: its distance from the CTA's release is their difference modulo 2^32 (a
+        // CTA is never 4 s long). Stamps are in CTA order here (a slot kept holds every CTA's).
+        let mark_after = |i: usize, k: usize| {
+            let at = u32_at(slot, MARKS_AT + i * MARKS_BYTES + 4 * k);
+            (at != 0).then(|| u64::from(at.wrapping_sub(stamps[i].1 as u32)))
+        };
+        let marked = stamps.len().min(MARK_CTAS);
+        let marks: [Option<MarkTimes>; MARKS] =
+            std::array::from_fn(|k| mark_times((0..marked).filter_map(|i| mark_after(i, k)).collect()));
+        let mut by_sm_load = Vec::new();
+        if let Some(last) = (0..MARKS).rev().find(|&k| marks[k].is_some()) {
+            let mut on_sm = std::collections::HashMap::<u32, u32>::new();
+            for s in &stamps {
+                *on_sm.entry(s.2).or_default() += 1;
+            }
+            let mut loads: Vec<u32> = on_sm.values().copied().collect();
+            loads.sort_unstable();
+            loads.dedup();
+            for load in loads {
+                let after = (0..marked).filter(|&i| on_sm[&stamps[i].2] == load).filter_map(|i| mark_after(i, last));
+                if let Some(last_mark) = mark_times(after.collect()) {
+                    let sms = on_sm.values().filter(|&&n| n == load).count() as u32;
+                    by_sm_load.push(SmLoad { ctas_on_sm: load, sms, last_mark });
+                }
+            }
+        }
         let mut releases: Vec<u64> = stamps.iter().map(|s| s.1).collect();
         releases.sort_unstable();
         launches.push(LaunchTrace {
@@ -225,6 +262,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
             release: (releases[0], releases[releases.len() - 1]),
             release_median: releases[(releases.len() - 1) / 2],
             marks,
+            by_sm_load,
         });
     }
     // Each launch on the stream is released only once the one before it has finished, so
@@ -237,17 +275,25 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
 mod tests {
     use super::*;
 
-    /// Writes launch `grid` of module `module` into its slot: `(arrive, release)` per CTA.
+    /// Writes launch `grid` of module `module` into its slot: `(arrive, release)` per CTA, CTA i
+    /// on SM i.
     fn stamp(bytes: &mut [u8], grid: u64, module: u32, threads: u32, ctas: u32, stamps: &[(u64, u64)]) {
+        let on_sms: Vec<_> =
+            stamps.iter().enumerate().map(|(i, &(arrive, release))| (arrive, release, i as u32)).collect();
+        stamp_on(bytes, grid, module, threads, ctas, &on_sms);
+    }
+
+    /// As [`stamp`], with each CTA's SM: `(arrive, release, sm)`.
+    fn stamp_on(bytes: &mut [u8], grid: u64, module: u32, threads: u32, ctas: u32, stamps: &[(u64, u64, u32)]) {
         let slot = &mut bytes[(grid as usize % SLOTS) * SLOT_BYTES..][..SLOT_BYTES];
         slot[0..8].copy_from_slice(&(grid + 1).to_ne_bytes());
         for (at, v) in [(8, module), (12, threads), (16, ctas)] {
             slot[at..at + 4].copy_from_slice(&v.to_ne_bytes());
         }
-        for (i, &(arrive, release)) in stamps.iter().enumerate() {
+        for (i, &(arrive, release, sm)) in stamps.iter().enumerate() {
             let r = &mut slot[HEADER_BYTES + i * RECORD_BYTES..][..RECORD_BYTES];
             r[0..8].copy_from_slice(&arrive.to_ne_bytes());
-            r[8..12].copy_from_slice(&((release - arrive) as u32).to_ne_bytes());
+            r[8..12].copy_from_slice(&((release - arrive) as u32 | sm << WAIT_BITS).to_ne_bytes());
             r[12..16].copy_from_slice(&(grid as u32).to_ne_bytes());
         }
     }
@@ -274,6 +320,7 @@ mod tests {
             release: (95, 95),
             release_median: 95,
             marks: [None; MARKS],
+            by_sm_load: Vec::new(),
         };
         let a = LaunchTrace {
             kernel: "a.cu",
@@ -285,6 +332,7 @@ mod tests {
             release: (150, 160),
             release_median: 155,
             marks: [None; MARKS],
+            by_sm_load: Vec::new(),
         };
         assert_eq!(window.launches, vec![b, a]);
     }
@@ -312,6 +360,29 @@ mod tests {
         assert_eq!(marks[0], Some(MarkTimes { median: 30, max: 40 }));
         assert_eq!(marks[3], Some(MarkTimes { median: 1000, max: 1000 }));
         assert_eq!((marks[1], marks[2]), (None, None));
+        // Each CTA on an SM of its own: one group, of mark 3 (the last one set), whose only
+        // CTA to set it is the third.
+        let one = SmLoad { ctas_on_sm: 1, sms: 3, last_mark: MarkTimes { median: 1000, max: 1000 } };
+        assert_eq!(window.launches[0].by_sm_load, vec![one]);
+    }
+
+    #[test]
+    fn the_last_mark_is_grouped_by_how_many_of_the_launchs_ctas_shared_an_sm() {
+        let mut bytes = vec![0u8; 2 * SLOT_BYTES];
+        // Five CTAs released at 100: three on SM 7, one each on SMs 2 and 9.
+        let on = [7, 2, 7, 9, 7];
+        let stamps: Vec<_> = on.iter().map(|&sm| (90, 100, sm)).collect();
+        stamp_on(&mut bytes, 1, 0, 128, 5, &stamps);
+        for (cta, (m1, m2)) in [(10, 50), (12, 30), (11, 70), (13, 20), (14, 60)].into_iter().enumerate() {
+            mark(&mut bytes, 1, cta, 1, 100 + m1);
+            mark(&mut bytes, 1, cta, 2, 100 + m2);
+        }
+        let l = &parse(&bytes, &["a.cu"]).launches[0];
+        assert_eq!(l.release, (100, 100));
+        assert_eq!(l.marks[2], Some(MarkTimes { median: 50, max: 70 }));
+        let alone = SmLoad { ctas_on_sm: 1, sms: 2, last_mark: MarkTimes { median: 20, max: 30 } };
+        let three = SmLoad { ctas_on_sm: 3, sms: 1, last_mark: MarkTimes { median: 60, max: 70 } };
+        assert_eq!(l.by_sm_load, vec![alone, three]);
     }
 
     #[test]
@@ -324,5 +395,6 @@ mod tests {
         assert!(src.contains(&format!("STEP_TRACE_CTAS = {CTAS};")));
         assert!(src.contains(&format!("STEP_TRACE_MARK_CTAS = {MARK_CTAS};")));
         assert!(src.contains(&format!("STEP_TRACE_MARKS = {MARKS};")));
+        assert!(src.contains(&format!("STEP_TRACE_WAIT_BITS = {WAIT_BITS};")));
     }
 }

@@ -12,11 +12,12 @@
 //! Where a kernel marks points of its CTAs' paths (the decode GEMMs: 0 their x in, 1 the product
 //! done, 2 the classes' partials in, 3 the epilogue's stores issued; the attention: 2 its chunks
 //! done, 3 its output written), a layer's launch also gets each mark's time after the median
-//! CTA's release and after the slowest CTA's.
+//! CTA's release and after the slowest CTA's, and its last mark by how many of the launch's CTAs
+//! shared a CTA's SM: whether a launch's slowest CTAs are those of its busiest SMs.
 
 use serde::Serialize;
 
-use model::executor::{LaunchTrace, MarkTimes, TraceWindow};
+use model::executor::{LaunchTrace, MarkTimes, SmLoad, TraceWindow};
 
 use super::Summary;
 
@@ -38,6 +39,50 @@ pub struct PositionTimes {
     /// Each mark the kernel sets (`step_trace_mark`), after each CTA's release: the median CTA's
     /// and the slowest's; `None` where a combined step lacks it.
     pub marks_us: Vec<Option<(f64, f64)>>,
+    /// The last mark by CTAs an SM held, for the loads every combined step has.
+    pub by_sm_load: Vec<SmLoadUs>,
+}
+
+/// A launch's last mark over the CTAs of SMs that held `ctas_on_sm` of its CTAs ([`SmLoad`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SmLoadUs {
+    pub ctas_on_sm: u32,
+    /// SMs that held that many.
+    pub sms: f64,
+    /// The median CTA's and the slowest's, after each CTA's release.
+    pub median_us: f64,
+    pub max_us: f64,
+}
+
+impl From<&SmLoad> for SmLoadUs {
+    fn from(l: &SmLoad) -> Self {
+        Self {
+            ctas_on_sm: l.ctas_on_sm,
+            sms: f64::from(l.sms),
+            median_us: l.last_mark.median as f64 / 1e3,
+            max_us: l.last_mark.max as f64 / 1e3,
+        }
+    }
+}
+
+/// The loads every one of `groups` has, in the first's order, each figure combined by `f` (the
+/// median over steps, the mean over layers).
+fn combine_loads(groups: &[Vec<SmLoadUs>], f: &dyn Fn(Vec<f64>) -> f64) -> Vec<SmLoadUs> {
+    let Some(first) = groups.first() else { return Vec::new() };
+    first
+        .iter()
+        .filter_map(|g| {
+            let same: Vec<&SmLoadUs> =
+                groups.iter().map(|gs| gs.iter().find(|h| h.ctas_on_sm == g.ctas_on_sm)).collect::<Option<_>>()?;
+            let of = |field: fn(&SmLoadUs) -> f64| f(same.iter().map(|h| field(h)).collect());
+            Some(SmLoadUs {
+                ctas_on_sm: g.ctas_on_sm,
+                sms: of(|h| h.sms),
+                median_us: of(|h| h.median_us),
+                max_us: of(|h| h.max_us),
+            })
+        })
+        .collect()
 }
 
 /// One launch of a layer, summed over the layers.
@@ -55,6 +100,8 @@ pub struct LayerSlot {
     pub half_out_us: f64,
     /// As [`PositionTimes`], means per layer; `None` where a layer lacks the mark.
     pub marks_us: Vec<Option<(f64, f64)>>,
+    /// As [`PositionTimes`], means per layer, for the loads every layer has.
+    pub by_sm_load: Vec<SmLoadUs>,
 }
 
 /// The repeating stretch of a step's launches.
@@ -129,6 +176,10 @@ pub fn timeline(steps: &[TraceWindow]) -> Option<StepTimeline> {
                         })
                     })
                     .collect(),
+                by_sm_load: combine_loads(
+                    &same.iter().map(|s| s[j].by_sm_load.iter().map(SmLoadUs::from).collect()).collect::<Vec<_>>(),
+                    &median,
+                ),
             }
         })
         .collect();
@@ -186,6 +237,10 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
                         m.map(|(medians, maxes)| (mean(&medians), mean(&maxes)))
                     })
                     .collect(),
+                by_sm_load: combine_loads(
+                    &at.iter().map(|p| p.by_sm_load.clone()).collect::<Vec<_>>(),
+                    &|v: Vec<f64>| mean(&v),
+                ),
             }
         })
         .collect();
@@ -224,6 +279,14 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
                     .collect();
                 println!("      marks after release, us (median CTA / slowest): {}", marks.join("  "));
             }
+            if !s.by_sm_load.is_empty() {
+                let loads: Vec<String> = s
+                    .by_sm_load
+                    .iter()
+                    .map(|l| format!("{} ({:.0}): {:.2} / {:.2}", l.ctas_on_sm, l.sms, l.median_us, l.max_us))
+                    .collect();
+                println!("      last mark by CTAs an SM held (SMs), us: {}", loads.join("  "));
+            }
         }
     }
     if let Some(last) = t.layers.as_ref().and_then(|l| l.last_on_path_us) {
@@ -245,7 +308,8 @@ mod tests {
 
     /// One step: embed, then `layers` x (gemm, attn), then sample; each CTA set released over
     /// 100 ns (half out at 40), arriving 500 ns before its release. Layer i's gemm sets mark 0,
-    /// 1,000 + 200 i ns after the median CTA's release and 1,500 after the slowest's.
+    /// 1,000 + 200 i ns after the median CTA's release and 1,500 after the slowest's; on its 14
+    /// SMs of two CTAs so, on its 100 of one 100 ns and 300 ns sooner.
     fn step(layers: usize, t0: u64) -> TraceWindow {
         let mut out = Vec::new();
         let mut t = t0;
@@ -261,6 +325,13 @@ mod tests {
                 release: (t, t + 100),
                 release_median: t + 40,
                 marks: [mark, None, None, None],
+                by_sm_load: mark.map_or(Vec::new(), |m| {
+                    let alone = MarkTimes { median: m.median - 100, max: m.max - 300 };
+                    vec![
+                        SmLoad { ctas_on_sm: 1, sms: 100, last_mark: alone },
+                        SmLoad { ctas_on_sm: 2, sms: 14, last_mark: m },
+                    ]
+                }),
             });
             t += dur;
         };
@@ -295,6 +366,27 @@ mod tests {
         assert_eq!(t.positions[3].marks_us, vec![Some((1.2, 1.5)), None, None, None]);
         assert_eq!(l.slots[0].marks_us, vec![Some((1.2, 1.5)), None, None, None]);
         assert_eq!(l.slots[1].marks_us, vec![None; 4]);
+        let load = |ctas_on_sm, sms, median_us, max_us| SmLoadUs { ctas_on_sm, sms, median_us, max_us };
+        assert_eq!(t.positions[3].by_sm_load, vec![load(1, 100.0, 1.1, 1.2), load(2, 14.0, 1.2, 1.5)]);
+        // The mean over layers, to rounding.
+        let want = [load(1, 100.0, 1.1, 1.2), load(2, 14.0, 1.2, 1.5)];
+        assert_eq!(l.slots[0].by_sm_load.len(), want.len());
+        for (got, want) in l.slots[0].by_sm_load.iter().zip(&want) {
+            assert_eq!((got.ctas_on_sm, got.sms), (want.ctas_on_sm, want.sms));
+            assert!(
+                (got.median_us - want.median_us).abs() < 1e-9 && (got.max_us - want.max_us).abs() < 1e-9,
+                "{got:?}"
+            );
+        }
+        assert!(l.slots[1].by_sm_load.is_empty());
+    }
+
+    #[test]
+    fn only_the_loads_every_step_or_layer_has_are_combined() {
+        let load = |ctas_on_sm, median_us| SmLoadUs { ctas_on_sm, sms: 10.0, median_us, max_us: 2.0 * median_us };
+        let groups = vec![vec![load(3, 1.0), load(4, 2.0)], vec![load(4, 4.0)], vec![load(4, 3.0), load(5, 9.0)]];
+        assert_eq!(combine_loads(&groups, &median), vec![load(4, 3.0)]);
+        assert!(combine_loads(&[], &median).is_empty());
     }
 
     #[test]
