@@ -27,6 +27,7 @@
 //! an untraced run's. The decode bench (`asynct bench`, the server's
 //! `bench::step_timeline`) turns the launches into a step's timeline.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaModule, CudaSlice, CudaStream, DevicePtr};
@@ -190,6 +191,27 @@ fn mark_times(mut after: Vec<u64>) -> Option<MarkTimes> {
     after.last().map(|&max| MarkTimes { median: after[(after.len() - 1) / 2], max })
 }
 
+/// Marks `(CTA, ns after its release)` of a launch whose CTA i ran on SM `sms[i]`, grouped by how
+/// many of the launch's CTAs that SM held, fewest first.
+fn group_by_sm_load(sms: &[u32], marks: impl Iterator<Item = (usize, u64)>) -> Vec<SmLoad> {
+    let mut on_sm = HashMap::<u32, u32>::new();
+    for &sm in sms {
+        *on_sm.entry(sm).or_default() += 1;
+    }
+    // By CTAs an SM held: how many SMs held so many, and their CTAs' marks.
+    let mut by_load = BTreeMap::<u32, (u32, Vec<u64>)>::new();
+    for &n in on_sm.values() {
+        by_load.entry(n).or_default().0 += 1;
+    }
+    for (cta, after) in marks {
+        by_load.get_mut(&on_sm[&sms[cta]]).expect("every SM's load is a key").1.push(after);
+    }
+    by_load
+        .into_iter()
+        .filter_map(|(ctas_on_sm, (sms, after))| Some(SmLoad { ctas_on_sm, sms, last_mark: mark_times(after)? }))
+        .collect()
+}
+
 /// The window `bytes` holds (module numbers naming `modules`).
 pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
     let u64_at = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
@@ -233,23 +255,10 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
         let marked = stamps.len().min(MARK_CTAS);
         let marks: [Option<MarkTimes>; MARKS] =
             std::array::from_fn(|k| mark_times((0..marked).filter_map(|i| mark_after(i, k)).collect()));
-        let mut by_sm_load = Vec::new();
-        if let Some(last) = (0..MARKS).rev().find(|&k| marks[k].is_some()) {
-            let mut on_sm = std::collections::HashMap::<u32, u32>::new();
-            for s in &stamps {
-                *on_sm.entry(s.2).or_default() += 1;
-            }
-            let mut loads: Vec<u32> = on_sm.values().copied().collect();
-            loads.sort_unstable();
-            loads.dedup();
-            for load in loads {
-                let after = (0..marked).filter(|&i| on_sm[&stamps[i].2] == load).filter_map(|i| mark_after(i, last));
-                if let Some(last_mark) = mark_times(after.collect()) {
-                    let sms = on_sm.values().filter(|&&n| n == load).count() as u32;
-                    by_sm_load.push(SmLoad { ctas_on_sm: load, sms, last_mark });
-                }
-            }
-        }
+        let sms: Vec<u32> = stamps.iter().map(|s| s.2).collect();
+        let by_sm_load = (0..MARKS).rev().find(|&k| marks[k].is_some()).map_or(Vec::new(), |last| {
+            group_by_sm_load(&sms, (0..marked).filter_map(|i| Some((i, mark_after(i, last)?))))
+        });
         let mut releases: Vec<u64> = stamps.iter().map(|s| s.1).collect();
         releases.sort_unstable();
         launches.push(LaunchTrace {
