@@ -54,19 +54,6 @@ __device__ __forceinline__ unsigned long long now() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
-__device__ __forceinline__ unsigned rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned remote(unsigned local, unsigned r) {
-  unsigned a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(local), "r"(r));
-  return a;
-}
-__device__ __forceinline__ void cluster_sync_release_acquire() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
 __device__ __forceinline__ void st_async16(unsigned dst, unsigned bar, float4 v) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
                "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
@@ -98,11 +85,11 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   float* part = reinterpret_cast<float*>(smem);
   float* recv = part + rows * PAD;  // [CLASSES][share][PAD]
   unsigned long long* bar = reinterpret_cast<unsigned long long*>(recv + CLASSES * share * PAD);
-  const unsigned bar_a = (unsigned)__cvta_generic_to_shared(bar);
-  const int c = (int)rank(), cl = blockIdx.x / CLASSES;
+  const unsigned bar_a = smem_addr(bar);
+  const int c = (int)cluster_rank(), cl = blockIdx.x / CLASSES;
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\nfence.mbarrier_init.release.cluster;" ::"r"(bar_a)
-                 : "memory");
+    mb_init(bar_a, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   for (int i = threadIdx.x; i < rows * COLS; i += THREADS) {
@@ -118,9 +105,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   for (int d = 1; d < CLASSES; ++d) pushes += pushed(mode, d);
   if (mode == PUSH || mode == PUSHR || mode == SPLIT) {
     if (threadIdx.x == 0) {
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_a),
-                   "r"(pushes * quads * 16)
-                   : "memory");
+      mb_expect(bar_a, pushes * quads * 16);
     }
     for (int i = threadIdx.x; i < (CLASSES - 1) * quads; i += THREADS) {
       // Share slot 1 .. 7: push takes the ranks from the next one on, pushr in rank order, own skipped.
@@ -129,8 +114,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       const int r = (i % quads) / QUADS, q = i % QUADS;
       if (!pushed(mode, d)) continue;
       const float4 v = *reinterpret_cast<const float4*>(part + (o * share + r) * PAD + 4 * q);
-      const unsigned dst = (unsigned)__cvta_generic_to_shared(recv + (c * share + r) * PAD + 4 * q);
-      st_async16(remote(dst, o), remote(bar_a, o), v);
+      st_async16(cluster_remote(smem_addr(recv + (c * share + r) * PAD + 4 * q), o), cluster_remote(bar_a, o), v);
     }
   }
   if (mode == L2 || mode == SPLIT) {
@@ -141,18 +125,8 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       *reinterpret_cast<float4*>(mine + r * COLS + 4 * q) = *reinterpret_cast<const float4*>(part + r * PAD + 4 * q);
     }
   }
-  if (mode == PULL || mode == L2 || mode == SPLIT) cluster_sync_release_acquire();
-  if (mode == PUSH || mode == PUSHR || mode == SPLIT) {
-    unsigned done;
-    do {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, "
-          "p;\n}\n"
-          : "=r"(done)
-          : "r"(bar_a)
-          : "memory");
-    } while (!done);
-  }
+  if (mode == PULL || mode == L2 || mode == SPLIT) cluster_sync();
+  if (mode == PUSH || mode == PUSHR || mode == SPLIT) mb_wait<true>(bar_a, 0);
 
   for (int i = threadIdx.x; i < quads; i += THREADS) {
     const int r = i / QUADS, q = i % QUADS, row = c * share + r;
@@ -165,7 +139,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       } else if (pushed(mode, d)) {
         v = *reinterpret_cast<const float4*>(recv + (k * share + r) * PAD + 4 * q);
       } else if (mode == PULL) {
-        v = ld_cluster16(remote((unsigned)__cvta_generic_to_shared(part + row * PAD + 4 * q), k));
+        v = ld_cluster16(cluster_remote(smem_addr(part + row * PAD + 4 * q), k));
       } else {
         v = __ldcg(reinterpret_cast<const float4*>(scratch + ((size_t)(cl * CLASSES + k) * rows + row) * COLS + 4 * q));
       }

@@ -38,20 +38,9 @@ constexpr int F_SMEM = F_W_BYTES + F_KV_BYTES + H * 2 + HEAD_ROWS * 2 + 2 * CHUN
 constexpr int A_SMEM = F_KV_BYTES + 2 * CHUNK * 4 + 2 * D * 4;
 static_assert(CHUNKS == 8, "a cluster of 8");
 
-// The cluster's pieces as inline PTX: this CTA's rank, a barrier of all its CTAs (release and
-// acquire), and a 16-bit store into the shared memory of the CTA of rank `rank`.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+// A 16-bit store into the shared memory of the cluster's CTA of rank `rank`.
 __device__ __forceinline__ void st_cluster_b16(const void* local, unsigned rank, unsigned short v) {
-  unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
-  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(remote), "h"(v) : "memory");
+  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(cluster_remote(smem_addr(local), rank)), "h"(v) : "memory");
 }
 
 

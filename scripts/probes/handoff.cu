@@ -209,24 +209,6 @@ __global__ void __launch_bounds__(P_THREADS, 1) chain(const Op* ops, int n_ops, 
 constexpr int R_STAGE = RING_STAGE_KB * 1024, R_STAGES = 192 / RING_STAGE_KB, R_RING = R_STAGE * R_STAGES;
 constexpr int R_CONSUMERS = 256, R_THREADS = R_CONSUMERS + 32;
 
-__device__ __forceinline__ void mb_init(unsigned bar, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mb_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mb_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mb_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
