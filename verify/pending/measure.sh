@@ -17,9 +17,10 @@
 # an H200, H200_SKIP replaces it. MAIN names the build the other stages run (device-bin-$MAIN,
 # default main; MAIN=base with device-build-refs.sh's pack; device-build.sh's pack holds device-bin
 # itself); BASE the builds' base (default base); AHEAD_BUILDS the builds beside it (device-bin-NAME
-# each). `ahead` takes about 6 minutes for three builds (run 319: 426 s), `step` 5 (run 325: 281 s),
-# `grid` 1, `gemm_ncu` about 1, `sanitize_new` up to 7 a build: past one call's 10 minutes together,
-# so a second call on the same warm machine takes the rest (SKIP naming the stages done).
+# each; default the two verify/pending/README.md names, rot and qkvrot). `ahead` takes about 6
+# minutes for three builds (run 319: 426 s), `step` 5 (run 325: 281 s), `grid` 1, `gemm_ncu` about
+# 1, `sanitize_new` up to 7 a build: past one call's 10 minutes together, so a second call on the
+# same warm machine takes the rest (SKIP naming the stages done).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/asynct-out}
@@ -30,7 +31,7 @@ R=/tmp/pending-runs
 rm -rf $R
 mkdir -p $R
 S=$OUT/summary.txt
-AHEAD_BUILDS=${AHEAD_BUILDS:-ahead}
+AHEAD_BUILDS=${AHEAD_BUILDS:-rot qkvrot}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 echo "gpu: $gpu" | tee $S
 # H200_SKIP replaces SKIP on an H200, which calls rarely get: its figures for issues 15 and 18
