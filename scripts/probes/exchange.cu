@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   const unsigned bar_a = smem_addr(bar);
   const int c = (int)cluster_rank(), cl = blockIdx.x / CLASSES;
   if (threadIdx.x == 0) {
-    mb_init(bar_a, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    tma::mbar_init(bar_a, 1);
+    tma::mbar_init_fence();
   }
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   for (int i = threadIdx.x; i < rows * COLS; i += THREADS) {
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   for (int d = 1; d < CLASSES; ++d) pushes += pushed(mode, d);
   if (mode == PUSH || mode == PUSHR || mode == SPLIT) {
     if (threadIdx.x == 0) {
-      mb_expect(bar_a, pushes * quads * 16);
+      tma::mbar_arrive_expect_tx(bar_a, pushes * quads * 16);
     }
     for (int i = threadIdx.x; i < (CLASSES - 1) * quads; i += THREADS) {
       // Share slot 1 .. 7: push takes the ranks from the next one on, pushr in rank order, own skipped.
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
     }
   }
   if (mode == PULL || mode == L2 || mode == SPLIT) cluster_sync();
-  if (mode == PUSH || mode == PUSHR || mode == SPLIT) mb_wait<true>(bar_a, 0);
+  if (mode == PUSH || mode == PUSHR || mode == SPLIT) tma::mbar_wait<true>(bar_a, 0);
 
   for (int i = threadIdx.x; i < quads; i += THREADS) {
     const int r = i / QUADS, q = i % QUADS, row = c * share + r;

@@ -226,10 +226,10 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
   uint4* xs = reinterpret_cast<uint4*>(smem + R_RING);
   if (threadIdx.x == 0) {
     for (int st = 0; st < R_STAGES; ++st) {
-      mb_init(full0 + 8 * st, 1);
-      mb_init(empty0 + 8 * st, 1);
+      tma::mbar_init(full0 + 8 * st, 1);
+      tma::mbar_init(empty0 + 8 * st, 1);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    tma::mbar_init_fence();
   }
   __syncthreads();
   if (threadIdx.x >= R_CONSUMERS) {
@@ -243,9 +243,9 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
         const int bytes = count * op.k * 2;
         for (int off = 0; off < bytes; off += R_STAGE, ++g) {
           const int st = (int)(g % R_STAGES);
-          if (g >= R_STAGES) mb_wait(empty0 + 8 * st, (unsigned)((g / R_STAGES - 1) & 1));
+          if (g >= R_STAGES) tma::mbar_wait(empty0 + 8 * st, (unsigned)((g / R_STAGES - 1) & 1));
           const unsigned len = (unsigned)min(R_STAGE, bytes - off);
-          mb_expect(full0 + 8 * st, len);
+          tma::mbar_arrive_expect_tx(full0 + 8 * st, len);
           bulk_copy(base + st * R_STAGE, src + off, len, full0 + 8 * st);
         }
       }
@@ -264,7 +264,9 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
       asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     }
     copy_x(xs, op, R_CONSUMERS);
-    for (int j = 0; j < stages; ++j) mb_wait(full0 + 8 * ((g + j) % R_STAGES), (unsigned)(((g + j) / R_STAGES) & 1));
+    for (int j = 0; j < stages; ++j) {
+      tma::mbar_wait(full0 + 8 * ((g + j) % R_STAGES), (unsigned)(((g + j) / R_STAGES) & 1));
+    }
     asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     const unsigned start = (unsigned)((g % R_STAGES) * R_STAGE);
     for (int r = warp; r < count; r += P_WARPS) {
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(R_THREADS, 1) ring_chain(const Op* ops, int n_
     }
     asm volatile("bar.sync 1, %0;" ::"n"(R_CONSUMERS) : "memory");
     if (threadIdx.x == 0) {
-      for (int j = 0; j < stages; ++j) mb_arrive(empty0 + 8 * ((g + j) % R_STAGES));
+      for (int j = 0; j < stages; ++j) tma::mbar_arrive(empty0 + 8 * ((g + j) % R_STAGES));
       if (barrier) release_count(counters + i);
     }
     g += stages;

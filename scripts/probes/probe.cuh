@@ -1,11 +1,10 @@
-// probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the
-// timing of a replayed CUDA graph or of a launch (median and least of the trials, in us), a launch
-// with clusters or programmatic serialisation, the cluster's and the mbarriers' pieces, random
-// bf16 data, programmatic launch's wait and trigger, a 16-byte cp.async, and the GEMV probes'
-// row arithmetic (dot8, finish_row), whose one definition is what lets two forms of a probe give
-// the same bits. Each
-// probe stays one file that nvcc builds alone (its header says how); this is its only include
-// from here.
+// probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the timing
+// of a replayed CUDA graph or of a launch (median and least of the trials, in us), a launch with
+// clusters or programmatic serialisation, the cluster's pieces (and the engine's mbarriers, from
+// gpu/kernels/tma.cuh), random bf16 data, programmatic launch's wait and trigger, a 16-byte
+// cp.async, and the GEMV probes' row arithmetic (dot8, finish_row), whose one definition is what
+// lets two forms of a probe give the same bits. Each probe stays one file that nvcc builds alone
+// (its header says how); this is its only include from this repository.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,6 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+// The engine's mbarriers (tma::mbar_init, mbar_arrive_expect_tx, mbar_arrive, mbar_wait,
+// mbar_init_fence), which need tensor_core.cuh before them.
+#include "../../gpu/kernels/tensor_core.cuh"
+#include "../../gpu/kernels/tma.cuh"
 
 #define CK(x)                                                                   \
   do {                                                                          \
@@ -126,38 +130,6 @@ __device__ __forceinline__ unsigned cluster_remote(unsigned local, unsigned rank
   unsigned r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
   return r;
-}
-
-// mbarriers at shared addresses: set up for n arrivals, an arrival that expects `bytes` more, a
-// plain arrival, and the wait for phase `parity`; with CLUSTER the wait acquires at cluster
-// scope, so that what other CTAs of the cluster stored there (st.async) is seen.
-__device__ __forceinline__ void mb_init(unsigned bar, unsigned n) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(n) : "memory");
-}
-__device__ __forceinline__ void mb_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mb_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-template <bool CLUSTER = false>
-__device__ __forceinline__ void mb_wait(unsigned bar, unsigned parity) {
-  unsigned done;
-  do {
-    if constexpr (CLUSTER) {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, "
-          "0, p;\n}\n"
-          : "=r"(done)
-          : "r"(bar), "r"(parity)
-          : "memory");
-    } else {
-      asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                   : "=r"(done)
-                   : "r"(bar), "r"(parity)
-                   : "memory");
-    }
-  } while (!done);
 }
 
 // 16 bytes from global memory to shared address dst, through L2 only.
