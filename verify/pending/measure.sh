@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The device call that measures what waits here (issue 15), in order of what it settles (a call cut
-# short still returns the summary written so far): the class forms' exchange of partials alone,
-# through distributed shared memory against L2 (`exchange`, scripts/probes/exchange.cu: seconds),
+# short still returns the summary written so far): how fast SMs take in bytes from L2 by how many
+# read and how (`ingest`, scripts/probes/ingest.cu: seconds), the class forms' exchange of
+# partials alone, through distributed shared memory against L2 (`exchange`,
+# scripts/probes/exchange.cu: seconds),
 # then builds beside main's (`ahead`: the step of the base and of each at 32, 64 and 128 rows, a
 # traced pass that prints the step trace's marks inside the decode GEMMs, then their GPU checks),
 # then main beside the anchors in the same call, which no call has taken on an H200 since run 246
@@ -143,6 +145,8 @@ run_probe() {
 
 exchange() { run_probe exchange 90; }
 
+ingest() { run_probe ingest 120; }
+
 probe() { run_probe handoff 60; }
 
 fuzz() {
@@ -175,6 +179,7 @@ grid() {
   grep -iE "cudnn|B[0-9]+_T" $R/anchor.log | head -20 >> $S
 }
 
+stage ingest
 stage exchange
 stage ahead
 stage step
