@@ -9,9 +9,13 @@
 // Each CTA reads the same buffer whole (as every CTA of a form reads x), the buffer left in L2
 // by the launches before. Modes:
 //   ld    the CTA's 256 threads read it in 16-byte ld.global.cg, four vectors a thread in flight
+//   ldca  the same through L1 (ld.global.ca), as the plain form reads x: two CTAs an SM reading
+//         the same bytes may meet in L1
 //   bulk  one producer thread streams it through a ring of STAGES stages of CHUNK bytes by 1-D
 //         TMA (cp.async.bulk), the 256 consumer threads reading each stage from shared memory
 //         and releasing it: the TMA-fed forms' intake without their arithmetic
+//   rot   bulk with each CTA starting at its own chunk (blockIdx.x modulo the chunks): whether
+//         every CTA asking L2 for the same lines at once costs (run 230's reading)
 //   mc2   bulk in clusters of 2 CTAs, each CTA loading half of every chunk and multicasting it to
 //         both (a stage is refilled once every consumer of the cluster released it)
 //   mc4   the same in clusters of 4
@@ -32,8 +36,8 @@
 #include "probe.cuh"
 
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 32, CHUNK = 16384, STAGES = 6;
-enum Mode { LD, BULK, MC2, MC4 };
-const char* const MODE_NAMES[] = {"ld", "bulk", "mc2", "mc4"};
+enum Mode { LD, LDCA, BULK, ROT, MC2, MC4 };
+const char* const MODE_NAMES[] = {"ld", "ldca", "bulk", "rot", "mc2", "mc4"};
 
 __device__ __forceinline__ unsigned long long now() {
   unsigned long long t;
@@ -88,7 +92,7 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
   const unsigned long long t0 = now();
   unsigned acc = 0;
   const int chunks = bytes / CHUNK;
-  if (mode == LD) {
+  if (mode == LD || mode == LDCA) {
     if (threadIdx.x < CONSUMERS) {
       const int n = bytes / 16;
       for (int i = threadIdx.x; i < n; i += 4 * CONSUMERS) {
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int e = i + j * CONSUMERS;
-          v[j] = e < n ? __ldcg(x + e) : make_uint4(0, 0, 0, 0);
+          v[j] = e >= n ? make_uint4(0, 0, 0, 0) : mode == LD ? __ldcg(x + e) : __ldca(x + e);
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc ^= fold(v[j]);
@@ -108,7 +112,8 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
       const int s = i % STAGES;
       if (i >= STAGES) tma::mbar_wait<true>(empty0 + 8 * s, ((i / STAGES) - 1) & 1);
       tma::mbar_arrive_expect_tx(full0 + 8 * s, CHUNK);
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(x) + (size_t)i * CHUNK;
+      const int from = mode == ROT ? (i + (int)blockIdx.x) % chunks : i;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(x) + (size_t)from * CHUNK;
       if (csize == 1) {
         bulk_load(ring + s * CHUNK, src, CHUNK, full0 + 8 * s);
       } else {
