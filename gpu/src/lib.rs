@@ -32,4 +32,4 @@ pub mod runtime;
 
 pub use device::{probe, DeviceInfo};
 pub use error::{Error, Result};
-pub use runtime::{Gpu, Graph, Kernel, LaunchTrace, MarkTimes, SmLoad, TraceWindow};
+pub use runtime::{Gpu, Graph, Kernel, LaunchTrace, MarkTimes, SmLoad, SmNeighbours, TraceWindow};

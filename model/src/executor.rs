@@ -20,7 +20,7 @@
 //! [`GpuExecutor`](crate::gpu_backend::executor::GpuExecutor). Everything above this trait is
 //! shared, so both backends schedule, preempt and stop identically.
 
-pub use gpu::{LaunchTrace, MarkTimes, SmLoad, TraceWindow};
+pub use gpu::{LaunchTrace, MarkTimes, SmLoad, SmNeighbours, TraceWindow};
 use ndarray::Array2;
 use oracle::decode::processors::{draw, ProcessorState};
 use oracle::decode::sampler::SamplingParams;

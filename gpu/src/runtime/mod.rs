@@ -37,7 +37,7 @@ pub use graph::Graph;
 pub use kernel_cache::{nvrtc_available, Kernel};
 pub use launch::{programmatic, with_programmatic, KernelArg, Launch};
 pub use mapped_host::MappedHost;
-pub use step_trace::{LaunchTrace, MarkTimes, SmLoad, TraceWindow};
+pub use step_trace::{LaunchTrace, MarkTimes, SmLoad, SmNeighbours, TraceWindow};
 
 /// Device 0 with one stream and a module table.
 pub struct Gpu {

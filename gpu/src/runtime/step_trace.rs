@@ -22,7 +22,9 @@
 //! where a launch's time on the step's path goes inside it. Each record also holds the CTA's SM
 //! (`%smid`, above 24 bits of its wait, which saturates at 16.8 ms), so that the reader can group
 //! the last mark by how many of the launch's CTAs an SM held ([`LaunchTrace::by_sm_load`]): an
-//! SM's share of a wave is one cause of a launch's slowest CTAs. The stamps still cost each CTA a
+//! SM's share of a wave is one cause of a launch's slowest CTAs. It also says which CTAs the
+//! hardware put together on an SM ([`LaunchTrace::sm_neighbours`]): whether two CTAs that read
+//! the same bytes (a skinny GEMM's slab of x) can meet in the SM's L1. The stamps still cost each CTA a
 //! store and two timer reads, and each mark a store and one; compare the traced step's time with
 //! an untraced run's. The decode bench (`asynct bench`, the server's
 //! `bench::step_timeline`) turns the launches into a step's timeline.
@@ -110,6 +112,20 @@ pub struct LaunchTrace {
     /// The kernel's last mark (the highest it sets) by how many of the launch's CTAs ran on a
     /// CTA's SM, fewest first: whether the slowest CTAs are those that shared their SM with more.
     pub by_sm_load: Vec<SmLoad>,
+    /// How far apart in the grid the CTAs that shared an SM were; `None` where none did.
+    pub sm_neighbours: Option<SmNeighbours>,
+}
+
+/// Which of a launch's CTAs shared an SM: over each SM's CTAs in grid order (all waves), the
+/// distance from each to the next, the most common one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmNeighbours {
+    /// The most common distance (the smallest of those as common).
+    pub distance: u32,
+    /// Pairs of CTAs next to each other on an SM at that distance.
+    pub pairs_at: u32,
+    /// Such pairs at any distance.
+    pub pairs: u32,
 }
 
 /// The CTAs that ran on SMs holding `ctas_on_sm` of their launch's CTAs.
@@ -212,6 +228,21 @@ fn group_by_sm_load(sms: &[u32], marks: impl Iterator<Item = (usize, u64)>) -> V
         .collect()
 }
 
+/// The neighbours on an SM of a launch whose CTA i ran on SM `sms[i]`.
+fn sm_neighbours(sms: &[u32]) -> Option<SmNeighbours> {
+    let mut last_on = HashMap::<u32, usize>::new();
+    let mut at_distance = BTreeMap::<u32, u32>::new();
+    for (cta, &sm) in sms.iter().enumerate() {
+        if let Some(before) = last_on.insert(sm, cta) {
+            *at_distance.entry((cta - before) as u32).or_default() += 1;
+        }
+    }
+    let pairs = at_distance.values().sum();
+    // The first of the most common: max_by_key keeps the last of equals, so walk from the top.
+    let (&distance, &pairs_at) = at_distance.iter().rev().max_by_key(|&(_, &n)| n)?;
+    Some(SmNeighbours { distance, pairs_at, pairs })
+}
+
 /// The window `bytes` holds (module numbers naming `modules`).
 pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
     let u64_at = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().expect("8 bytes"));
@@ -272,6 +303,7 @@ pub fn parse(bytes: &[u8], modules: &[&'static str]) -> TraceWindow {
             release_median: releases[(releases.len() - 1) / 2],
             marks,
             by_sm_load,
+            sm_neighbours: sm_neighbours(&sms),
         });
     }
     // Each launch on the stream is released only once the one before it has finished, so
@@ -330,6 +362,7 @@ mod tests {
             release_median: 95,
             marks: [None; MARKS],
             by_sm_load: Vec::new(),
+            sm_neighbours: None,
         };
         let a = LaunchTrace {
             kernel: "a.cu",
@@ -342,6 +375,7 @@ mod tests {
             release_median: 155,
             marks: [None; MARKS],
             by_sm_load: Vec::new(),
+            sm_neighbours: None,
         };
         assert_eq!(window.launches, vec![b, a]);
     }
@@ -392,6 +426,19 @@ mod tests {
         let alone = SmLoad { ctas_on_sm: 1, sms: 2, last_mark: MarkTimes { median: 20, max: 30 } };
         let three = SmLoad { ctas_on_sm: 3, sms: 1, last_mark: MarkTimes { median: 60, max: 70 } };
         assert_eq!(l.by_sm_load, vec![alone, three]);
+        // SM 7 held CTAs 0, 2 and 4: two pairs, both 2 apart.
+        assert_eq!(l.sm_neighbours, Some(SmNeighbours { distance: 2, pairs_at: 2, pairs: 2 }));
+    }
+
+    #[test]
+    fn neighbours_on_an_sm_are_the_most_common_distance_in_the_grid_the_smaller_of_equals() {
+        // Eight CTAs on four SMs: 0 and 4, 1 and 5 share SMs (4 apart), 2 and 3 one SM (1 apart),
+        // 6 and 7 another (1 apart).
+        assert_eq!(sm_neighbours(&[0, 1, 2, 2, 0, 1, 3, 3]), Some(SmNeighbours { distance: 1, pairs_at: 2, pairs: 4 }));
+        // Three on one SM, one apart then three.
+        assert_eq!(sm_neighbours(&[5, 5, 1, 2, 5]), Some(SmNeighbours { distance: 1, pairs_at: 1, pairs: 2 }));
+        assert_eq!(sm_neighbours(&[0, 1, 2]), None);
+        assert_eq!(sm_neighbours(&[]), None);
     }
 
     #[test]

@@ -13,11 +13,14 @@
 //! done, 2 the classes' partials in, 3 the epilogue's stores issued; the attention: 2 its chunks
 //! done, 3 its output written), a layer's launch also gets each mark's time after the median
 //! CTA's release and after the slowest CTA's, and its last mark by how many of the launch's CTAs
-//! shared a CTA's SM: whether a launch's slowest CTAs are those of its busiest SMs.
+//! shared a CTA's SM: whether a launch's slowest CTAs are those of its busiest SMs. Each layer's
+//! launch also says how far apart in the grid the CTAs that shared an SM most often were.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use model::executor::{LaunchTrace, MarkTimes, SmLoad, TraceWindow};
+use model::executor::{LaunchTrace, MarkTimes, SmLoad, SmNeighbours, TraceWindow};
 
 use super::Summary;
 
@@ -41,6 +44,33 @@ pub struct PositionTimes {
     pub marks_us: Vec<Option<(f64, f64)>>,
     /// The last mark by CTAs an SM held, for the loads every combined step has.
     pub by_sm_load: Vec<SmLoadUs>,
+    /// How far apart in the grid CTAs that shared an SM most often were.
+    pub sm_neighbours: Option<NeighboursUs>,
+}
+
+/// [`SmNeighbours`] as a share: the most common distance in the grid between CTAs next to each
+/// other on an SM, and the share of such pairs at it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct NeighboursUs {
+    pub distance: u32,
+    pub share: f64,
+}
+
+impl From<&SmNeighbours> for NeighboursUs {
+    fn from(n: &SmNeighbours) -> Self {
+        Self { distance: n.distance, share: f64::from(n.pairs_at) / f64::from(n.pairs) }
+    }
+}
+
+/// The distance most of `all` have (the smallest of those as common), with the shares of those
+/// combined by `f`; `None` where none has one.
+fn combine_neighbours(all: &[Option<NeighboursUs>], f: &dyn Fn(Vec<f64>) -> f64) -> Option<NeighboursUs> {
+    let mut by_distance = BTreeMap::<u32, Vec<f64>>::new();
+    for n in all.iter().flatten() {
+        by_distance.entry(n.distance).or_default().push(n.share);
+    }
+    let (&distance, _) = by_distance.iter().rev().max_by_key(|(_, shares)| shares.len())?;
+    Some(NeighboursUs { distance, share: f(by_distance.remove(&distance).expect("the key just found")) })
 }
 
 /// A launch's last mark over the CTAs of SMs that held `ctas_on_sm` of its CTAs ([`SmLoad`]).
@@ -102,6 +132,8 @@ pub struct LayerSlot {
     pub marks_us: Vec<Option<(f64, f64)>>,
     /// As [`PositionTimes`], means per layer, for the loads every layer has.
     pub by_sm_load: Vec<SmLoadUs>,
+    /// As [`PositionTimes`], the share a mean over the layers at the most common distance.
+    pub sm_neighbours: Option<NeighboursUs>,
 }
 
 /// The repeating stretch of a step's launches.
@@ -180,6 +212,10 @@ pub fn timeline(steps: &[TraceWindow]) -> Option<StepTimeline> {
                     &same.iter().map(|s| s[j].by_sm_load.iter().map(SmLoadUs::from).collect()).collect::<Vec<_>>(),
                     &median,
                 ),
+                sm_neighbours: combine_neighbours(
+                    &same.iter().map(|s| s[j].sm_neighbours.as_ref().map(NeighboursUs::from)).collect::<Vec<_>>(),
+                    &median,
+                ),
             }
         })
         .collect();
@@ -241,6 +277,10 @@ fn layers(sigs: &[Signature], positions: &[PositionTimes]) -> Option<Layers> {
                     &at.iter().map(|p| p.by_sm_load.clone()).collect::<Vec<_>>(),
                     &|v: Vec<f64>| mean(&v),
                 ),
+                sm_neighbours: combine_neighbours(
+                    &at.iter().map(|p| p.sm_neighbours).collect::<Vec<_>>(),
+                    &|v: Vec<f64>| mean(&v),
+                ),
             }
         })
         .collect();
@@ -287,6 +327,13 @@ pub fn print_timeline(batch: usize, t: &StepTimeline) {
                     .collect();
                 println!("      last mark by CTAs an SM held (SMs), us: {}", loads.join("  "));
             }
+            if let Some(n) = s.sm_neighbours {
+                println!(
+                    "      CTAs sharing an SM: most often {} apart in the grid ({:.0}% of pairs)",
+                    n.distance,
+                    100.0 * n.share
+                );
+            }
         }
     }
     if let Some(last) = t.layers.as_ref().and_then(|l| l.last_on_path_us) {
@@ -332,6 +379,7 @@ mod tests {
                         SmLoad { ctas_on_sm: 2, sms: 14, last_mark: m },
                     ]
                 }),
+                sm_neighbours: mark.map(|_| SmNeighbours { distance: 114, pairs_at: 12, pairs: 14 }),
             });
             t += dur;
         };
@@ -379,6 +427,18 @@ mod tests {
             );
         }
         assert!(l.slots[1].by_sm_load.is_empty());
+        let neighbours = Some(NeighboursUs { distance: 114, share: 12.0 / 14.0 });
+        assert_eq!((t.positions[3].sm_neighbours, l.slots[0].sm_neighbours), (neighbours, neighbours));
+        assert_eq!(l.slots[1].sm_neighbours, None);
+    }
+
+    #[test]
+    fn neighbours_combine_at_the_distance_most_have_the_smaller_of_equals() {
+        let n = |distance, share| Some(NeighboursUs { distance, share });
+        let all = [n(4, 0.5), None, n(1, 0.9), n(4, 0.7), n(1, 0.3)];
+        assert_eq!(combine_neighbours(&all, &median), n(1, 0.6));
+        assert_eq!(combine_neighbours(&all[..4], &median), n(4, 0.6));
+        assert_eq!(combine_neighbours(&[None, None], &median), None);
     }
 
     #[test]
