@@ -19,9 +19,9 @@
 # an H200, H200_SKIP replaces it. MAIN names the build the other stages run (device-bin-$MAIN,
 # default main; MAIN=base with device-build-refs.sh's pack; device-build.sh's pack holds device-bin
 # itself); BASE the builds' base (default base); AHEAD_BUILDS the builds beside it (device-bin-NAME
-# each; default the one verify/pending/README.md names, wg17), AHEAD_BATCHES the batches the ahead
-# stage steps (default 32,64,128). `ahead` takes about 6
-# minutes for three builds (run 319: 426 s), `step` 5 (run 325: 281 s), `grid` 1, `gemm_ncu` about
+# each; default the two verify/pending/README.md names, wg17 and slab), AHEAD_BATCHES the
+# batches the ahead stage steps (default 32,64,128). `ahead` takes about 6 minutes for three
+# builds (run 319: 426 s), `step` 5 (run 325: 281 s), `grid` 1, `gemm_ncu` about
 # 1, `sanitize_new` up to 7 a build: past one call's 10 minutes together, so a second call on the
 # same warm machine takes the rest (SKIP naming the stages done).
 set -u
@@ -34,7 +34,7 @@ R=/tmp/pending-runs
 rm -rf $R
 mkdir -p $R
 S=$OUT/summary.txt
-AHEAD_BUILDS=${AHEAD_BUILDS:-wg17}
+AHEAD_BUILDS=${AHEAD_BUILDS:-wg17 slab}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 echo "gpu: $gpu" | tee $S
 # H200_SKIP replaces SKIP on an H200, which calls rarely get: its figures for issues 15 and 18
@@ -53,8 +53,8 @@ stage() {
 
 ahead() {
   # The builds AHEAD_BUILDS names beside their base (verify/pending/README.md: session 64's
-  # warpgroup form for gate/up from 17 rows). The step first: it answers
-  # whether a patch is worth its checks. AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm
+  # warpgroup form for gate/up from 17 rows, and the plain form's grid slab-major). The step
+  # first: it answers whether a patch is worth its checks. AHEAD_PASSES and AHEAD_TESTS (default 3; gpu_gemm
   # gpu_engine gpu_model) trim it for a short call.
   # The traced pass (before the checks, for a call cut short) prints the decode GEMMs' marks
   # (step_trace_mark, first read in runs 319-320).
