@@ -12,8 +12,11 @@
 # limit and the sanitize stage (every test binary of the folder) short. The limit counts the
 # tracked tree too (about 16 MB), so a pack of three or four builds is the most one call takes;
 # the script says when the two together pass it.
-# NAME=- reuses device-bin-NAME from an earlier run as it is.
+# NAME=- reuses device-bin-NAME from an earlier run as it is. REF+PATCH[+PATCH...] builds REF with
+# those patch files (paths from the repository's root, e.g. verify/pending's) applied by git am
+# in its worktree, so a waiting patch needs no branch of its own.
 # Usage: scripts/device-build-refs.sh main=main:gpu_engine wide=exp-two-level-wide [...]
+#        scripts/device-build-refs.sh base=main:gpu_ops wg17=main+verify/pending/wg-from-17.patch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -35,7 +38,12 @@ for spec in "$@"; do
     [ -f "device-bin-$name/COMMIT" ] || { echo "device-bin-$name holds no earlier build" >&2; exit 2; }
     echo "== $name: device-bin-$name as built, $(head -c 7 "device-bin-$name/COMMIT")"
   else
+    patches=()
+    [[ $ref == *+* ]] && IFS=+ read -ra patches <<<"${ref#*+}" && ref=${ref%%+*}
     git worktree add --detach "$work/$name" "$ref" >/dev/null
+    for p in "${patches[@]}"; do
+      git -C "$work/$name" am -q "$root/$p" || { echo "$p does not apply to $ref" >&2; exit 2; }
+    done
     echo "== $name: $(git -C "$work/$name" log --oneline -1)"
     BIN_DIR="$root/device-bin-$name" PACK=0 TEST_BINS="${bins//,/ }" bash "$work/$name/scripts/device-build.sh"
   fi
