@@ -187,7 +187,7 @@ int main() {
         CK(cudaStreamEndCapture(s, &graph));
         CK(cudaGraphInstantiate(&exec, graph, 0));
         const Timing t = time_graph(exec, s);
-        CK(cudaMemset(xors, 0, MAX_CTAS * 4));
+        CK(cudaMemsetAsync(xors, 0, MAX_CTAS * 4, s));
         launch();
         CK(cudaStreamSynchronize(s));
         std::vector<unsigned> got(ctas);
