@@ -4,7 +4,8 @@
 // row clusters (sampling.cu) and the skinny GEMM's class form (gemm_skinny_classes.cu).
 //
 // A grid launched without a cluster attribute, or compiled before sm_90, has clusters of one CTA:
-// rank() is 0 and size() 1 there; the rest exists from sm_90 on only.
+// rank() is 0 and size() 1 there; the rest exists from sm_90 on only (and in nvcc's host pass,
+// which parses the kernels of the probes in scripts/probes that include this file).
 
 namespace cluster {
 
@@ -25,7 +26,7 @@ __device__ __forceinline__ unsigned special_register(bool rank) {
 __device__ __forceinline__ unsigned size() { return special_register(false); }
 __device__ __forceinline__ unsigned rank() { return special_register(true); }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // Every thread of every CTA of the cluster meets here; what each wrote before is visible after.
 __device__ __forceinline__ void sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");

@@ -49,16 +49,6 @@ __host__ __device__ inline float partial(int cl, int c, int r, int j) {
   return ((float)(h >> 8) / 16777216.0f - 0.5f) * (c == 0 ? 1e4f : 1.0f + c);
 }
 
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
-__device__ __forceinline__ void st_async16(unsigned dst, unsigned bar, float4 v) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(dst),
-               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar)
-               : "memory");
-}
 __device__ __forceinline__ float4 ld_cluster16(unsigned a) {
   float4 v;
   asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
@@ -86,7 +76,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   float* recv = part + rows * PAD;  // [CLASSES][share][PAD]
   unsigned long long* bar = reinterpret_cast<unsigned long long*>(recv + CLASSES * share * PAD);
   const unsigned bar_a = smem_addr(bar);
-  const int c = (int)cluster_rank(), cl = blockIdx.x / CLASSES;
+  const int c = (int)cluster::rank(), cl = blockIdx.x / CLASSES;
   if (threadIdx.x == 0) {
     tma::mbar_init(bar_a, 1);
     tma::mbar_init_fence();
@@ -98,7 +88,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
   }
   __syncthreads();
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-  const unsigned long long t0 = now();
+  const unsigned long long t0 = global_ns();
 
   const int quads = share * QUADS;  // float4s of one share
   int pushes = 0;
@@ -113,8 +103,8 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       const int o = mode == PUSHR ? ranked : (c + slot) % CLASSES, d = (o - c + CLASSES) % CLASSES;
       const int r = (i % quads) / QUADS, q = i % QUADS;
       if (!pushed(mode, d)) continue;
-      const float4 v = *reinterpret_cast<const float4*>(part + (o * share + r) * PAD + 4 * q);
-      st_async16(cluster_remote(smem_addr(recv + (c * share + r) * PAD + 4 * q), o), cluster_remote(bar_a, o), v);
+      const uint4 v = *reinterpret_cast<const uint4*>(part + (o * share + r) * PAD + 4 * q);
+      cluster::st_async_16(smem_addr(recv + (c * share + r) * PAD + 4 * q), o, bar_a, v);
     }
   }
   if (mode == L2 || mode == SPLIT) {
@@ -125,7 +115,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       *reinterpret_cast<float4*>(mine + r * COLS + 4 * q) = *reinterpret_cast<const float4*>(part + r * PAD + 4 * q);
     }
   }
-  if (mode == PULL || mode == L2 || mode == SPLIT) cluster_sync();
+  if (mode == PULL || mode == L2 || mode == SPLIT) cluster::sync();
   if (mode == PUSH || mode == PUSHR || mode == SPLIT) tma::mbar_wait<true>(bar_a, 0);
 
   for (int i = threadIdx.x; i < quads; i += THREADS) {
@@ -139,7 +129,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
       } else if (pushed(mode, d)) {
         v = *reinterpret_cast<const float4*>(recv + (k * share + r) * PAD + 4 * q);
       } else if (mode == PULL) {
-        v = ld_cluster16(cluster_remote(smem_addr(part + row * PAD + 4 * q), k));
+        v = ld_cluster16(cluster::remote(smem_addr(part + row * PAD + 4 * q), k));
       } else {
         v = __ldcg(reinterpret_cast<const float4*>(scratch + ((size_t)(cl * CLASSES + k) * rows + row) * COLS + 4 * q));
       }
@@ -152,7 +142,7 @@ __global__ void __launch_bounds__(THREADS) exchange(int mode, int rows, float* s
     *reinterpret_cast<float4*>(out + ((size_t)cl * rows + row) * COLS + 4 * q) = acc;
   }
   __syncthreads();
-  if (threadIdx.x == 0) spans[blockIdx.x] = now() - t0;
+  if (threadIdx.x == 0) spans[blockIdx.x] = global_ns() - t0;
   // No CTA leaves while a peer may still read its shared memory or signal its mbarrier.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }

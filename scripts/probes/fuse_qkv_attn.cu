@@ -40,7 +40,7 @@ static_assert(CHUNKS == 8, "a cluster of 8");
 
 // A 16-bit store into the shared memory of the cluster's CTA of rank `rank`.
 __device__ __forceinline__ void st_cluster_b16(const void* local, unsigned rank, unsigned short v) {
-  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(cluster_remote(smem_addr(local), rank)), "h"(v) : "memory");
+  asm volatile("st.shared::cluster.b16 [%0], %1;" ::"r"(cluster::remote(smem_addr(local), rank)), "h"(v) : "memory");
 }
 
 
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(F_THREADS, 1) qkv_attention_fused(Layer l, Buf
   __nv_bfloat16* head = reinterpret_cast<__nv_bfloat16*>(smem + F_W_BYTES + F_KV_BYTES + H * 2);  // [512]
   float* gate = reinterpret_cast<float*>(head + HEAD_ROWS);
   float* out = gate + 2 * CHUNK;
-  const int j = blockIdx.x / CHUNKS, c = (int)cluster_rank();
+  const int j = blockIdx.x / CHUNKS, c = (int)cluster::rank();
   // The head's rows in QKV order: q head 2j (128), q head 2j + 1, k head j, v head j.
   auto qkv_row = [&](int i) {
     return i < 2 * D ? 2 * j * D + i : i < 3 * D ? QH * D + j * D + (i - 2 * D) : QH * D + KVH * D + j * D + (i - 3 * D);
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(F_THREADS, 1) qkv_attention_fused(Layer l, Buf
     cp_async16(smem_addr(reinterpret_cast<uint4*>(vs) + i), reinterpret_cast<const uint4*>(l.v_cache + kv0) + i);
   }
   // Every CTA of the cluster has started before any writes into another's shared memory.
-  cluster_sync();
+  cluster::sync();
   grid_wait();
   grid_trigger();
   for (int i = threadIdx.x; i < H / 8; i += F_THREADS) xs[i] = __ldcg(reinterpret_cast<const uint4*>(x_in) + i);
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(F_THREADS, 1) qkv_attention_fused(Layer l, Buf
     if (lane < CHUNKS) st_cluster_b16(head + i, lane, __bfloat16_as_ushort(v));
     if (lane == CHUNKS) put_qkv(l, b, qkv_row(i), v);
   }
-  cluster_sync();
+  cluster::sync();
   // The new key's k and v (the last chunk's last row) are this step's, not the cache's.
   if (c == CHUNKS - 1)
     for (int d = threadIdx.x; d < D; d += F_THREADS) {

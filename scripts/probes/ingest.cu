@@ -39,11 +39,6 @@ constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 32, CHUNK = 16384, STAGES =
 enum Mode { LD, LDCA, BULK, ROT, MC2, MC4 };
 const char* const MODE_NAMES[] = {"ld", "ldca", "bulk", "rot", "mc2", "mc4"};
 
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 
 __device__ __forceinline__ unsigned fold(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
@@ -78,7 +73,7 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
   __shared__ unsigned cta_xor;
   const unsigned ring = smem_addr(smem), full0 = ring + STAGES * CHUNK, empty0 = full0 + 8 * STAGES;
   const int csize = mode == MC2 ? 2 : mode == MC4 ? 4 : 1;
-  const unsigned rank = csize > 1 ? cluster_rank() : 0;
+  const unsigned rank = csize > 1 ? cluster::rank() : 0;
   if (threadIdx.x == 0) {
     cta_xor = 0;
     for (int s = 0; s < STAGES; ++s) {
@@ -88,8 +83,8 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
     tma::mbar_init_fence();
   }
   __syncthreads();
-  if (csize > 1) cluster_sync();
-  const unsigned long long t0 = now();
+  if (csize > 1) cluster::sync();
+  const unsigned long long t0 = global_ns();
   unsigned acc = 0;
   const int chunks = bytes / CHUNK;
   if (mode == LD || mode == LDCA) {
@@ -131,20 +126,20 @@ __global__ void __launch_bounds__(THREADS) ingest(int mode, const uint4* __restr
         acc ^= fold(ld_shared16(ring + s * CHUNK + 16 * (threadIdx.x + j * CONSUMERS)));
       __syncwarp();
       if (lane == 0) {
-        for (int r = 0; r < csize; ++r) arrive_remote(cluster_remote(empty0 + 8 * s, r));
+        for (int r = 0; r < csize; ++r) arrive_remote(cluster::remote(empty0 + 8 * s, r));
       }
     }
   }
   atomicXor(&cta_xor, acc);
   __syncthreads();
-  const unsigned long long t1 = now();
+  const unsigned long long t1 = global_ns();
   if (threadIdx.x == 0) {
     xors[blockIdx.x] = cta_xor;
     t0s[blockIdx.x] = t0;
     t1s[blockIdx.x] = t1;
   }
   // No CTA leaves while a peer may still write into its stages or arrive on its barriers.
-  if (csize > 1) cluster_sync();
+  if (csize > 1) cluster::sync();
 }
 
 int main() {

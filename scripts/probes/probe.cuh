@@ -1,7 +1,7 @@
 // probe.cuh: what the standalone probes of scripts/probes share: the CUDA error check, the timing
 // of a replayed CUDA graph or of a launch (median and least of the trials, in us), a launch with
-// clusters or programmatic serialisation, the cluster's pieces (and the engine's mbarriers, from
-// gpu/kernels/tma.cuh), random bf16 data, programmatic launch's wait and trigger, a 16-byte
+// clusters or programmatic serialisation, the global timer (and the engine's mbarriers and
+// clusters, from gpu/kernels/tma.cuh and cluster.cuh), random bf16 data, programmatic launch's wait and trigger, a 16-byte
 // cp.async, and the GEMV probes' row arithmetic (dot8, finish_row), whose one definition is what
 // lets two forms of a probe give the same bits. Each probe stays one file that nvcc builds alone
 // (its header says how); this is its only include from this repository.
@@ -16,9 +16,11 @@
 #include <vector>
 
 // The engine's mbarriers (tma::mbar_init, mbar_arrive_expect_tx, mbar_arrive, mbar_wait,
-// mbar_init_fence), which need tensor_core.cuh before them.
+// mbar_init_fence), which need tensor_core.cuh before them, and its clusters (cluster::rank,
+// sync, remote, st_async_16).
 #include "../../gpu/kernels/tensor_core.cuh"
 #include "../../gpu/kernels/tma.cuh"
+#include "../../gpu/kernels/cluster.cuh"
 
 #define CK(x)                                                                   \
   do {                                                                          \
@@ -116,20 +118,11 @@ __device__ __forceinline__ void grid_trigger() { asm volatile("griddepcontrol.la
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Clusters: this CTA's rank in its cluster, a barrier of all the cluster's CTAs (release, then
-// acquire), and the address in the CTA of rank `rank` of what sits at shared address `local` here.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ unsigned cluster_remote(unsigned local, unsigned rank) {
-  unsigned r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-  return r;
+// The global timer, ns (one clock for every SM): spans of CTAs on different SMs compare.
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
 }
 
 // 16 bytes from global memory to shared address dst, through L2 only.
