@@ -21,13 +21,13 @@
 //! theirs), which the reader gives as times after each CTA's release ([`LaunchTrace::marks`]):
 //! where a launch's time on the step's path goes inside it. Each record also holds the CTA's SM
 //! (`%smid`, above 24 bits of its wait, which saturates at 16.8 ms), so that the reader can group
-//! the last mark by how many of the launch's CTAs an SM held ([`LaunchTrace::by_sm_load`]): an
-//! SM's share of a wave is one cause of a launch's slowest CTAs. It also says which CTAs the
-//! hardware put together on an SM ([`LaunchTrace::sm_neighbours`]): whether two CTAs that read
-//! the same bytes (a skinny GEMM's slab of x) can meet in the SM's L1. The stamps still cost each CTA a
-//! store and two timer reads, and each mark a store and one; compare the traced step's time with
-//! an untraced run's. The decode bench (`asynct bench`, the server's
-//! `bench::step_timeline`) turns the launches into a step's timeline.
+//! the last mark by how many of the launch's CTAs an SM held ([`LaunchTrace::by_sm_load`]): an SM's
+//! share of a wave is one cause of a launch's slowest CTAs. It also says which CTAs the hardware
+//! put together on an SM ([`LaunchTrace::sm_neighbours`]): whether two CTAs that read the same
+//! bytes (a skinny GEMM's slab of x) can meet in the SM's L1. The stamps still cost each CTA a
+//! store and two timer reads, and each mark a store and one; compare the traced step's time with an
+//! untraced run's. The decode bench (`asynct bench`, the server's `bench::step_timeline`) turns the
+//! launches into a step's timeline.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

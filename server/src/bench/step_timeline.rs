@@ -45,18 +45,18 @@ pub struct PositionTimes {
     /// The last mark by CTAs an SM held, for the loads every combined step has.
     pub by_sm_load: Vec<SmLoadUs>,
     /// How far apart in the grid CTAs that shared an SM most often were.
-    pub sm_neighbours: Option<NeighboursUs>,
+    pub sm_neighbours: Option<NeighbourShare>,
 }
 
 /// [`SmNeighbours`] as a share: the most common distance in the grid between CTAs next to each
 /// other on an SM, and the share of such pairs at it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct NeighboursUs {
+pub struct NeighbourShare {
     pub distance: u32,
     pub share: f64,
 }
 
-impl From<&SmNeighbours> for NeighboursUs {
+impl From<&SmNeighbours> for NeighbourShare {
     fn from(n: &SmNeighbours) -> Self {
         Self { distance: n.distance, share: f64::from(n.pairs_at) / f64::from(n.pairs) }
     }
@@ -64,13 +64,13 @@ impl From<&SmNeighbours> for NeighboursUs {
 
 /// The distance most of `all` have (the smallest of those as common), with the shares of those
 /// combined by `f`; `None` where none has one.
-fn combine_neighbours(all: &[Option<NeighboursUs>], f: &dyn Fn(Vec<f64>) -> f64) -> Option<NeighboursUs> {
+fn combine_neighbours(all: &[Option<NeighbourShare>], f: &dyn Fn(Vec<f64>) -> f64) -> Option<NeighbourShare> {
     let mut by_distance = BTreeMap::<u32, Vec<f64>>::new();
     for n in all.iter().flatten() {
         by_distance.entry(n.distance).or_default().push(n.share);
     }
     let (&distance, _) = by_distance.iter().rev().max_by_key(|(_, shares)| shares.len())?;
-    Some(NeighboursUs { distance, share: f(by_distance.remove(&distance).expect("the key just found")) })
+    Some(NeighbourShare { distance, share: f(by_distance.remove(&distance).expect("the key just found")) })
 }
 
 /// A launch's last mark over the CTAs of SMs that held `ctas_on_sm` of its CTAs ([`SmLoad`]).
@@ -133,7 +133,7 @@ pub struct LayerSlot {
     /// As [`PositionTimes`], means per layer, for the loads every layer has.
     pub by_sm_load: Vec<SmLoadUs>,
     /// As [`PositionTimes`], the share a mean over the layers at the most common distance.
-    pub sm_neighbours: Option<NeighboursUs>,
+    pub sm_neighbours: Option<NeighbourShare>,
 }
 
 /// The repeating stretch of a step's launches.
@@ -213,7 +213,7 @@ pub fn timeline(steps: &[TraceWindow]) -> Option<StepTimeline> {
                     &median,
                 ),
                 sm_neighbours: combine_neighbours(
-                    &same.iter().map(|s| s[j].sm_neighbours.as_ref().map(NeighboursUs::from)).collect::<Vec<_>>(),
+                    &same.iter().map(|s| s[j].sm_neighbours.as_ref().map(NeighbourShare::from)).collect::<Vec<_>>(),
                     &median,
                 ),
             }
@@ -427,14 +427,14 @@ mod tests {
             );
         }
         assert!(l.slots[1].by_sm_load.is_empty());
-        let neighbours = Some(NeighboursUs { distance: 114, share: 12.0 / 14.0 });
+        let neighbours = Some(NeighbourShare { distance: 114, share: 12.0 / 14.0 });
         assert_eq!((t.positions[3].sm_neighbours, l.slots[0].sm_neighbours), (neighbours, neighbours));
         assert_eq!(l.slots[1].sm_neighbours, None);
     }
 
     #[test]
     fn neighbours_combine_at_the_distance_most_have_the_smaller_of_equals() {
-        let n = |distance, share| Some(NeighboursUs { distance, share });
+        let n = |distance, share| Some(NeighbourShare { distance, share });
         let all = [n(4, 0.5), None, n(1, 0.9), n(4, 0.7), n(1, 0.3)];
         assert_eq!(combine_neighbours(&all, &median), n(1, 0.6));
         assert_eq!(combine_neighbours(&all[..4], &median), n(4, 0.6));
